@@ -1,0 +1,68 @@
+// Package counter is the in-memory window counter store of ratelimit-authz:
+// it admits and counts hits per (bucket, key) against a [Limit], peeks
+// without counting, rolls a hit back, merges counts replicated from peer
+// nodes, and expires what can no longer matter. It is a leaf: it knows
+// nothing of gRPC, NATS, Postgres or Prometheus, and it never reads the
+// clock on its own — every method that needs the time takes it as now
+// (only [Store.Run], the background sweeper, calls time.Now).
+//
+// # Windows
+//
+// Windows are aligned to the wall clock, never to a key's first hit:
+//
+//	window = floor(now_ms / ScaleMS)   // now_ms = now.UnixMilli()
+//
+// so every node maps the same instant to the same window number and a
+// window counted on one node can be merged into the same window on another.
+// [Fixed] counts the current window only. [Sliding] estimates
+//
+//	previous × (1 − elapsed/ScaleMS) + current
+//
+// from the same two fixed windows (elapsed = now_ms − window start), so it
+// replicates exactly like Fixed and removes the 2× burst a fixed window
+// allows across its edge. The arithmetic is exact integer arithmetic: a hit
+// is admitted iff previous×(ScaleMS−elapsed) + (current+1)×ScaleMS ≤
+// Limit×ScaleMS. Each entry keeps the counts of its newest window and the one
+// before it, split into this node's own hits (local) and the hits merged from
+// peers (remote); decisions use local + remote.
+//
+// # Bounded memory and the failure mode
+//
+// Keys come from requests, so an attacker controls them. Two bounds keep
+// memory bounded under a flood of distinct keys:
+//
+//   - Keys longer than Config.MaxKeyBytes (and keys starting with '#', the
+//     digest marker, so a digest can never collide with a raw key) are stored
+//     as "#" + 32 hex digits of their SHA-256: distinct keys stay distinct, a
+//     stored key is at most max(MaxKeyBytes, 33) bytes.
+//   - The number of live keys is bounded by Config.MaxKeys, enforced per shard
+//     (ceil(MaxKeys/Shards) each). When a shard is full, entries in it that
+//     have expired are reclaimed first; if none can be, the new key is
+//     refused: the call returns a [Result] with Overflow set (Allowed false),
+//     nothing is stored, and the refusal is counted in [Store.Refused].
+//     Existing keys keep working. Whether an overflowing request is let
+//     through (fail open) or denied (fail closed) is the caller's decision,
+//     made in one place there; this package only reports it.
+//
+// Because the bound is per shard, refusals can start slightly before MaxKeys
+// keys are live in total (hashing is not perfectly even), and the total never
+// exceeds Shards × ceil(MaxKeys/Shards).
+//
+// # Concurrency
+//
+// A [Store] is safe for concurrent use by any number of goroutines. It is
+// sharded by a seeded hash of (bucket, key); each shard is one mutex and one
+// map, so a Take is one short critical section and admit-and-count is
+// atomic: N goroutines racing on one key in one window admit exactly Limit
+// hits. Looking up an existing key does not allocate (a key that must be
+// digested costs a small allocation per call); inserting one costs two
+// (the entry and a copy of the key, which may be a substring of a large
+// header). A full shard's reclaim pass, and [Store.Sweep], hold one shard
+// lock for one pass over that shard's entries.
+//
+// # Zero value
+//
+// The zero value of Store is not usable; [New] is the constructor. [Limit]
+// and [Config] are plain values: a zero Config field means its default, a
+// zero Limit is invalid (see [Limit.Validate]).
+package counter

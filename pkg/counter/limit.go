@@ -1,0 +1,160 @@
+package counter
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Algorithm selects how a window is counted.
+type Algorithm uint8
+
+const (
+	// Fixed counts hits in the wall-clock-aligned window
+	// now_ms / ScaleMS; the count resets at each window boundary.
+	Fixed Algorithm = iota
+	// Sliding estimates previous × (1 − elapsed/scale) + current from the
+	// same two fixed windows.
+	Sliding
+)
+
+// String returns "fixed" or "sliding" (or "Algorithm(n)" for other values).
+func (a Algorithm) String() string {
+	switch a {
+	case Fixed:
+		return "fixed"
+	case Sliding:
+		return "sliding"
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// Bounds of a Limit. They are chosen so that every product the store
+// computes stays far from int64 overflow: Limit×ScaleMS < 2^62, and
+// previous×(ScaleMS−elapsed) is either computed below 2^62 or compared
+// through a division.
+const (
+	// MaxLimit is the largest Limit.Limit: 2^31−1 hits per window.
+	MaxLimit = 1<<31 - 1
+	// MaxScaleMS is the largest Limit.ScaleMS: 2^31−1 ms, about 24.8 days.
+	MaxScaleMS = 1<<31 - 1
+	// MaxCount is where stored counts saturate (each of local and remote;
+	// their sum saturates at 2×MaxCount). It is far above any Limit, so
+	// saturation never changes a decision, and far below int64 overflow.
+	MaxCount = 1 << 61
+)
+
+// ErrInvalidLimit is wrapped by [Limit.Validate] for an out-of-range Limit.
+var ErrInvalidLimit = errors.New("counter: invalid limit")
+
+// ErrInvalidConfig is wrapped by [New] for an invalid Config.
+var ErrInvalidConfig = errors.New("counter: invalid config")
+
+// Limit is what one bucket (or one tenant override of it) allows.
+//
+// The zero Limit is invalid. Store methods given an invalid Limit count
+// nothing and return the zero Result (Allowed false); callers validate
+// limits when they load them, with [Limit.Validate].
+type Limit struct {
+	Limit     int64 // hits admitted per window, 1 ≤ Limit ≤ MaxLimit
+	ScaleMS   int64 // window length in ms, 1 ≤ ScaleMS ≤ MaxScaleMS
+	Algorithm Algorithm
+}
+
+// Validate reports whether l is within bounds; the error wraps
+// [ErrInvalidLimit].
+func (l Limit) Validate() error {
+	if l.Limit < 1 || l.Limit > MaxLimit {
+		return fmt.Errorf("%w: limit %d hits per window is outside [1, %d]", ErrInvalidLimit, l.Limit, MaxLimit)
+	}
+	if l.ScaleMS < 1 || l.ScaleMS > MaxScaleMS {
+		return fmt.Errorf("%w: scale %d ms is outside [1, %d]", ErrInvalidLimit, l.ScaleMS, MaxScaleMS)
+	}
+	if l.Algorithm != Fixed && l.Algorithm != Sliding {
+		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
+	}
+	return nil
+}
+
+// valid is Validate without building an error, for the hot path.
+func (l Limit) valid() bool {
+	return l.Limit >= 1 && l.Limit <= MaxLimit &&
+		l.ScaleMS >= 1 && l.ScaleMS <= MaxScaleMS &&
+		l.Algorithm <= Sliding
+}
+
+// Result is the outcome of Take, Peek or Incr.
+type Result struct {
+	// Allowed: for Take, the hit was admitted and counted; for Peek, one
+	// more hit would be admitted; for Incr, one more hit would still be
+	// admitted after counting. Allowed is equivalent to Remaining > 0.
+	Allowed bool
+	// Overflow: the key was not tracked because its shard is at the key
+	// bound with nothing reclaimable. Allowed is false, Count and Remaining
+	// are 0, RetryAfterMS is ResetMS; the caller decides what to do. The
+	// refusal is counted in Store.Refused.
+	Overflow bool
+	// Count is the count in effect after the call: the current window's
+	// total for Fixed, the weighted estimate rounded up for Sliding.
+	Count int64
+	// Remaining is max(0, Limit − Count).
+	Remaining int64
+	// Window is the current window number, now_ms / ScaleMS. Pass it to
+	// Release to undo a Take.
+	Window int64
+	// ResetMS is the time until the current window ends, ≥ 1.
+	ResetMS int64
+	// RetryAfterMS is 0 when Allowed; otherwise the time until a hit would
+	// be admitted if nothing else were counted meanwhile, ≥ 1. For Fixed
+	// it is ResetMS; for Sliding it is when the estimate has fallen enough,
+	// which may be in the next window or, for Limit 1, the one after.
+	RetryAfterMS int64
+}
+
+// Config configures a Store. A zero field means its default.
+type Config struct {
+	// MaxKeys bounds the number of live keys over all shards;
+	// 0 means 1_000_000.
+	MaxKeys int
+	// Shards is the number of shards, rounded up to a power of two,
+	// at most 65536; 0 means 64.
+	Shards int
+	// MaxKeyBytes: longer keys are stored as a 33-byte digest;
+	// 0 means 128.
+	MaxKeyBytes int
+}
+
+// Defaults for a zero Config field.
+const (
+	DefaultMaxKeys     = 1_000_000
+	DefaultShards      = 64
+	DefaultMaxKeyBytes = 128
+	maxShards          = 1 << 16
+)
+
+// withDefaults validates cfg and fills in defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.MaxKeys < 0 {
+		return cfg, fmt.Errorf("%w: MaxKeys %d is negative", ErrInvalidConfig, cfg.MaxKeys)
+	}
+	if cfg.Shards < 0 || cfg.Shards > maxShards {
+		return cfg, fmt.Errorf("%w: Shards %d is outside [0, %d]", ErrInvalidConfig, cfg.Shards, maxShards)
+	}
+	if cfg.MaxKeyBytes < 0 {
+		return cfg, fmt.Errorf("%w: MaxKeyBytes %d is negative", ErrInvalidConfig, cfg.MaxKeyBytes)
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.Shards == 0 {
+		cfg.Shards = DefaultShards
+	}
+	if cfg.MaxKeyBytes == 0 {
+		cfg.MaxKeyBytes = DefaultMaxKeyBytes
+	}
+	n := 1
+	for n < cfg.Shards {
+		n <<= 1
+	}
+	cfg.Shards = n
+	return cfg, nil
+}

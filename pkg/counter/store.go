@@ -1,0 +1,580 @@
+package counter
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/bits"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Store is the sharded in-memory window counter store. It is safe for
+// concurrent use. The zero value is not usable; create one with [New].
+//
+// All state, the hash seed included, lives in the Store rather than in
+// package variables, so several stores (tests, or one per role) never share
+// counts, locks or seeds.
+type Store struct {
+	seed        maphash.Seed // per Store, so an attacker cannot aim keys at one shard of every node
+	shards      []shard
+	shift       uint // 64 − log2(len(shards)): the shard index is the top bits of the hash
+	maxKeyBytes int
+}
+
+// shard owns a slice of the key space behind one mutex, padded so that
+// neighbouring shards' locks do not share a cache line (or an adjacent-line
+// prefetch pair).
+type shard struct {
+	shardState
+	_ [128 - unsafe.Sizeof(shardState{})%128]byte
+}
+
+type shardState struct {
+	mu sync.Mutex
+	m  map[mapKey]*entry
+	// capacity is the most live keys this shard may hold.
+	capacity int
+	// minExpiry is a lower bound (unix ms) on the expiry of every entry in
+	// m, exact right after a sweep. A full shard sweeps itself on insert
+	// only once now has reached it, so a flood of live distinct keys costs
+	// one O(n) pass per expiry instant, not one per insert.
+	minExpiry int64
+	refused   uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
+	sweeps    uint64 // passes over m; lets tests check a full shard does not sweep per insert
+}
+
+// mapKey is the map key: a struct of a small int and a string, which the
+// runtime hashes and compares without allocating.
+type mapKey struct {
+	bucket uint32
+	key    string
+}
+
+// entry holds the counts of one (bucket, key): its newest window and the one
+// before it, indexed by window&1. A window that is not held reads as zero,
+// so no "valid" flags are needed. 48 bytes (one size class).
+type entry struct {
+	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
+	local  [2]int64 // this node's hits (Take/Incr minus Release), saturating at MaxCount
+	remote [2]int64 // hits merged from peers (Add), saturating at MaxCount
+	scale  int32    // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^31)
+	alg    Algorithm
+}
+
+// New returns an empty Store, or an error wrapping [ErrInvalidConfig] for a
+// negative field or too many shards.
+func New(cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := cfg.Shards
+	s := &Store{
+		seed:        maphash.MakeSeed(),
+		shards:      make([]shard, n),
+		shift:       uint(64 - bits.TrailingZeros(uint(n))),
+		maxKeyBytes: cfg.MaxKeyBytes,
+	}
+	capacity := (cfg.MaxKeys + n - 1) / n
+	for i := range s.shards {
+		s.shards[i].m = make(map[mapKey]*entry)
+		s.shards[i].capacity = capacity
+		s.shards[i].minExpiry = math.MaxInt64
+	}
+	return s, nil
+}
+
+// digestLen is the length of a stored digest key: "#" + 32 hex digits.
+const digestLen = 1 + 2*16
+
+// storedKey returns the form of key the map holds: key itself, or its
+// digest when it is too long or starts with the digest marker '#'. Digesting
+// '#'-keys too makes the mapping injective (barring SHA-256 collisions): a
+// raw key can never equal the digest of another key.
+func (s *Store) storedKey(key string) string {
+	if len(key) <= s.maxKeyBytes && (len(key) == 0 || key[0] != '#') {
+		return key
+	}
+	return digest(key)
+}
+
+// digest returns "#" + 32 hex digits of key's SHA-256 (128 bits: no
+// collision is to be expected among any number of keys a store can hold).
+func digest(key string) string {
+	// Sum256 only reads its input, so the string's bytes are passed as they
+	// are rather than copied.
+	sum := sha256.Sum256(unsafe.Slice(unsafe.StringData(key), len(key)))
+	var b [digestLen]byte
+	b[0] = '#'
+	hex.Encode(b[1:], sum[:16])
+	return string(b[:])
+}
+
+// shardFor picks the shard of k from a seeded hash of (bucket, key).
+func (s *Store) shardFor(k mapKey) *shard {
+	h := maphash.String(s.seed, k.key)
+	h ^= uint64(k.bucket) * 0x9e3779b97f4a7c15
+	h *= 0xbf58476d1ce4e5b9
+	// With one shard the shift is 64, and a Go shift ≥ width yields 0.
+	return &s.shards[h>>s.shift]
+}
+
+// clock splits now into its window number and the ms elapsed in it
+// (floor division, so instants before 1970 are aligned too).
+func clock(now time.Time, scale int64) (ms, window, elapsed int64) {
+	ms = now.UnixMilli()
+	window = ms / scale
+	elapsed = ms - window*scale
+	if elapsed < 0 {
+		window--
+		elapsed += scale
+	}
+	return ms, window, elapsed
+}
+
+// expiry is the unix ms from which e can no longer matter: the end of its
+// newest window for Fixed, the end of the window after it for Sliding
+// (where the newest window is still the previous one).
+func (e *entry) expiry() int64 {
+	end := e.newest + 1
+	if e.alg == Sliding {
+		end++
+	}
+	return end * int64(e.scale)
+}
+
+// total is local + remote of window w, 0 when w is not held.
+func (e *entry) total(w int64) int64 {
+	if w != e.newest && w != e.newest-1 {
+		return 0
+	}
+	return e.local[w&1] + e.remote[w&1]
+}
+
+// reset empties e and makes w its newest window.
+func (e *entry) reset(w int64) {
+	*e = entry{newest: w, scale: e.scale, alg: e.alg}
+}
+
+// advance makes w the newest window, dropping windows older than w−1.
+func (e *entry) advance(w int64) {
+	switch {
+	case w == e.newest+1:
+		e.local[w&1], e.remote[w&1] = 0, 0
+		e.newest = w
+	case w > e.newest+1:
+		e.reset(w)
+	}
+}
+
+// prepare readies e for a local write in window w under lim and reports
+// whether e's expiry may have decreased (the shard's minExpiry must then be
+// lowered). A changed scale resets e. A window older than newest−1 means the
+// local clock stepped back by a whole window or more: the local clock is
+// authoritative, so e is reset to w.
+func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop bool) {
+	if int64(e.scale) != lim.ScaleMS {
+		e.scale = int32(lim.ScaleMS)
+		e.reset(w)
+		expiryMayDrop = true
+	} else if w < e.newest-1 {
+		e.reset(w)
+		expiryMayDrop = true
+	} else {
+		e.advance(w)
+	}
+	if e.alg != lim.Algorithm {
+		e.alg = lim.Algorithm
+		expiryMayDrop = true
+	}
+	return expiryMayDrop
+}
+
+func satAdd(a, n int64) int64 {
+	if n > MaxCount-a {
+		return MaxCount
+	}
+	return a + n
+}
+
+// insert adds an entry for k in window w if there is room, reclaiming the
+// shard's expired entries first when it is full and something can have
+// expired. It returns nil, counting the refusal, when there is no room. The
+// shard lock must be held and k must not be in the map.
+func (sh *shard) insert(k mapKey, lim Limit, w, ms int64) *entry {
+	if len(sh.m) >= sh.capacity {
+		if ms >= sh.minExpiry {
+			sh.sweep(ms)
+		}
+		if len(sh.m) >= sh.capacity {
+			sh.refused++
+			return nil
+		}
+	}
+	e := &entry{newest: w, scale: int32(lim.ScaleMS), alg: lim.Algorithm}
+	// Clone: the caller's key may be a substring of a large header.
+	sh.m[mapKey{k.bucket, strings.Clone(k.key)}] = e
+	sh.noteExpiry(e)
+	return e
+}
+
+func (sh *shard) noteExpiry(e *entry) {
+	if x := e.expiry(); x < sh.minExpiry {
+		sh.minExpiry = x
+	}
+}
+
+// sweep deletes the entries expired at ms and makes minExpiry exact. The
+// shard lock must be held.
+func (sh *shard) sweep(ms int64) int {
+	sh.sweeps++
+	n := 0
+	low := int64(math.MaxInt64)
+	for k, e := range sh.m {
+		x := e.expiry()
+		if ms >= x {
+			delete(sh.m, k)
+			n++
+		} else if x < low {
+			low = x
+		}
+	}
+	sh.minExpiry = low
+	return n
+}
+
+// admits reports whether one more hit is admitted given the totals of the
+// previous and current windows, elapsed ms into the current one.
+func admits(lim Limit, elapsed, prev, cur int64) bool {
+	if cur >= lim.Limit {
+		return false
+	}
+	if lim.Algorithm == Fixed || prev == 0 {
+		return true
+	}
+	// prev×(scale−elapsed) + (cur+1)×scale ≤ limit×scale
+	room := (lim.Limit - cur - 1) * lim.ScaleMS // < 2^62
+	d := lim.ScaleMS - elapsed                  // in [1, scale]
+	if prev < 1<<31 {
+		return prev*d <= room // < 2^62
+	}
+	return prev <= room/d
+}
+
+// estimate is the count in effect: cur for Fixed, the weighted estimate
+// rounded up for Sliding.
+func estimate(lim Limit, elapsed, prev, cur int64) int64 {
+	if lim.Algorithm == Fixed || prev == 0 {
+		return cur
+	}
+	s, d := lim.ScaleMS, lim.ScaleMS-elapsed
+	var w int64
+	if prev < 1<<31 {
+		w = (prev*d + s - 1) / s
+	} else {
+		// prev×d may exceed 2^63: compute ceil(prev×d/s) in 128 bits. The
+		// quotient is ≤ prev, so it fits and Div64 cannot panic.
+		hi, lo := bits.Mul64(uint64(prev), uint64(d))
+		lo, c := bits.Add64(lo, uint64(s-1), 0)
+		q, _ := bits.Div64(hi+c, lo, uint64(s))
+		w = int64(q)
+	}
+	return w + cur
+}
+
+// retryAfter is the time in ms until admits would hold if nothing else were
+// counted, for a state where it does not hold now. ≥ 1.
+func retryAfter(lim Limit, elapsed, prev, cur int64) int64 {
+	s, l := lim.ScaleMS, lim.Limit
+	toEnd := s - elapsed
+	if lim.Algorithm == Fixed {
+		return toEnd
+	}
+	// Still in this window: prev×(s−e) ≤ (l−cur−1)×s holds from
+	// e = s − floor(room/prev) on.
+	if cur < l && prev > 0 {
+		if q := (l - cur - 1) * s / prev; q > 0 {
+			return max(1, s-q-elapsed)
+		}
+	}
+	// In the next window the current one becomes the previous and the new
+	// one is empty: cur×(s−e) + s ≤ l×s holds from e = s − floor((l−1)×s/cur)
+	// on; e = s (l = 1, or a huge cur) means the start of the window after.
+	if cur == 0 {
+		return toEnd
+	}
+	return toEnd + max(0, s-(l-1)*s/cur)
+}
+
+// result builds a Result for the state after the call.
+func result(lim Limit, w, elapsed, prev, cur int64, allowed bool) Result {
+	r := Result{
+		Allowed: allowed,
+		Count:   estimate(lim, elapsed, prev, cur),
+		Window:  w,
+		ResetMS: lim.ScaleMS - elapsed,
+	}
+	r.Remaining = max(0, lim.Limit-r.Count)
+	if !allowed {
+		r.RetryAfterMS = retryAfter(lim, elapsed, prev, cur)
+	}
+	return r
+}
+
+func overflow(lim Limit, w, elapsed int64) Result {
+	reset := lim.ScaleMS - elapsed
+	return Result{Overflow: true, Window: w, ResetMS: reset, RetryAfterMS: reset}
+}
+
+// Take admits and counts one hit for (bucket, key) if it is under lim at
+// now, atomically. A denied hit is not counted. It creates the key if it is
+// unknown (or reports Overflow when there is no room).
+func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result {
+	if !lim.valid() {
+		return Result{}
+	}
+	ms, w, el := clock(now, lim.ScaleMS)
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	e := sh.m[k]
+	if e == nil {
+		if e = sh.insert(k, lim, w, ms); e == nil {
+			sh.mu.Unlock()
+			return overflow(lim, w, el)
+		}
+	}
+	if e.prepare(w, lim) {
+		sh.noteExpiry(e)
+	}
+	var prev int64
+	if lim.Algorithm == Sliding {
+		prev = e.total(w - 1)
+	}
+	cur := e.total(w)
+	ok := admits(lim, el, prev, cur)
+	if ok {
+		e.local[w&1] = satAdd(e.local[w&1], 1)
+		cur++
+	}
+	sh.mu.Unlock()
+	return result(lim, w, el, prev, cur, ok)
+}
+
+// Peek reports what Take would decide without counting anything. It never
+// creates a key: an unknown key, or one counted in another scale, reads as
+// 0 and is Allowed.
+func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result {
+	if !lim.valid() {
+		return Result{}
+	}
+	_, w, el := clock(now, lim.ScaleMS)
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	var prev, cur int64
+	sh.mu.Lock()
+	if e := sh.m[k]; e != nil && int64(e.scale) == lim.ScaleMS {
+		if lim.Algorithm == Sliding {
+			prev = e.total(w - 1)
+		}
+		cur = e.total(w)
+	}
+	sh.mu.Unlock()
+	return result(lim, w, el, prev, cur, admits(lim, el, prev, cur))
+}
+
+// Incr counts n hits for (bucket, key) at now unconditionally (failed logins
+// are counted whether or not they were over the limit). Allowed reports
+// whether one more hit would still be admitted afterwards. n ≤ 0 counts
+// nothing and returns what Peek would.
+func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int64) Result {
+	if n <= 0 {
+		return s.Peek(bucket, key, lim, now)
+	}
+	if !lim.valid() {
+		return Result{}
+	}
+	ms, w, el := clock(now, lim.ScaleMS)
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	e := sh.m[k]
+	if e == nil {
+		if e = sh.insert(k, lim, w, ms); e == nil {
+			sh.mu.Unlock()
+			return overflow(lim, w, el)
+		}
+	}
+	if e.prepare(w, lim) {
+		sh.noteExpiry(e)
+	}
+	e.local[w&1] = satAdd(e.local[w&1], n)
+	var prev int64
+	if lim.Algorithm == Sliding {
+		prev = e.total(w - 1)
+	}
+	cur := e.total(w)
+	sh.mu.Unlock()
+	return result(lim, w, el, prev, cur, admits(lim, el, prev, cur))
+}
+
+// Release undoes one Take of (bucket, key) in window (Result.Window), for
+// rolling back when a later bucket of the same request denies. It is a
+// no-op when the window is no longer held, the key is unknown, its scale
+// is not lim.ScaleMS, or nothing local is left to undo in that window.
+func (s *Store) Release(bucket uint32, key string, lim Limit, window int64) {
+	if !lim.valid() {
+		return
+	}
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	if e := sh.m[k]; e != nil && int64(e.scale) == lim.ScaleMS &&
+		(window == e.newest || window == e.newest-1) && e.local[window&1] > 0 {
+		e.local[window&1]--
+	}
+	sh.mu.Unlock()
+}
+
+// Add adds n hits counted by peers to the remote count of (bucket, key) in
+// window, for merging replicated counts. It reports whether they were
+// stored. Nothing is stored, and false returned, when:
+//   - the window is stale (older than now's previous window) or in the
+//     future beyond now's window + 1;
+//   - the entry already holds newer windows than window + 1 (it is stale
+//     for this key);
+//   - window is now's window + 1 and storing it would drop the previous
+//     window's counts that a Sliding limit still needs at now (the caller
+//     should offer the count again later; replicated counts are running
+//     counts, so nothing is lost);
+//   - the key is new and the store is full (counted in Refused);
+//   - n < 0 or lim is invalid.
+//
+// n == 0 stores nothing and reports whether the window is acceptable.
+func (s *Store) Add(bucket uint32, key string, lim Limit, window int64, n int64, now time.Time) bool {
+	if !lim.valid() || n < 0 {
+		return false
+	}
+	ms, w, _ := clock(now, lim.ScaleMS)
+	if window < w-1 || window > w+1 {
+		return false
+	}
+	if n == 0 {
+		return true
+	}
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		if e = sh.insert(k, lim, window, ms); e == nil {
+			return false
+		}
+	}
+	if int64(e.scale) != lim.ScaleMS {
+		e.scale = int32(lim.ScaleMS)
+		e.reset(window)
+		sh.noteExpiry(e)
+	}
+	if window < e.newest-1 {
+		return false
+	}
+	if window > e.newest {
+		if lim.Algorithm == Sliding && window == w+1 && e.total(w-1) != 0 {
+			return false // would drop the previous window a Sliding limit reads at now
+		}
+		e.advance(window)
+	}
+	if e.alg != lim.Algorithm {
+		e.alg = lim.Algorithm
+		sh.noteExpiry(e)
+	}
+	e.remote[window&1] = satAdd(e.remote[window&1], n)
+	return true
+}
+
+// Count returns the counts of (bucket, key) in window for a limit of scale
+// scaleMS: local is this node's own hits (Take and Incr minus Release), total
+// is local plus the remote hits merged by Add. Both are 0 when the key is
+// unknown, counted in another scale, or the window is not held.
+func (s *Store) Count(bucket uint32, key string, scaleMS int64, window int64) (local, total int64) {
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil || int64(e.scale) != scaleMS || (window != e.newest && window != e.newest-1) {
+		return 0, 0
+	}
+	return e.local[window&1], e.local[window&1] + e.remote[window&1]
+}
+
+// Sweep deletes the entries whose windows can no longer matter at now: a
+// Fixed entry once its newest window has ended, a Sliding entry once the
+// window after its newest has ended (until then the newest is the previous
+// window of the estimate). It returns how many it removed. Each shard is
+// locked in turn, for one pass over its entries.
+func (s *Store) Sweep(now time.Time) int {
+	ms := now.UnixMilli()
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if ms >= sh.minExpiry {
+			n += sh.sweep(ms)
+		}
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Len returns the number of live keys (expired ones not yet swept included).
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Refused returns how many new keys were refused at the key bound since
+// the Store was created.
+func (s *Store) Refused() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.refused
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Run sweeps the store every interval, using time.Now, until ctx is done;
+// it then returns nil. It returns an error at once if interval is not
+// positive.
+func (s *Store) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return fmt.Errorf("counter: sweep interval %v is not positive", interval)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			s.Sweep(now)
+		}
+	}
+}

@@ -1,0 +1,954 @@
+package counter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// day is the test day; at parses a clock time on it, x/time/rate style.
+var day = time.Date(2025, 6, 2, 0, 0, 0, 0, time.UTC)
+
+func at(t testing.TB, clock string) time.Time {
+	t.Helper()
+	c, err := time.Parse("15:04:05.000", clock)
+	if err != nil {
+		t.Fatalf("bad clock %q: %v", clock, err)
+	}
+	return day.Add(c.Sub(time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)))
+}
+
+// window returns the window number that contains clock for scale.
+func window(t testing.TB, clock string, scale int64) int64 {
+	t.Helper()
+	return at(t, clock).UnixMilli() / scale
+}
+
+func newStore(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	return s
+}
+
+// step is one call in a table test. Window in want, and win, are relative
+// to the window containing 10:00:00.000, so tables stay readable.
+type step struct {
+	at   string // clock time of the call
+	op   string // take, peek, incr, release, add
+	key  string // "" means "k"
+	n    int64  // incr, add
+	win  int64  // release, add: window relative to 10:00:00.000's
+	want Result // take, peek, incr
+	ok   bool   // add: want returned value
+}
+
+// run applies steps in order to s under lim and checks every result.
+func run(t *testing.T, s *Store, lim Limit, steps []step) {
+	t.Helper()
+	base := window(t, "10:00:00.000", lim.ScaleMS)
+	for i, st := range steps {
+		key := st.key
+		if key == "" {
+			key = "k"
+		}
+		var now time.Time
+		if st.op != "release" {
+			now = at(t, st.at)
+		}
+		var got Result
+		switch st.op {
+		case "take":
+			got = s.Take(1, key, lim, now)
+		case "peek":
+			got = s.Peek(1, key, lim, now)
+		case "incr":
+			got = s.Incr(1, key, lim, now, st.n)
+		case "release":
+			s.Release(1, key, lim, base+st.win)
+			continue
+		case "add":
+			if ok := s.Add(1, key, lim, base+st.win, st.n, now); ok != st.ok {
+				t.Errorf("step %d: add(win %+d, n %d) at %s = %v, want %v", i, st.win, st.n, st.at, ok, st.ok)
+			}
+			continue
+		default:
+			t.Fatalf("step %d: unknown op %q", i, st.op)
+		}
+		got.Window -= base
+		if got != st.want {
+			t.Errorf("step %d: %s %q at %s\n got %+v\nwant %+v", i, st.op, key, st.at, got, st.want)
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	sec := func(l int64, a Algorithm) Limit { return Limit{Limit: l, ScaleMS: 1000, Algorithm: a} }
+	tests := []struct {
+		name  string
+		lim   Limit
+		steps []step
+	}{
+		{
+			name: "fixed admits Limit per window, resets at the aligned boundary",
+			lim:  sec(3, Fixed),
+			steps: []step{
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 2, ResetMS: 1000}},
+				{at: "10:00:00.400", op: "take", want: Result{Allowed: true, Count: 2, Remaining: 1, ResetMS: 600}},
+				{at: "10:00:00.999", op: "take", want: Result{Allowed: true, Count: 3, Remaining: 0, ResetMS: 1}},
+				{at: "10:00:00.999", op: "take", want: Result{Count: 3, ResetMS: 1, RetryAfterMS: 1}},
+				{at: "10:00:00.999", op: "peek", want: Result{Count: 3, ResetMS: 1, RetryAfterMS: 1}},
+				{at: "10:00:01.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 2, Window: 1, ResetMS: 1000}},
+				{at: "10:00:01.000", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 2, Window: 1, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "fixed minute window: RetryAfter is the window end",
+			lim:  Limit{Limit: 2, ScaleMS: 60_000},
+			steps: []step{
+				{at: "10:00:30.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 1, ResetMS: 30_000}},
+				{at: "10:00:30.000", op: "take", want: Result{Allowed: true, Count: 2, Remaining: 0, ResetMS: 30_000}},
+				{at: "10:00:30.000", op: "take", want: Result{Count: 2, ResetMS: 30_000, RetryAfterMS: 30_000}},
+				{at: "10:00:59.999", op: "take", want: Result{Count: 2, ResetMS: 1, RetryAfterMS: 1}},
+				{at: "10:01:00.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 1, Window: 1, ResetMS: 60_000}},
+			},
+		},
+		{
+			name: "sliding estimate and RetryAfter within the window",
+			lim:  sec(10, Sliding),
+			steps: []step{
+				// 10 hits in window 0: full; the next admission is at
+				// 10:00:01.100, where 10×900 + 1×1000 = 10×1000.
+				{at: "10:00:00.100", op: "incr", n: 10, want: Result{Count: 10, ResetMS: 900, RetryAfterMS: 1000}},
+				{at: "10:00:01.099", op: "take", want: Result{Count: 10, Window: 1, ResetMS: 901, RetryAfterMS: 1}},
+				{at: "10:00:01.100", op: "take", want: Result{Allowed: true, Count: 10, Window: 1, ResetMS: 900}},
+				// 10×(1000−e) + 2×1000 ≤ 10000 from e = 200.
+				{at: "10:00:01.100", op: "take", want: Result{Count: 10, Window: 1, ResetMS: 900, RetryAfterMS: 100}},
+				{at: "10:00:01.200", op: "take", want: Result{Allowed: true, Count: 10, Window: 1, ResetMS: 800}},
+				// estimate ceil(10×750/1000) + 2 = 8 + 2; admitted from e = 300.
+				{at: "10:00:01.250", op: "take", want: Result{Count: 10, Window: 1, ResetMS: 750, RetryAfterMS: 50}},
+				{at: "10:00:01.299", op: "peek", want: Result{Count: 10, Window: 1, ResetMS: 701, RetryAfterMS: 1}},
+				{at: "10:00:01.300", op: "peek", want: Result{Allowed: true, Count: 9, Remaining: 1, Window: 1, ResetMS: 700}},
+				// previous 10, current 2: ceil(10×100/1000) + 2 = 3.
+				{at: "10:00:01.900", op: "peek", want: Result{Allowed: true, Count: 3, Remaining: 7, Window: 1, ResetMS: 100}},
+				// window 1 (2 hits) is now the previous: ceil(2×500/1000) = 1.
+				{at: "10:00:02.500", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 9, Window: 2, ResetMS: 500}},
+				// two windows on, nothing is left.
+				{at: "10:00:03.000", op: "peek", want: Result{Allowed: true, Count: 0, Remaining: 10, Window: 3, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "sliding estimate rounds up",
+			lim:  sec(10, Sliding),
+			steps: []step{
+				{at: "10:00:00.000", op: "incr", n: 3, want: Result{Allowed: true, Count: 3, Remaining: 7, ResetMS: 1000}},
+				{at: "10:00:01.000", op: "peek", want: Result{Allowed: true, Count: 3, Remaining: 7, Window: 1, ResetMS: 1000}},
+				{at: "10:00:01.001", op: "peek", want: Result{Allowed: true, Count: 3, Remaining: 7, Window: 1, ResetMS: 999}}, // 2.997
+				{at: "10:00:01.334", op: "peek", want: Result{Allowed: true, Count: 2, Remaining: 8, Window: 1, ResetMS: 666}}, // 1.998
+				{at: "10:00:01.667", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 9, Window: 1, ResetMS: 333}}, // 0.999
+				{at: "10:00:01.999", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 9, Window: 1, ResetMS: 1}},   // 0.003
+			},
+		},
+		{
+			name: "sliding RetryAfter falls into the next window",
+			lim:  sec(4, Sliding),
+			steps: []step{
+				// full at once: next window, 4×(1000−e) + 1000 ≤ 4000 from e = 250.
+				{at: "10:00:00.000", op: "incr", n: 4, want: Result{Count: 4, ResetMS: 1000, RetryAfterMS: 1250}},
+				{at: "10:00:00.600", op: "take", want: Result{Count: 4, ResetMS: 400, RetryAfterMS: 650}},
+				{at: "10:00:01.249", op: "take", want: Result{Count: 4, Window: 1, ResetMS: 751, RetryAfterMS: 1}},
+				{at: "10:00:01.250", op: "take", want: Result{Allowed: true, Count: 4, Window: 1, ResetMS: 750}},
+			},
+		},
+		{
+			name: "sliding: a heavy previous window delays admissions within the window",
+			lim:  sec(4, Sliding),
+			steps: []step{
+				// next window, 40×(1000−e) + 1000 ≤ 4000 from e = 925.
+				{at: "10:00:00.500", op: "incr", n: 40, want: Result{Count: 40, ResetMS: 500, RetryAfterMS: 500 + 925}},
+				{at: "10:00:01.000", op: "take", want: Result{Count: 40, Window: 1, ResetMS: 1000, RetryAfterMS: 925}},
+				{at: "10:00:01.925", op: "take", want: Result{Allowed: true, Count: 4, Window: 1, ResetMS: 75}},
+				// 40×(1000−e) + 2×1000 ≤ 4000 from e = 950.
+				{at: "10:00:01.925", op: "take", want: Result{Count: 4, Window: 1, ResetMS: 75, RetryAfterMS: 25}},
+				{at: "10:00:01.950", op: "take", want: Result{Allowed: true, Count: 4, Window: 1, ResetMS: 50}},
+				{at: "10:00:01.950", op: "take", want: Result{Count: 4, Window: 1, ResetMS: 50, RetryAfterMS: 25}},
+				{at: "10:00:01.975", op: "take", want: Result{Allowed: true, Count: 4, Window: 1, ResetMS: 25}},
+				// 3 of 4 now: never again in this window (40×(1000−e) ≤ 0);
+				// next window 3×(1000−e) + 1000 ≤ 4000 already at e = 0.
+				{at: "10:00:01.975", op: "take", want: Result{Count: 4, Window: 1, ResetMS: 25, RetryAfterMS: 25}},
+				{at: "10:00:01.999", op: "peek", want: Result{Count: 4, Window: 1, ResetMS: 1, RetryAfterMS: 1}},
+				{at: "10:00:02.000", op: "peek", want: Result{Allowed: true, Count: 3, Remaining: 1, Window: 2, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "sliding limit 1: RetryAfter may reach the window after next",
+			lim:  sec(1, Sliding),
+			steps: []step{
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 1, ResetMS: 1000}},
+				{at: "10:00:00.500", op: "take", want: Result{Count: 1, ResetMS: 500, RetryAfterMS: 1500}},
+				{at: "10:00:01.999", op: "take", want: Result{Count: 1, Window: 1, ResetMS: 1, RetryAfterMS: 1}},
+				{at: "10:00:02.000", op: "take", want: Result{Allowed: true, Count: 1, Window: 2, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "incr counts unconditionally",
+			lim:  sec(5, Fixed),
+			steps: []step{
+				{at: "10:00:00.000", op: "incr", n: 3, want: Result{Allowed: true, Count: 3, Remaining: 2, ResetMS: 1000}},
+				{at: "10:00:00.100", op: "incr", n: 2, want: Result{Count: 5, ResetMS: 900, RetryAfterMS: 900}},
+				{at: "10:00:00.200", op: "incr", n: 4, want: Result{Count: 9, ResetMS: 800, RetryAfterMS: 800}},
+				{at: "10:00:00.200", op: "take", want: Result{Count: 9, ResetMS: 800, RetryAfterMS: 800}},
+				{at: "10:00:00.200", op: "incr", n: 0, want: Result{Count: 9, ResetMS: 800, RetryAfterMS: 800}},
+				{at: "10:00:01.000", op: "incr", n: 1, want: Result{Allowed: true, Count: 1, Remaining: 4, Window: 1, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "release undoes one take in its window only",
+			lim:  sec(2, Fixed),
+			steps: []step{
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 1, ResetMS: 1000}},
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 2, Remaining: 0, ResetMS: 1000}},
+				{at: "10:00:00.000", op: "take", want: Result{Count: 2, ResetMS: 1000, RetryAfterMS: 1000}},
+				{op: "release", win: 0},
+				{at: "10:00:00.000", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 1, ResetMS: 1000}},
+				{op: "release", win: 1},  // not held: no-op
+				{op: "release", win: -5}, // not held: no-op
+				{at: "10:00:00.000", op: "peek", want: Result{Allowed: true, Count: 1, Remaining: 1, ResetMS: 1000}},
+				{op: "release", win: 0},
+				{op: "release", win: 0}, // nothing local left: no-op, never negative
+				{at: "10:00:00.000", op: "peek", want: Result{Allowed: true, Count: 0, Remaining: 2, ResetMS: 1000}},
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 1, Remaining: 1, ResetMS: 1000}},
+			},
+		},
+		{
+			name: "remote counts take part in decisions",
+			lim:  sec(3, Fixed),
+			steps: []step{
+				{at: "10:00:00.000", op: "add", win: 0, n: 2, ok: true},
+				{at: "10:00:00.000", op: "take", want: Result{Allowed: true, Count: 3, Remaining: 0, ResetMS: 1000}},
+				{at: "10:00:00.000", op: "take", want: Result{Count: 3, ResetMS: 1000, RetryAfterMS: 1000}},
+				{op: "release", win: 0},
+				{op: "release", win: 0}, // remote hits cannot be released
+				{at: "10:00:00.000", op: "peek", want: Result{Allowed: true, Count: 2, Remaining: 1, ResetMS: 1000}},
+				{at: "10:00:00.500", op: "add", win: -1, n: 7, ok: true}, // previous window: accepted, irrelevant to Fixed
+				{at: "10:00:00.500", op: "peek", want: Result{Allowed: true, Count: 2, Remaining: 1, ResetMS: 500}},
+				{at: "10:00:00.500", op: "add", win: -2, n: 1, ok: false}, // stale
+				{at: "10:00:00.500", op: "add", win: 2, n: 1, ok: false},  // too far ahead
+				{at: "10:00:00.500", op: "add", win: 0, n: -1, ok: false},
+				{at: "10:00:00.500", op: "add", win: 1, n: 5, ok: true}, // a peer a little ahead
+				{at: "10:00:00.500", op: "peek", want: Result{Allowed: true, Count: 2, Remaining: 1, ResetMS: 500}},
+				{at: "10:00:01.000", op: "take", want: Result{Count: 5, Window: 1, ResetMS: 1000, RetryAfterMS: 1000}},
+			},
+		},
+		{
+			name: "remote counts in a sliding previous window",
+			lim:  sec(10, Sliding),
+			steps: []step{
+				{at: "10:00:01.000", op: "add", win: 0, n: 10, ok: true},
+				{at: "10:00:01.500", op: "peek", want: Result{Allowed: true, Count: 5, Remaining: 5, Window: 1, ResetMS: 500}},
+				// taking window 2 would drop window 0, which the estimate at
+				// 10:00:01.500 still reads: refused, to be offered again.
+				{at: "10:00:01.500", op: "add", win: 2, n: 1, ok: false},
+				{at: "10:00:01.500", op: "peek", want: Result{Allowed: true, Count: 5, Remaining: 5, Window: 1, ResetMS: 500}},
+				{at: "10:00:01.500", op: "add", win: 1, n: 5, ok: true},
+				// 10×(1000−e) + 6×1000 ≤ 10000 from e = 600.
+				{at: "10:00:01.500", op: "take", want: Result{Count: 10, Window: 1, ResetMS: 500, RetryAfterMS: 100}},
+				{at: "10:00:01.600", op: "take", want: Result{Allowed: true, Count: 10, Window: 1, ResetMS: 400}},
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run(t, newStore(t, Config{}), tt.lim, tt.steps)
+		})
+	}
+}
+
+func TestWindowsAlignToWallClock(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 1, ScaleMS: 1000}
+	a := s.Take(0, "k", lim, at(t, "10:00:00.999"))
+	b := s.Take(0, "k", lim, at(t, "10:00:01.000"))
+	if !a.Allowed || !b.Allowed {
+		t.Fatalf("hits at .999 and 1.000 must fall into different 1 s windows: %+v %+v", a, b)
+	}
+	if b.Window != a.Window+1 || a.Window != at(t, "10:00:00.000").Unix() {
+		t.Errorf("windows %d, %d; want %d, +1", a.Window, b.Window, at(t, "10:00:00.000").Unix())
+	}
+	// A key first hit mid-window does not get a window of its own.
+	c := s.Take(0, "other", Limit{Limit: 5, ScaleMS: 60_000}, at(t, "10:00:45.000"))
+	if c.ResetMS != 15_000 || c.Window != at(t, "10:00:00.000").Unix()/60 {
+		t.Errorf("minute window: %+v", c)
+	}
+	// Before 1970 windows still align (floor division).
+	r := s.Peek(0, "k", lim, time.UnixMilli(-500))
+	if r.Window != -1 || r.ResetMS != 500 {
+		t.Errorf("pre-epoch: window %d reset %d, want -1, 500", r.Window, r.ResetMS)
+	}
+}
+
+// TestSlidingRetryAfterExhaustive checks, for many small states, that
+// Peek's Allowed is the exact integer condition, Count is the estimate
+// rounded up, and RetryAfterMS is the first instant at which a hit is
+// admitted.
+func TestSlidingRetryAfterExhaustive(t *testing.T) {
+	start := at(t, "10:00:00.000").UnixMilli()
+	for _, scale := range []int64{1, 2, 7, 10} {
+		for limit := int64(1); limit <= 5; limit++ {
+			for prev := int64(0); prev <= 12; prev++ {
+				for cur := int64(0); cur <= 7; cur++ {
+					lim := Limit{Limit: limit, ScaleMS: scale, Algorithm: Sliding}
+					s := newStore(t, Config{Shards: 1})
+					w0 := start / scale * scale // a window boundary
+					s.Incr(0, "k", lim, time.UnixMilli(w0), prev)
+					s.Incr(0, "k", lim, time.UnixMilli(w0+scale), cur)
+					for e := int64(0); e < scale; e++ {
+						now := w0 + scale + e
+						r := s.Peek(0, "k", lim, time.UnixMilli(now))
+						lhs, rhs := prev*(scale-e)+(cur+1)*scale, limit*scale
+						if r.Allowed != (lhs <= rhs) {
+							t.Fatalf("L%d s%d prev%d cur%d e%d: Allowed %v, condition %d ≤ %d", limit, scale, prev, cur, e, r.Allowed, lhs, rhs)
+						}
+						if want := (prev*(scale-e)+scale-1)/scale + cur; r.Count != want {
+							t.Fatalf("L%d s%d prev%d cur%d e%d: Count %d, want %d", limit, scale, prev, cur, e, r.Count, want)
+						}
+						if r.Allowed != (r.Remaining > 0) {
+							t.Fatalf("Allowed %v but Remaining %d", r.Allowed, r.Remaining)
+						}
+						if r.Allowed {
+							if r.RetryAfterMS != 0 {
+								t.Fatalf("allowed with RetryAfterMS %d", r.RetryAfterMS)
+							}
+							continue
+						}
+						if r.RetryAfterMS < 1 {
+							t.Fatalf("RetryAfterMS %d < 1", r.RetryAfterMS)
+						}
+						if !s.Peek(0, "k", lim, time.UnixMilli(now+r.RetryAfterMS)).Allowed {
+							t.Fatalf("L%d s%d prev%d cur%d e%d: not admitted after RetryAfterMS %d", limit, scale, prev, cur, e, r.RetryAfterMS)
+						}
+						for d := int64(1); d < r.RetryAfterMS; d++ {
+							if s.Peek(0, "k", lim, time.UnixMilli(now+d)).Allowed {
+								t.Fatalf("L%d s%d prev%d cur%d e%d: admitted at +%d, before RetryAfterMS %d", limit, scale, prev, cur, e, d, r.RetryAfterMS)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestLimitValidate(t *testing.T) {
+	for _, l := range []Limit{
+		{Limit: 1, ScaleMS: 1},
+		{Limit: MaxLimit, ScaleMS: MaxScaleMS, Algorithm: Sliding},
+	} {
+		if err := l.Validate(); err != nil {
+			t.Errorf("%+v: %v", l, err)
+		}
+	}
+	for _, l := range []Limit{
+		{},
+		{Limit: 0, ScaleMS: 1000},
+		{Limit: -1, ScaleMS: 1000},
+		{Limit: MaxLimit + 1, ScaleMS: 1000},
+		{Limit: 1, ScaleMS: 0},
+		{Limit: 1, ScaleMS: MaxScaleMS + 1},
+		{Limit: 1, ScaleMS: 1000, Algorithm: 2},
+	} {
+		err := l.Validate()
+		if !errors.Is(err, ErrInvalidLimit) {
+			t.Errorf("%+v: err %v, want ErrInvalidLimit", l, err)
+		}
+		if l.valid() {
+			t.Errorf("%+v: valid() disagrees with Validate", l)
+		}
+		s := newStore(t, Config{})
+		now := at(t, "10:00:00.000")
+		if r := s.Take(0, "k", l, now); r != (Result{}) {
+			t.Errorf("Take with %+v = %+v, want zero Result", l, r)
+		}
+		if r := s.Incr(0, "k", l, now, 1); r != (Result{}) {
+			t.Errorf("Incr with %+v = %+v, want zero Result", l, r)
+		}
+		if s.Add(0, "k", l, 0, 1, now) {
+			t.Errorf("Add with %+v accepted", l)
+		}
+		if s.Len() != 0 {
+			t.Errorf("invalid limit %+v stored a key", l)
+		}
+	}
+}
+
+func TestNewConfig(t *testing.T) {
+	for _, cfg := range []Config{{MaxKeys: -1}, {Shards: -1}, {MaxKeyBytes: -1}, {Shards: maxShards + 1}} {
+		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("New(%+v): err %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+	tests := []struct {
+		cfg                    Config
+		shards, capacity, keyB int
+	}{
+		{Config{}, 64, (1_000_000 + 63) / 64, 128},
+		{Config{MaxKeys: 10, Shards: 3, MaxKeyBytes: 40}, 4, 3, 40},
+		{Config{MaxKeys: 10, Shards: 1}, 1, 10, 128},
+		{Config{MaxKeys: 3, Shards: 8}, 8, 1, 128},
+	}
+	for _, tt := range tests {
+		s := newStore(t, tt.cfg)
+		if len(s.shards) != tt.shards || s.shards[0].capacity != tt.capacity || s.maxKeyBytes != tt.keyB {
+			t.Errorf("New(%+v): %d shards of %d keys, MaxKeyBytes %d; want %d, %d, %d",
+				tt.cfg, len(s.shards), s.shards[0].capacity, s.maxKeyBytes, tt.shards, tt.capacity, tt.keyB)
+		}
+	}
+}
+
+func TestCountLocalAndTotal(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 100, ScaleMS: 1000}
+	now := at(t, "10:00:00.250")
+	w := window(t, "10:00:00.250", 1000)
+	if l, tot := s.Count(0, "k", 1000, w); l != 0 || tot != 0 {
+		t.Errorf("unknown key: %d, %d", l, tot)
+	}
+	s.Take(0, "k", lim, now)
+	s.Take(0, "k", lim, now)
+	s.Incr(0, "k", lim, now, 3)
+	s.Add(0, "k", lim, w, 10, now)
+	s.Release(0, "k", lim, w)
+	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 14 {
+		t.Errorf("Count = %d, %d; want 4, 14", l, tot)
+	}
+	if l, tot := s.Count(1, "k", 1000, w); l != 0 || tot != 0 {
+		t.Errorf("other bucket: %d, %d", l, tot)
+	}
+	if l, tot := s.Count(0, "k", 2000, w); l != 0 || tot != 0 {
+		t.Errorf("other scale: %d, %d", l, tot)
+	}
+	if l, tot := s.Count(0, "k", 1000, w-1); l != 0 || tot != 0 {
+		t.Errorf("previous window: %d, %d", l, tot)
+	}
+	// After the window ends it is still readable as the previous one.
+	s.Take(0, "k", lim, now.Add(time.Second))
+	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 14 {
+		t.Errorf("as previous window: %d, %d; want 4, 14", l, tot)
+	}
+	if l, tot := s.Count(0, "k", 1000, w+1); l != 1 || tot != 1 {
+		t.Errorf("new window: %d, %d; want 1, 1", l, tot)
+	}
+}
+
+func TestBucketsAreSeparate(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 1, ScaleMS: 1000}
+	now := at(t, "10:00:00.000")
+	if !s.Take(0, "k", lim, now).Allowed || !s.Take(1, "k", lim, now).Allowed {
+		t.Fatal("the same key in two buckets must count separately")
+	}
+	if s.Take(1, "k", lim, now).Allowed {
+		t.Fatal("second hit in bucket 1 admitted")
+	}
+	if s.Len() != 2 {
+		t.Errorf("Len = %d, want 2", s.Len())
+	}
+}
+
+func TestScaleChangeResets(t *testing.T) {
+	s := newStore(t, Config{})
+	old := Limit{Limit: 2, ScaleMS: 1000}
+	now := at(t, "10:00:00.500")
+	s.Take(0, "k", old, now)
+	s.Take(0, "k", old, now)
+	if s.Take(0, "k", old, now).Allowed {
+		t.Fatal("limit not reached")
+	}
+	nu := Limit{Limit: 2, ScaleMS: 2000}
+	if r := s.Peek(0, "k", nu, now); r.Count != 0 || !r.Allowed {
+		t.Errorf("Peek in a new scale must read 0: %+v", r)
+	}
+	r := s.Take(0, "k", nu, now)
+	if !r.Allowed || r.Count != 1 || r.ResetMS != 1500 {
+		t.Errorf("Take after scale change: %+v, want a fresh window", r)
+	}
+	w := now.UnixMilli() / 1000
+	if l, tot := s.Count(0, "k", 1000, w); l != 0 || tot != 0 {
+		t.Errorf("old scale still counted: %d, %d", l, tot)
+	}
+	s.Release(0, "k", old, w) // wrong scale: no-op
+	if l, _ := s.Count(0, "k", 2000, now.UnixMilli()/2000); l != 1 {
+		t.Errorf("Release with the old scale changed the new count: %d", l)
+	}
+	if s.Len() != 1 {
+		t.Errorf("Len = %d, want 1", s.Len())
+	}
+}
+
+func TestSweep(t *testing.T) {
+	s := newStore(t, Config{Shards: 4})
+	fixed := Limit{Limit: 5, ScaleMS: 1000}
+	sliding := Limit{Limit: 5, ScaleMS: 1000, Algorithm: Sliding}
+	minute := Limit{Limit: 5, ScaleMS: 60_000}
+	s.Take(0, "fixed", fixed, at(t, "10:00:00.500"))
+	s.Take(0, "sliding", sliding, at(t, "10:00:00.500"))
+	s.Take(0, "minute", minute, at(t, "10:00:00.500"))
+	s.Take(0, "later", fixed, at(t, "10:00:01.500"))
+	steps := []struct {
+		at      string
+		removed int
+		left    int
+	}{
+		{"10:00:00.999", 0, 4},
+		{"10:00:01.000", 1, 3}, // fixed: its window ended
+		{"10:00:01.999", 0, 3}, // sliding: window 0 is still the previous window
+		{"10:00:02.000", 2, 1}, // sliding and later
+		{"10:00:59.999", 0, 1},
+		{"10:01:00.000", 1, 0},
+	}
+	for _, st := range steps {
+		if n := s.Sweep(at(t, st.at)); n != st.removed || s.Len() != st.left {
+			t.Errorf("Sweep at %s removed %d leaving %d; want %d leaving %d", st.at, n, s.Len(), st.removed, st.left)
+		}
+	}
+	// A swept sliding key starts from zero.
+	if r := s.Peek(0, "sliding", sliding, at(t, "10:00:02.000")); r.Count != 0 {
+		t.Errorf("swept key still counted: %+v", r)
+	}
+}
+
+func TestSweepKeepsEntriesThatMoveOn(t *testing.T) {
+	s := newStore(t, Config{Shards: 1})
+	lim := Limit{Limit: 5, ScaleMS: 1000}
+	s.Take(0, "a", lim, at(t, "10:00:00.000"))
+	s.Take(0, "a", lim, at(t, "10:00:01.000")) // expiry moves to 10:00:02
+	if n := s.Sweep(at(t, "10:00:01.500")); n != 0 || s.Len() != 1 {
+		t.Errorf("Sweep removed %d, Len %d; want 0, 1", n, s.Len())
+	}
+	// Switching a key from Sliding to Fixed shortens its life.
+	sl := Limit{Limit: 5, ScaleMS: 1000, Algorithm: Sliding}
+	s.Take(0, "b", sl, at(t, "10:00:05.000"))
+	s.Sweep(at(t, "10:00:05.500")) // minExpiry now exact: 10:00:07 for b
+	s.Take(0, "b", lim, at(t, "10:00:05.500"))
+	if n := s.Sweep(at(t, "10:00:06.000")); n != 1 {
+		t.Errorf("Sweep after algorithm change removed %d, want 1", n)
+	}
+}
+
+func TestKeyBound(t *testing.T) {
+	s := newStore(t, Config{MaxKeys: 4, Shards: 1})
+	lim := Limit{Limit: 10, ScaleMS: 1000}
+	now := at(t, "10:00:00.000")
+	for i := range 4 {
+		if r := s.Take(0, fmt.Sprint("k", i), lim, now); !r.Allowed || r.Overflow {
+			t.Fatalf("key %d: %+v", i, r)
+		}
+	}
+	r := s.Take(0, "k4", lim, now.Add(300*time.Millisecond))
+	want := Result{Overflow: true, Window: now.Unix(), ResetMS: 700, RetryAfterMS: 700}
+	if r != want {
+		t.Errorf("Take over the bound = %+v, want %+v", r, want)
+	}
+	if r := s.Incr(0, "k5", lim, now, 1); !r.Overflow || r.Allowed {
+		t.Errorf("Incr over the bound = %+v", r)
+	}
+	if s.Add(0, "k6", lim, now.Unix(), 1, now) {
+		t.Error("Add over the bound accepted")
+	}
+	if r := s.Peek(0, "k7", lim, now); r.Overflow || !r.Allowed {
+		t.Errorf("Peek never needs room: %+v", r)
+	}
+	if s.Refused() != 3 || s.Len() != 4 {
+		t.Errorf("Refused %d, Len %d; want 3, 4", s.Refused(), s.Len())
+	}
+	if r := s.Take(0, "k0", lim, now); !r.Allowed || r.Count != 2 {
+		t.Errorf("existing key must keep working at the bound: %+v", r)
+	}
+	// Once the live keys' windows end, a new key reclaims their room.
+	r = s.Take(0, "k4", lim, now.Add(time.Second))
+	if !r.Allowed || r.Overflow {
+		t.Errorf("Take after expiry = %+v, want admitted", r)
+	}
+	if s.Len() != 1 || s.Refused() != 3 {
+		t.Errorf("Len %d, Refused %d; want 1, 3", s.Len(), s.Refused())
+	}
+}
+
+func TestKeyBoundDoesNotSweepPerInsert(t *testing.T) {
+	s := newStore(t, Config{MaxKeys: 100, Shards: 1})
+	lim := Limit{Limit: 10, ScaleMS: 60_000}
+	now := at(t, "10:00:00.000")
+	for i := range 100 {
+		s.Take(0, fmt.Sprint("live", i), lim, now)
+	}
+	for i := range 1000 {
+		if r := s.Take(0, fmt.Sprint("flood", i), lim, now.Add(time.Duration(i)*time.Millisecond)); !r.Overflow {
+			t.Fatalf("flood key %d admitted past the bound: %+v", i, r)
+		}
+	}
+	if sw := s.shards[0].sweeps; sw > 1 {
+		t.Errorf("%d sweeps for 1000 refused inserts of live-key flood, want ≤ 1", sw)
+	}
+	if s.Refused() != 1000 {
+		t.Errorf("Refused = %d, want 1000", s.Refused())
+	}
+}
+
+func TestKeyBoundManyShards(t *testing.T) {
+	s := newStore(t, Config{MaxKeys: 10, Shards: 3}) // 4 shards of 3
+	lim := Limit{Limit: 10, ScaleMS: 1000}
+	now := at(t, "10:00:00.000")
+	overflow := 0
+	for i := range 100 {
+		if s.Take(0, fmt.Sprint("k", i), lim, now).Overflow {
+			overflow++
+		}
+	}
+	if s.Len() > 12 || s.Len()+overflow != 100 || uint64(overflow) != s.Refused() {
+		t.Errorf("Len %d, overflow %d, Refused %d", s.Len(), overflow, s.Refused())
+	}
+}
+
+func TestLongKeysAreDigested(t *testing.T) {
+	s := newStore(t, Config{MaxKeyBytes: 16})
+	lim := Limit{Limit: 1, ScaleMS: 1000}
+	now := at(t, "10:00:00.000")
+	long := strings.Repeat("x", 100)
+	a, b := long+"a", long+"b"
+	exact := strings.Repeat("y", 16)
+	for _, k := range []string{a, b, exact, "#short", s.storedKey(a)} {
+		if r := s.Take(0, k, lim, now); !r.Allowed {
+			t.Errorf("first hit of %.20q… denied: keys must stay distinct", k)
+		}
+	}
+	if r := s.Take(0, a, lim, now); r.Allowed {
+		t.Error("second hit of a long key admitted: its digest must be stable")
+	}
+	if s.Len() != 5 {
+		t.Errorf("Len = %d, want 5", s.Len())
+	}
+	raw := 0
+	for i := range s.shards {
+		for k := range s.shards[i].m {
+			if len(k.key) > max(16, digestLen) {
+				t.Errorf("stored key of %d bytes", len(k.key))
+			}
+			if k.key == exact {
+				raw++
+			}
+		}
+	}
+	if raw != 1 {
+		t.Errorf("a key of exactly MaxKeyBytes must be stored as is")
+	}
+	// With room for a digest-sized raw key, a raw key equal to the digest
+	// of another key must still not collide with it.
+	s2 := newStore(t, Config{})
+	long = strings.Repeat("z", 200)
+	for _, k := range []string{long, s2.storedKey(long)} {
+		if r := s2.Take(0, k, lim, now); !r.Allowed {
+			t.Errorf("first hit of %.40q… denied: a raw key collides with a digest", k)
+		}
+	}
+	if d := s.storedKey(a); len(d) != digestLen || d[0] != '#' || d == s.storedKey(b) {
+		t.Errorf("digest %q", d)
+	}
+}
+
+func TestKeysAreCloned(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 5, ScaleMS: 1000}
+	now := at(t, "10:00:00.000")
+	buf := []byte("203.0.113.45, 10.0.0.1")
+	hdr := string(buf)
+	s.Take(0, hdr[:12], lim, now)
+	for i := range s.shards {
+		for k := range s.shards[i].m {
+			if k.key != "203.0.113.45" || len(k.key) != 12 {
+				t.Errorf("stored key %q", k.key)
+			}
+			if unsafe.StringData(k.key) == unsafe.StringData(hdr) {
+				t.Error("stored key aliases the caller's string")
+			}
+		}
+	}
+}
+
+func TestAddRefusesWithoutStoring(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 3, ScaleMS: 1000, Algorithm: Sliding}
+	now := at(t, "10:00:00.500")
+	w := now.Unix()
+	for _, win := range []int64{w - 2, w - 100, w + 2, w + 100} {
+		if s.Add(0, "k", lim, win, 1, now) {
+			t.Errorf("Add for window %+d accepted", win-w)
+		}
+	}
+	if s.Add(0, "k", lim, w, -1, now) {
+		t.Error("Add of a negative count accepted")
+	}
+	if !s.Add(0, "k", lim, w-1, 0, now) || !s.Add(0, "k", lim, w+1, 0, now) {
+		t.Error("Add of 0 for an acceptable window must report true")
+	}
+	if s.Len() != 0 {
+		t.Errorf("refused Adds stored %d keys", s.Len())
+	}
+}
+
+func TestAddFutureWindowThenLocalTakes(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 3, ScaleMS: 1000}
+	now := at(t, "10:00:00.900")
+	w := now.Unix()
+	// A peer whose clock is ahead reports window w+1 first.
+	if !s.Add(0, "k", lim, w+1, 2, now) {
+		t.Fatal("Add for now's window + 1 refused")
+	}
+	if r := s.Take(0, "k", lim, now); !r.Allowed || r.Count != 1 {
+		t.Errorf("local Take in window w after a future Add: %+v", r)
+	}
+	r := s.Take(0, "k", lim, now.Add(100*time.Millisecond))
+	if !r.Allowed || r.Count != 3 {
+		t.Errorf("Take in window w+1 must see the earlier remote 2: %+v", r)
+	}
+	if l, tot := s.Count(0, "k", 1000, w); l != 1 || tot != 1 {
+		t.Errorf("window w: %d, %d", l, tot)
+	}
+	// An entry holding w+1 and w refuses w−1 as stale.
+	if s.Add(0, "k", lim, w-1, 1, now) {
+		t.Error("Add for a window the entry no longer holds accepted")
+	}
+}
+
+func TestClockStepBack(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: 1, ScaleMS: 1000}
+	if !s.Take(0, "k", lim, at(t, "10:00:05.000")).Allowed {
+		t.Fatal("first hit")
+	}
+	// The local clock stepped back by seconds: it is authoritative.
+	if r := s.Take(0, "k", lim, at(t, "10:00:02.000")); !r.Allowed || r.Count != 1 {
+		t.Errorf("after step back: %+v", r)
+	}
+	if r := s.Take(0, "k", lim, at(t, "10:00:02.000")); r.Allowed {
+		t.Errorf("limit not enforced after step back: %+v", r)
+	}
+}
+
+func TestSaturation(t *testing.T) {
+	s := newStore(t, Config{})
+	lim := Limit{Limit: MaxLimit, ScaleMS: MaxScaleMS, Algorithm: Sliding}
+	now := at(t, "10:00:00.000")
+	w := now.UnixMilli() / MaxScaleMS
+	s.Incr(0, "k", lim, time.UnixMilli((w-1)*MaxScaleMS), 1<<62)
+	s.Incr(0, "k", lim, time.UnixMilli((w-1)*MaxScaleMS), 1<<62)
+	if l, tot := s.Count(0, "k", MaxScaleMS, w-1); l != MaxCount || tot != MaxCount {
+		t.Errorf("local count not saturated: %d, %d", l, tot)
+	}
+	s.Add(0, "k", lim, w-1, 1<<62, time.UnixMilli(w*MaxScaleMS))
+	late := time.UnixMilli(w*MaxScaleMS + MaxScaleMS - 1) // prev weight 1/scale
+	r := s.Peek(0, "k", lim, late)
+	// ceil(2^62 × 1 / (2^31−1)) = 2^31 + 2 (as 2^62 = (2^31−1)(2^31+1) + 1)
+	if r.Count != 1<<31+2 || r.Allowed || r.RetryAfterMS != 1 {
+		t.Errorf("Peek with saturated previous window: %+v", r)
+	}
+	if r := s.Peek(0, "k", lim, late.Add(time.Millisecond)); !r.Allowed || r.Count != 0 {
+		t.Errorf("next window: %+v", r)
+	}
+}
+
+// TestSuite is the behavioural suite run over both algorithms.
+func TestSuite(t *testing.T) {
+	for _, alg := range []Algorithm{Fixed, Sliding} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := Limit{Limit: 5, ScaleMS: 1000, Algorithm: alg}
+			now := at(t, "10:00:00.250")
+
+			t.Run("admits exactly Limit in a window, denied hits not counted", func(t *testing.T) {
+				s := newStore(t, Config{})
+				for i := range int64(12) {
+					r := s.Take(0, "k", lim, now)
+					if r.Allowed != (i < 5) {
+						t.Fatalf("hit %d: Allowed %v", i, r.Allowed)
+					}
+					if want := min(i+1, 5); r.Count != want || r.Remaining != 5-want {
+						t.Fatalf("hit %d: Count %d Remaining %d, want %d", i, r.Count, r.Remaining, want)
+					}
+					if !r.Allowed && (r.RetryAfterMS < 1 || r.RetryAfterMS < r.ResetMS) {
+						t.Fatalf("hit %d: RetryAfterMS %d, ResetMS %d", i, r.RetryAfterMS, r.ResetMS)
+					}
+				}
+				if l, tot := s.Count(0, "k", 1000, now.Unix()); l != 5 || tot != 5 {
+					t.Fatalf("Count = %d, %d; want 5, 5", l, tot)
+				}
+			})
+
+			t.Run("Peek never counts or creates", func(t *testing.T) {
+				s := newStore(t, Config{})
+				for range 10 {
+					if r := s.Peek(0, "k", lim, now); !r.Allowed || r.Count != 0 || r.Remaining != 5 || r.RetryAfterMS != 0 {
+						t.Fatalf("Peek of unknown key = %+v", r)
+					}
+				}
+				if s.Len() != 0 {
+					t.Fatalf("Peek created a key")
+				}
+				s.Take(0, "k", lim, now)
+				for range 10 {
+					s.Peek(0, "k", lim, now)
+				}
+				if r := s.Peek(0, "k", lim, now); r.Count != 1 || !r.Allowed {
+					t.Fatalf("Peek counted: %+v", r)
+				}
+			})
+
+			t.Run("Release gives one back", func(t *testing.T) {
+				s := newStore(t, Config{})
+				var w int64
+				for range 5 {
+					w = s.Take(0, "k", lim, now).Window
+				}
+				if s.Take(0, "k", lim, now).Allowed {
+					t.Fatal("6th hit admitted")
+				}
+				s.Release(0, "k", lim, w)
+				if !s.Take(0, "k", lim, now).Allowed {
+					t.Fatal("hit after Release denied")
+				}
+				s.Release(0, "unknown", lim, w)
+				if s.Len() != 1 {
+					t.Fatal("Release created a key")
+				}
+			})
+
+			t.Run("remote hits count", func(t *testing.T) {
+				s := newStore(t, Config{})
+				w := now.Unix()
+				if !s.Add(0, "k", lim, w, 4, now) {
+					t.Fatal("Add refused")
+				}
+				if r := s.Take(0, "k", lim, now); !r.Allowed || r.Count != 5 {
+					t.Fatalf("Take = %+v", r)
+				}
+				if s.Take(0, "k", lim, now).Allowed {
+					t.Fatal("limit exceeded with remote hits")
+				}
+			})
+
+			t.Run("Incr then Peek locks out", func(t *testing.T) {
+				s := newStore(t, Config{})
+				if r := s.Incr(0, "k", lim, now, 4); !r.Allowed {
+					t.Fatalf("4 of 5: %+v", r)
+				}
+				if r := s.Incr(0, "k", lim, now, 1); r.Allowed || r.Remaining != 0 {
+					t.Fatalf("5 of 5: %+v", r)
+				}
+				if r := s.Peek(0, "k", lim, now); r.Allowed || r.RetryAfterMS < r.ResetMS {
+					t.Fatalf("Peek at the limit: %+v", r)
+				}
+			})
+
+			t.Run("key bound", func(t *testing.T) {
+				s := newStore(t, Config{MaxKeys: 2, Shards: 1})
+				s.Take(0, "a", lim, now)
+				s.Take(0, "b", lim, now)
+				if r := s.Take(0, "c", lim, now); !r.Overflow || r.Allowed {
+					t.Fatalf("third key: %+v", r)
+				}
+				if s.Refused() != 1 {
+					t.Fatalf("Refused = %d", s.Refused())
+				}
+			})
+
+			t.Run("concurrent Take admits exactly Limit", func(t *testing.T) {
+				s := newStore(t, Config{Shards: 4})
+				small := Limit{Limit: 10, ScaleMS: 60_000, Algorithm: alg}
+				const keys, workers = 300, 16
+				names := make([]string, keys)
+				for k := range names {
+					names[k] = fmt.Sprint("k", k)
+				}
+				var admitted [keys]atomic.Int64
+				var wg sync.WaitGroup
+				for range workers {
+					wg.Go(func() {
+						// All workers walk the keys in the same order, so
+						// every key's limit is crossed under contention.
+						for k, name := range names {
+							for range 2 {
+								if s.Take(7, name, small, now).Allowed {
+									admitted[k].Add(1)
+								}
+							}
+						}
+					})
+				}
+				wg.Wait()
+				for k := range admitted {
+					if n := admitted[k].Load(); n != 10 {
+						t.Fatalf("key %d: admitted %d of %d, want exactly 10", k, n, 2*workers)
+					}
+					if l, _ := s.Count(7, fmt.Sprint("k", k), 60_000, now.UnixMilli()/60_000); l != 10 {
+						t.Fatalf("key %d: counted %d, want 10", k, l)
+					}
+				}
+			})
+
+			t.Run("Take on an existing key does not allocate", func(t *testing.T) {
+				s := newStore(t, Config{})
+				big := Limit{Limit: MaxLimit, ScaleMS: 1000, Algorithm: alg}
+				key := string([]byte("203.0.113.45"))
+				s.Take(0, key, big, now)
+				allocs := testing.AllocsPerRun(1000, func() {
+					s.Take(0, key, big, now)
+					s.Peek(0, key, big, now)
+				})
+				if allocs != 0 {
+					t.Fatalf("Take+Peek allocate %v per run, want 0", allocs)
+				}
+			})
+		})
+	}
+}
+
+func TestRun(t *testing.T) {
+	s := newStore(t, Config{})
+	if err := s.Run(t.Context(), 0); err == nil {
+		t.Error("Run with interval 0 must fail")
+	}
+	// An entry from long ago is swept by Run.
+	s.Take(0, "old", Limit{Limit: 1, ScaleMS: 1000}, time.Now().Add(-time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx, time.Millisecond) }()
+	checkFor(t, 5*time.Second, time.Millisecond, func() bool { return s.Len() == 0 })
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Run returned %v on cancel, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+// checkFor polls fn every step until it holds or timeout passes.
+func checkFor(t *testing.T, timeout, step time.Duration, fn func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !fn() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(step)
+	}
+}
