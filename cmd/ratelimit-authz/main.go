@@ -1,0 +1,108 @@
+// Command ratelimit-authz is an Envoy external-authorization (ext_authz)
+// gRPC server that rate-limits HTTP requests in memory.
+//
+//	ratelimit-authz serve [flags]          serve Check on gRPC, metrics on HTTP
+//	ratelimit-authz check-config [flags]   validate a configuration file
+//	ratelimit-authz version                print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ee exitError
+		if errors.As(err, &ee) {
+			if ee.msg != "" {
+				fmt.Fprintln(os.Stderr, ee.msg)
+			}
+			os.Exit(ee.code)
+		}
+		fmt.Fprintln(os.Stderr, "ratelimit-authz:", err)
+		os.Exit(1)
+	}
+}
+
+// exitError carries a specific exit status: 2 for usage errors, 1 for a
+// configuration with problems (already printed).
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.msg) }
+
+const usage = `ratelimit-authz: rate-limit HTTP traffic at Envoy's ext_authz filter.
+
+Usage:
+  ratelimit-authz serve [flags]          serve ext_authz Check (gRPC) and metrics (HTTP)
+  ratelimit-authz check-config [flags]   validate a configuration file; exit 1 on problems
+  ratelimit-authz version                print the version
+  ratelimit-authz help [command]         show help
+
+Run 'ratelimit-authz COMMAND --help' for a command's flags. Every flag can
+also be set by the environment variable shown in its help.
+`
+
+// run is the whole program, testable: args without the program name,
+// getenv for the environment, and the output streams.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitError{code: 2}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return runServe(ctx, rest, getenv, stdout, stderr)
+	case "check-config":
+		return runCheckConfig(rest, getenv, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "ratelimit-authz", version)
+		return nil
+	case "help", "-h", "--help", "-help":
+		if len(rest) > 0 && rest[0] != "help" {
+			return run(ctx, []string{rest[0], "--help"}, getenv, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "ratelimit-authz: unknown command %q\n\n%s", cmd, usage)
+		return exitError{code: 2}
+	}
+}
+
+// parseFlags parses a subcommand's flags; --help prints to stdout and ends
+// the command successfully.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard)
+	err = fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return true, nil
+	case err != nil:
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "ratelimit-authz %s: %v\n", fs.Name(), err)
+		fs.Usage()
+		return true, exitError{code: 2}
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "ratelimit-authz %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return true, exitError{code: 2}
+	}
+	return false, nil
+}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// syncBuffer collects a running server's log safely.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+// checkFor polls fn until it returns nil or the timeout passes.
+func checkFor(t *testing.T, timeout, step time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(step)
+	}
+}
+
+func exitCode(err error) int {
+	var ee exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut bytes.Buffer
+	ctx := context.Background()
+	if err := run(ctx, nil, env(nil), &out, &errOut); exitCode(err) != 2 || !strings.Contains(errOut.String(), "Usage:") {
+		t.Errorf("no args: %v %q", err, errOut.String())
+	}
+	errOut.Reset()
+	if err := run(ctx, []string{"frobnicate"}, env(nil), &out, &errOut); exitCode(err) != 2 || !strings.Contains(errOut.String(), `unknown command "frobnicate"`) {
+		t.Errorf("unknown command: %v %q", err, errOut.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"serve", "--help"}, env(nil), &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"-grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "-http-addr", "-config", "127.0.0.1:9001", "127.0.0.1:9090", "config/ratelimit.yaml"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve --help lacks %q:\n%s", want, out.String())
+		}
+	}
+	errOut.Reset()
+	if err := run(ctx, []string{"serve", "--bogus"}, env(nil), &out, &errOut); exitCode(err) != 2 {
+		t.Errorf("bad flag: %v", err)
+	}
+	if err := run(ctx, []string{"serve"}, env(map[string]string{"RATELIMIT_AUTHZ_DRAIN_DELAY": "soon"}), &out, &errOut); exitCode(err) != 2 || !strings.Contains(err.Error(), "RATELIMIT_AUTHZ_DRAIN_DELAY") {
+		t.Errorf("bad env duration: %v", err)
+	}
+	out.Reset()
+	if err := run(ctx, []string{"version"}, env(nil), &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "ratelimit-authz ") {
+		t.Errorf("version: %v %q", err, out.String())
+	}
+}
+
+func TestCheckConfig(t *testing.T) {
+	var out, errOut bytes.Buffer
+	ctx := context.Background()
+	err := run(ctx, []string{"check-config", "--config", "../../config/ratelimit.yaml"}, env(nil), &out, &errOut)
+	if err != nil || !strings.Contains(out.String(), "OK (7 buckets, 10 routes)") {
+		t.Fatalf("shipped config: %v %q %q", err, out.String(), errOut.String())
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("buckets:\n  b: {limit: 5, per: 1x, key: tenant}\nroutes:\n  - {path: /x, buckets: [b, c]}\n"), 0o644)
+	out.Reset()
+	errOut.Reset()
+	// The path may also come from the environment.
+	err = run(ctx, []string{"check-config"}, env(map[string]string{"RATELIMIT_AUTHZ_CONFIG": bad}), &out, &errOut)
+	if exitCode(err) != 1 {
+		t.Fatalf("bad config: exit %d (%v)", exitCode(err), err)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 problems, got:\n%s", errOut.String())
+	}
+	loc := regexp.MustCompile(`^` + regexp.QuoteMeta(bad) + `:\d+:\d+: `)
+	for _, l := range lines {
+		if !loc.MatchString(l) {
+			t.Errorf("problem without file:line:col: %q", l)
+		}
+	}
+
+	err = run(ctx, []string{"check-config", "--config", filepath.Join(t.TempDir(), "missing.yaml")}, env(nil), &out, &errOut)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing explicit config: %v", err)
+	}
+}
+
+var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+
+// startServe runs `serve` on free ports and returns the addresses and a
+// stop function that cancels it and returns its error.
+func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	vars := map[string]string{
+		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
+		"RATELIMIT_AUTHZ_HTTP_ADDR":   "127.0.0.1:0",
+		"RATELIMIT_AUTHZ_DRAIN_DELAY": "300ms",
+	}
+	for k, v := range extra {
+		vars[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	logs = &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--config", "../../config/ratelimit.yaml"}, env(vars), io.Discard, logs)
+	}()
+	var stopped bool
+	stop = func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(15 * time.Second):
+			t.Fatalf("serve did not stop; log:\n%s", logs)
+			return nil
+		}
+	}
+	t.Cleanup(func() { stop() })
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		select {
+		case err := <-done:
+			stopped = true
+			t.Fatalf("serve exited early: %v\n%s", err, logs)
+		default:
+		}
+		if m := servingLine.FindStringSubmatch(logs.String()); m != nil {
+			grpcAddr, httpAddr = m[1], m[2]
+			return nil
+		}
+		return errors.New("not serving yet")
+	})
+	return grpcAddr, httpAddr, logs, stop
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func activity(tenant string) *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
+			SocketAddress: &corev3.SocketAddress{Address: "192.0.2.1"},
+		}}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/api/activities",
+			Headers: map[string]string{":method": "POST", ":path": "/api/activities", "x-tenant-id": tenant},
+		}},
+	}}
+}
+
+// TestServe drives the real command as Envoy would: gRPC Check and health
+// on one port, metrics and probes on the other, then a graceful stop.
+func TestServe(t *testing.T) {
+	grpcAddr, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_LOG_LEVEL": "debug"})
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := authv3.NewAuthorizationClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.auth.v3.Authorization"})
+	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v %v", hc, err)
+	}
+	if code, _ := httpGet(t, "http://"+httpAddr+"/readyz"); code != 200 {
+		t.Errorf("readyz %d", code)
+	}
+	if code, _ := httpGet(t, "http://"+httpAddr+"/healthz"); code != 200 {
+		t.Errorf("healthz %d", code)
+	}
+
+	// 100 activities per tenant per wall-clock second, then 429. A burst
+	// that straddles a second boundary proves nothing: try again then.
+	var denied *authv3.CheckResponse
+	for attempt := 0; attempt < 5 && denied == nil; attempt++ {
+		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 10*time.Millisecond)))
+		start := time.Now()
+		tenant := "acme-" + start.Format("150405.000")
+		var allowedN int
+		var last *authv3.CheckResponse
+		for i := 0; i < 101; i++ {
+			resp, err := client.Check(ctx, activity(tenant))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.GetStatus().GetCode() == int32(codes.OK) {
+				allowedN++
+			}
+			last = resp
+		}
+		if time.Now().Truncate(time.Second) != start.Truncate(time.Second) {
+			continue // crossed a window edge
+		}
+		if allowedN != 100 || last.GetDeniedResponse() == nil {
+			t.Fatalf("allowed %d of 101 in one window, last %v", allowedN, last)
+		}
+		denied = last
+	}
+	if denied == nil {
+		t.Fatal("could not fit 101 checks in one second in 5 attempts")
+	}
+	var retry string
+	for _, h := range denied.GetDeniedResponse().GetHeaders() {
+		if h.GetHeader().GetKey() == "retry-after" {
+			retry = h.GetHeader().GetValue()
+		}
+	}
+	if retry != "1" {
+		t.Errorf("retry-after %q", retry)
+	}
+	if !strings.Contains(logs.String(), "msg=\"rate limited\" bucket=activity_create") {
+		t.Errorf("no debug line for the denial:\n%s", logs)
+	}
+
+	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	for _, want := range []string{
+		`ratelimit_authz_checks_total{bucket="activity_create",decision="denied"} `,
+		`ratelimit_authz_exceeded_total{bucket="activity_create"} `,
+		"ratelimit_authz_check_duration_seconds_bucket",
+		"ratelimit_authz_counter_live_keys ",
+		"ratelimit_authz_counter_keys_refused_total 0",
+		"ratelimit_authz_build_info{version=",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(metrics, "acme-") {
+		t.Error("a key leaked into a metric label")
+	}
+
+	// Graceful stop: NOT_SERVING during the drain delay, then exit 0.
+	errc := make(chan error, 1)
+	go func() { errc <- stop() }()
+	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil && hc.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			return nil
+		}
+		return errors.New("still serving")
+	})
+	if err := <-errc; err != nil {
+		t.Fatalf("serve returned %v", err)
+	}
+	if !strings.Contains(logs.String(), "msg=stopped") {
+		t.Errorf("no stop line:\n%s", logs)
+	}
+}
+
+func TestServeRefusesBadConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	os.WriteFile(bad, []byte("buckets: {}\nroutes: []\n"), 0o644)
+	err := run(context.Background(), []string{"serve", "--config", bad, "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "problem") || !strings.Contains(err.Error(), bad) {
+		t.Errorf("bad config: %v", err)
+	}
+	err = run(context.Background(), []string{"serve", "--config", filepath.Join(t.TempDir(), "none.yaml")}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing config: %v", err)
+	}
+}

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+)
+
+type serveConfig struct {
+	configPath      string
+	configExplicit  bool
+	grpcAddr        string
+	httpAddr        string
+	logLevel        string
+	logFormat       string
+	drainDelay      time.Duration
+	shutdownTimeout time.Duration
+	sweepInterval   time.Duration
+}
+
+func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c serveConfig
+	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP.\nSIGINT or SIGTERM shuts down gracefully.", getenv)
+	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
+	f.String(&c.grpcAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1)")
+	f.String(&c.httpAddr, "http-addr", "RATELIMIT_AUTHZ_HTTP_ADDR", "127.0.0.1:9090", "HTTP listen `address` (/metrics, /healthz, /readyz)")
+	f.String(&c.logLevel, "log-level", "RATELIMIT_AUTHZ_LOG_LEVEL", "info", "log `level`: debug, info, warn, error (debug logs every denial)")
+	f.String(&c.logFormat, "log-format", "RATELIMIT_AUTHZ_LOG_FORMAT", "text", "log `format`: text or json")
+	f.Duration(&c.drainDelay, "drain-delay", "RATELIMIT_AUTHZ_DRAIN_DELAY", 2*time.Second, "on shutdown, report NOT_SERVING this long before refusing new checks")
+	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "RATELIMIT_AUTHZ_SHUTDOWN_TIMEOUT", 10*time.Second, "longest wait for in-flight checks on shutdown")
+	f.Duration(&c.sweepInterval, "sweep-interval", "RATELIMIT_AUTHZ_SWEEP_INTERVAL", 10*time.Second, "how often expired counters are reclaimed")
+	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
+		return err
+	}
+	if err := errors.Join(f.errs...); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	c.configExplicit = f.set("config", "RATELIMIT_AUTHZ_CONFIG")
+	if c.sweepInterval <= 0 {
+		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
+	}
+	log, err := newLogger(c.logLevel, c.logFormat, stderr)
+	if err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	return serve(ctx, c, log)
+}
+
+func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("log format %q: use text or json", format)
+}
+
+func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	r, source, err := loadRules(c.configPath, c.configExplicit, log)
+	if err != nil {
+		if ps, ok := rules.AsProblems(err); ok {
+			return fmt.Errorf("configuration has %d problem(s):\n%w", len(ps), ps)
+		}
+		return err
+	}
+	log.Info("configuration loaded", "source", source, "buckets", len(r.Buckets), "routes", len(r.Routes))
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "ratelimit_authz", Name: "build_info", Help: "Always 1; the version is a label.",
+		ConstLabels: prometheus.Labels{"version": version},
+	}, func() float64 { return 1 }))
+
+	store, err := counter.New(r.Counter)
+	if err != nil {
+		return fmt.Errorf("create counter: %w", err)
+	}
+	if err := registerCounterMetrics(reg, store); err != nil {
+		return err
+	}
+	matcher, err := descriptors.New(r.Descriptors())
+	if err != nil {
+		return fmt.Errorf("compile routes: %w", err)
+	}
+	svc, err := authz.New(r, matcher, store, reg, log, authz.Options{})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(server.Config{
+		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr,
+		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
+	}, svc, reg, log)
+	if err != nil {
+		return err
+	}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error { return store.Run(gctx, c.sweepInterval) })
+	err = g.Wait()
+	srv.Close()
+	return err
+}
+
+// registerCounterMetrics exports the counter's own figures, read at scrape
+// time so that the counter needs no metrics library.
+func registerCounterMetrics(reg prometheus.Registerer, s *counter.Store) error {
+	for _, c := range []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "live_keys",
+			Help: "(bucket, key) pairs held in memory.",
+		}, func() float64 { return float64(s.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "keys_refused_total",
+			Help: "New keys not tracked because the counter was at counter.max_keys; the bucket's on_overflow decided.",
+		}, func() float64 { return float64(s.Refused()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register counter metrics: %w", err)
+		}
+	}
+	return nil
+}

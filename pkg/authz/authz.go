@@ -1,0 +1,438 @@
+package authz
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
+type Limiter interface {
+	Take(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
+	Peek(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
+	Release(bucket uint32, key string, lim counter.Limit, window int64)
+}
+
+var _ Limiter = (*counter.Store)(nil)
+
+// MetadataNamespace is where Envoy files the dynamic metadata of a Check
+// response; its access log reads it back from there.
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// Dynamic metadata keys set on routes with failure-counting buckets.
+const (
+	MetaIP       = "ip"       // the trusted client IP
+	MetaAccount  = "account"  // the normalised login account ("" when none)
+	MetaRoute    = "route"    // the route rule's name, or its path template
+	MetaFailures = "failures" // struct: failure-counting bucket name → key
+)
+
+// Service answers Envoy's Check calls. Create it with New.
+type Service struct {
+	authv3.UnimplementedAuthorizationServer
+
+	rules   *rules.Rules
+	matcher *descriptors.Engine
+	limiter Limiter
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+	buckets []bucketState
+
+	// Immutable parts shared by every response.
+	statusOK, statusLimited, statusDenied *rpcstatus.Status
+	http429, http403                      *typev3.HttpStatus
+	allowBare, pathTooLong                *authv3.CheckResponse
+}
+
+type bucketState struct {
+	rule    rules.Bucket
+	quoted  string // the bucket name as a Structured Field string
+	metrics bucketMetrics
+}
+
+// Options are the optional parts of a Service.
+type Options struct {
+	// Now is the clock; nil means time.Now. Only tests set it.
+	Now func() time.Time
+}
+
+// New returns a Service for the rules, matching requests with m and
+// counting with lim. Its metrics go to reg.
+func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if r == nil || m == nil || lim == nil || reg == nil || log == nil {
+		return nil, errors.New("authz: New needs rules, a matcher, a limiter, a registerer and a logger")
+	}
+	mt, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		rules: r, matcher: m, limiter: lim, log: log, now: opts.Now, m: mt,
+		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
+		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
+		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
+		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.allowBare = &authv3.CheckResponse{Status: s.statusOK}
+	s.pathTooLong = &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "path too long"},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_URITooLong},
+			Headers: []*corev3.HeaderValueOption{header(new(corev3.HeaderValueOption), new(corev3.HeaderValue), "content-type", "application/json")},
+			Body:    `{"error":"path_too_long"}` + "\n",
+		}},
+	}
+	for _, b := range r.Buckets {
+		s.buckets = append(s.buckets, bucketState{
+			rule:    b,
+			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
+			metrics: mt.forBucket(b.Name),
+		})
+	}
+	return s, nil
+}
+
+// taken is a hit already counted for the current request, to give back if
+// a later bucket denies it.
+type taken struct {
+	bucket uint32
+	key    string
+	lim    counter.Limit
+	window int64
+}
+
+// applied is one bucket's verdict, for the RateLimit header fields.
+type applied struct {
+	b         *bucketState
+	lim       counter.Limit
+	remaining int64
+	resetMS   int64
+}
+
+// maxApplied bounds the buckets reported in headers; more are counted and
+// enforced all the same.
+const maxApplied = 8
+
+// Check implements envoy.service.auth.v3.Authorization. It never returns
+// an error: every outcome is a decision (see the package doc).
+func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	now := s.now()
+	resp := s.decide(ctx, req, now)
+	s.m.duration.Observe(s.now().Sub(now).Seconds())
+	return resp, nil
+}
+
+func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time.Time) *authv3.CheckResponse {
+	attrs := req.GetAttributes()
+	h := attrs.GetRequest().GetHttp()
+	in := descriptors.Request{
+		Method:            h.GetMethod(),
+		Path:              h.GetPath(),
+		Headers:           h.GetHeaders(),
+		PeerAddress:       attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		Body:              h.GetBody(),
+		ContextExtensions: attrs.GetContextExtensions(),
+	}
+	if in.Body == "" && len(h.GetRawBody()) > 0 { // pack_as_bytes
+		in.Body = string(h.GetRawBody())
+	}
+	var descBuf [maxApplied]descriptors.Descriptor
+	res := s.matcher.Describe(&in, descBuf[:0])
+	if res.UnknownBuckets > 0 {
+		s.m.unknown.Add(float64(res.UnknownBuckets))
+	}
+	if res.PathTooLong {
+		// A path no route can hold: letting it through uncounted would let
+		// a flood of long paths past every limit.
+		s.m.pathTooLong.Inc()
+		return s.pathTooLong
+	}
+	if len(res.Descriptors) == 0 {
+		s.m.unmatched.Inc()
+		return s.allowBare
+	}
+
+	var (
+		takenBuf   [maxApplied]taken
+		hits       = takenBuf[:0]
+		appliedBuf [maxApplied]applied
+		verdicts   = appliedBuf[:0]
+		failures   bool
+	)
+	for _, d := range res.Descriptors {
+		b := &s.buckets[d.Bucket]
+		lim, ok := s.rules.Limit(res.Route, d.Bucket)
+		if !ok { // a bucket only route defaults give a limit, named by Envoy
+			s.m.unknown.Inc()
+			continue
+		}
+		failures = failures || b.rule.Count == rules.CountFailures
+		if d.Key == "" {
+			b.metrics.checks[decMissingKey].Inc()
+			if b.rule.OnMissingKey == rules.Deny {
+				s.giveBack(hits)
+				return s.denyMissingKey(b)
+			}
+			continue
+		}
+		var r counter.Result
+		if b.rule.Count == rules.CountFailures {
+			r = s.limiter.Peek(uint32(d.Bucket), d.Key, lim, now)
+		} else {
+			r = s.limiter.Take(uint32(d.Bucket), d.Key, lim, now)
+		}
+		switch {
+		case r.Overflow:
+			b.metrics.checks[decOverflow].Inc()
+			if b.rule.OnOverflow == rules.Deny {
+				s.giveBack(hits)
+				r.RetryAfterMS = r.ResetMS
+				return s.denyLimited(ctx, b, d.Key, lim, r, nil)
+			}
+			continue
+		case r.Allowed:
+			b.metrics.checks[decAllowed].Inc()
+			if b.rule.Count == rules.CountRequests {
+				hits = append(hits, taken{uint32(d.Bucket), d.Key, lim, r.Window})
+			}
+		default:
+			b.metrics.exceeded.Inc()
+			if !b.rule.Shadow {
+				b.metrics.checks[decDenied].Inc()
+				s.giveBack(hits)
+				var md *structpb.Struct
+				if failures {
+					md = s.loginMetadata(res)
+				}
+				return s.denyLimited(ctx, b, d.Key, lim, r, md)
+			}
+			b.metrics.checks[decShadowDenied].Inc()
+			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
+		}
+		if len(verdicts) < maxApplied {
+			verdicts = append(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+		}
+	}
+	var md *structpb.Struct
+	if failures {
+		md = s.loginMetadata(res)
+	}
+	return s.allow(verdicts, md)
+}
+
+func (s *Service) giveBack(hits []taken) {
+	for _, t := range hits {
+		s.limiter.Release(t.bucket, t.key, t.lim, t.window)
+	}
+}
+
+// seconds rounds milliseconds up to whole seconds, at least 1: Retry-After
+// must never tell a client to come back before the window ends.
+func seconds(ms int64) int64 {
+	if ms <= 1000 {
+		return 1
+	}
+	return (ms + 999) / 1000
+}
+
+// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1.
+func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
+	dst = append(dst, b.quoted...)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, lim.Limit, 10)
+	dst = append(dst, ";w="...)
+	return strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+}
+
+// appendRateLimit appends one RateLimit item: "name";r=99;t=1.
+func appendRateLimit(dst []byte, b *bucketState, remaining, resetMS int64) []byte {
+	dst = append(dst, b.quoted...)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, remaining, 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, seconds(resetMS), 10)
+}
+
+func header(opt *corev3.HeaderValueOption, val *corev3.HeaderValue, key, value string) *corev3.HeaderValueOption {
+	val.Key, val.Value = key, value
+	opt.Header = val
+	opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	return opt
+}
+
+// okReply is an allowed response in one allocation.
+type okReply struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_OkResponse
+	ok   authv3.OkHttpResponse
+	ptrs [2]*corev3.HeaderValueOption
+	opts [2]corev3.HeaderValueOption
+	vals [2]corev3.HeaderValue
+}
+
+func (s *Service) allow(verdicts []applied, md *structpb.Struct) *authv3.CheckResponse {
+	if len(verdicts) == 0 && md == nil {
+		return s.allowBare
+	}
+	r := new(okReply)
+	r.resp.Status = s.statusOK
+	r.resp.DynamicMetadata = md
+	if len(verdicts) == 0 {
+		return &r.resp
+	}
+	// Both header values in one string: one allocation.
+	var buf [256]byte
+	out := buf[:0]
+	for i, v := range verdicts {
+		if i > 0 {
+			out = append(out, ", "...)
+		}
+		out = appendPolicy(out, v.b, v.lim)
+	}
+	split := len(out)
+	for i, v := range verdicts {
+		if i > 0 {
+			out = append(out, ", "...)
+		}
+		out = appendRateLimit(out, v.b, v.remaining, v.resetMS)
+	}
+	both := string(out)
+	r.ptrs[0] = header(&r.opts[0], &r.vals[0], "ratelimit-policy", both[:split])
+	r.ptrs[1] = header(&r.opts[1], &r.vals[1], "ratelimit", both[split:])
+	r.ok.ResponseHeadersToAdd = r.ptrs[:]
+	r.wrap.OkResponse = &r.ok
+	r.resp.HttpResponse = &r.wrap
+	return &r.resp
+}
+
+// deniedReply is a denial in one allocation.
+type deniedReply struct {
+	resp   authv3.CheckResponse
+	wrap   authv3.CheckResponse_DeniedResponse
+	denied authv3.DeniedHttpResponse
+	ptrs   [4]*corev3.HeaderValueOption
+	opts   [4]corev3.HeaderValueOption
+	vals   [4]corev3.HeaderValue
+}
+
+func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, lim counter.Limit, r counter.Result, md *structpb.Struct) *authv3.CheckResponse {
+	s.logLimited(ctx, "rate limited", b, key, lim, r)
+	retry := seconds(r.RetryAfterMS)
+
+	var buf [512]byte
+	out := strconv.AppendInt(buf[:0], retry, 10)
+	i1 := len(out)
+	out = appendPolicy(out, b, lim)
+	i2 := len(out)
+	out = appendRateLimit(out, b, 0, r.RetryAfterMS)
+	i3 := len(out)
+	out = append(out, `{"error":"rate_limited","bucket":`...)
+	out = append(out, b.quoted...)
+	out = append(out, `,"limit":`...)
+	out = strconv.AppendInt(out, lim.Limit, 10)
+	out = append(out, `,"window_seconds":`...)
+	out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	out = append(out, `,"retry_after_seconds":`...)
+	out = strconv.AppendInt(out, retry, 10)
+	out = append(out, "}\n"...)
+	all := string(out)
+
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "retry-after", all[:i1])
+	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "ratelimit-policy", all[i1:i2])
+	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit", all[i2:i3])
+	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "content-type", "application/json")
+	d.denied.Status = s.http429
+	d.denied.Headers = d.ptrs[:]
+	d.denied.Body = all[i3:]
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusLimited
+	d.resp.HttpResponse = &d.wrap
+	d.resp.DynamicMetadata = md
+	return &d.resp
+}
+
+func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
+	d.denied.Status = s.http403
+	d.denied.Headers = d.ptrs[:1]
+	d.denied.Body = `{"error":"missing_rate_limit_key","bucket":` + b.quoted + "}\n"
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusDenied
+	d.resp.HttpResponse = &d.wrap
+	return &d.resp
+}
+
+// logLimited writes the debug line of a rejection. The key is in the log
+// (debug level only), never in a metric label.
+func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, key string, lim counter.Limit, r counter.Result) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
+		slog.String("bucket", b.rule.Name),
+		slog.String("key", key),
+		slog.Int64("limit", lim.Limit),
+		slog.Int64("scale_ms", lim.ScaleMS),
+		slog.Int64("retry_after_ms", r.RetryAfterMS),
+	)
+}
+
+// loginMetadata reports who the request was, so that a failure Envoy
+// reports later through its access log is counted against the same keys.
+func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
+	failures := make(map[string]*structpb.Value, 2)
+	for _, d := range res.Descriptors {
+		b := &s.buckets[d.Bucket]
+		if b.rule.Count == rules.CountFailures && d.Key != "" {
+			failures[b.rule.Name] = structpb.NewStringValue(metaString(d.Key))
+		}
+	}
+	route := ""
+	if res.Route >= 0 {
+		rt := s.rules.Routes[res.Route]
+		route = rt.Name
+		if route == "" {
+			route = rt.Path
+		}
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		MetaIP:       structpb.NewStringValue(metaString(res.ClientIP)),
+		MetaAccount:  structpb.NewStringValue(metaString(res.Account)),
+		MetaRoute:    structpb.NewStringValue(route),
+		MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: failures}),
+	}}
+}
+
+// metaString copies a request-derived string for the metadata, valid UTF-8
+// so the response always marshals. The copy also keeps the request's
+// descriptors on Check's stack (escape analysis).
+func metaString(s string) string {
+	b := []byte(s)
+	if !utf8.Valid(b) {
+		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	}
+	return string(b)
+}

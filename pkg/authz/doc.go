@@ -1,0 +1,28 @@
+// Package authz is the Envoy ext_authz gRPC service: it implements
+// envoy.service.auth.v3.Authorization/Check by turning the request into
+// descriptors (package descriptors), resolving each bucket's limit, counting
+// the hit through a Limiter (package counter) and answering.
+//
+// Every decision is an answer, never a gRPC error: an allowed request gets
+// status OK with RateLimit-Policy and RateLimit response headers; a request
+// over a limit gets a non-OK status with a DeniedHttpResponse that Envoy
+// turns into HTTP 429 with Retry-After, the RateLimit fields and a small
+// JSON body. A returned error would mean "authorization failed" to Envoy
+// (status_on_error), so Check returns none.
+//
+// Fail-open or fail-closed is decided here and only here, per bucket, from
+// the configuration:
+//   - a request without the bucket's key (no tenant header) is never counted
+//     under a shared empty key; on_missing_key decides: allow (default) or
+//     deny with 403;
+//   - a new key the counter cannot track because it is at its key bound:
+//     on_overflow decides: allow (default) or deny with 429;
+//   - shadow buckets count and report as usual but never deny.
+//
+// A request whose buckets all allow it is counted in each of them; when a
+// later bucket denies, the hits already taken from earlier buckets are
+// given back, so a denied request costs no budget.
+//
+// Check does no I/O, takes no lock beyond the counter's shard locks and
+// starts no goroutine. Service is safe for concurrent use.
+package authz

@@ -1,0 +1,79 @@
+package descriptors
+
+import (
+	"net/netip"
+	"strings"
+)
+
+const (
+	headerExternalAddress = "x-envoy-external-address"
+	headerForwardedFor    = "x-forwarded-for"
+)
+
+// clientIP returns the trusted client address of r (see Result.ClientIP).
+func (e *Engine) clientIP(r *Request) string {
+	if e.useExternal {
+		if v := r.Headers[headerExternalAddress]; v != "" {
+			if ip, ok := canonicalIP(v); ok {
+				return ip
+			}
+			return peerIP(r.PeerAddress)
+		}
+	}
+	if e.trustedHops > 0 {
+		if v, ok := xffEntry(r.Headers[headerForwardedFor], e.trustedHops); ok {
+			if ip, ok := canonicalIP(v); ok {
+				return ip
+			}
+		}
+	}
+	return peerIP(r.PeerAddress)
+}
+
+// peerIP is the TCP peer as a key, or "" when it is not an IP address (a
+// Unix socket, say): every client behind such a peer would share one key.
+func peerIP(s string) string {
+	ip, _ := canonicalIP(s)
+	return ip
+}
+
+// xffEntry returns entry n counted from the right (0 = last) of the
+// comma-separated list xff, trimmed; ok is false when the list is shorter.
+// Envoy appends the TCP peer before the filter chain runs, so with N trusted
+// hops the client is entry N from the right: the same address Envoy picks
+// as the trusted client (ENVOY.md §3).
+func xffEntry(xff string, n int) (string, bool) {
+	if xff == "" {
+		return "", false
+	}
+	end := len(xff)
+	for ; n > 0; n-- {
+		i := strings.LastIndexByte(xff[:end], ',')
+		if i < 0 {
+			return "", false
+		}
+		end = i
+	}
+	start := strings.LastIndexByte(xff[:end], ',') + 1
+	return strings.TrimSpace(xff[start:end]), true
+}
+
+// canonicalIP parses s (surrounding whitespace ignored) as an IP address and
+// returns its canonical text: IPv4-mapped IPv6 addresses are unmapped, IPv6
+// is lower-case and compressed, so one client has one key whatever way a
+// proxy wrote its address. When s already is canonical — the usual case —
+// s itself (a substring) is returned and nothing is allocated.
+func canonicalIP(s string) (string, bool) {
+	s = strings.TrimSpace(s)
+	ip, err := netip.ParseAddr(s)
+	if err != nil {
+		return "", false
+	}
+	ip = ip.Unmap()
+	var buf [64]byte
+	out := ip.AppendTo(buf[:0])
+	if string(out) == s {
+		return s, true
+	}
+	return string(out), true
+}

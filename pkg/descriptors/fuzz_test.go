@@ -1,0 +1,77 @@
+package descriptors
+
+import (
+	"strings"
+	"testing"
+)
+
+// FuzzDescribe checks that Describe never panics on hostile input and that
+// what it returns is consistent.
+func FuzzDescribe(f *testing.F) {
+	f.Add("POST", "/api/inbound/abc123?x=1", "198.51.100.1, 203.0.113.128", "", "203.0.113.128", "application/json", `{"email":"a@b"}`, "", "")
+	f.Add("POST", "//admin/./login", "", "2001:db8::1", "::1", "application/x-www-form-urlencoded", "email=A%40b&email=a@b", "", "admin_login")
+	f.Add("GET", "/api/converger/channels/c/token/refresh", "x,,y", "bogus", "", "", "", "inbound,nope,,token_generate", "")
+	f.Add("POST", "/%2e%2E/api\\activities#x", ",,,", "", "fe80::1%eth0", "application/json", `{"email":[{"a":`, "login_account", "nope")
+	e, err := New(exampleConfig())
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg := exampleConfig()
+	cfg.TrustedHops = 2
+	cfg.UseExternalAddressHeader = true
+	e2, err := New(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, method, path, xff, ext, peer, ct, body, buckets, route string) {
+		r := &Request{
+			Method: method,
+			Path:   path,
+			Headers: map[string]string{
+				"x-forwarded-for":          xff,
+				"x-envoy-external-address": ext,
+				"content-type":             ct,
+				"x-tenant-id":              xff,
+				"x-login-account":          ext,
+			},
+			PeerAddress:       peer,
+			Body:              body,
+			ContextExtensions: map[string]string{},
+		}
+		if buckets != "" {
+			r.ContextExtensions[ExtBuckets] = buckets
+		}
+		if route != "" {
+			r.ContextExtensions[ExtRoute] = route
+		}
+		for _, e := range []*Engine{e, e2} {
+			res := e.Describe(r, nil)
+			if res.Route < -1 || res.Route >= len(e.routes) {
+				t.Fatalf("Route %d out of range", res.Route)
+			}
+			if res.Route >= 0 && buckets == "" && len(res.Descriptors) != len(e.routes[res.Route].buckets) {
+				t.Fatalf("route %d has %d buckets, got %d descriptors", res.Route, len(e.routes[res.Route].buckets), len(res.Descriptors))
+			}
+			for _, d := range res.Descriptors {
+				if d.Bucket < 0 || d.Bucket >= len(e.buckets) {
+					t.Fatalf("descriptor bucket %d out of range", d.Bucket)
+				}
+				if e.buckets[d.Bucket].Key.Kind == KeyPathParam && strings.Contains(d.Key, "/") {
+					t.Fatalf("path param key %q holds a slash", d.Key)
+				}
+			}
+			if res.ClientIP != "" {
+				if ip, ok := canonicalIP(res.ClientIP); !ok || ip != res.ClientIP {
+					t.Fatalf("ClientIP %q is not a canonical IP", res.ClientIP)
+				}
+			}
+			if res.Account != strings.ToLower(strings.TrimSpace(res.Account)) {
+				t.Fatalf("Account %q is not normalised", res.Account)
+			}
+			again := e.Describe(r, make([]Descriptor, 0, 4))
+			if again.Route != res.Route || again.ClientIP != res.ClientIP || again.Account != res.Account || len(again.Descriptors) != len(res.Descriptors) {
+				t.Fatalf("Describe is not deterministic: %+v then %+v", res, again)
+			}
+		}
+	})
+}

@@ -1,0 +1,565 @@
+package rules
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+)
+
+// LoadFile reads and parses a configuration file.
+func LoadFile(path string) (*Rules, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: read config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse parses and validates a configuration. On any problem it returns a
+// nil *Rules and a Problems error listing all of them.
+func Parse(data []byte, file string) (*Rules, error) {
+	p := &parser{file: file}
+	r := p.parse(data)
+	if len(p.problems) > 0 {
+		return nil, p.problems
+	}
+	return r, nil
+}
+
+type parser struct {
+	file     string
+	problems Problems
+	// broken buckets already have a problem reported; checks that follow
+	// from it (no limit, say) would only repeat it.
+	broken map[int]bool
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	pr := Problem{File: p.file, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		pr.Line, pr.Column = n.Line, n.Column
+	}
+	p.problems = append(p.problems, pr)
+}
+
+var (
+	headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
+	fieldName  = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+	bucketName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+	paramName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	methodName = regexp.MustCompile(`^[A-Z]+$`)
+)
+
+func (p *parser) parse(data []byte) *Rules {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.problems = append(p.problems, Problem{File: p.file, Msg: yamlError(err)})
+		return nil
+	}
+	r := &Rules{Keys: Keys{
+		TenantHeader:             "x-tenant-id",
+		UseExternalAddressHeader: true,
+	}}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.errorf(nil, "the configuration is empty: it needs buckets and routes")
+		return r
+	}
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		p.errorf(top, "the configuration must be a mapping with keys, counter, buckets and routes")
+		return r
+	}
+	var bucketsNode, routesNode *yaml.Node
+	p.eachKey(top, "top level", []string{"keys", "counter", "buckets", "routes"}, func(k string, kn, v *yaml.Node) {
+		switch k {
+		case "keys":
+			p.parseKeys(v, &r.Keys)
+		case "counter":
+			p.parseCounter(v, &r.Counter)
+		case "buckets":
+			bucketsNode = v
+		case "routes":
+			routesNode = v
+		}
+	})
+	if bucketsNode == nil {
+		p.errorf(top, "no buckets: the configuration needs at least one bucket")
+	} else {
+		p.parseBuckets(bucketsNode, r)
+	}
+	if routesNode == nil {
+		p.errorf(top, "no routes: the configuration needs at least one route")
+	} else {
+		p.parseRoutes(routesNode, r)
+	}
+	p.crossCheck(r)
+	if len(p.problems) == 0 {
+		// The matcher has its own checks; anything it still refuses is a
+		// problem of the file as a whole.
+		if _, err := descriptors.New(r.Descriptors()); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				p.errorf(routesNode, "%s", line)
+			}
+		}
+	}
+	return r
+}
+
+// yamlError strips the library prefix; its messages already carry "line N".
+func yamlError(err error) string {
+	return "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// eachKey walks a mapping, reporting unknown and repeated keys.
+func (p *parser) eachKey(n *yaml.Node, what string, allowed []string, fn func(k string, kn, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping", what)
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, v := n.Content[i], n.Content[i+1]
+		k := kn.Value
+		if seen[k] {
+			p.errorf(kn, "%s: %q given twice", what, k)
+			continue
+		}
+		seen[k] = true
+		if allowed != nil && !slices.Contains(allowed, k) {
+			p.errorf(kn, "%s: unknown field %q (known: %s)", what, k, strings.Join(allowed, ", "))
+			continue
+		}
+		fn(k, kn, v)
+	}
+}
+
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {
+		p.errorf(n, "%s must be a string", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) integer(n *yaml.Node, what string, min, max int64) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errorf(n, "%s must be a whole number, not %q", what, n.Value)
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v < min || v > max {
+		p.errorf(n, "%s must be between %d and %d, not %s", what, min, max, n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		p.errorf(n, "%s must be true or false, not %q", what, n.Value)
+		return false, false
+	}
+	return n.Value == "true", true
+}
+
+func (p *parser) enum(n *yaml.Node, what string, values ...string) (int, bool) {
+	s, ok := p.str(n, what)
+	if !ok {
+		return 0, false
+	}
+	if i := slices.Index(values, s); i >= 0 {
+		return i, true
+	}
+	p.errorf(n, "%s must be one of %s, not %q", what, strings.Join(values, ", "), s)
+	return 0, false
+}
+
+func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
+	p.eachKey(n, "keys", []string{"tenant_header", "account_header", "account_body_field", "trusted_hops", "use_external_address_header"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "tenant_header", "account_header":
+			s, ok := p.str(v, "keys."+key)
+			if !ok {
+				return
+			}
+			if s != "" && !headerName.MatchString(s) {
+				p.errorf(v, "keys.%s: %q is not a lowercase header name", key, s)
+				return
+			}
+			if key == "tenant_header" {
+				k.TenantHeader = s
+			} else {
+				k.AccountHeader = s
+			}
+		case "account_body_field":
+			s, ok := p.str(v, "keys."+key)
+			if ok && s != "" && !fieldName.MatchString(s) {
+				p.errorf(v, "keys.account_body_field: %q is not a plain field name", s)
+				return
+			}
+			k.AccountBodyField = s
+		case "trusted_hops":
+			if v, ok := p.integer(v, "keys.trusted_hops", 0, 16); ok {
+				k.TrustedHops = int(v)
+			}
+		case "use_external_address_header":
+			if b, ok := p.boolean(v, "keys."+key); ok {
+				k.UseExternalAddressHeader = b
+			}
+		}
+	})
+}
+
+func (p *parser) parseCounter(n *yaml.Node, c *counter.Config) {
+	p.eachKey(n, "counter", []string{"max_keys", "max_key_bytes", "shards"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "max_keys":
+			if x, ok := p.integer(v, "counter.max_keys", 1, 1<<30); ok {
+				c.MaxKeys = int(x)
+			}
+		case "max_key_bytes":
+			if x, ok := p.integer(v, "counter.max_key_bytes", 16, 4096); ok {
+				c.MaxKeyBytes = int(x)
+			}
+		case "shards":
+			if x, ok := p.integer(v, "counter.shards", 1, 4096); ok {
+				c.Shards = int(x)
+			}
+		}
+	})
+}
+
+// parseScale reads a window length: a Go duration ("1s", "500ms", "1m") or
+// one of second, minute, hour, day.
+func parseScale(s string) (int64, error) {
+	switch s {
+	case "second":
+		return 1000, nil
+	case "minute":
+		return 60_000, nil
+	case "hour":
+		return 3_600_000, nil
+	case "day":
+		return 86_400_000, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (like 1s, 500ms, 1m, 1h, or second, minute, hour, day)", s)
+	}
+	if d <= 0 || d%time.Millisecond != 0 {
+		return 0, fmt.Errorf("%q must be a positive whole number of milliseconds", s)
+	}
+	return d.Milliseconds(), nil
+}
+
+// limitFields parses limit/per/algorithm from a bucket or a route default.
+func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Limit) {
+	switch key {
+	case "limit":
+		if x, ok := p.integer(v, what+".limit", 1, counter.MaxLimit); ok {
+			l.Limit = x
+		}
+	case "per":
+		s, ok := p.str(v, what+".per")
+		if !ok {
+			return
+		}
+		ms, err := parseScale(s)
+		if err == nil && ms > counter.MaxScaleMS {
+			err = fmt.Errorf("%q is longer than the longest window, %s", s, time.Duration(counter.MaxScaleMS)*time.Millisecond)
+		}
+		if err != nil {
+			p.errorf(v, "%s.per: %v", what, err)
+			return
+		}
+		l.ScaleMS = ms
+	case "algorithm":
+		if i, ok := p.enum(v, what+".algorithm", "fixed", "sliding"); ok {
+			l.Algorithm = counter.Algorithm(i)
+		}
+	}
+}
+
+func (p *parser) parseKeySpec(v *yaml.Node, what string) (descriptors.KeySpec, bool) {
+	s, ok := p.str(v, what)
+	if !ok {
+		return descriptors.KeySpec{}, false
+	}
+	switch {
+	case s == "tenant":
+		return descriptors.KeySpec{Kind: descriptors.KeyTenant}, true
+	case s == "ip":
+		return descriptors.KeySpec{Kind: descriptors.KeyIP}, true
+	case s == "account":
+		return descriptors.KeySpec{Kind: descriptors.KeyAccount}, true
+	case strings.HasPrefix(s, "path:") && paramName.MatchString(s[5:]):
+		return descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: s[5:]}, true
+	case strings.HasPrefix(s, "header:") && headerName.MatchString(s[7:]):
+		return descriptors.KeySpec{Kind: descriptors.KeyHeader, Name: s[7:]}, true
+	}
+	p.errorf(v, "%s: %q is not a key (tenant, ip, account, path:<param>, header:<lowercase-name>)", what, s)
+	return descriptors.KeySpec{}, false
+}
+
+func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
+	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
+	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
+		what := "buckets." + name
+		if !bucketName.MatchString(name) {
+			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
+		}
+		b := Bucket{Name: name}
+		before := len(p.problems)
+		var hasKey, hasLimit, hasPer bool
+		p.eachKey(v, what, fields, func(key string, _, fv *yaml.Node) {
+			switch key {
+			case "limit", "per", "algorithm":
+				p.limitField(key, fv, what, &b.Limit)
+				hasLimit = hasLimit || key == "limit"
+				hasPer = hasPer || key == "per"
+			case "key":
+				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
+			case "mode":
+				if i, ok := p.enum(fv, what+".mode", "enforce", "shadow"); ok {
+					b.Shadow = i == 1
+				}
+			case "count":
+				if i, ok := p.enum(fv, what+".count", "requests", "failures"); ok {
+					b.Count = Counting(i)
+				}
+			case "overridable":
+				b.Overridable, _ = p.boolean(fv, what+".overridable")
+			case "on_missing_key":
+				if i, ok := p.enum(fv, what+".on_missing_key", "allow", "deny"); ok {
+					b.OnMissingKey = Action(i)
+				}
+			case "on_overflow":
+				if i, ok := p.enum(fv, what+".on_overflow", "allow", "deny"); ok {
+					b.OnOverflow = Action(i)
+				}
+			}
+		})
+		if !hasKey && v.Kind == yaml.MappingNode {
+			p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
+		}
+		if hasLimit != hasPer {
+			p.errorf(kn, "%s: give both limit and per, or neither", what)
+		}
+		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
+		if len(p.problems) > before {
+			if p.broken == nil {
+				p.broken = map[int]bool{}
+			}
+			p.broken[len(r.Buckets)] = true
+		}
+		r.Buckets = append(r.Buckets, b)
+	})
+	if n.Kind == yaml.MappingNode && len(n.Content) == 0 {
+		p.errorf(n, "buckets is empty")
+	}
+}
+
+func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "routes must be a list")
+		return
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, "routes is empty")
+	}
+	fields := []string{"name", "method", "path", "paths", "buckets", "defaults"}
+	names := map[string]bool{}
+	for i, rn := range n.Content {
+		what := fmt.Sprintf("routes[%d]", i)
+		var (
+			name, method string
+			paths        []*yaml.Node
+			buckets      []int
+			defaults     map[int]counter.Limit
+			sawBuckets   bool
+		)
+		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
+			switch key {
+			case "name":
+				name, _ = p.str(v, what+".name")
+				if names[name] {
+					p.errorf(v, "%s: route name %q is used twice", what, name)
+				}
+				names[name] = true
+			case "method":
+				m, ok := p.str(v, what+".method")
+				if ok && !methodName.MatchString(m) {
+					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
+				}
+				method = m
+			case "path":
+				paths = append(paths, v)
+			case "paths":
+				if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+					p.errorf(v, "%s.paths must be a non-empty list", what)
+					return
+				}
+				paths = append(paths, v.Content...)
+			case "buckets":
+				sawBuckets = true
+				buckets = p.bucketRefs(v, what+".buckets", r)
+			case "defaults":
+				defaults = p.routeDefaults(v, what+".defaults", r)
+			}
+		})
+		if rn.Kind != yaml.MappingNode {
+			continue
+		}
+		if len(paths) == 0 {
+			p.errorf(rn, "%s: no path", what)
+		}
+		if !sawBuckets {
+			p.errorf(rn, "%s: no buckets", what)
+		}
+		for b := range defaults {
+			if !slices.Contains(buckets, b) {
+				p.errorf(rn, "%s.defaults: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
+			}
+		}
+		for _, pn := range paths {
+			path, ok := p.str(pn, what+".path")
+			if !ok {
+				continue
+			}
+			if err := descriptors.ValidateTemplate(path); err != nil {
+				p.errorf(pn, "%s: path %q can never match: %v", what, path, err)
+				continue
+			}
+			r.Routes = append(r.Routes, Route{
+				Name: name, Method: method, Path: path, Buckets: buckets,
+				Defaults: defaults, Line: pn.Line,
+			})
+		}
+	}
+}
+
+func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		p.errorf(v, "%s must be a non-empty list of bucket names", what)
+		return nil
+	}
+	var out []int
+	for _, bn := range v.Content {
+		name, ok := p.str(bn, what)
+		if !ok {
+			continue
+		}
+		b := r.BucketIndex(name)
+		switch {
+		case b < 0:
+			p.errorf(bn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+		case slices.Contains(out, b):
+			p.errorf(bn, "%s: bucket %q named twice", what, name)
+		default:
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]counter.Limit {
+	out := map[int]counter.Limit{}
+	p.eachKey(v, what, nil, func(name string, kn, lv *yaml.Node) {
+		b := r.BucketIndex(name)
+		if b < 0 {
+			p.errorf(kn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+			return
+		}
+		var l counter.Limit
+		p.eachKey(lv, what+"."+name, []string{"limit", "per", "algorithm"}, func(key string, _, fv *yaml.Node) {
+			p.limitField(key, fv, what+"."+name, &l)
+		})
+		if l.Limit == 0 || l.ScaleMS == 0 {
+			p.errorf(kn, "%s.%s: a route default needs both limit and per", what, name)
+			return
+		}
+		out[b] = l
+	})
+	return out
+}
+
+func bucketNames(r *Rules) string {
+	names := make([]string, len(r.Buckets))
+	for i, b := range r.Buckets {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// crossCheck finds what no single field shows: routes that repeat one
+// another, keys a route cannot supply, buckets without a limit.
+func (p *parser) crossCheck(r *Rules) {
+	type shapeKey struct{ method, shape string }
+	seen := map[shapeKey]int{}
+	for ri, rt := range r.Routes {
+		at := &yaml.Node{Line: rt.Line, Column: 1}
+		sk := shapeKey{rt.Method, templateShape(rt.Path)}
+		if prev, ok := seen[sk]; ok {
+			p.errorf(at, "route %s %s repeats the route at line %d (same method and path shape)", methodOrAny(rt.Method), rt.Path, prev)
+		} else {
+			seen[sk] = rt.Line
+		}
+		params := templateParams(rt.Path)
+		for _, b := range rt.Buckets {
+			bk := r.Buckets[b]
+			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
+				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
+			}
+			if _, ok := r.Limit(ri, b); !ok && !p.broken[b] {
+				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
+			}
+		}
+	}
+	// A bucket no route names is allowed: Envoy may name it in
+	// context_extensions.
+	for _, b := range r.Buckets {
+		if b.Key.Kind == descriptors.KeyTenant && r.Keys.TenantHeader == "" {
+			p.errorf(nil, "bucket %q is keyed by tenant but keys.tenant_header is empty", b.Name)
+		}
+		if b.Key.Kind == descriptors.KeyAccount && r.Keys.AccountHeader == "" && r.Keys.AccountBodyField == "" {
+			p.errorf(nil, "bucket %q is keyed by account but neither keys.account_header nor keys.account_body_field is set", b.Name)
+		}
+	}
+}
+
+func methodOrAny(m string) string {
+	if m == "" {
+		return "(any method)"
+	}
+	return m
+}
+
+// templateShape erases capture names: /a/{x} and /a/{y} match the same paths.
+func templateShape(t string) string {
+	segs := strings.Split(t, "/")
+	for i, s := range segs {
+		if strings.HasPrefix(s, "{") {
+			segs[i] = "{}"
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+func templateParams(t string) []string {
+	var out []string
+	for _, s := range strings.Split(t, "/") {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			out = append(out, s[1:len(s)-1])
+		}
+	}
+	return out
+}

@@ -1,0 +1,193 @@
+// Package rules loads and validates the server's rate-limit configuration:
+// the buckets (budgets), the route rules that spend from them, where request
+// keys come from, and the counter's bounds.
+//
+// Parse reports every problem it finds, each with its file, line and column,
+// and returns no Rules when there is any: a node never starts on a
+// configuration it only half understood. The result is immutable and safe
+// for concurrent use.
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+)
+
+// Rules is a validated configuration.
+type Rules struct {
+	Buckets []Bucket
+	Routes  []Route
+	Keys    Keys
+	Counter counter.Config
+}
+
+// Keys says where the keys of a request come from.
+type Keys struct {
+	TenantHeader             string
+	AccountHeader            string
+	AccountBodyField         string
+	TrustedHops              int
+	UseExternalAddressHeader bool
+}
+
+// Counting says what a bucket counts.
+type Counting uint8
+
+const (
+	// CountRequests counts every admitted request at check time.
+	CountRequests Counting = iota
+	// CountFailures counts only failures reported after the fact (failed
+	// logins); the check only peeks at the counter.
+	CountFailures
+)
+
+// Action is what happens to a request a bucket cannot count.
+type Action uint8
+
+const (
+	Allow Action = iota
+	Deny
+)
+
+func (a Action) String() string {
+	if a == Deny {
+		return "deny"
+	}
+	return "allow"
+}
+
+// Bucket is one budget.
+type Bucket struct {
+	Name string
+	// Limit is the bucket's own limit; HasLimit is false when the config
+	// gives none and it comes from a route default or the built-in table.
+	Limit    counter.Limit
+	HasLimit bool
+	Key      descriptors.KeySpec
+	// Shadow buckets count and report as usual but never deny.
+	Shadow      bool
+	Count       Counting
+	Overridable bool
+	// OnMissingKey applies when the request lacks the bucket's key: it is
+	// never counted against a shared empty key.
+	OnMissingKey Action
+	// OnOverflow applies when the counter is at its key bound and cannot
+	// track a new key.
+	OnOverflow Action
+}
+
+// Route is one route rule. A rule with several paths becomes several Routes
+// with the same Name.
+type Route struct {
+	Name     string
+	Method   string
+	Path     string
+	Buckets  []int
+	Defaults map[int]counter.Limit // route defaults, by bucket index
+	Line     int
+}
+
+// builtinLimits are the last step of limit resolution: the defaults of the
+// buckets the product ships, for a config that names one without a limit.
+func builtinLimits(name string) (counter.Limit, bool) {
+	const sec, min = 1000, 60_000
+	switch name {
+	case "activity_create":
+		return counter.Limit{Limit: 100, ScaleMS: sec}, true
+	case "upload":
+		return counter.Limit{Limit: 10, ScaleMS: sec}, true
+	case "inbound":
+		return counter.Limit{Limit: 500, ScaleMS: sec}, true
+	case "token_generate", "token_create":
+		return counter.Limit{Limit: 10, ScaleMS: min}, true
+	case "login_ip", "login_account":
+		return counter.Limit{Limit: 5, ScaleMS: min}, true
+	}
+	return counter.Limit{}, false
+}
+
+// Limit resolves the limit of bucket b on route r (r < 0: no route, as when
+// Envoy names the bucket): the bucket's own limit ▸ the route's default ▸
+// the built-in default. Tenant overrides come on top, elsewhere.
+func (r *Rules) Limit(route, b int) (counter.Limit, bool) {
+	bk := &r.Buckets[b]
+	if bk.HasLimit {
+		return bk.Limit, true
+	}
+	if route >= 0 && route < len(r.Routes) {
+		if l, ok := r.Routes[route].Defaults[b]; ok {
+			return l, true
+		}
+	}
+	return builtinLimits(bk.Name)
+}
+
+// BucketIndex returns the index of the named bucket, or -1.
+func (r *Rules) BucketIndex(name string) int {
+	for i := range r.Buckets {
+		if r.Buckets[i].Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Descriptors returns the configuration of the request matcher.
+func (r *Rules) Descriptors() descriptors.Config {
+	c := descriptors.Config{
+		TenantHeader:             r.Keys.TenantHeader,
+		AccountHeader:            r.Keys.AccountHeader,
+		AccountBodyField:         r.Keys.AccountBodyField,
+		TrustedHops:              r.Keys.TrustedHops,
+		UseExternalAddressHeader: r.Keys.UseExternalAddressHeader,
+	}
+	for _, b := range r.Buckets {
+		c.Buckets = append(c.Buckets, descriptors.Bucket{Name: b.Name, Key: b.Key})
+	}
+	for _, rt := range r.Routes {
+		c.Routes = append(c.Routes, descriptors.Route{
+			Name: rt.Name, Method: rt.Method, Template: rt.Path, Buckets: rt.Buckets,
+		})
+	}
+	return c
+}
+
+// Problem is one thing wrong with a configuration file.
+type Problem struct {
+	File   string
+	Line   int
+	Column int
+	Msg    string
+}
+
+func (p Problem) String() string {
+	if p.Line == 0 {
+		return fmt.Sprintf("%s: %s", p.File, p.Msg)
+	}
+	return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Msg)
+}
+
+// Problems is the error Parse returns: every problem found, in file order.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(p.String())
+	}
+	return b.String()
+}
+
+// AsProblems returns the problems carried by err, if any.
+func AsProblems(err error) (Problems, bool) {
+	var ps Problems
+	ok := errors.As(err, &ps)
+	return ps, ok
+}

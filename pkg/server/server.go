@@ -1,0 +1,202 @@
+// Package server runs the node's two listeners: gRPC (Envoy's ext_authz
+// Check and grpc.health.v1) and HTTP (/metrics, /healthz, /readyz), and
+// shuts them down in order: readiness and health go NOT_SERVING, a drain
+// delay lets Envoy and load balancers notice, then GracefulStop lets
+// in-flight checks finish, with a deadline after which remaining streams
+// are cut.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// Config is the server's own configuration. Zero fields take defaults.
+type Config struct {
+	GRPCAddr string // default 127.0.0.1:9001
+	HTTPAddr string // default 127.0.0.1:9090
+	// DrainDelay is how long the node reports NOT_SERVING before it stops
+	// accepting checks. Default 0 (tests); main sets its own default.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds GracefulStop; default 10 s.
+	ShutdownTimeout time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.GRPCAddr == "" {
+		c.GRPCAddr = "127.0.0.1:9001"
+	}
+	if c.HTTPAddr == "" {
+		c.HTTPAddr = "127.0.0.1:9090"
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+	if c.DrainDelay < 0 || c.ShutdownTimeout < 0 {
+		return errors.New("server: drain delay and shutdown timeout must not be negative")
+	}
+	return nil
+}
+
+// Server owns the listeners. New binds them; Run serves until its context
+// ends, then shuts down.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	grpc   *grpc.Server
+	health *health.Server
+	http   *http.Server
+	glis   net.Listener
+	hlis   net.Listener
+	ready  atomic.Bool
+	closed sync.Once
+}
+
+// New binds both listeners and registers the services. The caller must
+// call Run or Close.
+func New(cfg Config, authz authv3.AuthorizationServer, gatherer prometheus.Gatherer, log *slog.Logger) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
+	}
+	hlis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		glis.Close()
+		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	s := &Server{cfg: cfg, log: log, glis: glis, hlis: hlis, health: health.NewServer()}
+	s.grpc = grpc.NewServer(
+		// Envoy keeps long-lived HTTP/2 connections and may ping them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A CheckRequest holds headers and at most the body Envoy buffers.
+		grpc.MaxRecvMsgSize(4<<20),
+	)
+	authv3.RegisterAuthorizationServer(s.grpc, authz)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !s.ready.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready")
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	s.http = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	return s, nil
+}
+
+// GRPCAddr is the bound gRPC address (useful with port 0).
+func (s *Server) GRPCAddr() net.Addr { return s.glis.Addr() }
+
+// HTTPAddr is the bound HTTP address.
+func (s *Server) HTTPAddr() net.Addr { return s.hlis.Addr() }
+
+func (s *Server) setServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.ready.Store(ok)
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, st)
+}
+
+// Run serves until ctx is done, then shuts down in order and returns nil,
+// or returns the first listener error.
+func (s *Server) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := s.grpc.Serve(s.glis); err != nil {
+			return fmt.Errorf("server: serve gRPC: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := s.http.Serve(s.hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("server: serve HTTP: %w", err)
+		}
+		return nil
+	})
+	s.setServing(true)
+	s.log.Info("serving", "grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String())
+	g.Go(func() error {
+		<-gctx.Done()
+		s.shutdown()
+		return nil
+	})
+	return g.Wait()
+}
+
+func (s *Server) shutdown() {
+	s.closed.Do(func() {
+		s.setServing(false)
+		if s.cfg.DrainDelay > 0 {
+			s.log.Info("draining", "delay", s.cfg.DrainDelay.String())
+			time.Sleep(s.cfg.DrainDelay)
+		}
+		stopped := make(chan struct{})
+		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		t := time.NewTimer(s.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-stopped:
+		case <-t.C:
+			s.log.Warn("graceful stop timed out; closing remaining streams", "timeout", s.cfg.ShutdownTimeout.String())
+			s.grpc.Stop()
+			<-stopped
+		}
+		hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer cancel()
+		if err := s.http.Shutdown(hctx); err != nil {
+			s.http.Close()
+		}
+		s.log.Info("stopped")
+	})
+}
+
+// Close stops a server whose Run was never called, or stops it at once.
+// It is idempotent.
+func (s *Server) Close() {
+	s.closed.Do(func() {
+		s.grpc.Stop()
+		s.http.Close()
+		s.glis.Close()
+		s.hlis.Close()
+	})
+}
