@@ -31,6 +31,13 @@ type Limiter interface {
 
 var _ Limiter = (*counter.Store)(nil)
 
+// Overrides are per-tenant limits that replace a bucket's configured limit
+// (tenant override ▸ config ▸ route default ▸ built-in). Override is called
+// on the Check path: it must answer from memory, never wait on I/O.
+type Overrides interface {
+	Override(tenant string, bucket int) (counter.Limit, bool)
+}
+
 // MetadataNamespace is where Envoy files the dynamic metadata of a Check
 // response; its access log reads it back from there.
 const MetadataNamespace = "envoy.filters.http.ext_authz"
@@ -50,6 +57,7 @@ type Service struct {
 	rules   *rules.Rules
 	matcher *descriptors.Engine
 	limiter Limiter
+	over    Overrides
 	log     *slog.Logger
 	now     func() time.Time
 	m       *metrics
@@ -71,6 +79,9 @@ type bucketState struct {
 type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
+	// Overrides, when set, are consulted for buckets marked overridable,
+	// keyed by the request's tenant header.
+	Overrides Overrides
 }
 
 // New returns a Service for the rules, matching requests with m and
@@ -84,7 +95,7 @@ func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Regi
 		return nil, err
 	}
 	s := &Service{
-		rules: r, matcher: m, limiter: lim, log: log, now: opts.Now, m: mt,
+		rules: r, matcher: m, limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -186,6 +197,13 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		if !ok { // a bucket only route defaults give a limit, named by Envoy
 			s.m.unknown.Inc()
 			continue
+		}
+		if s.over != nil && b.rule.Overridable {
+			if tenant := in.Headers[s.rules.Keys.TenantHeader]; tenant != "" {
+				if l, ok := s.over.Override(tenant, d.Bucket); ok {
+					lim = l
+				}
+			}
 		}
 		failures = failures || b.rule.Count == rules.CountFailures
 		if d.Key == "" {

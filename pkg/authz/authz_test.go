@@ -52,6 +52,11 @@ type harness struct {
 // so every check goes through the real wire format, as Envoy's do.
 func newHarness(t testing.TB, yaml string) *harness {
 	t.Helper()
+	return newHarnessWith(t, yaml, authz.Options{})
+}
+
+func newHarnessWith(t testing.TB, yaml string, opts authz.Options) *harness {
+	t.Helper()
 	data := config.Default()
 	if yaml != "" {
 		data = []byte(yaml)
@@ -70,7 +75,8 @@ func newHarness(t testing.TB, yaml string) *harness {
 	}
 	h := &harness{t: t, rules: r, clock: &clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.set(t0)
-	h.svc, err = authz.New(r, m, store, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	opts.Now = h.clock.Now
+	h.svc, err = authz.New(r, m, store, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,6 +423,36 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	h.expectRun(1, true, req{path: "/portal/login", peer: "203.0.113.50", headers: map[string]string{"x-login-account": "bob@example.com"}})
 	h.clock.set(t0.Add(time.Minute))
 	h.expectRun(1, true, other)
+}
+
+// overrides is a fixed table of tenant overrides.
+type overrides map[string]map[int]counter.Limit
+
+func (o overrides) Override(tenant string, bucket int) (counter.Limit, bool) {
+	l, ok := o[tenant][bucket]
+	return l, ok
+}
+
+func TestTenantOverridesComeFirst(t *testing.T) {
+	r, _ := rules.Parse(config.Default(), "")
+	act, tok := r.BucketIndex("activity_create"), r.BucketIndex("token_create")
+	h := newHarnessWith(t, "", authz.Options{Overrides: overrides{
+		"big": {act: {Limit: 200, ScaleMS: 1000}},
+		// token_create is not overridable: an override for it is ignored.
+		"any": {tok: {Limit: 1000, ScaleMS: 60000}},
+	}})
+	big := req{path: "/api/activities", headers: tenant("big")}
+	resp := h.check(big)
+	if got := responseHeaders(resp)["ratelimit-policy"]; got != `"activity_create";q=200;w=1` {
+		t.Errorf("policy with override %q", got)
+	}
+	h.expectRun(199, true, big)
+	h.expectRun(1, false, big)
+	h.expectRun(100, true, req{path: "/api/activities", headers: tenant("small")})
+	h.expectRun(1, false, req{path: "/api/activities", headers: tenant("small")})
+	tokens := req{path: "/api/v1/tokens", headers: tenant("any")}
+	h.expectRun(10, true, tokens)
+	h.expectRun(1, false, tokens)
 }
 
 func TestShadowModeNeverDenies(t *testing.T) {
