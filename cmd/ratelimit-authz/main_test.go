@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -216,7 +217,10 @@ func activity(tenant string) *authv3.CheckRequest {
 // TestServe drives the real command as Envoy would: gRPC Check and health
 // on one port, metrics and probes on the other, then a graceful stop.
 func TestServe(t *testing.T) {
-	grpcAddr, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_LOG_LEVEL": "debug"})
+	grpcAddr, httpAddr, logs, stop := startServe(t, map[string]string{
+		"RATELIMIT_AUTHZ_LOG_LEVEL":      "debug",
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN": "t0ken",
+	})
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -280,6 +284,33 @@ func TestServe(t *testing.T) {
 		t.Errorf("no debug line for the denial:\n%s", logs)
 	}
 
+	// Failed logins reported over HTTP lock the account for the Check.
+	for i := 0; i < 5; i++ {
+		req, _ := http.NewRequest("POST", "http://"+httpAddr+"/v1/failures", strings.NewReader(`{"ip":"203.0.113.4","account":"eve@x"}`))
+		req.Header.Set("Authorization", "Bearer t0ken")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("failure report: %d", resp.StatusCode)
+		}
+	}
+	loginReq := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/portal/login",
+			Headers: map[string]string{"x-login-account": "eve@x", "x-envoy-external-address": "192.0.2.50"},
+		}},
+	}}
+	if resp, err := client.Check(ctx, loginReq); err != nil || resp.GetStatus().GetCode() == int32(codes.OK) {
+		t.Errorf("reported account not locked: %v %v", resp, err)
+	}
+	// The access-log service shares the gRPC port.
+	if _, err := alsv3.NewAccessLogServiceClient(conn).StreamAccessLogs(ctx); err != nil {
+		t.Errorf("access log stream: %v", err)
+	}
+
 	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
 	for _, want := range []string{
 		`ratelimit_authz_checks_total{bucket="activity_create",decision="denied"} `,
@@ -288,6 +319,7 @@ func TestServe(t *testing.T) {
 		"ratelimit_authz_counter_live_keys ",
 		"ratelimit_authz_counter_keys_refused_total 0",
 		"ratelimit_authz_build_info{version=",
+		`ratelimit_authz_failures_counted_total{bucket="login_account"} 5`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("metrics lack %q", want)

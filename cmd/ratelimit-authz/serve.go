@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
@@ -29,6 +30,7 @@ type serveConfig struct {
 	drainDelay      time.Duration
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
+	failuresToken   string
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -48,6 +50,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := errors.Join(f.errs...); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
+	// A secret: from the environment only, never a flag (ps would show it).
+	c.failuresToken = getenv("RATELIMIT_AUTHZ_FAILURES_TOKEN")
 	c.configExplicit = f.set("config", "RATELIMIT_AUTHZ_CONFIG")
 	if c.sweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
@@ -106,10 +110,14 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	rec, err := failures.New(r, store, reg, log, failures.Options{Token: c.failuresToken})
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
 		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr,
 		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
-	}, svc, reg, log)
+	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
@@ -37,18 +38,6 @@ var _ Limiter = (*counter.Store)(nil)
 type Overrides interface {
 	Override(tenant string, bucket int) (counter.Limit, bool)
 }
-
-// MetadataNamespace is where Envoy files the dynamic metadata of a Check
-// response; its access log reads it back from there.
-const MetadataNamespace = "envoy.filters.http.ext_authz"
-
-// Dynamic metadata keys set on routes with failure-counting buckets.
-const (
-	MetaIP       = "ip"       // the trusted client IP
-	MetaAccount  = "account"  // the normalised login account ("" when none)
-	MetaRoute    = "route"    // the route rule's name, or its path template
-	MetaFailures = "failures" // struct: failure-counting bucket name → key
-)
 
 // Service answers Envoy's Check calls. Create it with New.
 type Service struct {
@@ -189,7 +178,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		hits       = takenBuf[:0]
 		appliedBuf [maxApplied]applied
 		verdicts   = appliedBuf[:0]
-		failures   bool
+		login      bool
 	)
 	for _, d := range res.Descriptors {
 		b := &s.buckets[d.Bucket]
@@ -205,7 +194,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 				}
 			}
 		}
-		failures = failures || b.rule.Count == rules.CountFailures
+		login = login || b.rule.Count == rules.CountFailures
 		if d.Key == "" {
 			b.metrics.checks[decMissingKey].Inc()
 			if b.rule.OnMissingKey == rules.Deny {
@@ -240,7 +229,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 				b.metrics.checks[decDenied].Inc()
 				s.giveBack(hits)
 				var md *structpb.Struct
-				if failures {
+				if login {
 					md = s.loginMetadata(res)
 				}
 				return s.denyLimited(ctx, b, d.Key, lim, r, md)
@@ -253,7 +242,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		}
 	}
 	var md *structpb.Struct
-	if failures {
+	if login {
 		md = s.loginMetadata(res)
 	}
 	return s.allow(verdicts, md)
@@ -421,11 +410,11 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 // loginMetadata reports who the request was, so that a failure Envoy
 // reports later through its access log is counted against the same keys.
 func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
-	failures := make(map[string]*structpb.Value, 2)
+	keys := make(map[string]*structpb.Value, 2)
 	for _, d := range res.Descriptors {
 		b := &s.buckets[d.Bucket]
 		if b.rule.Count == rules.CountFailures && d.Key != "" {
-			failures[b.rule.Name] = structpb.NewStringValue(metaString(d.Key))
+			keys[b.rule.Name] = structpb.NewStringValue(metaString(d.Key))
 		}
 	}
 	route := ""
@@ -437,10 +426,10 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 		}
 	}
 	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		MetaIP:       structpb.NewStringValue(metaString(res.ClientIP)),
-		MetaAccount:  structpb.NewStringValue(metaString(res.Account)),
-		MetaRoute:    structpb.NewStringValue(route),
-		MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: failures}),
+		failures.MetaIP:       structpb.NewStringValue(metaString(res.ClientIP)),
+		failures.MetaAccount:  structpb.NewStringValue(metaString(res.Account)),
+		failures.MetaRoute:    structpb.NewStringValue(route),
+		failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: keys}),
 	}}
 }
 

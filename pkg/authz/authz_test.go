@@ -25,6 +25,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
@@ -397,10 +398,10 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	h.expectRun(20, true, login)
 	resp := h.check(login)
 	md := resp.GetDynamicMetadata().GetFields()
-	if md[authz.MetaIP].GetStringValue() != "203.0.113.9" || md[authz.MetaAccount].GetStringValue() != "alice@example.com" || md[authz.MetaRoute].GetStringValue() != "login" {
+	if md[failures.MetaIP].GetStringValue() != "203.0.113.9" || md[failures.MetaAccount].GetStringValue() != "alice@example.com" || md[failures.MetaRoute].GetStringValue() != "login" {
 		t.Errorf("metadata %v", md)
 	}
-	fails := md[authz.MetaFailures].GetStructValue().GetFields()
+	fails := md[failures.MetaFailures].GetStructValue().GetFields()
 	if fails["login_ip"].GetStringValue() != "203.0.113.9" || fails["login_account"].GetStringValue() != "alice@example.com" {
 		t.Errorf("failures metadata %v", fails)
 	}
@@ -417,7 +418,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	if got := responseHeaders(resp)["retry-after"]; got != "40" {
 		t.Errorf("retry-after %q, want 40", got)
 	}
-	if resp.GetDynamicMetadata().GetFields()[authz.MetaAccount].GetStringValue() != "alice@example.com" {
+	if resp.GetDynamicMetadata().GetFields()[failures.MetaAccount].GetStringValue() != "alice@example.com" {
 		t.Error("denied login lacks metadata")
 	}
 	h.expectRun(1, true, req{path: "/portal/login", peer: "203.0.113.50", headers: map[string]string{"x-login-account": "bob@example.com"}})

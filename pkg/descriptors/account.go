@@ -453,3 +453,8 @@ func unescapeJSON(s string) string {
 	}
 	return b.String()
 }
+
+// NormalizeAccount returns an account as Describe reports it: trimmed and
+// lower-cased, "" when empty or not valid UTF-8. Failure reports made
+// outside a check use it so that they count against the same key.
+func NormalizeAccount(s string) string { return normAccount(s) }

@@ -77,3 +77,7 @@ func canonicalIP(s string) (string, bool) {
 	}
 	return string(out), true
 }
+
+// CanonicalIP returns an IP address as Describe reports it (IPv4-mapped
+// addresses unmapped), and false when s is not an IP address.
+func CanonicalIP(s string) (string, bool) { return canonicalIP(s) }

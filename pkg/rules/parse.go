@@ -79,8 +79,10 @@ func (p *parser) parse(data []byte) *Rules {
 		return r
 	}
 	var bucketsNode, routesNode *yaml.Node
-	p.eachKey(top, "top level", []string{"keys", "counter", "buckets", "routes"}, func(k string, kn, v *yaml.Node) {
+	p.eachKey(top, "top level", []string{"keys", "counter", "failures", "buckets", "routes"}, func(k string, kn, v *yaml.Node) {
 		switch k {
+		case "failures":
+			p.parseFailures(v, &r.Failures)
 		case "keys":
 			p.parseKeys(v, &r.Keys)
 		case "counter":
@@ -100,6 +102,9 @@ func (p *parser) parse(data []byte) *Rules {
 		p.errorf(top, "no routes: the configuration needs at least one route")
 	} else {
 		p.parseRoutes(routesNode, r)
+	}
+	if len(r.Failures.StatusCodes) == 0 {
+		r.Failures.StatusCodes = []uint32{401}
 	}
 	p.crossCheck(r)
 	if len(p.problems) == 0 {
@@ -233,6 +238,20 @@ func (p *parser) parseCounter(n *yaml.Node, c *counter.Config) {
 		case "shards":
 			if x, ok := p.integer(v, "counter.shards", 1, 4096); ok {
 				c.Shards = int(x)
+			}
+		}
+	})
+}
+
+func (p *parser) parseFailures(n *yaml.Node, f *Failures) {
+	p.eachKey(n, "failures", []string{"status_codes"}, func(_ string, _, v *yaml.Node) {
+		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+			p.errorf(v, "failures.status_codes must be a non-empty list of HTTP status codes")
+			return
+		}
+		for _, cn := range v.Content {
+			if c, ok := p.integer(cn, "failures.status_codes", 100, 599); ok && !slices.Contains(f.StatusCodes, uint32(c)) {
+				f.StatusCodes = append(f.StatusCodes, uint32(c))
 			}
 		}
 	})

@@ -19,10 +19,33 @@ import (
 
 // Rules is a validated configuration.
 type Rules struct {
-	Buckets []Bucket
-	Routes  []Route
-	Keys    Keys
-	Counter counter.Config
+	Buckets  []Bucket
+	Routes   []Route
+	Keys     Keys
+	Counter  counter.Config
+	Failures Failures
+}
+
+// Failures says which reported responses are failures (failed logins) that
+// count in the buckets with count: failures.
+type Failures struct {
+	StatusCodes []uint32 // default [401]
+}
+
+// RouteIndex returns the first route whose name, or else whose path, is
+// ref; -1 when none is.
+func (r *Rules) RouteIndex(ref string) int {
+	for i := range r.Routes {
+		if r.Routes[i].Name == ref {
+			return i
+		}
+	}
+	for i := range r.Routes {
+		if r.Routes[i].Name == "" && r.Routes[i].Path == ref {
+			return i
+		}
+	}
+	return -1
 }
 
 // Keys says where the keys of a request come from.

@@ -60,6 +60,18 @@ func TestShippedConfig(t *testing.T) {
 	if len(r.Routes) != 10 {
 		t.Errorf("got %d routes, want 10", len(r.Routes))
 	}
+	if len(r.Failures.StatusCodes) != 1 || r.Failures.StatusCodes[0] != 401 {
+		t.Errorf("failure codes %v, want [401]", r.Failures.StatusCodes)
+	}
+	if i := r.RouteIndex("login"); i < 0 || r.Routes[i].Path != "/admin/login" {
+		t.Errorf("route login at %d", i)
+	}
+	if i := r.RouteIndex("/api/v1/tokens"); i < 0 || r.Routes[i].Path != "/api/v1/tokens" {
+		t.Errorf("route by path at %d", i)
+	}
+	if r.RouteIndex("nope") != -1 {
+		t.Error("unknown route found")
+	}
 	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 {
 		t.Errorf("keys: %+v", r.Keys)
 	}
@@ -76,6 +88,7 @@ func TestParseFeatures(t *testing.T) {
 	r, err := rules.Parse([]byte(`
 keys: {tenant_header: x-org, trusted_hops: 2, use_external_address_header: false}
 counter: {max_keys: 5000, max_key_bytes: 64}
+failures: {status_codes: [401, 403, 401]}
 buckets:
   sliding_one: {limit: 3, per: 500ms, algorithm: sliding, key: "header:x-api-key", mode: shadow, on_missing_key: deny, on_overflow: deny}
   from_route: {key: tenant}
@@ -93,6 +106,9 @@ routes:
 	}
 	if r.Keys.TenantHeader != "x-org" || r.Keys.TrustedHops != 2 || r.Keys.UseExternalAddressHeader {
 		t.Errorf("keys: %+v", r.Keys)
+	}
+	if len(r.Failures.StatusCodes) != 2 || r.Failures.StatusCodes[1] != 403 {
+		t.Errorf("failure codes %v", r.Failures.StatusCodes)
 	}
 	if r.Counter.MaxKeys != 5000 || r.Counter.MaxKeyBytes != 64 {
 		t.Errorf("counter: %+v", r.Counter)
@@ -213,6 +229,7 @@ routes: [{path: /x, buckets: [b]}]`, []string{`"b" given twice`}},
 buckets:
   Big-Name: {limit: 5, per: 1s, key: tenant}
 routes: [{path: /x, buckets: [Big-Name]}]`, []string{`bucket name "Big-Name"`}},
+		{"bad failure code", minimal + "failures: {status_codes: [99]}\n", []string{"failures.status_codes must be between 100 and 599"}},
 		{"trusted hops negative", `
 keys: {trusted_hops: -1}
 buckets:

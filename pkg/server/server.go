@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -54,6 +55,17 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
+// Services are what the listeners serve.
+type Services struct {
+	// Authz answers Envoy's ext_authz Check. Required.
+	Authz authv3.AuthorizationServer
+	// AccessLog, when set, receives Envoy's gRPC access log on the same
+	// gRPC port.
+	AccessLog alsv3.AccessLogServiceServer
+	// Failures, when set, serves POST /v1/failures on the HTTP port.
+	Failures http.Handler
+}
+
 // Server owns the listeners. New binds them; Run serves until its context
 // ends, then shuts down.
 type Server struct {
@@ -70,9 +82,12 @@ type Server struct {
 
 // New binds both listeners and registers the services. The caller must
 // call Run or Close.
-func New(cfg Config, authz authv3.AuthorizationServer, gatherer prometheus.Gatherer, log *slog.Logger) (*Server, error) {
+func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logger) (*Server, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
+	}
+	if svc.Authz == nil {
+		return nil, errors.New("server: no ext_authz service")
 	}
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
@@ -91,13 +106,19 @@ func New(cfg Config, authz authv3.AuthorizationServer, gatherer prometheus.Gathe
 		// A CheckRequest holds headers and at most the body Envoy buffers.
 		grpc.MaxRecvMsgSize(4<<20),
 	)
-	authv3.RegisterAuthorizationServer(s.grpc, authz)
+	authv3.RegisterAuthorizationServer(s.grpc, svc.Authz)
+	if svc.AccessLog != nil {
+		alsv3.RegisterAccessLogServiceServer(s.grpc, svc.AccessLog)
+	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
+	if svc.Failures != nil {
+		mux.Handle("/v1/failures", svc.Failures)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

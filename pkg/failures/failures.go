@@ -1,0 +1,341 @@
+// Package failures counts failed logins (or any responses configured as
+// failures) in the buckets whose count is "failures".
+//
+// Reports arrive two ways:
+//   - Envoy's gRPC access log (envoy.service.accesslog.v3.AccessLogService,
+//     StreamAccessLogs): each entry whose response code is a failure code
+//     is counted against the keys the Check recorded in the request's
+//     dynamic metadata (namespace envoy.filters.http.ext_authz, see the
+//     Meta* constants). The Check and the report thus agree on the client
+//     IP and account without the application calling the limiter.
+//   - POST /v1/failures on the admin port, for applications not behind
+//     Envoy's access log, refused without the configured bearer token.
+//
+// Only failures count: successes never reach the counters. The Check only
+// peeks at these buckets, so once one is at its limit every attempt is
+// denied until the window ends, and a denial does not extend the lockout.
+//
+// Bad reports never crash the node: entries without metadata, of other
+// routes, with unknown buckets or non-string keys are skipped and counted
+// by reason. A Recorder is safe for concurrent use.
+package failures
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// The dynamic-metadata contract between the Check, which writes it on
+// routes with failure-counting buckets, and the access log, which carries
+// it back with the response code.
+const (
+	// MetadataNamespace is where Envoy files a Check's dynamic metadata.
+	MetadataNamespace = "envoy.filters.http.ext_authz"
+	MetaIP            = "ip"       // the trusted client IP
+	MetaAccount       = "account"  // the normalised login account ("" when none)
+	MetaRoute         = "route"    // the route rule's name, or its path template
+	MetaFailures      = "failures" // struct: failure-counting bucket name → key
+)
+
+// maxKeyBytes bounds a key taken from a report; longer ones are refused.
+// (The Check's keys are bounded by what Envoy accepts in a header or body.)
+const maxKeyBytes = 1024
+
+// Counter counts failures. *counter.Store is one.
+type Counter interface {
+	Incr(bucket uint32, key string, lim counter.Limit, now time.Time, n int64) counter.Result
+	Peek(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
+}
+
+var _ Counter = (*counter.Store)(nil)
+
+// Options are the optional parts of a Recorder.
+type Options struct {
+	// Token enables POST /v1/failures for requests that carry it as a
+	// bearer token; empty disables the endpoint.
+	Token string
+	// Now is the clock; nil means time.Now. Only tests set it.
+	Now func() time.Time
+}
+
+// Recorder counts reported failures. Create it with New.
+type Recorder struct {
+	alsv3.UnimplementedAccessLogServiceServer
+
+	rules *rules.Rules
+	count Counter
+	log   *slog.Logger
+	now   func() time.Time
+	token []byte
+	m     *metrics
+	// failureBuckets are the buckets with count: failures, in config order.
+	failureBuckets []int
+}
+
+// New returns a Recorder counting into c. Its metrics go to reg.
+func New(r *rules.Rules, c Counter, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
+	if r == nil || c == nil || reg == nil || log == nil {
+		return nil, errors.New("failures: New needs rules, a counter, a registerer and a logger")
+	}
+	rec := &Recorder{rules: r, count: c, log: log, now: opts.Now, token: []byte(opts.Token)}
+	if rec.now == nil {
+		rec.now = time.Now
+	}
+	for i, b := range r.Buckets {
+		if b.Count == rules.CountFailures {
+			rec.failureBuckets = append(rec.failureBuckets, i)
+		}
+	}
+	m, err := newMetrics(reg, r)
+	if err != nil {
+		return nil, err
+	}
+	rec.m = m
+	return rec, nil
+}
+
+// isFailure reports whether an HTTP status code counts as a failure.
+func (rec *Recorder) isFailure(code uint32) bool {
+	return slices.Contains(rec.rules.Failures.StatusCodes, code)
+}
+
+// record counts one failure of key in bucket b on route (-1: none known).
+func (rec *Recorder) record(b int, key string, route int, now time.Time) {
+	lim, ok := rec.rules.Limit(route, b)
+	if !ok {
+		return
+	}
+	before := rec.count.Peek(uint32(b), key, lim, now)
+	after := rec.count.Incr(uint32(b), key, lim, now, 1)
+	bm := rec.m.bucket[b]
+	bm.failures.Inc()
+	if before.Allowed && !after.Allowed {
+		bm.lockouts.Inc()
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
+			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key),
+			slog.Int64("limit", lim.Limit), slog.Int64("scale_ms", lim.ScaleMS),
+			slog.Int64("retry_after_ms", after.RetryAfterMS))
+	}
+}
+
+// StreamAccessLogs implements envoy.service.accesslog.v3.AccessLogService.
+// Envoy keeps the stream open and sends entries as they come; a broken
+// entry is skipped, never fatal to the stream.
+func (rec *Recorder) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
+	rec.m.streams.Inc()
+	defer rec.m.streams.Dec()
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&alsv3.StreamAccessLogsResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range msg.GetHttpLogs().GetLogEntry() {
+			rec.m.entries[rec.entry(e)].Inc()
+		}
+		if n := len(msg.GetTcpLogs().GetLogEntry()); n > 0 {
+			rec.m.entries[entryIgnored].Add(float64(n))
+		}
+	}
+}
+
+type entryResult int
+
+const (
+	entryCounted   entryResult = iota // counted in at least one bucket
+	entryIgnored                      // not a failure, or not a route with failure buckets
+	entryMalformed                    // metadata present but unusable
+	numEntryResults
+)
+
+var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed"}
+
+func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
+	if !rec.isFailure(e.GetResponse().GetResponseCode().GetValue()) {
+		return entryIgnored
+	}
+	md := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[MetadataNamespace]
+	fv, ok := md.GetFields()[MetaFailures]
+	if !ok {
+		return entryIgnored // a route without failure buckets
+	}
+	fs := fv.GetStructValue()
+	if fs == nil {
+		return entryMalformed
+	}
+	route := -1
+	if name := md.GetFields()[MetaRoute].GetStringValue(); name != "" {
+		route = rec.rules.RouteIndex(name)
+	}
+	now := rec.now()
+	counted, bad := 0, 0
+	for name, v := range fs.GetFields() {
+		key, ok := stringValue(v)
+		b := rec.rules.BucketIndex(name)
+		if !ok || b < 0 || rec.rules.Buckets[b].Count != rules.CountFailures {
+			bad++
+			continue
+		}
+		rec.record(b, key, route, now)
+		counted++
+	}
+	switch {
+	case counted > 0:
+		return entryCounted
+	case bad > 0:
+		return entryMalformed
+	}
+	return entryIgnored // no keys: nothing known about the client
+}
+
+func stringValue(v *structpb.Value) (string, bool) {
+	sv, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok || sv.StringValue == "" || len(sv.StringValue) > maxKeyBytes || !utf8.ValidString(sv.StringValue) {
+		return "", false
+	}
+	return sv.StringValue, true
+}
+
+// Report is the body of POST /v1/failures.
+type Report struct {
+	IP      string `json:"ip"`
+	Account string `json:"account"`
+	// Route optionally names the route rule (or its path) whose failure
+	// buckets count; without it every failure bucket keyed by IP or
+	// account counts.
+	Route string `json:"route,omitempty"`
+}
+
+// ReportResult tells the reporter where each bucket now stands.
+type ReportResult struct {
+	Counted map[string]BucketState `json:"counted"`
+}
+
+// BucketState is one bucket after a report.
+type BucketState struct {
+	Key          string `json:"key"`
+	Count        int64  `json:"count"`
+	Limit        int64  `json:"limit"`
+	Locked       bool   `json:"locked"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+}
+
+// ServeHTTP serves POST /v1/failures.
+func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(rec.token) == 0 {
+		rec.reject(w, http.StatusNotFound, "disabled", "failure reports over HTTP are disabled: set RATELIMIT_AUTHZ_FAILURES_TOKEN")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		rec.reject(w, http.StatusMethodNotAllowed, "bad_request", "use POST")
+		return
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), rec.token) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit-authz"`)
+		rec.reject(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+		return
+	}
+	var rep Report
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		rec.reject(w, http.StatusBadRequest, "bad_request", "body must be JSON {\"ip\": …, \"account\": …, \"route\": …}: "+err.Error())
+		return
+	}
+	res, err := rec.Report(rep)
+	if err != nil {
+		rec.reject(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	rec.m.reports[reportCounted].Inc()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
+}
+
+func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult, msg string) {
+	rec.m.reports[result].Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// Report counts one failure described by rep, validated as a Check would
+// see it: the IP canonical, the account trimmed and lower-cased.
+func (rec *Recorder) Report(rep Report) (ReportResult, error) {
+	ip, ok := descriptors.CanonicalIP(rep.IP)
+	if !ok {
+		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
+	}
+	account := ""
+	if rep.Account != "" {
+		if len(rep.Account) > maxKeyBytes {
+			return ReportResult{}, fmt.Errorf("account is longer than %d bytes", maxKeyBytes)
+		}
+		if account = descriptors.NormalizeAccount(rep.Account); account == "" {
+			return ReportResult{}, errors.New("account must be valid UTF-8 text")
+		}
+	}
+	buckets, route := rec.failureBuckets, -1
+	if rep.Route != "" {
+		if route = rec.rules.RouteIndex(rep.Route); route < 0 {
+			return ReportResult{}, fmt.Errorf("route %q is not in the configuration", rep.Route)
+		}
+		buckets = nil
+		for _, b := range rec.rules.Routes[route].Buckets {
+			if rec.rules.Buckets[b].Count == rules.CountFailures {
+				buckets = append(buckets, b)
+			}
+		}
+	}
+	now := rec.now()
+	res := ReportResult{Counted: map[string]BucketState{}}
+	for _, b := range buckets {
+		var key string
+		switch rec.rules.Buckets[b].Key.Kind {
+		case descriptors.KeyIP:
+			key = ip
+		case descriptors.KeyAccount:
+			key = account
+		}
+		if key == "" {
+			continue // keyed by something a report does not carry, or no account
+		}
+		lim, ok := rec.rules.Limit(route, b)
+		if !ok {
+			continue
+		}
+		rec.record(b, key, route, now)
+		st := rec.count.Peek(uint32(b), key, lim, now)
+		res.Counted[rec.rules.Buckets[b].Name] = BucketState{
+			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
+		}
+	}
+	if len(res.Counted) == 0 {
+		return res, errors.New("no failure bucket applies to this report")
+	}
+	return res, nil
+}

@@ -1,0 +1,69 @@
+package failures
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+type reportResult = string
+
+const (
+	reportCounted reportResult = "counted"
+)
+
+type bucketMetrics struct {
+	failures prometheus.Counter
+	lockouts prometheus.Counter
+}
+
+type metrics struct {
+	bucket  []bucketMetrics // by bucket index; set for failure buckets
+	streams prometheus.Gauge
+	entries [numEntryResults]prometheus.Counter
+	reports map[reportResult]prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
+	const ns, sub = "ratelimit_authz", "failures"
+	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "counted_total",
+		Help: "Failures (failed logins) counted, by bucket.",
+	}, []string{"bucket"})
+	lockouts := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "lockouts_total",
+		Help: "Failures that brought a key to its bucket's limit (a lockout began), by bucket.",
+	}, []string{"bucket"})
+	streams := prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "accesslog_streams_open",
+		Help: "Envoy access-log streams currently open.",
+	})
+	entries := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "accesslog_entries_total",
+		Help: "Access-log entries received, by result: counted, ignored (not a failure or not a login route), malformed.",
+	}, []string{"result"})
+	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "http_reports_total",
+		Help: "POST /v1/failures requests, by result: counted, bad_request, unauthorized, disabled.",
+	}, []string{"result"})
+	for _, c := range []prometheus.Collector{failures, lockouts, streams, entries, reports} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("failures: register metrics: %w", err)
+		}
+	}
+	m := &metrics{bucket: make([]bucketMetrics, len(r.Buckets)), streams: streams, reports: map[reportResult]prometheus.Counter{}}
+	for i, b := range r.Buckets {
+		if b.Count == rules.CountFailures {
+			m.bucket[i] = bucketMetrics{failures: failures.WithLabelValues(b.Name), lockouts: lockouts.WithLabelValues(b.Name)}
+		}
+	}
+	for i, name := range entryResultNames {
+		m.entries[i] = entries.WithLabelValues(name)
+	}
+	for _, r := range []reportResult{reportCounted, "bad_request", "unauthorized", "disabled"} {
+		m.reports[r] = reports.WithLabelValues(r)
+	}
+	return m, nil
+}

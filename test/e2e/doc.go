@@ -1,0 +1,21 @@
+// Package e2e holds black-box end-to-end tests: the built ratelimit-authz
+// binary behind a real Envoy, with a small upstream HTTP server in the test.
+//
+// The tests need Envoy (installed by scripts/install-envoy.sh into .tools/)
+// and a buildable ./cmd/ratelimit-authz. When either is missing they skip,
+// except under CI=true, where they fail. Everything listens on 127.0.0.1
+// with ports picked at run time; Envoy runs envoy/ratelimit-authz.yaml with
+// only its four addresses rewritten, so the shipped bootstrap is what is
+// tested.
+//
+// Environment:
+//
+//	CI=true         missing Envoy or binary is a failure, not a skip
+//	E2E_ENVOY_BIN   use this envoy binary instead of running the installer
+//	E2E_SERVER_BIN  use this ratelimit-authz binary instead of building one
+//	E2E_LOG_DIR     parent folder for the per-test log folders (default $TMPDIR)
+//	E2E_KEEP_LOGS   keep the log folders of passing tests too
+//
+// Each test writes every process's output to its own log folder, removed
+// when the test passes and kept (path and tails printed) when it fails.
+package e2e
