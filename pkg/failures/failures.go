@@ -31,6 +31,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -38,6 +39,8 @@ import (
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -90,6 +93,18 @@ type Recorder struct {
 	m     *metrics
 	// failureBuckets are the buckets with count: failures, in config order.
 	failureBuckets []int
+
+	// closing ends the long-lived access-log streams at shutdown: gRPC's
+	// graceful stop would otherwise wait for Envoy to hang up.
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// CloseStreams ends every open access-log stream with UNAVAILABLE (Envoy
+// reconnects, to another node if this one is going away) and refuses new
+// ones. The server calls it before its graceful stop. Idempotent.
+func (rec *Recorder) CloseStreams() {
+	rec.closeOnce.Do(func() { close(rec.closing) })
 }
 
 // New returns a Recorder counting into c. Its metrics go to reg.
@@ -97,7 +112,7 @@ func New(r *rules.Rules, c Counter, reg prometheus.Registerer, log *slog.Logger,
 	if r == nil || c == nil || reg == nil || log == nil {
 		return nil, errors.New("failures: New needs rules, a counter, a registerer and a logger")
 	}
-	rec := &Recorder{rules: r, count: c, log: log, now: opts.Now, token: []byte(opts.Token)}
+	rec := &Recorder{rules: r, count: c, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
@@ -142,8 +157,26 @@ func (rec *Recorder) record(b int, key string, route int, now time.Time) {
 // Envoy keeps the stream open and sends entries as they come; a broken
 // entry is skipped, never fatal to the stream.
 func (rec *Recorder) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
+	select {
+	case <-rec.closing:
+		return status.Error(codes.Unavailable, "shutting down")
+	default:
+	}
 	rec.m.streams.Inc()
 	defer rec.m.streams.Dec()
+	// Recv blocks; receive in a goroutine so that shutdown can end the
+	// stream. Returning ends the RPC, which unblocks that Recv.
+	done := make(chan error, 1)
+	go func() { done <- rec.receive(stream) }()
+	select {
+	case err := <-done:
+		return err
+	case <-rec.closing:
+		return status.Error(codes.Unavailable, "shutting down")
+	}
+}
+
+func (rec *Recorder) receive(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
 	for {
 		msg, err := stream.Recv()
 		if errors.Is(err, io.EOF) {

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -377,5 +378,27 @@ func TestHTTPReports(t *testing.T) {
 	h2.rec.ServeHTTP(w, req)
 	if w.Code != http.StatusNotFound || !strings.Contains(w.Body.String(), "RATELIMIT_AUTHZ_FAILURES_TOKEN") {
 		t.Errorf("disabled endpoint: %d %s", w.Code, w.Body.String())
+	}
+}
+
+// At shutdown the long-lived stream ends with UNAVAILABLE so that the
+// server's graceful stop need not wait for Envoy to hang up.
+func TestCloseStreamsEndsOpenStreams(t *testing.T) {
+	h := newHarness(t, "")
+	h.send(&accesslogv3.HTTPAccessLogEntry{})
+	h.waitCounted("ignored", 1)
+	h.rec.CloseStreams()
+	h.rec.CloseStreams() // idempotent
+	if _, err := h.stream.CloseAndRecv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("open stream after CloseStreams: %v, want UNAVAILABLE", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := h.logs.StreamAccessLogs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CloseAndRecv(); status.Code(err) != codes.Unavailable {
+		t.Fatalf("new stream after CloseStreams: %v, want UNAVAILABLE", err)
 	}
 }

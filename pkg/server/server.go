@@ -61,15 +61,24 @@ type Services struct {
 	Authz authv3.AuthorizationServer
 	// AccessLog, when set, receives Envoy's gRPC access log on the same
 	// gRPC port.
-	AccessLog alsv3.AccessLogServiceServer
+	AccessLog AccessLog
 	// Failures, when set, serves POST /v1/failures on the HTTP port.
 	Failures http.Handler
+}
+
+// AccessLog is an access-log service whose long-lived streams the server
+// ends at shutdown (CloseStreams), since a graceful stop waits for every
+// stream and Envoy never hangs up on its own.
+type AccessLog interface {
+	alsv3.AccessLogServiceServer
+	CloseStreams()
 }
 
 // Server owns the listeners. New binds them; Run serves until its context
 // ends, then shuts down.
 type Server struct {
 	cfg    Config
+	svc    Services
 	log    *slog.Logger
 	grpc   *grpc.Server
 	health *health.Server
@@ -98,7 +107,7 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 		glis.Close()
 		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
-	s := &Server{cfg: cfg, log: log, glis: glis, hlis: hlis, health: health.NewServer()}
+	s := &Server{cfg: cfg, svc: svc, log: log, glis: glis, hlis: hlis, health: health.NewServer()}
 	s.grpc = grpc.NewServer(
 		// Envoy keeps long-lived HTTP/2 connections and may ping them.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
@@ -190,6 +199,9 @@ func (s *Server) shutdown() {
 		if s.cfg.DrainDelay > 0 {
 			s.log.Info("draining", "delay", s.cfg.DrainDelay.String())
 			time.Sleep(s.cfg.DrainDelay)
+		}
+		if s.svc.AccessLog != nil {
+			s.svc.AccessLog.CloseStreams()
 		}
 		stopped := make(chan struct{})
 		go func() { s.grpc.GracefulStop(); close(stopped) }()

@@ -378,8 +378,9 @@ func renderEnvoyConfig(t *testing.T, dir string, a envoyAddrs) string {
 	return out
 }
 
-// upstream is the application behind Envoy: it answers 200 and counts the
-// requests that reached it, per path.
+// upstream is the application behind Envoy: it answers 200 (401 on a
+// login without the right password) and counts the requests that reached
+// it, per path.
 type upstream struct {
 	srv  *httptest.Server
 	mu   sync.Mutex
@@ -391,11 +392,17 @@ func startUpstream(t *testing.T) *upstream {
 	u := &upstream{hits: map[string]int{}}
 	// httptest listens on 127.0.0.1:0.
 	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 		u.mu.Lock()
 		u.hits[r.URL.Path]++
 		u.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
+		// The login routes check a password: only "right" is.
+		if strings.HasSuffix(r.URL.Path, "/login") && !strings.Contains(string(body), `"password":"right"`) {
+			w.WriteHeader(http.StatusUnauthorized)
+			io.WriteString(w, `{"error":"bad credentials"}`)
+			return
+		}
 		io.WriteString(w, `{"ok":true}`)
 	}))
 	t.Cleanup(u.srv.Close)
