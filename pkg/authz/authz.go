@@ -1,11 +1,11 @@
 package authz
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -407,14 +407,62 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 	)
 }
 
+// loginMeta is the dynamic metadata of a login check in one allocation
+// (plus its two maps and one string): login routes are where floods of
+// password guesses arrive.
+type loginMeta struct {
+	outer, keys structpb.Struct
+	keysVal     structpb.Value
+	keysKind    structpb.Value_StructValue
+	strs        [3 + maxApplied]strValue
+}
+
+type strValue struct {
+	v structpb.Value
+	k structpb.Value_StringValue
+}
+
+func (sv *strValue) set(s string) *structpb.Value {
+	sv.k.StringValue = s
+	sv.v.Kind = &sv.k
+	return &sv.v
+}
+
 // loginMetadata reports who the request was, so that a failure Envoy
 // reports later through its access log is counted against the same keys.
 func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
-	keys := make(map[string]*structpb.Value, 2)
+	// One copy of every request-derived string, so the metadata does not
+	// point into the request, made valid UTF-8 so the response marshals.
+	n := len(res.ClientIP) + len(res.Account)
 	for _, d := range res.Descriptors {
+		n += len(d.Key)
+	}
+	buf := make([]byte, 0, n)
+	buf = append(buf, res.ClientIP...)
+	buf = append(buf, res.Account...)
+	for _, d := range res.Descriptors {
+		buf = append(buf, d.Key...)
+	}
+	all := string(buf)
+	valid := utf8.ValidString(all)
+	next := func(l int) string {
+		v := all[:l]
+		all = all[l:]
+		if !valid {
+			v = strings.ToValidUTF8(v, "\uFFFD")
+		}
+		return v
+	}
+
+	m := new(loginMeta)
+	ip := next(len(res.ClientIP))
+	account := next(len(res.Account))
+	m.keys.Fields = make(map[string]*structpb.Value, 2)
+	for i, d := range res.Descriptors {
+		key := next(len(d.Key))
 		b := &s.buckets[d.Bucket]
-		if b.rule.Count == rules.CountFailures && d.Key != "" {
-			keys[b.rule.Name] = structpb.NewStringValue(metaString(d.Key))
+		if b.rule.Count == rules.CountFailures && key != "" && i < maxApplied {
+			m.keys.Fields[b.rule.Name] = m.strs[3+i].set(key)
 		}
 	}
 	route := ""
@@ -425,21 +473,13 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 			route = rt.Path
 		}
 	}
-	return &structpb.Struct{Fields: map[string]*structpb.Value{
-		failures.MetaIP:       structpb.NewStringValue(metaString(res.ClientIP)),
-		failures.MetaAccount:  structpb.NewStringValue(metaString(res.Account)),
-		failures.MetaRoute:    structpb.NewStringValue(route),
-		failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: keys}),
-	}}
-}
-
-// metaString copies a request-derived string for the metadata, valid UTF-8
-// so the response always marshals. The copy also keeps the request's
-// descriptors on Check's stack (escape analysis).
-func metaString(s string) string {
-	b := []byte(s)
-	if !utf8.Valid(b) {
-		b = bytes.ToValidUTF8(b, []byte("\uFFFD"))
+	m.keysKind.StructValue = &m.keys
+	m.keysVal.Kind = &m.keysKind
+	m.outer.Fields = map[string]*structpb.Value{
+		failures.MetaIP:       m.strs[0].set(ip),
+		failures.MetaAccount:  m.strs[1].set(account),
+		failures.MetaRoute:    m.strs[2].set(route),
+		failures.MetaFailures: &m.keysVal,
 	}
-	return string(b)
+	return &m.outer
 }
