@@ -13,7 +13,7 @@ TESTFLAGS ?= -race -count=1 -shuffle=on -timeout 10m
 
 .PHONY: help
 help: ## list the targets
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 .PHONY: build
 build: ## build bin/ratelimit-authz (static, version stamped)
@@ -34,6 +34,12 @@ test: lint tools ## vet, format and tidy checks, then every test under -race (in
 .PHONY: e2e
 e2e: tools ## only the end-to-end tests through a real Envoy
 	$(GO) test -count=1 -v -timeout 10m ./test/e2e/
+
+# The demo installs the pinned Envoy itself (scripts/install-envoy.sh);
+# it needs no PostgreSQL or NATS. DEMOFLAGS=--keep-logs keeps the logs.
+.PHONY: demo
+demo: build ## one node, Envoy and an app on free ports: burst every bucket, print allowed vs 429
+	$(GO) run ./cmd/ratelimit-demo --server-bin $(BIN) $(DEMOFLAGS)
 
 .PHONY: bench
 bench: ## Go microbenchmarks of the hot path

@@ -2,30 +2,29 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
 const (
-	modulePath   = "github.com/ratelimit-authz/ratelimit-authz"
-	envoyConfig  = "envoy/ratelimit-authz.yaml"
 	serverConfig = "config/ratelimit.yaml"
 
 	installTimeout = 5 * time.Minute // cold Envoy install or go build
@@ -44,23 +43,7 @@ func unavailable(t *testing.T, format string, args ...any) {
 }
 
 // repoRoot finds the module root by walking up from the test's directory.
-var repoRoot = sync.OnceValues(func() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module "+modulePath+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-})
+var repoRoot = sync.OnceValues(func() (string, error) { return binaries.ModuleRoot(".") })
 
 func root(t *testing.T) string {
 	t.Helper()
@@ -71,8 +54,7 @@ func root(t *testing.T) string {
 	return r
 }
 
-// installEnvoy runs scripts/install-envoy.sh once per test binary; the
-// script prints the envoy path as its last line.
+// installEnvoy runs scripts/install-envoy.sh once per test binary.
 var installEnvoy = sync.OnceValues(func() (string, error) {
 	r, err := repoRoot()
 	if err != nil {
@@ -80,18 +62,7 @@ var installEnvoy = sync.OnceValues(func() (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(r, "scripts", "install-envoy.sh"))
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("scripts/install-envoy.sh: %w\n%s", err, strings.TrimSpace(stderr.String()))
-	}
-	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	path := strings.TrimSpace(lines[len(lines)-1])
-	if fi, err := os.Stat(path); err != nil || fi.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("scripts/install-envoy.sh printed %q, which is not an executable", path)
-	}
-	return path, nil
+	return binaries.Envoy(ctx, r)
 })
 
 // envoyBinary returns the envoy to run: $E2E_ENVOY_BIN, or the pinned one
@@ -99,6 +70,9 @@ var installEnvoy = sync.OnceValues(func() (string, error) {
 func envoyBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("E2E_ENVOY_BIN"); p != "" {
+		if err := binaries.Executable(p); err != nil {
+			t.Fatalf("E2E_ENVOY_BIN: %v", err)
+		}
 		return p
 	}
 	p, err := installEnvoy()
@@ -113,15 +87,16 @@ func envoyBinary(t *testing.T) string {
 func serverBinary(t *testing.T) string {
 	t.Helper()
 	if p := os.Getenv("E2E_SERVER_BIN"); p != "" {
+		if err := binaries.Executable(p); err != nil {
+			t.Fatalf("E2E_SERVER_BIN: %v", err)
+		}
 		return p
 	}
 	out := filepath.Join(t.TempDir(), "ratelimit-authz")
 	ctx, cancel := context.WithTimeout(context.Background(), installTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/ratelimit-authz")
-	cmd.Dir = root(t)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		unavailable(t, "go build ./cmd/ratelimit-authz: %v\n%s", err, b)
+	if err := binaries.BuildServer(ctx, root(t), out); err != nil {
+		unavailable(t, "%v", err)
 	}
 	return out
 }
@@ -137,17 +112,11 @@ func serverConfigPath(t *testing.T) string {
 }
 
 // freeAddr returns a loopback address whose port was free a moment ago.
-// The port is released before use, so another process could take it in
-// between; on a test machine that is rare enough.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := proc.FreeAddr()
 	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("release %s: %v", addr, err)
+		t.Fatal(err)
 	}
 	return addr
 }
@@ -201,64 +170,32 @@ func newLogs(t *testing.T) *logs {
 		t.Logf("process logs kept in %s", dir)
 		files, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 		for _, f := range files {
-			t.Logf("--- tail of %s ---\n%s", filepath.Base(f), tail(f, 40))
+			t.Logf("--- tail of %s ---\n%s", filepath.Base(f), proc.Tail(f, 40))
 		}
 	})
 	return &logs{dir: dir}
 }
 
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+// process is a child process whose output goes to <logdir>/<name>.log. It
+// is stopped by PID in t.Cleanup: SIGTERM, then SIGKILL after stopGrace.
+type process struct {
+	*proc.Process
+	reported sync.Once
 }
 
-// proc is a child process whose output goes to <logdir>/<name>.log. It is
-// stopped by PID in t.Cleanup: SIGTERM, then SIGKILL after stopGrace.
-type proc struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	done    chan struct{} // closed when the process has exited
-	err     error         // Wait's result, valid once done is closed
-	stopped sync.Once
-}
-
-func (l *logs) start(t *testing.T, name, bin string, args ...string) *proc {
+func (l *logs) start(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
-	p := &proc{name: name, logPath: filepath.Join(l.dir, name+".log"), done: make(chan struct{})}
-	f, err := os.Create(p.logPath)
+	// The lifetime bounds the process even if cleanup never runs.
+	p, err := proc.Start(context.Background(), proc.Config{
+		Name: name, Path: bin, Args: args, LogDir: l.dir,
+		Lifetime: processLifetime(t), StopGrace: stopGrace,
+	})
 	if err != nil {
-		t.Fatalf("%s log: %v", name, err)
+		t.Fatal(err)
 	}
-	fmt.Fprintf(f, "[e2e] %s %s\n", bin, strings.Join(args, " "))
-
-	// The context bounds the process's life even if cleanup never runs.
-	ctx, cancel := context.WithTimeout(context.Background(), processLifetime(t))
-	p.cmd = exec.CommandContext(ctx, bin, args...)
-	p.cmd.Cancel = func() error { return p.cmd.Process.Signal(syscall.SIGTERM) }
-	p.cmd.WaitDelay = stopGrace
-	p.cmd.Stdout, p.cmd.Stderr = f, f // *os.File: no copying goroutines
-	if err := p.cmd.Start(); err != nil {
-		cancel()
-		f.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		fmt.Fprintf(f, "[e2e] %s exited: %v\n", name, p.err)
-		f.Close()
-		cancel()
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.stop(t) })
-	return p
+	pr := &process{Process: p}
+	t.Cleanup(func() { pr.stop(t) })
+	return pr
 }
 
 // processLifetime is the test's remaining time, less a margin for cleanup.
@@ -269,169 +206,64 @@ func processLifetime(t *testing.T) time.Duration {
 	return 10 * time.Minute
 }
 
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM to the process's PID, then SIGKILL if it has not
-// exited within stopGrace. It waits for the exit and may be called again.
-// A process that died on its own, or exits non-zero on SIGTERM, fails the
-// test: both must shut down cleanly.
-func (p *proc) stop(t *testing.T) {
+// stop stops the process (SIGTERM, SIGKILL after stopGrace) and waits for
+// the exit; it may be called again. A process that died on its own, exits
+// non-zero on SIGTERM or needs SIGKILL fails the test: each must shut down
+// cleanly.
+func (p *process) stop(t *testing.T) {
 	t.Helper()
-	p.stopped.Do(func() {
-		if p.exited() {
+	err := p.Stop()
+	p.reported.Do(func() {
+		switch {
+		case err == nil:
+		case errors.Is(err, proc.ErrExited):
 			if !t.Failed() { // else already reported
-				t.Errorf("%s exited during the test: %v\n%s", p.name, p.err, tail(p.logPath, 20))
+				t.Errorf("exited during the test: %v\n%s", err, p.Tail(20))
 			}
-			return
+		default:
+			t.Errorf("%v, want exit status 0 after SIGTERM\n%s", err, p.Tail(20))
 		}
-		pid := p.cmd.Process.Pid
-		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("SIGTERM %s (pid %d): %v", p.name, pid, err)
-		}
-		select {
-		case <-p.done:
-			if p.err != nil {
-				t.Errorf("%s (pid %d) after SIGTERM: %v, want exit status 0", p.name, pid, p.err)
-			}
-			return
-		case <-time.After(stopGrace):
-		}
-		t.Errorf("%s (pid %d) ignored SIGTERM for %v; sending SIGKILL", p.name, pid, stopGrace)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			t.Errorf("SIGKILL %s (pid %d): %v", p.name, pid, err)
-		}
-		<-p.done
 	})
-}
-
-// fatalIfExited stops a readiness wait early when the process died.
-func (p *proc) fatalIfExited(t *testing.T) {
-	t.Helper()
-	if p.exited() {
-		t.Fatalf("%s exited before it was ready: %v\n%s", p.name, p.err, tail(p.logPath, 30))
-	}
 }
 
 // waitHTTP200 polls url until it answers 200 while p keeps running.
-func waitHTTP200(t *testing.T, p *proc, url string) {
+func waitHTTP200(t *testing.T, p *process, url string) {
 	t.Helper()
-	c := &http.Client{Timeout: time.Second, Transport: &http.Transport{Proxy: nil}}
-	defer c.CloseIdleConnections()
-	checkFor(t, readyTimeout, 50*time.Millisecond, func() error {
-		p.fatalIfExited(t)
-		resp, err := c.Get(url)
-		if err != nil {
-			return err
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(body))
-		}
-		return nil
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+	defer cancel()
+	if err := p.WaitHTTP200(ctx, url); err != nil {
+		t.Fatalf("%v\n%s", err, p.Tail(30))
+	}
 }
 
-// envoyAddrs are the four addresses of envoy/ratelimit-authz.yaml.
-type envoyAddrs struct {
-	Admin    string // 127.0.0.1:9901 in the shipped file
-	Listener string // 127.0.0.1:10000
-	Authz    string // 127.0.0.1:9001, cluster ratelimit_authz
-	App      string // 127.0.0.1:8080, cluster app
-}
-
-// renderEnvoyConfig writes a copy of the shipped bootstrap with the test's
-// addresses. Each shipped address must occur exactly once, so a changed
-// bootstrap fails here instead of silently keeping a fixed port.
-func renderEnvoyConfig(t *testing.T, dir string, a envoyAddrs) string {
-	t.Helper()
-	src := filepath.Join(root(t), envoyConfig)
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatalf("read %s: %v", envoyConfig, err)
-	}
-	cfg := string(b)
-	for _, r := range []struct{ port, addr string }{
-		{"9901", a.Admin}, {"10000", a.Listener}, {"9001", a.Authz}, {"8080", a.App},
-	} {
-		host, port, err := net.SplitHostPort(r.addr)
-		if err != nil {
-			t.Fatalf("address %q: %v", r.addr, err)
-		}
-		old := "address: 127.0.0.1, port_value: " + r.port + " }"
-		if n := strings.Count(cfg, old); n != 1 {
-			t.Fatalf("%s: %q occurs %d times, want 1", envoyConfig, old, n)
-		}
-		cfg = strings.Replace(cfg, old, "address: "+host+", port_value: "+port+" }", 1)
-	}
-	out := filepath.Join(dir, "envoy.yaml")
-	if err := os.WriteFile(out, []byte(cfg), 0o644); err != nil {
-		t.Fatalf("write envoy config: %v", err)
-	}
-	return out
-}
-
-// upstream is the application behind Envoy: it answers 200 (401 on a
-// login without the right password) and counts the requests that reached
+// upstream is the application behind Envoy (exampleapp): 200, or 401 on
+// a login without the right password; it counts the requests that reached
 // it, per path.
 type upstream struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	hits map[string]int
+	app  *exampleapp.App
+	addr string
 }
 
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
-	u := &upstream{hits: map[string]int{}}
-	// httptest listens on 127.0.0.1:0.
-	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
-		u.mu.Lock()
-		u.hits[r.URL.Path]++
-		u.mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		// The login routes check a password: only "right" is.
-		if strings.HasSuffix(r.URL.Path, "/login") && !strings.Contains(string(body), `"password":"right"`) {
-			w.WriteHeader(http.StatusUnauthorized)
-			io.WriteString(w, `{"error":"bad credentials"}`)
-			return
-		}
-		io.WriteString(w, `{"ok":true}`)
-	}))
-	t.Cleanup(u.srv.Close)
-	return u
+	app := exampleapp.New()
+	srv := httptest.NewServer(app) // listens on 127.0.0.1:0
+	t.Cleanup(srv.Close)
+	return &upstream{app: app, addr: srv.Listener.Addr().String()}
 }
 
-func (u *upstream) addr() string { return u.srv.Listener.Addr().String() }
-
-func (u *upstream) count(path string) int {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.hits[path]
-}
-
-func (u *upstream) reset() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	clear(u.hits)
-}
+func (u *upstream) count(path string) int { return u.app.Hits(path) }
+func (u *upstream) reset()                { u.app.Reset() }
 
 // stack is one test's Envoy, server and upstream.
 type stack struct {
 	t        *testing.T
 	logs     *logs
-	addrs    envoyAddrs
+	addrs    envoyconf.Addrs
 	httpAddr string // the server's HTTP (readyz, metrics) address
 	up       *upstream
-	envoy    *proc
-	server   *proc
+	envoy    *process
+	server   *process
 	client   *http.Client
 }
 
@@ -443,7 +275,7 @@ func newStack(t *testing.T) *stack {
 	envoyBin := envoyBinary(t)
 	s := &stack{t: t, logs: newLogs(t)}
 	s.up = startUpstream(t)
-	s.addrs = envoyAddrs{Admin: freeAddr(t), Listener: freeAddr(t), Authz: freeAddr(t), App: s.up.addr()}
+	s.addrs = envoyconf.Addrs{Admin: freeAddr(t), Listener: freeAddr(t), Authz: []string{freeAddr(t)}, App: s.up.addr}
 	s.httpAddr = freeAddr(t)
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
@@ -451,7 +283,10 @@ func newStack(t *testing.T) *stack {
 	}
 	t.Cleanup(s.client.CloseIdleConnections)
 
-	cfg := renderEnvoyConfig(t, s.logs.dir, s.addrs)
+	cfg := filepath.Join(s.logs.dir, "envoy.yaml")
+	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, s.addrs); err != nil {
+		t.Fatal(err)
+	}
 	s.envoy = s.logs.start(t, "envoy", envoyBin,
 		"-c", cfg,
 		"--concurrency", "1",
@@ -466,11 +301,11 @@ func newStack(t *testing.T) *stack {
 
 // startServer starts ratelimit-authz on the stack's gRPC and HTTP
 // addresses with the shipped config and waits for /readyz.
-func (s *stack) startServer(bin, config string) *proc {
+func (s *stack) startServer(bin, config string) *process {
 	s.t.Helper()
 	s.server = s.logs.start(s.t, "ratelimit-authz", bin, "serve",
 		"--config", config,
-		"--grpc-addr", s.addrs.Authz,
+		"--grpc-addr", s.addrs.Authz[0],
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
 	)

@@ -1,0 +1,146 @@
+// Package envoyconf renders the shipped Envoy bootstrap,
+// envoy/ratelimit-authz.yaml, with the addresses of one run: the end-to-end
+// tests and the demo run exactly the file users copy, with only its four
+// addresses changed (and the ratelimit_authz cluster given one endpoint
+// per node).
+//
+// The rendering is textual, on purpose: each shipped address must occur
+// exactly once, so a bootstrap whose addresses are edited, added or
+// reformatted makes Render fail loudly instead of leaving a fixed port
+// behind.
+package envoyconf
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Path is the shipped bootstrap, relative to the repository root.
+const Path = "envoy/ratelimit-authz.yaml"
+
+// The addresses in the shipped bootstrap that Render replaces.
+const (
+	ShippedAdmin    = "127.0.0.1:9901"  // admin interface
+	ShippedListener = "127.0.0.1:10000" // listener "ingress"
+	ShippedAuthz    = "127.0.0.1:9001"  // the endpoint of cluster ratelimit_authz
+	ShippedApp      = "127.0.0.1:8080"  // the endpoint of cluster app
+)
+
+// ErrPlaceholder means a shipped address does not occur exactly once, in
+// the form Render looks for, in the bootstrap.
+var ErrPlaceholder = errors.New("envoyconf: shipped address not found exactly once")
+
+// Addrs are the addresses of one run, each host:port with an IP literal
+// host (the bootstrap's clusters are STATIC).
+type Addrs struct {
+	Admin    string   // Envoy's admin interface
+	Listener string   // where clients connect
+	Authz    []string // the ratelimit-authz nodes (gRPC), at least one: the endpoints of cluster ratelimit_authz
+	App      string   // the application behind Envoy
+}
+
+// Render returns the bootstrap src with the shipped addresses replaced by
+// a's. With several Authz addresses, the cluster's single lb_endpoints
+// entry is repeated once per address, so Envoy balances over the nodes.
+func Render(src []byte, a Addrs) ([]byte, error) {
+	if len(a.Authz) == 0 {
+		return nil, errors.New("envoyconf: no ratelimit-authz address")
+	}
+	cfg := string(src)
+	for _, r := range []struct{ shipped, addr string }{
+		{ShippedAdmin, a.Admin}, {ShippedListener, a.Listener}, {ShippedApp, a.App},
+	} {
+		old, err := socketAddress(r.shipped)
+		if err != nil {
+			return nil, err
+		}
+		repl, err := socketAddress(r.addr)
+		if err != nil {
+			return nil, err
+		}
+		if n := strings.Count(cfg, old); n != 1 {
+			return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, old, n)
+		}
+		cfg = strings.Replace(cfg, old, repl, 1)
+	}
+	return renderAuthz(cfg, a.Authz)
+}
+
+// renderAuthz replaces the line holding the ratelimit_authz endpoint with
+// one such line per address.
+func renderAuthz(cfg string, addrs []string) ([]byte, error) {
+	old, err := socketAddress(ShippedAuthz)
+	if err != nil {
+		return nil, err
+	}
+	if n := strings.Count(cfg, old); n != 1 {
+		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, old, n)
+	}
+	i := strings.Index(cfg, old)
+	start := strings.LastIndexByte(cfg[:i], '\n') + 1
+	end := len(cfg)
+	if j := strings.IndexByte(cfg[i:], '\n'); j >= 0 {
+		end = i + j + 1
+	}
+	line := cfg[start:end]
+	if len(addrs) > 1 && !strings.HasPrefix(strings.TrimSpace(line), "- endpoint:") {
+		// Repeating the line is only right for one lb_endpoints entry
+		// written on one line.
+		return nil, fmt.Errorf("%w: the ratelimit_authz endpoint is no longer a one-line \"- endpoint:\" entry, cannot add endpoints: %q",
+			ErrPlaceholder, strings.TrimSpace(line))
+	}
+	var b strings.Builder
+	b.WriteString(cfg[:start])
+	for _, addr := range addrs {
+		repl, err := socketAddress(addr)
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString(strings.Replace(line, old, repl, 1))
+	}
+	b.WriteString(cfg[end:])
+	return []byte(b.String()), nil
+}
+
+// socketAddress is addr as the bootstrap writes it, up to the brace that
+// closes socket_address: "address: 127.0.0.1, port_value: 9001 }".
+func socketAddress(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("envoyconf: address %q: %w", addr, err)
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || ip.Zone() != "" {
+		return "", fmt.Errorf("envoyconf: address %q: want an IP literal host (the clusters are STATIC)", addr)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return "", fmt.Errorf("envoyconf: address %q: want a port in 1…65535", addr)
+	}
+	h := ip.String()
+	if ip.Is6() {
+		h = `"` + h + `"` // a plain scalar may not hold ':' in a flow mapping
+	}
+	return "address: " + h + ", port_value: " + strconv.FormatUint(p, 10) + " }", nil
+}
+
+// RenderFile renders the bootstrap at src into dst (mode 0644).
+func RenderFile(src, dst string, a Addrs) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return fmt.Errorf("envoyconf: %w", err)
+	}
+	out, err := Render(b, a)
+	if err != nil {
+		return fmt.Errorf("%w (in %s)", err, src)
+	}
+	if err := os.WriteFile(dst, out, 0o644); err != nil {
+		return fmt.Errorf("envoyconf: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,232 @@
+package envoyconf
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// shipped is envoy/ratelimit-authz.yaml from the repository.
+func shipped(t *testing.T) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", Path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// bootstrap is the part of an Envoy bootstrap the tests look at.
+type bootstrap struct {
+	Admin           struct{ Address address }
+	StaticResources struct {
+		Listeners []struct {
+			Name    string
+			Address address
+		}
+		Clusters []struct {
+			Name           string
+			LoadAssignment struct {
+				Endpoints []struct {
+					LbEndpoints []struct {
+						Endpoint struct{ Address address }
+					} `yaml:"lb_endpoints"`
+				}
+			} `yaml:"load_assignment"`
+		}
+	} `yaml:"static_resources"`
+}
+
+type address struct {
+	SocketAddress struct {
+		Address   string
+		PortValue int `yaml:"port_value"`
+	} `yaml:"socket_address"`
+}
+
+func (a address) String() string {
+	return net.JoinHostPort(a.SocketAddress.Address, strconv.Itoa(a.SocketAddress.PortValue))
+}
+
+func parse(t *testing.T, b []byte) *bootstrap {
+	t.Helper()
+	var bs bootstrap
+	if err := yaml.Unmarshal(b, &bs); err != nil {
+		t.Fatalf("rendered bootstrap is not YAML: %v\n%s", err, b)
+	}
+	return &bs
+}
+
+// endpoints returns the addresses of a cluster's endpoints.
+func (bs *bootstrap) endpoints(cluster string) []string {
+	var out []string
+	for _, c := range bs.StaticResources.Clusters {
+		if c.Name != cluster {
+			continue
+		}
+		for _, e := range c.LoadAssignment.Endpoints {
+			for _, lb := range e.LbEndpoints {
+				out = append(out, lb.Endpoint.Address.String())
+			}
+		}
+	}
+	return out
+}
+
+func TestShippedAddresses(t *testing.T) {
+	bs := parse(t, shipped(t))
+	if got := bs.Admin.Address.String(); got != ShippedAdmin {
+		t.Errorf("admin %s, want %s", got, ShippedAdmin)
+	}
+	if len(bs.StaticResources.Listeners) != 1 || bs.StaticResources.Listeners[0].Address.String() != ShippedListener {
+		t.Errorf("listeners %+v, want one on %s", bs.StaticResources.Listeners, ShippedListener)
+	}
+	if got := bs.endpoints("ratelimit_authz"); len(got) != 1 || got[0] != ShippedAuthz {
+		t.Errorf("ratelimit_authz endpoints %v, want [%s]", got, ShippedAuthz)
+	}
+	if got := bs.endpoints("app"); len(got) != 1 || got[0] != ShippedApp {
+		t.Errorf("app endpoints %v, want [%s]", got, ShippedApp)
+	}
+}
+
+func TestRender(t *testing.T) {
+	for _, authz := range [][]string{
+		{"127.0.0.1:40001"},
+		{"127.0.0.1:40001", "127.0.0.2:40002", "127.0.0.3:40003"},
+	} {
+		a := Addrs{Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", Authz: authz, App: "127.0.0.1:43000"}
+		out, err := Render(shipped(t), a)
+		if err != nil {
+			t.Fatalf("%d endpoints: %v", len(authz), err)
+		}
+		bs := parse(t, out)
+		if got := bs.Admin.Address.String(); got != a.Admin {
+			t.Errorf("admin %s, want %s", got, a.Admin)
+		}
+		if got := bs.StaticResources.Listeners[0].Address.String(); got != a.Listener {
+			t.Errorf("listener %s, want %s", got, a.Listener)
+		}
+		if got := bs.endpoints("ratelimit_authz"); strings.Join(got, " ") != strings.Join(authz, " ") {
+			t.Errorf("ratelimit_authz endpoints %v, want %v", got, authz)
+		}
+		if got := bs.endpoints("app"); len(got) != 1 || got[0] != a.App {
+			t.Errorf("app endpoints %v, want [%s]", got, a.App)
+		}
+		for _, port := range []string{"9901", "10000", "9001", "8080"} {
+			if strings.Contains(string(out), "port_value: "+port+" ") {
+				t.Errorf("shipped port %s left in the rendering", port)
+			}
+		}
+		// Only the addresses changed: same lines otherwise.
+		if d := strings.Count(string(out), "\n") - strings.Count(string(shipped(t)), "\n"); d != len(authz)-1 {
+			t.Errorf("rendering has %d more lines, want %d", d, len(authz)-1)
+		}
+	}
+}
+
+func TestRenderIPv6(t *testing.T) {
+	a := Addrs{Admin: "[::1]:41000", Listener: "[::1]:42000", Authz: []string{"[::1]:40001", "127.0.0.1:40002"}, App: "[::1]:43000"}
+	out, err := Render(shipped(t), a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := parse(t, out)
+	if got := bs.endpoints("ratelimit_authz"); strings.Join(got, " ") != "[::1]:40001 127.0.0.1:40002" {
+		t.Errorf("ratelimit_authz endpoints %v", got)
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	good := Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}
+	src := string(shipped(t))
+	const authzLine = "- endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9001 } } }"
+	if !strings.Contains(src, authzLine) {
+		t.Fatalf("shipped bootstrap lacks %q", authzLine)
+	}
+	for name, tc := range map[string]struct {
+		src         string
+		addrs       Addrs
+		placeholder bool // want ErrPlaceholder
+	}{
+		"listener address changed": {strings.Replace(src, "port_value: 10000", "port_value: 10001", 1), good, true},
+		"admin address twice":      {src + "# address: 127.0.0.1, port_value: 9901 }\n", good, true},
+		"app address missing":      {strings.Replace(src, "port_value: 8080 }", "port_value: 8081 }", 1), good, true},
+		"authz address missing":    {strings.Replace(src, "port_value: 9001 }", "port_value: 9002 }", 1), good, true},
+		"authz address twice":      {src + "#" + authzLine + "\n", good, true},
+		"authz endpoint reformatted, several endpoints": {
+			strings.Replace(src, authzLine, "- endpoint:\n            address: { socket_address: { address: 127.0.0.1, port_value: 9001 } }", 1),
+			Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3", "127.0.0.1:5"}, App: "127.0.0.1:4"},
+			true,
+		},
+		"no authz":       {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", App: "127.0.0.1:4"}, false},
+		"host name":      {src, Addrs{Admin: "localhost:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
+		"no port":        {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
+		"port zero":      {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:0"}, App: "127.0.0.1:4"}, false},
+		"port too large": {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:65536"}, false},
+	} {
+		out, err := Render([]byte(tc.src), tc.addrs)
+		if err == nil {
+			t.Errorf("%s: rendered without error:\n%s", name, out)
+			continue
+		}
+		if errors.Is(err, ErrPlaceholder) != tc.placeholder {
+			t.Errorf("%s: %v; ErrPlaceholder %v, want %v", name, err, !tc.placeholder, tc.placeholder)
+		}
+	}
+
+	// A reformatted authz endpoint is still fine for one node.
+	src1 := strings.Replace(src, authzLine, "- endpoint:\n            address: { socket_address: { address: 127.0.0.1, port_value: 9001 } }", 1)
+	if _, err := Render([]byte(src1), good); err != nil {
+		t.Errorf("one endpoint, reformatted: %v", err)
+	}
+}
+
+func TestRenderFile(t *testing.T) {
+	dst := filepath.Join(t.TempDir(), "envoy.yaml")
+	a := Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}
+	if err := RenderFile(filepath.Join("..", "..", Path), dst, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := RenderFile(filepath.Join(t.TempDir(), "missing.yaml"), dst, a); err == nil {
+		t.Error("RenderFile of a missing file succeeded")
+	}
+}
+
+// TestRenderedValidates runs `envoy --mode validate` on a rendering with
+// three nodes. It needs the Envoy that `make tools` installs (or
+// $E2E_ENVOY_BIN): skipped without it, failed under CI=true.
+func TestRenderedValidates(t *testing.T) {
+	envoy := os.Getenv("E2E_ENVOY_BIN")
+	if envoy == "" {
+		envoy = filepath.Join("..", "..", ".tools", "bin", "envoy")
+	}
+	if _, err := os.Stat(envoy); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("envoy not available: %v", err)
+		}
+		t.Skipf("envoy not available (make tools installs it): %v", err)
+	}
+	dst := filepath.Join(t.TempDir(), "envoy.yaml")
+	a := Addrs{
+		Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", App: "127.0.0.1:43000",
+		Authz: []string{"127.0.0.1:40001", "127.0.0.1:40002", "127.0.0.1:40003"},
+	}
+	if err := RenderFile(filepath.Join("..", "..", Path), dst, a); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", dst, "--log-level", "error").CombinedOutput()
+	if err != nil {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+	}
+}
