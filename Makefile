@@ -24,8 +24,10 @@ run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC) and :909
 	./$(BIN) serve --config config/ratelimit.yaml --log-level $${LOG_LEVEL:-info}
 
 .PHONY: tools
-tools: ## install what the tests need: Envoy (into .tools/)
+tools: ## install what the tests need: Envoy and nats-server (into .tools/), PostgreSQL (apt, when missing)
 	@scripts/install-envoy.sh >/dev/null
+	@scripts/install-postgres.sh >/dev/null
+	@scripts/install-nats.sh >/dev/null
 
 .PHONY: test
 test: lint tools ## vet, format and tidy checks, then every test under -race (installs what it needs)

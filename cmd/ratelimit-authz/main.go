@@ -3,6 +3,8 @@
 //
 //	ratelimit-authz serve [flags]          serve Check on gRPC, metrics on HTTP
 //	ratelimit-authz check-config [flags]   validate a configuration file
+//	ratelimit-authz limits COMMAND …       per-tenant limit overrides in Postgres
+//	ratelimit-authz migrate [flags]        create or upgrade the Postgres schema
 //	ratelimit-authz version                print the version
 package main
 
@@ -51,6 +53,8 @@ const usage = `ratelimit-authz: rate-limit HTTP traffic at Envoy's ext_authz fil
 Usage:
   ratelimit-authz serve [flags]          serve ext_authz Check (gRPC) and metrics (HTTP)
   ratelimit-authz check-config [flags]   validate a configuration file; exit 1 on problems
+  ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit
+  ratelimit-authz migrate [flags]        create or upgrade the Postgres schema of the overrides
   ratelimit-authz version                print the version
   ratelimit-authz help [command]         show help
 
@@ -70,6 +74,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runServe(ctx, rest, getenv, stdout, stderr)
 	case "check-config":
 		return runCheckConfig(rest, getenv, stdout, stderr)
+	case "limits":
+		return runLimits(ctx, rest, getenv, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "ratelimit-authz", version)
 		return nil

@@ -31,6 +31,8 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
 	failuresToken   string
+	databaseURL     string // tenant overrides; "" = configured limits only
+	cluster         clusterConfig
 }
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -44,6 +46,8 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Duration(&c.drainDelay, "drain-delay", "RATELIMIT_AUTHZ_DRAIN_DELAY", 2*time.Second, "on shutdown, report NOT_SERVING this long before refusing new checks")
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "RATELIMIT_AUTHZ_SHUTDOWN_TIMEOUT", 10*time.Second, "longest wait for in-flight checks on shutdown")
 	f.Duration(&c.sweepInterval, "sweep-interval", "RATELIMIT_AUTHZ_SWEEP_INTERVAL", 10*time.Second, "how often expired counters are reclaimed")
+	f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres `URL` of the per-tenant limit overrides (see 'limits' and 'migrate'); empty: configured limits only")
+	c.cluster.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
@@ -53,6 +57,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	// A secret: from the environment only, never a flag (ps would show it).
 	c.failuresToken = getenv("RATELIMIT_AUTHZ_FAILURES_TOKEN")
 	c.configExplicit = f.set("config", "RATELIMIT_AUTHZ_CONFIG")
+	if err := c.cluster.resolve(getenv); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
 	if c.sweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
 	}
@@ -95,7 +102,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		ConstLabels: prometheus.Labels{"version": version},
 	}, func() float64 { return 1 }))
 
-	store, err := counter.New(r.Counter)
+	store, err := counter.New(c.cluster.counterConfig(r.Counter))
 	if err != nil {
 		return fmt.Errorf("create counter: %w", err)
 	}
@@ -106,7 +113,15 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("compile routes: %w", err)
 	}
-	svc, err := authz.New(r, matcher, store, reg, log, authz.Options{})
+	overrides, runOverrides, err := newOverrides(ctx, c.databaseURL, r, reg, log)
+	if err != nil {
+		return err
+	}
+	svc, err := authz.New(r, matcher, store, reg, log, authz.Options{Overrides: overrides})
+	if err != nil {
+		return err
+	}
+	repl, err := newReplicator(&c.cluster, r, store, reg, log)
 	if err != nil {
 		return err
 	}
@@ -117,14 +132,18 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	srv, err := server.New(server.Config{
 		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr,
 		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
+		ReadyAfter: readyAfter(repl), // a cluster node warms up from its peers first
 	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
 	if err != nil {
 		return err
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
+	srvDone := make(chan struct{})
+	g.Go(func() error { defer close(srvDone); return srv.Run(gctx) })
+	g.Go(func() error { return runReplicator(gctx, srvDone, repl) }) // final batch after gRPC stops
 	g.Go(func() error { return store.Run(gctx, c.sweepInterval) })
+	g.Go(func() error { return runOverrides(gctx) }) // closes its Postgres connection on return
 	err = g.Wait()
 	srv.Close()
 	return err

@@ -170,3 +170,63 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Errorf("%.1f bytes per live key, over the 200-byte guard", perKey)
 	}
 }
+
+// BenchmarkTakeTracked is BenchmarkTake with change tracking on (the
+// cluster backend): every first hit of a key in an interval is marked.
+// Changes is called every 1024 hits, as a sync interval would.
+func BenchmarkTakeTracked(b *testing.B) {
+	s := newStore(b, Config{Track: true})
+	lim := benchLimit(Fixed)
+	keys := ipKeys(1024)
+	for _, k := range keys {
+		s.Take(0, k, lim, benchNow)
+	}
+	var buf []WindowCount
+	buf, _ = s.Changes(buf, benchNow)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Take(0, keys[i&1023], lim, benchNow)
+		i++
+		if i&(1<<16-1) == 0 {
+			b.StopTimer()
+			buf, _ = s.Changes(buf[:0], benchNow)
+			b.StartTimer()
+		}
+	}
+}
+
+// BenchmarkChanges is one sync interval's collection of 1024 changed keys.
+func BenchmarkChanges(b *testing.B) {
+	s := newStore(b, Config{Track: true})
+	lim := benchLimit(Fixed)
+	keys := ipKeys(1024)
+	var buf []WindowCount
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for _, k := range keys {
+			s.Take(0, k, lim, benchNow)
+		}
+		b.StartTimer()
+		buf, _ = s.Changes(buf[:0], benchNow)
+	}
+	b.ReportMetric(float64(len(buf)), "keys/op")
+}
+
+// BenchmarkMerge merges a peer's running counts of existing keys.
+func BenchmarkMerge(b *testing.B) {
+	s := newStore(b, Config{Track: true})
+	lim := benchLimit(Fixed)
+	keys := ipKeys(1024)
+	w := benchNow.UnixMilli() / lim.ScaleMS
+	for _, k := range keys {
+		s.Take(0, k, lim, benchNow)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		s.Merge(1, WindowCount{Key: keys[i&1023], ScaleMS: lim.ScaleMS, Window: w, Count: int64(i>>10 + 1)}, benchNow)
+		i++
+	}
+}

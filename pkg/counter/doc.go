@@ -26,6 +26,29 @@
 // before it, split into this node's own hits (local) and the hits merged from
 // peers (remote); decisions use local + remote.
 //
+// # Replication hooks
+//
+// The store is what a cluster of nodes shares, but it knows nothing of the
+// network; package replicate moves the counts. Three methods serve it:
+//
+//   - With Config.Track set, every local count a Take or Incr changes marks
+//     its (bucket, key, window); [Store.Changes] returns this node's
+//     running count of each marked window and clears the marks. Marking
+//     copies the key into a per-shard buffer that is reused between calls,
+//     so a Take on an existing key still does not allocate, and costs one
+//     predictable branch when Track is off.
+//   - [Store.Merge] takes a peer's running count of one window and keeps,
+//     per (peer, key, window), the highest seen; the key's remote count is
+//     the sum over peers. A lost report is repaired by the next one, a
+//     repeated or reordered one changes nothing. Windows that have ended
+//     (Fixed: before now's; Sliding: before the previous) are refused as
+//     Stale, on both sides. Per-peer counts live in a per-shard side table
+//     keyed like the entries, only for keys peers reported, bounded by
+//     Config.MaxPeersPerKey and swept with their entries; an entry stays
+//     48 bytes and pointer-free.
+//   - [Store.Snapshot] lists every live count with the node that made it,
+//     for a peer that warm-starts; it merges them with Merge.
+//
 // # Bounded memory and the failure mode
 //
 // Keys come from requests, so an attacker controls them. Two bounds keep

@@ -92,3 +92,32 @@ func ExampleStore_Release() {
 	fmt.Println(local)
 	// Output: 0
 }
+
+func ExampleStore_Merge() {
+	// Two nodes; each reports its own running count, and the other keeps
+	// the highest report per peer.
+	a, _ := counter.New(counter.Config{Track: true})
+	b, _ := counter.New(counter.Config{Track: true})
+	const nodeA counter.PeerID = 1 // b's name for a
+	lim := counter.Limit{Limit: 100, ScaleMS: 1000}
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	for range 3 {
+		a.Take(0, "tenant-a", lim, now)
+	}
+	changes, _ := a.Changes(nil, now)
+	fmt.Println(changes[0].Key, changes[0].Count)
+	fmt.Println(b.Merge(nodeA, changes[0], now))
+	fmt.Println(b.Merge(nodeA, changes[0], now)) // a duplicate
+	a.Take(0, "tenant-a", lim, now)
+	a.Take(0, "tenant-a", lim, now)
+	changes, _ = a.Changes(changes[:0], now) // the previous report was lost? This one repairs it.
+	fmt.Println(b.Merge(nodeA, changes[0], now))
+	_, total := b.Count(0, "tenant-a", lim.ScaleMS, changes[0].Window)
+	fmt.Println(total)
+	// Output:
+	// tenant-a 3
+	// merged
+	// unchanged
+	// merged
+	// 5
+}

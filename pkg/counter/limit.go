@@ -121,14 +121,23 @@ type Config struct {
 	// MaxKeyBytes: longer keys are stored as a 33-byte digest;
 	// 0 means 128.
 	MaxKeyBytes int
+	// Track makes the store note which of this node's own counts changed,
+	// for [Store.Changes] (replication turns it on). Off, Changes returns
+	// nothing and Take and Incr do no extra work.
+	Track bool
+	// MaxPeersPerKey bounds how many peers' counts [Store.Merge] keeps per
+	// key; 0 means 64.
+	MaxPeersPerKey int
 }
 
 // Defaults for a zero Config field.
 const (
-	DefaultMaxKeys     = 1_000_000
-	DefaultShards      = 64
-	DefaultMaxKeyBytes = 128
-	maxShards          = 1 << 16
+	DefaultMaxKeys        = 1_000_000
+	DefaultShards         = 64
+	DefaultMaxKeyBytes    = 128
+	DefaultMaxPeersPerKey = 64
+	maxShards             = 1 << 16
+	maxPeersPerKey        = 1 << 16
 )
 
 // withDefaults validates cfg and fills in defaults.
@@ -141,6 +150,12 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxKeyBytes < 0 {
 		return cfg, fmt.Errorf("%w: MaxKeyBytes %d is negative", ErrInvalidConfig, cfg.MaxKeyBytes)
+	}
+	if cfg.MaxPeersPerKey < 0 || cfg.MaxPeersPerKey > maxPeersPerKey {
+		return cfg, fmt.Errorf("%w: MaxPeersPerKey %d is outside [0, %d]", ErrInvalidConfig, cfg.MaxPeersPerKey, maxPeersPerKey)
+	}
+	if cfg.MaxPeersPerKey == 0 {
+		cfg.MaxPeersPerKey = DefaultMaxPeersPerKey
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys

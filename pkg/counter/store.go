@@ -25,6 +25,8 @@ type Store struct {
 	shards      []shard
 	shift       uint // 64 − log2(len(shards)): the shard index is the top bits of the hash
 	maxKeyBytes int
+	track       bool // note changed local counts for Changes
+	maxPeers    int  // peer counts kept per key by Merge
 }
 
 // shard owns a slice of the key space behind one mutex, padded so that
@@ -47,6 +49,35 @@ type shardState struct {
 	minExpiry int64
 	refused   uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
 	sweeps    uint64 // passes over m; lets tests check a full shard does not sweep per insert
+
+	// changed lists the entries whose local counts changed since the last
+	// Changes (each at most once: the entry's listed mark), with their keys
+	// copied into keys so that no caller's string (perhaps a substring of a
+	// large header) is retained. Both keep their capacity between calls, so
+	// marking an entry does not allocate in steady state.
+	changed []changeRef
+	keys    []byte
+	// peers holds, per key that peers reported, each peer's latest count of
+	// the windows the entry holds (see Merge); nil until the first.
+	peers map[mapKey][]peerCount
+}
+
+// changeRef is one entry of shard.changed; its key is keys[off:off+n].
+type changeRef struct {
+	e      *entry
+	off    int
+	n      int32
+	bucket uint32
+}
+
+// peerCount is one peer's running counts of one key, per slot like the
+// entry's: n[i] counts window win[i]. It is valid only while gen equals the
+// entry's gen (a reset entry forgets every peer count).
+type peerCount struct {
+	peer PeerID
+	gen  uint16
+	win  [2]int64
+	n    [2]int64
 }
 
 // mapKey is the map key: a struct of a small int and a string, which the
@@ -58,14 +89,20 @@ type mapKey struct {
 
 // entry holds the counts of one (bucket, key): its newest window and the one
 // before it, indexed by window&1. A window that is not held reads as zero,
-// so no "valid" flags are needed. 48 bytes (one size class).
+// so no "valid" flags are needed. 48 bytes (one size class), no pointers
+// (the garbage collector does not scan entries).
 type entry struct {
 	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
 	local  [2]int64 // this node's hits (Take/Incr minus Release), saturating at MaxCount
-	remote [2]int64 // hits merged from peers (Add), saturating at MaxCount
+	remote [2]int64 // hits merged from peers (Add, Merge), saturating at MaxCount
 	scale  int32    // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^31)
 	alg    Algorithm
+	marks  uint8  // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
+	gen    uint16 // bumped by reset, so peer counts recorded before it no longer apply
 }
+
+// listed marks an entry that is on its shard's changed list.
+const listed = 1 << 7
 
 // New returns an empty Store, or an error wrapping [ErrInvalidConfig] for a
 // negative field or too many shards.
@@ -80,6 +117,8 @@ func New(cfg Config) (*Store, error) {
 		shards:      make([]shard, n),
 		shift:       uint(64 - bits.TrailingZeros(uint(n))),
 		maxKeyBytes: cfg.MaxKeyBytes,
+		track:       cfg.Track,
+		maxPeers:    cfg.MaxPeersPerKey,
 	}
 	capacity := (cfg.MaxKeys + n - 1) / n
 	for i := range s.shards {
@@ -157,9 +196,11 @@ func (e *entry) total(w int64) int64 {
 	return e.local[w&1] + e.remote[w&1]
 }
 
-// reset empties e and makes w its newest window.
+// reset empties e and makes w its newest window. It keeps the listed mark
+// (the entry is still on its shard's changed list) and bumps gen, which
+// invalidates the peer counts recorded for e.
 func (e *entry) reset(w int64) {
-	*e = entry{newest: w, scale: e.scale, alg: e.alg}
+	*e = entry{newest: w, scale: e.scale, alg: e.alg, marks: e.marks & listed, gen: e.gen + 1}
 }
 
 // advance makes w the newest window, dropping windows older than w−1.
@@ -167,6 +208,7 @@ func (e *entry) advance(w int64) {
 	switch {
 	case w == e.newest+1:
 		e.local[w&1], e.remote[w&1] = 0, 0
+		e.marks &^= 1 << (w & 1)
 		e.newest = w
 	case w > e.newest+1:
 		e.reset(w)
@@ -240,12 +282,19 @@ func (sh *shard) sweep(ms int64) int {
 		x := e.expiry()
 		if ms >= x {
 			delete(sh.m, k)
+			if len(sh.peers) > 0 {
+				delete(sh.peers, k)
+			}
+			e.marks = 0 // dropped from the changed list below
 			n++
 		} else if x < low {
 			low = x
 		}
 	}
 	sh.minExpiry = low
+	if n > 0 && len(sh.changed) > 0 {
+		sh.compactChanged()
+	}
 	return n
 }
 
@@ -362,6 +411,9 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], 1)
 		cur++
+		if s.track {
+			sh.mark(e, k, w)
+		}
 	}
 	sh.mu.Unlock()
 	return result(lim, w, el, prev, cur, ok)
@@ -415,6 +467,9 @@ func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int6
 		sh.noteExpiry(e)
 	}
 	e.local[w&1] = satAdd(e.local[w&1], n)
+	if s.track {
+		sh.mark(e, k, w)
+	}
 	var prev int64
 	if lim.Algorithm == Sliding {
 		prev = e.total(w - 1)

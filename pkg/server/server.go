@@ -37,6 +37,10 @@ type Config struct {
 	DrainDelay time.Duration
 	// ShutdownTimeout bounds GracefulStop; default 10 s.
 	ShutdownTimeout time.Duration
+	// ReadyAfter, when set, holds back SERVING (gRPC health and /readyz)
+	// until every channel in it is closed, for example until a cluster
+	// node has warmed up from its peers. Checks are answered meanwhile.
+	ReadyAfter []<-chan struct{}
 }
 
 func (c *Config) setDefaults() error {
@@ -87,6 +91,9 @@ type Server struct {
 	hlis   net.Listener
 	ready  atomic.Bool
 	closed sync.Once
+
+	servingMu sync.Mutex
+	stopping  bool // set by the first setServing(false): never SERVING again
 }
 
 // New binds both listeners and registers the services. The caller must
@@ -158,6 +165,12 @@ func (s *Server) GRPCAddr() net.Addr { return s.glis.Addr() }
 func (s *Server) HTTPAddr() net.Addr { return s.hlis.Addr() }
 
 func (s *Server) setServing(ok bool) {
+	s.servingMu.Lock()
+	defer s.servingMu.Unlock()
+	if ok && s.stopping {
+		return
+	}
+	s.stopping = s.stopping || !ok
 	st := healthpb.HealthCheckResponse_NOT_SERVING
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
@@ -183,7 +196,22 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	s.setServing(true)
+	if len(s.cfg.ReadyAfter) == 0 {
+		s.setServing(true)
+	} else {
+		g.Go(func() error {
+			for _, c := range s.cfg.ReadyAfter {
+				select {
+				case <-c:
+				case <-gctx.Done():
+					return nil
+				}
+			}
+			s.setServing(true)
+			s.log.Info("ready")
+			return nil
+		})
+	}
 	s.log.Info("serving", "grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String())
 	g.Go(func() error {
 		<-gctx.Done()

@@ -1,0 +1,436 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
+)
+
+const limitsUsage = `Usage: ratelimit-authz limits COMMAND [flags] ARGS
+
+Per-tenant limit overrides, kept in Postgres. Every node applies a change
+within a second, whether made here or with plain SQL.
+
+Commands:
+  set TENANT BUCKET LIMIT/WINDOW --actor NAME   override one bucket (e.g. 200/1s, 10/1m; windows 1s, 1m, 1h, 1d)
+  get TENANT                                   show a tenant's overrides and the configured limits
+  list                                         show every override
+  delete TENANT [BUCKET] --actor NAME          remove one bucket's override, or all of the tenant's
+  audit TENANT                                 show the tenant's change history
+
+Every command takes --database-url (env DATABASE_URL), --config (env
+RATELIMIT_AUTHZ_CONFIG: which buckets accept overrides) and --timeout.
+Run 'ratelimit-authz limits COMMAND --help' for its flags.
+
+Exit status: 0 done; 2 invalid input (nothing written); 1 anything else,
+such as a database error or nothing to delete.
+`
+
+func runLimits(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, limitsUsage)
+		return exitError{code: 2}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "set":
+		return limitsSet(ctx, rest, getenv, stdout, stderr)
+	case "get":
+		return limitsGet(ctx, rest, getenv, stdout, stderr)
+	case "list":
+		return limitsList(ctx, rest, getenv, stdout, stderr)
+	case "delete":
+		return limitsDelete(ctx, rest, getenv, stdout, stderr)
+	case "audit":
+		return limitsAudit(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, limitsUsage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "ratelimit-authz limits: unknown command %q\n\n%s", cmd, limitsUsage)
+		return exitError{code: 2}
+	}
+}
+
+// dbCommand holds what every database command shares: flags, then the
+// configuration and a connection.
+type dbCommand struct {
+	name        string // "limits set"
+	f           *envFlags
+	databaseURL string
+	configPath  string
+	timeout     time.Duration
+	actor       string // only for commands that change something
+	limit       int    // audit only
+}
+
+func newDBCommand(name, argsUsage, summary string, getenv func(string) string, defTimeout time.Duration, withConfig bool) *dbCommand {
+	c := &dbCommand{name: name, f: newEnvFlags(name, summary, getenv)}
+	c.f.fs.Usage = func() {
+		fmt.Fprintf(c.f.fs.Output(), "Usage: ratelimit-authz %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
+		c.f.fs.PrintDefaults()
+	}
+	c.f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres connection `URL` (postgres://user:password@host:5432/db?sslmode=require)")
+	if withConfig {
+		c.f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` naming the overridable buckets; when the default path is missing, the shipped configuration is used")
+	}
+	c.f.fs.DurationVar(&c.timeout, "timeout", defTimeout, "give up after this long")
+	return c
+}
+
+// parse parses flags given before, between or after the positional
+// arguments, and checks their number. done means the command is over
+// (help printed, or a usage error in err).
+func (c *dbCommand) parse(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, done bool, err error) {
+	fs := c.f.fs
+	fs.SetOutput(io.Discard)
+	for {
+		err := fs.Parse(args)
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil, true, nil
+		case err != nil:
+			return nil, true, c.usageError(stderr, "%v", err)
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...) // after --, nothing is a flag
+			break
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+	if err := errors.Join(c.f.errs...); err != nil {
+		return nil, true, c.usageError(stderr, "%v", err)
+	}
+	switch {
+	case len(pos) < minArgs:
+		return nil, true, c.usageError(stderr, "missing arguments")
+	case len(pos) > maxArgs:
+		return nil, true, c.usageError(stderr, "unexpected argument %q", pos[maxArgs])
+	case c.timeout <= 0:
+		return nil, true, c.usageError(stderr, "--timeout must be positive")
+	case c.databaseURL == "":
+		return nil, true, c.usageError(stderr, "no database: set --database-url or DATABASE_URL")
+	}
+	return pos, false, nil
+}
+
+func (c *dbCommand) usageError(stderr io.Writer, format string, args ...any) error {
+	fmt.Fprintf(stderr, "ratelimit-authz %s: %s\n", c.name, fmt.Sprintf(format, args...))
+	c.f.fs.SetOutput(stderr)
+	c.f.fs.Usage()
+	return exitError{code: 2}
+}
+
+// invalid is the exit for input that fails validation: status 2, nothing
+// written.
+func (c *dbCommand) invalid(err error) error {
+	return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz %s: %s", c.name, strings.TrimPrefix(err.Error(), tenantlimits.ErrInvalid.Error()+": "))}
+}
+
+func (c *dbCommand) failed(err error) error {
+	if errors.Is(err, tenantlimits.ErrInvalid) {
+		return c.invalid(err)
+	}
+	return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
+}
+
+func (c *dbCommand) rules() (*rules.Rules, error) {
+	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		if ps, ok := rules.AsProblems(err); ok {
+			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: configuration %s has %d problem(s):\n%v", c.name, source, len(ps), ps)}
+		}
+		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
+	}
+	return r, nil
+}
+
+// connect opens the database; the caller closes it.
+func (c *dbCommand) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(c.databaseURL)
+	if err != nil {
+		return nil, c.failed(fmt.Errorf("database URL: %w", err))
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "ratelimit-authz " + c.name
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, c.failed(fmt.Errorf("connect to the database: %w", err))
+	}
+	return conn, nil
+}
+
+func closeDB(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+// store connects and returns a Store and a function that closes it.
+func (c *dbCommand) store(ctx context.Context, r *rules.Rules) (*tenantlimits.Store, func(), error) {
+	conn, err := c.connect(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := tenantlimits.NewStore(conn, r)
+	if err != nil {
+		closeDB(conn)
+		return nil, nil, c.failed(err)
+	}
+	return s, func() { closeDB(conn) }, nil
+}
+
+// configured describes a bucket's limit without an override.
+func configured(r *rules.Rules, bucket string) string {
+	i := r.BucketIndex(bucket)
+	if i < 0 {
+		return "(not in the configuration)"
+	}
+	l, ok := r.Limit(-1, i)
+	if !ok {
+		return "(set per route)"
+	}
+	return rate(l)
+}
+
+func rate(l counter.Limit) string { return tenantlimits.FormatRate(l.Limit, l.ScaleMS) }
+
+func limitsSet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits set", " TENANT BUCKET LIMIT/WINDOW --actor NAME",
+		"Override one bucket's limit for a tenant, e.g. 'limits set acme activity_create 200/1s --actor alice'.\n"+
+			"LIMIT is requests per WINDOW: 1s, 1m, 1h or 1d. Only buckets with overridable: true\n"+
+			"in the configuration accept overrides. The change and its audit record are written in\n"+
+			"one transaction; every node applies it within a second.", getenv, 10*time.Second, true)
+	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
+	pos, done, err := c.parse(args, 3, 3, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	tenant, bucket := pos[0], pos[1]
+	// Everything is checked before the database is touched.
+	limit, scaleMS, rateErr := tenantlimits.ParseRate(pos[2])
+	o := tenantlimits.Override{Bucket: bucket, Limit: limit, ScaleMS: scaleMS}
+	if err := errors.Join(tenantlimits.ValidateTenant(tenant), bucketErr(r, bucket), rateErr, tenantlimits.ValidateActor(c.actor)); err != nil {
+		return c.invalid(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, closeStore, err := c.store(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	ch, err := s.Set(ctx, tenant, o, c.actor)
+	if err != nil {
+		return c.failed(err)
+	}
+	was := "the configured " + configured(r, bucket)
+	if ch.Old != nil {
+		was = ch.Old.Rate()
+	}
+	fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
+	return nil
+}
+
+func bucketErr(r *rules.Rules, bucket string) error {
+	_, err := tenantlimits.CheckBucket(r, bucket)
+	return err
+}
+
+func limitsDelete(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits delete", " TENANT [BUCKET] --actor NAME",
+		"Remove a tenant's override of BUCKET, or without BUCKET all of its overrides; the\n"+
+			"configured limits apply again. Exit 1 when there is nothing to remove.", getenv, 10*time.Second, true)
+	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
+	pos, done, err := c.parse(args, 1, 2, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	tenant, bucket := pos[0], ""
+	if len(pos) > 1 {
+		// Any name may be removed, overridable or not: cleaning up a row
+		// written with SQL is a reason to delete.
+		bucket = pos[1]
+	}
+	if err := errors.Join(tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+		return c.invalid(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, closeStore, err := c.store(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	changes, err := s.Delete(ctx, tenant, bucket, c.actor)
+	switch {
+	case errors.Is(err, tenantlimits.ErrNotFound) && bucket != "":
+		return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no override for bucket %q; nothing deleted", c.name, tenant, bucket)}
+	case errors.Is(err, tenantlimits.ErrNotFound):
+		return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no overrides; nothing deleted", c.name, tenant)}
+	case err != nil:
+		return c.failed(err)
+	}
+	for _, ch := range changes {
+		fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(r, ch.Bucket))
+	}
+	return nil
+}
+
+func limitsGet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits get", " TENANT", "Show a tenant's overrides next to the configured limits.", getenv, 10*time.Second, true)
+	pos, done, err := c.parse(args, 1, 1, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	if err := tenantlimits.ValidateTenant(pos[0]); err != nil {
+		return c.invalid(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, closeStore, err := c.store(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	t, ok, err := s.Get(ctx, pos[0])
+	if err != nil {
+		return c.failed(err)
+	}
+	if !ok {
+		fmt.Fprintf(stdout, "%s: no overrides; the configured limits apply\n", pos[0])
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BUCKET\tOVERRIDE\tCONFIGURED\tNOTE")
+	for _, o := range t.Overrides {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(r, o.Bucket), note(r, o.Bucket))
+	}
+	tw.Flush()
+	for _, p := range t.Problems {
+		fmt.Fprintf(stdout, "skipped by the server: %s\n", p)
+	}
+	fmt.Fprintf(stdout, "updated %s\n", t.UpdatedAt.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// note flags an override the server ignores under this configuration.
+func note(r *rules.Rules, bucket string) string {
+	if _, err := tenantlimits.CheckBucket(r, bucket); err != nil {
+		return "ignored: not overridable in this configuration"
+	}
+	return ""
+}
+
+func limitsList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits list", "", "Show every tenant override, by tenant.", getenv, time.Minute, true)
+	_, done, err := c.parse(args, 0, 0, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, closeStore, err := c.store(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE")
+	n := 0
+	err = s.List(ctx, func(t tenantlimits.Tenant) error {
+		updated := t.UpdatedAt.UTC().Format(time.RFC3339)
+		for _, o := range t.Overrides {
+			n++
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Tenant, o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+		}
+		for _, p := range t.Problems {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", t.Tenant, updated, p)
+		}
+		return nil
+	})
+	tw.Flush()
+	if err != nil {
+		return c.failed(err)
+	}
+	fmt.Fprintf(stdout, "%d override(s)\n", n)
+	return nil
+}
+
+func limitsAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits audit", " TENANT", "Show who changed a tenant's overrides and when, oldest first: the CLI's --actor,\nor sql:USER for changes made with plain SQL.", getenv, 10*time.Second, true)
+	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
+	pos, done, err := c.parse(args, 1, 1, stdout, stderr)
+	if done {
+		return err
+	}
+	if c.limit < 1 {
+		return c.usageError(stderr, "--limit must be at least 1")
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	s, closeStore, err := c.store(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer closeStore()
+	entries, err := s.Audit(ctx, pos[0], c.limit)
+	if err != nil {
+		return c.failed(err)
+	}
+	if len(entries) == 0 {
+		fmt.Fprintf(stdout, "%s: no changes recorded\n", pos[0])
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TIME\tACTOR\tBUCKET\tOLD\tNEW")
+	for _, e := range entries {
+		at := e.At.UTC().Format(time.RFC3339)
+		changes := e.Changes()
+		if len(changes) == 0 { // e.g. a value rewritten with the same limits
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", at, e.Actor)
+		}
+		for _, ch := range changes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", at, e.Actor, ch.Bucket, ch.Old, ch.New)
+		}
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,342 @@
+package counter
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PeerID names a peer node to [Store.Merge]. The caller (replication)
+// assigns them and must not reuse one for another peer while counts it
+// merged under it may still be held (for as long as its longest window).
+// [Self], 0, is this node.
+type PeerID uint32
+
+// Self is the PeerID of this node's own counts in a [PeerCount].
+const Self PeerID = 0
+
+// WindowCount is one node's running count of (Bucket, Key) in one window:
+// what [Store.Changes] reports of this node and what [Store.Merge] takes
+// from a peer. A running count only grows within its window (a Release may
+// lower it a little; Merge keeps the higher), so merging the latest one by
+// max repairs a lost report and ignores a duplicate or late one.
+type WindowCount struct {
+	Bucket    uint32
+	Key       string
+	ScaleMS   int64 // the window length the count was made in
+	Algorithm Algorithm
+	Window    int64 // window number: unix ms / ScaleMS
+	Count     int64 // 0 ≤ Count ≤ MaxCount
+}
+
+// PeerCount is a WindowCount with the node that made it, for warm starts:
+// [Store.Snapshot] lists this node's own counts (Peer == Self) and every
+// peer count it merged.
+type PeerCount struct {
+	Peer PeerID
+	WindowCount
+}
+
+// MergeStatus is what [Store.Merge] did with a count.
+type MergeStatus uint8
+
+const (
+	// Merged: the count was above what the peer had reported for the
+	// window, and the difference now counts in decisions.
+	Merged MergeStatus = iota
+	// Unchanged: not above what the peer had reported (a duplicate, a
+	// reordered or repeated report, or a count of 0).
+	Unchanged
+	// Stale: the window has ended (Fixed: before now's window; Sliding:
+	// before the previous one), is more than one window ahead of now, or
+	// the key already holds newer windows.
+	Stale
+	// Deferred: the window is now's + 1 and storing it would drop the
+	// previous window that a Sliding limit still reads at now. Offer the
+	// count again once now has reached its window.
+	Deferred
+	// Mismatch: the key is counted here in another window length (the
+	// nodes' configurations differ); the count is ignored.
+	Mismatch
+	// Refused: no room — a new key at the key bound (counted in Refused),
+	// or the key already holds counts of MaxPeersPerKey peers.
+	Refused
+	// Invalid: a zero or out-of-range field, or Peer == Self.
+	Invalid
+)
+
+var mergeStatusNames = [...]string{"merged", "unchanged", "stale", "deferred", "mismatch", "refused", "invalid"}
+
+// String returns the lower-case name of st ("merged", "stale", …).
+func (st MergeStatus) String() string {
+	if int(st) < len(mergeStatusNames) {
+		return mergeStatusNames[st]
+	}
+	return "MergeStatus(" + strconv.Itoa(int(st)) + ")"
+}
+
+// live reports whether window can still matter to a decision at now (or
+// is a peer's window at most one ahead): for Fixed, now's window or the
+// next; for Sliding, also the previous one.
+func live(alg Algorithm, scale, window int64, now time.Time) bool {
+	_, w, _ := clock(now, scale)
+	lo := w
+	if alg == Sliding {
+		lo = w - 1
+	}
+	return window >= lo && window <= w+1
+}
+
+// mark notes that e's local count of window w changed. The shard lock must
+// be held; k is the lookup key (its string is copied, not kept).
+func (sh *shard) mark(e *entry, k mapKey, w int64) {
+	bit := uint8(1) << (w & 1)
+	if e.marks&bit != 0 {
+		return
+	}
+	e.marks |= bit
+	if e.marks&listed != 0 {
+		return
+	}
+	e.marks |= listed
+	off := len(sh.keys)
+	sh.keys = append(sh.keys, k.key...)
+	sh.changed = append(sh.changed, changeRef{e: e, off: off, n: int32(len(k.key)), bucket: k.bucket})
+}
+
+// compactChanged drops the changed-list references of entries that sweep
+// deleted (their marks are 0), so that the list, and the keys it copied,
+// stay bounded by the live keys even when Changes is not called for a long
+// time (NATS away). The shard lock must be held.
+func (sh *shard) compactChanged() {
+	out := sh.changed[:0]
+	end := 0
+	for _, c := range sh.changed {
+		if c.e.marks&listed == 0 {
+			continue
+		}
+		// Keys only move left: copy is safe within the buffer.
+		copy(sh.keys[end:], sh.keys[c.off:c.off+int(c.n)])
+		c.off = end
+		end += int(c.n)
+		out = append(out, c)
+	}
+	clear(sh.changed[len(out):])
+	sh.changed, sh.keys = out, sh.keys[:end]
+}
+
+// Changes appends to dst this node's current count of every (bucket, key,
+// window) whose local count changed since the previous call, and forgets
+// the changes. Windows that have ended at now are left out and counted in
+// stale. It returns nothing unless Config.Track is set.
+//
+// Each shard is locked in turn, for time proportional to its changes.
+func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, stale int) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		if len(sh.changed) == 0 {
+			sh.mu.Unlock()
+			continue
+		}
+		for _, c := range sh.changed {
+			e := c.e
+			marks := e.marks
+			e.marks = 0
+			var key string
+			for slot := int64(0); slot < 2; slot++ {
+				if marks&(1<<slot) == 0 {
+					continue
+				}
+				w := e.newest
+				if w&1 != slot {
+					w--
+				}
+				scale := int64(e.scale)
+				if !live(e.alg, scale, w, now) {
+					stale++
+					continue
+				}
+				if e.local[slot] == 0 {
+					continue
+				}
+				if key == "" {
+					key = string(sh.keys[c.off : c.off+int(c.n)])
+				}
+				dst = append(dst, WindowCount{
+					Bucket: c.bucket, Key: key, ScaleMS: scale, Algorithm: e.alg,
+					Window: w, Count: e.local[slot],
+				})
+			}
+		}
+		// Keep the capacity for the next interval, unless a burst of
+		// distinct keys grew it far beyond what is in use.
+		if cap(sh.changed) > 4096 && len(sh.changed) < cap(sh.changed)/4 {
+			sh.changed, sh.keys = nil, nil
+		} else {
+			clear(sh.changed) // drop the entry pointers
+			sh.changed, sh.keys = sh.changed[:0], sh.keys[:0]
+		}
+		sh.mu.Unlock()
+	}
+	return dst, stale
+}
+
+// Pending returns how many entries have changes that Changes has not yet
+// reported.
+func (s *Store) Pending() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.changed)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Merge records c.Count as peer's running count of (c.Bucket, c.Key) in
+// c.Window. Per peer, key and window, the highest count reported wins: the
+// decisions of this node then count the difference between it and what the
+// peer had reported before. So reports may be lost (the next one carries
+// the running count), repeated or reordered without changing the outcome,
+// and the remote total of a window is the sum over peers of each one's
+// latest count.
+//
+// A count for a key the node does not know creates the key (bounded by
+// MaxKeys like a Take). A key counted here in another window length is
+// left alone (Mismatch): the local configuration is authoritative.
+func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
+	if peer == Self || c.Count < 0 || c.Count > MaxCount ||
+		c.ScaleMS < 1 || c.ScaleMS > MaxScaleMS || c.Algorithm > Sliding {
+		return Invalid
+	}
+	ms, w, _ := clock(now, c.ScaleMS)
+	if !live(c.Algorithm, c.ScaleMS, c.Window, now) {
+		return Stale
+	}
+	if c.Count == 0 {
+		return Unchanged
+	}
+	k := mapKey{c.Bucket, s.storedKey(c.Key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		if e = sh.insert(k, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms); e == nil {
+			return Refused
+		}
+	} else if int64(e.scale) != c.ScaleMS {
+		return Mismatch
+	}
+	if c.Window < e.newest-1 {
+		return Stale
+	}
+	sliding := c.Algorithm == Sliding || e.alg == Sliding
+	if sliding && e.alg != Sliding {
+		e.alg = Sliding // a longer life: the shard's minExpiry stays a lower bound
+	}
+	if c.Window > e.newest && sliding && c.Window == w+1 && e.total(w-1) != 0 {
+		return Deferred
+	}
+	recs := sh.peers[k]
+	i := -1
+	for j := range recs {
+		if recs[j].peer == peer {
+			i = j
+			break
+		}
+	}
+	slot := c.Window & 1
+	var old int64
+	if i >= 0 && recs[i].gen == e.gen && recs[i].win[slot] == c.Window {
+		old = recs[i].n[slot]
+	}
+	if c.Count <= old {
+		return Unchanged
+	}
+	if i < 0 {
+		recs = pruneOutdated(recs, e)
+		if len(recs) >= s.maxPeers {
+			sh.setPeers(k, recs)
+			return Refused
+		}
+		recs = append(recs, peerCount{peer: peer, gen: e.gen, win: [2]int64{math.MinInt64, math.MinInt64}})
+		i = len(recs) - 1
+		sh.setPeers(k, recs)
+	}
+	if c.Window > e.newest {
+		e.advance(c.Window)
+	}
+	r := &recs[i]
+	if r.gen != e.gen {
+		*r = peerCount{peer: peer, gen: e.gen, win: [2]int64{math.MinInt64, math.MinInt64}}
+	}
+	r.win[slot], r.n[slot] = c.Window, c.Count
+	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
+	return Merged
+}
+
+// setPeers stores recs as the peer counts of k, cloning k's string when k
+// is new to the map (the caller's may be a view of a message buffer).
+func (sh *shard) setPeers(k mapKey, recs []peerCount) {
+	if sh.peers == nil {
+		sh.peers = make(map[mapKey][]peerCount)
+	}
+	if _, ok := sh.peers[k]; !ok {
+		k.key = strings.Clone(k.key)
+	}
+	sh.peers[k] = recs
+}
+
+// pruneOutdated drops the peer counts of recs that no longer count any
+// window e holds, in place.
+func pruneOutdated(recs []peerCount, e *entry) []peerCount {
+	out := recs[:0]
+	for _, r := range recs {
+		if r.gen == e.gen && (r.holds(e.newest) || r.holds(e.newest-1)) {
+			out = append(out, r)
+		}
+	}
+	clear(recs[len(out):])
+	return out
+}
+
+func (r *peerCount) holds(w int64) bool { return r.win[w&1] == w && r.n[w&1] > 0 }
+
+// Snapshot appends to dst every count of a window still live at now that
+// the store holds: this node's own (Peer == Self) and each peer's latest
+// (Peer as given to Merge), for a node that warm-starts from this one.
+// Counts merged by Add, which carry no peer, are not included.
+//
+// It makes one pass over every shard, each locked in turn.
+func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			scale := int64(e.scale)
+			recs := sh.peers[k]
+			for w := e.newest - 1; w <= e.newest; w++ {
+				if !live(e.alg, scale, w, now) {
+					continue
+				}
+				wc := WindowCount{Bucket: k.bucket, Key: k.key, ScaleMS: scale, Algorithm: e.alg, Window: w}
+				if n := e.local[w&1]; n > 0 {
+					wc.Count = n
+					dst = append(dst, PeerCount{Self, wc})
+				}
+				for j := range recs {
+					if r := &recs[j]; r.gen == e.gen && r.holds(w) {
+						wc.Count = r.n[w&1]
+						dst = append(dst, PeerCount{r.peer, wc})
+					}
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dst
+}

@@ -1,0 +1,531 @@
+package replicate
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// Integration tests: real NATS servers, real time. Windows are the longest
+// the counter allows (about 24.8 days), so that no test runs across a
+// window edge; synchronisation is by polling (checkFor), never by sleeping.
+
+var long = counter.Limit{Limit: 100, ScaleMS: counter.MaxScaleMS}
+
+const (
+	waitLong = 20 * time.Second
+	step     = 5 * time.Millisecond
+)
+
+// checkFor polls fn every step until it returns nil, and fails the test
+// with fn's last error after timeout.
+func checkFor(t testing.TB, timeout, step time.Duration, fn func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after %v: %v", timeout, err)
+		}
+		time.Sleep(step)
+	}
+}
+
+// live is a Replicator running against a real NATS server.
+type live struct {
+	id     string
+	r      *Replicator
+	store  *counter.Store
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// startLive starts a node; before, if set, adjusts the Replicator before
+// Run (test hooks). The node is stopped when the test ends.
+func startLive(t testing.TB, url, id string, cfg Config, before func(*Replicator)) *live {
+	t.Helper()
+	store, err := counter.New(counter.Config{Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.URL, cfg.NodeID = url, id
+	if cfg.Buckets == nil {
+		cfg.Buckets = []string{"activity_create", "inbound"}
+	}
+	if cfg.SyncInterval == 0 {
+		cfg.SyncInterval = 50 * time.Millisecond
+	}
+	reg := prometheus.NewRegistry()
+	r, err := New(cfg, store, reg, testLogger(t).With("test", t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before != nil {
+		before(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &live{id: id, r: r, store: store, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { n.done <- r.Run(ctx) }()
+	t.Cleanup(func() { n.stop(t) })
+	return n
+}
+
+// stop cancels the node and waits for Run to return (idempotent).
+func (n *live) stop(t testing.TB) {
+	t.Helper()
+	n.cancel()
+	select {
+	case err, ok := <-n.done:
+		if ok && err != nil {
+			t.Errorf("%s: Run: %v", n.id, err)
+		}
+		if ok {
+			close(n.done)
+		}
+	case <-time.After(waitLong):
+		t.Errorf("%s: Run did not return %v after cancel", n.id, waitLong)
+	}
+}
+
+func (n *live) waitReady(t testing.TB) {
+	t.Helper()
+	select {
+	case <-n.r.Ready():
+	case <-time.After(waitLong):
+		t.Fatalf("%s: not ready after %v", n.id, waitLong)
+	}
+}
+
+func (n *live) total(bucket uint32, key string) int64 {
+	_, tot := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
+	return tot
+}
+
+func (n *live) local(bucket uint32, key string) int64 {
+	l, _ := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
+	return l
+}
+
+func (n *live) connected() bool {
+	nc := n.r.conn.Load()
+	return nc != nil && nc.IsConnected()
+}
+
+// allSee waits until every node's total of (bucket, key) is want.
+func allSee(t testing.TB, nodes []*live, bucket uint32, key string, want int64) {
+	t.Helper()
+	checkFor(t, waitLong, step, func() error {
+		for _, n := range nodes {
+			if got := n.total(bucket, key); got != want {
+				return fmt.Errorf("%s sees %d of %s, want %d", n.id, got, key, want)
+			}
+		}
+		return nil
+	})
+}
+
+// noLeaks waits until no goroutine of a Replicator or a NATS client is left.
+func noLeaks(t testing.TB) {
+	t.Helper()
+	checkFor(t, waitLong, 10*time.Millisecond, func() error {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if strings.Contains(g, "pkg/replicate.(*Replicator)") || strings.Contains(g, "nats-io/nats.go.(*Conn)") {
+				return fmt.Errorf("goroutine left:\n%s", g)
+			}
+		}
+		return nil
+	})
+}
+
+func TestClusterSharesOneBudget(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d nodes", n), func(t *testing.T) {
+			srv := testnats.Run(t)
+			var nodes []*live
+			for i := range n {
+				nodes = append(nodes, startLive(t, srv.ClientURL(), fmt.Sprintf("n%d", i), Config{}, nil))
+			}
+			for _, nd := range nodes {
+				nd.waitReady(t)
+			}
+			for _, nd := range nodes {
+				for range 30 {
+					if !nd.store.Take(0, "acme", long, time.Now()).Allowed {
+						t.Fatalf("%s: hit denied under the limit", nd.id)
+					}
+				}
+			}
+			allSee(t, nodes, 0, "acme", int64(30*n))
+			// What is left of the budget can be spent on any node, once.
+			admitted := 0
+			for nodes[n-1].store.Take(0, "acme", long, time.Now()).Allowed {
+				admitted++
+			}
+			if want := 100 - 30*n; admitted != want {
+				t.Errorf("the last node admitted %d, want the %d left", admitted, want)
+			}
+			allSee(t, nodes, 0, "acme", 100)
+			for _, nd := range nodes {
+				if nd.store.Take(0, "acme", long, time.Now()).Allowed {
+					t.Errorf("%s admitted over the cluster limit", nd.id)
+				}
+			}
+			for _, nd := range nodes {
+				nd.stop(t)
+			}
+			noLeaks(t)
+		})
+	}
+}
+
+func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
+	srv := testnats.Run(t)
+	const interval = 50 * time.Millisecond
+	// Count every batch message per sender, from a plain subscriber.
+	watch, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	var mu sync.Mutex
+	perNode := map[string]int{}
+	if _, err := watch.Subscribe("ratelimit.batch", func(m *nats.Msg) {
+		var msg Message
+		if Decode(m.Data, &msg) == nil {
+			mu.Lock()
+			perNode[msg.Node]++
+			mu.Unlock()
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: interval}, nil)
+	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: interval}, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+
+	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: counter.MaxScaleMS}
+	start := time.Now()
+	var hits atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 4 {
+		nd := []*live{a, b}[g%2]
+		wg.Go(func() {
+			for i := 0; time.Since(start) < 20*interval; i++ {
+				nd.store.Take(0, fmt.Sprint("k", (g*7919+i)%1000), big, time.Now())
+				hits.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	// Let the last changes go out, then stop counting.
+	checkFor(t, waitLong, step, func() error {
+		if p := a.store.Pending() + b.store.Pending(); p != 0 {
+			return fmt.Errorf("%d keys pending", p)
+		}
+		return nil
+	})
+	a.stop(t)
+	b.stop(t)
+	watch.Flush()
+	elapsed := time.Since(start)
+	intervals := int(elapsed/interval) + 2 // the partial ones at each end, and the final batch
+	mu.Lock()
+	defer mu.Unlock()
+	for _, id := range []string{"a", "b"} {
+		if perNode[id] == 0 || perNode[id] > intervals {
+			t.Errorf("%s published %d batches in %v (%d intervals) for %d hits in all; want 1..%d",
+				id, perNode[id], elapsed.Round(time.Millisecond), intervals, hits.Load(), intervals)
+		}
+	}
+	t.Logf("%d hits in %v: %v batches per node", hits.Load(), elapsed.Round(time.Millisecond), perNode)
+}
+
+func TestClusterLostAndDuplicatedBatch(t *testing.T) {
+	srv := testnats.Run(t)
+	var sent atomic.Int32
+	// a ticks when the test says so; its second batch is lost on the way,
+	// its third goes out twice.
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, func(r *Replicator) {
+		r.kick = make(chan chan struct{})
+		r.publish = func(nc *nats.Conn, subj string, data []byte) error {
+			if subj != r.batchSubj {
+				return nc.Publish(subj, data)
+			}
+			switch sent.Add(1) {
+			case 2:
+				return nil
+			case 3:
+				if err := nc.Publish(subj, data); err != nil {
+					return err
+				}
+			}
+			return nc.Publish(subj, data)
+		}
+	})
+	b := startLive(t, srv.ClientURL(), "b", Config{}, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+	take := func(n int) {
+		for range n {
+			a.store.Take(1, "ch", long, time.Now())
+		}
+		done := make(chan struct{})
+		a.r.kick <- done
+		<-done
+	}
+	take(4)
+	allSee(t, []*live{b}, 1, "ch", 4)
+	take(3) // lost
+	take(1) // sent twice
+	allSee(t, []*live{b}, 1, "ch", 8)
+	checkFor(t, waitLong, step, func() error {
+		if got := metric(t, b.r.m.batchesRepeated); got != 1 {
+			return fmt.Errorf("batches_repeated_total %v, want 1", got)
+		}
+		return nil
+	})
+	if got := metric(t, b.r.m.batchesMissed); got != 1 {
+		t.Errorf("batches_missed_total %v, want 1", got)
+	}
+	if got := b.total(1, "ch"); got != 8 {
+		t.Errorf("b's total %d after the duplicate, want 8", got)
+	}
+}
+
+func TestClusterDropsStaleWindows(t *testing.T) {
+	srv := testnats.Run(t)
+	b := startLive(t, srv.ClientURL(), "b", Config{}, nil)
+	b.waitReady(t)
+	raw, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	now := time.Now()
+	batch := func(seq uint64, key string, window int64) []byte {
+		m := Message{
+			Header:  Header{Kind: KindBatch, Node: "raw", Incarnation: 1, SentAtMS: now.UnixMilli(), Seq: seq},
+			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []Entry{{Window: window, Key: key, Count: 3}},
+		}
+		return m.Encode(nil)
+	}
+	w := now.UnixMilli() / 1000
+	raw.Publish("ratelimit.batch", batch(1, "old", w-5))
+	raw.Publish("ratelimit.batch", []byte("not a batch"))
+	raw.Publish("ratelimit.batch", batch(2, "new", w))
+	checkFor(t, waitLong, step, func() error {
+		if got := metric(t, b.r.m.batchesReceived); got != 2 {
+			return fmt.Errorf("%v batches received", got)
+		}
+		return nil
+	})
+	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
+		t.Errorf("stale drops %v, want 1", got)
+	}
+	if got := metric(t, b.r.m.malformed[malDecode]); got != 1 {
+		t.Errorf("malformed %v, want 1", got)
+	}
+	if l, tot := b.store.Count(1, "old", 1000, w-5); tot != 0 || l != 0 {
+		t.Errorf("stale entry stored")
+	}
+}
+
+func TestClusterFinalBatchOnShutdown(t *testing.T) {
+	srv := testnats.Run(t)
+	// An interval so long that only the final batch can carry the hits.
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, nil)
+	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: time.Hour}, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+	for range 7 {
+		a.store.Take(0, "acme", long, time.Now())
+	}
+	a.stop(t)
+	allSee(t, []*live{b}, 0, "acme", 7)
+}
+
+func TestClusterWarmStart(t *testing.T) {
+	srv := testnats.Run(t)
+	cfg := Config{WarmStartTimeout: time.Minute}
+	a := startLive(t, srv.ClientURL(), "a", cfg, nil)
+	// Alone, a is ready at once: nobody answers, NATS says so.
+	a.waitReady(t)
+	b := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	b.waitReady(t)
+	for range 40 {
+		a.store.Take(0, "acme", long, time.Now())
+	}
+	for range 25 {
+		b.store.Take(0, "acme", long, time.Now())
+	}
+	allSee(t, []*live{a, b}, 0, "acme", 65)
+	// b restarts: a new process with an empty store, the same node id.
+	b.stop(t)
+	b2 := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	b2.waitReady(t)
+	// Ready means warm: no waiting for batches (a has nothing new to send).
+	if got := b2.total(0, "acme"); got != 65 {
+		t.Fatalf("restarted b sees %d when ready, want 65", got)
+	}
+	if b2.store.Take(0, "acme", long, time.Now()); b2.local(0, "acme") != 1 {
+		t.Errorf("local count after warm start: %d", b2.local(0, "acme"))
+	}
+	allSee(t, []*live{a, b2}, 0, "acme", 66)
+}
+
+// steadyLoad takes a hit on every node every tick until stop is closed,
+// and counts what each admitted.
+func steadyLoad(nodes []*live, key string, lim counter.Limit, tick time.Duration, stop <-chan struct{}) (wait func() []int64) {
+	admitted := make([]atomic.Int64, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		wg.Go(func() {
+			tk := time.NewTicker(tick)
+			defer tk.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case now := <-tk.C:
+					if nd.store.Take(0, key, lim, now).Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			}
+		})
+	}
+	return func() []int64 {
+		wg.Wait()
+		out := make([]int64, len(nodes))
+		for i := range admitted {
+			out[i] = admitted[i].Load()
+		}
+		return out
+	}
+}
+
+func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
+	p := testnats.StartProcess(t)
+	a := startLive(t, p.URL(), "a", Config{}, nil)
+	b := startLive(t, p.URL(), "b", Config{}, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+	nodes := []*live{a, b}
+	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: counter.MaxScaleMS}
+	stop := make(chan struct{})
+	wait := steadyLoad(nodes, "k", big, time.Millisecond, stop)
+
+	// Running: both see both.
+	checkFor(t, waitLong, step, func() error {
+		for _, nd := range nodes {
+			if nd.total(0, "k") <= nd.local(0, "k") {
+				return fmt.Errorf("%s has no remote counts yet", nd.id)
+			}
+		}
+		return nil
+	})
+	p.Stop()
+	checkFor(t, waitLong, step, func() error {
+		for _, nd := range nodes {
+			if nd.connected() {
+				return fmt.Errorf("%s still connected", nd.id)
+			}
+		}
+		return nil
+	})
+	// NATS is away: the nodes keep admitting on their own counts.
+	remoteAtStop := map[string]int64{}
+	localAtStop := map[string]int64{}
+	for _, nd := range nodes {
+		localAtStop[nd.id] = nd.local(0, "k")
+		remoteAtStop[nd.id] = nd.total(0, "k") - nd.local(0, "k")
+	}
+	checkFor(t, waitLong, step, func() error {
+		for _, nd := range nodes {
+			if nd.local(0, "k") < localAtStop[nd.id]+100 {
+				return fmt.Errorf("%s admitted only %d during the outage", nd.id, nd.local(0, "k")-localAtStop[nd.id])
+			}
+		}
+		return nil
+	})
+	p.Start()
+	checkFor(t, waitLong, step, func() error {
+		for _, nd := range nodes {
+			if !nd.connected() {
+				return fmt.Errorf("%s not reconnected", nd.id)
+			}
+		}
+		return nil
+	})
+	// Back: what each counted during the outage reaches the other.
+	checkFor(t, waitLong, step, func() error {
+		for _, nd := range nodes {
+			if remote := nd.total(0, "k") - nd.local(0, "k"); remote < remoteAtStop[nd.id]+100 {
+				return fmt.Errorf("%s: remote count %d, not caught up from %d", nd.id, remote, remoteAtStop[nd.id])
+			}
+		}
+		return nil
+	})
+	close(stop)
+	counts := wait()
+	sum := counts[0] + counts[1]
+	allSee(t, nodes, 0, "k", sum)
+	if got := metric(t, a.r.m.publishErrors) + metric(t, b.r.m.publishErrors); got != 0 {
+		t.Logf("%v publish errors (allowed: NATS went away mid-publish)", got)
+	}
+	t.Logf("admitted %v; reconnects a=%d b=%d", counts, a.r.conn.Load().Stats().Reconnects, b.r.conn.Load().Stats().Reconnects)
+}
+
+func TestClusterStartsWithoutNATS(t *testing.T) {
+	p := testnats.StartProcess(t)
+	p.Stop()
+	a := startLive(t, p.URL(), "a", Config{WarmStartTimeout: time.Minute}, nil)
+	// Ready at once: serving on its own counts.
+	a.waitReady(t)
+	for range 5 {
+		if !a.store.Take(0, "acme", long, time.Now()).Allowed {
+			t.Fatal("denied while NATS is away")
+		}
+	}
+	p.Start()
+	checkFor(t, waitLong, step, func() error {
+		if !a.connected() {
+			return fmt.Errorf("a not connected")
+		}
+		return nil
+	})
+	b := startLive(t, p.URL(), "b", Config{}, nil)
+	b.waitReady(t)
+	allSee(t, []*live{a, b}, 0, "acme", 5)
+}

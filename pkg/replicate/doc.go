@@ -1,0 +1,73 @@
+// Package replicate shares the counts of a counter store between the nodes
+// of a cluster over NATS, so that a limit holds for the cluster rather than
+// once per node. It depends on package counter; counter knows nothing of it.
+//
+// # What goes over the wire
+//
+// Every SyncInterval (100 ms by default; ticks are aligned to the wall
+// clock like the windows) a node publishes one message on
+// <prefix>.batch with the (bucket, key, window) counts its own hits changed
+// since its previous batch — split into several messages only when one
+// would exceed the server's max_payload; nothing when nothing changed. An
+// entry carries the sender's own running count for that window, not an
+// increment. Receivers keep, per peer, key and window, the highest count
+// seen, and count the sum over peers of those in their decisions (see
+// counter.Store.Merge). So:
+//
+//   - a lost batch is repaired by the next one that carries the same key;
+//   - a repeated or reordered batch changes nothing;
+//   - entries of windows that have ended are dropped by the sender and by
+//     the receiver (for a sliding window, the previous window is still
+//     live: it weighs in the estimate).
+//
+// Batches name buckets (configurations may differ during a rollout: a name
+// the receiver does not know is dropped and counted) and carry the
+// window's length, the sender's node id, a random per-process incarnation
+// (a restarted node is a new peer, so its fresh counts add to its old ones
+// rather than hiding under them), the sender's clock and a sequence number.
+// The encoding is a compact versioned binary format (see wire.go);
+// connections use nats.NoEcho, so a node never reads its own batches.
+//
+// # Warm start and catching up
+//
+// On start, and after every reconnection, a node publishes a request on
+// <prefix>.sync; each peer answers with every count of a live window it
+// holds — its own and those it merged, each with the node that made it —
+// and the node merges them as if they were batches. Ready is closed once
+// one peer's answer is complete (plus a short grace for the others), when
+// no peer is subscribed, or when WarmStartTimeout has passed: a node never
+// waits longer than that to serve.
+//
+// # Guarantees and the failure mode
+//
+// Admission stays local and immediate: Check never waits on NATS and this
+// package never blocks a counter operation for more than a shard lock.
+// The price is eventual consistency. Each node knows its peers' counts as
+// of their last batch, so within one window the cluster admits at most
+//
+//	limit + (what the other nodes admit between their last batch and the
+//	         moment they learn the limit is reached)
+//
+// which for a key receiving R requests per second in all, over N nodes,
+// is at most about (N−1)/N × R × (SyncInterval + delivery delay) beyond
+// the limit; when the limit is reached right at a tick (a steady load
+// filling a 1 s window in a multiple of 100 ms) the overshoot is close to
+// zero. Clocks must be NTP-synchronised: a skewed node maps its hits to
+// the wrong window at the edges. Skew is exported per peer.
+//
+// When NATS is unreachable — at start or later — the node fails open to
+// per-node limits: it admits against its own counts plus what it last
+// heard, publishes nothing, and keeps its changes marked; nats.go
+// reconnects in the background, and once connected the node publishes its
+// pending changes at their latest counts and asks its peers to sync. No
+// restart is needed.
+//
+// # Bounded memory under hostile input
+//
+// Messages larger than MaxMessageBytes, of another version, or that do not
+// decode are dropped and counted; the decoder bounds every length by what
+// the message can hold. At most MaxPeers peers are tracked at once (a
+// message from another is dropped and counted); the counter bounds the
+// keys (MaxKeys) and the peers counted per key (MaxPeersPerKey). Deferred
+// and retried counts are bounded too.
+package replicate

@@ -1,0 +1,482 @@
+package replicate
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// These tests drive the Replicator's publishing and receiving halves
+// directly, without NATS: what one node's publishChanges emits is handed to
+// another node's onBatch.
+
+var t0 = time.Date(2025, 6, 2, 10, 0, 0, 250_000_000, time.UTC)
+
+type node struct {
+	r     *Replicator
+	store *counter.Store
+	reg   *prometheus.Registry
+	now   time.Time
+	logs  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newNode(t testing.TB, id string, cfg Config) *node {
+	t.Helper()
+	store, err := counter.New(counter.Config{Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.URL == "" {
+		cfg.URL = "nats://127.0.0.1:1" // never dialled by these tests
+	}
+	if cfg.Buckets == nil {
+		cfg.Buckets = []string{"activity_create", "inbound"}
+	}
+	cfg.NodeID = id
+	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &syncBuffer{}}
+	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	r, err := New(cfg, store, n.reg, log)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	r.now = func() time.Time { return n.now }
+	n.r = r
+	return n
+}
+
+// publish runs one publishing tick at the node's clock and returns the
+// messages it would have sent.
+func (n *node) publish(t testing.TB, max int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	n.r.tickNoConn(n.now, max, func(b []byte) error {
+		out = append(out, bytes.Clone(b))
+		return nil
+	})
+	return out
+}
+
+// tickNoConn is tick without a connection.
+func (r *Replicator) tickNoConn(now time.Time, max int, send func([]byte) error) {
+	r.retryDeferred(now)
+	r.peers.expire(now, r.cfg.PeerExpiry)
+	r.publishChanges(now, max, send)
+}
+
+func (n *node) receive(msgs ...[]byte) {
+	for _, m := range msgs {
+		n.r.onBatch(&nats.Msg{Subject: n.r.batchSubj, Data: m})
+	}
+}
+
+func (n *node) total(t testing.TB, bucket uint32, key string, lim counter.Limit) int64 {
+	t.Helper()
+	_, tot := n.store.Count(bucket, key, lim.ScaleMS, floorDiv(n.now.UnixMilli(), lim.ScaleMS))
+	return tot
+}
+
+// metric reads a counter or gauge.
+func metric(t testing.TB, m prometheus.Metric) float64 {
+	t.Helper()
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	}
+	t.Fatalf("not a counter or gauge: %v", m.Desc())
+	return 0
+}
+
+// series counts the series a collector has.
+func series(c prometheus.Collector) int {
+	ch := make(chan prometheus.Metric, 64)
+	go func() { c.Collect(ch); close(ch) }()
+	n := 0
+	for range ch {
+		n++
+	}
+	return n
+}
+
+var sec100 = counter.Limit{Limit: 100, ScaleMS: 1000}
+
+func TestBatchesShareOneBudget(t *testing.T) {
+	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
+	for range 60 {
+		a.store.Take(0, "acme", sec100, a.now)
+	}
+	for range 30 {
+		b.store.Take(0, "acme", sec100, b.now)
+	}
+	b.receive(a.publish(t, 1<<20)...)
+	a.receive(b.publish(t, 1<<20)...)
+	for _, n := range []*node{a, b} {
+		if got := n.total(t, 0, "acme", sec100); got != 90 {
+			t.Errorf("%s: total %d, want 90", n.r.cfg.NodeID, got)
+		}
+	}
+	// Ten more in all, whichever node takes them.
+	admitted := 0
+	for i := range 20 {
+		n := a
+		if i%2 == 1 {
+			n = b
+		}
+		if n.store.Take(0, "acme", sec100, n.now).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		// Without a sync in between each node admits up to its own view:
+		// both see 90, so both admit 10.
+		t.Fatalf("admitted %d of 20 before the next sync, want 20 (10 per node)", admitted)
+	}
+	b.receive(a.publish(t, 1<<20)...)
+	a.receive(b.publish(t, 1<<20)...)
+	for _, n := range []*node{a, b} {
+		if got := n.total(t, 0, "acme", sec100); got != 110 {
+			t.Errorf("%s: total %d after sync, want 110", n.r.cfg.NodeID, got)
+		}
+		if n.store.Take(0, "acme", sec100, n.now).Allowed {
+			t.Errorf("%s: admitted over the cluster limit after sync", n.r.cfg.NodeID)
+		}
+	}
+	if got := metric(t, a.r.m.batchesSent); got != 2 {
+		t.Errorf("a sent %v batches, want 2", got)
+	}
+	if got := metric(t, b.r.m.entriesMerged); got != 2 {
+		t.Errorf("b merged %v entries, want 2", got)
+	}
+}
+
+func TestLostAndRepeatedBatches(t *testing.T) {
+	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
+	take := func(n int) {
+		for range n {
+			a.store.Take(1, "ch-1", sec100, a.now)
+		}
+	}
+	take(5)
+	first := a.publish(t, 1<<20)
+	take(3)
+	lost := a.publish(t, 1<<20)
+	take(2)
+	third := a.publish(t, 1<<20)
+	b.receive(first...)
+	if got := b.total(t, 1, "ch-1", sec100); got != 5 {
+		t.Fatalf("after the first batch: %d, want 5", got)
+	}
+	_ = lost // never arrives
+	b.receive(third...)
+	if got := b.total(t, 1, "ch-1", sec100); got != 10 {
+		t.Errorf("after a lost batch and the next: %d, want 10 (repaired)", got)
+	}
+	b.receive(third...)
+	b.receive(first...) // late and repeated
+	if got := b.total(t, 1, "ch-1", sec100); got != 10 {
+		t.Errorf("after repeats: %d, want 10", got)
+	}
+	if got := metric(t, b.r.m.batchesMissed); got != 1 {
+		t.Errorf("batches_missed_total %v, want 1", got)
+	}
+	if got := metric(t, b.r.m.batchesRepeated); got != 2 {
+		t.Errorf("batches_repeated_total %v, want 2", got)
+	}
+}
+
+func TestOneMessagePerInterval(t *testing.T) {
+	a := newNode(t, "a", Config{})
+	for i := range 10_000 {
+		a.store.Take(0, fmt.Sprintf("tenant-%05d", i), sec100, a.now)
+	}
+	msgs := a.publish(t, 1<<20)
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages for 10,000 changed keys under 1 MiB, want 1", len(msgs))
+	}
+	if msgs := a.publish(t, 1<<20); len(msgs) != 0 {
+		t.Errorf("%d messages with nothing changed, want 0", len(msgs))
+	}
+	for i := range 10_000 {
+		a.store.Take(0, fmt.Sprintf("a-longer-tenant-name-%05d", i), sec100, a.now)
+	}
+	msgs = a.publish(t, 64<<10)
+	if len(msgs) < 3 || len(msgs) > 6 {
+		t.Errorf("%d messages for ~300 KB of entries at 64 KiB each", len(msgs))
+	}
+	for _, m := range msgs {
+		if len(m) > 64<<10 {
+			t.Errorf("message of %d bytes over the 64 KiB limit", len(m))
+		}
+	}
+}
+
+func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
+	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
+	a.store.Take(0, "acme", sec100, a.now)
+	a.now = a.now.Add(time.Second) // the window ended before the tick
+	if msgs := a.publish(t, 1<<20); len(msgs) != 0 {
+		t.Errorf("published %d messages of an ended window", len(msgs))
+	}
+	if got := metric(t, a.r.m.dropped[dropStaleLocal]); got != 1 {
+		t.Errorf("stale_local drops %v, want 1", got)
+	}
+	// A batch that arrives after its window ended.
+	a.now = t0
+	a.store.Take(0, "acme", sec100, a.now)
+	msgs := a.publish(t, 1<<20)
+	b.now = t0.Add(time.Second)
+	b.receive(msgs...)
+	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
+		t.Errorf("stale drops %v, want 1", got)
+	}
+	if b.store.Len() != 0 {
+		t.Errorf("a stale entry was stored")
+	}
+}
+
+func TestBucketsMatchByName(t *testing.T) {
+	a := newNode(t, "a", Config{Buckets: []string{"old_bucket", "inbound"}})
+	b := newNode(t, "b", Config{Buckets: []string{"inbound", "new_bucket"}})
+	a.store.Take(0, "k", sec100, a.now) // old_bucket: unknown to b
+	a.store.Take(1, "k", sec100, a.now) // inbound: b's bucket 0
+	a.store.Take(1, "k", sec100, a.now)
+	b.receive(a.publish(t, 1<<20)...)
+	if got := b.total(t, 0, "k", sec100); got != 2 {
+		t.Errorf("inbound on b: %d, want 2", got)
+	}
+	if got := b.total(t, 1, "k", sec100); got != 0 {
+		t.Errorf("new_bucket on b: %d, want 0", got)
+	}
+	if got := metric(t, b.r.m.dropped[dropUnknownBucket]); got != 1 {
+		t.Errorf("unknown_bucket drops %v, want 1", got)
+	}
+	// The same bucket counted in another window length here.
+	b.store.Take(0, "m", counter.Limit{Limit: 5, ScaleMS: 60_000}, b.now)
+	a.store.Take(1, "m", sec100, a.now)
+	b.receive(a.publish(t, 1<<20)...)
+	if got := metric(t, b.r.m.dropped[dropMismatch]); got != 1 {
+		t.Errorf("mismatch drops %v, want 1", got)
+	}
+}
+
+func TestMalformedMessagesCounted(t *testing.T) {
+	b := newNode(t, "b", Config{MaxMessageBytes: 1024})
+	good := Message{Header: Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: t0.UnixMilli()}}
+	v2 := good.Encode(nil)
+	v2[2] = 2
+	req := Message{Header: Header{Kind: KindSyncRequest, Node: "a", Incarnation: 1}}
+	self := Message{Header: Header{Kind: KindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
+	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.Encode(nil), self.Encode(nil), good.Encode(nil))
+	for reason, want := range map[string]float64{malDecode: 1, malVersion: 1, malOversize: 1, malKind: 1, malSelf: 1} {
+		if got := metric(t, b.r.m.malformed[reason]); got != want {
+			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
+		}
+	}
+	if got := metric(t, b.r.m.batchesReceived); got != 1 {
+		t.Errorf("batches received %v, want 1 (only the good one)", got)
+	}
+}
+
+func TestPeersBoundedAndExpired(t *testing.T) {
+	b := newNode(t, "b", Config{MaxPeers: 2, PeerExpiry: time.Minute})
+	batch := func(node string, key string) []byte {
+		m := Message{
+			Header:  Header{Kind: KindBatch, Node: node, Incarnation: 7, SentAtMS: t0.UnixMilli()},
+			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []Entry{{Window: t0.Unix(), Key: key, Count: 1}},
+		}
+		return m.Encode(nil)
+	}
+	b.receive(batch("p1", "x"), batch("p2", "x"), batch("p3", "x"))
+	if got := b.total(t, 1, "x", sec100); got != 2 {
+		t.Errorf("total %d, want 2 (third peer refused)", got)
+	}
+	if got := metric(t, b.r.m.peersRefused); got != 1 {
+		t.Errorf("peers_refused_total %v, want 1", got)
+	}
+	if n := series(b.r.m.skew); n != 2 {
+		t.Errorf("%d skew series, want 2", n)
+	}
+	// Silent peers are forgotten, with their metric series.
+	b.now = t0.Add(2 * time.Minute)
+	b.publish(t, 1<<20)
+	if b.r.peers.len() != 0 || series(b.r.m.skew) != 0 {
+		t.Errorf("after expiry: %d peers, %d skew series", b.r.peers.len(), series(b.r.m.skew))
+	}
+}
+
+func TestClockSkew(t *testing.T) {
+	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{SkewWarning: 500 * time.Millisecond})
+	a.store.Take(0, "acme", sec100, a.now)
+	msgs := a.publish(t, 1<<20)
+	b.now = t0.Add(1500 * time.Millisecond) // b's clock is 1.5 s ahead of a's
+	b.receive(msgs...)
+	if got := metric(t, b.r.m.skew.WithLabelValues("a")); got != 1.5 {
+		t.Errorf("skew %v s, want 1.5", got)
+	}
+	if !strings.Contains(b.logs.String(), "clock skew above the warning threshold") {
+		t.Errorf("no skew warning logged:\n%s", b.logs.String())
+	}
+}
+
+func TestSyncReplyWarmsANewNode(t *testing.T) {
+	a, b, c := newNode(t, "a", Config{}), newNode(t, "b", Config{}), newNode(t, "c", Config{})
+	for range 40 {
+		a.store.Take(0, "acme", sec100, a.now)
+	}
+	for range 25 {
+		b.store.Take(0, "acme", sec100, b.now)
+	}
+	bBatch := b.publish(t, 1<<20)
+	a.receive(bBatch...)
+	// c starts and asks a; a's reply holds a's 40 and b's 25, apart.
+	chunks := a.r.syncReply(1<<20, a.now, a.now)
+	var m Message
+	for _, ch := range chunks {
+		if err := Decode(ch, &m); err != nil {
+			t.Fatal(err)
+		}
+		c.r.mergeReply(&m, c.now)
+	}
+	if got := c.total(t, 0, "acme", sec100); got != 65 {
+		t.Fatalf("warm total %d, want 65", got)
+	}
+	// b's batch arriving now (it was in flight) does not count twice, and a
+	// later one counts only what is new.
+	c.receive(bBatch...)
+	if got := c.total(t, 0, "acme", sec100); got != 65 {
+		t.Errorf("after b's batch: %d, want 65", got)
+	}
+	b.store.Take(0, "acme", sec100, b.now)
+	c.receive(b.publish(t, 1<<20)...)
+	if got := c.total(t, 0, "acme", sec100); got != 66 {
+		t.Errorf("after b's next batch: %d, want 66", got)
+	}
+	// A reply that holds the requester's own counts skips them.
+	c.store.Take(0, "own", sec100, c.now)
+	a.receive(c.publish(t, 1<<20)...)
+	a.now = a.now.Add(time.Millisecond) // a request after the cached reply
+	for _, ch := range a.r.syncReply(1<<20, a.now, a.now) {
+		if err := Decode(ch, &m); err != nil {
+			t.Fatal(err)
+		}
+		c.r.mergeReply(&m, c.now)
+	}
+	if got := c.total(t, 0, "own", sec100); got != 1 {
+		t.Errorf("own key after a reply that echoes it: %d, want 1", got)
+	}
+}
+
+func TestDeferredCountsRetried(t *testing.T) {
+	sliding := counter.Limit{Limit: 100, ScaleMS: 1000, Algorithm: counter.Sliding}
+	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
+	// b holds the previous window, which its sliding estimate still reads.
+	b.store.Incr(0, "acme", sliding, t0.Add(-time.Second), 50)
+	// a's clock is ahead: its batch is for b's next window.
+	a.now = t0.Add(800 * time.Millisecond)
+	a.store.Incr(0, "acme", sliding, a.now, 7)
+	b.now = t0.Add(700 * time.Millisecond)
+	b.receive(a.publish(t, 1<<20)...)
+	if n := len(b.r.deferred); n != 1 {
+		t.Fatalf("%d deferred counts, want 1", n)
+	}
+	b.now = t0.Add(800 * time.Millisecond)
+	b.publish(t, 1<<20) // a tick retries
+	if got := b.total(t, 0, "acme", sliding); got != 7 {
+		t.Errorf("after the retry: %d, want 7", got)
+	}
+	if len(b.r.deferred) != 0 {
+		t.Errorf("%d counts still deferred", len(b.r.deferred))
+	}
+}
+
+func TestFailedPublishRetried(t *testing.T) {
+	a := newNode(t, "a", Config{})
+	a.store.Take(0, "acme", sec100, a.now)
+	var calls int
+	a.r.tickNoConn(a.now, 1<<20, func([]byte) error { calls++; return errors.New("boom") })
+	if got := metric(t, a.r.m.publishErrors); got != 1 {
+		t.Errorf("publish errors %v, want 1", got)
+	}
+	if msgs := a.publish(t, 1<<20); len(msgs) != 1 {
+		t.Fatalf("%d messages after a failed publish, want 1 (the retry)", len(msgs))
+	} else {
+		var m Message
+		if err := Decode(msgs[0], &m); err != nil || len(m.Entries) != 1 || m.Entries[0].Count != 1 {
+			t.Errorf("retry message: %+v, %v", m, err)
+		}
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	store, _ := counter.New(counter.Config{Track: true})
+	log := slog.New(slog.DiscardHandler)
+	for _, cfg := range []Config{
+		{Buckets: []string{"a"}},
+		{URL: "nats://x"},
+		{URL: "nats://x", Buckets: []string{"a", "a"}},
+		{URL: "nats://x", Buckets: []string{"a"}, SubjectPrefix: "a.*"},
+		{URL: "nats://x", Buckets: []string{"a"}, SubjectPrefix: "a..b"},
+		{URL: "nats://x", Buckets: []string{"a"}, SyncInterval: -1},
+		{URL: "nats://x", Buckets: []string{"a"}, NodeID: strings.Repeat("n", 256)},
+		{URL: "nats://x", Buckets: []string{"a"}, MaxMessageBytes: 100},
+	} {
+		if _, err := New(cfg, store, prometheus.NewRegistry(), log); err == nil {
+			t.Errorf("New(%+v) accepted", cfg)
+		}
+	}
+	r, err := New(Config{URL: "nats://x", Buckets: []string{"a"}}, store, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cfg.SyncInterval != DefaultSyncInterval || r.cfg.NodeID == "" || r.batchSubj != "ratelimit.batch" {
+		t.Errorf("defaults: %+v", r.cfg)
+	}
+}
+
+func TestTicksAlignToWallClock(t *testing.T) {
+	a := newNode(t, "a", Config{SyncInterval: 100 * time.Millisecond})
+	for _, c := range []struct{ at, want time.Duration }{
+		{0, 100 * time.Millisecond},
+		{250 * time.Millisecond, 50 * time.Millisecond},
+		{299*time.Millisecond + 999*time.Microsecond, time.Microsecond},
+	} {
+		now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC).Add(c.at)
+		if got := a.r.untilTick(now); got != c.want {
+			t.Errorf("at +%v: next tick in %v, want %v", c.at, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,649 @@
+package replicate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// Store is what the Replicator needs of the counter store. *counter.Store
+// is one; it must be created with counter.Config.Track set.
+type Store interface {
+	Changes(dst []counter.WindowCount, now time.Time) ([]counter.WindowCount, int)
+	Merge(peer counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus
+	Snapshot(dst []counter.PeerCount, now time.Time) []counter.PeerCount
+	Pending() int
+}
+
+var _ Store = (*counter.Store)(nil)
+
+// Defaults of a zero Config field.
+const (
+	DefaultSubjectPrefix    = "ratelimit"
+	DefaultSyncInterval     = 100 * time.Millisecond
+	DefaultWarmStartTimeout = 2 * time.Second
+	DefaultMaxPeers         = 64
+	DefaultPeerExpiry       = 10 * time.Minute
+	DefaultSkewWarning      = 500 * time.Millisecond
+	DefaultFlushTimeout     = 2 * time.Second
+	// DefaultMaxMessageBytes bounds the messages read (and written, with the
+	// server's max_payload, whichever is smaller).
+	DefaultMaxMessageBytes = 8 << 20
+)
+
+// Internal bounds.
+const (
+	maxPending  = 1 << 16 // counts kept for a retry after a failed publish, or deferred
+	syncCacheAt = time.Second
+)
+
+// Config configures a Replicator. A zero field means its default.
+type Config struct {
+	// URL is the NATS server URL, or several separated by commas. Required.
+	URL string
+	// Options are nats.go options for credentials and TLS (UserCredentials,
+	// Nkey, UserInfo, Token, RootCAs, ClientCert, …). The Replicator adds
+	// its own after them: NoEcho, RetryOnFailedConnect, unlimited
+	// reconnects, and its connection handlers.
+	Options []nats.Option
+	// Buckets are the configured bucket names, indexed like the counter's
+	// bucket numbers. Batches name buckets, so nodes whose configurations
+	// differ (during a rollout) agree on the buckets they share. Required.
+	Buckets []string
+	// NodeID names this node to its peers (metrics labels, logs); default
+	// the host name. Each process start adds a random incarnation, so two
+	// processes never share an identity.
+	NodeID string
+	// SubjectPrefix: batches go to <prefix>.batch, sync requests to
+	// <prefix>.sync; default "ratelimit".
+	SubjectPrefix string
+	// SyncInterval is how often changed counts are published; 100 ms.
+	SyncInterval time.Duration
+	// WarmStartTimeout bounds the wait for peers' counts before Ready; 2 s.
+	WarmStartTimeout time.Duration
+	// MaxPeers bounds the peers tracked at once; 64.
+	MaxPeers int
+	// PeerExpiry: a peer silent this long is forgotten; 10 min.
+	PeerExpiry time.Duration
+	// SkewWarning: a peer whose batches arrive with a larger clock
+	// difference is logged (at most once a minute); 500 ms.
+	SkewWarning time.Duration
+	// MaxMessageBytes bounds messages read and written; 8 MiB (writes are
+	// also bounded by the server's max_payload).
+	MaxMessageBytes int
+	// FlushTimeout bounds the final publish at shutdown; 2 s.
+	FlushTimeout time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.URL == "" {
+		return errors.New("replicate: no NATS URL")
+	}
+	if len(c.Buckets) == 0 {
+		return errors.New("replicate: no buckets")
+	}
+	seen := make(map[string]bool, len(c.Buckets))
+	for _, b := range c.Buckets {
+		if b == "" || len(b) > maxNameLen || seen[b] {
+			return fmt.Errorf("replicate: bucket name %q is empty, too long or repeated", b)
+		}
+		seen[b] = true
+	}
+	if c.NodeID == "" {
+		h, err := os.Hostname()
+		if err != nil || h == "" {
+			return fmt.Errorf("replicate: no node id and no host name: %v", err)
+		}
+		c.NodeID = h
+	}
+	if len(c.NodeID) > maxNameLen {
+		return fmt.Errorf("replicate: node id of %d bytes, at most %d", len(c.NodeID), maxNameLen)
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = DefaultSubjectPrefix
+	}
+	for _, tok := range strings.Split(c.SubjectPrefix, ".") {
+		if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+			return fmt.Errorf("replicate: subject prefix %q is not a valid NATS subject without wildcards", c.SubjectPrefix)
+		}
+	}
+	for _, d := range []struct {
+		p   *time.Duration
+		def time.Duration
+	}{
+		{&c.SyncInterval, DefaultSyncInterval}, {&c.WarmStartTimeout, DefaultWarmStartTimeout},
+		{&c.PeerExpiry, DefaultPeerExpiry}, {&c.SkewWarning, DefaultSkewWarning}, {&c.FlushTimeout, DefaultFlushTimeout},
+	} {
+		if *d.p < 0 {
+			return fmt.Errorf("replicate: negative duration %v", *d.p)
+		}
+		if *d.p == 0 {
+			*d.p = d.def
+		}
+	}
+	if c.MaxPeers < 0 || c.MaxPeers > 1<<16 {
+		return fmt.Errorf("replicate: MaxPeers %d outside [0, 65536]", c.MaxPeers)
+	}
+	if c.MaxPeers == 0 {
+		c.MaxPeers = DefaultMaxPeers
+	}
+	if c.MaxMessageBytes < 0 {
+		return fmt.Errorf("replicate: negative MaxMessageBytes %d", c.MaxMessageBytes)
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.MaxMessageBytes < 1024 {
+		return fmt.Errorf("replicate: MaxMessageBytes %d is below 1024", c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Replicator shares a counter store's counts with the other nodes over
+// NATS. Create it with New and run it with Run. Its methods are safe for
+// concurrent use.
+type Replicator struct {
+	cfg       Config
+	store     Store
+	log       *slog.Logger
+	m         *metrics
+	self      Origin // node id and this process's incarnation
+	bucketIdx map[string]uint32
+	batchSubj string
+	syncSubj  string
+	peers     *peerTable
+
+	started atomic.Bool
+	ready   chan struct{}
+	readyMu sync.Once
+	conn    atomic.Pointer[nats.Conn]
+	resync  chan struct{}
+
+	// now is the clock (tests replace it); publish sends one message
+	// (tests drop or repeat some).
+	now     func() time.Time
+	publish func(nc *nats.Conn, subject string, data []byte) error
+	kick    chan chan struct{} // tests: tick now, then close the channel sent (nil: never)
+
+	// State of the publishing loop (one goroutine).
+	split   *splitter
+	seq     uint64
+	changes []counter.WindowCount
+	retry   []counter.WindowCount
+
+	// Counts for now's window + 1 that the store could not take yet.
+	deferMu  sync.Mutex
+	deferred []deferredCount
+
+	// Received batches are handled one at a time (one subscription).
+	rx Message
+
+	// Cached sync reply chunks, rebuilt at most once a second.
+	syncMu    sync.Mutex
+	syncCache [][]byte
+	syncAt    time.Time
+	syncSplit *splitter
+	snap      []counter.PeerCount
+	lastSync  atomic.Int64 // unix ms a sync request of ours last started
+	syncing   atomic.Bool
+}
+
+type deferredCount struct {
+	peer counter.PeerID
+	wc   counter.WindowCount
+}
+
+// New returns a Replicator for store, which must track changes
+// (counter.Config.Track). Nothing is started until Run.
+func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (*Replicator, error) {
+	if store == nil || reg == nil || log == nil {
+		return nil, errors.New("replicate: New needs a store, a registerer and a logger")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Replicator{
+		cfg:       cfg,
+		store:     store,
+		log:       log.With("node", cfg.NodeID),
+		self:      Origin{Node: cfg.NodeID, Incarnation: rand.Uint64()},
+		bucketIdx: make(map[string]uint32, len(cfg.Buckets)),
+		batchSubj: cfg.SubjectPrefix + ".batch",
+		syncSubj:  cfg.SubjectPrefix + ".sync",
+		ready:     make(chan struct{}),
+		resync:    make(chan struct{}, 1),
+		now:       time.Now,
+		publish:   func(nc *nats.Conn, subj string, data []byte) error { return nc.Publish(subj, data) },
+	}
+	for i, b := range cfg.Buckets {
+		r.bucketIdx[b] = uint32(i)
+	}
+	m, err := newMetrics(reg, r.gauges)
+	if err != nil {
+		return nil, err
+	}
+	r.m = m
+	r.peers = newPeerTable(cfg.MaxPeers, func(node string) { m.skew.DeleteLabelValues(node) })
+	r.split = newSplitter(cfg.MaxMessageBytes, nil)
+	r.syncSplit = newSplitter(cfg.MaxMessageBytes, nil)
+	return r, nil
+}
+
+func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "connected",
+			Help: "1 while connected to NATS, else 0 (the node then limits on its own counts).",
+		}, func() float64 {
+			if nc := r.conn.Load(); nc != nil && nc.IsConnected() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reconnects_total",
+			Help: "Reconnections to NATS.",
+		}, func() float64 {
+			if nc := r.conn.Load(); nc != nil {
+				return float64(nc.Stats().Reconnects)
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "peers",
+			Help: "Peers heard from within the peer expiry.",
+		}, func() float64 { return float64(r.peers.len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_entries",
+			Help: "Keys with changed counts not yet published (grows while NATS is away).",
+		}, func() float64 { return float64(r.store.Pending()) }),
+	}
+}
+
+// Ready is closed once the warm start has ended: peers answered, the
+// deadline passed, or NATS was not reachable at start.
+func (r *Replicator) Ready() <-chan struct{} { return r.ready }
+
+func (r *Replicator) markReady() { r.readyMu.Do(func() { close(r.ready) }) }
+
+// Identity is this process's node id and incarnation.
+func (r *Replicator) Identity() (node string, incarnation uint64) {
+	return r.self.Node, r.self.Incarnation
+}
+
+// Run connects to NATS and replicates until ctx is done; it then publishes
+// a last batch (bounded by FlushTimeout), closes the connection and returns
+// nil. NATS being unreachable is not an error: the connection is retried
+// in the background for as long as Run runs. Run returns an error only for
+// options nats.go refuses (an unreadable credentials file, say) or when
+// called twice.
+func (r *Replicator) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("replicate: Run called twice")
+	}
+	defer r.markReady()
+	opts := append(slices.Clone(r.cfg.Options),
+		nats.Name("ratelimit-authz "+r.cfg.NodeID),
+		nats.NoEcho(),
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond),
+		nats.ReconnectJitter(250*time.Millisecond, time.Second),
+		nats.PingInterval(10*time.Second),
+		nats.MaxPingsOutstanding(3),
+		nats.ConnectHandler(func(*nats.Conn) {
+			r.log.Info("connected to NATS")
+			r.requestResync()
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			r.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
+			r.requestResync()
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if ctx.Err() == nil {
+				r.log.Warn("disconnected from NATS; limiting on this node's counts until it is back", "err", err)
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			r.log.Warn("NATS asynchronous error", "err", err)
+		}),
+	)
+	nc, err := nats.Connect(r.cfg.URL, opts...)
+	if err != nil {
+		return fmt.Errorf("replicate: connect to NATS: %w", err)
+	}
+	r.conn.Store(nc)
+	defer nc.Close()
+	if _, err := nc.Subscribe(r.batchSubj, r.onBatch); err != nil {
+		return fmt.Errorf("replicate: subscribe %s: %w", r.batchSubj, err)
+	}
+	if _, err := nc.Subscribe(r.syncSubj, r.onSyncRequest); err != nil {
+		return fmt.Errorf("replicate: subscribe %s: %w", r.syncSubj, err)
+	}
+
+	var wg sync.WaitGroup
+	syncCtx, cancelSync := context.WithCancel(ctx)
+	defer cancelSync()
+	startSync := func(why string, then func()) {
+		if !r.syncing.CompareAndSwap(false, true) {
+			return
+		}
+		r.lastSync.Store(r.now().UnixMilli())
+		wg.Go(func() {
+			defer r.syncing.Store(false)
+			r.sync(syncCtx, nc, why)
+			if then != nil {
+				then()
+			}
+		})
+	}
+	if nc.IsConnected() {
+		startSync("warm start", r.markReady)
+	} else {
+		r.log.Warn("NATS not reachable at start; serving on this node's counts and retrying in the background", "url", r.cfg.URL)
+		r.markReady()
+	}
+
+	t := time.NewTimer(r.untilTick(r.now()))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cancelSync()
+			wg.Wait()
+			r.final(nc)
+			return nil
+		case <-r.resync:
+			// A (re)connect: catch up on what peers counted meanwhile,
+			// unless a sync has just been asked for.
+			if r.now().UnixMilli()-r.lastSync.Load() >= syncCacheAt.Milliseconds() {
+				startSync("reconnect", nil)
+			}
+		case <-t.C:
+			r.tick(nc, r.now())
+			t.Reset(r.untilTick(r.now()))
+		case done := <-r.kick:
+			r.tick(nc, r.now())
+			close(done)
+		}
+	}
+}
+
+// untilTick is the time from now to the next multiple of SyncInterval
+// since the Unix epoch. Like windows, ticks are aligned to the wall clock:
+// with synchronised clocks every node publishes at the same instants, so at
+// any moment each node knows every peer's counts as of the last tick, and
+// a window of a multiple of the interval begins with a fresh view.
+func (r *Replicator) untilTick(now time.Time) time.Duration {
+	d := r.cfg.SyncInterval.Nanoseconds()
+	n := now.UnixNano()
+	next := (n/d + 1) * d
+	return time.Duration(next - n)
+}
+
+func (r *Replicator) requestResync() {
+	select {
+	case r.resync <- struct{}{}:
+	default:
+	}
+}
+
+// final publishes what changed since the last batch, at shutdown.
+func (r *Replicator) final(nc *nats.Conn) {
+	r.tick(nc, r.now())
+	if !nc.IsConnected() {
+		return
+	}
+	if err := nc.FlushTimeout(r.cfg.FlushTimeout); err != nil {
+		r.log.Warn("final batch not confirmed by NATS", "err", err, "timeout", r.cfg.FlushTimeout.String())
+		return
+	}
+	r.log.Info("final batch published")
+}
+
+// tick is one sync interval: retry deferred counts, forget silent peers,
+// and publish this node's changes if NATS is there. While it is not, the
+// changes stay marked in the store and go out, at their latest counts, in
+// the first batch after it is back.
+func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
+	r.retryDeferred(now)
+	r.peers.expire(now, r.cfg.PeerExpiry)
+	r.syncMu.Lock()
+	if r.syncCache != nil && now.Sub(r.syncAt) >= syncCacheAt {
+		r.syncCache = nil // a reply can be large; keep it only while it may be reused
+	}
+	r.syncMu.Unlock()
+	if !nc.IsConnected() {
+		return
+	}
+	r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
+}
+
+// maxOut is the largest message this node may publish on nc.
+func (r *Replicator) maxOut(nc *nats.Conn) int {
+	if mp := int(nc.MaxPayload()); mp > 0 {
+		return min(mp, r.cfg.MaxMessageBytes)
+	}
+	return r.cfg.MaxMessageBytes
+}
+
+// publishChanges publishes, with send, the counts changed since the last
+// call (and those of a failed publish before), in messages of at most max
+// bytes.
+func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error) {
+	start := time.Now()
+	var stale int
+	r.changes, stale = r.store.Changes(r.changes[:0], now)
+	if stale > 0 {
+		r.m.dropped[dropStaleLocal].Add(float64(stale))
+	}
+	if len(r.retry) > 0 {
+		for _, c := range r.retry {
+			if liveWindow(c, now) {
+				r.changes = append(r.changes, c)
+			}
+		}
+		clear(r.retry)
+		r.retry = r.retry[:0]
+	}
+	if len(r.changes) == 0 {
+		return
+	}
+	failed := false
+	sent := 0
+	r.split.max = max
+	r.split.emit = func(b []byte) error {
+		if err := send(b); err != nil {
+			r.m.publishErrors.Inc()
+			if !failed {
+				r.log.Warn("publish batch", "err", err)
+			}
+			failed = true
+			return nil
+		}
+		r.m.batchesSent.Inc()
+		sent += len(r.split.msg.Entries)
+		return nil
+	}
+	r.split.start(Header{Kind: KindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
+	for _, c := range r.changes {
+		if int(c.Bucket) >= len(r.cfg.Buckets) {
+			r.m.dropped[dropInvalid].Inc()
+			continue
+		}
+		l := Limit{Name: r.cfg.Buckets[c.Bucket], ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}
+		if err := r.split.add(l, Origin{}, c.Window, c.Key, c.Count); errors.Is(err, errEntryTooLarge) {
+			r.m.dropped[dropTooLarge].Inc()
+		}
+	}
+	r.split.flush(false)
+	r.seq = r.split.msg.Seq
+	r.m.entriesSent.Add(float64(sent))
+	if failed {
+		// Offer everything again next time: counts are running counts, so
+		// what did go out is merely repeated.
+		n := min(len(r.changes), maxPending)
+		r.retry = append(r.retry[:0], r.changes[:n]...)
+	}
+	r.m.publishDuration.Observe(time.Since(start).Seconds())
+}
+
+// liveWindow reports whether c's window can still matter to a peer at now.
+func liveWindow(c counter.WindowCount, now time.Time) bool {
+	w := floorDiv(now.UnixMilli(), c.ScaleMS)
+	lo := w
+	if c.Algorithm == counter.Sliding {
+		lo--
+	}
+	return c.Window >= lo && c.Window <= w+1
+}
+
+// onBatch merges a peer's batch. NATS calls it for one message at a time.
+func (r *Replicator) onBatch(msg *nats.Msg) {
+	now := r.now()
+	m := &r.rx
+	if !r.read(msg.Data, m, KindBatch) {
+		return
+	}
+	p := r.peers.get(m.Node, m.Incarnation, now)
+	if p == nil {
+		r.m.peersRefused.Inc()
+		r.m.dropped[dropUnknownPeer].Add(float64(len(m.Entries)))
+		return
+	}
+	r.observe(p, m, now)
+	r.merge(m, func(int) counter.PeerID { return p.id }, now)
+	r.m.batchesReceived.Inc() // after merging: tests wait on it
+}
+
+// read decodes data into m and checks it is of kind and not from this
+// process; it counts and reports false for anything else.
+func (r *Replicator) read(data []byte, m *Message, kind Kind) bool {
+	if len(data) > r.cfg.MaxMessageBytes {
+		r.m.malformed[malOversize].Inc()
+		return false
+	}
+	if err := Decode(data, m); err != nil {
+		if errors.Is(err, ErrVersion) {
+			r.m.malformed[malVersion].Inc()
+		} else {
+			r.m.malformed[malDecode].Inc()
+		}
+		r.log.Debug("dropped a malformed message", "err", err)
+		return false
+	}
+	if m.Kind != kind {
+		r.m.malformed[malKind].Inc()
+		return false
+	}
+	if m.Node == r.self.Node && m.Incarnation == r.self.Incarnation {
+		r.m.malformed[malSelf].Inc()
+		return false
+	}
+	return true
+}
+
+// observe updates the peer's sequence and clock-skew figures from a batch.
+func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
+	switch {
+	case !p.haveSeq || m.Seq == p.lastSeq+1:
+	case m.Seq > p.lastSeq:
+		r.m.batchesMissed.Add(float64(m.Seq - p.lastSeq - 1))
+	default:
+		r.m.batchesRepeated.Inc()
+	}
+	if !p.haveSeq || m.Seq > p.lastSeq {
+		p.lastSeq, p.haveSeq = m.Seq, true
+	}
+	skew := time.Duration(now.UnixMilli()-m.SentAtMS) * time.Millisecond
+	r.m.skew.WithLabelValues(p.key.node).Set(skew.Seconds())
+	if (skew > r.cfg.SkewWarning || skew < -r.cfg.SkewWarning) && now.Sub(p.skewLogged) >= time.Minute {
+		p.skewLogged = now
+		r.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
+			"peer", p.key.node, "skew", skew.String(), "threshold", r.cfg.SkewWarning.String())
+	}
+}
+
+// merge merges m's entries, each under the peer id origin gives for its
+// origin index (counter.Self: skip the entry, it is this node's own).
+func (r *Replicator) merge(m *Message, origin func(int) counter.PeerID, now time.Time) (merged int) {
+	r.m.entriesReceived.Add(float64(len(m.Entries)))
+	var idxBuf [16]int64
+	idx := idxBuf[:0]
+	for _, l := range m.Limits {
+		b, ok := r.bucketIdx[l.Name]
+		if !ok {
+			idx = append(idx, -1)
+			continue
+		}
+		idx = append(idx, int64(b))
+	}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		b := idx[e.Limit]
+		if b < 0 {
+			r.m.dropped[dropUnknownBucket].Inc()
+			continue
+		}
+		pid := origin(e.Origin)
+		if pid == counter.Self {
+			continue
+		}
+		l := &m.Limits[e.Limit]
+		wc := counter.WindowCount{Bucket: uint32(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: e.Count}
+		if r.mergeOne(pid, wc, now) {
+			merged++
+		}
+	}
+	return merged
+}
+
+func (r *Replicator) mergeOne(pid counter.PeerID, wc counter.WindowCount, now time.Time) bool {
+	switch st := r.store.Merge(pid, wc, now); st {
+	case counter.Merged:
+		r.m.entriesMerged.Inc()
+		return true
+	case counter.Unchanged:
+	case counter.Stale:
+		r.m.dropped[dropStale].Inc()
+	case counter.Deferred:
+		r.deferMu.Lock()
+		if len(r.deferred) < maxPending {
+			r.deferred = append(r.deferred, deferredCount{pid, wc})
+		} else {
+			r.m.dropped[dropDeferred].Inc()
+		}
+		r.deferMu.Unlock()
+	case counter.Mismatch:
+		r.m.dropped[dropMismatch].Inc()
+	case counter.Refused:
+		r.m.dropped[dropRefused].Inc()
+	default:
+		r.m.dropped[dropInvalid].Inc()
+	}
+	return false
+}
+
+// retryDeferred offers the deferred counts again.
+func (r *Replicator) retryDeferred(now time.Time) {
+	r.deferMu.Lock()
+	d := r.deferred
+	r.deferred = nil
+	r.deferMu.Unlock()
+	for _, x := range d {
+		r.mergeOne(x.peer, x.wc, now) // a still-deferred count is deferred again
+	}
+}

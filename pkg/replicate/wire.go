@@ -1,0 +1,515 @@
+package replicate
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// The wire format, version 1. All integers are varints (encoding/binary:
+// unsigned LEB128, signed zigzag) except the 8-byte little-endian
+// incarnation.
+//
+//	message  = magic "RL" · version (1 byte, 1) · kind (1 byte) · header · body
+//	header   = node (string) · incarnation (8 bytes LE) · sent_at_ms (varint)
+//	           · seq (uvarint) · [kind 3: flags (1 byte; bit 0 = last chunk)]
+//	kind 1, batch:      limits · entries
+//	kind 2, sync request: nothing
+//	kind 3, sync reply:   limits · origins · entries (each with its origin)
+//	limits   = n (uvarint) · n × (bucket name (string) · scale_ms (uvarint) · algorithm (1 byte))
+//	origins  = n (uvarint) · n × (node (string) · incarnation (8 bytes LE))
+//	entries  = n (uvarint) · n × (limit index (uvarint) · window offset (varint)
+//	           · key (string) · count (uvarint) · [kind 3: origin index (uvarint)])
+//	string   = length (uvarint) · bytes
+//
+// A window is sent as its offset from the window that contains sent_at_ms
+// at the entry's scale (floor(sent_at_ms / scale_ms)): −1, 0 or +1 in
+// practice, one byte. A message must end exactly after its last entry.
+
+// Kind is the type of a message.
+type Kind uint8
+
+const (
+	// KindBatch carries the sender's own running counts that changed since
+	// its previous batch.
+	KindBatch Kind = 1
+	// KindSyncRequest asks every peer for its counts of the live windows
+	// (warm start, and catching up after NATS comes back).
+	KindSyncRequest Kind = 2
+	// KindSyncReply is one chunk of a peer's answer: every count it holds,
+	// its own and those it merged, each with the node that made it.
+	KindSyncReply Kind = 3
+)
+
+// Version is the wire format version this package writes and reads.
+const Version = 1
+
+// Bounds the decoder enforces.
+const (
+	maxNameLen = 255  // node ids and bucket names
+	maxKeyLen  = 4096 // counter.max_key_bytes is at most 4096
+	maxLimits  = 1 << 12
+	maxOrigins = 1 << 12
+	// minEntryLen is the smallest encoded entry: limit, offset, empty key,
+	// count, each one byte.
+	minEntryLen = 4
+)
+
+var magic = [2]byte{'R', 'L'}
+
+// Errors of Decode. Both mean the message is dropped.
+var (
+	// ErrMalformed is wrapped by Decode for any message it cannot read.
+	ErrMalformed = errors.New("replicate: malformed message")
+	// ErrVersion is wrapped by Decode for a well-framed message of
+	// another wire version (a node of a newer release during a rollout).
+	ErrVersion = errors.New("replicate: unsupported wire version")
+)
+
+// Header is the part of every message that says who sent it and when.
+type Header struct {
+	Kind        Kind
+	Node        string // the sender's node id
+	Incarnation uint64 // random per process start: a restarted node is a new peer
+	SentAtMS    int64  // the sender's clock, unix ms
+	Seq         uint64 // batch: per-incarnation message number; reply: chunk number
+	Last        bool   // reply: this is the responder's last chunk
+}
+
+// Limit is an entry's bucket, by name, and the window it was counted in.
+type Limit struct {
+	Name      string
+	ScaleMS   int64
+	Algorithm counter.Algorithm
+}
+
+// Origin is the node that made a count in a sync reply.
+type Origin struct {
+	Node        string
+	Incarnation uint64
+}
+
+// Entry is one count: Limit and Origin index Message.Limits and
+// Message.Origins.
+type Entry struct {
+	Limit  int
+	Origin int
+	Window int64
+	Key    string
+	Count  int64
+}
+
+// Message is a decoded message. Decode reuses its slices.
+type Message struct {
+	Header
+	Limits  []Limit
+	Origins []Origin
+	Entries []Entry
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendHeader(b []byte, h *Header) []byte {
+	b = append(b, magic[0], magic[1], Version, byte(h.Kind))
+	b = appendString(b, h.Node)
+	b = binary.LittleEndian.AppendUint64(b, h.Incarnation)
+	b = binary.AppendVarint(b, h.SentAtMS)
+	b = binary.AppendUvarint(b, h.Seq)
+	if h.Kind == KindSyncReply {
+		var f byte
+		if h.Last {
+			f = 1
+		}
+		b = append(b, f)
+	}
+	return b
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for x >= 0x80 {
+		x >>= 7
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
+}
+
+// Encode appends the encoding of m to b. Entries must index m.Limits (and
+// m.Origins for a sync reply); Encode does not check.
+func (m *Message) Encode(b []byte) []byte {
+	b = appendHeader(b, &m.Header)
+	if m.Kind == KindSyncRequest {
+		return b
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Limits)))
+	for _, l := range m.Limits {
+		b = appendString(b, l.Name)
+		b = binary.AppendUvarint(b, uint64(l.ScaleMS))
+		b = append(b, byte(l.Algorithm))
+	}
+	if m.Kind == KindSyncReply {
+		b = binary.AppendUvarint(b, uint64(len(m.Origins)))
+		for _, o := range m.Origins {
+			b = appendString(b, o.Node)
+			b = binary.LittleEndian.AppendUint64(b, o.Incarnation)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
+	for i := range m.Entries {
+		b = m.appendEntry(b, &m.Entries[i])
+	}
+	return b
+}
+
+func (m *Message) appendEntry(b []byte, e *Entry) []byte {
+	scale := m.Limits[e.Limit].ScaleMS
+	b = binary.AppendUvarint(b, uint64(e.Limit))
+	b = binary.AppendVarint(b, e.Window-floorDiv(m.SentAtMS, scale))
+	b = appendString(b, e.Key)
+	b = binary.AppendUvarint(b, uint64(e.Count))
+	if m.Kind == KindSyncReply {
+		b = binary.AppendUvarint(b, uint64(e.Origin))
+	}
+	return b
+}
+
+// entryLen is the encoded length of e in m, whose limit has scale ms.
+func (m *Message) entryLen(e *Entry, scale int64) int {
+	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-floorDiv(m.SentAtMS, scale)) +
+		uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Count))
+	if m.Kind == KindSyncReply {
+		n += uvarintLen(uint64(e.Origin))
+	}
+	return n
+}
+
+// decoder reads a message, recording the first error.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("%s: bad varint", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	x, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("%s: bad varint", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *decoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("%s: truncated", what)
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uint64(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.fail("%s: truncated", what)
+		return 0
+	}
+	x := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return x
+}
+
+func (d *decoder) string(what string, minLen, maxLen int) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n < uint64(minLen) || n > uint64(maxLen) || n > uint64(len(d.b)) {
+		d.fail("%s: length %d outside [%d, %d] or past the end", what, n, minLen, min(maxLen, len(d.b)))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// count reads a table length, bounded by max and by what the rest of the
+// message can hold at minLen bytes an item, so that a forged count cannot
+// make Decode allocate more than the message's size warrants.
+func (d *decoder) count(what string, maxN, minLen int) int {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(maxN) || n > uint64(len(d.b)/minLen) {
+		d.fail("%s: %d is too many", what, n)
+		return 0
+	}
+	return int(n)
+}
+
+// Decode reads data into m, reusing m's slices. The strings in m are
+// copies: m does not keep data. Every error wraps ErrMalformed or
+// ErrVersion; m is then in an unspecified state.
+func Decode(data []byte, m *Message) error {
+	m.Header = Header{}
+	m.Limits, m.Origins, m.Entries = m.Limits[:0], m.Origins[:0], m.Entries[:0]
+	if len(data) < 4 || data[0] != magic[0] || data[1] != magic[1] {
+		return fmt.Errorf("%w: no magic", ErrMalformed)
+	}
+	if data[2] != Version {
+		return fmt.Errorf("%w: version %d", ErrVersion, data[2])
+	}
+	m.Kind = Kind(data[3])
+	if m.Kind < KindBatch || m.Kind > KindSyncReply {
+		return fmt.Errorf("%w: unknown kind %d", ErrMalformed, data[3])
+	}
+	d := decoder{b: data[4:]}
+	m.Node = d.string("node", 1, maxNameLen)
+	m.Incarnation = d.uint64("incarnation")
+	m.SentAtMS = d.varint("sent_at")
+	m.Seq = d.uvarint("seq")
+	if d.err == nil && (m.SentAtMS < -1<<53 || m.SentAtMS > 1<<53) {
+		d.fail("sent_at %d out of range", m.SentAtMS)
+	}
+	if m.Kind == KindSyncReply {
+		f := d.byte("flags")
+		if f&^1 != 0 {
+			d.fail("unknown flags %#x", f)
+		}
+		m.Last = f&1 != 0
+	}
+	if m.Kind != KindSyncRequest {
+		nl := d.count("limits", maxLimits, 3)
+		for range nl {
+			l := Limit{Name: d.string("bucket name", 1, maxNameLen)}
+			scale := d.uvarint("scale")
+			alg := d.byte("algorithm")
+			if d.err != nil {
+				break
+			}
+			if scale < 1 || scale > counter.MaxScaleMS || alg > byte(counter.Sliding) {
+				d.fail("limit %q: scale %d ms or algorithm %d out of range", l.Name, scale, alg)
+				break
+			}
+			l.ScaleMS, l.Algorithm = int64(scale), counter.Algorithm(alg)
+			m.Limits = append(m.Limits, l)
+		}
+		if m.Kind == KindSyncReply {
+			no := d.count("origins", maxOrigins, 10)
+			for range no {
+				o := Origin{Node: d.string("origin node", 1, maxNameLen)}
+				o.Incarnation = d.uint64("origin incarnation")
+				if d.err != nil {
+					break
+				}
+				m.Origins = append(m.Origins, o)
+			}
+		}
+		ne := d.count("entries", math.MaxInt32, minEntryLen)
+		for range ne {
+			e := d.entry(m)
+			if d.err != nil {
+				break
+			}
+			m.Entries = append(m.Entries, e)
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+func (d *decoder) entry(m *Message) Entry {
+	var e Entry
+	li := d.uvarint("entry limit")
+	off := d.varint("entry window")
+	e.Key = d.string("entry key", 0, maxKeyLen)
+	count := d.uvarint("entry count")
+	if m.Kind == KindSyncReply {
+		oi := d.uvarint("entry origin")
+		if d.err == nil && oi >= uint64(len(m.Origins)) {
+			d.fail("entry origin %d of %d", oi, len(m.Origins))
+		}
+		e.Origin = int(oi)
+	}
+	if d.err != nil {
+		return e
+	}
+	if li >= uint64(len(m.Limits)) {
+		d.fail("entry limit %d of %d", li, len(m.Limits))
+		return e
+	}
+	if off < -1<<32 || off > 1<<32 {
+		d.fail("entry window offset %d", off)
+		return e
+	}
+	if count > counter.MaxCount {
+		d.fail("entry count %d", count)
+		return e
+	}
+	e.Limit = int(li)
+	e.Window = floorDiv(m.SentAtMS, m.Limits[li].ScaleMS) + off
+	e.Count = int64(count)
+	return e
+}
+
+// errEntryTooLarge: one entry does not fit in a message of the size limit.
+var errEntryTooLarge = errors.New("replicate: entry larger than the message size limit")
+
+// splitter packs entries into messages of at most max bytes, each with the
+// limit (and origin) tables its entries need, and hands each full message
+// to emit. Its buffer is reused: emit must not keep the slice. Seq is
+// numbered by the splitter, one per message.
+type splitter struct {
+	max       int
+	msg       Message
+	limitIdx  map[Limit]int
+	originIdx map[Origin]int
+	size      int // encoded size without the varint counts of the tables and entries
+	buf       []byte
+	emit      func([]byte) error
+	emitted   int // messages emitted since start
+}
+
+func newSplitter(max int, emit func([]byte) error) *splitter {
+	return &splitter{max: max, emit: emit, limitIdx: map[Limit]int{}, originIdx: map[Origin]int{}}
+}
+
+// start begins a new series of messages with header h (its Seq is the
+// first message's).
+func (s *splitter) start(h Header) {
+	s.msg.Header = h
+	s.emitted = 0
+	s.clearBody()
+}
+
+func (s *splitter) clearBody() {
+	s.msg.Limits, s.msg.Origins, s.msg.Entries = s.msg.Limits[:0], s.msg.Origins[:0], s.msg.Entries[:0]
+	clear(s.limitIdx)
+	clear(s.originIdx)
+	s.size = len(appendHeader(s.buf[:0], &s.msg.Header))
+}
+
+func (s *splitter) total(extra, limits, origins, entries int) int {
+	n := s.size + extra + uvarintLen(uint64(limits)) + uvarintLen(uint64(entries))
+	if s.msg.Kind == KindSyncReply {
+		n += uvarintLen(uint64(origins))
+	}
+	return n
+}
+
+// add appends one entry, emitting the current message first when the
+// entry would not fit in it.
+func (s *splitter) add(l Limit, o Origin, window int64, key string, count int64) error {
+	for {
+		extra := 0
+		li, haveL := s.limitIdx[l]
+		if !haveL {
+			li = len(s.msg.Limits)
+			extra += uvarintLen(uint64(len(l.Name))) + len(l.Name) + uvarintLen(uint64(l.ScaleMS)) + 1
+		}
+		oi, haveO := 0, true
+		if s.msg.Kind == KindSyncReply {
+			if oi, haveO = s.originIdx[o]; !haveO {
+				oi = len(s.msg.Origins)
+				extra += uvarintLen(uint64(len(o.Node))) + len(o.Node) + 8
+			}
+		}
+		e := Entry{Limit: li, Origin: oi, Window: window, Key: key, Count: count}
+		extra += s.msg.entryLen(&e, l.ScaleMS)
+		nl, no := len(s.msg.Limits), len(s.msg.Origins)
+		if !haveL {
+			nl++
+		}
+		if !haveO {
+			no++
+		}
+		if s.total(extra, nl, no, len(s.msg.Entries)+1) <= s.max {
+			if !haveL {
+				s.limitIdx[l] = li
+				s.msg.Limits = append(s.msg.Limits, l)
+			}
+			if !haveO {
+				s.originIdx[o] = oi
+				s.msg.Origins = append(s.msg.Origins, o)
+			}
+			s.msg.Entries = append(s.msg.Entries, e)
+			s.size += extra
+			return nil
+		}
+		if len(s.msg.Entries) == 0 {
+			return errEntryTooLarge
+		}
+		if err := s.flush(false); err != nil {
+			return err
+		}
+	}
+}
+
+// flush emits the current message if it has entries (or, when last is
+// set, even without: a sync reply always ends with a last chunk).
+func (s *splitter) flush(last bool) error {
+	if len(s.msg.Entries) == 0 && !last {
+		return nil
+	}
+	s.msg.Last = last
+	s.buf = s.msg.Encode(s.buf[:0])
+	err := s.emit(s.buf)
+	s.emitted++
+	s.msg.Seq++
+	s.msg.Last = false
+	s.clearBody()
+	return err
+}

@@ -1,0 +1,555 @@
+package tenantlimits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// Channel is the NOTIFY channel the table's triggers signal on.
+const Channel = "ratelimit_authz_tenant_limits"
+
+// ApplicationName is the cache's application_name in pg_stat_activity,
+// unless the URL sets one.
+const ApplicationName = "ratelimit-authz"
+
+// Config configures a Cache. A zero field means its default.
+type Config struct {
+	// URL is the PostgreSQL connection string (required), e.g.
+	// postgres://user:pass@host:5432/db?sslmode=require.
+	URL string
+	// RefreshInterval is the longest time between two refreshes when no
+	// notification arrives; 0 means 30 s.
+	RefreshInterval time.Duration
+	// FullRefreshInterval is the longest time between two full reloads
+	// (a safety net for changes made with triggers disabled); 0 means 1 h,
+	// at most 12 h (deleted tenants are remembered for a day).
+	FullRefreshInterval time.Duration
+	// QueryTimeout bounds connecting and each incremental refresh; a full
+	// reload (a million tenants take seconds) gets four times as long.
+	// 0 means 30 s.
+	QueryTimeout time.Duration
+	// MinBackoff and MaxBackoff bound the wait between failed attempts
+	// (doubling, with jitter); 0 means 250 ms and 10 s.
+	MinBackoff, MaxBackoff time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if c.URL == "" {
+		return errors.New("tenantlimits: no database URL")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.RefreshInterval, 30*time.Second)
+	def(&c.FullRefreshInterval, time.Hour)
+	def(&c.QueryTimeout, 30*time.Second)
+	def(&c.MinBackoff, 250*time.Millisecond)
+	def(&c.MaxBackoff, 10*time.Second)
+	switch {
+	case c.RefreshInterval < 0 || c.QueryTimeout < 0 || c.MinBackoff < 0 || c.FullRefreshInterval < 0:
+		return errors.New("tenantlimits: intervals and timeouts must not be negative")
+	case c.FullRefreshInterval > 12*time.Hour:
+		return fmt.Errorf("tenantlimits: FullRefreshInterval %v is over 12 h; deletions are only remembered for a day", c.FullRefreshInterval)
+	case c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("tenantlimits: MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	return nil
+}
+
+// shardCount splits the snapshot so that an incremental refresh copies only
+// the shards it touches, not a million-tenant map. A power of two.
+const shardCount = 64
+
+// entry is one usable override, resolved against the configuration.
+type entry struct {
+	bucket int
+	limit  counter.Limit
+}
+
+// snapshot is immutable once published.
+type snapshot struct {
+	shards  [shardCount]map[string][]entry
+	entries int // overrides in effect
+}
+
+// bucketInfo is what the cache needs of an overridable bucket.
+type bucketInfo struct {
+	index     int
+	algorithm counter.Algorithm
+}
+
+// Cache is a node's in-memory copy of the overrides. Create it with
+// NewCache; Override is safe for concurrent use and never blocks; Run keeps
+// the copy current and must run once. The zero Cache is not usable.
+type Cache struct {
+	cfg     Config
+	connCfg *pgx.ConnConfig
+	log     *slog.Logger
+	m       *metrics
+	seed    maphash.Seed
+	buckets map[string]bucketInfo // overridable buckets by name
+	snap    atomic.Pointer[snapshot]
+	running atomic.Bool
+
+	started     time.Time
+	lastSuccess atomic.Int64 // unix ns of the last successful refresh; 0: none yet
+	degraded    atomic.Bool
+
+	// Refresh state, guarded by mu (only one refresh at a time).
+	mu        sync.Mutex
+	watermark string // xid8 as text: pg_snapshot_xmin of the last refresh; "": none
+	lastFull  time.Time
+	invalid   map[string]bool // tenants with a skipped row or entry
+}
+
+// NewCache returns a Cache for the overridable buckets of r. It does not
+// connect: Load or Run does. Its metrics go to reg.
+func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
+	if r == nil || reg == nil || log == nil {
+		return nil, errors.New("tenantlimits: NewCache needs the rules, a registerer and a logger")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	connCfg, err := pgx.ParseConfig(cfg.URL)
+	if err != nil {
+		// The error text may hold the URL and its password: not repeated.
+		return nil, errors.New("tenantlimits: the database URL cannot be parsed (postgres://user:password@host:port/database?sslmode=…)")
+	}
+	if connCfg.RuntimeParams["application_name"] == "" {
+		connCfg.RuntimeParams["application_name"] = ApplicationName // visible in pg_stat_activity
+	}
+	c := &Cache{
+		cfg: cfg, connCfg: connCfg, log: log, seed: maphash.MakeSeed(),
+		buckets: map[string]bucketInfo{}, started: time.Now(), invalid: map[string]bool{},
+	}
+	for i, b := range r.Buckets {
+		if b.Overridable {
+			// An override replaces the limit and window; the algorithm stays
+			// the bucket's.
+			c.buckets[b.Name] = bucketInfo{index: i, algorithm: b.Limit.Algorithm}
+		}
+	}
+	c.degraded.Store(true) // until the first load
+	c.m, err = newMetrics(reg, c)
+	if err != nil {
+		return nil, err
+	}
+	c.snap.Store(&snapshot{})
+	return c, nil
+}
+
+// Override returns the tenant's override of bucket (an index into the
+// rules' buckets), if any. It reads the current snapshot from memory: no
+// lock, no I/O, no allocation.
+func (c *Cache) Override(tenant string, bucket int) (counter.Limit, bool) {
+	s := c.snap.Load()
+	if s.entries == 0 || len(tenant) > MaxTenantBytes || tenant == "" {
+		return counter.Limit{}, false
+	}
+	for _, e := range s.shards[maphash.String(c.seed, tenant)&(shardCount-1)][tenant] {
+		if e.bucket == bucket {
+			return e.limit, true
+		}
+	}
+	return counter.Limit{}, false
+}
+
+// Degraded reports whether the cache is serving without a current view of
+// the database: before the first load, or since a refresh failed.
+func (c *Cache) Degraded() bool { return c.degraded.Load() }
+
+// Load connects, reads every override and closes the connection: a node
+// calls it before serving so that it starts with the overrides in place.
+// On error the cache keeps what it had (and Run keeps trying).
+func (c *Cache) Load(ctx context.Context) error {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
+	defer cancel()
+	conn, err := c.connect(cctx)
+	if err != nil {
+		c.failed(err, 0)
+		return err
+	}
+	defer closeConn(conn)
+	if err := c.refresh(ctx, conn, true); err != nil {
+		c.failed(err, 0)
+		return err
+	}
+	return nil
+}
+
+// Run keeps the snapshot current until ctx ends, then closes its
+// connection and returns nil. Database trouble is logged, counted and
+// retried with backoff; it is never returned.
+func (c *Cache) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("tenantlimits: Cache.Run called twice")
+	}
+	backoff := c.cfg.MinBackoff
+	for {
+		ok, err := c.session(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ok { // it worked for a while: start over
+			backoff = c.cfg.MinBackoff
+		}
+		// Full jitter in [backoff/2, backoff): nodes do not reconnect in step.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.failed(err, wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, c.cfg.MaxBackoff)
+	}
+}
+
+// session is one connection's life: listen, refresh, then wait for
+// notifications or the refresh interval. It returns when the connection
+// fails (ok: at least one refresh succeeded on it) or ctx ends.
+func (c *Cache) session(ctx context.Context) (ok bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
+	conn, err := c.connect(cctx)
+	if err == nil {
+		// LISTEN before reading, so no change falls between the two.
+		if _, err = conn.Exec(cctx, "LISTEN "+Channel); err != nil {
+			err = fmt.Errorf("tenantlimits: listen: %w", err)
+		}
+	}
+	cancel()
+	if err != nil {
+		if conn != nil {
+			closeConn(conn)
+		}
+		return false, err
+	}
+	defer closeConn(conn)
+	if err := c.refresh(ctx, conn, c.fullDue()); err != nil {
+		return false, err
+	}
+	for {
+		wait := c.cfg.RefreshInterval - time.Since(time.Unix(0, c.lastSuccess.Load()))
+		wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+		_, err := conn.WaitForNotification(wctx)
+		timedOut := wctx.Err() != nil
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true, nil
+		case err != nil && !timedOut:
+			return true, fmt.Errorf("tenantlimits: wait for notifications: %w", err)
+		case err == nil:
+			c.drainNotifications(conn)
+		}
+		if err := c.refresh(ctx, conn, c.fullDue()); err != nil {
+			return true, err
+		}
+	}
+}
+
+// drainNotifications discards those already received: the refresh that
+// follows covers them all.
+func (c *Cache) drainNotifications(conn *pgx.Conn) {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for {
+		// With a done context only already-buffered notifications return.
+		if n, _ := conn.WaitForNotification(done); n == nil {
+			return
+		}
+	}
+}
+
+func (c *Cache) connect(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, c.connCfg.Copy())
+	if err != nil {
+		return nil, fmt.Errorf("tenantlimits: connect to %s: %w", c.connCfg.Host, err)
+	}
+	return conn, nil
+}
+
+func closeConn(conn *pgx.Conn) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn.Close(ctx)
+}
+
+func (c *Cache) fullDue() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.watermark == "" || time.Since(c.lastFull) >= c.cfg.FullRefreshInterval
+}
+
+// failed records a failed connect or refresh: degraded, counted, logged.
+func (c *Cache) failed(err error, retryIn time.Duration) {
+	c.m.reloadErrors.Inc()
+	was := c.degraded.Swap(true)
+	serving := "the last snapshot"
+	if c.lastSuccess.Load() == 0 {
+		serving = "the configured limits (no snapshot yet)"
+	}
+	attrs := []any{"err", err, "serving", serving}
+	if retryIn > 0 {
+		attrs = append(attrs, "retry_in", retryIn.Round(time.Millisecond))
+	}
+	if !was || c.lastSuccess.Load() == 0 {
+		c.log.Warn("tenant overrides degraded: cannot refresh from Postgres", attrs...)
+	} else {
+		c.log.Warn("tenant overrides still degraded", attrs...)
+	}
+}
+
+// change is one tenant's new state read from the database.
+type change struct {
+	tenant  string
+	entries []entry // nil: no overrides (deleted, or nothing usable)
+	invalid bool
+}
+
+// refresh reads the table (all of it, or what changed since the watermark)
+// in one repeatable-read snapshot and publishes the result.
+func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watermark == "" {
+		full = true
+	}
+	kind := "incremental"
+	if full {
+		kind = "full"
+	}
+	start := time.Now()
+	timeout := c.cfg.QueryTimeout
+	if full {
+		timeout *= 4
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var (
+		xmin    string
+		changes []change
+		logged  int
+		a       = arena{chunk: 16}
+	)
+	if full {
+		a.chunk = 4096
+	}
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		// Every transaction below xmin had finished when this snapshot was
+		// taken; the next refresh starts from there.
+		if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&xmin); err != nil {
+			return err
+		}
+		var rows pgx.Rows
+		var err error
+		if full {
+			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
+		} else {
+			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", c.watermark)
+		}
+		if err != nil {
+			return err
+		}
+		var (
+			tenant string
+			raw    pgtype.DriverBytes // the driver's buffer: valid for this row only
+		)
+		// Scanned as text, decoded here: a broken value fails its row, not
+		// the query.
+		_, err = pgx.ForEachRow(rows, []any{&tenant, &raw}, func() error {
+			changes = append(changes, c.resolve(tenant, raw, &logged, &a))
+			return nil
+		})
+		if err != nil || full {
+			return err
+		}
+		rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", c.watermark)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
+			changes = append(changes, change{tenant: tenant})
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("tenantlimits: %s refresh: %w", kind, schemaError(err))
+	}
+	if logged > maxLoggedProblems {
+		c.log.Warn("more tenant override rows skipped", "count", logged-maxLoggedProblems)
+	}
+	c.publish(full, changes)
+	c.watermark = xmin
+	now := time.Now()
+	if full {
+		c.lastFull = now
+	}
+	c.m.reloads[kind].Inc()
+	c.m.duration[kind].Observe(now.Sub(start).Seconds())
+	prev := c.lastSuccess.Swap(now.UnixNano())
+	if c.degraded.Swap(false) {
+		if prev == 0 {
+			c.log.Info("tenant overrides loaded", "tenants", c.countTenants(), "overrides", c.snap.Load().entries, "invalid_rows", len(c.invalid))
+		} else {
+			c.log.Info("tenant overrides recovered", "stale_for", now.Sub(time.Unix(0, prev)).Round(time.Millisecond))
+		}
+	}
+	return nil
+}
+
+const maxLoggedProblems = 20
+
+// arena hands out entry slices from shared chunks: a full reload of a
+// million tenants makes a few hundred allocations for them, not a million.
+type arena struct {
+	buf   []entry
+	chunk int
+}
+
+func (a *arena) take(n int) []entry {
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]entry, 0, max(a.chunk, n))
+	}
+	l := len(a.buf)
+	a.buf = a.buf[:l+n]
+	return a.buf[l : l+n : l+n]
+}
+
+// resolve turns a stored row into usable entries for this node's buckets,
+// logging what it skips (up to maxLoggedProblems per refresh).
+func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change {
+	ch := change{tenant: tenant}
+	// The common case: the shape jsonb prints, every entry usable.
+	var buf [maxFastEntries]fastEntry
+	if fast, ok := fastEntries(raw, &buf); ok {
+		usable := true
+		for _, e := range fast {
+			_, known := c.buckets[string(e.bucket)]
+			usable = usable && known && (Override{Limit: e.limit, ScaleMS: e.scaleMS}).valid()
+		}
+		if usable {
+			if len(fast) > 0 {
+				ch.entries = a.take(len(fast))
+			}
+			for i, e := range fast {
+				b := c.buckets[string(e.bucket)]
+				ch.entries[i] = entry{b.index, counter.Limit{Limit: e.limit, ScaleMS: e.scaleMS, Algorithm: b.algorithm}}
+			}
+			return ch
+		}
+	}
+	skip := func(bucket string, err error) {
+		ch.invalid = true
+		if *logged++; *logged <= maxLoggedProblems {
+			c.log.Warn("tenant override skipped", "tenant", tenant, "bucket", bucket, "err", err)
+		}
+	}
+	entries, problems, err := parseLimits(raw)
+	if err != nil {
+		skip("", err)
+		return ch
+	}
+	for _, p := range problems {
+		skip(p.Bucket, p.Err)
+	}
+	for _, o := range entries {
+		b, ok := c.buckets[o.Bucket]
+		if !ok {
+			skip(o.Bucket, fmt.Errorf("%w: bucket %q is not an overridable bucket of this node's configuration", ErrInvalid, o.Bucket))
+			continue
+		}
+		ch.entries = append(ch.entries, entry{
+			bucket: b.index,
+			limit:  counter.Limit{Limit: o.Limit, ScaleMS: o.ScaleMS, Algorithm: b.algorithm},
+		})
+	}
+	return ch
+}
+
+// publish builds the next snapshot: from scratch after a full read, else a
+// copy of the current one in which only the touched shards are copied.
+// Called with c.mu held.
+func (c *Cache) publish(full bool, changes []change) {
+	old := c.snap.Load()
+	next := &snapshot{}
+	copied := [shardCount]bool{}
+	if full {
+		clear(c.invalid)
+		// Sized once: no rehashing while a million tenants go in.
+		var sizes [shardCount]int
+		for _, ch := range changes {
+			sizes[maphash.String(c.seed, ch.tenant)&(shardCount-1)]++
+		}
+		for i, n := range sizes {
+			next.shards[i] = make(map[string][]entry, n)
+			copied[i] = true
+		}
+	} else {
+		*next = *old
+	}
+	for _, ch := range changes {
+		i := maphash.String(c.seed, ch.tenant) & (shardCount - 1)
+		if !copied[i] {
+			copied[i] = true
+			if next.shards[i] == nil {
+				next.shards[i] = map[string][]entry{}
+			} else {
+				next.shards[i] = maps.Clone(next.shards[i])
+			}
+		}
+		next.entries -= len(next.shards[i][ch.tenant])
+		if len(ch.entries) == 0 {
+			delete(next.shards[i], ch.tenant)
+		} else {
+			next.shards[i][ch.tenant] = ch.entries
+			next.entries += len(ch.entries)
+		}
+		if ch.invalid {
+			c.invalid[ch.tenant] = true
+		} else {
+			delete(c.invalid, ch.tenant)
+		}
+	}
+	c.snap.Store(next)
+	c.m.loaded.Set(float64(next.entries))
+	c.m.invalidRows.Set(float64(len(c.invalid)))
+}
+
+func (c *Cache) countTenants() int {
+	n := 0
+	for _, sh := range c.snap.Load().shards {
+		n += len(sh)
+	}
+	return n
+}
+
+// snapshotAge is the time since the last successful refresh, or since the
+// cache was created when none has succeeded.
+func (c *Cache) snapshotAge() time.Duration {
+	if ns := c.lastSuccess.Load(); ns != 0 {
+		return time.Since(time.Unix(0, ns))
+	}
+	return time.Since(c.started)
+}

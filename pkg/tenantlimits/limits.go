@@ -1,0 +1,268 @@
+package tenantlimits
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// ErrInvalid is wrapped by every validation error: bad tenant, actor,
+// bucket or limit. Nothing was written.
+var ErrInvalid = errors.New("invalid override")
+
+// MaxTenantBytes is the longest tenant id an override can have (the
+// database refuses longer ones; the cache does not even look them up).
+const MaxTenantBytes = 256
+
+// maxActorBytes bounds the --actor recorded in the audit log.
+const maxActorBytes = 256
+
+// Scale is a window length an override may use.
+type Scale struct {
+	MS   int64
+	Name string // as written after the slash: 1s, 1m, 1h, 1d
+}
+
+// Scales are the allowed override windows. The database checks the same
+// list (migrations/0001_tenant_limits.sql): a fixed, small set keeps
+// overrides readable and whole seconds in the RateLimit header fields.
+var Scales = []Scale{{1000, "1s"}, {60_000, "1m"}, {3_600_000, "1h"}, {86_400_000, "1d"}}
+
+func scaleNames() string {
+	names := make([]string, len(Scales))
+	for i, s := range Scales {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// Override is one bucket's override for one tenant, as stored.
+type Override struct {
+	Bucket  string
+	Limit   int64 // hits per window
+	ScaleMS int64 // window length
+}
+
+// Rate formats the limit as LIMIT/SCALE, e.g. "200/1s".
+func (o Override) Rate() string { return FormatRate(o.Limit, o.ScaleMS) }
+
+// FormatRate formats a limit and window as the CLI takes them: "200/1s".
+func FormatRate(limit, scaleMS int64) string {
+	for _, s := range Scales {
+		if s.MS == scaleMS {
+			return strconv.FormatInt(limit, 10) + "/" + s.Name
+		}
+	}
+	return strconv.FormatInt(limit, 10) + "/" + (time.Duration(scaleMS) * time.Millisecond).String()
+}
+
+// valid is validate without building an error.
+func (o Override) valid() bool {
+	return o.Limit >= 1 && o.Limit <= counter.MaxLimit &&
+		slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == o.ScaleMS })
+}
+
+// validate checks the limit and window, not the bucket.
+func (o Override) validate() error {
+	if err := (counter.Limit{Limit: o.Limit, ScaleMS: o.ScaleMS}).Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if !slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == o.ScaleMS }) {
+		return fmt.Errorf("%w: window %d ms is not one of %s", ErrInvalid, o.ScaleMS, scaleNames())
+	}
+	return nil
+}
+
+// ParseRate parses LIMIT/SCALE as the CLI takes it: "200/1s", "10/1m",
+// "5/hour"; the scale is one of [Scales] (written 1s or s or second, 1m or
+// m or minute, …, or any Go duration equal to one of them, like 60s).
+func ParseRate(s string) (limit, scaleMS int64, err error) {
+	l, sc, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: %q is not LIMIT/WINDOW (like 200/1s or 10/1m)", ErrInvalid, s)
+	}
+	limit, err = strconv.ParseInt(l, 10, 64)
+	if err != nil || limit < 1 || limit > counter.MaxLimit || l[0] == '+' {
+		return 0, 0, fmt.Errorf("%w: limit %q must be a whole number from 1 to %d", ErrInvalid, l, counter.MaxLimit)
+	}
+	scaleMS, err = parseScale(sc)
+	if err != nil {
+		return 0, 0, err
+	}
+	return limit, scaleMS, nil
+}
+
+func parseScale(s string) (int64, error) {
+	switch strings.ToLower(s) {
+	case "1s", "s", "sec", "second":
+		return 1000, nil
+	case "1m", "m", "min", "minute":
+		return 60_000, nil
+	case "1h", "h", "hour":
+		return 3_600_000, nil
+	case "1d", "d", "day":
+		return 86_400_000, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		for _, sc := range Scales {
+			if d == time.Duration(sc.MS)*time.Millisecond {
+				return sc.MS, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("%w: window %q must be one of %s", ErrInvalid, s, scaleNames())
+}
+
+// ValidateTenant checks a tenant id: 1 to 256 bytes of UTF-8 without
+// control characters, as the database requires.
+func ValidateTenant(tenant string) error {
+	switch {
+	case tenant == "":
+		return fmt.Errorf("%w: the tenant is empty", ErrInvalid)
+	case len(tenant) > MaxTenantBytes:
+		return fmt.Errorf("%w: the tenant is %d bytes long, more than %d", ErrInvalid, len(tenant), MaxTenantBytes)
+	case !utf8.ValidString(tenant):
+		return fmt.Errorf("%w: the tenant %q is not valid UTF-8", ErrInvalid, tenant)
+	case strings.ContainsFunc(tenant, unicode.IsControl):
+		return fmt.Errorf("%w: the tenant %q contains control characters", ErrInvalid, tenant)
+	}
+	return nil
+}
+
+// ValidateActor checks the name recorded in the audit log.
+func ValidateActor(actor string) error {
+	switch {
+	case strings.TrimSpace(actor) == "":
+		return fmt.Errorf("%w: an actor is required (--actor NAME): who made the change, for the audit log", ErrInvalid)
+	case len(actor) > maxActorBytes || !utf8.ValidString(actor) || strings.ContainsFunc(actor, unicode.IsControl):
+		return fmt.Errorf("%w: the actor must be at most %d bytes of printable UTF-8", ErrInvalid, maxActorBytes)
+	}
+	return nil
+}
+
+// OverridableBuckets lists, sorted, the buckets of r that accept tenant
+// overrides.
+func OverridableBuckets(r *rules.Rules) []string {
+	var names []string
+	for _, b := range r.Buckets {
+		if b.Overridable {
+			names = append(names, b.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// CheckBucket returns the index of the named bucket in r, or an error
+// wrapping ErrInvalid that names the overridable buckets when it is unknown
+// or not overridable.
+func CheckBucket(r *rules.Rules, name string) (int, error) {
+	i := r.BucketIndex(name)
+	allowed := OverridableBuckets(r)
+	list := strings.Join(allowed, ", ")
+	if len(allowed) == 0 {
+		list = "none (no bucket in the configuration has overridable: true)"
+	}
+	switch {
+	case i < 0:
+		return -1, fmt.Errorf("%w: unknown bucket %q; buckets that accept tenant overrides: %s", ErrInvalid, name, list)
+	case !r.Buckets[i].Overridable:
+		return -1, fmt.Errorf("%w: bucket %q does not accept tenant overrides; buckets that do: %s", ErrInvalid, name, list)
+	}
+	return i, nil
+}
+
+// Validate checks a whole override against the configuration: the bucket
+// is overridable, the limit within bounds, the window allowed.
+func Validate(r *rules.Rules, o Override) error {
+	if _, err := CheckBucket(r, o.Bucket); err != nil {
+		return err
+	}
+	return o.validate()
+}
+
+var bucketNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// entryProblem is one entry of a stored value that cannot be used.
+type entryProblem struct {
+	Bucket string
+	Err    error
+}
+
+// parseLimits decodes a stored tenant_limits.limits value into its entries,
+// sorted by bucket, checking only the shape (not the configuration). A
+// value that is not a JSON object is an error; an entry with a bad shape is
+// reported in problems and left out, without hiding the others.
+func parseLimits(raw []byte) (entries []Override, problems []entryProblem, err error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, nil, fmt.Errorf("%w: limits must be a JSON object of bucket name to {\"limit\": N, \"scale_ms\": MS}, not %.80s", ErrInvalid, raw)
+	}
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		o, err := parseEntry(name, m[name])
+		if err != nil {
+			problems = append(problems, entryProblem{name, err})
+			continue
+		}
+		entries = append(entries, o)
+	}
+	return entries, problems, nil
+}
+
+func parseEntry(name string, raw json.RawMessage) (Override, error) {
+	o := Override{Bucket: name}
+	if !bucketNameRE.MatchString(name) {
+		return o, fmt.Errorf("%w: %q is not a bucket name", ErrInvalid, name)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return o, fmt.Errorf("%w: want {\"limit\": N, \"scale_ms\": MS}, not %.80s", ErrInvalid, raw)
+	}
+	for k := range fields {
+		if k != "limit" && k != "scale_ms" {
+			return o, fmt.Errorf("%w: unknown field %q (want only \"limit\" and \"scale_ms\")", ErrInvalid, k)
+		}
+	}
+	var err error
+	if o.Limit, err = wholeNumber(fields["limit"], "limit"); err != nil {
+		return o, err
+	}
+	if o.ScaleMS, err = wholeNumber(fields["scale_ms"], "scale_ms"); err != nil {
+		return o, err
+	}
+	return o, o.validate()
+}
+
+// wholeNumber accepts only a plain JSON integer: 200, not 200.0, "200" or 2e2.
+func wholeNumber(raw json.RawMessage, field string) (int64, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return 0, fmt.Errorf("%w: %q is missing", ErrInvalid, field)
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("%w: %q must be a whole number, not %.40s", ErrInvalid, field, raw)
+		}
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %q is out of range: %.40s", ErrInvalid, field, raw)
+	}
+	return n, nil
+}

@@ -1,0 +1,70 @@
+package tenantlimits
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the cache's; children are created here, once.
+type metrics struct {
+	reloads      map[string]prometheus.Counter  // by kind: full, incremental
+	duration     map[string]prometheus.Observer // by kind
+	reloadErrors prometheus.Counter
+	invalidRows  prometheus.Gauge
+	loaded       prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
+	const ns, sub = "ratelimit_authz", "overrides"
+	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "reloads_total",
+		Help: "Successful refreshes of the tenant overrides from Postgres, by kind: full or incremental.",
+	}, []string{"kind"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Subsystem: sub, Name: "reload_duration_seconds",
+		Help:    "Time to read and publish a refresh of the tenant overrides, by kind.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 9), // 1 ms … 65 s
+	}, []string{"kind"})
+	m := &metrics{
+		reloads:  map[string]prometheus.Counter{},
+		duration: map[string]prometheus.Observer{},
+		reloadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reload_errors_total",
+			Help: "Failed attempts to connect to Postgres or refresh the tenant overrides.",
+		}),
+		invalidRows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "invalid_rows",
+			Help: "Tenants whose row (or part of it) is skipped: bad shape, or a bucket this node does not let tenants override.",
+		}),
+		loaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "loaded",
+			Help: "(tenant, bucket) overrides in effect on this node.",
+		}),
+	}
+	for _, kind := range []string{"full", "incremental"} {
+		m.reloads[kind] = reloads.WithLabelValues(kind)
+		m.duration[kind] = duration.WithLabelValues(kind)
+	}
+	for _, col := range []prometheus.Collector{
+		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "snapshot_age_seconds",
+			Help: "Time since the overrides were last refreshed successfully (since start when never).",
+		}, func() float64 { return c.snapshotAge().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "degraded",
+			Help: "1 while the node cannot refresh from Postgres and serves the last snapshot (or the configured limits); else 0.",
+		}, func() float64 {
+			if c.degraded.Load() {
+				return 1
+			}
+			return 0
+		}),
+	} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("tenantlimits: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
