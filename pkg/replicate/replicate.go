@@ -166,6 +166,11 @@ type Replicator struct {
 	syncSubj  string
 	peers     *peerTable
 
+	// publishMu is held for a whole publish, and by the pending_entries
+	// gauge: changes taken out of the store but not yet sent still count
+	// as pending, so "0 pending" means "all sent".
+	publishMu sync.Mutex
+
 	started atomic.Bool
 	ready   chan struct{}
 	readyMu sync.Once
@@ -269,7 +274,11 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
 			Help: "Keys with changed counts not yet published (grows while NATS is away).",
-		}, func() float64 { return float64(r.store.Pending()) }),
+		}, func() float64 {
+			r.publishMu.Lock()
+			defer r.publishMu.Unlock()
+			return float64(r.store.Pending())
+		}),
 	}
 }
 
@@ -444,6 +453,8 @@ func (r *Replicator) maxOut(nc *nats.Conn) int {
 // call (and those of a failed publish before), in messages of at most max
 // bytes.
 func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error) {
+	r.publishMu.Lock()
+	defer r.publishMu.Unlock()
 	start := time.Now()
 	var stale int
 	r.changes, stale = r.store.Changes(r.changes[:0], now)
