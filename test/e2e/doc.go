@@ -2,17 +2,22 @@
 // binary behind a real Envoy, with a small upstream HTTP server in the test.
 //
 // The tests need Envoy (installed by scripts/install-envoy.sh into .tools/)
-// and a buildable ./cmd/ratelimit-authz. When either is missing they skip,
-// except under CI=true, where they fail. Everything listens on 127.0.0.1
-// with ports picked at run time; Envoy runs envoy/ratelimit-authz.yaml with
-// only its four addresses rewritten, so the shipped bootstrap is what is
-// tested.
+// and a buildable ./cmd/ratelimit-authz; the cluster test
+// (TestClusterThroughEnvoy: three nodes behind one Envoy, faults under
+// load) also needs nats-server (scripts/install-nats.sh) and PostgreSQL
+// (scripts/install-postgres.sh). When one is missing they skip, except
+// under CI=true, where they fail. Everything listens on 127.0.0.1 with
+// ports picked at run time; Envoy runs envoy/ratelimit-authz.yaml with
+// only its addresses rewritten (one ratelimit_authz endpoint per node),
+// so the shipped bootstrap is what is tested.
 //
 // Environment:
 //
-//	CI=true         missing Envoy or binary is a failure, not a skip
+//	CI=true         a missing prerequisite is a failure, not a skip
 //	E2E_ENVOY_BIN   use this envoy binary instead of running the installer
 //	E2E_SERVER_BIN  use this ratelimit-authz binary instead of building one
+//	NATS_SERVER_BIN use this nats-server instead of running the installer
+//	PG_BIN          the folder of PostgreSQL's initdb, pg_ctl and postgres
 //	E2E_LOG_DIR     parent folder for the per-test log folders (default $TMPDIR)
 //	E2E_KEEP_LOGS   keep the log folders of passing tests too
 //

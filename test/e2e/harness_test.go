@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,16 +186,23 @@ type process struct {
 
 func (l *logs) start(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
+	return l.startOwned(t, t, name, bin, args...)
+}
+
+// startOwned is start for a process that outlives the subtest t starting
+// it: owner's cleanup stops it and its lifetime is owner's.
+func (l *logs) startOwned(owner, t *testing.T, name, bin string, args ...string) *process {
+	t.Helper()
 	// The lifetime bounds the process even if cleanup never runs.
 	p, err := proc.Start(context.Background(), proc.Config{
 		Name: name, Path: bin, Args: args, LogDir: l.dir,
-		Lifetime: processLifetime(t), StopGrace: stopGrace,
+		Lifetime: processLifetime(owner), StopGrace: stopGrace,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pr := &process{Process: p}
-	t.Cleanup(func() { pr.stop(t) })
+	owner.Cleanup(func() { pr.stop(owner) })
 	return pr
 }
 
@@ -226,6 +234,27 @@ func (p *process) stop(t *testing.T) {
 	})
 }
 
+// kill sends SIGKILL to the process's PID, as a crash or the OOM killer
+// would, and waits for it to exit; the stop at cleanup then has nothing
+// to report.
+func (p *process) kill(t *testing.T) {
+	t.Helper()
+	if p.Exited() {
+		t.Fatalf("%s exited before it was to be killed: %v\n%s", p.Name(), p.Err(), p.Tail(20))
+	}
+	// proc reaps the child only in its own Wait, which then closes Done:
+	// the PID of a child that Exited reports running is still its own.
+	if err := syscall.Kill(p.PID(), syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL %s (pid %d): %v", p.Name(), p.PID(), err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(stopGrace):
+		t.Fatalf("%s (pid %d) still running %v after SIGKILL", p.Name(), p.PID(), stopGrace)
+	}
+	p.reported.Do(func() {})
+}
+
 // waitHTTP200 polls url until it answers 200 while p keeps running.
 func waitHTTP200(t *testing.T, p *process, url string) {
 	t.Helper()
@@ -238,26 +267,85 @@ func waitHTTP200(t *testing.T, p *process, url string) {
 
 // upstream is the application behind Envoy (exampleapp): 200, or 401 on
 // a login without the right password; it counts the requests that reached
-// it, per path.
+// it, per path, and records when each arrived and for which tenant.
 type upstream struct {
 	app  *exampleapp.App
 	addr string
+
+	mu   sync.Mutex
+	hits []hit
+}
+
+// hit is one request that reached the app.
+type hit struct {
+	at     time.Time
+	path   string
+	tenant string // x-tenant-id
 }
 
 func startUpstream(t *testing.T) *upstream {
 	t.Helper()
-	app := exampleapp.New()
-	srv := httptest.NewServer(app) // listens on 127.0.0.1:0
+	u := &upstream{app: exampleapp.New()}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := hit{at: time.Now(), path: r.URL.Path, tenant: r.Header.Get("x-tenant-id")}
+		u.mu.Lock()
+		u.hits = append(u.hits, h)
+		u.mu.Unlock()
+		u.app.ServeHTTP(w, r)
+	})) // listens on 127.0.0.1:0
 	t.Cleanup(srv.Close)
-	return &upstream{app: app, addr: srv.Listener.Addr().String()}
+	u.addr = srv.Listener.Addr().String()
+	return u
 }
 
 func (u *upstream) count(path string) int { return u.app.Hits(path) }
-func (u *upstream) reset()                { u.app.Reset() }
+
+func (u *upstream) reset() {
+	u.app.Reset()
+	u.mu.Lock()
+	u.hits = nil
+	u.mu.Unlock()
+}
+
+// perWindow counts the requests of tenant to path that reached the app,
+// per wall-clock second (the server's fixed windows of 1 s), for the whole
+// seconds in [from, to).
+func (u *upstream) perWindow(path, tenant string, from, to time.Time) []window {
+	first := from.Truncate(time.Second)
+	if first.Before(from) {
+		first = first.Add(time.Second)
+	}
+	n := int(to.Truncate(time.Second).Sub(first) / time.Second)
+	if n <= 0 {
+		return nil
+	}
+	ws := make([]window, n)
+	for i := range ws {
+		ws[i].start = first.Add(time.Duration(i) * time.Second)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for _, h := range u.hits {
+		if h.path != path || h.tenant != tenant || h.at.Before(first) {
+			continue
+		}
+		if i := int(h.at.Sub(first) / time.Second); i < n {
+			ws[i].admitted++
+		}
+	}
+	return ws
+}
+
+// window is what one wall-clock second let through to the app.
+type window struct {
+	start    time.Time
+	admitted int
+}
 
 // stack is one test's Envoy, server and upstream.
 type stack struct {
 	t        *testing.T
+	envoyBin string
 	logs     *logs
 	addrs    envoyconf.Addrs
 	httpAddr string // the server's HTTP (readyz, metrics) address
@@ -272,22 +360,42 @@ type stack struct {
 // Envoy or binary skips before anything starts.
 func newStack(t *testing.T) *stack {
 	t.Helper()
-	envoyBin := envoyBinary(t)
-	s := &stack{t: t, logs: newLogs(t)}
+	s := prepareStack(t, 1)
+	s.startEnvoy()
+	return s
+}
+
+// prepareStack resolves Envoy, starts the upstream and picks the addresses
+// of Envoy and of nodes ratelimit-authz nodes (the endpoints of Envoy's
+// ratelimit_authz cluster, s.addrs.Authz), but starts neither Envoy nor a
+// node.
+func prepareStack(t *testing.T, nodes int) *stack {
+	t.Helper()
+	s := &stack{t: t, envoyBin: envoyBinary(t), logs: newLogs(t)}
 	s.up = startUpstream(t)
-	s.addrs = envoyconf.Addrs{Admin: freeAddr(t), Listener: freeAddr(t), Authz: []string{freeAddr(t)}, App: s.up.addr}
+	s.addrs = envoyconf.Addrs{Admin: freeAddr(t), Listener: freeAddr(t), App: s.up.addr}
+	for range nodes {
+		s.addrs.Authz = append(s.addrs.Authz, freeAddr(t))
+	}
 	s.httpAddr = freeAddr(t)
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16},
 	}
 	t.Cleanup(s.client.CloseIdleConnections)
+	return s
+}
 
+// startEnvoy renders the shipped bootstrap with the stack's addresses,
+// starts Envoy and waits until it is ready.
+func (s *stack) startEnvoy() {
+	t := s.t
+	t.Helper()
 	cfg := filepath.Join(s.logs.dir, "envoy.yaml")
 	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, s.addrs); err != nil {
 		t.Fatal(err)
 	}
-	s.envoy = s.logs.start(t, "envoy", envoyBin,
+	s.envoy = s.logs.start(t, "envoy", s.envoyBin,
 		"-c", cfg,
 		"--concurrency", "1",
 		"--disable-hot-restart",
@@ -296,7 +404,6 @@ func newStack(t *testing.T) *stack {
 		"--component-log-level", "config:info,upstream:info,ext_authz:debug",
 	)
 	waitHTTP200(t, s.envoy, "http://"+s.addrs.Admin+"/ready")
-	return s
 }
 
 // startServer starts ratelimit-authz on the stack's gRPC and HTTP
