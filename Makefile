@@ -44,8 +44,8 @@ demo: build ## one node, Envoy and an app on free ports: burst every bucket, pri
 	$(GO) run ./cmd/ratelimit-demo --server-bin $(BIN) $(DEMOFLAGS)
 
 .PHONY: bench
-bench: ## Go microbenchmarks of the hot path
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1s ./pkg/counter/ ./pkg/descriptors/ ./pkg/authz/
+bench: ## benchmarks (~5 min): microbenchmarks + benchstat, load scenarios; writes bench/results/REPORT.md
+	bench/run.sh $(BENCHFLAGS)
 
 .PHONY: lint
 lint: fmt-check vet tidy-check ## gofmt, go vet, go mod tidy checks

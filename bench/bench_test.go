@@ -1,0 +1,364 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestGeneratedConfigsAreValid(t *testing.T) {
+	dir := t.TempDir()
+	allowed := filepath.Join(dir, "allowed.yaml")
+	if err := writeAllowedConfig(root(t), allowed); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rules.LoadFile(allowed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Buckets {
+		lim, ok := r.Limit(-1, indexOf(r, b.Name))
+		if b.Count == rules.CountFailures {
+			continue
+		}
+		if !ok || lim.Limit != roomyLimit {
+			t.Errorf("allowed config: bucket %s limit %+v, want %d", b.Name, lim, roomyLimit)
+		}
+	}
+
+	mem := filepath.Join(dir, "memory.yaml")
+	if err := writeMemoryConfig(root(t), mem, 90*time.Second, 3, 1_250_000); err != nil {
+		t.Fatal(err)
+	}
+	r, err = rules.LoadFile(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Counter.MaxKeys != 1_250_000 {
+		t.Errorf("memory config: max_keys %d", r.Counter.MaxKeys)
+	}
+	for _, name := range []string{"token_create", "token_create_2", "token_create_3"} {
+		lim, _ := r.Limit(-1, indexOf(r, name))
+		if lim.ScaleMS != 90_000 || lim.Limit != 10 {
+			t.Errorf("memory config: %s %+v, want 10 per 90s", name, lim)
+		}
+	}
+	for _, rt := range r.Routes {
+		if rt.Path == "/api/v1/tokens" && len(rt.Buckets) != 3 {
+			t.Errorf("memory config: /api/v1/tokens counts %d buckets, want 3", len(rt.Buckets))
+		}
+	}
+
+	cl := filepath.Join(dir, "cluster.yaml")
+	if err := writeClusterConfig(cl, 20); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = rules.LoadFile(cl); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Buckets) != 2 || len(r.Routes) != 2 {
+		t.Errorf("cluster config: %d buckets, %d routes", len(r.Buckets), len(r.Routes))
+	}
+}
+
+func indexOf(r *rules.Rules, name string) int {
+	for i, b := range r.Buckets {
+		if b.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func TestEnvoyConfigRenders(t *testing.T) {
+	hp := func(port string) hostPort { return hostPort{"127.0.0.1", port} }
+	b, err := renderEnvoyConfig(envoyAddrs{Admin: hp("1"), On: hp("2"), Noop: hp("3"), Off: hp("4"), Authz: hp("5"), NoopAuthz: hp("6"), App: hp("7")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		StaticResources struct {
+			Listeners []struct {
+				Name    string         `yaml:"name"`
+				Address map[string]any `yaml:"address"`
+				Chains  []struct {
+					Filters []struct {
+						Config struct {
+							StatPrefix string `yaml:"stat_prefix"`
+							Routes     struct {
+								VHosts []struct {
+									Routes []struct {
+										PerFilter map[string]map[string]any `yaml:"typed_per_filter_config"`
+									} `yaml:"routes"`
+								} `yaml:"virtual_hosts"`
+							} `yaml:"route_config"`
+							HTTPFilters []struct {
+								Name   string `yaml:"name"`
+								Config struct {
+									GRPC struct {
+										Envoy struct {
+											Cluster string `yaml:"cluster_name"`
+										} `yaml:"envoy_grpc"`
+									} `yaml:"grpc_service"`
+								} `yaml:"typed_config"`
+							} `yaml:"http_filters"`
+						} `yaml:"typed_config"`
+					} `yaml:"filters"`
+				} `yaml:"filter_chains"`
+			} `yaml:"listeners"`
+			Clusters []struct {
+				Name string `yaml:"name"`
+			} `yaml:"clusters"`
+		} `yaml:"static_resources"`
+	}
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	want := map[string]struct {
+		disabled bool
+		cluster  string
+	}{"authz_on": {false, "ratelimit_authz"}, "authz_noop": {false, "noop_authz"}, "authz_off": {true, "ratelimit_authz"}}
+	if len(doc.StaticResources.Listeners) != len(want) || len(doc.StaticResources.Clusters) != 3 {
+		t.Fatalf("%d listeners, %d clusters:\n%s", len(doc.StaticResources.Listeners), len(doc.StaticResources.Clusters), b)
+	}
+	for _, l := range doc.StaticResources.Listeners {
+		w, ok := want[l.Name]
+		if !ok {
+			t.Errorf("unexpected listener %q", l.Name)
+			continue
+		}
+		hcm := l.Chains[0].Filters[0].Config
+		if hcm.StatPrefix != l.Name {
+			t.Errorf("%s: stat_prefix %q", l.Name, hcm.StatPrefix)
+		}
+		per := hcm.Routes.VHosts[0].Routes[0].PerFilter["envoy.filters.http.ext_authz"]
+		if disabled, _ := per["disabled"].(bool); disabled != w.disabled {
+			t.Errorf("%s: filter disabled = %v, want %v", l.Name, disabled, w.disabled)
+		}
+		if got := hcm.HTTPFilters[0].Config.GRPC.Envoy.Cluster; hcm.HTTPFilters[0].Name != "envoy.filters.http.ext_authz" || got != w.cluster {
+			t.Errorf("%s: first filter %s → %s, want ext_authz → %s", l.Name, hcm.HTTPFilters[0].Name, got, w.cluster)
+		}
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP x y
+# TYPE ratelimit_authz_counter_live_keys gauge
+ratelimit_authz_counter_live_keys 1e+06
+ratelimit_authz_checks_total{bucket="a",decision="allowed"} 5
+ratelimit_authz_checks_total{bucket="b",decision="denied"} 7
+ratelimit_authz_checks_total_other 100
+process_resident_memory_bytes 2.5e+07
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{
+		"ratelimit_authz_counter_live_keys": 1e6, "ratelimit_authz_checks_total": 12, "process_resident_memory_bytes": 2.5e7, "nothing": 0,
+	} {
+		if got := sumMetric(m, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func TestLastGC(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "server.log")
+	os.WriteFile(log, []byte(`time=… level=INFO msg=serving
+gc 1 @0.010s 1%: 0.010+0.5+0.003 ms clock, 0.02+0.1/0.4/0.1+0.006 ms cpu, 3->4->1 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P
+gc 12 @31.2s 3%: 0.05+12+0.01 ms clock, 0.1+1/20/3+0.02 ms cpu, 210->220->118 MB, 236 MB goal, 0 MB stacks, 0 MB globals, 2 P
+time=… level=INFO msg=more
+`), 0o644)
+	n, live, goal := lastGC(log)
+	if n != 12 || live != 118<<20 || goal != 236<<20 {
+		t.Errorf("lastGC = %d, %d, %d", n, live, goal)
+	}
+	if n, _, _ := lastGC(filepath.Join(t.TempDir(), "missing")); n != 0 {
+		t.Errorf("missing log: gc %d", n)
+	}
+}
+
+func TestWindows(t *testing.T) {
+	at := time.UnixMilli(125_500)
+	if got := nextBoundary(at, time.Minute); !got.Equal(time.UnixMilli(180_000)) {
+		t.Errorf("nextBoundary = %v", got.UnixMilli())
+	}
+	if got := windowOf(at, time.Second); got != 125 {
+		t.Errorf("windowOf = %d", got)
+	}
+}
+
+func TestShares(t *testing.T) {
+	top := `File: ratelimit-bench
+      flat  flat%   sum%        cum   cum%
+         0     0%     0%      1.47s 60.00%  google.golang.org/grpc.(*Server).handleStream
+         0     0%     0%      0.81s 33.06%  google.golang.org/grpc/encoding/proto.(*codecV2).Unmarshal
+         0     0%     0%      0.80s 32.65%  google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal
+         0     0% 13.06%      0.18s  7.35%  github.com/ratelimit-authz/ratelimit-authz/pkg/authz.(*Service).Check
+         0     0% 13.06%      0.17s  6.94%  github.com/ratelimit-authz/ratelimit-authz/pkg/authz.(*Service).Check.func1
+`
+	got := shares(top, 1000)
+	want := map[string]float64{"gRPC": 0.6, "decode": 0.3265, "Check": 0.0735}
+	if len(got) != len(want) {
+		t.Fatalf("shares = %+v", got)
+	}
+	if got[0].PerCheckUS != 1470 {
+		t.Errorf("gRPC: %v µs per check, want 1470 (1.47 s over 1000)", got[0].PerCheckUS)
+	}
+	for _, s := range got {
+		found := false
+		for prefix, v := range want {
+			if strings.HasPrefix(s.Part, prefix) && s.Share == v {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("unexpected share %+v", s)
+		}
+	}
+	if trimmed := trimPprof("File: x\nType: cpu\nDuration: 4s\n      flat  flat%   sum%        cum   cum%\n 1 2 3 4 5 f\n"); !strings.HasPrefix(trimmed, "Duration: 4s\n") || !strings.HasSuffix(trimmed, "f") {
+		t.Errorf("trimPprof: %q", trimmed)
+	}
+}
+
+func TestMedians(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	l := medianLat([]Lat{{P50: 1, P99: 10}, {P50: 3, P99: 30}, {P50: 2, P99: 20}})
+	if l.P50 != 2 || l.P99 != 20 {
+		t.Errorf("medianLat = %+v", l)
+	}
+}
+
+func TestCompareUsesPairedRatios(t *testing.T) {
+	server := []*loadResult{{RPS: 90, Requests: 900, Denied: 90}, {RPS: 40, Requests: 400}}
+	noop := []*loadResult{{RPS: 100}, {RPS: 50}}
+	row := compare(64, "allowed", server, noop)
+	// Round ratios 0.9 and 0.8: the median pairs each round with its own
+	// floor, not the medians with each other (65/75).
+	if row.Ratio != 0.85 || row.RatioMin != 0.8 || row.RatioMax != 0.9 {
+		t.Errorf("ratio %v (%v–%v), want 0.85 (0.8–0.9)", row.Ratio, row.RatioMin, row.RatioMax)
+	}
+	if row.ServerRPS != 65 || row.NoopRPS != 75 || row.DeniedShare != round(90.0/1300, 4) {
+		t.Errorf("row %+v", row)
+	}
+}
+
+func TestClusterRowDropsPartialWindows(t *testing.T) {
+	res := &loadResult{RPS: 200, Windows: []windowResult{
+		{StartMS: 0, Allowed: 5}, {StartMS: 1000, Allowed: 20}, {StartMS: 2000, Allowed: 22},
+		{StartMS: 3000, Allowed: 21}, {StartMS: 4000, Allowed: 3},
+	}}
+	row := clusterRow("fixed", 10, res, 20)
+	if row.Windows != 3 || row.Min != 20 || row.Max != 22 || row.Median != 21 || row.StartMS[0] != 1000 {
+		t.Errorf("row %+v", row)
+	}
+	if row := clusterRow("fixed", 10, res, 2); row.Windows != 2 || row.Max != 22 {
+		t.Errorf("capped row %+v", row)
+	}
+}
+
+func TestTargets(t *testing.T) {
+	res := &Results{
+		Single: &Single{Rows: []SingleRow{
+			{Concurrency: 64, Workload: "allowed", Ratio: 0.9, ServerRPS: 90, NoopRPS: 100, Server: Lat{P99: 800}},
+			{Concurrency: 64, Workload: "denied", Ratio: 0.8, ServerRPS: 80, NoopRPS: 100, Server: Lat{P99: 1500}},
+		}},
+		Memory:  &Memory{BytesPerKeyRSS: 120, BytesPerKeyHeap: 100},
+		Cluster: &Cluster{Limit: 20, Rows: []ClusterRow{{Algorithm: "fixed", Multiple: 10, Max: 23, Median: 20}, {Algorithm: "sliding", Multiple: 10, Max: 21}}},
+	}
+	got := map[string]Target{}
+	for _, tg := range targets(res) {
+		got[tg.Name] = tg
+	}
+	for name, met := range map[string]bool{"throughput": false, "p99": false, "memory": true, "cluster": false} {
+		tg := got[name]
+		if tg.Met == nil || *tg.Met != met {
+			t.Errorf("%s: met %v, want %v (%+v)", name, tg.Met, met, tg)
+		}
+	}
+	if got["cluster"].Value != 1.15 || !strings.Contains(got["throughput"].Margin, "6% short") {
+		t.Errorf("cluster %+v, throughput %+v", got["cluster"], got["throughput"])
+	}
+	none := targets(&Results{Cluster: &Cluster{Skipped: "replication not available"}})
+	for _, tg := range none {
+		if tg.Met != nil {
+			t.Errorf("%s judged without figures", tg.Name)
+		}
+	}
+	if !strings.Contains(none[3].Measured, "skipped") {
+		t.Errorf("cluster skipped: %+v", none[3])
+	}
+}
+
+func TestReportRenders(t *testing.T) {
+	out := t.TempDir()
+	r := &runner{out: out, res: &Results{
+		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0),
+		Env: Env{CPU: "test", Cores: 2},
+		Single: &Single{Rounds: 2, Rows: []SingleRow{{Concurrency: 64, Workload: "allowed", Ratio: 0.5, ServerRPS: 5000, NoopRPS: 10000, Server: Lat{P99: 9000}},
+			{Concurrency: 64, Workload: "denied", Ratio: 0.9, ServerRPS: 9000, NoopRPS: 10000}}},
+		Profile: &Profile{Source: "test", Shares: []ProfileShare{{Part: "Check: x", Share: 0.07}}, Top: "flat flat%"},
+		Memory:  &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
+		Cluster: &Cluster{Skipped: "replication not available"},
+		Envoy:   &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		Micro:   &Micro{Command: "go test", Benchstat: "geomean 1"},
+		Errors:  []StepError{{"cluster", "boom\nmore"}},
+		Plots:   []string{"throughput.png"},
+	}}
+	r.res.Targets = targets(r.res)
+	if err := r.writeReport(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
+	for _, want := range []string{"## Targets", "**missed**", "Little's law", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
+		"## 4. End to end", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
+	}
+	if bytes.Contains(b, []byte("latency-cdf.png")) {
+		t.Error("REPORT.md links a plot that was not drawn")
+	}
+}
+
+func TestOptions(t *testing.T) {
+	o, done, err := parseOptions([]string{"--only", "single,envoy", "--rounds", "3"}, io.Discard, io.Discard)
+	if err != nil || done || !o.only["single"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
+		t.Errorf("options %+v, %v, %v", o, done, err)
+	}
+	for _, args := range [][]string{{"--only", "bogus"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"extra"}, {"--nope"}} {
+		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 {
+		t.Errorf("quick: %+v", o)
+	}
+	if v := envoyVersion("envoy  version: 0f1b9a/1.40.0/Clean/RELEASE/BoringSSL"); v != "1.40.0" {
+		t.Errorf("envoyVersion = %q", v)
+	}
+}

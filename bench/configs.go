@@ -1,0 +1,326 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// shippedConfig is the server configuration the benchmarks start from.
+const shippedConfig = "config/ratelimit.yaml"
+
+// roomyLimit is a limit no benchmark reaches: every check takes the
+// counting path and is allowed.
+const roomyLimit = 2_000_000_000
+
+// editConfig applies edit to the YAML tree of the shipped configuration
+// (comments and order kept), checks the result with the server's own
+// parser, and writes it to out.
+func editConfig(root, out string, edit func(top *yaml.Node) error) error {
+	data, err := os.ReadFile(filepath.Join(root, shippedConfig))
+	if err != nil {
+		return err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return fmt.Errorf("%s: %w", shippedConfig, err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: not a mapping", shippedConfig)
+	}
+	if err := edit(doc.Content[0]); err != nil {
+		return fmt.Errorf("edit %s: %w", shippedConfig, err)
+	}
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return err
+	}
+	return writeChecked(out, b.Bytes())
+}
+
+// writeChecked validates a configuration as the server would and writes
+// it.
+func writeChecked(out string, data []byte) error {
+	if _, err := rules.Parse(data, out); err != nil {
+		return fmt.Errorf("generated configuration %s is invalid: %w", out, err)
+	}
+	return os.WriteFile(out, data, 0o644)
+}
+
+// mapValue returns the value node of key in mapping m, or nil.
+func mapValue(m *yaml.Node, key string) *yaml.Node {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return m.Content[i+1]
+		}
+	}
+	return nil
+}
+
+// setScalar sets key in mapping m to value, adding the key if missing.
+func setScalar(m *yaml.Node, key, value string) error {
+	if m == nil || m.Kind != yaml.MappingNode {
+		return fmt.Errorf("no mapping to set %s in", key)
+	}
+	if v := mapValue(m, key); v != nil {
+		v.Kind, v.Tag, v.Value, v.Style = yaml.ScalarNode, "", value, 0
+		return nil
+	}
+	m.Content = append(m.Content,
+		&yaml.Node{Kind: yaml.ScalarNode, Value: key},
+		&yaml.Node{Kind: yaml.ScalarNode, Value: value})
+	return nil
+}
+
+// writeAllowedConfig writes the shipped configuration with every request
+// bucket's limit out of reach: the "allowed" workload.
+func writeAllowedConfig(root, out string) error {
+	return editConfig(root, out, func(top *yaml.Node) error {
+		buckets := mapValue(top, "buckets")
+		if buckets == nil || buckets.Kind != yaml.MappingNode {
+			return fmt.Errorf("no buckets")
+		}
+		for i := 1; i < len(buckets.Content); i += 2 {
+			b := buckets.Content[i]
+			if c := mapValue(b, "count"); c != nil && c.Value == "failures" {
+				continue // login buckets only peek; keep them as shipped
+			}
+			if err := setScalar(b, "limit", strconv.Itoa(roomyLimit)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// writeMemoryConfig writes the shipped configuration with the token_create
+// bucket (per client IP) on a window of the given length, copies of it
+// (token_create_2 …) so that the legacy token route counts each check in
+// `copies` buckets, and room for maxKeys live keys. Every (bucket, key) is
+// a live key of its own, with its own map slot, entry and key string, so
+// a check that brings n new keys costs the memory of n checks that bring
+// one each; it only takes fewer checks to reach a million.
+func writeMemoryConfig(root, out string, window time.Duration, copies, maxKeys int) error {
+	return editConfig(root, out, func(top *yaml.Node) error {
+		if err := setScalar(mapValue(top, "counter"), "max_keys", strconv.Itoa(maxKeys)); err != nil {
+			return err
+		}
+		buckets := mapValue(top, "buckets")
+		tc := mapValue(buckets, "token_create")
+		if tc == nil {
+			return fmt.Errorf("no token_create bucket")
+		}
+		if err := setScalar(tc, "per", window.String()); err != nil {
+			return err
+		}
+		names := []string{"token_create"}
+		for i := 2; i <= copies; i++ {
+			name := fmt.Sprintf("token_create_%d", i)
+			names = append(names, name)
+			var cp yaml.Node
+			b, err := yaml.Marshal(tc)
+			if err != nil {
+				return err
+			}
+			if err := yaml.Unmarshal(b, &cp); err != nil {
+				return err
+			}
+			buckets.Content = append(buckets.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: name}, cp.Content[0])
+		}
+		routes := mapValue(top, "routes")
+		if routes == nil || routes.Kind != yaml.SequenceNode {
+			return fmt.Errorf("no routes")
+		}
+		for _, rt := range routes.Content {
+			if p := mapValue(rt, "path"); p == nil || p.Value != "/api/v1/tokens" {
+				continue
+			}
+			seq := &yaml.Node{Kind: yaml.SequenceNode, Style: yaml.FlowStyle}
+			for _, n := range names {
+				seq.Content = append(seq.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: n})
+			}
+			for i := 0; i+1 < len(rt.Content); i += 2 {
+				if rt.Content[i].Value == "buckets" {
+					rt.Content[i+1] = seq
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no route for /api/v1/tokens")
+	})
+}
+
+// clusterRoutes maps the scenario's algorithms to the example API routes
+// that carry them.
+var clusterRoutes = map[string]string{"fixed": "activities", "sliding": "converger_activities"}
+
+// writeClusterConfig writes a configuration of two tenant buckets with the
+// same limit per second, fixed and sliding, on the two activity routes.
+func writeClusterConfig(out string, limit int) error {
+	data := fmt.Sprintf(`# Generated by bench/ for the cluster accuracy scenario.
+keys:
+  tenant_header: x-tenant-id
+counter:
+  max_keys: 100000
+buckets:
+  cluster_fixed: {limit: %[1]d, per: 1s, key: tenant, algorithm: fixed}
+  cluster_sliding: {limit: %[1]d, per: 1s, key: tenant, algorithm: sliding}
+routes:
+  - {method: POST, path: /api/activities, buckets: [cluster_fixed]}
+  - {method: POST, path: /api/converger/activities, buckets: [cluster_sliding]}
+`, limit)
+	return writeChecked(out, []byte(data))
+}
+
+// envoyAddrs are the addresses of the bench's Envoy.
+type envoyAddrs struct {
+	Admin, On, Noop, Off, Authz, NoopAuthz, App hostPort
+}
+
+type hostPort struct {
+	Host string
+	Port string
+}
+
+func splitHostPort(addr string) hostPort {
+	i := strings.LastIndexByte(addr, ':')
+	return hostPort{Host: addr[:i], Port: addr[i+1:]}
+}
+
+// envoyTemplate is the bench's Envoy bootstrap: three listeners with the
+// same connection manager, routes and ext_authz filter (as shipped in
+// envoy/ratelimit-authz.yaml: gRPC, 250 ms timeout, fail closed, headers
+// only), except that on authz_off the filter is disabled on the route and
+// authz_noop sends the checks to the no-op server. authz_on minus
+// authz_off is what the filter costs; authz_noop minus authz_off is the
+// part of it that any ext_authz server would cost. (Names are not quoted
+// in the YAML, so they must not read as booleans: no "on"/"off".)
+var envoyTemplate = template.Must(template.New("envoy").Parse(`# Generated by bench/ for the end-to-end scenario.
+admin:
+  address: { socket_address: { address: {{.Admin.Host}}, port_value: {{.Admin.Port}} } }
+static_resources:
+  listeners:
+{{- range .Listeners}}
+  - name: {{.Name}}
+    address: { socket_address: { address: {{.Addr.Host}}, port_value: {{.Addr.Port}} } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: {{.Name}}
+          use_remote_address: true
+          xff_num_trusted_hops: 0
+          normalize_path: true
+          merge_slashes: true
+          route_config:
+            name: {{.Name}}
+            virtual_hosts:
+            - name: app
+              domains: [ "*" ]
+              routes:
+              - match: { prefix: / }
+                route: { cluster: app }
+                typed_per_filter_config:
+                  envoy.filters.http.ext_authz:
+                    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute
+{{- if .Filter}}
+                    check_settings: { disable_request_body_buffering: true }
+{{- else}}
+                    disabled: true
+{{- end}}
+          http_filters:
+          - name: envoy.filters.http.ext_authz
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+              transport_api_version: V3
+              grpc_service:
+                envoy_grpc: { cluster_name: {{.Cluster}} }
+                timeout: 0.25s
+              failure_mode_allow: false
+              status_on_error: { code: ServiceUnavailable }
+              with_request_body: { max_request_bytes: 8192, allow_partial_message: true }
+              clear_route_cache: false
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+{{- end}}
+  clusters:
+  - name: ratelimit_authz
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: ratelimit_authz
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: {{.Authz.Host}}, port_value: {{.Authz.Port}} } } }
+  - name: noop_authz
+    type: STATIC
+    connect_timeout: 0.25s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: { http2_protocol_options: {} }
+    load_assignment:
+      cluster_name: noop_authz
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: {{.NoopAuthz.Host}}, port_value: {{.NoopAuthz.Port}} } } }
+  - name: app
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: app
+      endpoints:
+      - lb_endpoints:
+        - endpoint: { address: { socket_address: { address: {{.App.Host}}, port_value: {{.App.Port}} } } }
+`))
+
+type envoyListener struct {
+	Name    string
+	Addr    hostPort
+	Filter  bool
+	Cluster string
+}
+
+func renderEnvoyConfig(a envoyAddrs) ([]byte, error) {
+	var b bytes.Buffer
+	err := envoyTemplate.Execute(&b, struct {
+		envoyAddrs
+		Listeners []envoyListener
+	}{a, []envoyListener{
+		{"authz_on", a.On, true, "ratelimit_authz"},
+		{"authz_noop", a.Noop, true, "noop_authz"},
+		{"authz_off", a.Off, false, "ratelimit_authz"},
+	}})
+	return b.Bytes(), err
+}
+
+func commandOutput(ctx context.Context, dir, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	return strings.TrimSpace(string(out)), err
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// envoyConcurrency are the client concurrencies of scenario 4.
+var envoyConcurrency = []int{1, 16}
+
+// envoyWorkers is Envoy's --concurrency: one worker thread, so that
+// Envoy, the server, the upstream and the client share the two cores
+// without Envoy taking both.
+const envoyWorkers = 1
+
+// envoyLoad is the end-to-end request stream: activity writes and inbound
+// webhooks (headers only, as Envoy sends them), limits out of reach.
+var envoyLoad = []string{"--routes", "activities,inbound", "--keys", "zipf"}
+
+func (r *runner) envoyEstimate() time.Duration {
+	per := r.opt.run + r.opt.warmup + 300*time.Millisecond
+	return time.Duration(len(envoyConcurrency)*r.opt.rounds*3)*per + 4*time.Second
+}
+
+// envoy is scenario 4: the same requests through one Envoy on three
+// listeners: the ext_authz filter disabled on the route (off), on with the
+// no-op server behind it (noop), and on with ratelimit-authz (on). What
+// the filter adds is on − off, of which noop − off is the ext_authz round
+// trip itself. The listeners alternate within each round, in a rotating
+// order.
+func (r *runner) envoy(ctx context.Context) error {
+	if r.bins.envoy == "" {
+		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
+	}
+	e := &EnvoyE2E{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), Concurrency: envoyWorkers}
+	r.res.Envoy = e
+	addrs, err := freeAddrs(5)
+	if err != nil {
+		return err
+	}
+	up, err := r.start("s4-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", addrs[0], "--lifetime", r.lifetime().String())
+	if err != nil {
+		return err
+	}
+	defer up.stop()
+	srv, grpcAddr, _, err := r.startCheckServer(ctx, "s4-server", r.allowedCfg, nil)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	noop, noopAddr, err := r.startNoop(ctx, "s4-noop")
+	if err != nil {
+		return err
+	}
+	defer noop.stop()
+	a := envoyAddrs{Admin: splitHostPort(addrs[1]), On: splitHostPort(addrs[2]), Noop: splitHostPort(addrs[3]), Off: splitHostPort(addrs[4]),
+		Authz: splitHostPort(grpcAddr), NoopAuthz: splitHostPort(noopAddr), App: splitHostPort(addrs[0])}
+	cfg, err := renderEnvoyConfig(a)
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(r.tmp, "envoy.yaml")
+	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
+		return err
+	}
+	envoy, err := r.start("s4-envoy", r.lifetime(), nil, r.bins.envoy, "-c", cfgPath, "--concurrency", strconv.Itoa(envoyWorkers),
+		"--disable-hot-restart", "--log-level", "warn")
+	if err != nil {
+		return err
+	}
+	defer envoy.stop()
+	if err := waitHTTP200(ctx, envoy, "http://"+addrs[1]+"/ready", 30*time.Second); err != nil {
+		return err
+	}
+	if err := waitHTTP200(ctx, up, "http://"+addrs[0]+"/", 10*time.Second); err != nil {
+		return err
+	}
+
+	listeners := []struct{ name, addr string }{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
+	r.printf("%-5s %-6s %-5s %10s %9s %9s %9s %7s\n", "conc", "round", "authz", "req/s", "p50", "p99", "p99.9", "errors")
+	for _, c := range envoyConcurrency {
+		got := map[string][]*loadResult{}
+		for round := range r.opt.rounds {
+			for i := range listeners {
+				l := listeners[(i+round)%len(listeners)]
+				args := append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
+					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, envoyLoad...)
+				res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, args...)
+				if err != nil {
+					return err
+				}
+				got[l.name] = append(got[l.name], res)
+				r.printf("%-5d %-6d %-5s %10.0f %9s %9s %9s %7d\n", c, round+1, l.name, res.RPS,
+					fmtUS(res.Latency.P50), fmtUS(res.Latency.P99), fmtUS(res.Latency.P999), res.Errors)
+			}
+		}
+		row := EnvoyRow{Concurrency: c}
+		lat := map[string]Lat{}
+		rps := map[string]float64{}
+		for _, l := range listeners {
+			var ls []Lat
+			var xs []float64
+			for _, res := range got[l.name] {
+				ls, xs = append(ls, latOf(res)), append(xs, res.RPS)
+				row.Errors += res.Errors
+			}
+			lat[l.name], rps[l.name] = medianLat(ls), round1(median(xs))
+		}
+		row.On, row.Noop, row.Off = lat["on"], lat["noop"], lat["off"]
+		row.OnRPS, row.NoopRPS, row.OffRPS = rps["on"], rps["noop"], rps["off"]
+		row.AddedP50, row.AddedP99 = round1(row.On.P50-row.Off.P50), round1(row.On.P99-row.Off.P99)
+		row.NoopAddedP50, row.NoopAddedP99 = round1(row.Noop.P50-row.Off.P50), round1(row.Noop.P99-row.Off.P99)
+		e.Rows = append(e.Rows, row)
+		for _, l := range listeners {
+			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
+		}
+		r.printf("c=%d: the filter adds %s at p50 and %s at p99 (with the no-op server: %s and %s)\n", c,
+			fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99))
+	}
+	stats, err := envoyStats("http://"+addrs[1]+"/stats?filter=ext_authz", "ext_authz")
+	if err != nil {
+		return err
+	}
+	e.Stats = stats
+	if stats["http.authz_on.ext_authz.ok"] == 0 || stats["http.authz_noop.ext_authz.ok"] == 0 || stats["http.authz_off.ext_authz.ok"] != 0 {
+		return fmt.Errorf("the filter was not on where expected: %v", stats)
+	}
+	return nil
+}
+
+// envoyLabels name the listeners in plots.
+var envoyLabels = map[string]string{"off": "filter off", "noop": "filter on, no-op server", "on": "filter on, ratelimit-authz"}
+
+// envoyStats reads Envoy's integer stats whose names contain sub.
+func envoyStats(url, sub string) (map[string]float64, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ": ")
+		if !ok || !strings.Contains(name, sub) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(val, 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out, sc.Err()
+}

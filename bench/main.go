@@ -1,0 +1,429 @@
+// Command bench runs the ratelimit-authz benchmarks (issue 7) and writes
+// bench/results/REPORT.md, results.json and PNG plots:
+//
+//  0. the Go microbenchmarks (-count=6) and a benchstat summary;
+//  1. one node: Check throughput and latency at concurrency 1, 16 and 64,
+//     allowed and mostly denied, as a ratio to a no-op ext_authz server
+//     measured in the same run, alternating, so machine noise cancels;
+//  2. memory: resident memory and live keys while a million distinct keys
+//     arrive within one minute-long window, and after they expire;
+//  3. cluster accuracy: three nodes on one NATS at 2×, 10× and 100× a
+//     limit, admitted per window, fixed and sliding (when the server has
+//     replication);
+//  4. end to end through Envoy: the latency the filter adds (on vs off).
+//
+// Every process it starts has a lifetime and is stopped by PID; every
+// address is on loopback. `make bench` runs it through bench/run.sh;
+// `go run ./bench --help` lists the flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+var allScenarios = []string{"micro", "single", "memory", "cluster", "envoy"}
+
+type options struct {
+	out        string
+	only       map[string]bool
+	quick      bool
+	rounds     int
+	run        time.Duration
+	warmup     time.Duration
+	memKeys    int64
+	memBuckets int
+	memWindow  time.Duration
+	count      int
+	benchtime  string
+	budget     time.Duration
+	plot       bool
+	clusterWin int
+	reportOnly bool
+}
+
+func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: go run ./bench [flags]   (make bench)\n\nRun the ratelimit-authz benchmark scenarios and write REPORT.md, results.json\nand PNG plots into --out.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	only := fs.String("only", strings.Join(allScenarios, ","), "scenarios to run, comma-separated: "+strings.Join(allScenarios, ", "))
+	fs.StringVar(&o.out, "out", "bench/results", "results `folder` (relative to the repository root)")
+	fs.BoolVar(&o.quick, "quick", false, "short runs that check the pipeline, not figures to quote")
+	fs.IntVar(&o.rounds, "rounds", 2, "alternating rounds per comparison (server vs no-op, filter on vs off)")
+	fs.DurationVar(&o.run, "run", 2*time.Second, "measured time of each load run")
+	fs.DurationVar(&o.warmup, "warmup", 500*time.Millisecond, "warm-up before each load run, not measured")
+	fs.Int64Var(&o.memKeys, "memory-keys", 1_000_000, "distinct keys of the memory scenario")
+	fs.DurationVar(&o.memWindow, "memory-window", time.Minute, "window of the memory scenario's bucket; the keys must arrive within one")
+	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
+	fs.IntVar(&o.clusterWin, "cluster-windows", 20, "windows measured in the cluster scenario")
+	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
+	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
+	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
+	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
+	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return o, true, nil
+		}
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return o, true, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return o, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	o.only = map[string]bool{}
+	for s := range strings.SplitSeq(*only, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allScenarios, s) {
+			return o, true, usageError{fmt.Sprintf("--only: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))}
+		}
+		o.only[s] = true
+	}
+	if o.quick {
+		o.rounds, o.run, o.warmup = 1, time.Second, 300*time.Millisecond
+		o.memKeys, o.memWindow = 100_000, 10*time.Second
+		o.count, o.benchtime = 1, "20ms"
+		o.clusterWin = 5
+	}
+	switch {
+	case o.rounds < 1 || o.rounds > 20:
+		return o, true, usageError{"--rounds: from 1 to 20"}
+	case o.run < 100*time.Millisecond || o.run > time.Minute:
+		return o, true, usageError{"--run: from 100ms to 1m"}
+	case o.warmup < 0 || o.warmup > 10*time.Second:
+		return o, true, usageError{"--warmup: from 0 to 10s"}
+	case o.memKeys < 1000 || o.memKeys > 16_000_000:
+		return o, true, usageError{"--memory-keys: from 1000 to 16000000"}
+	case o.memBuckets < 1 || o.memBuckets > 8:
+		return o, true, usageError{"--memory-buckets: from 1 to 8"}
+	case o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0:
+		return o, true, usageError{"--memory-window: whole seconds from 1s to 10m"}
+	case o.clusterWin < 3 || o.clusterWin > 120:
+		return o, true, usageError{"--cluster-windows: from 3 to 120"}
+	case o.count < 1 || o.count > 20:
+		return o, true, usageError{"--count: from 1 to 20"}
+	case o.budget < time.Minute || o.budget > time.Hour:
+		return o, true, usageError{"--budget: from 1m to 1h"}
+	}
+	return o, false, nil
+}
+
+// runner holds one benchmark run's state.
+type runner struct {
+	opt      options
+	root     string
+	out      string
+	tmp      string // binaries and generated configs
+	logDir   string
+	runsDir  string
+	stdout   io.Writer
+	deadline time.Time
+	bins     struct{ server, bench, envoy, nats string }
+	res      *Results
+	// allowedCfg is the shipped configuration with limits nothing reaches.
+	allowedCfg string
+	// s1 figures later steps size themselves by.
+	allowedRPS64 float64
+	fixedRate    float64
+
+	depth int // steps running inside another (memory runs others while it waits)
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	opt, done, err := parseOptions(args, stdout, stderr)
+	if done {
+		return err
+	}
+	root, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	r := &runner{opt: opt, root: root, stdout: stdout, deadline: time.Now().Add(opt.budget)}
+	ctx, cancel := context.WithDeadline(ctx, r.deadline)
+	defer cancel()
+	defer r.stopAll()
+
+	r.out = opt.out
+	if !filepath.IsAbs(r.out) {
+		r.out = filepath.Join(root, r.out)
+	}
+	r.logDir = filepath.Join(r.out, "logs")
+	r.runsDir = filepath.Join(r.out, "runs")
+	if opt.reportOnly {
+		return r.rewriteReport(ctx)
+	}
+	for _, d := range []string{r.out, r.logDir, r.runsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// The previous run's raw outputs and plots go, so the folder holds only
+	// what REPORT.md describes; the previous microbenchmark file stays,
+	// for benchstat to compare with.
+	for _, pattern := range []string{filepath.Join(r.logDir, "*"), filepath.Join(r.runsDir, "*"), filepath.Join(r.out, "*.png")} {
+		old, _ := filepath.Glob(pattern)
+		for _, f := range old {
+			os.RemoveAll(f)
+		}
+	}
+	if r.tmp, err = os.MkdirTemp("", "ratelimit-bench-"); err != nil {
+		return err
+	}
+	defer os.RemoveAll(r.tmp)
+
+	r.res = &Results{Schema: 1, StartedAt: time.Now().UTC()}
+	r.res.Env = environment(ctx, root)
+	r.res.Env.Quick = opt.quick
+	r.printf("ratelimit-authz benchmarks: %d cores, %s, load average %.2f %.2f %.2f%s\n",
+		r.res.Env.Cores, r.res.Env.CPU, r.res.Env.LoadBefore[0], r.res.Env.LoadBefore[1], r.res.Env.LoadBefore[2],
+		map[bool]string{true: " (quick: pipeline check only)"}[opt.quick])
+
+	if err := r.step(ctx, "build", r.build); err != nil {
+		return err // nothing else can run
+	}
+	if opt.only["micro"] {
+		r.step(ctx, "micro", r.micro)
+	}
+	if opt.only["single"] {
+		r.step(ctx, "single", r.single)
+		r.step(ctx, "profile", r.profile)
+	}
+	// The memory scenario must start early in a window; while it waits for
+	// one, and while its keys expire, the Envoy and cluster scenarios run.
+	var pending []task
+	if opt.only["envoy"] {
+		pending = append(pending, task{"envoy", r.envoyEstimate(), r.envoy})
+	}
+	if opt.only["cluster"] {
+		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
+	}
+	if opt.only["memory"] {
+		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })
+	}
+	for _, t := range pending {
+		r.step(ctx, t.name, t.run)
+	}
+
+	r.res.Env.LoadAfter = loadavg()
+	r.res.FinishedAt = time.Now().UTC()
+	r.res.Targets = targets(r.res)
+	if err := r.writeJSON(); err != nil {
+		return err
+	}
+	if opt.plot {
+		r.step(ctx, "plot", r.plotPNGs)
+		r.writeJSON() // with the plot names
+	}
+	if err := r.writeReport(); err != nil {
+		return err
+	}
+	r.printf("\nwrote %s (and results.json, plots, logs/)\n", filepath.Join(r.out, "REPORT.md"))
+	if len(r.res.Errors) > 0 {
+		return fmt.Errorf("%d step(s) failed: see REPORT.md", len(r.res.Errors))
+	}
+	return nil
+}
+
+// rewriteReport redraws the plots and rewrites REPORT.md from the
+// results.json of an earlier run.
+func (r *runner) rewriteReport(ctx context.Context) error {
+	b, err := os.ReadFile(filepath.Join(r.out, "results.json"))
+	if err != nil {
+		return err
+	}
+	r.res = &Results{}
+	if err := json.Unmarshal(b, r.res); err != nil {
+		return fmt.Errorf("results.json: %w", err)
+	}
+	r.res.Targets = targets(r.res)
+	if r.opt.plot {
+		if err := os.MkdirAll(r.logDir, 0o755); err != nil {
+			return err
+		}
+		r.res.PlotError = ""
+		r.step(ctx, "plot", r.plotPNGs)
+	}
+	if err := r.writeJSON(); err != nil {
+		return err
+	}
+	if err := r.writeReport(); err != nil {
+		return err
+	}
+	r.printf("rewrote %s\n", filepath.Join(r.out, "REPORT.md"))
+	return nil
+}
+
+// task is a scenario that may run while the memory scenario waits.
+type task struct {
+	name     string
+	estimate time.Duration
+	run      func(context.Context) error
+}
+
+// step runs one step, timing it and recording a failure without ending
+// the run (except build, whose error the caller returns).
+func (r *runner) step(ctx context.Context, name string, fn func(context.Context) error) error {
+	if ctx.Err() != nil {
+		r.res.Errors = append(r.res.Errors, StepError{name, "not run: " + ctx.Err().Error()})
+		return ctx.Err()
+	}
+	r.printf("\n== %s\n", name)
+	label := name
+	if r.depth > 0 {
+		label = "↳ " + name + " (while memory waits)"
+	}
+	r.depth++
+	start := time.Now()
+	err := fn(ctx)
+	r.depth--
+	r.res.Timings = append(r.res.Timings, StepTime{Step: label, Seconds: round(time.Since(start).Seconds(), 1), Load1: loadavg()[0]})
+	if err != nil {
+		r.printf("!! %s failed: %v\n", name, err)
+		r.res.Errors = append(r.res.Errors, StepError{name, err.Error()})
+	}
+	return err
+}
+
+func (r *runner) printf(format string, args ...any) { fmt.Fprintf(r.stdout, format, args...) }
+
+func (r *runner) note(format string, args ...any) {
+	r.res.Notes = append(r.res.Notes, fmt.Sprintf(format, args...))
+}
+
+func (r *runner) writeJSON() error {
+	b, err := json.MarshalIndent(r.res, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(r.out, "results.json"), append(b, '\n'), 0o644)
+}
+
+// lifetime bounds a process started now: the rest of the run's budget.
+func (r *runner) lifetime() time.Duration {
+	return max(time.Until(r.deadline), 10*time.Second)
+}
+
+// build compiles the server and the load tool, and installs Envoy and NATS
+// when their scenarios run.
+func (r *runner) build(ctx context.Context) error {
+	r.bins.server = filepath.Join(r.tmp, "ratelimit-authz")
+	r.bins.bench = filepath.Join(r.tmp, "ratelimit-bench")
+	for _, b := range []struct{ out, pkg string }{{r.bins.server, "./cmd/ratelimit-authz"}, {r.bins.bench, "./cmd/ratelimit-bench"}} {
+		if _, err := r.runTool(ctx, "build-"+filepath.Base(b.out), 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
+			"go", "build", "-trimpath", "-o", b.out, b.pkg); err != nil {
+			return err
+		}
+	}
+	if r.opt.only["envoy"] {
+		out, err := r.runTool(ctx, "install-envoy", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-envoy.sh"))
+		if err != nil {
+			r.note("Envoy scenario not run: %v", err)
+			delete(r.opt.only, "envoy")
+		} else {
+			r.bins.envoy = lastLine(out)
+			if v, err := r.runTool(ctx, "envoy-version", time.Minute, nil, "", r.bins.envoy, "--version"); err == nil {
+				r.res.Env.EnvoyVersion = envoyVersion(string(v))
+			}
+		}
+	}
+	allowed := filepath.Join(r.tmp, "allowed.yaml")
+	if err := writeAllowedConfig(r.root, allowed); err != nil {
+		return err
+	}
+	r.allowedCfg = allowed
+	return nil
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// envoyVersion picks "1.40.0" out of `envoy --version`.
+func envoyVersion(s string) string {
+	for f := range strings.FieldsSeq(s) {
+		if parts := strings.Split(f, "/"); len(parts) >= 2 && strings.Count(parts[1], ".") == 2 {
+			return parts[1]
+		}
+	}
+	return strings.TrimSpace(s)
+}
+
+// repoRoot finds the module root above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/ratelimit-authz/ratelimit-authz\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run from inside the ratelimit-authz repository")
+		}
+		dir = parent
+	}
+}
+
+func environment(ctx context.Context, root string) Env {
+	e := Env{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadavg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				e.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := commandOutput(ctx, root, "git", "describe", "--tags", "--always", "--dirty"); err == nil {
+		e.Git = out
+	}
+	if out, err := commandOutput(ctx, root, "go", "env", "GOVERSION"); err == nil {
+		e.GoVersion = out
+	}
+	return e
+}

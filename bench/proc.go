@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	iproc "github.com/ratelimit-authz/ratelimit-authz/internal/proc"
+)
+
+// stopGrace is how long a process has between SIGTERM and SIGKILL.
+const stopGrace = 10 * time.Second
+
+// proc is a long-lived child process (a server, Envoy, NATS), run by
+// internal/proc: its output goes to <logs>/<name>.log, it lives at most
+// its lifetime in its own process group (SIGKILL if the runner dies), and
+// stop ends it by PID: SIGTERM, then SIGKILL.
+type proc struct {
+	*iproc.Process
+	logPath string
+}
+
+// start runs bin with args for at most lifetime. env entries are added to
+// the runner's environment.
+func (r *runner) start(name string, lifetime time.Duration, env []string, bin string, args ...string) (*proc, error) {
+	p, err := iproc.Start(context.Background(), iproc.Config{
+		Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+		LogDir: r.logDir, Lifetime: lifetime, StopGrace: stopGrace,
+	})
+	if err != nil {
+		return nil, err
+	}
+	pr := &proc{Process: p, logPath: p.LogPath()}
+	r.mu.Lock()
+	r.procs = append(r.procs, pr)
+	r.mu.Unlock()
+	return pr, nil
+}
+
+func (p *proc) pid() int { return p.PID() }
+
+func (p *proc) exited() bool { return p.Exited() }
+
+// stop ends the process (SIGTERM by PID, SIGKILL after stopGrace) and
+// waits for it; it may be called again. How it ended is in its log.
+func (p *proc) stop() { p.Stop() }
+
+// stopAll stops every process still running, newest first.
+func (r *runner) stopAll() {
+	r.mu.Lock()
+	procs := r.procs
+	r.procs = nil
+	r.mu.Unlock()
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop()
+	}
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("pick a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+func freeAddrs(n int) ([]string, error) {
+	// Hold all listeners until every port is picked, so none repeats.
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("pick a free port: %w", err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	return out, nil
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+
+// waitHTTP200 polls url until it answers 200, while p keeps running.
+func waitHTTP200(ctx context.Context, p *proc, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := p.WaitHTTP200(ctx, url); err != nil {
+		return fmt.Errorf("%w\n%s", err, p.Tail(20))
+	}
+	return nil
+}
+
+// metrics scrapes a Prometheus text endpoint into name{labels} → value.
+func metrics(url string) (map[string]float64, error) {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseMetrics(resp.Body)
+}
+
+func parseMetrics(r io.Reader) (map[string]float64, error) {
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[line[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// sumMetric adds every series of the metric name (any labels).
+func sumMetric(m map[string]float64, name string) float64 {
+	var s float64
+	for k, v := range m {
+		if k == name || strings.HasPrefix(k, name+"{") {
+			s += v
+		}
+	}
+	return s
+}
+
+// procStatus reads VmRSS and VmHWM (bytes) of pid.
+func procStatus(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		switch k {
+		case "VmRSS":
+			rss = n << 10
+		case "VmHWM":
+			hwm = n << 10
+		}
+	}
+	if rss == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
+	}
+	return rss, hwm, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every
+// Linux configuration Go supports (sysconf needs cgo).
+const clockTicks = 100
+
+// cpuTimeOf returns the CPU time (user + system, all threads) pid has used.
+func cpuTimeOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after its ")"
+	// start at field 3 (state): utime is field 14, stime field 15.
+	i := strings.LastIndexByte(string(b), ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// loadavg reads the 1, 5 and 15 minute load averages.
+func loadavg() [3]float64 {
+	var l [3]float64
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return l
+	}
+	f := strings.Fields(string(b))
+	for i := 0; i < 3 && i < len(f); i++ {
+		l[i], _ = strconv.ParseFloat(f[i], 64)
+	}
+	return l
+}
+
+// runTool runs a command to completion within timeout and returns its
+// stdout; stderr goes to the named log.
+func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration, env []string, dir, bin string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	logPath := filepath.Join(r.logDir, name+".log")
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "[bench] %s %s\n", bin, strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopGrace
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stderr = f
+	out, err := cmd.Output()
+	if err != nil {
+		f.Sync()
+		return out, fmt.Errorf("%s: %w\n%s", name, err, tail(logPath, 15))
+	}
+	return out, nil
+}
+
+// loadResult is the part of ratelimit-bench's --json output the runner
+// reads (cmd/ratelimit-bench Result).
+type loadResult struct {
+	Mode        string   `json:"mode"`
+	Targets     []string `json:"targets"`
+	Concurrency int      `json:"concurrency"`
+	Rate        float64  `json:"rate"`
+	ElapsedS    float64  `json:"elapsed_s"`
+	Requests    int64    `json:"requests"`
+	Sent        int64    `json:"sent"`
+	ClientCPUS  float64  `json:"client_cpu_s"`
+	// ServerCPUUS is the server's CPU per check over the run (µs), measured
+	// by the runner from /proc; 0 when not measured.
+	ServerCPUUS float64        `json:"-"`
+	RPS         float64        `json:"rps"`
+	Allowed     int64          `json:"allowed"`
+	Denied      int64          `json:"denied"`
+	Errors      int64          `json:"errors"`
+	Late        int64          `json:"late"`
+	ErrorKinds  map[string]int `json:"error_kinds"`
+	Latency     latencyUS      `json:"latency_us"`
+	CDF         [][2]float64   `json:"cdf"`
+	WindowMS    int64          `json:"window_ms"`
+	Windows     []windowResult `json:"windows"`
+	MaxInSpan   int            `json:"max_admitted_in_any_window"`
+}
+
+// clientCPUUS is the load tool's CPU per request (µs).
+func (l *loadResult) clientCPUUS() float64 {
+	if l.Sent == 0 {
+		return 0
+	}
+	return l.ClientCPUS / float64(l.Sent) * 1e6
+}
+
+type latencyUS struct {
+	Mean float64 `json:"mean"`
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	P99  float64 `json:"p99"`
+	P999 float64 `json:"p99_9"`
+	Max  float64 `json:"max"`
+}
+
+type windowResult struct {
+	StartMS int64 `json:"start_ms"`
+	Allowed int64 `json:"allowed"`
+	Denied  int64 `json:"denied"`
+}
+
+// load runs ratelimit-bench with args (a check or http run) and returns
+// its results. The run is bounded by its own --duration; the timeout here
+// is a backstop.
+func (r *runner) load(ctx context.Context, name string, budget time.Duration, args ...string) (*loadResult, error) {
+	path := filepath.Join(r.runsDir, name+".json")
+	args = append(args, "--json", path, "--quiet")
+	if _, err := r.runTool(ctx, "load-"+name, budget+30*time.Second, nil, "", r.bins.bench, args...); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res loadResult
+	if err := json.Unmarshal(b, &res); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &res, nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// profileParts are the parts of the server whose cumulative CPU share the
+// report shows, each found by a substring of a function name.
+var profileParts = []struct{ part, fn string }{
+	{"gRPC: a whole call (read, decode, handler, encode, write)", "grpc.(*Server).handleStream"},
+	{"Check: the handler (descriptors, counter, answer, metrics)", "authz.(*Service).Check"},
+	{"descriptors: route match and keys", "descriptors.(*Engine).Describe"},
+	{"counter: Take", "counter.(*Store).Take"},
+	{"check duration histogram (Observe)", "prometheus.(*histogram).Observe"},
+	{"decode the CheckRequest (protobuf)", "proto.UnmarshalOptions.unmarshal"},
+	{"encode the CheckResponse (protobuf)", "proto.MarshalOptions.marshal"},
+	{"HTTP/2 frames in (reader)", "transport.(*http2Server).HandleStreams"},
+	{"HTTP/2 frames out (loopy writer)", "transport.(*loopyWriter).run"},
+	{"system calls (read, write, futex)", "Syscall6"},
+	{"goroutine stack growth (newstack)", "runtime.newstack"},
+	{"memory allocation (mallocgc)", "runtime.mallocgc"},
+	{"garbage collection (background mark)", "runtime.gcBgMarkWorker"},
+	{"scheduler (findRunnable)", "runtime.findRunnable"},
+}
+
+// profile takes CPU profiles of the server and of the no-op server under
+// the same fixed-rate load (the allowed workload, up to 64 in flight), so
+// that the difference of the two (pprof -diff_base) is what the check
+// adds per request. The server has no /debug/pprof, so unless one appears
+// on its HTTP port its profile comes from `ratelimit-bench authz`: the
+// same packages wired the same way (rules, descriptors, counter, authz,
+// pkg/server) in one process that serves pprof.
+func (r *runner) profile(ctx context.Context) error {
+	p := &Profile{Seconds: 4, Rate: r.fixedRate}
+	if r.opt.quick {
+		p.Seconds = 2
+	}
+	if p.Rate == 0 {
+		p.Rate = 5000
+	}
+	r.res.Profile = p
+
+	srv, grpcAddr, httpAddr, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil)
+	if err != nil {
+		return err
+	}
+	pprofURL := "http://" + httpAddr + "/debug/pprof/profile"
+	p.Source = "ratelimit-authz serve: /debug/pprof/profile on its HTTP port"
+	if !reachable("http://" + httpAddr + "/debug/pprof/") {
+		srv.stop()
+		if srv, grpcAddr, pprofURL, err = r.startProfiled(ctx, "profile-inprocess", "authz", "--config", r.allowedCfg); err != nil {
+			return err
+		}
+		p.Source = "ratelimit-bench authz (the Check path in process: the server has no /debug/pprof)"
+	}
+	defer srv.stop()
+	noop, noopAddr, noopURL, err := r.startProfiled(ctx, "profile-noop", "noop")
+	if err != nil {
+		return err
+	}
+	defer noop.stop()
+
+	serverProf := filepath.Join(r.runsDir, "cpu-server.pprof")
+	noopProf := filepath.Join(r.runsDir, "cpu-noop.pprof")
+	if p.LoadRPS, err = r.profileUnderLoad(ctx, "server", grpcAddr, pprofURL, p, serverProf); err != nil {
+		return err
+	}
+	if _, err = r.profileUnderLoad(ctx, "noop", noopAddr, noopURL, p, noopProf); err != nil {
+		return err
+	}
+	p.File, p.NoopFile = filepath.Base(serverProf), filepath.Base(noopProf)
+	top, err := r.runTool(ctx, "pprof-top", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=25", serverProf)
+	if err != nil {
+		return err
+	}
+	p.Top = trimPprof(string(top))
+	cum, err := r.runTool(ctx, "pprof-cum", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", serverProf)
+	if err != nil {
+		return err
+	}
+	p.Shares = shares(string(cum), p.Rate*p.Seconds)
+	p.ServerCPUUS = perRequestUS(string(cum), p.Rate, p.Seconds)
+	diff, err := r.runTool(ctx, "pprof-diff", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", "-diff_base", noopProf, serverProf)
+	if err != nil {
+		return err
+	}
+	p.DiffTop = trimPprof(string(diff))
+	ncum, err := r.runTool(ctx, "pprof-noop", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", noopProf)
+	if err != nil {
+		return err
+	}
+	p.NoopCPUUS = perRequestUS(string(ncum), p.Rate, p.Seconds)
+	p.NoopShares = shares(string(ncum), p.Rate*p.Seconds)
+	r.printf("CPU profiles at %.0f checks/s (%s): %.1fµs of CPU per check, no-op %.1fµs\n", p.Rate, p.Source, p.ServerCPUUS, p.NoopCPUUS)
+	for _, s := range p.Shares {
+		r.printf("  %5.1f%% %6.2fµs  %s\n", 100*s.Share, s.PerCheckUS, s.Part)
+	}
+	return nil
+}
+
+// startProfiled starts `ratelimit-bench MODE --pprof-addr` and returns it,
+// its gRPC address and its profile URL.
+func (r *runner) startProfiled(ctx context.Context, name, mode string, args ...string) (*proc, string, string, error) {
+	addrs, err := freeAddrs(3)
+	if err != nil {
+		return nil, "", "", err
+	}
+	args = append([]string{mode, "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2],
+		"--lifetime", r.lifetime().String()}, args...)
+	p, err := r.start(name, r.lifetime(), nil, r.bins.bench, args...)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
+		p.stop()
+		return nil, "", "", err
+	}
+	return p, addrs[0], "http://" + addrs[2] + "/debug/pprof/profile", nil
+}
+
+// profileUnderLoad runs the allowed workload at the profile's rate against
+// target and takes a CPU profile of its middle; it returns the achieved
+// rate.
+func (r *runner) profileUnderLoad(ctx context.Context, name, target, url string, p *Profile, path string) (float64, error) {
+	dur := time.Duration(p.Seconds*float64(time.Second)) + 1500*time.Millisecond
+	args := append([]string{"check", "--target", target, "--concurrency", "64", "--connections", strconv.Itoa(grpcConns),
+		"--rate", strconv.FormatFloat(p.Rate, 'f', 0, 64), "--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"},
+		allowedLoad.args...)
+	type loadDone struct {
+		res *loadResult
+		err error
+	}
+	done := make(chan loadDone, 1)
+	go func() {
+		res, err := r.load(ctx, "profile-load-"+name, dur+500*time.Millisecond, args...)
+		done <- loadDone{res, err}
+	}()
+	sleepCtx(ctx, time.Second)
+	ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", url, int(p.Seconds)), path, time.Duration(p.Seconds+15)*time.Second)
+	ld := <-done
+	if ld.err != nil {
+		return 0, ld.err
+	}
+	return round1(ld.res.RPS), ferr
+}
+
+// perRequestUS reads "Total samples = 1.23s" from pprof output and divides
+// it by the requests of the profile's duration at rate.
+func perRequestUS(top string, rate, seconds float64) float64 {
+	_, rest, ok := strings.Cut(top, "Total samples = ")
+	if !ok {
+		return 0
+	}
+	f := strings.Fields(rest)
+	if len(f) == 0 {
+		return 0
+	}
+	d, err := time.ParseDuration(f[0])
+	if err != nil || rate <= 0 || seconds <= 0 {
+		return 0
+	}
+	return round1(float64(d.Microseconds()) / (rate * seconds))
+}
+
+func reachable(url string) bool {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return false
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	c := &http.Client{Transport: &http.Transport{Proxy: nil}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("fetch profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetch profile: %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// trimPprof keeps pprof -top's table (from the "flat" header on) and the
+// duration line.
+func trimPprof(s string) string {
+	var keep []string
+	on := false
+	for line := range strings.SplitSeq(s, "\n") {
+		switch {
+		case strings.HasPrefix(line, "Duration:"), strings.HasPrefix(line, "Showing nodes"):
+			keep = append(keep, line)
+		case strings.Contains(line, "flat%") && strings.Contains(line, "cum%"):
+			on = true
+			keep = append(keep, line)
+		case on && strings.TrimSpace(line) != "":
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// shares reads the cumulative time and cum% of each profile part from
+// `pprof -top -cum`; requests is how many checks the profile covers
+// (0: unknown), to turn the time into µs per check.
+func shares(top string, requests float64) []ProfileShare {
+	var out []ProfileShare
+	for _, pp := range profileParts {
+		best, cum := -1.0, time.Duration(0)
+		for line := range strings.SplitSeq(top, "\n") {
+			f := strings.Fields(line)
+			if len(f) < 6 || !strings.Contains(strings.Join(f[5:], " "), pp.fn) {
+				continue
+			}
+			v, err := strconv.ParseFloat(strings.TrimSuffix(f[4], "%"), 64)
+			if err == nil && v > best {
+				best = v
+				cum, _ = time.ParseDuration(f[3])
+			}
+		}
+		if best >= 0 {
+			s := ProfileShare{Part: pp.part, Share: round(best/100, 4)}
+			if requests > 0 {
+				s.PerCheckUS = round(float64(cum.Nanoseconds())/1e3/requests, 2)
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# run.sh — `make bench`: every benchmark scenario of issue 7, about five
+# minutes on two cores. Writes bench/results/REPORT.md, results.json and
+# the PNG plots; raw runs and logs go to bench/results/runs and logs.
+#
+# Arguments go to the runner: `bench/run.sh --quick` checks the pipeline
+# in about two minutes, `bench/run.sh --only single,envoy` runs a subset,
+# `bench/run.sh --help` lists the rest. The runner builds the server and
+# the load tool, installs Envoy (scripts/install-envoy.sh), nats-server
+# (scripts/install-nats.sh) and matplotlib (scripts/install-plot.sh) when
+# needed, and stops every process it starts by PID.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+exec go run ./bench "$@"

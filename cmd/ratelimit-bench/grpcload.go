@@ -1,0 +1,265 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// checkMethod is the full gRPC method name of Envoy's ext_authz Check.
+const checkMethod = "/envoy.service.auth.v3.Authorization/Check"
+
+// envoyListener is the address Envoy reports as the request's destination.
+const envoyListener = "127.0.0.1"
+
+// checkRequest builds the CheckRequest Envoy would send for r, configured
+// as envoy/ratelimit-authz.yaml is: use_remote_address (so Envoy sets
+// x-envoy-external-address and appends the peer to x-forwarded-for), the
+// body only on login routes (every other route disables buffering).
+func checkRequest(r request, id uint64, now time.Time) *authv3.CheckRequest {
+	reqID := requestID(id)
+	h := make(map[string]string, len(r.headers)+10)
+	for k, v := range r.headers {
+		h[k] = v
+	}
+	h[":authority"] = "api.example.com"
+	h[":method"] = r.method
+	h[":path"] = r.path
+	h[":scheme"] = "http"
+	h["x-forwarded-proto"] = "http"
+	h["x-request-id"] = reqID
+	h["x-envoy-external-address"] = r.clientIP
+	h["x-forwarded-for"] = r.clientIP
+	if r.body != "" {
+		h["content-length"] = strconv.Itoa(len(r.body))
+	}
+	httpReq := &authv3.AttributeContext_HttpRequest{
+		Id:       strconv.FormatUint(id, 10),
+		Method:   r.method,
+		Headers:  h,
+		Path:     r.path,
+		Host:     "api.example.com",
+		Scheme:   "http",
+		Protocol: "HTTP/1.1",
+		Size:     int64(len(r.body)),
+	}
+	if isLogin(r.route) {
+		httpReq.Body = r.body
+	}
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source:      &authv3.AttributeContext_Peer{Address: socketAddress(r.clientIP, uint32(32768+id%28000))},
+		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(envoyListener, 10000)},
+		Request: &authv3.AttributeContext_Request{
+			Time: timestamppb.New(now),
+			Http: httpReq,
+		},
+	}}
+}
+
+func isLogin(name string) bool {
+	r, ok := findRoute(name)
+	return ok && r.login
+}
+
+func socketAddress(ip string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address: ip, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}
+
+// requestID is a UUID-shaped id, deterministic in n, like Envoy's
+// x-request-id.
+func requestID(n uint64) string {
+	rng := rand.New(rand.NewPCG(n, 0x1d))
+	const hex = "0123456789abcdef"
+	var b [36]byte
+	for i := range b {
+		switch i {
+		case 8, 13, 18, 23:
+			b[i] = '-'
+		default:
+			b[i] = hex[rng.IntN(16)]
+		}
+	}
+	return string(b[:])
+}
+
+// encodedCheck is a CheckRequest already in wire form: requests are encoded
+// once, outside the timed call (and, with a pool, once per run), so the
+// load tool spends its CPU on the transport, as Envoy does, rather than on
+// building messages.
+type encodedCheck struct{ data []byte }
+
+// decision is the part of a CheckResponse the tool reads: status.code.
+type decision struct{ code int32 }
+
+// rawCodec sends encodedCheck bytes as they are and reads only the status
+// code of the answer. Its name is "proto", so the server sees an ordinary
+// application/grpc+proto call.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*encodedCheck)
+	if !ok {
+		return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	d, ok := v.(*decision)
+	if !ok {
+		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		b = data.Materialize()
+	}
+	code, err := statusCode(b)
+	d.code = code
+	return err
+}
+
+// statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
+// form; an absent status is OK, as Envoy treats it.
+func statusCode(b []byte) (int32, error) {
+	var code int32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.BytesType {
+			msg, n := protowire.ConsumeBytes(b)
+			if n < 0 {
+				return 0, protowire.ParseError(n)
+			}
+			b = b[n:]
+			c, err := rpcCode(msg)
+			if err != nil {
+				return 0, err
+			}
+			code = c
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return code, nil
+}
+
+// rpcCode reads google.rpc.Status.code (field 1).
+func rpcCode(b []byte) (int32, error) {
+	var code int32
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, protowire.ParseError(n)
+			}
+			b = b[n:]
+			code = int32(v)
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return code, nil
+}
+
+// grpcCaller sends Checks over several connections, spread over one or
+// more targets (nodes).
+type grpcCaller struct {
+	conns []*grpc.ClientConn
+	now   func() time.Time
+}
+
+// newGRPCCaller opens n connections (at least one per target), dealt to
+// the targets in turn. Connections are established lazily, on first use.
+func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("no target")
+	}
+	n = max(n, len(targets))
+	c := &grpcCaller{now: time.Now}
+	for i := range n {
+		conn, err := grpc.NewClient(targets[i%len(targets)],
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
+		)
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
+	b, err := proto.Marshal(checkRequest(r, id, c.now()))
+	if err != nil {
+		return nil, fmt.Errorf("encode CheckRequest: %w", err)
+	}
+	return &encodedCheck{data: b}, nil
+}
+
+func (c *grpcCaller) call(ctx context.Context, seq uint64, p any) outcome {
+	var d decision
+	conn := c.conns[seq%uint64(len(c.conns))]
+	if err := conn.Invoke(ctx, checkMethod, p, &d); err != nil {
+		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
+	}
+	if codes.Code(d.code) == codes.OK {
+		return outcome{class: classAllowed, code: 0}
+	}
+	return outcome{class: classDenied, code: int(d.code)}
+}
+
+func grpcErrKind(err error) string {
+	s, ok := status.FromError(err)
+	if !ok {
+		return err.Error()
+	}
+	msg := s.Message()
+	if len(msg) > 120 {
+		msg = msg[:120] + "…"
+	}
+	return s.Code().String() + ": " + msg
+}
+
+func (c *grpcCaller) close() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}

@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Outcome classes of one call.
+const (
+	classAllowed = iota // gRPC OK; HTTP 2xx
+	classDenied         // gRPC non-OK decision; HTTP 429 or 403
+	classError          // transport error, timeout, or any other HTTP status
+)
+
+// outcome is the result of one call.
+type outcome struct {
+	class int
+	code  int    // gRPC code of the decision or HTTP status; -1 when the call failed
+	err   string // kind of failure, for the error breakdown ("" unless classError)
+}
+
+// caller sends requests to the system under test. prepare may be called
+// concurrently with itself and with call.
+type caller interface {
+	// prepare turns a generated request into what call sends.
+	prepare(r request, id uint64) (any, error)
+	// call sends p; seq is the request's sequence number over the whole
+	// run, which spreads requests over connections and targets.
+	call(ctx context.Context, seq uint64, p any) outcome
+	close()
+}
+
+// loadConfig is one run's load shape.
+type loadConfig struct {
+	concurrency int           // workers: requests in flight at most
+	rate        float64       // requests/s over all workers; 0 = closed loop, as fast as answers come
+	duration    time.Duration // measured time, after the warm-up
+	warmup      time.Duration // sent but not recorded
+	requests    int64         // at most this many sent, warm-up included; 0 = no bound but time
+	timeout     time.Duration // per request
+	window      time.Duration // when > 0, count allowed/denied per wall-clock window of this length
+	pool        int           // requests prepared ahead and reused; 0 = prepare each one
+	seed        uint64
+	mix         mix
+	keys        keySpec
+}
+
+func (c *loadConfig) validate() error {
+	switch {
+	case c.concurrency < 1 || c.concurrency > 10_000:
+		return fmt.Errorf("--concurrency %d: must be from 1 to 10000", c.concurrency)
+	case c.rate < 0 || c.rate > 10_000_000:
+		return fmt.Errorf("--rate %v: must be from 0 (as fast as possible) to 10000000", c.rate)
+	case c.duration <= 0 || c.duration > maxDuration:
+		return fmt.Errorf("--duration %v: must be positive and at most %v", c.duration, maxDuration)
+	case c.warmup < 0 || c.warmup > maxDuration:
+		return fmt.Errorf("--warmup %v: must be from 0 to %v", c.warmup, maxDuration)
+	case c.requests < 0:
+		return fmt.Errorf("--requests %d: must not be negative", c.requests)
+	case c.timeout <= 0 || c.timeout > time.Minute:
+		return fmt.Errorf("--timeout %v: must be positive and at most 1m", c.timeout)
+	case c.window < 0 || (c.window > 0 && c.window < time.Millisecond):
+		return fmt.Errorf("--window %v: must be 0 (off) or at least 1ms", c.window)
+	case c.pool < 0 || c.pool > 1<<20:
+		return fmt.Errorf("--pool %d: must be from 0 to %d", c.pool, 1<<20)
+	}
+	return c.keys.validate()
+}
+
+const maxDuration = time.Hour
+
+// windowCount is what was admitted and denied in one wall-clock window.
+type windowCount struct{ allowed, denied int64 }
+
+// maxAdmittedTimes bounds the admitted-request timestamps kept for the
+// busiest-span figure.
+const maxAdmittedTimes = 4 << 20
+
+// workerStats is one worker's record; merged after the run.
+type workerStats struct {
+	hist     histogram
+	classes  [3]int64
+	codes    map[int]int64
+	errKinds map[string]int64
+	windows  map[int64]*windowCount
+	admitted []int64 // unix ns of admitted requests (window mode)
+	late     int64   // fixed rate: requests already more than 1 ms overdue when their worker came free
+	sent     int64   // warm-up included
+	lastDone time.Time
+}
+
+func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration, keep int) {
+	s.hist.record(latency)
+	s.classes[o.class]++
+	s.codes[o.code]++
+	if o.class == classError {
+		s.errKinds[o.err]++
+	}
+	if window > 0 && o.class != classError {
+		w := floorDiv(at.UnixNano(), int64(window))
+		c := s.windows[w]
+		if c == nil {
+			c = new(windowCount)
+			s.windows[w] = c
+		}
+		if o.class == classAllowed {
+			c.allowed++
+			if len(s.admitted) < keep {
+				s.admitted = append(s.admitted, at.UnixNano())
+			}
+		} else {
+			c.denied++
+		}
+	}
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// intendedTime is when request k of worker w of c is due at a fixed rate:
+// the run's requests are spaced 1/rate apart and dealt to the workers in
+// turn, so the workers together send at the rate.
+func intendedTime(t0 time.Time, rate float64, c, w int, k int64) time.Time {
+	n := float64(k)*float64(c) + float64(w)
+	return t0.Add(time.Duration(n / rate * float64(time.Second)))
+}
+
+// runLoad drives c with cfg and returns the merged record. It returns an
+// error only when the run could not start; failed calls are counted.
+func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var seq atomic.Uint64 // unique keys
+	var pool []any
+	if cfg.pool > 0 && cfg.keys.dist != keysUnique {
+		g := newGenerator(cfg.mix, cfg.keys, cfg.seed, -1, &seq)
+		pool = make([]any, cfg.pool)
+		for i := range pool {
+			p, err := c.prepare(g.next(), uint64(i))
+			if err != nil {
+				return nil, err
+			}
+			pool[i] = p
+		}
+	}
+
+	// Start a moment from now so that every worker starts together.
+	t0 := time.Now().Add(20 * time.Millisecond)
+	cpu0 := cpuTime()
+	measureFrom := t0.Add(cfg.warmup)
+	end := measureFrom.Add(cfg.duration)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(cfg.timeout+time.Second))
+	defer cancel()
+
+	var (
+		issued atomic.Int64  // requests sent, for the count bound
+		callNo atomic.Uint64 // sequence over the run, for spreading over connections
+		wg     sync.WaitGroup
+		stats  = make([]*workerStats, cfg.concurrency)
+		keep   = maxAdmittedTimes / cfg.concurrency
+	)
+	for w := range cfg.concurrency {
+		st := &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
+		stats[w] = st
+		wg.Go(func() {
+			g := newGenerator(cfg.mix, cfg.keys, cfg.seed, w, &seq)
+			rng := rand.New(rand.NewPCG(cfg.seed^0x5eed, uint64(w)))
+			next := 0
+			if len(pool) > 0 {
+				next = rng.IntN(len(pool))
+			}
+			if !sleepUntil(ctx, t0) {
+				return
+			}
+			for k := int64(0); ; k++ {
+				// due is when the request should leave; latency counts from
+				// from. At a fixed rate, a request already due when its
+				// worker comes free waited behind slow answers: its latency
+				// counts from when it was due (no coordinated omission). One
+				// the worker slept for counts from when it left: a late
+				// wake-up is the tool's, not the server's.
+				var due, from time.Time
+				if cfg.rate > 0 {
+					due = intendedTime(t0, cfg.rate, cfg.concurrency, w, k)
+					if !due.Before(end) {
+						return
+					}
+					from = due
+					if time.Now().Before(due) {
+						if !sleepUntil(ctx, due) {
+							return
+						}
+						from = time.Now()
+					}
+				} else {
+					due = time.Now()
+					from = due
+					if !due.Before(end) || ctx.Err() != nil {
+						return
+					}
+				}
+				if cfg.requests > 0 && issued.Add(1) > cfg.requests {
+					return
+				}
+				var p any
+				if len(pool) > 0 {
+					p = pool[next]
+					next++
+					if next == len(pool) {
+						next = 0
+					}
+				} else {
+					var err error
+					if p, err = c.prepare(g.next(), callNo.Load()); err != nil {
+						st.classes[classError]++
+						st.errKinds["prepare: "+err.Error()]++
+						continue
+					}
+				}
+				start := time.Now()
+				cctx, ccancel := context.WithTimeout(ctx, cfg.timeout)
+				o := c.call(cctx, callNo.Add(1)-1, p)
+				ccancel()
+				done := time.Now()
+				st.sent++
+				st.lastDone = done
+				if due.Before(measureFrom) {
+					continue
+				}
+				if cfg.rate > 0 && from.Equal(due) && start.Sub(due) > time.Millisecond {
+					st.late++
+				}
+				// A request is put in the window of the midpoint of its
+				// call, the best guess of when the server (on the same
+				// clock) decided it.
+				st.add(o, done.Sub(from), start.Add(done.Sub(start)/2), cfg.window, keep)
+			}
+		})
+	}
+	wg.Wait()
+	rec := mergeStats(cfg, stats, measureFrom, end)
+	rec.cpu = cpuTime() - cpu0
+	return rec, nil
+}
+
+// cpuTime is the CPU time (user + system, all threads) this process has
+// used so far; 0 where getrusage fails.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// sleepUntil waits until t or until ctx ends; it reports whether t came.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// runRecord is the merged record of a run, before it is summarised.
+type runRecord struct {
+	hist        histogram
+	classes     [3]int64
+	codes       map[int]int64
+	errKinds    map[string]int64
+	windows     map[int64]*windowCount
+	admitted    []int64
+	late        int64
+	sent        int64
+	measureFrom time.Time
+	end         time.Time
+	lastDone    time.Time
+	cpu         time.Duration // the tool's own CPU over the run, warm-up included
+}
+
+func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time) *runRecord {
+	r := &runRecord{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}, measureFrom: measureFrom, end: end}
+	for _, s := range stats {
+		r.hist.merge(&s.hist)
+		for i, n := range s.classes {
+			r.classes[i] += n
+		}
+		for k, n := range s.codes {
+			r.codes[k] += n
+		}
+		for k, n := range s.errKinds {
+			r.errKinds[k] += n
+		}
+		for w, c := range s.windows {
+			m := r.windows[w]
+			if m == nil {
+				m = new(windowCount)
+				r.windows[w] = m
+			}
+			m.allowed += c.allowed
+			m.denied += c.denied
+		}
+		r.admitted = append(r.admitted, s.admitted...)
+		r.late += s.late
+		r.sent += s.sent
+		if s.lastDone.After(r.lastDone) {
+			r.lastDone = s.lastDone
+		}
+	}
+	slices.Sort(r.admitted)
+	return r
+}
+
+// elapsed is the measured time: from the end of the warm-up to the last
+// answer, or the planned duration when nothing was answered.
+func (r *runRecord) elapsed() time.Duration {
+	if r.lastDone.After(r.measureFrom) {
+		return r.lastDone.Sub(r.measureFrom)
+	}
+	return r.end.Sub(r.measureFrom)
+}
+
+// maxInSpan returns the most timestamps (sorted, ns) that fall in any
+// half-open span [t, t+span).
+func maxInSpan(ts []int64, span time.Duration) int {
+	best, lo := 0, 0
+	for hi := range ts {
+		for ts[hi]-ts[lo] >= int64(span) {
+			lo++
+		}
+		best = max(best, hi-lo+1)
+	}
+	return best
+}
+
+// sortedWindows returns the windows in time order.
+func (r *runRecord) sortedWindows() []int64 {
+	return slices.Sorted(maps.Keys(r.windows))
+}
+
+// errNoAnswers is returned when not a single request of a run was
+// answered: the target is down or is not what the tool expects.
+var errNoAnswers = errors.New("no request was answered")

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestIntendedTimeDealsTheScheduleToWorkers(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	const rate, c = 1000.0, 4 // one request per ms over 4 workers
+	var all []time.Duration
+	for w := range c {
+		for k := range int64(25) {
+			all = append(all, intendedTime(t0, rate, c, w, k).Sub(t0))
+		}
+	}
+	slices.Sort(all)
+	for i, d := range all {
+		if want := time.Duration(i) * time.Millisecond; d != want {
+			t.Fatalf("request %d due at %v, want %v", i, d, want)
+		}
+	}
+	if got := intendedTime(t0, rate, c, 1, 2).Sub(t0); got != 9*time.Millisecond {
+		t.Errorf("worker 1, request 2: %v, want 9ms", got)
+	}
+}
+
+func TestMaxInSpan(t *testing.T) {
+	ms := func(v ...int64) []int64 {
+		for i := range v {
+			v[i] *= int64(time.Millisecond)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		ts   []int64
+		want int
+	}{
+		{nil, 0},
+		{ms(5), 1},
+		{ms(0, 999, 1000), 2},            // [t, t+1s) is half open
+		{ms(0, 500, 900, 1400, 1450), 4}, // 500…1450
+		{ms(0, 1000, 2000, 3000), 1},
+		{ms(10, 10, 10), 3},
+	} {
+		if got := maxInSpan(tc.ts, time.Second); got != tc.want {
+			t.Errorf("maxInSpan(%v) = %d, want %d", tc.ts, got, tc.want)
+		}
+	}
+}
+
+func TestFloorDiv(t *testing.T) {
+	for _, tc := range [][3]int64{{7, 2, 3}, {-7, 2, -4}, {-8, 2, -4}, {0, 5, 0}, {-1, 1000, -1}} {
+		if got := floorDiv(tc[0], tc[1]); got != tc[2] {
+			t.Errorf("floorDiv(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
+		}
+	}
+}
+
+// fakeCaller answers at once: every third request denied, every seventh
+// an error.
+type fakeCaller struct{ calls atomic.Int64 }
+
+func (f *fakeCaller) prepare(r request, id uint64) (any, error) { return r, nil }
+
+func (f *fakeCaller) call(ctx context.Context, seq uint64, p any) outcome {
+	n := f.calls.Add(1)
+	switch {
+	case n%7 == 0:
+		return outcome{class: classError, code: -1, err: "boom"}
+	case n%3 == 0:
+		return outcome{class: classDenied, code: 8}
+	}
+	return outcome{class: classAllowed}
+}
+
+func (f *fakeCaller) close() {}
+
+func testConfig(t *testing.T) loadConfig {
+	t.Helper()
+	m, err := parseMix("api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loadConfig{
+		concurrency: 8, duration: time.Minute, timeout: time.Second, pool: 64, seed: 1, mix: m,
+		keys: keySpec{dist: keysZipf, zipfS: 1.1, tenants: 10, channels: 10, ips: 10, accounts: 10},
+	}
+}
+
+func TestRunLoadStopsAtTheRequestBound(t *testing.T) {
+	for _, pool := range []int{0, 64} {
+		cfg := testConfig(t)
+		cfg.requests, cfg.pool = 700, pool
+		f := &fakeCaller{}
+		rec, err := runLoad(context.Background(), cfg, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.calls.Load() != 700 || rec.sent != 700 {
+			t.Fatalf("pool %d: %d calls, %d sent; want 700", pool, f.calls.Load(), rec.sent)
+		}
+		res := summarise(rec, cfg)
+		if res.Requests != 700 || res.Allowed+res.Denied+res.Errors != 700 {
+			t.Errorf("pool %d: %+v", pool, res)
+		}
+		if res.Errors != 100 || res.ErrorKinds["boom"] != 100 {
+			t.Errorf("pool %d: errors %d (%v), want 100", pool, res.Errors, res.ErrorKinds)
+		}
+		if res.Denied != 700/3-700/21 {
+			t.Errorf("pool %d: denied %d, want %d", pool, res.Denied, 700/3-700/21)
+		}
+		if res.Latency.Count != 700 || res.RPS <= 0 || len(res.CDF) != len(cdfQuantiles) {
+			t.Errorf("pool %d: latency %+v, rps %v, %d CDF points", pool, res.Latency, res.RPS, len(res.CDF))
+		}
+	}
+}
+
+func TestRunLoadStopsWhenCancelled(t *testing.T) {
+	cfg := testConfig(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec, err := runLoad(ctx, cfg, &fakeCaller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.sent != 0 {
+		t.Errorf("sent %d after cancel", rec.sent)
+	}
+}
+
+func TestRunLoadRejectsBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		mod  func(*loadConfig)
+		want string
+	}{
+		{func(c *loadConfig) { c.concurrency = 0 }, "--concurrency"},
+		{func(c *loadConfig) { c.rate = -1 }, "--rate"},
+		{func(c *loadConfig) { c.duration = 0 }, "--duration"},
+		{func(c *loadConfig) { c.duration = 2 * time.Hour }, "--duration"},
+		{func(c *loadConfig) { c.requests = -1 }, "--requests"},
+		{func(c *loadConfig) { c.timeout = 0 }, "--timeout"},
+		{func(c *loadConfig) { c.window = time.Microsecond }, "--window"},
+		{func(c *loadConfig) { c.keys.dist = "x" }, "--keys"},
+	} {
+		cfg := testConfig(t)
+		tc.mod(&cfg)
+		if _, err := runLoad(context.Background(), cfg, &fakeCaller{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %v, want one about %s", err, tc.want)
+		}
+	}
+}
+
+func TestSummariseWindows(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.window = time.Second
+	rec := &runRecord{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{
+		1_700_000_001: {allowed: 5, denied: 100},
+		1_700_000_000: {allowed: 7, denied: 3},
+	}}
+	sec := int64(time.Second)
+	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
+	res := summarise(rec, cfg)
+	want := []WindowResult{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}, {StartMS: 1_700_000_001_000, Allowed: 5, Denied: 100}}
+	if !slices.Equal(res.Windows, want) || res.WindowMS != 1000 || res.MaxInSpan != 3 {
+		t.Errorf("windows %+v (window %d ms, busiest %d), want %+v", res.Windows, res.WindowMS, res.MaxInSpan, want)
+	}
+}

@@ -1,0 +1,359 @@
+// Command ratelimit-bench is the load tool of the ratelimit-authz
+// benchmarks (bench/, `make bench`). It drives Envoy's ext_authz Check over
+// gRPC, or the example API over HTTP through Envoy, with the example API's
+// requests, and prints throughput, latency percentiles and outcomes. It
+// also serves the pieces a benchmark needs around the server: a no-op
+// ext_authz server (the floor every figure is compared with), the real
+// Check path in process with /debug/pprof (for profiles), and a minimal
+// upstream application for Envoy.
+//
+//	ratelimit-bench check [flags]     load Check over gRPC
+//	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
+//	ratelimit-bench noop [flags]      serve a no-op ext_authz server
+//	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
+//	ratelimit-bench upstream [flags]  serve a minimal HTTP application
+//	ratelimit-bench routes            list the example API's routes
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		var ue usageError
+		if errors.As(err, &ue) {
+			if ue.msg != "" {
+				fmt.Fprintln(os.Stderr, "ratelimit-bench:", ue.msg)
+			}
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "ratelimit-bench:", err)
+		os.Exit(1)
+	}
+}
+
+// usageError is a command-line mistake: exit status 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `ratelimit-bench: load and reference servers for the ratelimit-authz benchmarks.
+
+Usage:
+  ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
+  ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
+  ratelimit-bench noop [flags]      serve a no-op ext_authz server that answers OK at once: the floor
+  ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
+  ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
+  ratelimit-bench routes            list the example API's routes and the "api" mix
+
+Run 'ratelimit-bench COMMAND --help' for a command's flags. make bench
+(bench/run.sh) runs every scenario and writes bench/results/REPORT.md.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "check", "http":
+		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
+	case "noop", "authz":
+		return runServerCmd(ctx, cmd, rest, stdout, stderr)
+	case "upstream":
+		return runUpstreamCmd(ctx, rest, stdout, stderr)
+	case "routes":
+		printRoutes(stdout)
+		return nil
+	case "help", "-h", "--help", "-help":
+		if len(rest) > 0 && rest[0] != "help" {
+			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)
+		}
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprintf(stderr, "ratelimit-bench: unknown command %q\n\n%s", cmd, usage)
+	return usageError{}
+}
+
+func newFlagSet(name, summary string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: ratelimit-bench %s [flags]\n\n%s\n\nFlags:\n", name, summary)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses flags; --help prints to stdout and ends the command.
+func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard)
+	err = fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return true, nil
+	case err != nil:
+		fs.SetOutput(stderr)
+		fmt.Fprintf(stderr, "ratelimit-bench %s: %v\n", fs.Name(), err)
+		fs.Usage()
+		return true, usageError{}
+	case fs.NArg() > 0:
+		return true, usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	}
+	return false, nil
+}
+
+func runLoadCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
+	summary := `Drive Envoy's ext_authz Check over gRPC with the example API's requests (routes,
+tenants, channels, client IPs as Envoy would send them), then print requests/s,
+latency percentiles and allowed/denied/errors. Runs are bounded by --duration
+(plus --warmup) and, when set, by --requests.`
+	defTarget := "127.0.0.1:9001"
+	if mode == "http" {
+		summary = `Drive the example API over HTTP/1.1 (keep-alive, one connection per request in
+flight), normally through Envoy, then print requests/s, latency percentiles and
+outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
+		defTarget = "127.0.0.1:10000"
+	}
+	fs := newFlagSet(mode, summary)
+	var (
+		cfg         loadConfig
+		targets     string
+		mixSpec     string
+		conns       int
+		jsonOut     string
+		quiet       bool
+		populations struct{ tenants, channels, ips, accounts uint64 }
+	)
+	fs.StringVar(&targets, "target", defTarget, "`addresses` to send to, comma-separated (several: requests are spread over them in turn)")
+	fs.IntVar(&cfg.concurrency, "concurrency", 16, "requests in flight at most (workers)")
+	fs.Float64Var(&cfg.rate, "rate", 0, "fixed rate in requests/s over all workers (open loop: a request that finds every worker busy counts its latency from when it was due); 0 = as fast as answers come")
+	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time, after the warm-up")
+	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "time sent but not measured, before --duration")
+	fs.Int64Var(&cfg.requests, "requests", 0, "send at most this many requests, warm-up included (0 = bounded by time only)")
+	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "per-request deadline; a request past it is an error")
+	fs.DurationVar(&cfg.window, "window", 0, "count allowed/denied per wall-clock window of this length (e.g. 1s), for accuracy runs; 0 = off")
+	fs.StringVar(&mixSpec, "routes", "api", `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
+	fs.StringVar(&cfg.keys.dist, "keys", keysZipf, "key popularity: uniform, zipf (skewed, see --zipf-s) or unique (every request a new key: memory runs)")
+	fs.Float64Var(&cfg.keys.zipfS, "zipf-s", 1.1, "zipf exponent s > 1: key of rank k has weight 1/(k+1)^s")
+	fs.Uint64Var(&populations.tenants, "tenants", 1000, "distinct tenants (x-tenant-id)")
+	fs.Uint64Var(&populations.channels, "channels", 1000, "distinct channels ({channel} path parameter)")
+	fs.Uint64Var(&populations.ips, "ips", 10000, "distinct client IPs (10.0.0.0/8)")
+	fs.Uint64Var(&populations.accounts, "accounts", 1000, "distinct login accounts (email in the login body)")
+	fs.StringVar(&cfg.keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "random seed: the same seed gives the same requests")
+	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
+	if mode == "check" {
+		fs.IntVar(&conns, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
+	}
+	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
+	fs.BoolVar(&quiet, "quiet", false, "print nothing but errors (with --json FILE)")
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	cfg.keys.tenants, cfg.keys.channels, cfg.keys.ips, cfg.keys.accounts = populations.tenants, populations.channels, populations.ips, populations.accounts
+	m, err := parseMix(mixSpec)
+	if err != nil {
+		return usageError{"--routes: " + err.Error()}
+	}
+	cfg.mix = m
+	if err := cfg.validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	var list []string
+	for t := range strings.SplitSeq(targets, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			list = append(list, t)
+		}
+	}
+	if len(list) == 0 {
+		return usageError{"--target: no address"}
+	}
+	if mode == "check" && (conns < 1 || conns > 1000) {
+		return usageError{fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
+	}
+
+	var c caller
+	if mode == "check" {
+		c, err = newGRPCCaller(list, conns)
+	} else {
+		c, err = newHTTPCaller(list, cfg.concurrency)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	if err := preflight(ctx, c, cfg, list); err != nil {
+		return err
+	}
+	rec, err := runLoad(ctx, cfg, c)
+	if err != nil {
+		return err
+	}
+	res := summarise(rec, cfg)
+	res.Mode, res.Targets = mode, list
+	if mode == "check" {
+		res.Connections = max(conns, len(list))
+	}
+	if jsonOut != "" {
+		if err := writeJSON(jsonOut, res, stdout); err != nil {
+			return err
+		}
+	}
+	if jsonOut != "-" && !quiet {
+		printText(stdout, res)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted: %w", ctx.Err())
+	}
+	if res.Allowed+res.Denied == 0 {
+		first := "no requests were sent"
+		for k := range res.ErrorKinds {
+			first = k
+			break
+		}
+		return fmt.Errorf("%w by %s (%s)", errNoAnswers, strings.Join(list, ","), first)
+	}
+	return nil
+}
+
+// preflight sends one request to each target with a short deadline, so
+// that a server that is down is a clear error, not a run of failures. The
+// probe is the "unmatched" request (GET /static/app.js): no route rule
+// matches it, so it counts against no key and takes none of the run's.
+func preflight(ctx context.Context, c caller, cfg loadConfig, targets []string) error {
+	probe, err := parseMix("unmatched")
+	if err != nil {
+		return err
+	}
+	for i := range targets {
+		g := newGenerator(probe, cfg.keys, cfg.seed, -2, new(atomic.Uint64))
+		p, err := c.prepare(g.next(), 0)
+		if err != nil {
+			return err
+		}
+		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		o := c.call(cctx, uint64(i), p)
+		cancel()
+		if o.code == -1 { // no answer at all; an HTTP error status is an answer
+			return fmt.Errorf("%s does not answer: %s", targets[i], o.err)
+		}
+	}
+	return nil
+}
+
+func writeJSON(path string, res Result, stdout io.Writer) error {
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err = stdout.Write(b)
+		return err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+func runServerCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
+	summary := `Serve a no-op ext_authz Check that answers OK at once, behind the same gRPC and
+HTTP stack as ratelimit-authz (pkg/server): the floor of an ext_authz check on
+this machine. /metrics carries the process metrics.`
+	if mode == "authz" {
+		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
+wiring of ratelimit-authz serve) in this process, with /debug/pprof on
+--pprof-addr, so that the Check path can be profiled under load.`
+	}
+	fs := newFlagSet(mode, summary)
+	var (
+		c          serveConfig
+		configPath string
+		sweep      time.Duration
+	)
+	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:9001", "gRPC listen `address`")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:9090", "HTTP listen `address` (/metrics, /healthz, /readyz)")
+	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve /debug/pprof on this `address` (empty: off)")
+	fs.DurationVar(&c.lifetime, "lifetime", time.Hour, "exit after this long even if nobody stops the server")
+	if mode == "authz" {
+		fs.StringVar(&configPath, "config", "", "configuration `file` (empty: the shipped configuration)")
+		fs.DurationVar(&sweep, "sweep-interval", 10*time.Second, "how often expired counters are reclaimed")
+	}
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return usageError{err.Error()}
+	}
+	log := newLogger(stderr)
+	reg := newRegistry()
+	if mode == "noop" {
+		return serveAuthz(ctx, c, newNoopAuthz(), reg, log, nil)
+	}
+	if sweep <= 0 {
+		return usageError{"--sweep-interval must be positive"}
+	}
+	svc, store, err := newAuthzService(configPath, reg, log)
+	if err != nil {
+		return err
+	}
+	return serveAuthz(ctx, c, svc, reg, log, func(ctx context.Context) error { return store.Run(ctx, sweep) })
+}
+
+func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("upstream", "Serve a minimal HTTP application: 200 and {\"ok\":true} for every request.")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
+	lifetime := fs.Duration("lifetime", time.Hour, "exit after this long even if nobody stops the server")
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	if *lifetime <= 0 || *lifetime > 24*time.Hour {
+		return usageError{fmt.Sprintf("--lifetime %v: must be positive and at most 24h", *lifetime)}
+	}
+	return serveUpstream(ctx, *addr, *lifetime, newLogger(stderr))
+}
+
+func printRoutes(w io.Writer) {
+	fmt.Fprintln(w, "route                  method  path                                              api mix  counts against")
+	total := 0
+	for _, r := range catalogue {
+		total += r.weight
+	}
+	for _, r := range catalogue {
+		method := "POST"
+		if r.name == "unmatched" {
+			method = "GET"
+		}
+		share := "-"
+		if r.weight > 0 {
+			share = fmt.Sprintf("%d%%", r.weight*100/total)
+		}
+		fmt.Fprintf(w, "%-22s %-7s %-49s %7s  %s\n", r.name, method, r.path, share, r.describe)
+	}
+}
