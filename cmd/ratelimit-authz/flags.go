@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +49,18 @@ func (e *envFlags) Duration(p *time.Duration, name, env string, def time.Duratio
 		}
 	}
 	e.fs.DurationVar(p, name, def, fmt.Sprintf("%s (env %s)", help, env))
+}
+
+func (e *envFlags) Bool(p *bool, name, env string, def bool, help string) {
+	if v := e.getenv(env); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			e.errs = append(e.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", env, v))
+		} else {
+			def = b
+		}
+	}
+	e.fs.BoolVar(p, name, def, fmt.Sprintf("%s (env %s)", help, env))
 }
 
 // set reports whether a flag was given on the command line or by its

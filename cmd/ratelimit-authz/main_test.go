@@ -240,6 +240,9 @@ func TestServe(t *testing.T) {
 	if code, _ := httpGet(t, "http://"+httpAddr+"/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
 	}
+	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("pprof served without --pprof: %d", code)
+	}
 
 	// 100 activities per tenant per wall-clock second, then 429. A burst
 	// that straddles a second boundary proves nothing: try again then.
@@ -344,6 +347,21 @@ func TestServe(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "msg=stopped") {
 		t.Errorf("no stop line:\n%s", logs)
+	}
+}
+
+func TestServePprof(t *testing.T) {
+	_, httpAddr, _, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF": "true"})
+	code, body := httpGet(t, "http://"+httpAddr+"/debug/pprof/")
+	if code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("pprof index: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"serve"}, env(map[string]string{"RATELIMIT_AUTHZ_PPROF": "maybe"}), io.Discard, io.Discard)
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "RATELIMIT_AUTHZ_PPROF") {
+		t.Errorf("bad boolean: %v", err)
 	}
 }
 

@@ -31,6 +31,7 @@ type serveConfig struct {
 	shutdownTimeout time.Duration
 	sweepInterval   time.Duration
 	failuresToken   string
+	pprof           bool
 	databaseURL     string // tenant overrides; "" = configured limits only
 	cluster         clusterConfig
 }
@@ -46,6 +47,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Duration(&c.drainDelay, "drain-delay", "RATELIMIT_AUTHZ_DRAIN_DELAY", 2*time.Second, "on shutdown, report NOT_SERVING this long before refusing new checks")
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "RATELIMIT_AUTHZ_SHUTDOWN_TIMEOUT", 10*time.Second, "longest wait for in-flight checks on shutdown")
 	f.Duration(&c.sweepInterval, "sweep-interval", "RATELIMIT_AUTHZ_SWEEP_INTERVAL", 10*time.Second, "how often expired counters are reclaimed")
+	f.Bool(&c.pprof, "pprof", "RATELIMIT_AUTHZ_PPROF", false, "serve Go profiles under /debug/pprof/ on the HTTP address (keep it private)")
 	f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres `URL` of the per-tenant limit overrides (see 'limits' and 'migrate'); empty: configured limits only")
 	c.cluster.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
@@ -133,6 +135,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr,
 		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
 		ReadyAfter: readyAfter(repl), // a cluster node warms up from its peers first
+		Pprof:      c.pprof,
 	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
 	if err != nil {
 		return err

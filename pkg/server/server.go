@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,6 +42,9 @@ type Config struct {
 	// until every channel in it is closed, for example until a cluster
 	// node has warmed up from its peers. Checks are answered meanwhile.
 	ReadyAfter []<-chan struct{}
+	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP port.
+	// Off by default: profiles expose internals; keep the port private.
+	Pprof bool
 }
 
 func (c *Config) setDefaults() error {
@@ -135,6 +139,15 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 	if svc.Failures != nil {
 		mux.Handle("/v1/failures", svc.Failures)
 	}
+	writeTimeout := 30 * time.Second
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		writeTimeout = 2 * time.Minute // a CPU profile takes 30 s by default
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -152,7 +165,7 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      30 * time.Second,
+		WriteTimeout:      writeTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
 	return s, nil
