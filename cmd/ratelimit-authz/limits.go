@@ -184,18 +184,21 @@ func closeDB(conn *pgx.Conn) {
 	conn.Close(ctx)
 }
 
-// store connects and returns a Store and a function that closes it.
-func (c *dbCommand) store(ctx context.Context, r *rules.Rules) (*tenantlimits.Store, func(), error) {
+// withStore runs fn with a Store on a fresh connection, within the
+// command's timeout, and closes the connection afterwards.
+func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(context.Context, *tenantlimits.Store) error) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	conn, err := c.connect(ctx)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
+	defer closeDB(conn)
 	s, err := tenantlimits.NewStore(conn, r)
 	if err != nil {
-		closeDB(conn)
-		return nil, nil, c.failed(err)
+		return c.failed(err)
 	}
-	return s, func() { closeDB(conn) }, nil
+	return fn(ctx, s)
 }
 
 // configured describes a bucket's limit without an override.
@@ -235,23 +238,18 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 	if err := errors.Join(tenantlimits.ValidateTenant(tenant), bucketErr(r, bucket), rateErr, tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, closeStore, err := c.store(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	ch, err := s.Set(ctx, tenant, o, c.actor)
-	if err != nil {
-		return c.failed(err)
-	}
-	was := "the configured " + configured(r, bucket)
-	if ch.Old != nil {
-		was = ch.Old.Rate()
-	}
-	fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
-	return nil
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		ch, err := s.Set(ctx, tenant, o, c.actor)
+		if err != nil {
+			return c.failed(err)
+		}
+		was := "the configured " + configured(r, bucket)
+		if ch.Old != nil {
+			was = ch.Old.Rate()
+		}
+		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
+		return nil
+	})
 }
 
 func bucketErr(r *rules.Rules, bucket string) error {
@@ -281,26 +279,21 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 	if err := errors.Join(tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, closeStore, err := c.store(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	changes, err := s.Delete(ctx, tenant, bucket, c.actor)
-	switch {
-	case errors.Is(err, tenantlimits.ErrNotFound) && bucket != "":
-		return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no override for bucket %q; nothing deleted", c.name, tenant, bucket)}
-	case errors.Is(err, tenantlimits.ErrNotFound):
-		return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no overrides; nothing deleted", c.name, tenant)}
-	case err != nil:
-		return c.failed(err)
-	}
-	for _, ch := range changes {
-		fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(r, ch.Bucket))
-	}
-	return nil
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		changes, err := s.Delete(ctx, tenant, bucket, c.actor)
+		switch {
+		case errors.Is(err, tenantlimits.ErrNotFound) && bucket != "":
+			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no override for bucket %q; nothing deleted", c.name, tenant, bucket)}
+		case errors.Is(err, tenantlimits.ErrNotFound):
+			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no overrides; nothing deleted", c.name, tenant)}
+		case err != nil:
+			return c.failed(err)
+		}
+		for _, ch := range changes {
+			fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(r, ch.Bucket))
+		}
+		return nil
+	})
 }
 
 func limitsGet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -316,32 +309,27 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 	if err := tenantlimits.ValidateTenant(pos[0]); err != nil {
 		return c.invalid(err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, closeStore, err := c.store(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	t, ok, err := s.Get(ctx, pos[0])
-	if err != nil {
-		return c.failed(err)
-	}
-	if !ok {
-		fmt.Fprintf(stdout, "%s: no overrides; the configured limits apply\n", pos[0])
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		t, ok, err := s.Get(ctx, pos[0])
+		if err != nil {
+			return c.failed(err)
+		}
+		if !ok {
+			fmt.Fprintf(stdout, "%s: no overrides; the configured limits apply\n", pos[0])
+			return nil
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "BUCKET\tOVERRIDE\tCONFIGURED\tNOTE")
+		for _, o := range t.Overrides {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(r, o.Bucket), note(r, o.Bucket))
+		}
+		tw.Flush()
+		for _, p := range t.Problems {
+			fmt.Fprintf(stdout, "skipped by the server: %s\n", p)
+		}
+		fmt.Fprintf(stdout, "updated %s\n", t.UpdatedAt.UTC().Format(time.RFC3339))
 		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BUCKET\tOVERRIDE\tCONFIGURED\tNOTE")
-	for _, o := range t.Overrides {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(r, o.Bucket), note(r, o.Bucket))
-	}
-	tw.Flush()
-	for _, p := range t.Problems {
-		fmt.Fprintf(stdout, "skipped by the server: %s\n", p)
-	}
-	fmt.Fprintf(stdout, "updated %s\n", t.UpdatedAt.UTC().Format(time.RFC3339))
-	return nil
+	})
 }
 
 // note flags an override the server ignores under this configuration.
@@ -362,33 +350,28 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, closeStore, err := c.store(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE")
-	n := 0
-	err = s.List(ctx, func(t tenantlimits.Tenant) error {
-		updated := t.UpdatedAt.UTC().Format(time.RFC3339)
-		for _, o := range t.Overrides {
-			n++
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Tenant, o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE")
+		n := 0
+		err = s.List(ctx, func(t tenantlimits.Tenant) error {
+			updated := t.UpdatedAt.UTC().Format(time.RFC3339)
+			for _, o := range t.Overrides {
+				n++
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Tenant, o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+			}
+			for _, p := range t.Problems {
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", t.Tenant, updated, p)
+			}
+			return nil
+		})
+		tw.Flush()
+		if err != nil {
+			return c.failed(err)
 		}
-		for _, p := range t.Problems {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", t.Tenant, updated, p)
-		}
+		fmt.Fprintf(stdout, "%d override(s)\n", n)
 		return nil
 	})
-	tw.Flush()
-	if err != nil {
-		return c.failed(err)
-	}
-	fmt.Fprintf(stdout, "%d override(s)\n", n)
-	return nil
 }
 
 func limitsAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -405,32 +388,27 @@ func limitsAudit(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	s, closeStore, err := c.store(ctx, r)
-	if err != nil {
-		return err
-	}
-	defer closeStore()
-	entries, err := s.Audit(ctx, pos[0], c.limit)
-	if err != nil {
-		return c.failed(err)
-	}
-	if len(entries) == 0 {
-		fmt.Fprintf(stdout, "%s: no changes recorded\n", pos[0])
-		return nil
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TIME\tACTOR\tBUCKET\tOLD\tNEW")
-	for _, e := range entries {
-		at := e.At.UTC().Format(time.RFC3339)
-		changes := e.Changes()
-		if len(changes) == 0 { // e.g. a value rewritten with the same limits
-			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", at, e.Actor)
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		entries, err := s.Audit(ctx, pos[0], c.limit)
+		if err != nil {
+			return c.failed(err)
 		}
-		for _, ch := range changes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", at, e.Actor, ch.Bucket, ch.Old, ch.New)
+		if len(entries) == 0 {
+			fmt.Fprintf(stdout, "%s: no changes recorded\n", pos[0])
+			return nil
 		}
-	}
-	return tw.Flush()
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tACTOR\tBUCKET\tOLD\tNEW")
+		for _, e := range entries {
+			at := e.At.UTC().Format(time.RFC3339)
+			changes := e.Changes()
+			if len(changes) == 0 { // e.g. a value rewritten with the same limits
+				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", at, e.Actor)
+			}
+			for _, ch := range changes {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", at, e.Actor, ch.Bucket, ch.Old, ch.New)
+			}
+		}
+		return tw.Flush()
+	})
 }
