@@ -11,6 +11,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
@@ -59,7 +60,7 @@ func TestServeClusterSharesFailures(t *testing.T) {
 		}
 	}
 	reported := time.Now()
-	checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error {
 		if login(b, "198.51.100.1", "carol@example.com") {
 			return errors.New("b still admits the account locked on a")
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -294,7 +295,7 @@ func TestServeTenantOverrides(t *testing.T) {
 	propagated := func(what string, changed time.Time, q int) {
 		t.Helper()
 		want := `"activity_create";q=` + strconv.Itoa(q) + ";w=1"
-		checkFor(t, time.Second, time.Millisecond, func() error {
+		poll.Until(t, time.Second, time.Millisecond, func() error {
 			if got := policy(check(tenant)); got != want {
 				return fmt.Errorf("%s: policy %q, want %q", what, got, want)
 			}
@@ -459,7 +460,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 	}
 
 	pg.Stop(t)
-	checkFor(t, 10*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 1"))
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 1"))
 	if q := quota(); q != `"activity_create";q=200;w=1` {
 		t.Errorf("during the outage: %q, want the last snapshot's 200", q)
 	}
@@ -468,7 +469,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 	}
 
 	pg.Start(t)
-	checkFor(t, 20*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 0"))
+	poll.Until(t, 20*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 0"))
 	ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel2()
 	conn, err := pgx.Connect(ctx2, db)
@@ -478,7 +479,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 	defer conn.Close(ctx)
 	sqlExec(t, conn, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 150, "scale_ms": 1000}}' WHERE tenant = 'acme'`)
 	changed := time.Now()
-	checkFor(t, time.Second, time.Millisecond, func() error {
+	poll.Until(t, time.Second, time.Millisecond, func() error {
 		if q := quota(); q != `"activity_create";q=150;w=1` {
 			return fmt.Errorf("after the restart: %q", q)
 		}

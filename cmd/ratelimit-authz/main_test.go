@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // syncBuffer collects a running server's log safely.
@@ -43,22 +45,6 @@ func (s *syncBuffer) String() string {
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
-}
-
-// checkFor polls fn until it returns nil or the timeout passes.
-func checkFor(t *testing.T, timeout, step time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(step)
-	}
 }
 
 func exitCode(err error) int {
@@ -174,7 +160,7 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 		}
 	}
 	t.Cleanup(func() { stop() })
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case err := <-done:
 			stopped = true
@@ -335,7 +321,7 @@ func TestServe(t *testing.T) {
 	// Graceful stop: NOT_SERVING during the drain delay, then exit 0.
 	errc := make(chan error, 1)
 	go func() { errc <- stop() }()
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
 		hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil && hc.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
 			return nil

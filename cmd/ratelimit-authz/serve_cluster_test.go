@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
@@ -145,7 +146,7 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 		}
 		n.stop()
 	})
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case err := <-done:
 			stopped = true
@@ -174,7 +175,7 @@ func (n *clusterNode) readyz(t *testing.T) int {
 
 func (n *clusterNode) waitReady(t *testing.T) {
 	t.Helper()
-	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if c := n.readyz(t); c != 200 {
 			return fmt.Errorf("%s: readyz %d", n.id, c)
 		}
@@ -217,7 +218,7 @@ func synced(t *testing.T, from, to *clusterNode) {
 	// Twice in a row, 10 ms apart: a tick caught between clearing the
 	// pending entries and counting its batch as sent must not pass.
 	holds := 0
-	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if err := syncedOnce(t, from, to); err != nil {
 			holds = 0
 			return err
@@ -421,7 +422,7 @@ func TestServeClusterLoad(t *testing.T) {
 	upElapsed := time.Since(start)
 	stopAt := time.Now()
 	p.Stop()
-	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+	poll.Until(t, 20*time.Second, 20*time.Millisecond, func() error {
 		for _, n := range ns {
 			if n.metric(t, "ratelimit_authz_replicate_connected") != 0 {
 				return fmt.Errorf("%s still connected", n.id)
@@ -434,7 +435,7 @@ func TestServeClusterLoad(t *testing.T) {
 	p.Start()
 	// The nodes reconnect within nats.go's reconnect wait (and jitter);
 	// until then they still count alone.
-	checkFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
 		for _, n := range ns {
 			if n.metric(t, "ratelimit_authz_replicate_connected") != 1 {
 				return fmt.Errorf("%s not reconnected", n.id)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
@@ -29,23 +30,6 @@ const (
 	waitLong = 20 * time.Second
 	step     = 5 * time.Millisecond
 )
-
-// checkFor polls fn every step until it returns nil, and fails the test
-// with fn's last error after timeout.
-func checkFor(t testing.TB, timeout, step time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %v: %v", timeout, err)
-		}
-		time.Sleep(step)
-	}
-}
 
 // live is a Replicator running against a real NATS server.
 type live struct {
@@ -138,7 +122,7 @@ func (n *live) connected() bool {
 // allSee waits until every node's total of (bucket, key) is want.
 func allSee(t testing.TB, nodes []*live, bucket uint32, key string, want int64) {
 	t.Helper()
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, n := range nodes {
 			if got := n.total(bucket, key); got != want {
 				return fmt.Errorf("%s sees %d of %s, want %d", n.id, got, key, want)
@@ -151,7 +135,7 @@ func allSee(t testing.TB, nodes []*live, bucket uint32, key string, want int64) 
 // noLeaks waits until no goroutine of a Replicator or a NATS client is left.
 func noLeaks(t testing.TB) {
 	t.Helper()
-	checkFor(t, waitLong, 10*time.Millisecond, func() error {
+	poll.Until(t, waitLong, 10*time.Millisecond, func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		for _, g := range strings.Split(string(buf), "\n\n") {
@@ -248,7 +232,7 @@ func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
 	}
 	wg.Wait()
 	// Let the last changes go out, then stop counting.
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		if p := a.store.Pending() + b.store.Pending(); p != 0 {
 			return fmt.Errorf("%d keys pending", p)
 		}
@@ -308,7 +292,7 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 	take(3) // lost
 	take(1) // sent twice
 	allSee(t, []*live{b}, 1, "ch", 8)
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		if got := metric(t, b.r.m.batchesRepeated); got != 1 {
 			return fmt.Errorf("batches_repeated_total %v, want 1", got)
 		}
@@ -344,7 +328,7 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 	raw.Publish("ratelimit.batch", batch(1, "old", w-5))
 	raw.Publish("ratelimit.batch", []byte("not a batch"))
 	raw.Publish("ratelimit.batch", batch(2, "new", w))
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		if got := metric(t, b.r.m.batchesReceived); got != 2 {
 			return fmt.Errorf("%v batches received", got)
 		}
@@ -447,7 +431,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 	wait := steadyLoad(nodes, "k", big, time.Millisecond, stop)
 
 	// Running: both see both.
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, nd := range nodes {
 			if nd.total(0, "k") <= nd.local(0, "k") {
 				return fmt.Errorf("%s has no remote counts yet", nd.id)
@@ -456,7 +440,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 		return nil
 	})
 	p.Stop()
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, nd := range nodes {
 			if nd.connected() {
 				return fmt.Errorf("%s still connected", nd.id)
@@ -471,7 +455,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 		localAtStop[nd.id] = nd.local(0, "k")
 		remoteAtStop[nd.id] = nd.total(0, "k") - nd.local(0, "k")
 	}
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, nd := range nodes {
 			if nd.local(0, "k") < localAtStop[nd.id]+100 {
 				return fmt.Errorf("%s admitted only %d during the outage", nd.id, nd.local(0, "k")-localAtStop[nd.id])
@@ -480,7 +464,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 		return nil
 	})
 	p.Start()
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, nd := range nodes {
 			if !nd.connected() {
 				return fmt.Errorf("%s not reconnected", nd.id)
@@ -489,7 +473,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 		return nil
 	})
 	// Back: what each counted during the outage reaches the other.
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		for _, nd := range nodes {
 			if remote := nd.total(0, "k") - nd.local(0, "k"); remote < remoteAtStop[nd.id]+100 {
 				return fmt.Errorf("%s: remote count %d, not caught up from %d", nd.id, remote, remoteAtStop[nd.id])
@@ -519,7 +503,7 @@ func TestClusterStartsWithoutNATS(t *testing.T) {
 		}
 	}
 	p.Start()
-	checkFor(t, waitLong, step, func() error {
+	poll.Until(t, waitLong, step, func() error {
 		if !a.connected() {
 			return fmt.Errorf("a not connected")
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
@@ -18,7 +19,7 @@ import (
 func expectOverride(t *testing.T, c *running, tenant string, bucket int, want counter.Limit) time.Duration {
 	t.Helper()
 	start := time.Now()
-	checkFor(t, time.Second, time.Millisecond, func() error {
+	poll.Until(t, time.Second, time.Millisecond, func() error {
 		got, ok := c.Override(tenant, bucket)
 		if ok != (want != counter.Limit{}) || got != want {
 			return fmt.Errorf("Override(%q, %d) = %+v, %v; want %+v", tenant, bucket, got, ok, want)
@@ -87,7 +88,7 @@ func TestCacheFollowsSQL(t *testing.T) {
 		t.Errorf("%d cache connections while running, want 1", n)
 	}
 	c.stop()
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if n := backends(); n != 0 {
 			return fmt.Errorf("%d cache connections after Run returned", n)
 		}
@@ -177,7 +178,7 @@ func TestCacheBrokenRow(t *testing.T) {
 	}
 	e.exec(t, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 9, "scale_ms": 1000}}' WHERE tenant = 'broken'`)
 	expectOverride(t, c, "broken", act, lim(9, 1000))
-	checkFor(t, time.Second, 5*time.Millisecond, func() error {
+	poll.Until(t, time.Second, 5*time.Millisecond, func() error {
 		if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 3 { // array, half, login
 			return fmt.Errorf("invalid rows %v, want 3", got)
 		}
@@ -198,14 +199,14 @@ func TestCacheOutage(t *testing.T) {
 	expectOverride(t, c, "acme", act, lim(200, 1000))
 
 	e.pg.Stop(t)
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if metric(t, c.reg, "ratelimit_authz_overrides_degraded") != 1 {
 			return fmt.Errorf("not degraded")
 		}
 		return nil
 	})
 	// Several failed attempts, each backed off; the snapshot still serves.
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if n := metric(t, c.reg, "ratelimit_authz_overrides_reload_errors_total"); n < 3 {
 			return fmt.Errorf("%v reload errors", n)
 		}
@@ -219,7 +220,7 @@ func TestCacheOutage(t *testing.T) {
 	}
 
 	e.pg.Start(t)
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if metric(t, c.reg, "ratelimit_authz_overrides_degraded") != 0 {
 			return fmt.Errorf("still degraded")
 		}
@@ -250,14 +251,14 @@ func TestCacheStartsWithPostgresDown(t *testing.T) {
 	if !c.Degraded() || metric(t, c.reg, "ratelimit_authz_overrides_degraded") != 1 {
 		t.Error("not degraded")
 	}
-	checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if !strings.Contains(c.logs.String(), `serving="the configured limits (no snapshot yet)"`) {
 			return fmt.Errorf("log: %s", c.logs)
 		}
 		return nil
 	})
 	e.pg.Start(t)
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if _, ok := c.Override("acme", act); !ok {
 			return fmt.Errorf("no override yet")
 		}

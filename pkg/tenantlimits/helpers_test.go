@@ -18,22 +18,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
-// checkFor polls fn until it returns nil or the timeout passes.
-func checkFor(t testing.TB, timeout, step time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %v", timeout, err)
-		}
-		time.Sleep(step)
-	}
-}
-
 // syncBuffer collects a running component's log safely.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
@@ -89,7 +90,7 @@ func newCluster(t *testing.T, n int) *cluster {
 		waitHTTP200(t, nd.proc, "http://"+nd.httpAddr+"/readyz")
 	}
 	c.startEnvoy()
-	checkFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
 		for _, nd := range c.nodes {
 			if h := c.authzHealth(t)[nd.grpcAddr]; h != "healthy" {
 				return fmt.Errorf("envoy: %s (%s) health %q", nd.name, nd.grpcAddr, h)
@@ -153,7 +154,7 @@ func (c *cluster) startNATS(t *testing.T) {
 	c.natsStarts++
 	host, port, _ := net.SplitHostPort(c.natsAddr)
 	c.nats = c.logs.startOwned(c.owner, t, fmt.Sprintf("nats-server-%d", c.natsStarts), c.natsBin, "-a", host, "-p", port, "-n", "e2e")
-	checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+	poll.Until(t, 15*time.Second, 20*time.Millisecond, func() error {
 		if c.nats.Exited() {
 			t.Fatalf("nats-server exited at start: %v\n%s", c.nats.Err(), c.nats.Tail(20))
 		}
@@ -310,7 +311,7 @@ func (c *cluster) windows(t *testing.T, l *load, tenant string, from time.Time, 
 	t.Helper()
 	to := from.Add(time.Duration(n) * time.Second)
 	time.Sleep(time.Until(to)) // the end of the last window
-	checkFor(t, 10*time.Second, 5*time.Millisecond, func() error { return l.settled(to) })
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error { return l.settled(to) })
 	ws := c.up.perWindow(activitiesPath, tenant, from, to)
 	return ws, l.offered(tenant, ws)
 }

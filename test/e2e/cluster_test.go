@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 const (
@@ -113,7 +115,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 		{"6_nats_killed_and_back", func(t *testing.T) {
 			killed := time.Now()
 			c.nats.kill(t)
-			checkFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
 				return c.eachNode(t, "ratelimit_authz_replicate_connected", 0)
 			})
 			t.Logf("NATS killed (SIGKILL); every node saw it gone within %v", time.Since(killed).Round(time.Millisecond))
@@ -126,7 +128,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 
 			back := time.Now()
 			c.startNATS(t)
-			checkFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+			poll.Until(t, 15*time.Second, 10*time.Millisecond, func() error {
 				return c.eachNode(t, "ratelimit_authz_replicate_connected", 1)
 			})
 			t.Logf("NATS restarted on the same port; every node reconnected within %v, no node restarted",
@@ -185,7 +187,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 			// both survivors refuse it (so they know, with the victim's
 			// share, that it is spent).
 			var admitted, refused int
-			checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+			poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error {
 				r, err := c.post(uploadsPath, warm)
 				if err != nil {
 					t.Fatalf("upload: %v", err)
@@ -215,7 +217,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 			before := c.statsOf(t, "ratelimit_authz|ext_authz")
 			killed := time.Now()
 			victim.proc.kill(t)
-			checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 				if h := c.authzHealth(t)[victim.grpcAddr]; !strings.Contains(h, "failed_active_hc") {
 					return fmt.Errorf("envoy: %s health %q", victim.name, h)
 				}
@@ -235,7 +237,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 			c.startNode(t, victim)
 			waitHTTP200(t, victim.proc, "http://"+victim.httpAddr+"/readyz")
 			ready := time.Since(restarted)
-			checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+			poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 				if n := victim.checks(t, "activity_create", "allowed") + victim.checks(t, "activity_create", "denied"); n == 0 {
 					return fmt.Errorf("envoy sends no checks to the restarted %s yet (health %q)", victim.name, c.authzHealth(t)[victim.grpcAddr])
 				}
@@ -246,7 +248,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 
 			// The restarted node refuses the budget spent before the kill.
 			probes := 0
-			checkFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+			poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error {
 				r, err := c.post(uploadsPath, warm)
 				if err != nil {
 					t.Fatalf("upload: %v", err)
@@ -292,7 +294,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 		{"7_postgres_down", func(t *testing.T) {
 			stopped := time.Now()
 			c.pg.Stop(t)
-			checkFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+			poll.Until(t, 15*time.Second, 20*time.Millisecond, func() error {
 				return c.eachNode(t, "ratelimit_authz_overrides_degraded", 1)
 			})
 			t.Logf("Postgres stopped; every node reported degraded within %v", time.Since(stopped).Round(time.Millisecond))

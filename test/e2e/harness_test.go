@@ -122,24 +122,6 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// checkFor calls fn every step until it returns nil, and fails the test
-// with fn's last error after timeout. fn runs on the test goroutine, so it
-// may itself call t.Fatal to stop early.
-func checkFor(t *testing.T, timeout, step time.Duration, fn func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %v: %v", timeout, err)
-		}
-		time.Sleep(step)
-	}
-}
-
 // logs is a test's folder of process logs. It is removed when the test
 // passes and kept, with its path and the tail of every log printed, when
 // it fails.

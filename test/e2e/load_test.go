@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // load is an open-loop generator of POST /api/activities through Envoy:
@@ -205,7 +207,7 @@ func (l *load) checkNoFailures(t *testing.T, what string, from, to time.Time) {
 // few milliseconds between a request's start and its Check).
 func (l *load) propagation(t *testing.T, tenant string, changed time.Time, q int) (first, all time.Duration) {
 	t.Helper()
-	checkFor(t, 3*time.Second, 10*time.Millisecond, func() error {
+	poll.Until(t, 3*time.Second, 10*time.Millisecond, func() error {
 		var firstNew, allNew *exchange
 		newInARow := 0
 		for _, e := range l.between(changed, time.Now()) {

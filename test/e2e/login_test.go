@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // loginFrom posts a login through Envoy from a loopback source address, so
@@ -63,7 +65,7 @@ func TestLoginLockoutThroughEnvoy(t *testing.T) {
 	// The access log is asynchronous: poll with the right password of yet
 	// another account until the lock shows (a pass meanwhile is allowed).
 	var locked *response
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+	poll.Until(t, 5*time.Second, 50*time.Millisecond, func() error {
 		r := s.loginFrom("127.0.0.2", "/portal/login", "fresh@example.com", "right")
 		if r.status != http.StatusTooManyRequests {
 			return fmt.Errorf("status %d, want 429", r.status)
@@ -88,7 +90,7 @@ func TestLoginLockoutThroughEnvoy(t *testing.T) {
 	for i := range 5 {
 		s.loginFrom(fmt.Sprintf("127.0.1.%d", 10+i), "/portal/login", "Bob@Example.com", "wrong")
 	}
-	checkFor(t, 5*time.Second, 50*time.Millisecond, func() error {
+	poll.Until(t, 5*time.Second, 50*time.Millisecond, func() error {
 		if r := s.loginFrom("127.0.1.99", "/admin/login", " bob@example.com", "right"); r.status != http.StatusTooManyRequests {
 			return fmt.Errorf("locked account, right password: status %d, want 429", r.status)
 		}

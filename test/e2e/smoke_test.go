@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 const (
@@ -140,7 +142,7 @@ func TestActivityLimitThroughEnvoy(t *testing.T) {
 
 	// Retry-After tells the truth: once the window is over acme is admitted.
 	ra, _ := strconv.Atoi(b.over.header.Get("retry-after"))
-	checkFor(t, time.Duration(ra+2)*time.Second, 50*time.Millisecond, func() error {
+	poll.Until(t, time.Duration(ra+2)*time.Second, 50*time.Millisecond, func() error {
 		r := s.mustPost(activitiesPath, map[string]string{"x-tenant-id": "acme"})
 		if r.status != http.StatusOK {
 			return fmt.Errorf("tenant acme after Retry-After: status %d", r.status)
@@ -210,7 +212,7 @@ func TestAuthzDownFailsClosed(t *testing.T) {
 
 	// Started: requests pass.
 	server := s.startServer(serverBin, config)
-	checkFor(t, 10*time.Second, 100*time.Millisecond, func() error {
+	poll.Until(t, 10*time.Second, 100*time.Millisecond, func() error {
 		if r := s.mustPost(activitiesPath, acme); r.status != http.StatusOK {
 			return fmt.Errorf("with the server up: status %d, body %q", r.status, r.body)
 		}
