@@ -71,6 +71,13 @@
 // keys are live in total (hashing is not perfectly even), and the total never
 // exceeds Shards × ceil(MaxKeys/Shards).
 //
+// Memory also comes back once a flood has expired: Go maps never shrink, so
+// when a sweep (or a full shard's reclaim pass) leaves a shard's map or
+// per-peer table with under a quarter of the most entries it held (at least
+// 1024), the live entries are copied into a fresh map under the shard lock
+// and the old buckets become garbage, a copy paid for by the deletions
+// before it.
+//
 // # Concurrency
 //
 // A [Store] is safe for concurrent use by any number of goroutines. It is

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"math"
 	"math/bits"
 	"strings"
@@ -49,6 +50,13 @@ type shardState struct {
 	minExpiry int64
 	refused   uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
 	sweeps    uint64 // passes over m; lets tests check a full shard does not sweep per insert
+	// high and peersHigh are the most entries m and peers have held since
+	// they were made: a Go map never shrinks, so this is what their
+	// buckets are sized for. Only sweep deletes from either map, so the
+	// length at the start of a sweep is the most since the previous one
+	// and Take's path does not have to track it. See rebuild.
+	high      int
+	peersHigh int
 
 	// changed lists the entries whose local counts changed since the last
 	// Changes (each at most once: the entry's listed mark), with their keys
@@ -272,10 +280,13 @@ func (sh *shard) noteExpiry(e *entry) {
 	}
 }
 
-// sweep deletes the entries expired at ms and makes minExpiry exact. The
+// sweep deletes the entries expired at ms, makes minExpiry exact and
+// rebuilds the maps that have shrunk far below their high-water mark. The
 // shard lock must be held.
 func (sh *shard) sweep(ms int64) int {
 	sh.sweeps++
+	sh.high = max(sh.high, len(sh.m))
+	sh.peersHigh = max(sh.peersHigh, len(sh.peers))
 	n := 0
 	low := int64(math.MaxInt64)
 	for k, e := range sh.m {
@@ -295,7 +306,47 @@ func (sh *shard) sweep(ms int64) int {
 	if n > 0 && len(sh.changed) > 0 {
 		sh.compactChanged()
 	}
+	if n > 0 {
+		sh.rebuild()
+	}
 	return n
+}
+
+// A map whose high-water mark is at least rebuildFloor entries is rebuilt
+// once its live entries fall below 1/rebuildFactor of that mark.
+const (
+	rebuildFloor  = 1024
+	rebuildFactor = 4
+)
+
+// rebuild copies m, and peers, into fresh maps sized for their live
+// entries when they hold fewer than a quarter of the most they held, so
+// that the buckets a flood of distinct keys grew become garbage instead of
+// staying allocated (Go maps never shrink) until the process restarts. It
+// also keeps sweeps cheap: iterating a map costs time in its bucket count,
+// not its length. The shard lock must be held.
+//
+// The cost is amortised O(1) per deleted entry: a rebuild costs O(live)
+// with live < high/4, and since the map last held high entries more than
+// high − live > 3 × live of them were deleted. The mark is reset to live
+// at a rebuild, so those deletions all came after the previous one and pay
+// for one rebuild only. The floor spares small maps, which cost little.
+// Entries are pointers and keys are shared, so nothing but the map itself
+// is allocated, and the changed list's entry pointers stay valid.
+func (sh *shard) rebuild() {
+	if sh.high >= rebuildFloor && len(sh.m) < sh.high/rebuildFactor {
+		m := make(map[mapKey]*entry, len(sh.m))
+		maps.Copy(m, sh.m)
+		sh.m, sh.high = m, len(m)
+	}
+	if sh.peersHigh >= rebuildFloor && len(sh.peers) < sh.peersHigh/rebuildFactor {
+		var p map[mapKey][]peerCount // nil until the next Merge, as in a new shard
+		if len(sh.peers) > 0 {
+			p = make(map[mapKey][]peerCount, len(sh.peers))
+			maps.Copy(p, sh.peers)
+		}
+		sh.peers, sh.peersHigh = p, len(p)
+	}
 }
 
 // admits reports whether one more hit is admitted given the totals of the

@@ -1,9 +1,14 @@
 package counter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -540,6 +545,228 @@ func TestSweepKeepsEntriesThatMoveOn(t *testing.T) {
 	s.Take(0, "b", lim, at(t, "10:00:05.500"))
 	if n := s.Sweep(at(t, "10:00:06.000")); n != 1 {
 		t.Errorf("Sweep after algorithm change removed %d, want 1", n)
+	}
+}
+
+// mapID identifies a map's storage, to tell whether sweep rebuilt it.
+func mapID(m any) uintptr { return reflect.ValueOf(m).Pointer() }
+
+// rebuilt counts the maps of s that are no longer those in ids, and
+// returns the current ones.
+func rebuilt(s *Store, ids []uintptr) (n int, now []uintptr) {
+	for i := range s.shards {
+		now = append(now, mapID(s.shards[i].m), mapID(s.shards[i].peers))
+	}
+	for i := range ids {
+		if ids[i] != now[i] {
+			n++
+		}
+	}
+	return n, now
+}
+
+// liveHeap returns the bytes of live heap objects, after a full GC (which
+// runtime.GC completes, sweeping included, before it returns).
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// TestSweepReturnsMemory floods the store with distinct keys, half of them
+// with a peer's count, lets them expire and sweeps: the heap the store
+// holds must fall back near its empty size, because sweep rebuilds the
+// shard maps and per-peer tables that shrank (Go maps never shrink). It
+// measures the live heap after a GC, not time.
+func TestSweepReturnsMemory(t *testing.T) {
+	const n = 200_000
+	keys := ipKeys(n) // allocated before the baseline and kept to the end
+	lim := Limit{Limit: 10, ScaleMS: 1000}
+	now := at(t, "10:00:00.500")
+	s := newStore(t, Config{})
+	long := Limit{Limit: 10, ScaleMS: 60_000}
+	for i := range 10 { // a few keys outlive the flood
+		s.Take(0, fmt.Sprint("live-", i), long, now)
+	}
+
+	empty := liveHeap()
+	for i, k := range keys {
+		if r := s.Take(0, k, lim, now); !r.Allowed {
+			t.Fatalf("Take(%q) = %+v", k, r)
+		}
+		if i%2 == 0 {
+			if st := s.Merge(1, WindowCount{Key: k, ScaleMS: 1000, Window: now.Unix(), Count: 1}, now); st != Merged {
+				t.Fatalf("Merge(%q) = %v", k, st)
+			}
+		}
+	}
+	peak := liveHeap()
+	_, ids := rebuilt(s, nil)
+	if got := s.Sweep(now.Add(time.Second)); got != n || s.Len() != 10 {
+		t.Fatalf("Sweep removed %d leaving %d; want %d leaving 10", got, s.Len(), n)
+	}
+	after := liveHeap()
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(keys)
+
+	rebuilds, _ := rebuilt(s, ids)
+	for i := range s.shards {
+		if s.shards[i].peers != nil {
+			t.Errorf("shard %d: an emptied peer table is kept (%d tables)", i, len(s.shards[i].peers))
+		}
+	}
+	grew, kept := peak-empty, after-empty
+	t.Logf("heap: empty %.1f MiB, peak %+.1f MiB, after the sweep %+.2f MiB (%.1f%% of the growth kept); %d maps rebuilt",
+		float64(empty)/(1<<20), float64(grew)/(1<<20), float64(kept)/(1<<20), 100*float64(kept)/float64(grew), rebuilds)
+	if want := 2 * len(s.shards); rebuilds != want {
+		t.Errorf("%d maps rebuilt, want %d (each shard's entries and peer counts)", rebuilds, want)
+	}
+	if kept > grew/5 {
+		t.Errorf("after the sweep the store keeps %d of the %d bytes the flood added, over 20%%", kept, grew)
+	}
+}
+
+// TestRebuildKeepsLiveEntries sweeps a flood out of a shard so that its
+// maps are rebuilt, and checks that every live entry kept its counts, its
+// peers' counts and its pending changes.
+func TestRebuildKeepsLiveEntries(t *testing.T) {
+	s := newStore(t, Config{Shards: 1, Track: true})
+	sh := &s.shards[0]
+	now := at(t, "10:00:00.500")
+	w := now.Unix()
+	flood := Limit{Limit: 100, ScaleMS: 1000}
+	for i := range 4000 {
+		k := fmt.Sprint("flood-", i)
+		s.Take(0, k, flood, now)
+		s.Merge(1, WindowCount{Key: k, ScaleMS: 1000, Window: w, Count: 2}, now)
+	}
+	// 300 keys that outlive the flood: local counts in two windows, remote
+	// counts from Add, and two peers' counts for half of them.
+	lim := Limit{Limit: 1000, ScaleMS: 60_000, Algorithm: Sliding}
+	mw := now.UnixMilli() / lim.ScaleMS
+	const live = 300
+	key := func(i int) string { return fmt.Sprint("live-", i) }
+	for i := range live {
+		b := uint32(i % 3)
+		s.Incr(b, key(i), lim, now.Add(-time.Minute), int64(1+i%7))
+		s.Incr(b, key(i), lim, now, int64(1+i%5))
+		if i%4 == 0 {
+			s.Add(b, key(i), lim, mw, 3, now)
+		}
+		if i%2 == 0 {
+			for p := PeerID(1); p <= 2; p++ {
+				s.Merge(p, WindowCount{Bucket: b, Key: key(i), ScaleMS: lim.ScaleMS, Algorithm: Sliding, Window: mw - 1, Count: int64(i%11) + int64(p)}, now)
+				s.Merge(p, WindowCount{Bucket: b, Key: key(i), ScaleMS: lim.ScaleMS, Algorithm: Sliding, Window: mw, Count: int64(i%13) + int64(p)}, now)
+			}
+		}
+	}
+	// Changes pending for a third of the live keys only.
+	s.Changes(nil, now)
+	for i := 0; i < live; i += 3 {
+		s.Take(uint32(i%3), key(i), lim, now)
+	}
+
+	type counts struct{ local, total [2]int64 }
+	read := func() map[string]counts {
+		m := map[string]counts{}
+		for i := range live {
+			var c counts
+			for j, win := range []int64{mw - 1, mw} {
+				c.local[j], c.total[j] = s.Count(uint32(i%3), key(i), lim.ScaleMS, win)
+			}
+			m[key(i)] = c
+		}
+		return m
+	}
+	cmpPeer := func(a, b PeerCount) int {
+		return cmp.Or(strings.Compare(a.Key, b.Key), cmp.Compare(a.Window, b.Window), cmp.Compare(a.Peer, b.Peer))
+	}
+	sweepAt := now.Add(time.Second) // the flood's window has ended
+	wantCounts := read()
+	wantSnap := slices.SortedFunc(slices.Values(s.Snapshot(nil, sweepAt)), cmpPeer)
+	wantPending := live / 3
+	_, ids := rebuilt(s, nil)
+
+	if n := s.Sweep(sweepAt); n != 4000 {
+		t.Fatalf("Sweep removed %d, want 4000", n)
+	}
+	if n, _ := rebuilt(s, ids); n != 2 || len(sh.m) != live || len(sh.peers) != live/2 || sh.high != live || sh.peersHigh != live/2 {
+		t.Fatalf("after the sweep: %d rebuilds, %d entries (mark %d), %d peer tables (mark %d); want 2, %d, %d",
+			n, len(sh.m), sh.high, len(sh.peers), sh.peersHigh, live, live/2)
+	}
+	if got := read(); !maps.Equal(got, wantCounts) {
+		t.Errorf("counts changed by the rebuild:\n got %v\nwant %v", got, wantCounts)
+	}
+	if got := slices.SortedFunc(slices.Values(s.Snapshot(nil, sweepAt)), cmpPeer); !slices.Equal(got, wantSnap) {
+		t.Errorf("Snapshot changed by the rebuild:\n got %+v\nwant %+v", got, wantSnap)
+	}
+	if s.Pending() != wantPending {
+		t.Errorf("Pending = %d, want %d", s.Pending(), wantPending)
+	}
+	// The peer counts are still each peer's latest: a repeat changes
+	// nothing, a higher count adds only the difference.
+	wc := WindowCount{Key: key(0), ScaleMS: lim.ScaleMS, Algorithm: Sliding, Window: mw, Count: 1}
+	if st := s.Merge(1, wc, sweepAt); st != Unchanged {
+		t.Errorf("repeated peer count after the rebuild: %v, want Unchanged", st)
+	}
+	wc.Count = 5
+	if st := s.Merge(1, wc, sweepAt); st != Merged {
+		t.Errorf("higher peer count after the rebuild: %v, want Merged", st)
+	}
+	if _, tot := s.Count(0, key(0), lim.ScaleMS, mw); tot != wantCounts[key(0)].total[1]+4 {
+		t.Errorf("total %d after a peer's count rose from 1 to 5, want %d", tot, wantCounts[key(0)].total[1]+4)
+	}
+	// The changes pending before the rebuild are reported, with their
+	// running counts.
+	got, _ := s.Changes(nil, sweepAt)
+	if len(got) != wantPending {
+		t.Errorf("Changes reported %d counts, want %d", len(got), wantPending)
+	}
+	for _, c := range got {
+		var i int
+		fmt.Sscanf(c.Key, "live-%d", &i)
+		if i%3 != 0 || c.Bucket != uint32(i%3) || c.Window != mw || c.Count != wantCounts[c.Key].local[1] {
+			t.Errorf("change %+v, want window %d, local count %d of a key with a pending change", c, mw, wantCounts[c.Key].local[1])
+		}
+	}
+}
+
+// TestReclaimRebuilds: a full shard that reclaims its expired entries on
+// insert rebuilds its map too, and below the floor nothing is rebuilt.
+func TestReclaimRebuilds(t *testing.T) {
+	s := newStore(t, Config{MaxKeys: 2 * rebuildFloor, Shards: 1})
+	sh := &s.shards[0]
+	lim := Limit{Limit: 10, ScaleMS: 1000}
+	long := Limit{Limit: 10, ScaleMS: 60_000}
+	now := at(t, "10:00:00.000")
+	s.Incr(0, "long", long, now, 3)
+	for i := range 2*rebuildFloor - 1 {
+		s.Take(0, fmt.Sprint("k", i), lim, now)
+	}
+	if r := s.Take(0, "new", lim, now); !r.Overflow {
+		t.Fatalf("Take on a full shard = %+v, want Overflow", r)
+	}
+	later := now.Add(time.Second)
+	_, ids := rebuilt(s, nil)
+	if r := s.Take(0, "new", lim, later); !r.Allowed || r.Overflow {
+		t.Fatalf("Take after the shard's keys expired = %+v", r)
+	}
+	if n, _ := rebuilt(s, ids); sh.sweeps != 1 || n != 1 || sh.high != 1 || s.Len() != 2 {
+		t.Errorf("%d sweeps, %d maps rebuilt, mark %d, Len %d; want 1, 1, 1, 2", sh.sweeps, n, sh.high, s.Len())
+	}
+	if l, _ := s.Count(0, "long", long.ScaleMS, now.UnixMilli()/long.ScaleMS); l != 3 {
+		t.Errorf("live key's count after the rebuild: %d, want 3", l)
+	}
+
+	small := newStore(t, Config{Shards: 1})
+	for i := range rebuildFloor - 1 {
+		small.Take(0, fmt.Sprint("k", i), lim, now)
+	}
+	_, ids = rebuilt(small, nil)
+	small.Sweep(later)
+	if n, _ := rebuilt(small, ids); n != 0 || small.shards[0].high != rebuildFloor-1 {
+		t.Errorf("a map below the floor: %d maps rebuilt, mark %d; want 0, %d", n, small.shards[0].high, rebuildFloor-1)
 	}
 }
 
