@@ -67,28 +67,6 @@ func (r *runner) stopAll() {
 	}
 }
 
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("pick a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	return addr, l.Close()
-}
-
 func freeAddrs(n int) ([]string, error) {
 	// Hold all listeners until every port is picked, so none repeats.
 	var ls []net.Listener
@@ -259,7 +237,7 @@ func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration
 	out, err := cmd.Output()
 	if err != nil {
 		f.Sync()
-		return out, fmt.Errorf("%s: %w\n%s", name, err, tail(logPath, 15))
+		return out, fmt.Errorf("%s: %w\n%s", name, err, iproc.Tail(logPath, 15))
 	}
 	return out, nil
 }

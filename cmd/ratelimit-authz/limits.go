@@ -184,9 +184,9 @@ func closeDB(conn *pgx.Conn) {
 	conn.Close(ctx)
 }
 
-// withStore runs fn with a Store on a fresh connection, within the
-// command's timeout, and closes the connection afterwards.
-func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(context.Context, *tenantlimits.Store) error) error {
+// withConn runs fn on a fresh connection, within the command's timeout,
+// and closes the connection afterwards.
+func (c *dbCommand) withConn(ctx context.Context, fn func(context.Context, *pgx.Conn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	conn, err := c.connect(ctx)
@@ -194,11 +194,18 @@ func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(conte
 		return err
 	}
 	defer closeDB(conn)
-	s, err := tenantlimits.NewStore(conn, r)
-	if err != nil {
-		return c.failed(err)
-	}
-	return fn(ctx, s)
+	return fn(ctx, conn)
+}
+
+// withStore runs fn with a Store on a fresh connection (see withConn).
+func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(context.Context, *tenantlimits.Store) error) error {
+	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		s, err := tenantlimits.NewStore(conn, r)
+		if err != nil {
+			return c.failed(err)
+		}
+		return fn(ctx, s)
+	})
 }
 
 // configured describes a bucket's limit without an override.

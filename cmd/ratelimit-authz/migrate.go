@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
@@ -17,27 +18,22 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 	if _, done, err := c.parse(args, 0, 0, stdout, stderr); done {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	conn, err := c.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer closeDB(conn)
-	res, err := tenantlimits.Migrate(ctx, conn)
-	if err != nil {
-		return c.failed(err)
-	}
-	switch {
-	case res.Newer:
-		fmt.Fprintf(stderr, "ratelimit-authz migrate: the database is at schema version %d, newer than this binary knows; nothing applied\n", res.Version)
-	case len(res.Applied) == 0:
-		fmt.Fprintf(stdout, "schema up to date (version %d)\n", res.Version)
-	default:
-		for _, m := range res.Applied {
-			fmt.Fprintf(stdout, "applied %s\n", m.Name)
+	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		res, err := tenantlimits.Migrate(ctx, conn)
+		if err != nil {
+			return c.failed(err)
 		}
-		fmt.Fprintf(stdout, "schema at version %d\n", res.Version)
-	}
-	return nil
+		switch {
+		case res.Newer:
+			fmt.Fprintf(stderr, "ratelimit-authz migrate: the database is at schema version %d, newer than this binary knows; nothing applied\n", res.Version)
+		case len(res.Applied) == 0:
+			fmt.Fprintf(stdout, "schema up to date (version %d)\n", res.Version)
+		default:
+			for _, m := range res.Applied {
+				fmt.Fprintf(stdout, "applied %s\n", m.Name)
+			}
+			fmt.Fprintf(stdout, "schema at version %d\n", res.Version)
+		}
+		return nil
+	})
 }
