@@ -196,6 +196,33 @@ func BenchmarkTakeTracked(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeTrackedNearLimit is BenchmarkTakeTracked with every key
+// within its near-limit margin, so every Take also signals NearLimit (a
+// non-blocking send on a full channel: nobody reads it here).
+func BenchmarkTakeTrackedNearLimit(b *testing.B) {
+	s := newStore(b, Config{Track: true})
+	lim := benchLimit(Fixed)
+	keys := ipKeys(1024)
+	for _, k := range keys {
+		s.Incr(0, k, lim, benchNow, lim.Limit-nearMargin(lim.Limit))
+	}
+	var buf []WindowCount
+	buf, _ = s.Changes(buf, benchNow)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if !s.Take(0, keys[i&1023], lim, benchNow).Allowed {
+			b.Fatal("denied: the margin is used up")
+		}
+		i++
+		if i&(1<<16-1) == 0 {
+			b.StopTimer()
+			buf, _ = s.Changes(buf[:0], benchNow)
+			b.StartTimer()
+		}
+	}
+}
+
 // BenchmarkChanges is one sync interval's collection of 1024 changed keys.
 func BenchmarkChanges(b *testing.B) {
 	s := newStore(b, Config{Track: true})

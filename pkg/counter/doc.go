@@ -29,7 +29,7 @@
 // # Replication hooks
 //
 // The store is what a cluster of nodes shares, but it knows nothing of the
-// network; package replicate moves the counts. Three methods serve it:
+// network; package replicate moves the counts. Four methods serve it:
 //
 //   - With Config.Track set, every local count a Take or Incr changes marks
 //     its (bucket, key, window); [Store.Changes] returns this node's
@@ -37,6 +37,12 @@
 //     copies the key into a per-shard buffer that is reused between calls,
 //     so a Take on an existing key still does not allocate, and costs one
 //     predictable branch when Track is off.
+//   - With Track set, [Store.NearLimit] receives when a local Take admits
+//     a hit (or an Incr counts) that leaves the key at most half its limit
+//     remaining, so that replication can publish at once rather than at
+//     its next tick. It is a buffered(1) channel sent to without blocking,
+//     after the shard lock is released: no allocation, and nothing at all
+//     when Track is off.
 //   - [Store.Merge] takes a peer's running count of one window and keeps,
 //     per (peer, key, window), the highest seen; the key's remote count is
 //     the sum over peers. A lost report is repaired by the next one, a

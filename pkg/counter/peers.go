@@ -183,6 +183,50 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 	return dst, stale
 }
 
+// nearMargin is the remaining budget at or below which a key counts as
+// near its limit. See [Store.NearLimit]. Half, not a tenth: with 3 nodes
+// and a key offered 6× its limit per window, each node sees 60% used
+// after the first tick and the cluster passes the limit before the next
+// one; a 10% margin was never reached before that (measured: no early
+// batch, 120 admitted per window of 100), half is reached at once.
+func nearMargin(limit int64) int64 { return max(1, limit/2) }
+
+// isNear reports whether a key with these counts has at most nearMargin
+// of its limit left (Result.Remaining ≤ nearMargin).
+func isNear(lim Limit, elapsed, prev, cur int64) bool {
+	return lim.Limit-estimate(lim, elapsed, prev, cur) <= nearMargin(lim.Limit)
+}
+
+// signalNear notes, without blocking, that a key came near its limit.
+func (s *Store) signalNear() {
+	select {
+	case s.near <- struct{}{}:
+	default: // one is already waiting to be read
+	}
+}
+
+// NearLimit returns a channel that receives a value when a local Take
+// admits a hit, or an Incr counts, that leaves the key's remaining budget
+// ([Result.Remaining], which counts the hits merged from peers) at or
+// below max(1, Limit/2); nil, which never receives, unless Config.Track is
+// set. A denied Take changes nothing and does not signal. The channel has
+// a buffer of one and is sent to without blocking, so signals coalesce
+// until the reader takes one: the reader (replication) is told "publish
+// now", not which key, and gets the counts from [Store.Changes] as usual.
+// The send happens after the shard lock is released; the hot path pays
+// one comparison, and inside the margin one non-blocking send.
+//
+// The margin is half the limit because this node's view of a key lags the
+// cluster by what peers admitted since their last report, up to (N−1)/N
+// of the cluster's hits in one sync interval: a smaller margin is often
+// reached only once the cluster is already past the limit.
+func (s *Store) NearLimit() <-chan struct{} {
+	if s.near == nil {
+		return nil
+	}
+	return s.near
+}
+
 // Pending returns how many entries have changes that Changes has not yet
 // reported.
 func (s *Store) Pending() int {

@@ -472,3 +472,96 @@ func TestChangedListBoundedWithoutChanges(t *testing.T) {
 		}
 	}
 }
+
+// signalled reports whether NearLimit holds a signal, and takes it.
+func signalled(s *Store) bool {
+	select {
+	case <-s.NearLimit():
+		return true
+	default:
+		return false
+	}
+}
+
+func TestNearLimit(t *testing.T) {
+	if s := newStore(t, Config{}); s.NearLimit() != nil {
+		t.Fatal("NearLimit is not nil without Track")
+	}
+	s := trackedStore(t, Config{})
+	now := at(t, "10:00:00.500")
+	lim := Limit{Limit: 20, ScaleMS: 1000} // margin: 10 left
+	for i := 1; i <= 9; i++ {
+		s.Take(0, "k", lim, now)
+		if signalled(s) {
+			t.Fatalf("signal after take %d of 20 (%d left)", i, 20-i)
+		}
+	}
+	// The 10th leaves 10: near. Signals coalesce while unread.
+	s.Take(0, "k", lim, now)
+	s.Take(0, "k", lim, now)
+	if !signalled(s) || signalled(s) {
+		t.Fatal("want exactly one coalesced signal at 10 and 9 left")
+	}
+	for range 9 {
+		s.Take(0, "k", lim, now)
+	}
+	if !signalled(s) {
+		t.Fatal("no signal at 0 left")
+	}
+	if s.Take(0, "k", lim, now).Allowed || signalled(s) {
+		t.Fatal("a denied take changes nothing and must not signal")
+	}
+	// Remote counts bring a key near too: the local hit that follows signals.
+	s.Merge(1, WindowCount{Key: "r", ScaleMS: 1000, Window: now.UnixMilli() / 1000, Count: 9}, now)
+	if signalled(s) {
+		t.Fatal("Merge signalled")
+	}
+	if s.Take(0, "r", lim, now); !signalled(s) {
+		t.Fatal("no signal at 10 left after a merge")
+	}
+	// Sliding: the previous window's weight counts.
+	sl := Limit{Limit: 20, ScaleMS: 1000, Algorithm: Sliding}
+	s.Incr(0, "sl", sl, at(t, "09:59:59.500"), 18)
+	signalled(s)
+	if s.Take(0, "sl", sl, now); !signalled(s) { // 18×0.5 + 1 = 10 used
+		t.Fatal("no signal at 10 left of a sliding estimate")
+	}
+	// Limits of 1 and 2: the margin is 1.
+	small := Limit{Limit: 3, ScaleMS: 1000}
+	s.Take(0, "s", small, now)
+	if signalled(s) {
+		t.Fatal("signal at 2 of 3 left")
+	}
+	if s.Take(0, "s", small, now); !signalled(s) {
+		t.Fatal("no signal at 1 of 3 left")
+	}
+	if s.Take(0, "one", Limit{Limit: 1, ScaleMS: 1000}, now); !signalled(s) {
+		t.Fatal("no signal at 0 of 1 left")
+	}
+	// Incr counts unconditionally, and signals within the margin.
+	if s.Incr(0, "i", lim, now, 5); signalled(s) {
+		t.Fatal("Incr signalled at 15 left")
+	}
+	if s.Incr(0, "i", lim, now, 25); !signalled(s) {
+		t.Fatal("Incr over the limit did not signal")
+	}
+}
+
+func TestNearLimitTakeDoesNotAllocate(t *testing.T) {
+	s := trackedStore(t, Config{})
+	lim := Limit{Limit: MaxLimit, ScaleMS: 1000}
+	now := at(t, "10:00:00.500")
+	s.Incr(0, "k", lim, now, lim.Limit-nearMargin(lim.Limit))
+	var buf []WindowCount
+	for range 3 {
+		s.Take(0, "k", lim, now)
+		buf, _ = s.Changes(buf[:0], now)
+	}
+	allocs := testing.AllocsPerRun(1000, func() { s.Take(0, "k", lim, now) })
+	if allocs != 0 {
+		t.Errorf("tracked Take near the limit allocates %v per run, want 0", allocs)
+	}
+	if !signalled(s) {
+		t.Error("no signal")
+	}
+}

@@ -28,6 +28,10 @@ type Store struct {
 	maxKeyBytes int
 	track       bool // note changed local counts for Changes
 	maxPeers    int  // peer counts kept per key by Merge
+	// near, buffered(1), gets a value (without blocking) when a tracked
+	// local count leaves a key near its limit; nil unless track. See
+	// [Store.NearLimit].
+	near chan struct{}
 }
 
 // shard owns a slice of the key space behind one mutex, padded so that
@@ -127,6 +131,9 @@ func New(cfg Config) (*Store, error) {
 		maxKeyBytes: cfg.MaxKeyBytes,
 		track:       cfg.Track,
 		maxPeers:    cfg.MaxPeersPerKey,
+	}
+	if cfg.Track {
+		s.near = make(chan struct{}, 1)
 	}
 	capacity := (cfg.MaxKeys + n - 1) / n
 	for i := range s.shards {
@@ -459,14 +466,19 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 	}
 	cur := e.total(w)
 	ok := admits(lim, el, prev, cur)
+	near := false
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], 1)
 		cur++
 		if s.track {
 			sh.mark(e, k, w)
+			near = isNear(lim, el, prev, cur)
 		}
 	}
 	sh.mu.Unlock()
+	if near {
+		s.signalNear()
+	}
 	return result(lim, w, el, prev, cur, ok)
 }
 
@@ -527,6 +539,9 @@ func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int6
 	}
 	cur := e.total(w)
 	sh.mu.Unlock()
+	if s.track && isNear(lim, el, prev, cur) {
+		s.signalNear()
+	}
 	return result(lim, w, el, prev, cur, admits(lim, el, prev, cur))
 }
 

@@ -30,6 +30,7 @@ const (
 
 type metrics struct {
 	batchesSent, entriesSent           prometheus.Counter
+	earlyBatches                       prometheus.Counter
 	batchesReceived, entriesReceived   prometheus.Counter
 	entriesMerged                      prometheus.Counter
 	dropped                            map[string]prometheus.Counter
@@ -56,7 +57,8 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 		Help: "Messages dropped unread, by reason.",
 	}, []string{"reason"})
 	m := &metrics{
-		batchesSent:     counter("batches_sent_total", "Batch messages published (one per sync interval with changes, more only when split)."),
+		batchesSent:     counter("batches_sent_total", "Batch messages published (one per sync interval with changes, more only when split, plus early ones)."),
+		earlyBatches:    counter("early_batches_sent_total", "Batch messages published between ticks because a local hit left a key near its limit (one publish per early gap at most)."),
 		entriesSent:     counter("entries_sent_total", "Counts published in batches."),
 		batchesReceived: counter("batches_received_total", "Batch messages received from peers and read."),
 		entriesReceived: counter("entries_received_total", "Counts received in batches and sync replies."),
@@ -87,7 +89,7 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 		m.malformed[r] = malformed.WithLabelValues(r)
 	}
 	cs := []prometheus.Collector{
-		m.batchesSent, m.entriesSent, m.batchesReceived, m.entriesReceived, m.entriesMerged,
+		m.batchesSent, m.earlyBatches, m.entriesSent, m.batchesReceived, m.entriesReceived, m.entriesMerged,
 		dropped, malformed, m.batchesMissed, m.batchesRepeated, m.publishErrors, m.publishDuration,
 		m.peersRefused, m.skew, m.syncServed, m.syncMerged, m.syncFailed,
 	}

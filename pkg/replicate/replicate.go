@@ -28,6 +28,12 @@ type Store interface {
 	Pending() int
 }
 
+// nearLimiter is the optional part of a Store that tells when a local
+// count came near its limit; *counter.Store is one (with Track set).
+type nearLimiter interface {
+	NearLimit() <-chan struct{}
+}
+
 var _ Store = (*counter.Store)(nil)
 
 // Defaults of a zero Config field.
@@ -86,6 +92,13 @@ type Config struct {
 	MaxMessageBytes int
 	// FlushTimeout bounds the final publish at shutdown; 2 s.
 	FlushTimeout time.Duration
+	// EarlyGap is the least time between two early batches: when a local
+	// hit leaves a key near its limit (see counter.Store.NearLimit), the
+	// node publishes its changes at once rather than at the next tick,
+	// but at most once per EarlyGap (a signal within the gap is served
+	// at its end). Default SyncInterval/10; negative turns early batches
+	// off.
+	EarlyGap time.Duration
 }
 
 func (c *Config) setDefaults() error {
@@ -133,6 +146,9 @@ func (c *Config) setDefaults() error {
 		if *d.p == 0 {
 			*d.p = d.def
 		}
+	}
+	if c.EarlyGap == 0 {
+		c.EarlyGap = c.SyncInterval / 10
 	}
 	if c.MaxPeers < 0 || c.MaxPeers > 1<<16 {
 		return fmt.Errorf("replicate: MaxPeers %d outside [0, 65536]", c.MaxPeers)
@@ -368,6 +384,22 @@ func (r *Replicator) Run(ctx context.Context) error {
 
 	t := time.NewTimer(r.untilTick(r.now()))
 	defer t.Stop()
+	// Early batches: near receives when a local hit left a key near its
+	// limit; one is published at once unless one went out less than
+	// EarlyGap ago, in which case gapT publishes it when the gap ends.
+	var near <-chan struct{}
+	if nl, ok := r.store.(nearLimiter); ok && r.cfg.EarlyGap > 0 {
+		near = nl.NearLimit()
+	}
+	gapT := time.NewTimer(time.Hour)
+	gapT.Stop()
+	defer gapT.Stop()
+	var lastEarly time.Time // monotonic: the gap is measured on time.Now, not r.now
+	gapArmed := false
+	early := func() {
+		lastEarly = time.Now()
+		r.early(nc, r.now())
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,6 +419,19 @@ func (r *Replicator) Run(ctx context.Context) error {
 		case done := <-r.kick:
 			r.tick(nc, r.now())
 			close(done)
+		case <-near:
+			if gapArmed {
+				break // the gap's end publishes this one too
+			}
+			if wait := r.cfg.EarlyGap - time.Since(lastEarly); wait > 0 {
+				gapT.Reset(wait)
+				gapArmed = true
+				break
+			}
+			early()
+		case <-gapT.C:
+			gapArmed = false
+			early()
 		}
 	}
 }
@@ -441,6 +486,18 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
 }
 
+// early publishes this node's changes between ticks, because a local hit
+// left a key near its limit: peers learn it within the delivery delay
+// rather than at the next tick. Like tick, it publishes nothing while NATS
+// is away (the changes stay marked for the first batch after).
+func (r *Replicator) early(nc *nats.Conn, now time.Time) {
+	if !nc.IsConnected() {
+		return
+	}
+	n := r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
+	r.m.earlyBatches.Add(float64(n))
+}
+
 // maxOut is the largest message this node may publish on nc.
 func (r *Replicator) maxOut(nc *nats.Conn) int {
 	if mp := int(nc.MaxPayload()); mp > 0 {
@@ -451,8 +508,8 @@ func (r *Replicator) maxOut(nc *nats.Conn) int {
 
 // publishChanges publishes, with send, the counts changed since the last
 // call (and those of a failed publish before), in messages of at most max
-// bytes.
-func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error) {
+// bytes. It returns how many messages it published.
+func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error) (batches int) {
 	r.publishMu.Lock()
 	defer r.publishMu.Unlock()
 	start := time.Now()
@@ -471,7 +528,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 		r.retry = r.retry[:0]
 	}
 	if len(r.changes) == 0 {
-		return
+		return 0
 	}
 	failed := false
 	sent := 0
@@ -486,6 +543,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 			return nil
 		}
 		r.m.batchesSent.Inc()
+		batches++
 		sent += len(r.split.msg.Entries)
 		return nil
 	}
@@ -510,6 +568,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 		r.retry = append(r.retry[:0], r.changes[:n]...)
 	}
 	r.m.publishDuration.Observe(time.Since(start).Seconds())
+	return batches
 }
 
 // liveWindow reports whether c's window can still matter to a peer at now.
