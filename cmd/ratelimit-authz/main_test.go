@@ -351,6 +351,20 @@ func TestServePprof(t *testing.T) {
 	}
 }
 
+func TestServeTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--grpc-tls-cert", filepath.Join(dir, "cert.pem")}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "both a certificate and a key") {
+		t.Errorf("cert without key: %v", err)
+	}
+	err = run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0"},
+		env(map[string]string{"RATELIMIT_AUTHZ_GRPC_TLS_CERT": filepath.Join(dir, "c.pem"), "RATELIMIT_AUTHZ_GRPC_TLS_KEY": filepath.Join(dir, "k.pem")}), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("missing files from the environment: %v", err)
+	}
+}
+
 func TestServeRefusesBadConfig(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(bad, []byte("buckets: {}\nroutes: []\n"), 0o644)

@@ -32,6 +32,7 @@ type serveConfig struct {
 	sweepInterval   time.Duration
 	failuresToken   string
 	pprof           bool
+	grpcTLS         server.TLS
 	databaseURL     string // tenant overrides; "" = configured limits only
 	cluster         clusterConfig
 }
@@ -47,6 +48,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Duration(&c.drainDelay, "drain-delay", "RATELIMIT_AUTHZ_DRAIN_DELAY", 2*time.Second, "on shutdown, report NOT_SERVING this long before refusing new checks")
 	f.Duration(&c.shutdownTimeout, "shutdown-timeout", "RATELIMIT_AUTHZ_SHUTDOWN_TIMEOUT", 10*time.Second, "longest wait for in-flight checks on shutdown")
 	f.Duration(&c.sweepInterval, "sweep-interval", "RATELIMIT_AUTHZ_SWEEP_INTERVAL", 10*time.Second, "how often expired counters are reclaimed")
+	f.String(&c.grpcTLS.CertFile, "grpc-tls-cert", "RATELIMIT_AUTHZ_GRPC_TLS_CERT", "", "certificate `file` (PEM): the gRPC port speaks TLS only (reloaded when the file changes)")
+	f.String(&c.grpcTLS.KeyFile, "grpc-tls-key", "RATELIMIT_AUTHZ_GRPC_TLS_KEY", "", "private key `file` (PEM) of --grpc-tls-cert")
+	f.String(&c.grpcTLS.ClientCAFile, "grpc-tls-client-ca", "RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA", "", "CA `file` (PEM): require client certificates signed by it (mTLS)")
 	f.Bool(&c.pprof, "pprof", "RATELIMIT_AUTHZ_PPROF", false, "serve Go profiles under /debug/pprof/ on the HTTP address (keep it private)")
 	f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres `URL` of the per-tenant limit overrides (see 'limits' and 'migrate'); empty: configured limits only")
 	c.cluster.addFlags(f)
@@ -136,6 +140,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
 		ReadyAfter: readyAfter(repl), // a cluster node warms up from its peers first
 		Pprof:      c.pprof,
+		TLS:        c.grpcTLS,
 	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
 	if err != nil {
 		return err

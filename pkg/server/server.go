@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -42,6 +43,10 @@ type Config struct {
 	// until every channel in it is closed, for example until a cluster
 	// node has warmed up from its peers. Checks are answered meanwhile.
 	ReadyAfter []<-chan struct{}
+	// TLS secures the gRPC port (TLS, or mTLS with a client CA); zero:
+	// plaintext HTTP/2, for a port only Envoy on the same host or network
+	// can reach.
+	TLS TLS
 	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP port.
 	// Off by default: profiles expose internals; keep the port private.
 	Pprof bool
@@ -109,6 +114,20 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 	if svc.Authz == nil {
 		return nil, errors.New("server: no ext_authz service")
 	}
+	opts := []grpc.ServerOption{
+		// Envoy keeps long-lived HTTP/2 connections and may ping them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A CheckRequest holds headers and at most the body Envoy buffers.
+		grpc.MaxRecvMsgSize(4 << 20),
+	}
+	if cfg.TLS.enabled() {
+		tc, err := cfg.TLS.config()
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
 	glis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
@@ -119,13 +138,7 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
 	}
 	s := &Server{cfg: cfg, svc: svc, log: log, glis: glis, hlis: hlis, health: health.NewServer()}
-	s.grpc = grpc.NewServer(
-		// Envoy keeps long-lived HTTP/2 connections and may ping them.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// A CheckRequest holds headers and at most the body Envoy buffers.
-		grpc.MaxRecvMsgSize(4<<20),
-	)
+	s.grpc = grpc.NewServer(opts...)
 	authv3.RegisterAuthorizationServer(s.grpc, svc.Authz)
 	if svc.AccessLog != nil {
 		alsv3.RegisterAccessLogServiceServer(s.grpc, svc.AccessLog)

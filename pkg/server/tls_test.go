@@ -1,0 +1,214 @@
+package server_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+)
+
+// pki is a throwaway CA with a server and a client certificate, as files.
+type pki struct {
+	dir                           string
+	caFile, serverCert, serverKey string
+	ca                            *x509.Certificate
+	caKey                         *ecdsa.PrivateKey
+	pool                          *x509.CertPool
+	client                        tls.Certificate
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir()}
+	var err error
+	p.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ca, _ = x509.ParseCertificate(der)
+	p.pool = x509.NewCertPool()
+	p.pool.AddCert(p.ca)
+	p.caFile = p.write(t, "ca.pem", "CERTIFICATE", der)
+	p.serverCert, p.serverKey = p.issue(t, "server", x509.ExtKeyUsageServerAuth)
+	cc, ck := p.issue(t, "client", x509.ExtKeyUsageClientAuth)
+	if p.client, err = tls.LoadX509KeyPair(cc, ck); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (p *pki) write(t *testing.T, name, typ string, der []byte) string {
+	t.Helper()
+	path := filepath.Join(p.dir, name)
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.write(t, name+".pem", "CERTIFICATE", der), p.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
+}
+
+// startTLS runs a server with tlsCfg and returns its gRPC address.
+func startTLS(t *testing.T, tlsCfg server.TLS) string {
+	t.Helper()
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TLS: tlsCfg},
+		server.Services{Authz: allowAll{}}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return srv.GRPCAddr().String()
+}
+
+// check makes one Check call with the given transport credentials.
+func check(t *testing.T, addr string, creds credentials.TransportCredentials) error {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err = authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{})
+	return err
+}
+
+func TestTLS(t *testing.T) {
+	p := newPKI(t)
+	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey})
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool})); err != nil {
+		t.Errorf("TLS client: %v", err)
+	}
+	if err := check(t, addr, insecure.NewCredentials()); err == nil {
+		t.Error("plaintext client accepted by a TLS port")
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	p := newPKI(t)
+	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile})
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})); err != nil {
+		t.Errorf("client with a certificate: %v", err)
+	}
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool})); err == nil {
+		t.Error("client without a certificate accepted under mTLS")
+	}
+	// A certificate from another CA is refused too.
+	other := newPKI(t)
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{other.client}})); err == nil {
+		t.Error("client certificate of a foreign CA accepted")
+	}
+}
+
+func TestTLSConfigErrors(t *testing.T) {
+	p := newPKI(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tc := range []struct {
+		name string
+		tls  server.TLS
+		want string
+	}{
+		{"cert without key", server.TLS{CertFile: p.serverCert}, "both a certificate and a key"},
+		{"missing cert", server.TLS{CertFile: filepath.Join(p.dir, "nope.pem"), KeyFile: p.serverKey}, "no such file"},
+		{"key of another cert", server.TLS{CertFile: p.serverCert, KeyFile: filepath.Join(p.dir, "client-key.pem")}, "load TLS key pair"},
+		{"CA file without certificates", server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.serverKey}, "no PEM certificate"},
+	} {
+		_, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TLS: tc.tls},
+			server.Services{Authz: allowAll{}}, prometheus.NewRegistry(), log)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// A rotated certificate is served from the next handshake, no restart.
+func TestTLSRotation(t *testing.T) {
+	p := newPKI(t)
+	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey})
+	served := func() string {
+		var cn string
+		cfg := &tls.Config{RootCAs: p.pool, VerifyConnection: func(cs tls.ConnectionState) error {
+			cn = cs.PeerCertificates[0].Subject.CommonName
+			return nil
+		}}
+		if err := check(t, addr, credentials.NewTLS(cfg)); err != nil {
+			t.Fatal(err)
+		}
+		return cn
+	}
+	if cn := served(); cn != "server" {
+		t.Fatalf("served %q", cn)
+	}
+	cert, key := p.issue(t, "rotated", x509.ExtKeyUsageServerAuth)
+	for _, f := range [][2]string{{cert, p.serverCert}, {key, p.serverKey}} {
+		b, err := os.ReadFile(f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f[1], b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := time.Now().Add(time.Minute) // a new mtime even on a coarse clock
+	if err := os.Chtimes(p.serverCert, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if cn := served(); cn != "rotated" {
+		t.Errorf("after rotation served %q, want rotated", cn)
+	}
+}
