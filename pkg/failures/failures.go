@@ -67,7 +67,6 @@ const maxKeyBytes = 1024
 // Counter counts failures. *counter.Store is one.
 type Counter interface {
 	Incr(bucket uint32, key string, lim counter.Limit, now time.Time, n int64) counter.Result
-	Peek(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
 }
 
 var _ Counter = (*counter.Store)(nil)
@@ -134,23 +133,23 @@ func (rec *Recorder) isFailure(code uint32) bool {
 	return slices.Contains(rec.rules.Failures.StatusCodes, code)
 }
 
-// record counts one failure of key in bucket b on route (-1: none known).
-func (rec *Recorder) record(b int, key string, route int, now time.Time) {
-	lim, ok := rec.rules.Limit(route, b)
-	if !ok {
-		return
-	}
-	before := rec.count.Peek(uint32(b), key, lim, now)
+// record counts one failure of key in bucket b under lim.
+// It returns where the key stands afterwards: Allowed false means locked.
+func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time) counter.Result {
 	after := rec.count.Incr(uint32(b), key, lim, now, 1)
 	bm := rec.m.bucket[b]
 	bm.failures.Inc()
-	if before.Allowed && !after.Allowed {
+	// This failure began the lockout when it took the count from below
+	// the limit to it: one failure adds one to the count (to the rounded-up
+	// estimate, for a sliding window).
+	if !after.Allowed && !after.Overflow && after.Count-1 < lim.Limit {
 		bm.lockouts.Inc()
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
 			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key),
 			slog.Int64("limit", lim.Limit), slog.Int64("scale_ms", lim.ScaleMS),
 			slog.Int64("retry_after_ms", after.RetryAfterMS))
 	}
+	return after
 }
 
 // StreamAccessLogs implements envoy.service.accesslog.v3.AccessLogService.
@@ -231,7 +230,12 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 			bad++
 			continue
 		}
-		rec.record(b, key, route, now)
+		lim, ok := rec.rules.Limit(route, b)
+		if !ok {
+			bad++
+			continue
+		}
+		rec.record(b, key, lim, now)
 		counted++
 	}
 	switch {
@@ -361,8 +365,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if !ok {
 			continue
 		}
-		rec.record(b, key, route, now)
-		st := rec.count.Peek(uint32(b), key, lim, now)
+		st := rec.record(b, key, lim, now)
 		res.Counted[rec.rules.Buckets[b].Name] = BucketState{
 			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
 		}
