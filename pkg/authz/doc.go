@@ -17,11 +17,16 @@
 //     deny with 403;
 //   - a new key the counter cannot track because it is at its key bound:
 //     on_overflow decides: allow (default) or deny with 429;
-//   - shadow buckets count and report as usual but never deny.
+//   - shadow buckets count and report as usual but never deny;
+//   - a path longer than 8 KiB (before its query) is denied with 414:
+//     waved through uncounted, long paths would slip past every limit.
 //
 // A request whose buckets all allow it is counted in each of them; when a
 // later bucket denies, the hits already taken from earlier buckets are
 // given back, so a denied request costs no budget.
+//
+// Tenant overrides (Options.Overrides) replace a bucket's limit for
+// buckets marked overridable; they are read from memory.
 //
 // Check does no I/O, takes no lock beyond the counter's shard locks and
 // starts no goroutine. Service is safe for concurrent use.

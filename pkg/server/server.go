@@ -1,9 +1,12 @@
 // Package server runs the node's two listeners: gRPC (Envoy's ext_authz
-// Check and grpc.health.v1) and HTTP (/metrics, /healthz, /readyz), and
-// shuts them down in order: readiness and health go NOT_SERVING, a drain
-// delay lets Envoy and load balancers notice, then GracefulStop lets
-// in-flight checks finish, with a deadline after which remaining streams
-// are cut.
+// Check, its access-log service and grpc.health.v1; plaintext, TLS or mTLS)
+// and HTTP (/metrics, /healthz, /readyz, /v1/failures, and /debug/pprof/
+// when asked), and shuts them down in order: readiness and health go
+// NOT_SERVING, a drain delay lets Envoy and load balancers notice, the
+// long-lived access-log streams are ended, then GracefulStop lets in-flight
+// checks finish, with a deadline after which remaining streams are cut.
+// Readiness can also wait for other components (ReadyAfter), such as a
+// cluster node's warm start.
 package server
 
 import (
