@@ -205,6 +205,35 @@ func TestRenderFile(t *testing.T) {
 // three nodes. It needs the Envoy that `make tools` installs (or
 // $E2E_ENVOY_BIN): skipped without it, failed under CI=true.
 func TestRenderedValidates(t *testing.T) {
+	envoy := envoyBinary(t)
+	dst := filepath.Join(t.TempDir(), "envoy.yaml")
+	a := Addrs{
+		Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", App: "127.0.0.1:43000",
+		Authz: []string{"127.0.0.1:40001", "127.0.0.1:40002", "127.0.0.1:40003"},
+	}
+	if err := RenderFile(filepath.Join("..", "..", Path), dst, a); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, envoy, dst)
+}
+
+// TestShippedConfigsValidate: every bootstrap in envoy/, as shipped, loads
+// in the pinned Envoy.
+func TestShippedConfigsValidate(t *testing.T) {
+	envoy := envoyBinary(t)
+	files, err := filepath.Glob(filepath.Join("..", "..", "envoy", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no configs in envoy/: %v", err)
+	}
+	for _, f := range files {
+		validate(t, envoy, f)
+	}
+}
+
+// envoyBinary is the Envoy that `make tools` installs (or $E2E_ENVOY_BIN):
+// a test without it is skipped, and failed under CI=true.
+func envoyBinary(t *testing.T) string {
+	t.Helper()
 	envoy := os.Getenv("E2E_ENVOY_BIN")
 	if envoy == "" {
 		envoy = filepath.Join("..", "..", ".tools", "bin", "envoy")
@@ -215,18 +244,15 @@ func TestRenderedValidates(t *testing.T) {
 		}
 		t.Skipf("envoy not available (make tools installs it): %v", err)
 	}
-	dst := filepath.Join(t.TempDir(), "envoy.yaml")
-	a := Addrs{
-		Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", App: "127.0.0.1:43000",
-		Authz: []string{"127.0.0.1:40001", "127.0.0.1:40002", "127.0.0.1:40003"},
-	}
-	if err := RenderFile(filepath.Join("..", "..", Path), dst, a); err != nil {
-		t.Fatal(err)
-	}
+	return envoy
+}
+
+func validate(t *testing.T, envoy, config string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", dst, "--log-level", "error").CombinedOutput()
+	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", config, "--log-level", "error").CombinedOutput()
 	if err != nil {
-		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
+		t.Fatalf("envoy --mode validate -c %s: %v\n%s", config, err, out)
 	}
 }
