@@ -30,8 +30,16 @@ tools: ## install what the tests need: Envoy and nats-server (into .tools/), Pos
 	@scripts/install-nats.sh >/dev/null
 
 .PHONY: test
-test: lint tools ## vet, format and tidy checks, then every test under -race (installs what it needs)
+test: lint tools ## vet, format and tidy checks, every test under -race, then a short run of every fuzz target
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+# Each fuzz target runs this long in `make test`; `make fuzz FUZZTIME=5m` for longer.
+FUZZTIME ?= 5s
+
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME (default 5s) each
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 .PHONY: e2e
 e2e: tools ## only the end-to-end tests through a real Envoy
