@@ -1,0 +1,124 @@
+package replicate
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// benchBatch is the size of a realistic batch: the keys one node changes
+// in one sync interval under load.
+const benchBatch = 1000
+
+// BenchmarkPublishPerEntry: collect, encode (and seal) one interval's
+// changes, per entry.
+func BenchmarkPublishPerEntry(b *testing.B) {
+	n := newNode(b, "a", benchConfig())
+	keys := make([]string, benchBatch)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("tenant-%06d", i)
+	}
+	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: 60_000}
+	send := func([]byte) error { return nil }
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		for _, k := range keys {
+			n.store.Take(0, k, big, n.now)
+		}
+		b.StartTimer()
+		n.r.publishChanges(n.now, 1<<20, send)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchBatch), "ns/entry")
+}
+
+// BenchmarkReceivePerEntry: open (when sealed), decode, validate and merge
+// one peer batch, per entry.
+func BenchmarkReceivePerEntry(b *testing.B) {
+	a, r := newNode(b, "a", benchConfig()), newNode(b, "b", benchConfig())
+	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: 60_000}
+	for i := range benchBatch {
+		a.store.Take(0, fmt.Sprintf("tenant-%06d", i), big, a.now)
+	}
+	msgs := a.publish(b, 1<<20)
+	if len(msgs) != 1 {
+		b.Fatalf("%d messages, want 1", len(msgs))
+	}
+	msg := &nats.Msg{Subject: r.r.batchSubj, Data: msgs[0]}
+	r.r.onBatch(msg) // the keys exist from now on: steady state
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		r.r.onBatch(msg)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchBatch), "ns/entry")
+}
+
+// BenchmarkSyncRequestFlood: a raw NATS client floods a node that holds
+// 100k live keys with sync requests whose timestamp is in the future;
+// reported is the CPU time of the whole process (node, NATS server and
+// client, all in process) per request.
+func BenchmarkSyncRequestFlood(b *testing.B) {
+	srv := testnats.Run(b)
+	n := startLive(b, srv.ClientURL(), "victim", benchConfig(), nil)
+	n.waitReady(b)
+	for i := range 100_000 {
+		n.store.Take(0, fmt.Sprintf("tenant-%06d", i), long, time.Now())
+	}
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nc.Close()
+	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(time.Hour).UnixMilli()}}).Encode(nil)
+	req = floodRequest(b, n, req)
+	before := handledSyncRequests(b, n)
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for range b.N {
+		if err := nc.PublishRequest("ratelimit.sync", "_INBOX.flood", req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	poll.Until(b, 10*time.Minute, 10*time.Millisecond, func() error {
+		if got := handledSyncRequests(b, n) - before; got < float64(b.N) {
+			return fmt.Errorf("%v of %d requests handled", got, b.N)
+		}
+		return nil
+	})
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/req")
+	b.ReportMetric(cpu.Seconds(), "cpu-s")
+
+
+}
+
+// cpuTime is the user + system CPU time of this process.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchConfig() Config { return Config{} }
+
+func floodRequest(_ testing.TB, _ *live, req []byte) []byte { return req }
+
+// handledSyncRequests is how many sync requests the node has dealt with.
+func handledSyncRequests(t testing.TB, n *live) float64 {
+	return metric(t, n.r.m.syncServed)
+}
