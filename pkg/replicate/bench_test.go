@@ -35,7 +35,7 @@ func BenchmarkPublishPerEntry(b *testing.B) {
 			n.store.Take(0, k, big, n.now)
 		}
 		b.StartTimer()
-		n.r.publishChanges(n.now, 1<<20, send)
+		n.r.publishChanges(n.now, 1<<20, send, false)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchBatch), "ns/entry")
 }
@@ -101,7 +101,6 @@ func BenchmarkSyncRequestFlood(b *testing.B) {
 	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/req")
 	b.ReportMetric(cpu.Seconds(), "cpu-s")
-
 
 }
 

@@ -325,9 +325,10 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 		return m.Encode(nil)
 	}
 	w := now.UnixMilli() / 1000
-	raw.Publish("ratelimit.batch", batch(1, "old", w-5))
+	raw.Publish("ratelimit.batch", batch(1, "old", w-1))
 	raw.Publish("ratelimit.batch", []byte("not a batch"))
-	raw.Publish("ratelimit.batch", batch(2, "new", w))
+	raw.Publish("ratelimit.batch", batch(2, "older", w-5)) // not an offset a sender can have
+	raw.Publish("ratelimit.batch", batch(3, "new", w))
 	poll.Until(t, waitLong, step, func() error {
 		if got := metric(t, b.r.m.batchesReceived); got != 2 {
 			return fmt.Errorf("%v batches received", got)
@@ -337,10 +338,10 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
 		t.Errorf("stale drops %v, want 1", got)
 	}
-	if got := metric(t, b.r.m.malformed[malDecode]); got != 1 {
-		t.Errorf("malformed %v, want 1", got)
+	if got := metric(t, b.r.m.malformed[malDecode]); got != 2 {
+		t.Errorf("malformed %v, want 2", got)
 	}
-	if l, tot := b.store.Count(1, "old", 1000, w-5); tot != 0 || l != 0 {
+	if l, tot := b.store.Count(1, "old", 1000, w-1); tot != 0 || l != 0 {
 		t.Errorf("stale entry stored")
 	}
 }

@@ -88,7 +88,7 @@ func (n *node) publish(t testing.TB, max int) [][]byte {
 func (r *Replicator) tickNoConn(now time.Time, max int, send func([]byte) error) {
 	r.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
-	r.publishChanges(now, max, send)
+	r.publishChanges(now, max, send, false)
 }
 
 func (n *node) receive(msgs ...[]byte) {
@@ -327,14 +327,11 @@ func TestPeersBoundedAndExpired(t *testing.T) {
 	if got := metric(t, b.r.m.peersRefused); got != 1 {
 		t.Errorf("peers_refused_total %v, want 1", got)
 	}
-	if n := series(b.r.m.skew); n != 2 {
-		t.Errorf("%d skew series, want 2", n)
-	}
-	// Silent peers are forgotten, with their metric series.
+	// Silent peers are forgotten.
 	b.now = t0.Add(2 * time.Minute)
 	b.publish(t, 1<<20)
-	if b.r.peers.len() != 0 || series(b.r.m.skew) != 0 {
-		t.Errorf("after expiry: %d peers, %d skew series", b.r.peers.len(), series(b.r.m.skew))
+	if b.r.peers.len() != 0 {
+		t.Errorf("after expiry: %d peers", b.r.peers.len())
 	}
 }
 
@@ -344,7 +341,7 @@ func TestClockSkew(t *testing.T) {
 	msgs := a.publish(t, 1<<20)
 	b.now = t0.Add(1500 * time.Millisecond) // b's clock is 1.5 s ahead of a's
 	b.receive(msgs...)
-	if got := metric(t, b.r.m.skew.WithLabelValues("a")); got != 1.5 {
+	if got := b.r.peers.maxSkew().Seconds(); got != 1.5 {
 		t.Errorf("skew %v s, want 1.5", got)
 	}
 	if !strings.Contains(b.logs.String(), "clock skew above the warning threshold") {
@@ -363,7 +360,7 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	bBatch := b.publish(t, 1<<20)
 	a.receive(bBatch...)
 	// c starts and asks a; a's reply holds a's 40 and b's 25, apart.
-	chunks := a.r.syncReply(1<<20, a.now, a.now)
+	chunks := a.r.syncReply(1<<20, a.now)
 	var m Message
 	for _, ch := range chunks {
 		if err := Decode(ch, &m); err != nil {
@@ -388,8 +385,8 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	// A reply that holds the requester's own counts skips them.
 	c.store.Take(0, "own", sec100, c.now)
 	a.receive(c.publish(t, 1<<20)...)
-	a.now = a.now.Add(time.Millisecond) // a request after the cached reply
-	for _, ch := range a.r.syncReply(1<<20, a.now, a.now) {
+	a.now = a.now.Add(time.Second) // a new snapshot may be taken
+	for _, ch := range a.r.syncReply(1<<20, a.now) {
 		if err := Decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}

@@ -17,15 +17,28 @@ const (
 	dropDeferred      = "deferred"       // a count for the next window that could not be kept for later
 	dropTooLarge      = "too_large"      // an own entry larger than one message
 	dropUnknownPeer   = "unknown_peer"   // from a peer over the peer bound
+	dropScale         = "scale"          // a window length no limit of the bucket has on this node
 )
 
 // Reasons a message is dropped (label reason of messages_malformed_total).
 const (
-	malDecode   = "decode"   // cannot be read
-	malVersion  = "version"  // another wire version
-	malOversize = "oversize" // larger than MaxMessageBytes
-	malKind     = "kind"     // a known kind on the wrong subject, or a sync request without a reply subject
-	malSelf     = "self"     // claims to come from this very process
+	malDecode   = "decode"             // cannot be read
+	malVersion  = "version"            // another wire version
+	malOversize = "oversize"           // larger than MaxMessageBytes
+	malKind     = "kind"               // a known kind on the wrong subject, or a sync request without a reply subject
+	malSelf     = "self"               // claims to come from this very process
+	malUnsealed = "unsealed"           // not sealed, and this node has a cluster key
+	malNoKey    = "sealed_without_key" // sealed, and this node has no cluster key
+	malUnknown  = "unknown_key"        // sealed with a key this node does not hold
+	malAuth     = "unauthentic"        // does not open: altered, truncated, forged, or sealed for another use
+	malClock    = "clock"              // sent at a time further from this node's clock than MaxClockSkew
+)
+
+// Reasons a sync request is not answered (label reason of
+// sync_requests_refused_total).
+const (
+	refusedRate  = "rate"  // over SyncAnswersPerSecond
+	refusedReply = "reply" // no reply subject, or one that is not an _INBOX. subject
 )
 
 type metrics struct {
@@ -39,8 +52,13 @@ type metrics struct {
 	publishErrors                      prometheus.Counter
 	publishDuration                    prometheus.Histogram
 	peersRefused                       prometheus.Counter
-	skew                               *prometheus.GaugeVec
 	syncServed, syncMerged, syncFailed prometheus.Counter
+	syncRefused                        map[string]prometheus.Counter
+	clamped                            prometheus.Counter
+	panics                             prometheus.Counter
+	slowConsumer                       prometheus.Counter
+	heartbeats                         prometheus.Counter
+	antiEntropy                        prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometheus.Collector) (*metrics, error) {
@@ -72,26 +90,36 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
 		peersRefused: counter("peers_refused_total", "Messages from a new peer dropped because max_peers peers are known."),
-		skew: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
-			Help: "Receive time minus the peer's send time of its latest batch (clock skew plus delivery delay).",
-		}, []string{"peer"}),
-		syncServed: counter("sync_replies_sent_total", "Sync requests (warm starts, reconnects) answered."),
-		syncMerged: counter("sync_entries_merged_total", "Counts merged from sync replies."),
-		syncFailed: counter("sync_requests_failed_total", "Sync requests of this node that got no complete reply before their deadline."),
-		dropped:    map[string]prometheus.Counter{},
-		malformed:  map[string]prometheus.Counter{},
+		syncServed:   counter("sync_replies_sent_total", "Sync requests (warm starts, reconnects) answered."),
+		syncMerged:   counter("sync_entries_merged_total", "Counts merged from sync replies."),
+		syncFailed:   counter("sync_requests_failed_total", "Sync requests of this node that got no complete reply before their deadline."),
+		clamped:      counter("entries_clamped_total", "Received counts above what a limit of their bucket on this node allows, lowered to that bound."),
+		panics:       counter("callback_panics_total", "Panics recovered in a NATS message handler (a bug: the message is dropped, the node keeps running)."),
+		slowConsumer: counter("slow_consumer_events_total", "Messages the NATS client dropped because this node read too slowly (followed by a resync)."),
+		heartbeats:   counter("heartbeats_sent_total", "Empty batches published because nothing changed for a heartbeat interval (peers see the node alive)."),
+		antiEntropy:  counter("anti_entropy_entries_sent_total", "Unchanged live counts published again in the background (repairs a lost batch of a quiet key)."),
+		dropped:      map[string]prometheus.Counter{},
+		malformed:    map[string]prometheus.Counter{},
+		syncRefused:  map[string]prometheus.Counter{},
 	}
-	for _, r := range []string{dropStale, dropStaleLocal, dropUnknownBucket, dropMismatch, dropRefused, dropInvalid, dropDeferred, dropTooLarge, dropUnknownPeer} {
+	syncRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "sync_requests_refused_total",
+		Help: "Sync requests read but not answered, by reason.",
+	}, []string{"reason"})
+	for _, r := range []string{refusedRate, refusedReply} {
+		m.syncRefused[r] = syncRefused.WithLabelValues(r)
+	}
+	for _, r := range []string{dropStale, dropStaleLocal, dropUnknownBucket, dropMismatch, dropRefused, dropInvalid, dropDeferred, dropTooLarge, dropUnknownPeer, dropScale} {
 		m.dropped[r] = dropped.WithLabelValues(r)
 	}
-	for _, r := range []string{malDecode, malVersion, malOversize, malKind, malSelf} {
+	for _, r := range []string{malDecode, malVersion, malOversize, malKind, malSelf, malUnsealed, malNoKey, malUnknown, malAuth, malClock} {
 		m.malformed[r] = malformed.WithLabelValues(r)
 	}
 	cs := []prometheus.Collector{
 		m.batchesSent, m.earlyBatches, m.entriesSent, m.batchesReceived, m.entriesReceived, m.entriesMerged,
 		dropped, malformed, m.batchesMissed, m.batchesRepeated, m.publishErrors, m.publishDuration,
-		m.peersRefused, m.skew, m.syncServed, m.syncMerged, m.syncFailed,
+		m.peersRefused, m.syncServed, m.syncMerged, m.syncFailed, syncRefused,
+		m.clamped, m.panics, m.slowConsumer, m.heartbeats, m.antiEntropy,
 	}
 	cs = append(cs, gauges(ns, sub)...)
 	for _, c := range cs {

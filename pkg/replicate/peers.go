@@ -2,6 +2,7 @@ package replicate
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -18,6 +19,9 @@ type peer struct {
 	key      peerKey
 	lastSeen time.Time // under peerTable.mu
 
+	// skewMS is receive time minus send time of its latest batch.
+	skewMS atomic.Int64
+
 	// Read and written by the batch handler only (one goroutine).
 	lastSeq    uint64
 	haveSeq    bool
@@ -25,20 +29,30 @@ type peer struct {
 }
 
 // peerTable maps peers to the counter's PeerIDs. It holds at most max
-// peers; ids are never reused (the counter may still hold counts under an
-// expired peer's id until their windows end, and those must never be
-// attributed to another peer).
+// peers; ids are never reused for another peer (the counter may still
+// hold counts under an expired peer's id until their windows end, and
+// those must never be attributed to another peer). A peer that expired
+// and speaks again gets its old id back, so its counts are not counted a
+// second time: the table remembers the last retiredMax expired peers.
+// Only authenticated, validated messages reach it.
 type peerTable struct {
-	mu       sync.Mutex
-	byKey    map[peerKey]*peer
-	byID     map[counter.PeerID]*peer
-	next     counter.PeerID
-	max      int
-	onForget func(node string) // the last peer of a node id is gone
+	mu      sync.Mutex
+	byKey   map[peerKey]*peer
+	byID    map[counter.PeerID]*peer
+	next    counter.PeerID
+	max     int
+	retired map[peerKey]counter.PeerID
+	order   []peerKey // retired keys, oldest first
 }
 
-func newPeerTable(max int, onForget func(string)) *peerTable {
-	return &peerTable{byKey: map[peerKey]*peer{}, byID: map[counter.PeerID]*peer{}, next: 1, max: max, onForget: onForget}
+// retiredPerPeer bounds the remembered expired peers: retiredPerPeer × max.
+const retiredPerPeer = 4
+
+func newPeerTable(max int) *peerTable {
+	return &peerTable{
+		byKey: map[peerKey]*peer{}, byID: map[counter.PeerID]*peer{}, next: 1, max: max,
+		retired: map[peerKey]counter.PeerID{},
+	}
 }
 
 // get returns the peer (node, inc), adding it if there is room, and notes
@@ -54,11 +68,20 @@ func (t *peerTable) get(node string, inc uint64, now time.Time) *peer {
 		}
 		return p
 	}
-	if len(t.byKey) >= t.max || t.next == 0 {
+	if len(t.byKey) >= t.max {
 		return nil
 	}
-	p := &peer{id: t.next, key: k, lastSeen: now}
-	t.next++ // wraps to 0 after 2^32−1 peers: then no new ones
+	id, back := t.retired[k]
+	if back {
+		delete(t.retired, k) // its place in order is skipped when reached
+	} else {
+		if t.next == 0 {
+			return nil
+		}
+		id = t.next
+		t.next++ // wraps to 0 after 2^32−1 peers: then no new ones
+	}
+	p := &peer{id: id, key: k, lastSeen: now}
 	t.byKey[k] = p
 	t.byID[p.id] = p
 	return p
@@ -75,7 +98,8 @@ func (t *peerTable) identity(id counter.PeerID) (Origin, bool) {
 	return Origin{Node: p.key.node, Incarnation: p.key.inc}, true
 }
 
-// expire forgets the peers not heard from since now − ttl.
+// expire forgets the peers not heard from since now − ttl, remembering
+// their ids in case they speak again.
 func (t *peerTable) expire(now time.Time, ttl time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -86,16 +110,21 @@ func (t *peerTable) expire(now time.Time, ttl time.Duration) {
 		}
 		delete(t.byKey, k)
 		delete(t.byID, p.id)
-		last := true
-		for o := range t.byKey {
-			if o.node == k.node {
-				last = false
-				break
+		t.retired[k] = p.id
+		t.order = append(t.order, k)
+	}
+	for len(t.retired) > retiredPerPeer*t.max && len(t.order) > 0 {
+		delete(t.retired, t.order[0])
+		t.order = t.order[1:]
+	}
+	if len(t.order) > 2*retiredPerPeer*t.max { // keys of peers that came back
+		live := t.order[:0]
+		for _, k := range t.order {
+			if _, ok := t.retired[k]; ok {
+				live = append(live, k)
 			}
 		}
-		if last && t.onForget != nil {
-			t.onForget(k.node)
-		}
+		t.order = append([]peerKey(nil), live...)
 	}
 }
 
@@ -103,4 +132,19 @@ func (t *peerTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.byKey)
+}
+
+// maxSkew returns the largest absolute clock skew of the known peers.
+func (t *peerTable) maxSkew() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m int64
+	for _, p := range t.byKey {
+		s := p.skewMS.Load()
+		if s < 0 {
+			s = -s
+		}
+		m = max(m, s)
+	}
+	return time.Duration(m) * time.Millisecond
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -42,9 +43,17 @@ const (
 	DefaultSyncInterval     = 100 * time.Millisecond
 	DefaultWarmStartTimeout = 2 * time.Second
 	DefaultMaxPeers         = 64
-	DefaultPeerExpiry       = 10 * time.Minute
+	DefaultPeerExpiry       = time.Minute
 	DefaultSkewWarning      = 500 * time.Millisecond
 	DefaultFlushTimeout     = 2 * time.Second
+	DefaultHeartbeat        = time.Second
+	DefaultAntiEntropy      = 10 * time.Second
+	DefaultMaxClockSkew     = 30 * time.Second
+	// DefaultSyncAnswersPerSecond bounds the sync requests a node answers,
+	// from all requesters together (a burst of this many, refilled at this
+	// rate): every node reconnecting at once after a NATS restart still
+	// gets an answer from some peer, a flood of requests costs little.
+	DefaultSyncAnswersPerSecond = 4
 	// DefaultMaxMessageBytes bounds the messages read (and written, with the
 	// server's max_payload, whichever is smaller).
 	DefaultMaxMessageBytes = 8 << 20
@@ -82,7 +91,8 @@ type Config struct {
 	WarmStartTimeout time.Duration
 	// MaxPeers bounds the peers tracked at once; 64.
 	MaxPeers int
-	// PeerExpiry: a peer silent this long is forgotten; 10 min.
+	// PeerExpiry: a peer silent this long (no batch, no heartbeat) is
+	// forgotten; 1 min. If it speaks again it gets its old peer id back.
 	PeerExpiry time.Duration
 	// SkewWarning: a peer whose batches arrive with a larger clock
 	// difference is logged (at most once a minute); 500 ms.
@@ -99,6 +109,30 @@ type Config struct {
 	// at its end). Default SyncInterval/10; negative turns early batches
 	// off.
 	EarlyGap time.Duration
+
+	// Keys are the cluster keys, KeySize bytes each: messages are sealed
+	// with the first and opened with either (a rotation: add the new key
+	// as second, then make it first everywhere, then drop the old one).
+	// None: messages are neither sealed nor authenticated — anyone who
+	// can publish on the subjects can then change counts (see
+	// docs/security.md).
+	Keys [][]byte
+	// Bounds says which window lengths and counts a peer may report per
+	// bucket; nil accepts every window and count the counter takes.
+	Bounds Bounds
+	// Heartbeat: a node that published nothing for this long publishes an
+	// empty batch, so that peers know it is alive; 1 s.
+	Heartbeat time.Duration
+	// AntiEntropy is the period over which every live count of this node
+	// is published again, a part with each batch, so that a lost batch of
+	// a key that stopped changing is repaired within about this period;
+	// 10 s, negative turns it off.
+	AntiEntropy time.Duration
+	// MaxClockSkew: a message whose send time is further than this from
+	// this node's clock is dropped (a replay, or a clock that is off); 30 s.
+	MaxClockSkew time.Duration
+	// SyncAnswersPerSecond bounds the sync requests answered, in all; 4.
+	SyncAnswersPerSecond int
 }
 
 func (c *Config) setDefaults() error {
@@ -122,8 +156,8 @@ func (c *Config) setDefaults() error {
 		}
 		c.NodeID = h
 	}
-	if len(c.NodeID) > maxNameLen {
-		return fmt.Errorf("replicate: node id of %d bytes, at most %d", len(c.NodeID), maxNameLen)
+	if !validNode(c.NodeID) {
+		return fmt.Errorf("replicate: node id %q: want 1 to %d bytes of printable ASCII without spaces", c.NodeID, maxNodeLen)
 	}
 	if c.SubjectPrefix == "" {
 		c.SubjectPrefix = DefaultSubjectPrefix
@@ -139,6 +173,7 @@ func (c *Config) setDefaults() error {
 	}{
 		{&c.SyncInterval, DefaultSyncInterval}, {&c.WarmStartTimeout, DefaultWarmStartTimeout},
 		{&c.PeerExpiry, DefaultPeerExpiry}, {&c.SkewWarning, DefaultSkewWarning}, {&c.FlushTimeout, DefaultFlushTimeout},
+		{&c.Heartbeat, DefaultHeartbeat}, {&c.MaxClockSkew, DefaultMaxClockSkew},
 	} {
 		if *d.p < 0 {
 			return fmt.Errorf("replicate: negative duration %v", *d.p)
@@ -149,6 +184,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.EarlyGap == 0 {
 		c.EarlyGap = c.SyncInterval / 10
+	}
+	if c.AntiEntropy == 0 {
+		c.AntiEntropy = DefaultAntiEntropy
+	}
+	if c.SyncAnswersPerSecond < 0 {
+		return fmt.Errorf("replicate: negative SyncAnswersPerSecond %d", c.SyncAnswersPerSecond)
+	}
+	if c.SyncAnswersPerSecond == 0 {
+		c.SyncAnswersPerSecond = DefaultSyncAnswersPerSecond
 	}
 	if c.MaxPeers < 0 || c.MaxPeers > 1<<16 {
 		return fmt.Errorf("replicate: MaxPeers %d outside [0, 65536]", c.MaxPeers)
@@ -181,6 +225,7 @@ type Replicator struct {
 	batchSubj string
 	syncSubj  string
 	peers     *peerTable
+	seal      *sealer // nil: no cluster key
 
 	// publishMu is held for a whole publish, and by the pending_entries
 	// gauge: changes taken out of the store but not yet sent still count
@@ -209,14 +254,31 @@ type Replicator struct {
 	deferMu  sync.Mutex
 	deferred []deferredCount
 
+	// Buffers of the publishing loop: sealed output, additional data.
+	sealBuf, sealAD []byte
+	lastSent        time.Time // r.now of the last batch or heartbeat
+	// Anti-entropy: this node's live counts, re-sent a part per tick.
+	aeQueue []counter.WindowCount
+	aeSnap  []counter.PeerCount
+	aeNext  time.Time
+	aeShare int // counts per tick
+
 	// Received batches are handled one at a time (one subscription).
-	rx Message
+	rx    Message
+	rxBuf rxBuffers
+
+	// Sync requests: handled one at a time (one subscription).
+	reqRx   Message
+	reqBuf  rxBuffers
+	answers tokenBucket
 
 	// Cached sync reply chunks, rebuilt at most once a second.
 	syncMu    sync.Mutex
 	syncCache [][]byte
 	syncAt    time.Time
 	syncSplit *splitter
+	syncSeal  []byte
+	syncAD    []byte
 	snap      []counter.PeerCount
 	lastSync  atomic.Int64 // unix ms a sync request of ours last started
 	syncing   atomic.Bool
@@ -257,7 +319,11 @@ func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (
 		return nil, err
 	}
 	r.m = m
-	r.peers = newPeerTable(cfg.MaxPeers, func(node string) { m.skew.DeleteLabelValues(node) })
+	r.peers = newPeerTable(cfg.MaxPeers)
+	if r.seal, err = newSealer(cfg.Keys, cfg.SubjectPrefix); err != nil {
+		return nil, err
+	}
+	r.answers = tokenBucket{max: float64(cfg.SyncAnswersPerSecond), rate: float64(cfg.SyncAnswersPerSecond)}
 	r.split = newSplitter(cfg.MaxMessageBytes, nil)
 	r.syncSplit = newSplitter(cfg.MaxMessageBytes, nil)
 	return r, nil
@@ -287,6 +353,10 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 			Namespace: ns, Subsystem: sub, Name: "peers",
 			Help: "Peers heard from within the peer expiry.",
 		}, func() float64 { return float64(r.peers.len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
+			Help: "Largest absolute difference, over the known peers, between receive time and the peer's send time of its latest batch (clock skew plus delivery delay).",
+		}, func() float64 { return r.peers.maxSkew().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
 			Help: "Keys with changed counts not yet published (grows while NATS is away).",
@@ -343,6 +413,14 @@ func (r *Replicator) Run(ctx context.Context) error {
 			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				// Messages were dropped before this node read them: some
+				// of peers' counts may be missing; ask for all of them.
+				r.m.slowConsumer.Inc()
+				r.log.Warn("NATS slow consumer: messages dropped before they were read; resyncing from peers", "err", err)
+				r.requestResync()
+				return
+			}
 			r.log.Warn("NATS asynchronous error", "err", err)
 		}),
 	)
@@ -352,10 +430,10 @@ func (r *Replicator) Run(ctx context.Context) error {
 	}
 	r.conn.Store(nc)
 	defer nc.Close()
-	if _, err := nc.Subscribe(r.batchSubj, r.onBatch); err != nil {
+	if _, err := nc.Subscribe(r.batchSubj, r.guard("batch", r.onBatch)); err != nil {
 		return fmt.Errorf("replicate: subscribe %s: %w", r.batchSubj, err)
 	}
-	if _, err := nc.Subscribe(r.syncSubj, r.onSyncRequest); err != nil {
+	if _, err := nc.Subscribe(r.syncSubj, r.guard("sync request", r.onSyncRequest)); err != nil {
 		return fmt.Errorf("replicate: subscribe %s: %w", r.syncSubj, err)
 	}
 
@@ -369,7 +447,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		r.lastSync.Store(r.now().UnixMilli())
 		wg.Go(func() {
 			defer r.syncing.Store(false)
-			r.sync(syncCtx, nc, why)
+			r.guard("sync reply", func(*nats.Msg) { r.sync(syncCtx, nc, why) })(nil)
 			if then != nil {
 				then()
 			}
@@ -469,9 +547,9 @@ func (r *Replicator) final(nc *nats.Conn) {
 }
 
 // tick is one sync interval: retry deferred counts, forget silent peers,
-// and publish this node's changes if NATS is there. While it is not, the
-// changes stay marked in the store and go out, at their latest counts, in
-// the first batch after it is back.
+// and publish this node's changes if NATS is there (or a heartbeat when
+// there are none). While it is not, the changes stay marked in the store
+// and go out, at their latest counts, in the first batch after it is back.
 func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	r.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
@@ -483,7 +561,15 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	if !nc.IsConnected() {
 		return
 	}
-	r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
+	r.publishTick(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
+}
+
+// publishTick is the publishing half of a tick: changes plus a share of
+// the anti-entropy counts, or a heartbeat when there is nothing to send.
+func (r *Replicator) publishTick(now time.Time, max int, send func([]byte) error) {
+	if r.publishChanges(now, max, send, true) == 0 && now.Sub(r.lastSent) >= r.cfg.Heartbeat {
+		r.heartbeat(now, max, send)
+	}
 }
 
 // early publishes this node's changes between ticks, because a local hit
@@ -494,22 +580,96 @@ func (r *Replicator) early(nc *nats.Conn, now time.Time) {
 	if !nc.IsConnected() {
 		return
 	}
-	n := r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) })
+	n := r.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.publish(nc, r.batchSubj, b) }, false)
 	r.m.earlyBatches.Add(float64(n))
 }
 
-// maxOut is the largest message this node may publish on nc.
+// maxOut is the largest message this node may publish on nc, sealed.
 func (r *Replicator) maxOut(nc *nats.Conn) int {
 	if mp := int(nc.MaxPayload()); mp > 0 {
-		return min(mp, r.cfg.MaxMessageBytes)
+		return min(mp, r.cfg.MaxMessageBytes) - sealOverhead
 	}
-	return r.cfg.MaxMessageBytes
+	return r.cfg.MaxMessageBytes - sealOverhead
+}
+
+// sealed returns msg sealed for kind with buf and ad as scratch, or msg
+// itself without a cluster key.
+func (r *Replicator) sealed(buf, ad *[]byte, msg []byte, kind Kind) []byte {
+	if r.seal == nil {
+		return msg
+	}
+	*buf = r.seal.seal((*buf)[:0], msg, kind, ad)
+	return *buf
+}
+
+// heartbeat publishes an empty batch: peers keep this node known while it
+// has nothing to say.
+func (r *Replicator) heartbeat(now time.Time, max int, send func([]byte) error) {
+	r.publishMu.Lock()
+	defer r.publishMu.Unlock()
+	r.split.max = max
+	r.split.emit = func(b []byte) error {
+		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, KindBatch)); err != nil {
+			r.m.publishErrors.Inc()
+			return nil
+		}
+		r.m.heartbeats.Inc()
+		r.lastSent = now
+		return nil
+	}
+	r.split.start(Header{Kind: KindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
+	r.split.flush(true)
+	r.seq = r.split.msg.Seq
+}
+
+// antiEntropy appends to dst this tick's share of this node's live counts:
+// every AntiEntropy a snapshot of them is taken and published again over
+// the following ticks, so that a count whose batch was lost reaches the
+// peers even if its key never changes again. Counts merge by max, so a
+// repeated one changes nothing.
+func (r *Replicator) antiEntropy(dst []counter.WindowCount, now time.Time) []counter.WindowCount {
+	if r.cfg.AntiEntropy < 0 {
+		return dst
+	}
+	if len(r.aeQueue) == 0 {
+		if now.Before(r.aeNext) {
+			return dst
+		}
+		r.aeNext = now.Add(r.cfg.AntiEntropy)
+		r.aeSnap = r.store.Snapshot(r.aeSnap[:0], now)
+		r.aeQueue = r.aeQueue[:0]
+		for _, pc := range r.aeSnap {
+			if pc.Peer == counter.Self {
+				r.aeQueue = append(r.aeQueue, pc.WindowCount)
+			}
+		}
+		clear(r.aeSnap) // drop the key strings
+		if len(r.aeQueue) == 0 {
+			return dst
+		}
+		// Spread over the ticks of one period, so the period bounds the repair.
+		ticks := max(1, int(r.cfg.AntiEntropy/r.cfg.SyncInterval))
+		r.aeShare = (len(r.aeQueue) + ticks - 1) / ticks
+	}
+	n := min(len(r.aeQueue), r.aeShare)
+	sent := 0
+	for _, c := range r.aeQueue[len(r.aeQueue)-n:] {
+		if liveWindow(c, now) {
+			dst = append(dst, c)
+			sent++
+		}
+	}
+	clear(r.aeQueue[len(r.aeQueue)-n:])
+	r.aeQueue = r.aeQueue[:len(r.aeQueue)-n]
+	r.m.antiEntropy.Add(float64(sent))
+	return dst
 }
 
 // publishChanges publishes, with send, the counts changed since the last
-// call (and those of a failed publish before), in messages of at most max
-// bytes. It returns how many messages it published.
-func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error) (batches int) {
+// call (and those of a failed publish before, and with withAE a share of
+// the anti-entropy counts), in messages of at most max bytes. It returns
+// how many messages it published.
+func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) error, withAE bool) (batches int) {
 	r.publishMu.Lock()
 	defer r.publishMu.Unlock()
 	start := time.Now()
@@ -527,6 +687,10 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 		clear(r.retry)
 		r.retry = r.retry[:0]
 	}
+	fresh := len(r.changes)
+	if withAE {
+		r.changes = r.antiEntropy(r.changes, now)
+	}
 	if len(r.changes) == 0 {
 		return 0
 	}
@@ -534,7 +698,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 	sent := 0
 	r.split.max = max
 	r.split.emit = func(b []byte) error {
-		if err := send(b); err != nil {
+		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, KindBatch)); err != nil {
 			r.m.publishErrors.Inc()
 			if !failed {
 				r.log.Warn("publish batch", "err", err)
@@ -543,6 +707,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 			return nil
 		}
 		r.m.batchesSent.Inc()
+		r.lastSent = now
 		batches++
 		sent += len(r.split.msg.Entries)
 		return nil
@@ -563,10 +728,12 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 	r.m.entriesSent.Add(float64(sent))
 	if failed {
 		// Offer everything again next time: counts are running counts, so
-		// what did go out is merely repeated.
-		n := min(len(r.changes), maxPending)
+		// what did go out is merely repeated. (Anti-entropy counts come
+		// round again anyway.)
+		n := min(fresh, maxPending)
 		r.retry = append(r.retry[:0], r.changes[:n]...)
 	}
+	clear(r.changes[fresh:]) // drop the anti-entropy key strings
 	r.m.publishDuration.Observe(time.Since(start).Seconds())
 	return batches
 }
@@ -581,11 +748,27 @@ func liveWindow(c counter.WindowCount, now time.Time) bool {
 	return c.Window >= lo && c.Window <= w+1
 }
 
+// guard wraps a NATS message handler: a panic in it is a bug, yet must not
+// stop the node (every node runs the same handler on the same message), so
+// it is recovered, counted and logged, and the message is dropped.
+func (r *Replicator) guard(what string, h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		defer func() {
+			if v := recover(); v != nil {
+				r.m.panics.Inc()
+				r.log.Error("recovered a panic in a replication handler; message dropped",
+					"handler", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}()
+		h(msg)
+	}
+}
+
 // onBatch merges a peer's batch. NATS calls it for one message at a time.
 func (r *Replicator) onBatch(msg *nats.Msg) {
 	now := r.now()
 	m := &r.rx
-	if !r.read(msg.Data, m, KindBatch) {
+	if !r.read(msg.Data, m, KindBatch, &r.rxBuf, now) {
 		return
 	}
 	p := r.peers.get(m.Node, m.Incarnation, now)
@@ -599,11 +782,40 @@ func (r *Replicator) onBatch(msg *nats.Msg) {
 	r.m.batchesReceived.Inc() // after merging: tests wait on it
 }
 
-// read decodes data into m and checks it is of kind and not from this
-// process; it counts and reports false for anything else.
-func (r *Replicator) read(data []byte, m *Message, kind Kind) bool {
+// rxBuffers are the scratch buffers of one receiving goroutine.
+type rxBuffers struct {
+	plain, ad []byte
+}
+
+// read opens (with a cluster key) and decodes data into m, and checks it
+// is of kind, not from this process and sent close to now; it counts and
+// reports false for anything else. Nothing of a message that fails here
+// is used, logged or kept.
+func (r *Replicator) read(data []byte, m *Message, kind Kind, buf *rxBuffers, now time.Time) bool {
 	if len(data) > r.cfg.MaxMessageBytes {
 		r.m.malformed[malOversize].Inc()
+		return false
+	}
+	if r.seal != nil {
+		plain, err := r.seal.open(buf.plain[:0], data, kind, &buf.ad)
+		switch {
+		case err == nil:
+			buf.plain, data = plain, plain
+		case errors.Is(err, ErrUnsealed):
+			r.m.malformed[malUnsealed].Inc()
+			return false
+		case errors.Is(err, ErrUnknownKey):
+			r.m.malformed[malUnknown].Inc()
+			return false
+		case errors.Is(err, ErrVersion):
+			r.m.malformed[malVersion].Inc()
+			return false
+		default:
+			r.m.malformed[malAuth].Inc()
+			return false
+		}
+	} else if isSealed(data) {
+		r.m.malformed[malNoKey].Inc()
 		return false
 	}
 	if err := Decode(data, m); err != nil {
@@ -612,7 +824,7 @@ func (r *Replicator) read(data []byte, m *Message, kind Kind) bool {
 		} else {
 			r.m.malformed[malDecode].Inc()
 		}
-		r.log.Debug("dropped a malformed message", "err", err)
+		r.log.Debug("dropped a malformed message", "err", err) // %q-quoted: safe to print
 		return false
 	}
 	if m.Kind != kind {
@@ -623,6 +835,10 @@ func (r *Replicator) read(data []byte, m *Message, kind Kind) bool {
 		r.m.malformed[malSelf].Inc()
 		return false
 	}
+	if d := now.UnixMilli() - m.SentAtMS; d > r.cfg.MaxClockSkew.Milliseconds() || d < -r.cfg.MaxClockSkew.Milliseconds() {
+		r.m.malformed[malClock].Inc()
+		return false
+	}
 	return true
 }
 
@@ -631,7 +847,7 @@ func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
 	switch {
 	case !p.haveSeq || m.Seq == p.lastSeq+1:
 	case m.Seq > p.lastSeq:
-		r.m.batchesMissed.Add(float64(m.Seq - p.lastSeq - 1))
+		r.m.batchesMissed.Add(float64(min(m.Seq-p.lastSeq-1, 1<<20)))
 	default:
 		r.m.batchesRepeated.Inc()
 	}
@@ -639,9 +855,10 @@ func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
 		p.lastSeq, p.haveSeq = m.Seq, true
 	}
 	skew := time.Duration(now.UnixMilli()-m.SentAtMS) * time.Millisecond
-	r.m.skew.WithLabelValues(p.key.node).Set(skew.Seconds())
+	p.skewMS.Store(skew.Milliseconds())
 	if (skew > r.cfg.SkewWarning || skew < -r.cfg.SkewWarning) && now.Sub(p.skewLogged) >= time.Minute {
 		p.skewLogged = now
+		// The node id is validated printable ASCII, from an authenticated message.
 		r.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
 			"peer", p.key.node, "skew", skew.String(), "threshold", r.cfg.SkewWarning.String())
 	}
@@ -649,23 +866,39 @@ func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
 
 // merge merges m's entries, each under the peer id origin gives for its
 // origin index (counter.Self: skip the entry, it is this node's own).
+// Entries of a bucket this node does not know, or of a window length no
+// limit of the bucket has here, are dropped; counts above what a limit of
+// the bucket allows are merged at that bound.
 func (r *Replicator) merge(m *Message, origin func(int) counter.PeerID, now time.Time) (merged int) {
 	r.m.entriesReceived.Add(float64(len(m.Entries)))
 	var idxBuf [16]int64
-	idx := idxBuf[:0]
+	var boundBuf [16]int64
+	idx, bound := idxBuf[:0], boundBuf[:0]
 	for _, l := range m.Limits {
 		b, ok := r.bucketIdx[l.Name]
 		if !ok {
-			idx = append(idx, -1)
+			idx, bound = append(idx, -1), append(bound, 0)
 			continue
 		}
-		idx = append(idx, int64(b))
+		mx := int64(counter.MaxCount)
+		if r.cfg.Bounds != nil {
+			var valid bool
+			if mx, valid = r.cfg.Bounds.PeerBound(b, l.ScaleMS); !valid {
+				idx, bound = append(idx, -2), append(bound, 0)
+				continue
+			}
+		}
+		idx, bound = append(idx, int64(b)), append(bound, mx)
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
 		b := idx[e.Limit]
-		if b < 0 {
+		switch b {
+		case -1:
 			r.m.dropped[dropUnknownBucket].Inc()
+			continue
+		case -2:
+			r.m.dropped[dropScale].Inc()
 			continue
 		}
 		pid := origin(e.Origin)
@@ -673,7 +906,12 @@ func (r *Replicator) merge(m *Message, origin func(int) counter.PeerID, now time
 			continue
 		}
 		l := &m.Limits[e.Limit]
-		wc := counter.WindowCount{Bucket: uint32(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: e.Count}
+		count := e.Count
+		if count > bound[e.Limit] {
+			count = bound[e.Limit]
+			r.m.clamped.Inc()
+		}
+		wc := counter.WindowCount{Bucket: uint32(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: count}
 		if r.mergeOne(pid, wc, now) {
 			merged++
 		}

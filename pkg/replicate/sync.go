@@ -3,6 +3,8 @@ package replicate
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -10,22 +12,88 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
+// inboxPrefix is the only kind of reply subject a sync request may name:
+// nats.go's request inboxes. A request cannot make a node publish its
+// counts on another subject (and NATS permissions, see deploy/nats, stop
+// anyone else from reading the inboxes).
+const inboxPrefix = "_INBOX."
+
+// validReply reports whether subj is an inbox subject without wildcards.
+func validReply(subj string) bool {
+	if len(subj) <= len(inboxPrefix) || len(subj) > 256 || !strings.HasPrefix(subj, inboxPrefix) {
+		return false
+	}
+	for _, tok := range strings.Split(subj, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	for i := 0; i < len(subj); i++ {
+		if subj[i] <= ' ' || subj[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenBucket admits up to max events at once, refilled at rate per
+// second. Safe for concurrent use.
+type tokenBucket struct {
+	mu        sync.Mutex
+	max, rate float64
+	tokens    float64
+	at        time.Time
+}
+
+func (b *tokenBucket) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.at.IsZero() {
+		b.tokens, b.at = b.max, now
+	}
+	if el := now.Sub(b.at).Seconds(); el > 0 {
+		b.tokens = min(b.max, b.tokens+el*b.rate)
+		b.at = now
+	}
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
 // onSyncRequest answers a peer's sync request with every count this node
-// holds for live windows, in as many chunks as the message size needs.
+// holds for live windows, in as many chunks as the message size needs:
+// only an authenticated request, only to an inbox, and at most
+// SyncAnswersPerSecond of them in all, from a snapshot at most a second
+// old whatever the request says.
 func (r *Replicator) onSyncRequest(msg *nats.Msg) {
-	var m Message
-	if !r.read(msg.Data, &m, KindSyncRequest) {
+	now := r.now()
+	m := &r.reqRx
+	if !r.read(msg.Data, m, KindSyncRequest, &r.reqBuf, now) {
 		return
 	}
-	if msg.Reply == "" {
-		r.m.malformed[malKind].Inc()
+	if !validReply(msg.Reply) {
+		r.m.syncRefused[refusedReply].Inc()
+		return
+	}
+	if !r.answers.allow(time.Now()) {
+		r.m.syncRefused[refusedRate].Inc()
 		return
 	}
 	nc := r.conn.Load()
 	if nc == nil {
 		return
 	}
-	for _, chunk := range r.syncReply(r.maxOut(nc), r.now(), time.UnixMilli(m.SentAtMS)) {
+	asked := time.UnixMilli(m.SentAtMS)
+	if wait := r.syncWait(asked, now); wait > 0 {
+		// The cached snapshot predates the request, and a new one may not
+		// be taken yet: wait for it (at most a second; the requester waits
+		// longer), rather than answer with counts older than the request.
+		time.Sleep(wait)
+		now = r.now()
+	}
+	for _, chunk := range r.syncReply(r.maxOut(nc), now) {
 		if err := r.publish(nc, msg.Reply, chunk); err != nil {
 			r.m.publishErrors.Inc()
 			r.log.Warn("answer a sync request", "peer", m.Node, "err", err)
@@ -36,15 +104,27 @@ func (r *Replicator) onSyncRequest(msg *nats.Msg) {
 	r.log.Debug("answered a sync request", "peer", m.Node)
 }
 
-// syncReply returns the chunks of a sync reply to a request sent at asked
-// (the requester's clock). A reply built after that instant is reused, if
-// it is less than a second old: a burst of requests (every node
-// reconnecting at once after a NATS restart) costs one pass over the
-// store, and no requester gets counts older than its request.
-func (r *Replicator) syncReply(max int, now, asked time.Time) [][]byte {
+// syncWait is how long a request sent at asked (the requester's clock,
+// within MaxClockSkew of now) waits before its answer: until a snapshot
+// may be taken again, when the cached one was taken before asked.
+func (r *Replicator) syncWait(asked, now time.Time) time.Duration {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
-	if r.syncCache != nil && !r.syncAt.Before(asked) && now.Sub(r.syncAt) < syncCacheAt && !now.Before(r.syncAt) {
+	if r.syncCache == nil || !r.syncAt.Before(asked) || now.Before(r.syncAt) {
+		return 0
+	}
+	return r.syncAt.Add(syncCacheAt).Sub(now)
+}
+
+// syncReply returns the sealed chunks of a sync reply. A reply built less
+// than a second ago is reused, whatever the request: a burst of requests
+// (every node reconnecting at once after a NATS restart, or a flood) costs
+// one pass over the store per second at most. (onSyncRequest waits for a
+// newer one when the cached one predates the request.)
+func (r *Replicator) syncReply(max int, now time.Time) [][]byte {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	if r.syncCache != nil && now.Sub(r.syncAt) < syncCacheAt && !now.Before(r.syncAt) {
 		return r.syncCache
 	}
 	r.snap = r.store.Snapshot(r.snap[:0], now)
@@ -52,7 +132,7 @@ func (r *Replicator) syncReply(max int, now, asked time.Time) [][]byte {
 	sp := r.syncSplit
 	sp.max = max
 	sp.emit = func(b []byte) error {
-		chunks = append(chunks, append([]byte(nil), b...))
+		chunks = append(chunks, append([]byte(nil), r.sealed(&r.syncSeal, &r.syncAD, b, KindSyncReply)...))
 		return nil
 	}
 	sp.start(Header{Kind: KindSyncReply, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()})
@@ -94,7 +174,8 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 	}
 	defer sub.Unsubscribe()
 	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: r.now().UnixMilli()}}).Encode(nil)
-	if err := nc.PublishRequest(r.syncSubj, inbox, req); err != nil {
+	var sealBuf, adBuf []byte
+	if err := nc.PublishRequest(r.syncSubj, inbox, r.sealed(&sealBuf, &adBuf, req, KindSyncRequest)); err != nil {
 		r.log.Warn("sync: request", "err", err)
 		return
 	}
@@ -107,6 +188,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 		complete int
 		merged   int
 		m        Message
+		buf      rxBuffers
 		outcome  = "deadline"
 		wait     = ctx // shortened to a grace period once a reply is complete
 	)
@@ -119,7 +201,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 			break
 		}
 		now := r.now()
-		if !r.read(msg.Data, &m, KindSyncReply) {
+		if !r.read(msg.Data, &m, KindSyncReply, &buf, now) {
 			continue
 		}
 		k := peerKey{m.Node, m.Incarnation}

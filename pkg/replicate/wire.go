@@ -49,7 +49,8 @@ const Version = 1
 
 // Bounds the decoder enforces.
 const (
-	maxNameLen = 255  // node ids and bucket names
+	maxNameLen = 255  // bucket names
+	maxNodeLen = 128  // node ids: printable ASCII, see validNode
 	maxKeyLen  = 4096 // counter.max_key_bytes is at most 4096
 	maxLimits  = 1 << 12
 	maxOrigins = 1 << 12
@@ -283,6 +284,31 @@ func (d *decoder) string(what string, minLen, maxLen int) string {
 	return s
 }
 
+// node reads a node id and checks it with validNode.
+func (d *decoder) node(what string) string {
+	s := d.string(what, 1, maxNodeLen)
+	if d.err == nil && !validNode(s) {
+		d.fail("%s %q: not printable ASCII", what, s)
+		return ""
+	}
+	return s
+}
+
+// validNode reports whether s may be a node id: 1 to maxNodeLen bytes of
+// printable ASCII without spaces. Node ids appear in logs; nothing else
+// may reach a log line or a terminal from the wire.
+func validNode(s string) bool {
+	if len(s) == 0 || len(s) > maxNodeLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
 // count reads a table length, bounded by max and by what the rest of the
 // message can hold at minLen bytes an item, so that a forged count cannot
 // make Decode allocate more than the message's size warrants.
@@ -315,7 +341,7 @@ func Decode(data []byte, m *Message) error {
 		return fmt.Errorf("%w: unknown kind %d", ErrMalformed, data[3])
 	}
 	d := decoder{b: data[4:]}
-	m.Node = d.string("node", 1, maxNameLen)
+	m.Node = d.node("node")
 	m.Incarnation = d.uint64("incarnation")
 	m.SentAtMS = d.varint("sent_at")
 	m.Seq = d.uvarint("seq")
@@ -348,7 +374,7 @@ func Decode(data []byte, m *Message) error {
 		if m.Kind == KindSyncReply {
 			no := d.count("origins", maxOrigins, 10)
 			for range no {
-				o := Origin{Node: d.string("origin node", 1, maxNameLen)}
+				o := Origin{Node: d.node("origin node")}
 				o.Incarnation = d.uint64("origin incarnation")
 				if d.err != nil {
 					break
@@ -391,7 +417,9 @@ func (d *decoder) entry(m *Message) Entry {
 		d.fail("entry limit %d of %d", li, len(m.Limits))
 		return e
 	}
-	if off < -1<<32 || off > 1<<32 {
+	// A sender only has counts of the window of its clock, the one before
+	// (sliding) and, merged from a peer whose clock is ahead, the next.
+	if off < -1 || off > 1 {
 		d.fail("entry window offset %d", off)
 		return e
 	}
