@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +16,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Backends of --backend / RATE_LIMIT_BACKEND.
@@ -29,8 +32,12 @@ type clusterConfig struct {
 	natsCreds        string
 	natsNkey         string
 	natsUser         string
-	natsPassword     string // environment only
-	natsToken        string // environment only
+	natsPassword     string // environment or file only
+	natsToken        string // environment or file only
+	natsPasswordFile string
+	natsTokenFile    string
+	clusterKeyFile   string
+	clusterKeys      [][]byte // environment or file only
 	natsCA           string
 	natsCert         string
 	natsKey          string
@@ -45,7 +52,10 @@ func (c *clusterConfig) addFlags(f *envFlags) {
 	f.String(&c.natsURL, "nats-url", "NATS_URL", "", "NATS server `URL`s, comma-separated (cluster backend)")
 	f.String(&c.natsCreds, "nats-creds", "NATS_CREDS", "", "NATS user credentials `file` (JWT and seed)")
 	f.String(&c.natsNkey, "nats-nkey", "NATS_NKEY", "", "NATS NKey seed `file`")
-	f.String(&c.natsUser, "nats-user", "NATS_USER", "", "NATS `user`; the password comes from NATS_PASSWORD")
+	f.String(&c.natsUser, "nats-user", "NATS_USER", "", "NATS `user`; the password comes from NATS_PASSWORD or --nats-password-file")
+	f.String(&c.natsPasswordFile, "nats-password-file", "NATS_PASSWORD_FILE", "", "`file` holding the NATS password (instead of NATS_PASSWORD)")
+	f.String(&c.natsTokenFile, "nats-token-file", "NATS_TOKEN_FILE", "", "`file` holding a NATS token (instead of NATS_TOKEN)")
+	f.String(&c.clusterKeyFile, "cluster-key-file", "RATELIMIT_AUTHZ_CLUSTER_KEY_FILE", "", "`file` holding the cluster key that seals replication (32 bytes, base64 or hex; a second line: the previous key, still accepted); or the key itself in RATELIMIT_AUTHZ_CLUSTER_KEY")
 	f.String(&c.natsCA, "nats-tls-ca", "NATS_CA", "", "`file` of CA certificates to verify the NATS server (turns TLS on)")
 	f.String(&c.natsCert, "nats-tls-cert", "NATS_CERT", "", "client certificate `file` for NATS mutual TLS (with --nats-tls-key)")
 	f.String(&c.natsKey, "nats-tls-key", "NATS_KEY", "", "client key `file` for NATS mutual TLS")
@@ -55,12 +65,31 @@ func (c *clusterConfig) addFlags(f *envFlags) {
 	f.String(&c.nodeID, "node-id", "RATELIMIT_AUTHZ_NODE_ID", "", "this node's `name` to its peers (metrics, logs); default the host name")
 }
 
-// resolve reads the secrets from the environment (never flags: ps would
-// show them), picks the backend and checks the combination. Its errors are
-// usage errors.
+// resolve reads the secrets from the environment or files (never flags:
+// ps would show them), picks the backend and checks the combination. Its
+// errors are usage errors.
 func (c *clusterConfig) resolve(getenv func(string) string) error {
-	c.natsPassword = getenv("NATS_PASSWORD")
-	c.natsToken = getenv("NATS_TOKEN")
+	var err error
+	if c.natsPassword, err = secret(getenv, "NATS_PASSWORD", "--nats-password-file", c.natsPasswordFile); err != nil {
+		return err
+	}
+	if c.natsToken, err = secret(getenv, "NATS_TOKEN", "--nats-token-file", c.natsTokenFile); err != nil {
+		return err
+	}
+	keys, err := secret(getenv, "RATELIMIT_AUTHZ_CLUSTER_KEY", "--cluster-key-file", c.clusterKeyFile)
+	if err != nil {
+		return err
+	}
+	c.clusterKeys = nil
+	if keys != "" {
+		if c.clusterKeys, err = replicate.ParseKeys(keys); err != nil {
+			from := "RATELIMIT_AUTHZ_CLUSTER_KEY"
+			if c.clusterKeyFile != "" {
+				from = "--cluster-key-file " + c.clusterKeyFile
+			}
+			return fmt.Errorf("%s: %w", from, err)
+		}
+	}
 	switch c.backend {
 	case "":
 		c.backend = backendLocal
@@ -102,6 +131,28 @@ func (c *clusterConfig) resolve(getenv func(string) string) error {
 		}
 	}
 	return nil
+}
+
+// secret reads a secret from the environment variable env or from file
+// (named by flag), not both. A file's content is trimmed of surrounding
+// white space.
+func secret(getenv func(string) string, env, flag, file string) (string, error) {
+	v := getenv(env)
+	if file == "" {
+		return v, nil
+	}
+	if v != "" {
+		return "", fmt.Errorf("%s and %s exclude each other", env, flag)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	v = strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s %s: empty file", flag, file)
+	}
+	return v, nil
 }
 
 func (c *clusterConfig) cluster() bool { return c.backend == backendCluster }
@@ -159,14 +210,49 @@ func newReplicator(c *clusterConfig, r *rules.Rules, store *counter.Store, reg p
 	repl, err := replicate.New(replicate.Config{
 		URL: c.natsURL, Options: opts, Buckets: buckets, NodeID: c.nodeID,
 		SubjectPrefix: c.subjectPrefix, SyncInterval: c.syncInterval, WarmStartTimeout: c.warmStartTimeout,
+		Keys: c.clusterKeys, Bounds: peerBounds(r),
 	}, store, reg, log)
 	if err != nil {
 		return nil, err
 	}
 	node, inc := repl.Identity()
+	ids := make([]string, len(c.clusterKeys))
+	for i, k := range c.clusterKeys {
+		id := replicate.KeyID(k)
+		ids[i] = hex.EncodeToString(id[:])
+	}
 	log.Info("counter backend: cluster (replicated over NATS)", "node", node, "incarnation", fmt.Sprintf("%016x", inc),
-		"subject_prefix", c.subjectPrefix, "sync_interval", c.syncInterval.String())
+		"subject_prefix", c.subjectPrefix, "sync_interval", c.syncInterval.String(), "cluster_key_ids", strings.Join(ids, ","))
+	if len(c.clusterKeys) == 0 {
+		log.Warn("no cluster key (RATELIMIT_AUTHZ_CLUSTER_KEY or --cluster-key-file): replication is neither authenticated nor encrypted; " +
+			"whoever can publish on the NATS subjects can change counts, and whoever can subscribe reads every key (IPs, accounts, tenants)")
+	}
 	return repl, nil
+}
+
+// peerBounds is what a peer may report per bucket: the window lengths of
+// the bucket's limits on this node (its own, every route default, the
+// built-in one) with limit × replicate.PeerCountFactor, and for an
+// overridable bucket every window a tenant override can have
+// (tenantlimits.Scales), with any count an override allows.
+func peerBounds(r *rules.Rules) replicate.BucketWindows {
+	w := make(replicate.BucketWindows, len(r.Buckets))
+	for i := range r.Buckets {
+		m := map[int64]int64{}
+		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
+		for route := -1; route < len(r.Routes); route++ {
+			if l, ok := r.Limit(route, i); ok {
+				add(l)
+			}
+		}
+		if r.Buckets[i].Overridable {
+			for _, sc := range tenantlimits.Scales {
+				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
+			}
+		}
+		w[i] = m
+	}
+	return w
 }
 
 // readyAfter is what readiness waits for: the replicator's warm start.

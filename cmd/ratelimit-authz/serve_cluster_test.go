@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func TestClusterFlagErrors(t *testing.T) {
@@ -546,4 +547,192 @@ func dist(xs []int) string {
 	sort.Ints(s)
 	q := func(p float64) int { return s[min(len(s)-1, int(p*float64(len(s))))] }
 	return fmt.Sprintf("%d windows: min %d, median %d, p90 %d, max %d", len(s), s[0], q(0.5), q(0.9), s[len(s)-1])
+}
+
+func TestClusterKeyAndSecretFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	k1 := strings.Repeat("ab", 32)                       // hex
+	k2 := "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=" // base64 of 0..31
+	two := write("two.key", "# current, then previous\n"+k1+"\n"+k2+"\n")
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		want  string // error substring; "" = accepted
+		nkeys int
+	}{
+		{"hex key in env", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": k1}, "", 1},
+		{"two keys in env", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": k1 + "," + k2}, "", 2},
+		{"two keys in a file", []string{"--cluster-key-file", two}, nil, "", 2},
+		{"file from env", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY_FILE": two}, "", 2},
+		{"short key", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": "c2hvcnQ="}, "decodes to 5 bytes, want 32", 0},
+		{"not a key", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": "not a key!"}, "neither 64 hex digits nor base64", 0},
+		{"three keys", []string{"--cluster-key-file", write("three.key", k1+"\n"+k2+"\n"+strings.Repeat("cd", 32))}, nil, "at most 2", 0},
+		{"same key twice", nil, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": k1 + "," + k1}, "same key", 0},
+		{"empty file", []string{"--cluster-key-file", write("empty.key", "\n")}, nil, "empty file", 0},
+		{"missing file", []string{"--cluster-key-file", filepath.Join(dir, "nope")}, nil, "--cluster-key-file", 0},
+		{"file and env", []string{"--cluster-key-file", two}, map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": k1}, "exclude each other", 0},
+		{"password file and env", []string{"--nats-user", "u", "--nats-password-file", write("pw", "s3cret\n")}, map[string]string{"NATS_PASSWORD": "x"}, "exclude each other", 0},
+		{"token file and user", []string{"--nats-user", "u", "--nats-token-file", write("tok", "t0ken\n")}, nil, "exclude each other", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c clusterConfig
+			f := newEnvFlags("serve", "", env(tt.env))
+			c.addFlags(f)
+			if err := f.fs.Parse(append([]string{"--nats-url", "nats://127.0.0.1:1"}, tt.args...)); err != nil {
+				t.Fatal(err)
+			}
+			c.syncInterval, c.warmStartTimeout = time.Second, time.Second
+			err := c.resolve(env(tt.env))
+			if tt.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("error %v, want one with %q", err, tt.want)
+				}
+				if strings.Contains(err.Error(), k1) {
+					t.Errorf("the error shows the key: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.clusterKeys) != tt.nkeys {
+				t.Errorf("%d keys, want %d", len(c.clusterKeys), tt.nkeys)
+			}
+		})
+	}
+	// A password from a file reaches the NATS options.
+	c := clusterConfig{natsURL: "nats://127.0.0.1:1", natsUser: "u", natsPasswordFile: write("pw2", "s3cret\n"), syncInterval: time.Second, warmStartTimeout: time.Second}
+	if err := c.resolve(env(nil)); err != nil || c.natsPassword != "s3cret" {
+		t.Errorf("password from file: %q, %v", c.natsPassword, err)
+	}
+}
+
+func TestPeerBoundsFromRules(t *testing.T) {
+	r := parseRules(t, `keys: {tenant_header: x-tenant-id}
+buckets:
+  activity_create: {limit: 100, per: 1s, key: tenant, overridable: true}
+  login_ip: {key: ip, count: failures}
+  custom: {key: ip}
+routes:
+  - {method: POST, path: /a, buckets: [activity_create, login_ip]}
+  - {method: POST, path: /b, buckets: [custom], defaults: {custom: {limit: 7, per: 10s}}}
+  - {method: POST, path: /c, buckets: [custom], defaults: {custom: {limit: 9, per: 10s}}}
+`)
+	b := peerBounds(r)
+	for _, c := range []struct {
+		bucket string
+		scale  int64
+		want   int64
+		ok     bool
+	}{
+		{"activity_create", 1000, replicate.BoundFor(counter.MaxLimit), true}, // own 100/s, and overrides
+		{"activity_create", 3_600_000, replicate.BoundFor(counter.MaxLimit), true},
+		{"activity_create", 2000, 0, false},
+		{"login_ip", 60_000, 5 * replicate.PeerCountFactor, true}, // built-in 5/min
+		{"login_ip", 1000, 0, false},
+		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // the larger route default
+		{"custom", 60_000, 0, false},
+	} {
+		got, ok := b.PeerBound(uint32(r.BucketIndex(c.bucket)), c.scale)
+		if got != c.want || ok != c.ok {
+			t.Errorf("%s at %d ms: %d, %v; want %d, %v", c.bucket, c.scale, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := b.PeerBound(99, 1000); ok {
+		t.Error("an unknown bucket index has bounds")
+	}
+}
+
+// TestServeClusterSealed: nodes that share a cluster key share one budget;
+// a node with another key is not heard, and hears nobody.
+func TestServeClusterSealed(t *testing.T) {
+	srv := testnats.Run(t)
+	cfg := writeConfig(t, clusterTestConfig)
+	key := map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": strings.Repeat("11", 32)}
+	other := map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": strings.Repeat("22", 32)}
+	a := startNode(t, "a", cfg, srv.ClientURL(), key)
+	b := startNode(t, "b", cfg, srv.ClientURL(), key)
+	x := startNode(t, "x", cfg, srv.ClientURL(), other)
+	for _, n := range []*clusterNode{a, b, x} {
+		n.waitReady(t)
+		if strings.Contains(n.logs.String(), "no cluster key") {
+			t.Errorf("%s warns of no key although it has one", n.id)
+		}
+	}
+	for i := range 6 {
+		if !a.check(t, "acme") {
+			t.Fatalf("a: check %d denied", i)
+		}
+	}
+	synced(t, a, b)
+	admitted := 0
+	for b.check(t, "acme") {
+		if admitted++; admitted > 10 {
+			t.Fatal("b admits without end")
+		}
+	}
+	if admitted != 4 {
+		t.Errorf("b admitted %d after a's 6 of 10, want 4", admitted)
+	}
+	// x, with another key, dropped every message of a and b as unknown.
+	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if got := x.metricLabel(t, "ratelimit_authz_replicate_messages_malformed_total", `reason="unknown_key"`); got < 2 {
+			return fmt.Errorf("x dropped %v messages of an unknown key", got)
+		}
+		return nil
+	})
+	for i := range 10 {
+		if !x.check(t, "acme") {
+			t.Fatalf("x denied check %d: it counted forged or foreign counts", i)
+		}
+	}
+	if x.check(t, "acme") {
+		t.Error("x admits over its own limit")
+	}
+}
+
+func TestServeClusterWarnsWithoutKey(t *testing.T) {
+	srv := testnats.Run(t)
+	a := startNode(t, "a", writeConfig(t, clusterTestConfig), srv.ClientURL(), nil)
+	a.waitReady(t)
+	if !strings.Contains(a.logs.String(), "no cluster key") {
+		t.Errorf("no warning about the missing cluster key:\n%s", a.logs)
+	}
+}
+
+// metricLabel reads one sample of name whose labels contain label.
+func (n *clusterNode) metricLabel(t *testing.T, name, label string) float64 {
+	t.Helper()
+	_, body := httpGet(t, "http://"+n.http+"/metrics")
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, label) {
+			continue
+		}
+		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("%s", line)
+		}
+		return f
+	}
+	return -1
+}
+
+func parseRules(t *testing.T, text string) *rules.Rules {
+	t.Helper()
+	r, err := rules.Parse([]byte(text), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -192,16 +192,23 @@ func ParseKey(s string) ([]byte, error) {
 // seals and both open, so that a key rotates without downtime.
 func ParseKeys(s string) ([][]byte, error) {
 	var keys [][]byte
-	for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == ',' }) {
+	for _, line := range strings.Split(s, "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		k, err := ParseKey(line)
-		if err != nil {
-			return nil, fmt.Errorf("key %d: %w", len(keys)+1, err)
+		for _, f := range strings.Split(line, ",") {
+			k, err := ParseKey(f)
+			if err != nil {
+				return nil, fmt.Errorf("key %d: %w", len(keys)+1, err)
+			}
+			for _, o := range keys {
+				if bytes.Equal(o, k) {
+					return nil, errors.New("the same key is given twice")
+				}
+			}
+			keys = append(keys, k)
 		}
-		keys = append(keys, k)
 	}
 	if len(keys) == 0 {
 		return nil, errors.New("no cluster key")
