@@ -120,6 +120,8 @@ type Process struct {
 	bin  string
 	addr string
 	dir  string
+	conf string   // -c file, if any
+	env  []string // added to the server's environment
 	cmd  *exec.Cmd
 	done chan struct{}
 	n    int // starts, for log file names
@@ -133,6 +135,24 @@ func StartProcess(t testing.TB) *Process {
 	t.Cleanup(p.Stop)
 	p.Start()
 	return p
+}
+
+// StartProcessConfig starts nats-server with the configuration file conf
+// (its listen address replaced by a free loopback port) and env added to
+// its environment (the variables conf refers to), and stops it when the
+// test ends.
+func StartProcessConfig(t testing.TB, conf string, env ...string) *Process {
+	t.Helper()
+	p := &Process{t: t, bin: Binary(t), addr: freeAddr(t), dir: t.TempDir(), conf: conf, env: env}
+	t.Cleanup(p.Stop)
+	p.Start()
+	return p
+}
+
+// Log returns what the server has logged in its latest start.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, "nats-server-"+strconv.Itoa(p.n)+".log"))
+	return string(b)
 }
 
 // URL is the server's client URL (valid across restarts).
@@ -157,8 +177,15 @@ func (p *Process) Start() {
 	if err != nil {
 		p.t.Fatalf("nats-server log: %v", err)
 	}
-	cmd := exec.Command(p.bin, "-a", host, "-p", port, "-n", "testnats")
+	args := []string{"-a", host, "-p", port, "-n", "testnats"}
+	if p.conf != "" {
+		args = append([]string{"-c", p.conf}, args...) // flags override the file
+	}
+	cmd := exec.Command(p.bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		p.t.Fatalf("start nats-server: %v", err)
