@@ -1,0 +1,84 @@
+package replicate
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+)
+
+// TestClusterAntiEntropyRepairsLostBatch: through a real nats-server, a's
+// only batch for a key is lost and the key never changes again; b has the
+// count within two anti-entropy periods: the next snapshot of live counts
+// is at most a period away, and its counts go out over the next period
+// (measured and logged).
+func TestClusterAntiEntropyRepairsLostBatch(t *testing.T) {
+	srv := testnats.StartProcess(t)
+	const period = 2 * time.Second
+	var droppedAt atomic.Int64
+	drop := func(r *Replicator) {
+		send := r.publish
+		r.publish = func(nc *nats.Conn, subj string, data []byte) error {
+			var m Message
+			if subj == r.batchSubj && Decode(data, &m) == nil && len(m.Entries) > 0 && droppedAt.Load() == 0 {
+				droppedAt.Store(time.Now().UnixNano())
+				return nil // lost on the way
+			}
+			return send(nc, subj, data)
+		}
+	}
+	a := startLive(t, srv.URL(), "a", Config{AntiEntropy: period}, drop)
+	b := startLive(t, srv.URL(), "b", Config{}, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+	for range 5 {
+		a.store.Take(0, "quiet", long, time.Now())
+	}
+	poll.Until(t, waitLong, time.Millisecond, func() error {
+		if droppedAt.Load() == 0 {
+			return fmt.Errorf("no batch dropped yet")
+		}
+		if got := b.total(0, "quiet"); got != 5 {
+			return fmt.Errorf("b sees %d", got)
+		}
+		return nil
+	})
+	took := time.Since(time.Unix(0, droppedAt.Load()))
+	t.Logf("lost batch repaired %v after it was dropped (anti-entropy period %v)", took.Round(time.Millisecond), period)
+	if took > 2*period+time.Second {
+		t.Errorf("repaired after %v, want within two periods of %v", took, period)
+	}
+	if got := metric(t, a.r.m.antiEntropy); got < 1 {
+		t.Errorf("anti-entropy entries sent: %v", got)
+	}
+}
+
+// TestClusterHeartbeatsKeepAQuietPeer: two nodes with nothing to send stay
+// known to each other well past the peer expiry.
+func TestClusterHeartbeatsKeepAQuietPeer(t *testing.T) {
+	srv := testnats.StartProcess(t)
+	cfg := Config{Heartbeat: 100 * time.Millisecond, PeerExpiry: 500 * time.Millisecond}
+	a := startLive(t, srv.URL(), "a", cfg, nil)
+	b := startLive(t, srv.URL(), "b", cfg, nil)
+	a.waitReady(t)
+	b.waitReady(t)
+	poll.Until(t, waitLong, step, func() error {
+		if a.r.peers.len() != 1 || b.r.peers.len() != 1 {
+			return fmt.Errorf("peers: a %d, b %d", a.r.peers.len(), b.r.peers.len())
+		}
+		return nil
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if a.r.peers.len() != 1 || b.r.peers.len() != 1 {
+			t.Fatalf("a quiet peer was forgotten: a knows %d, b %d", a.r.peers.len(), b.r.peers.len())
+		}
+	}
+	if metric(t, a.r.m.heartbeats) < 10 || metric(t, a.r.m.batchesSent) != 0 {
+		t.Errorf("a sent %v heartbeats and %v batches in 2 s", metric(t, a.r.m.heartbeats), metric(t, a.r.m.batchesSent))
+	}
+}
