@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"bytes"
 	"fmt"
 	"syscall"
 	"testing"
@@ -65,8 +66,20 @@ func BenchmarkReceivePerEntry(b *testing.B) {
 // BenchmarkSyncRequestFlood: a raw NATS client floods a node that holds
 // 100k live keys with sync requests whose timestamp is in the future;
 // reported is the CPU time of the whole process (node, NATS server and
-// client, all in process) per request.
+// client, all in process) per request. "forged": requests without the
+// cluster key (any NATS client); "sealed": requests sealed with it (a
+// compromised node, the worst case).
 func BenchmarkSyncRequestFlood(b *testing.B) {
+	for _, sealed := range []bool{false, true} {
+		name := "forged"
+		if sealed {
+			name = "sealed"
+		}
+		b.Run(name, func(b *testing.B) { syncFlood(b, sealed) })
+	}
+}
+
+func syncFlood(b *testing.B, sealed bool) {
 	srv := testnats.Run(b)
 	n := startLive(b, srv.ClientURL(), "victim", benchConfig(), nil)
 	n.waitReady(b)
@@ -78,8 +91,11 @@ func BenchmarkSyncRequestFlood(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(time.Hour).UnixMilli()}}).Encode(nil)
-	req = floodRequest(b, n, req)
+	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(10 * time.Second).UnixMilli()}}).Encode(nil)
+	if sealed {
+		var ad []byte
+		req = mustSealer(b, DefaultSubjectPrefix, benchKey).seal(nil, req, KindSyncRequest, &ad)
+	}
 	before := handledSyncRequests(b, n)
 	cpu0 := cpuTime()
 	b.ResetTimer()
@@ -101,7 +117,7 @@ func BenchmarkSyncRequestFlood(b *testing.B) {
 	cpu := cpuTime() - cpu0
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/req")
 	b.ReportMetric(cpu.Seconds(), "cpu-s")
-
+	b.ReportMetric(metric(b, n.r.m.syncServed), "answered")
 }
 
 // cpuTime is the user + system CPU time of this process.
@@ -113,11 +129,20 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func benchConfig() Config { return Config{} }
+// benchKey seals the benchmarks' replication, as in production.
+var benchKey = bytes.Repeat([]byte{0x5e}, KeySize)
 
-func floodRequest(_ testing.TB, _ *live, req []byte) []byte { return req }
+func benchConfig() Config { return Config{Keys: [][]byte{benchKey}} }
 
-// handledSyncRequests is how many sync requests the node has dealt with.
+// handledSyncRequests is how many sync requests the node has dealt with:
+// answered, refused, or dropped unread.
 func handledSyncRequests(t testing.TB, n *live) float64 {
-	return metric(t, n.r.m.syncServed)
+	s := metric(t, n.r.m.syncServed)
+	for _, c := range n.r.m.syncRefused {
+		s += metric(t, c)
+	}
+	for _, c := range n.r.m.malformed {
+		s += metric(t, c)
+	}
+	return s
 }

@@ -8,7 +8,8 @@
 // clock like the windows) a node publishes one message on
 // <prefix>.batch with the (bucket, key, window) counts its own hits changed
 // since its previous batch — split into several messages only when one
-// would exceed the server's max_payload; nothing when nothing changed. An
+// would exceed the server's max_payload; when nothing changed, a heartbeat
+// at most once a second (see below). An
 // entry carries the sender's own running count for that window, not an
 // increment.
 //
@@ -86,7 +87,7 @@
 // at 4× and 6× the limit, 120 admitted per window without early batches,
 // 100–102 with them; at 15×, about 150 either way. With EarlyGap negative
 // the bound is (N−1)/N × R × (SyncInterval + delivery delay), as before. Clocks must be NTP-synchronised: a skewed node maps its hits to
-// the wrong window at the edges. Skew is exported per peer.
+// the wrong window at the edges. The largest skew over peers is exported.
 //
 // When NATS is unreachable — at start or later — the node fails open to
 // per-node limits: it admits against its own counts plus what it last
@@ -96,7 +97,34 @@
 // pending changes at their latest counts and asks its peers to sync. No
 // restart is needed.
 //
-// # Bounded memory under hostile input
+// # Liveness and repair
+//
+// A node that has published nothing for Heartbeat (1 s) publishes an empty
+// batch, so its peers keep it (a peer silent for PeerExpiry, 1 min, is
+// forgotten; if it speaks again it gets its old peer id back, so its
+// counts never add twice). Every AntiEntropy (10 s) a node takes a
+// snapshot of its own live counts and publishes it again, a share with
+// each tick's batch, over the next period: a lost batch of a key that
+// stopped changing is repaired within two periods. A NATS slow-consumer
+// event (messages dropped before they were read) is counted and followed
+// by a resync.
+//
+// # Hostile input
+//
+// With Config.Keys every message is sealed (seal.go: AES-256-GCM, a key
+// id in clear, the message kind and subject prefix authenticated with it)
+// and a message that does not open is dropped and counted: whoever can
+// publish on the subjects without the key can only drop traffic. Every
+// decoded field is checked before use: node ids are printable ASCII of at
+// most 128 bytes (nothing from the wire is a metric label), window
+// offsets are −1, 0 or +1, a message must be sent within MaxClockSkew
+// (30 s) of the receiver's clock (so a replay later than that is dropped,
+// and an earlier one merges by max under the same peer id: it changes
+// nothing), window lengths and counts are checked against Config.Bounds
+// (counts above the bound are merged at it). Sync requests are answered
+// only to _INBOX. subjects, at most SyncAnswersPerSecond (4) in all, from
+// a snapshot taken at most once a second. A panic in a NATS handler is
+// recovered, counted and logged.
 //
 // Messages larger than MaxMessageBytes, of another version, or that do not
 // decode are dropped and counted; the decoder bounds every length by what
