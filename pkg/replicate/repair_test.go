@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // TestClusterAntiEntropyRepairsLostBatch: through a real nats-server, a's
@@ -81,4 +82,45 @@ func TestClusterHeartbeatsKeepAQuietPeer(t *testing.T) {
 	if metric(t, a.r.m.heartbeats) < 10 || metric(t, a.r.m.batchesSent) != 0 {
 		t.Errorf("a sent %v heartbeats and %v batches in 2 s", metric(t, a.r.m.heartbeats), metric(t, a.r.m.batchesSent))
 	}
+}
+
+// slowStore merges slowly.
+type slowStore struct{ Store }
+
+func (s slowStore) Merge(p counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus {
+	time.Sleep(200 * time.Microsecond)
+	return s.Store.Merge(p, c, now)
+}
+
+// TestClusterSlowConsumerResyncs: a node that reads its batches too slowly
+// loses some in the NATS client; the event is counted and logged, and the
+// node resyncs from its peers.
+func TestClusterSlowConsumerResyncs(t *testing.T) {
+	srv := testnats.StartProcess(t)
+	b := startLive(t, srv.URL(), "b", Config{}, nil)
+	b.waitReady(t)
+	a := startLive(t, srv.URL(), "a", Config{}, func(r *Replicator) {
+		r.store = slowStore{r.store}
+		r.subPending = 16
+	})
+	a.waitReady(t)
+	syncs := a.r.lastSync.Load()
+	flood, err := nats.Connect(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer flood.Close()
+	for i := range 2000 {
+		flood.Publish("ratelimit.batch", enc(forged("p", 1, time.Now(), fmt.Sprint("k", i), 1)))
+	}
+	flood.Flush()
+	poll.Until(t, waitLong, step, func() error {
+		if got := metric(t, a.r.m.slowConsumer); got < 1 {
+			return fmt.Errorf("slow consumer events %v", got)
+		}
+		if a.r.lastSync.Load() == syncs {
+			return fmt.Errorf("no resync started")
+		}
+		return nil
+	})
 }

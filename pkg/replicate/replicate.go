@@ -243,6 +243,9 @@ type Replicator struct {
 	now     func() time.Time
 	publish func(nc *nats.Conn, subject string, data []byte) error
 	kick    chan chan struct{} // tests: tick now, then close the channel sent (nil: never)
+	// subPending, if positive, bounds the messages a subscription holds
+	// unread (tests; else nats.go's default).
+	subPending int
 
 	// State of the publishing loop (one goroutine).
 	split   *splitter
@@ -430,19 +433,27 @@ func (r *Replicator) Run(ctx context.Context) error {
 	}
 	r.conn.Store(nc)
 	defer nc.Close()
-	if _, err := nc.Subscribe(r.batchSubj, r.guard("batch", r.onBatch)); err != nil {
-		return fmt.Errorf("replicate: subscribe %s: %w", r.batchSubj, err)
-	}
-	if _, err := nc.Subscribe(r.syncSubj, r.guard("sync request", r.onSyncRequest)); err != nil {
-		return fmt.Errorf("replicate: subscribe %s: %w", r.syncSubj, err)
+	for subj, h := range map[string]nats.MsgHandler{
+		r.batchSubj: r.guard("batch", r.onBatch),
+		r.syncSubj:  r.guard("sync request", r.onSyncRequest),
+	} {
+		sub, err := nc.Subscribe(subj, h)
+		if err != nil {
+			return fmt.Errorf("replicate: subscribe %s: %w", subj, err)
+		}
+		if r.subPending > 0 {
+			if err := sub.SetPendingLimits(r.subPending, -1); err != nil {
+				return fmt.Errorf("replicate: pending limits of %s: %w", subj, err)
+			}
+		}
 	}
 
 	var wg sync.WaitGroup
 	syncCtx, cancelSync := context.WithCancel(ctx)
 	defer cancelSync()
-	startSync := func(why string, then func()) {
+	startSync := func(why string, then func()) bool {
 		if !r.syncing.CompareAndSwap(false, true) {
-			return
+			return false
 		}
 		r.lastSync.Store(r.now().UnixMilli())
 		wg.Go(func() {
@@ -452,7 +463,15 @@ func (r *Replicator) Run(ctx context.Context) error {
 				then()
 			}
 		})
+		return true
 	}
+	// A resync asked for within a second of the last sync start, or while
+	// one runs, is deferred (resyncT), not dropped: what was lost after
+	// that sync began must still be caught up on.
+	resyncT := time.NewTimer(time.Hour)
+	resyncT.Stop()
+	defer resyncT.Stop()
+	resyncArmed := false
 	if nc.IsConnected() {
 		startSync("warm start", r.markReady)
 	} else {
@@ -486,10 +505,22 @@ func (r *Replicator) Run(ctx context.Context) error {
 			r.final(nc)
 			return nil
 		case <-r.resync:
-			// A (re)connect: catch up on what peers counted meanwhile,
-			// unless a sync has just been asked for.
-			if r.now().UnixMilli()-r.lastSync.Load() >= syncCacheAt.Milliseconds() {
-				startSync("reconnect", nil)
+			// A (re)connect, or messages lost unread: catch up on what
+			// peers counted meanwhile, at most one sync a second.
+			if resyncArmed {
+				break
+			}
+			wait := syncCacheAt - time.Duration(r.now().UnixMilli()-r.lastSync.Load())*time.Millisecond
+			if wait <= 0 && startSync("resync", nil) {
+				break
+			}
+			resyncT.Reset(max(wait, syncCacheAt/10))
+			resyncArmed = true
+		case <-resyncT.C:
+			resyncArmed = false
+			if !startSync("resync", nil) {
+				resyncT.Reset(syncCacheAt / 10) // one is running: once it ends
+				resyncArmed = true
 			}
 		case <-t.C:
 			r.tick(nc, r.now())
