@@ -393,6 +393,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		return errors.New("replicate: Run called twice")
 	}
 	defer r.markReady()
+	var offline atomic.Bool // NATS was not reachable when Run started
 	opts := append(slices.Clone(r.cfg.Options),
 		nats.Name("ratelimit-authz "+r.cfg.NodeID),
 		nats.NoEcho(),
@@ -404,7 +405,9 @@ func (r *Replicator) Run(ctx context.Context) error {
 		nats.MaxPingsOutstanding(3),
 		nats.ConnectHandler(func(*nats.Conn) {
 			r.log.Info("connected to NATS")
-			r.requestResync()
+			if offline.Load() { // else the warm start covers this connection
+				r.requestResync()
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			r.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
@@ -475,8 +478,12 @@ func (r *Replicator) Run(ctx context.Context) error {
 	if nc.IsConnected() {
 		startSync("warm start", r.markReady)
 	} else {
+		offline.Store(true)
 		r.log.Warn("NATS not reachable at start; serving on this node's counts and retrying in the background", "url", r.cfg.URL)
 		r.markReady()
+		if nc.IsConnected() { // connected just now, perhaps before the flag was set
+			r.requestResync()
+		}
 	}
 
 	t := time.NewTimer(r.untilTick(r.now()))
