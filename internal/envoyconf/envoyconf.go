@@ -144,3 +144,24 @@ func RenderFile(src, dst string, a Addrs) error {
 	}
 	return nil
 }
+
+// ShippedTrustedHops is the HTTP connection manager's setting in the
+// shipped bootstrap that WithTrustedHops replaces.
+const ShippedTrustedHops = "xff_num_trusted_hops: 0"
+
+// WithTrustedHops returns the bootstrap cfg with the HTTP connection
+// manager trusting n proxies in front of Envoy (xff_num_trusted_hops),
+// for tests that present many clients as x-forwarded-for entries of one
+// trusted proxy, IPv6 ones included. The server's keys.trusted_hops must
+// be n too. Never for an edge listener: with n > 0 there, clients choose
+// their address.
+func WithTrustedHops(cfg []byte, n int) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("envoyconf: trusted hops %d is negative", n)
+	}
+	s := string(cfg)
+	if c := strings.Count(s, ShippedTrustedHops); c != 1 {
+		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, ShippedTrustedHops, c)
+	}
+	return []byte(strings.Replace(s, ShippedTrustedHops, "xff_num_trusted_hops: "+strconv.Itoa(n), 1)), nil
+}

@@ -256,3 +256,19 @@ func validate(t *testing.T, envoy, config string) {
 		t.Fatalf("envoy --mode validate -c %s: %v\n%s", config, err, out)
 	}
 }
+
+func TestWithTrustedHops(t *testing.T) {
+	out, err := WithTrustedHops(shipped(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), ShippedTrustedHops) || !strings.Contains(string(out), "xff_num_trusted_hops: 1") {
+		t.Errorf("xff_num_trusted_hops not replaced")
+	}
+	if _, err := WithTrustedHops(out, 2); !errors.Is(err, ErrPlaceholder) {
+		t.Errorf("second replacement: %v, want ErrPlaceholder", err)
+	}
+	if _, err := WithTrustedHops(shipped(t), -1); err == nil {
+		t.Error("negative hops accepted")
+	}
+}

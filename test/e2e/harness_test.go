@@ -335,6 +335,9 @@ type stack struct {
 	envoy    *process
 	server   *process
 	client   *http.Client
+	// envoyEdit, when set, changes the rendered bootstrap before Envoy
+	// starts (e.g. envoyconf.WithTrustedHops).
+	envoyEdit func([]byte) ([]byte, error)
 }
 
 // newStack starts the upstream and Envoy, but not the server; Envoy is
@@ -376,6 +379,18 @@ func (s *stack) startEnvoy() {
 	cfg := filepath.Join(s.logs.dir, "envoy.yaml")
 	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, s.addrs); err != nil {
 		t.Fatal(err)
+	}
+	if s.envoyEdit != nil {
+		b, err := os.ReadFile(cfg)
+		if err == nil {
+			b, err = s.envoyEdit(b)
+		}
+		if err == nil {
+			err = os.WriteFile(cfg, b, 0o644)
+		}
+		if err != nil {
+			t.Fatalf("edit the bootstrap: %v", err)
+		}
 	}
 	s.envoy = s.logs.start(t, "envoy", s.envoyBin,
 		"-c", cfg,
