@@ -165,3 +165,31 @@ func WithTrustedHops(cfg []byte, n int) ([]byte, error) {
 	}
 	return []byte(strings.Replace(s, ShippedTrustedHops, "xff_num_trusted_hops: "+strconv.Itoa(n), 1)), nil
 }
+
+// shippedFilters opens the HTTP filter chain of the shipped bootstrap.
+const shippedFilters = "\n          http_filters:\n"
+
+// WithHeaderStrip returns the bootstrap cfg with a header_mutation filter
+// ahead of ext_authz that removes each of headers from every request: what
+// makes a header the server keys by trustworthy (a layer after it, such as
+// jwt_authn, then sets the real value).
+func WithHeaderStrip(cfg []byte, headers ...string) ([]byte, error) {
+	s := string(cfg)
+	if c := strings.Count(s, shippedFilters); c != 1 {
+		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, strings.TrimSpace(shippedFilters), c)
+	}
+	var b strings.Builder
+	b.WriteString(shippedFilters)
+	b.WriteString("          - name: envoy.filters.http.header_mutation\n")
+	b.WriteString("            typed_config:\n")
+	b.WriteString("              \"@type\": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation\n")
+	b.WriteString("              mutations:\n")
+	b.WriteString("                request_mutations:\n")
+	for _, h := range headers {
+		if p := strings.TrimSpace(h); p == "" || strings.ContainsAny(p, " \t\r\n:{}[],#\"'") {
+			return nil, fmt.Errorf("envoyconf: %q is not a header name", h)
+		}
+		b.WriteString("                - remove: " + h + "\n")
+	}
+	return []byte(strings.Replace(s, shippedFilters, b.String(), 1)), nil
+}

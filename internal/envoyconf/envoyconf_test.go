@@ -351,3 +351,27 @@ func FuzzInspect(f *testing.F) {
 		Inspect([]byte(doc))
 	})
 }
+
+// The strip check-config looks for loads in the pinned Envoy, and
+// Inspect sees it.
+func TestWithHeaderStripValidates(t *testing.T) {
+	out, err := WithHeaderStrip(shipped(t), "x-tenant-id", "x-api-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, err := Inspect(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cms[0].Clears("x-tenant-id") || !cms[0].Clears("x-api-key") || !cms[0].ExtAuthz {
+		t.Errorf("inspected: %+v", cms[0])
+	}
+	if _, err := WithHeaderStrip(shipped(t), "bad name"); err == nil {
+		t.Error("a bad header name accepted")
+	}
+	dst := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(dst, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, envoyBinary(t), dst)
+}

@@ -293,3 +293,36 @@ func (s *stack) serverMetric(sample string) float64 {
 	}
 	return 0
 }
+
+// TestHeaderStripThroughEnvoy: with a header_mutation filter ahead of
+// ext_authz removing x-tenant-id (what check-config --envoy looks for), a
+// client's copy never reaches the check: 150 activities claiming a tenant
+// are not counted under it (they are requests without a tenant, the
+// missing-key policy's), while they would be without the filter.
+func TestHeaderStripThroughEnvoy(t *testing.T) {
+	s := prepareStack(t, 1)
+	s.envoyEdit = func(b []byte) ([]byte, error) { return envoyconf.WithHeaderStrip(b, "x-tenant-id") }
+	s.startEnvoy()
+	s.startServer(serverBinary(t), serverConfigPath(t))
+	for i := range 150 {
+		r := s.mustPost("/api/activities", map[string]string{"x-tenant-id": "victim"})
+		if r.status != http.StatusOK {
+			t.Fatalf("activity %d: status %d %s", i+1, r.status, r.body)
+		}
+	}
+	if got := s.serverMetric(`ratelimit_authz_checks_total{bucket="activity_create",decision="missing_key"}`); got != 150 {
+		t.Errorf("checks without a tenant: %v, want 150 (the client's x-tenant-id removed)", got)
+	}
+	if got := s.serverMetric(`ratelimit_authz_checks_total{bucket="activity_create",decision="allowed"}`); got != 0 {
+		t.Errorf("checks counted under a tenant: %v, want 0", got)
+	}
+	// Nor does it reach the application: the layer after the strip (here
+	// none) is the only source of the header.
+	s.up.mu.Lock()
+	defer s.up.mu.Unlock()
+	for _, h := range s.up.hits {
+		if h.tenant != "" {
+			t.Fatalf("the application saw x-tenant-id %q", h.tenant)
+		}
+	}
+}
