@@ -663,7 +663,7 @@ func TestLoginUnreadableAccount(t *testing.T) {
 	}
 	h.expectRun(1, true, req{path: "/admin/login", body: `{"email":"alice@example.com"}`, headers: json})
 
-	deny := strings.Replace(string(config.Default()), "keys:\n", "keys:\n  unreadable_account: deny\n", 1)
+	deny := strings.Replace(string(config.Default()), "unreadable_account: shared_key", "unreadable_account: deny", 1)
 	h = newHarness(t, deny)
 	for i, r := range unreadable {
 		resp := h.check(r)

@@ -72,8 +72,15 @@ func TestShippedConfig(t *testing.T) {
 	if r.RouteIndex("nope") != -1 {
 		t.Error("unknown route found")
 	}
-	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 {
+	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 ||
+		r.Keys.IPv6Prefix != 64 || r.Keys.UnreadableAccount != rules.AccountShared {
 		t.Errorf("keys: %+v", r.Keys)
+	}
+	// The lockout fails closed on a full key table; request buckets do not.
+	for _, b := range r.Buckets {
+		if want := map[bool]rules.Action{true: rules.Deny, false: rules.Allow}[b.Count == rules.CountFailures]; b.OnOverflow != want {
+			t.Errorf("%s: on_overflow %v, want %v", b.Name, b.OnOverflow, want)
+		}
 	}
 }
 
