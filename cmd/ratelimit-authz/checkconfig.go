@@ -72,7 +72,7 @@ func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionM
 	for _, b := range r.Buckets {
 		var h string
 		switch {
-		case b.Key.Kind == descriptors.KeyTenant, b.Overridable:
+		case b.Key.Kind == descriptors.KeyTenant:
 			h = r.Keys.TenantHeader
 		case b.Key.Kind == descriptors.KeyHeader:
 			h = b.Key.Name
@@ -85,7 +85,7 @@ func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionM
 		trusted[h] = append(trusted[h], b.Name)
 	}
 	for _, h := range order {
-		what := fmt.Sprintf("header %s is trusted as sent (buckets %s): a client that sets it chooses its own key (or tenant override)", h, strings.Join(trusted[h], ", "))
+		what := fmt.Sprintf("header %s is trusted as sent (buckets %s): a client that sets it chooses its own key, and with it the tenant's override", h, strings.Join(trusted[h], ", "))
 		fix := fmt.Sprintf("deploy a filter ahead of ext_authz that sets it from a verified identity (jwt_authn claim_to_headers) and a header_mutation filter ahead of that one removing the client's copy (request_mutations: [{remove: %s}])", h)
 		if envoyPath == "" {
 			warn("%s; %s, and check with --envoy", what, fix)

@@ -212,7 +212,7 @@ static_resources:
 	).Replace(string(safe)))
 	_, warns = check("--config", risky, "--envoy", unsafeEnvoy)
 	for _, want := range []string{
-		`header x-api-key is trusted as sent (buckets per_key): a client that sets it chooses its own key (or tenant override), and listener "edge" of ` + unsafeEnvoy + ` does not remove or overwrite it`,
+		`header x-api-key is trusted as sent (buckets per_key): a client that sets it chooses its own key, and with it the tenant's override, and listener "edge" of ` + unsafeEnvoy + ` does not remove or overwrite it`,
 		`lacks use_remote_address: true`,
 		`marks 10.0.0.0/8 internal`,
 		`has xff_num_trusted_hops 2`,

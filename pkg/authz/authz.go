@@ -246,15 +246,31 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 			b.metrics.checks[decShadowDenied].Inc()
 			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
 		}
-		if len(verdicts) < maxApplied {
-			verdicts = append(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
-		}
+		verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
 	}
 	var md *structpb.Struct
 	if login {
 		md = s.loginMetadata(res)
 	}
 	return s.allow(verdicts, md)
+}
+
+// addVerdict records one key's verdict for the RateLimit header fields:
+// one item per bucket, the key with the least remaining when a bucket has
+// several (a login presenting two accounts), at most maxApplied buckets.
+func addVerdict(vs []applied, v applied) []applied {
+	for i := range vs {
+		if vs[i].b == v.b {
+			if v.remaining < vs[i].remaining {
+				vs[i] = v
+			}
+			return vs
+		}
+	}
+	if len(vs) < maxApplied {
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 func (s *Service) giveBack(hits []taken) {

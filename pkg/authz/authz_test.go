@@ -606,6 +606,9 @@ func TestLoginDecoyAccountHeader(t *testing.T) {
 	if !allowed(resp) {
 		t.Fatalf("first login: %v", resp)
 	}
+	if got := responseHeaders(resp)["ratelimit-policy"]; strings.Count(got, `"login_account"`) != 1 {
+		t.Errorf("ratelimit-policy %q: want one login_account item for two accounts", got)
+	}
 	keys := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
 	if len(keys) != 2 || keys[0].GetStringValue() != "decoy1@example.com" || keys[1].GetStringValue() != "alice@example.com" {
 		t.Fatalf("login_account keys in the metadata: %v, want the decoy and the body account", keys)

@@ -154,8 +154,9 @@ func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time)
 	bm := rec.m.bucket[b]
 	if after.Overflow {
 		bm.refused.Inc()
-		rec.log.LogAttrs(context.Background(), slog.LevelWarn, "failure not counted: counter key table full",
-			slog.String("bucket", rec.rules.Buckets[b].Name))
+		// Debug: the metric is the signal; a flood must not become log volume.
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
+			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key))
 		return after
 	}
 	bm.failures.Inc()
