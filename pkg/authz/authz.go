@@ -89,11 +89,10 @@ func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Regi
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
-		statusUnreadable: &rpcstatus.Status{Code: int32(codes.PermissionDenied),
-			Message: "login account cannot be read"},
-		http429: &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
-		http403: &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
 	}
+	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
 	if s.now == nil {
 		s.now = time.Now
 	}

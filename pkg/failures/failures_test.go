@@ -407,7 +407,7 @@ func TestCloseStreamsEndsOpenStreams(t *testing.T) {
 	}
 }
 
-// The attack at the node: five wrong passwords for one account in
+// The decoy attack at the node: five wrong passwords for one account in
 // the body, each with another decoy x-login-account and from another IP,
 // then the right password from yet another IP: locked, because every
 // failure counted against every account the login presented.
