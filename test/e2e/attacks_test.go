@@ -15,7 +15,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // The attacks of a client that does not play by the rules, through the
@@ -81,16 +80,24 @@ func loginJSON(account, password string) string {
 	return fmt.Sprintf(`{"email":%q,"password":%q}`, account, password)
 }
 
-// waitLocked polls attempt until it is answered 429: failures reach the
-// server over Envoy's asynchronous access log.
+// waitLocked retries attempt until it is answered 429 (failures reach the
+// server over Envoy's asynchronous access log), and reports the last
+// answer as an error, without stopping the test, if it never is: each
+// attack's outcome is reported.
 func waitLocked(t *testing.T, what string, attempt func() *response) {
 	t.Helper()
-	poll.Until(t, 5*time.Second, 50*time.Millisecond, func() error {
-		if r := attempt(); r.status != http.StatusTooManyRequests {
-			return fmt.Errorf("%s: status %d %s, want 429", what, r.status, r.body)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := attempt()
+		if r.status == http.StatusTooManyRequests {
+			return
 		}
-		return nil
-	})
+		if time.Now().After(deadline) {
+			t.Errorf("%s: still status %d %s after 5s, want 429", what, r.status, r.body)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // failFive sends five wrong-password logins, each from its own address

@@ -102,10 +102,15 @@ func serverBinary(t *testing.T) string {
 	return out
 }
 
-// serverConfigPath returns the shipped server config the tests run with.
+// serverConfigPath returns the server config the tests run with: the
+// shipped one, or $E2E_SERVER_CONFIG (with $E2E_SERVER_BIN, to run the
+// tests against another build and the configuration it understands).
 func serverConfigPath(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(root(t), serverConfig)
+	if c := os.Getenv("E2E_SERVER_CONFIG"); c != "" {
+		p = c
+	}
 	if _, err := os.Stat(p); err != nil {
 		unavailable(t, "server config: %v", err)
 	}
