@@ -4,14 +4,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var path string
-	f := newEnvFlags("check-config", "Validate a configuration file: print each problem with its file:line:column,\nexit 1 when there is any, 0 when the file is valid.", getenv)
+	var path, envoyPath string
+	f := newEnvFlags("check-config", "Validate a configuration file: print each problem with its file:line:column,\n"+
+		"exit 1 when there is any, 0 when the file is valid. A valid file that trusts\n"+
+		"something a client can set (a header, x-forwarded-for) gets WARN lines on\n"+
+		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.", getenv)
 	f.String(&path, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` to validate")
+	f.String(&envoyPath, "envoy", "RATELIMIT_AUTHZ_CHECK_ENVOY", "", "Envoy bootstrap `file` in front of the server: check what it strips and sets before ext_authz")
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
@@ -25,6 +33,93 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		}
 		return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
+	var cms []envoyconf.ConnectionManager
+	if envoyPath != "" {
+		b, err := os.ReadFile(envoyPath)
+		if err == nil {
+			cms, err = envoyconf.Inspect(b)
+		}
+		if err != nil {
+			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", envoyPath, err)}
+		}
+	}
+	for _, w := range trustWarnings(r, envoyPath, cms) {
+		fmt.Fprintf(stderr, "%s: WARN: %s\n", source, w)
+	}
 	fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", source, len(r.Buckets), len(r.Routes))
 	return nil
+}
+
+// trustWarnings lists what a valid configuration trusts that a client can
+// set, unless the Envoy bootstrap (when given) makes it safe.
+func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionManager) []string {
+	var out []string
+	warn := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
+	// Every connection manager running ext_authz must protect the check.
+	var checked []envoyconf.ConnectionManager
+	for _, c := range cms {
+		if c.ExtAuthz {
+			checked = append(checked, c)
+		}
+	}
+	if envoyPath != "" && len(checked) == 0 {
+		warn("%s runs no ext_authz filter: nothing is limited", envoyPath)
+	}
+
+	// Headers the server keys by, as sent.
+	trusted := map[string][]string{} // header → buckets
+	var order []string
+	for _, b := range r.Buckets {
+		var h string
+		switch {
+		case b.Key.Kind == descriptors.KeyTenant:
+			h = r.Keys.TenantHeader
+		case b.Key.Kind == descriptors.KeyHeader:
+			h = b.Key.Name
+		default:
+			continue
+		}
+		if _, seen := trusted[h]; !seen {
+			order = append(order, h)
+		}
+		trusted[h] = append(trusted[h], b.Name)
+	}
+	for _, h := range order {
+		what := fmt.Sprintf("header %s is trusted as sent (buckets %s): a client that sets it chooses its own key, and with it the tenant's override", h, strings.Join(trusted[h], ", "))
+		fix := fmt.Sprintf("deploy a filter ahead of ext_authz that sets it from a verified identity (jwt_authn claim_to_headers) and a header_mutation filter ahead of that one removing the client's copy (request_mutations: [{remove: %s}])", h)
+		if envoyPath == "" {
+			warn("%s; %s, and check with --envoy", what, fix)
+			continue
+		}
+		for _, c := range checked {
+			if !c.Clears(h) {
+				warn("%s, and listener %q of %s does not remove or overwrite it before ext_authz; %s", what, c.Listener, envoyPath, fix)
+			}
+		}
+	}
+
+	if n := r.Keys.TrustedHops; n > 0 {
+		warn("keys.trusted_hops is %d: the client IP is taken from x-forwarded-for, which clients write; safe only when every request reaches Envoy through exactly %d proxies that append to it (never on an edge listener), with Envoy's xff_num_trusted_hops also %d", n, n, n)
+	}
+	for _, c := range checked {
+		if c.XFFNumTrustedHops != r.Keys.TrustedHops {
+			warn("keys.trusted_hops is %d but listener %q of %s has xff_num_trusted_hops %d: the server and Envoy pick different client addresses; make them equal", r.Keys.TrustedHops, c.Listener, envoyPath, c.XFFNumTrustedHops)
+		}
+		if !r.Keys.UseExternalAddressHeader {
+			continue
+		}
+		if !c.UseRemoteAddress {
+			warn("keys.use_external_address_header is on but listener %q of %s lacks use_remote_address: true, so Envoy does not set x-envoy-external-address and a client's copy is the client IP; set use_remote_address: true at the edge, or turn the key off", c.Listener, envoyPath)
+		}
+		if len(c.InternalCIDRs) > 0 {
+			warn("keys.use_external_address_header is on and listener %q of %s marks %s internal: Envoy neither sets nor strips x-envoy-external-address for those clients, so they choose their IP; leave internal_address_config empty at the edge", c.Listener, envoyPath, strings.Join(c.InternalCIDRs, ", "))
+		}
+	}
+
+	for _, b := range r.Buckets {
+		if b.Count == rules.CountFailures && b.OnOverflow == rules.Allow {
+			warn("bucket %s counts failures with on_overflow: allow: when the key table is full its lockout is off, which a guesser can cause by flooding keys; remove on_overflow (deny is the default for failure buckets)", b.Name)
+		}
+	}
+	return out
 }

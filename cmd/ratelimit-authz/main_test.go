@@ -124,6 +124,115 @@ func TestCheckConfig(t *testing.T) {
 	}
 }
 
+// check-config warns, exit 0, about what a valid configuration trusts
+// that a client can set, and says what to deploy; with --envoy it checks
+// the bootstrap in front.
+func TestCheckConfigTrustWarnings(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	check := func(args ...string) (string, string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if err := run(ctx, append([]string{"check-config"}, args...), env(nil), &out, &errOut); err != nil {
+			t.Fatalf("check-config %v: %v (a warning must not fail it)\n%s", args, err, errOut.String())
+		}
+		if !strings.Contains(out.String(), ": OK (") {
+			t.Errorf("check-config %v: stdout %q", args, out.String())
+		}
+		return out.String(), errOut.String()
+	}
+	risky := write("risky.yaml", `
+keys: {trusted_hops: 1}
+buckets:
+  per_tenant: {limit: 5, per: 1s, key: tenant}
+  per_key: {limit: 5, per: 1s, key: "header:x-api-key"}
+  fails: {limit: 5, per: 1m, key: ip, count: failures, on_overflow: allow}
+routes:
+  - {path: /x, buckets: [per_tenant, per_key, fails]}
+`)
+	_, warns := check("--config", risky)
+	for _, want := range []string{
+		"WARN: header x-tenant-id is trusted as sent (buckets per_tenant)",
+		"WARN: header x-api-key is trusted as sent (buckets per_key)",
+		"request_mutations: [{remove: x-api-key}]",
+		"WARN: keys.trusted_hops is 1",
+		"WARN: bucket fails counts failures with on_overflow: allow",
+	} {
+		if !strings.Contains(warns, want) {
+			t.Errorf("warnings lack %q:\n%s", want, warns)
+		}
+	}
+	for _, l := range strings.Split(strings.TrimSpace(warns), "\n") {
+		if !strings.HasPrefix(l, risky+": WARN: ") {
+			t.Errorf("warning line without the file and WARN: %q", l)
+		}
+	}
+
+	// A bootstrap that strips the client's copies, trusts one hop and
+	// sets x-envoy-external-address leaves only the overflow warning; one
+	// that does none of it is named in each warning.
+	safeEnvoy := write("safe.yaml", `
+static_resources:
+  listeners:
+  - name: edge
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          use_remote_address: true
+          xff_num_trusted_hops: 1
+          http_filters:
+          - name: strip
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
+              mutations: {request_mutations: [{remove: x-tenant-id}, {remove: x-api-key}]}
+          - name: envoy.filters.http.ext_authz
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz}
+`)
+	_, warns = check("--config", risky, "--envoy", safeEnvoy)
+	if strings.Contains(warns, "is trusted as sent") || strings.Contains(warns, "make them equal") || !strings.Contains(warns, "on_overflow: allow") {
+		t.Errorf("with a bootstrap that strips both headers:\n%s", warns)
+	}
+	safe, err := os.ReadFile(safeEnvoy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unsafeEnvoy := write("unsafe.yaml", strings.NewReplacer(
+		"use_remote_address: true", "internal_address_config: {cidr_ranges: [{address_prefix: 10.0.0.0, prefix_len: 8}]}",
+		"xff_num_trusted_hops: 1", "xff_num_trusted_hops: 2",
+		"{remove: x-api-key}", "{remove: x-other}",
+	).Replace(string(safe)))
+	_, warns = check("--config", risky, "--envoy", unsafeEnvoy)
+	for _, want := range []string{
+		`header x-api-key is trusted as sent (buckets per_key): a client that sets it chooses its own key, and with it the tenant's override, and listener "edge" of ` + unsafeEnvoy + ` does not remove or overwrite it`,
+		`lacks use_remote_address: true`,
+		`marks 10.0.0.0/8 internal`,
+		`has xff_num_trusted_hops 2`,
+	} {
+		if !strings.Contains(warns, want) {
+			t.Errorf("unsafe bootstrap: warnings lack %q:\n%s", want, warns)
+		}
+	}
+	if strings.Contains(warns, "header x-tenant-id is trusted") {
+		t.Errorf("x-tenant-id is stripped, yet warned about:\n%s", warns)
+	}
+
+	// A bootstrap that cannot be read is an error, not a warning.
+	var out, errOut bytes.Buffer
+	err = run(ctx, []string{"check-config", "--config", risky, "--envoy", write("broken.yaml", "admin: {}")}, env(nil), &out, &errOut)
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "no static listener") {
+		t.Errorf("unreadable bootstrap: %v", err)
+	}
+}
+
 var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
 
 // startServe runs `serve` on free ports and returns the addresses and a

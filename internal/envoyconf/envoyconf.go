@@ -144,3 +144,52 @@ func RenderFile(src, dst string, a Addrs) error {
 	}
 	return nil
 }
+
+// ShippedTrustedHops is the HTTP connection manager's setting in the
+// shipped bootstrap that WithTrustedHops replaces.
+const ShippedTrustedHops = "xff_num_trusted_hops: 0"
+
+// WithTrustedHops returns the bootstrap cfg with the HTTP connection
+// manager trusting n proxies in front of Envoy (xff_num_trusted_hops),
+// for tests that present many clients as x-forwarded-for entries of one
+// trusted proxy, IPv6 ones included. The server's keys.trusted_hops must
+// be n too. Never for an edge listener: with n > 0 there, clients choose
+// their address.
+func WithTrustedHops(cfg []byte, n int) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("envoyconf: trusted hops %d is negative", n)
+	}
+	s := string(cfg)
+	if c := strings.Count(s, ShippedTrustedHops); c != 1 {
+		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, ShippedTrustedHops, c)
+	}
+	return []byte(strings.Replace(s, ShippedTrustedHops, "xff_num_trusted_hops: "+strconv.Itoa(n), 1)), nil
+}
+
+// shippedFilters opens the HTTP filter chain of the shipped bootstrap.
+const shippedFilters = "\n          http_filters:\n"
+
+// WithHeaderStrip returns the bootstrap cfg with a header_mutation filter
+// ahead of ext_authz that removes each of headers from every request: what
+// makes a header the server keys by trustworthy (a layer after it, such as
+// jwt_authn, then sets the real value).
+func WithHeaderStrip(cfg []byte, headers ...string) ([]byte, error) {
+	s := string(cfg)
+	if c := strings.Count(s, shippedFilters); c != 1 {
+		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, strings.TrimSpace(shippedFilters), c)
+	}
+	var b strings.Builder
+	b.WriteString(shippedFilters)
+	b.WriteString("          - name: envoy.filters.http.header_mutation\n")
+	b.WriteString("            typed_config:\n")
+	b.WriteString("              \"@type\": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation\n")
+	b.WriteString("              mutations:\n")
+	b.WriteString("                request_mutations:\n")
+	for _, h := range headers {
+		if p := strings.TrimSpace(h); p == "" || strings.ContainsAny(p, " \t\r\n:{}[],#\"'") {
+			return nil, fmt.Errorf("envoyconf: %q is not a header name", h)
+		}
+		b.WriteString("                - remove: " + h + "\n")
+	}
+	return []byte(strings.Replace(s, shippedFilters, b.String(), 1)), nil
+}

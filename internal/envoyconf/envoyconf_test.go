@@ -256,3 +256,122 @@ func validate(t *testing.T, envoy, config string) {
 		t.Fatalf("envoy --mode validate -c %s: %v\n%s", config, err, out)
 	}
 }
+
+func TestWithTrustedHops(t *testing.T) {
+	out, err := WithTrustedHops(shipped(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), ShippedTrustedHops) || !strings.Contains(string(out), "xff_num_trusted_hops: 1") {
+		t.Errorf("xff_num_trusted_hops not replaced")
+	}
+	if _, err := WithTrustedHops(out, 2); !errors.Is(err, ErrPlaceholder) {
+		t.Errorf("second replacement: %v, want ErrPlaceholder", err)
+	}
+	if _, err := WithTrustedHops(shipped(t), -1); err == nil {
+		t.Error("negative hops accepted")
+	}
+}
+
+func TestInspectShipped(t *testing.T) {
+	cms, err := Inspect(shipped(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cms) != 1 {
+		t.Fatalf("%d connection managers, want 1", len(cms))
+	}
+	c := cms[0]
+	if c.Listener != "ingress" || !c.UseRemoteAddress || c.XFFNumTrustedHops != 0 || len(c.InternalCIDRs) != 0 || !c.ExtAuthz {
+		t.Errorf("shipped: %+v", c)
+	}
+	if c.Clears("x-tenant-id") {
+		t.Error("the shipped bootstrap does not strip x-tenant-id")
+	}
+}
+
+func TestInspect(t *testing.T) {
+	const hcm = `
+static_resources:
+  listeners:
+  - name: edge
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          use_remote_address: true
+          xff_num_trusted_hops: 2
+          internal_address_config:
+            cidr_ranges: [{address_prefix: 10.0.0.0, prefix_len: 8}]
+          http_filters:
+          - name: strip
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
+              mutations:
+                request_mutations:
+                - remove: X-Tenant-Id
+                - append: {header: {key: x-org, value: "%REQ(x-org-claim)%"}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}
+                - append: {header: {key: x-added, value: v}, append_action: APPEND_IF_EXISTS_OR_ADD}
+          - name: envoy.filters.http.ext_authz
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+          - name: too-late
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation
+              mutations:
+                request_mutations: [{remove: x-late}]
+`
+	cms, err := Inspect([]byte(hcm))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cms[0]
+	if c.Listener != "edge" || c.XFFNumTrustedHops != 2 || strings.Join(c.InternalCIDRs, ",") != "10.0.0.0/8" || !c.ExtAuthz {
+		t.Errorf("inspected: %+v", c)
+	}
+	for h, want := range map[string]bool{"x-tenant-id": true, "x-org": true, "x-added": false, "x-late": false} {
+		if c.Clears(h) != want {
+			t.Errorf("Clears(%q) = %v, want %v", h, !want, want)
+		}
+	}
+	for _, bad := range []string{"[", "static_resources: {}", "admin: {}"} {
+		if _, err := Inspect([]byte(bad)); err == nil {
+			t.Errorf("Inspect(%q) succeeded", bad)
+		}
+	}
+}
+
+// FuzzInspect: any document is read or refused, never a panic.
+func FuzzInspect(f *testing.F) {
+	f.Add(`static_resources: {listeners: [{filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {xff_num_trusted_hops: "3", http_filters: [1, {typed_config: {mutations: {request_mutations: [{append: 7}]}}}]}}]}]}]}`)
+	f.Add(`{"static_resources":{"listeners":"x"}}`)
+	f.Add("- a\n- b")
+	f.Fuzz(func(t *testing.T, doc string) {
+		Inspect([]byte(doc))
+	})
+}
+
+// The strip check-config looks for loads in the pinned Envoy, and
+// Inspect sees it.
+func TestWithHeaderStripValidates(t *testing.T) {
+	out, err := WithHeaderStrip(shipped(t), "x-tenant-id", "x-api-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cms, err := Inspect(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cms[0].Clears("x-tenant-id") || !cms[0].Clears("x-api-key") || !cms[0].ExtAuthz {
+		t.Errorf("inspected: %+v", cms[0])
+	}
+	if _, err := WithHeaderStrip(shipped(t), "bad name"); err == nil {
+		t.Error("a bad header name accepted")
+	}
+	dst := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(dst, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, envoyBinary(t), dst)
+}

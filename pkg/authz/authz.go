@@ -54,6 +54,7 @@ type Service struct {
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
+	statusUnreadable                      *rpcstatus.Status
 	http429, http403                      *typev3.HttpStatus
 	allowBare, pathTooLong                *authv3.CheckResponse
 }
@@ -91,6 +92,7 @@ func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Regi
 		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
 	}
+	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -195,6 +197,12 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 			}
 		}
 		login = login || b.rule.Count == rules.CountFailures
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key.Kind == descriptors.KeyAccount &&
+			s.rules.Keys.UnreadableAccount == rules.AccountDeny {
+			b.metrics.checks[decUnreadable].Inc()
+			s.giveBack(hits)
+			return s.denyUnreadable(b)
+		}
 		if d.Key == "" {
 			b.metrics.checks[decMissingKey].Inc()
 			if b.rule.OnMissingKey == rules.Deny {
@@ -237,15 +245,31 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 			b.metrics.checks[decShadowDenied].Inc()
 			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
 		}
-		if len(verdicts) < maxApplied {
-			verdicts = append(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
-		}
+		verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
 	}
 	var md *structpb.Struct
 	if login {
 		md = s.loginMetadata(res)
 	}
 	return s.allow(verdicts, md)
+}
+
+// addVerdict records one key's verdict for the RateLimit header fields:
+// one item per bucket, the key with the least remaining when a bucket has
+// several (a login presenting two accounts), at most maxApplied buckets.
+func addVerdict(vs []applied, v applied) []applied {
+	for i := range vs {
+		if vs[i].b == v.b {
+			if v.remaining < vs[i].remaining {
+				vs[i] = v
+			}
+			return vs
+		}
+	}
+	if len(vs) < maxApplied {
+		vs = append(vs, v)
+	}
+	return vs
 }
 
 func (s *Service) giveBack(hits []taken) {
@@ -392,6 +416,18 @@ func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
 	return &d.resp
 }
 
+func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
+	d.denied.Status = s.http403
+	d.denied.Headers = d.ptrs[:1]
+	d.denied.Body = `{"error":"unreadable_account","bucket":` + b.quoted + "}\n"
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusUnreadable
+	d.resp.HttpResponse = &d.wrap
+	return &d.resp
+}
+
 // logLimited writes the debug line of a rejection. The key is in the log
 // (debug level only), never in a metric label.
 func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, key string, lim counter.Limit, r counter.Result) {
@@ -409,7 +445,8 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 
 // loginMeta is the dynamic metadata of a login check in one allocation
 // (plus its two maps and one string): login routes are where floods of
-// password guesses arrive.
+// password guesses arrive. A bucket with several keys (a login presenting
+// several accounts) costs a list more.
 type loginMeta struct {
 	outer, keys structpb.Struct
 	keysVal     structpb.Value
@@ -429,7 +466,9 @@ func (sv *strValue) set(s string) *structpb.Value {
 }
 
 // loginMetadata reports who the request was, so that a failure Envoy
-// reports later through its access log is counted against the same keys.
+// reports later through its access log is counted against the same keys:
+// failures maps each failure-counting bucket to its key, or to the list
+// of its keys when it has several (every account a login presents).
 func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	// One copy of every request-derived string, so the metadata does not
 	// point into the request, made valid UTF-8 so the response marshals.
@@ -461,8 +500,24 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &s.buckets[d.Bucket]
-		if b.rule.Count == rules.CountFailures && key != "" && i < maxApplied {
-			m.keys.Fields[b.rule.Name] = m.strs[3+i].set(key)
+		if b.rule.Count != rules.CountFailures || key == "" {
+			continue
+		}
+		var v *structpb.Value
+		if i < maxApplied {
+			v = m.strs[3+i].set(key)
+		} else {
+			v = structpb.NewStringValue(key)
+		}
+		prev, seen := m.keys.Fields[b.rule.Name]
+		switch {
+		case !seen:
+			m.keys.Fields[b.rule.Name] = v
+		case prev.GetListValue() != nil:
+			l := prev.GetListValue()
+			l.Values = append(l.Values, v)
+		default:
+			m.keys.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
 		}
 	}
 	route := ""

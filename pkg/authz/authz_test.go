@@ -112,6 +112,9 @@ func checkRequest(r req) *authv3.CheckRequest {
 		r.peer = "192.0.2.10"
 	}
 	headers := map[string]string{":method": r.method, ":path": r.path, ":authority": "api.example", "user-agent": "test"}
+	if r.body != "" {
+		headers["x-envoy-auth-partial-body"] = "false" // as Envoy sets it on a buffered body
+	}
 	for k, v := range r.headers {
 		headers[k] = v
 	}
@@ -588,5 +591,136 @@ func BenchmarkCheck(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// A login counts against every account it presents: a decoy header does
+// not take the check (or, through the metadata, the failure) away from the
+// account in the body.
+func TestLoginDecoyAccountHeader(t *testing.T) {
+	h := newHarness(t, "")
+	acct := uint32(h.rules.BucketIndex("login_account"))
+	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
+	json := map[string]string{"content-type": "application/json", "x-login-account": "decoy1@example.com"}
+	resp := h.check(req{path: "/admin/login", peer: "203.0.113.1", body: `{"email":"Alice@Example.com"}`, headers: json})
+	if !allowed(resp) {
+		t.Fatalf("first login: %v", resp)
+	}
+	if got := responseHeaders(resp)["ratelimit-policy"]; strings.Count(got, `"login_account"`) != 1 {
+		t.Errorf("ratelimit-policy %q: want one login_account item for two accounts", got)
+	}
+	keys := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
+	if len(keys) != 2 || keys[0].GetStringValue() != "decoy1@example.com" || keys[1].GetStringValue() != "alice@example.com" {
+		t.Fatalf("login_account keys in the metadata: %v, want the decoy and the body account", keys)
+	}
+	// The body account locked: any decoy header, any IP, is still denied.
+	h.store.Incr(acct, "alice@example.com", lim, h.clock.Now(), 5)
+	for i := range 5 {
+		json["x-login-account"] = fmt.Sprintf("decoy%d@example.com", i)
+		resp := h.check(req{path: "/admin/login", peer: fmt.Sprintf("203.0.113.%d", 10+i), body: `{"email":"alice@example.com"}`, headers: json})
+		if allowed(resp) || !strings.Contains(responseHeaders(resp)["ratelimit-policy"], "login_account") {
+			t.Fatalf("decoy %d: %v", i, resp)
+		}
+	}
+	// The header account locked: the body cannot dodge it either.
+	h.store.Incr(acct, "bob@example.com", lim, h.clock.Now(), 5)
+	json["x-login-account"] = "Bob@Example.com"
+	if resp := h.check(req{path: "/portal/login", body: `{"email":"carol@example.com"}`, headers: json}); allowed(resp) {
+		t.Fatalf("header account locked, other body account: %v", resp)
+	}
+}
+
+// A login whose account cannot be read is never "no account": by default
+// it counts under one shared key; with unreadable_account: deny it is
+// refused with 403.
+func TestLoginUnreadableAccount(t *testing.T) {
+	json := map[string]string{"content-type": "application/json"}
+	oversized := `{"email":"alice@example.com","pad":"` + strings.Repeat("x", 9000) + `"}`
+	unreadable := []req{
+		{path: "/admin/login", body: `{"email":"alice@example.com"`, headers: json},                                             // truncated
+		{path: "/admin/login", body: `{"email":"alice@example.com","email":"bob@example.com"}`, headers: json},                  // duplicated
+		{path: "/admin/login", body: `{"email":"alice@example.com"}`, headers: map[string]string{"content-type": "text/plain"}}, // wrong type
+		{path: "/admin/login", body: oversized[:8192], headers: map[string]string{"content-type": "application/json", "x-envoy-auth-partial-body": "true"}},
+		{path: "/admin/login"}, // no account at all
+	}
+	h := newHarness(t, "")
+	for i, r := range unreadable {
+		resp := h.check(r)
+		if !allowed(resp) {
+			t.Fatalf("unreadable %d before any failure: %v", i, resp)
+		}
+		got := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()["login_account"].GetStringValue()
+		if got != descriptors.UnreadableAccount {
+			t.Errorf("unreadable %d: login_account key %q, want the shared key", i, got)
+		}
+	}
+	// Five failures of unreadable logins lock every unreadable login, not
+	// readable ones.
+	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
+	h.store.Incr(uint32(h.rules.BucketIndex("login_account")), descriptors.UnreadableAccount, lim, h.clock.Now(), 5)
+	for i, r := range unreadable {
+		r.peer = fmt.Sprintf("198.51.100.%d", i+1)
+		if resp := h.check(r); allowed(resp) {
+			t.Errorf("unreadable %d with the shared key locked: allowed", i)
+		}
+	}
+	h.expectRun(1, true, req{path: "/admin/login", body: `{"email":"alice@example.com"}`, headers: json})
+
+	deny := strings.Replace(string(config.Default()), "unreadable_account: shared_key", "unreadable_account: deny", 1)
+	h = newHarness(t, deny)
+	for i, r := range unreadable {
+		resp := h.check(r)
+		if allowed(resp) || resp.GetDeniedResponse().GetStatus().GetCode() != typev3.StatusCode_Forbidden ||
+			!strings.Contains(resp.GetDeniedResponse().GetBody(), `"unreadable_account"`) {
+			t.Errorf("unreadable %d with deny: %v", i, resp)
+		}
+	}
+	if got := h.metric("ratelimit_authz_checks_total", "bucket", "login_account", "decision", "unreadable_account"); got != float64(len(unreadable)) {
+		t.Errorf("unreadable_account metric %v, want %d", got, len(unreadable))
+	}
+	h.expectRun(1, true, req{path: "/admin/login", body: `{"email":"alice@example.com"}`, headers: json})
+}
+
+// With the key table full, a failure-counting bucket cannot know a new
+// key's count: it denies (fail closed) by default, while request buckets
+// keep their allow default.
+func TestFailureBucketsFailClosedOnOverflow(t *testing.T) {
+	cfg := strings.Replace(string(config.Default()), "max_keys: 1000000", "max_keys: 4\n  shards: 1", 1)
+	h := newHarness(t, cfg)
+	for i := range 4 {
+		h.expectRun(1, true, req{path: "/api/v1/tokens", peer: fmt.Sprintf("198.51.100.%d", i+1)})
+	}
+	if h.store.Len() != 4 {
+		t.Fatalf("store holds %d keys, want 4", h.store.Len())
+	}
+	// token_create is on_overflow: allow (the default for requests).
+	h.expectRun(1, true, req{path: "/api/v1/tokens", peer: "198.51.100.99"})
+	resp := h.check(req{path: "/admin/login", peer: "203.0.113.7", headers: map[string]string{"x-login-account": "alice@example.com"}})
+	if allowed(resp) || resp.GetDeniedResponse().GetStatus().GetCode() != typev3.StatusCode_TooManyRequests {
+		t.Fatalf("login with a full key table: %v", resp)
+	}
+	if got := h.metric("ratelimit_authz_checks_total", "bucket", "login_ip", "decision", "overflow"); got != 1 {
+		t.Errorf("login_ip overflow metric %v, want 1", got)
+	}
+}
+
+// IPv6 clients are counted per /64, IPv4-mapped ones as IPv4, and the
+// login metadata carries the same key the check used.
+func TestIPv6ClientsByNetwork(t *testing.T) {
+	h := newHarness(t, "")
+	for i := range 15 {
+		resp := h.check(req{path: "/api/v1/tokens", peer: fmt.Sprintf("2001:db8:7:9::%x", i+1)})
+		if allowed(resp) != (i < 10) {
+			t.Fatalf("address %d of one /64: allowed=%v, want %v", i+1, allowed(resp), i < 10)
+		}
+	}
+	h.expectRun(1, true, req{path: "/api/v1/tokens", peer: "2001:db8:7:a::1"}) // the next /64
+	h.expectRun(10, true, req{path: "/api/v1/tokens", peer: "198.51.100.200"})
+	h.expectRun(1, false, req{path: "/api/v1/tokens", peer: "::ffff:198.51.100.200"})
+
+	resp := h.check(req{path: "/admin/login", peer: "2001:db8:7:9::abcd", headers: map[string]string{"x-login-account": "alice@example.com"}})
+	fails := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()
+	if got := fails["login_ip"].GetStringValue(); got != "2001:db8:7:9::/64" {
+		t.Errorf("login_ip key in the metadata %q, want the /64", got)
 	}
 }

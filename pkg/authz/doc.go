@@ -16,10 +16,19 @@
 //     under a shared empty key; on_missing_key decides: allow (default) or
 //     deny with 403;
 //   - a new key the counter cannot track because it is at its key bound:
-//     on_overflow decides: allow (default) or deny with 429;
+//     on_overflow decides: allow (the default for buckets counting
+//     requests) or deny with 429 (the default for buckets counting
+//     failures: a lockout must not lapse when a flood fills the table);
+//   - a login whose account cannot be read (descriptors.UnreadableAccount):
+//     counted under that one shared key like any account, or, with
+//     keys.unreadable_account: deny, refused with 403;
 //   - shadow buckets count and report as usual but never deny;
 //   - a path longer than 8 KiB (before its query) is denied with 414:
 //     waved through uncounted, long paths would slip past every limit.
+//
+// A bucket keyed by account has one descriptor per account the login
+// presents: every one is checked, and the RateLimit fields report the one
+// with the least remaining.
 //
 // A request whose buckets all allow it is counted in each of them; when a
 // later bucket denies, the hits already taken from earlier buckets are

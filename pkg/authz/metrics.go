@@ -16,10 +16,11 @@ const (
 	decShadowDenied                 // over the limit in a shadow bucket: allowed
 	decMissingKey                   // the request lacked the bucket's key
 	decOverflow                     // the counter could not track a new key
+	decUnreadable                   // a login whose account cannot be read, refused (keys.unreadable_account: deny)
 	numDecisions
 )
 
-var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "missing_key", "overflow"}
+var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "missing_key", "overflow", "unreadable_account"}
 
 // bucketMetrics holds one bucket's metric children, created once so that
 // Check never looks a label up.
@@ -43,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "checks_total",
-			Help: "Bucket decisions of Check, by bucket and decision (allowed, denied, shadow_denied, missing_key, overflow).",
+			Help: "Bucket decisions of Check, by bucket and decision (allowed, denied, shadow_denied, missing_key, overflow, unreadable_account).",
 		}, []string{"bucket", "decision"}),
 		exceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "exceeded_total",

@@ -90,8 +90,10 @@ type Result struct {
 	Allowed bool
 	// Overflow: the key was not tracked because its shard is at the key
 	// bound with nothing reclaimable. Allowed is false, Count and Remaining
-	// are 0, RetryAfterMS is ResetMS; the caller decides what to do. The
-	// refusal is counted in Store.Refused.
+	// are 0, RetryAfterMS is ResetMS; the caller decides what to do. A
+	// refusal by Take, Incr or Add is counted in Store.Refused; Peek of an
+	// untracked key in a full shard reports Overflow too (its count could
+	// not be kept) without counting a refusal.
 	Overflow bool
 	// Count is the count in effect after the call: the current window's
 	// total for Fixed, the weighted estimate rounded up for Sliding.

@@ -484,17 +484,30 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 
 // Peek reports what Take would decide without counting anything. It never
 // creates a key: an unknown key, or one counted in another scale, reads as
-// 0 and is Allowed.
+// 0 and is Allowed — unless the key is unknown and its shard is full with
+// nothing reclaimable, when Peek reports Overflow as Take would: a count
+// for that key could not be kept, so "0" would be a guess. (That refusal
+// is not counted in Refused: nothing was refused storage.)
 func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result {
 	if !lim.valid() {
 		return Result{}
 	}
-	_, w, el := clock(now, lim.ScaleMS)
+	ms, w, el := clock(now, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	var prev, cur int64
 	sh.mu.Lock()
-	if e := sh.m[k]; e != nil && int64(e.scale) == lim.ScaleMS {
+	e := sh.m[k]
+	if e == nil && len(sh.m) >= sh.capacity {
+		if ms >= sh.minExpiry {
+			sh.sweep(ms)
+		}
+		if len(sh.m) >= sh.capacity {
+			sh.mu.Unlock()
+			return overflow(lim, w, el)
+		}
+	}
+	if e != nil && int64(e.scale) == lim.ScaleMS {
 		if lim.Algorithm == Sliding {
 			prev = e.total(w - 1)
 		}

@@ -790,8 +790,13 @@ func TestKeyBound(t *testing.T) {
 	if s.Add(0, "k6", lim, now.Unix(), 1, now) {
 		t.Error("Add over the bound accepted")
 	}
-	if r := s.Peek(0, "k7", lim, now); r.Overflow || !r.Allowed {
-		t.Errorf("Peek never needs room: %+v", r)
+	// An untracked key in a full shard cannot be counted: Peek must say so
+	// rather than read it as 0 (a lockout bucket would fail open).
+	if r := s.Peek(0, "k7", lim, now.Add(300*time.Millisecond)); r != want {
+		t.Errorf("Peek of an untracked key over the bound = %+v, want %+v", r, want)
+	}
+	if r := s.Peek(0, "k0", lim, now); r.Overflow || !r.Allowed || r.Count != 1 {
+		t.Errorf("Peek of a tracked key at the bound = %+v", r)
 	}
 	if s.Refused() != 3 || s.Len() != 4 {
 		t.Errorf("Refused %d, Len %d; want 3, 4", s.Refused(), s.Len())
@@ -799,7 +804,11 @@ func TestKeyBound(t *testing.T) {
 	if r := s.Take(0, "k0", lim, now); !r.Allowed || r.Count != 2 {
 		t.Errorf("existing key must keep working at the bound: %+v", r)
 	}
-	// Once the live keys' windows end, a new key reclaims their room.
+	// Once the live keys' windows end, a new key reclaims their room, and
+	// Peek reads an unknown key as 0 again.
+	if r := s.Peek(0, "k7", lim, now.Add(time.Second)); r.Overflow || !r.Allowed || r.Count != 0 {
+		t.Errorf("Peek after expiry = %+v, want 0 and allowed", r)
+	}
 	r = s.Take(0, "k4", lim, now.Add(time.Second))
 	if !r.Allowed || r.Overflow {
 		t.Errorf("Take after expiry = %+v, want admitted", r)

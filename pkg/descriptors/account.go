@@ -2,6 +2,7 @@ package descriptors
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -17,29 +18,98 @@ const (
 	// maxJSONDepth bounds the nesting of a JSON body; deeper is malformed.
 	maxJSONDepth = 64
 
-	headerContentType = "content-type"
-	headerPartialBody = "x-envoy-auth-partial-body"
+	headerContentType   = "content-type"
+	headerContentLength = "content-length"
+	headerPartialBody   = "x-envoy-auth-partial-body"
 
 	mediaForm = "application/x-www-form-urlencoded"
 	mediaJSON = "application/json"
 )
 
-// account returns the normalised login account of a request, or "" when it
-// has none.
-func (e *Engine) account(headers map[string]string, body string) string {
-	if e.accountHeader != "" {
-		if v := normAccount(headers[e.accountHeader]); v != "" {
-			return v
+// MaxAccounts bounds the accounts one request counts against: one from
+// the header and one from the body (a repeated header or field is
+// unreadable, not several accounts). A request would present more only
+// through a change of those rules; it is then also counted under
+// UnreadableAccount, never cut short.
+const MaxAccounts = 2
+
+// UnreadableAccount is the key of the account-keyed buckets for a login
+// whose account cannot be read: every such login shares it. It cannot be
+// a normalised account, which never starts with a space.
+const UnreadableAccount = " unreadable"
+
+// accountSet is every account a request presents, normalised, each once,
+// and whether some part of the request that may name one could not be read.
+type accountSet struct {
+	v          [MaxAccounts]string
+	n          int
+	unreadable bool
+}
+
+func (a *accountSet) add(v string) {
+	for _, x := range a.v[:a.n] {
+		if x == v {
+			return
 		}
 	}
-	if e.accountField == "" || body == "" || len(body) > maxBodyBytes {
-		return ""
+	if a.n == len(a.v) {
+		a.unreadable = true // too many: the rest count under the shared key
+		return
 	}
-	if strings.EqualFold(headers[headerPartialBody], "true") {
-		return "" // Envoy cut the body at max_request_bytes
+	a.v[a.n] = v
+	a.n++
+}
+
+// accounts finds every account a login request presents: the account
+// header and the account field of the body, as the application may read
+// either. Anything that may name an account but cannot be read marks the
+// set unreadable, and so does a request that names none: an attacker must
+// not escape the per-account limit by making the account unreadable to the
+// server while the application still reads one.
+func (e *Engine) accounts(headers map[string]string, body string, set *accountSet) {
+	if e.accountHeader != "" {
+		if raw, ok := headers[e.accountHeader]; ok {
+			// Envoy joins a repeated header with ",": which copy the
+			// application reads is unknown. An account never holds one.
+			if v := normAccount(raw); v == "" || strings.IndexByte(raw, ',') >= 0 {
+				set.unreadable = true
+			} else {
+				set.add(v)
+			}
+		}
+	}
+	if e.accountField != "" && body != "" {
+		if v, ok := e.bodyAccount(headers, body); !ok {
+			set.unreadable = true
+		} else if v != "" {
+			set.add(v)
+		}
+	}
+	if set.n == 0 {
+		set.unreadable = true
+	}
+}
+
+// bodyAccount returns the account field of a non-empty body: "" and true
+// when a well-formed body lacks the field, false when the body cannot be
+// read (see the package doc).
+func (e *Engine) bodyAccount(headers map[string]string, body string) (string, bool) {
+	if len(body) > maxBodyBytes {
+		return "", false
+	}
+	// Envoy sets the header on every buffered body; anything but "false"
+	// (absent, "true", or a client's copy joined to Envoy's) may be a cut.
+	if v := strings.TrimSpace(headers[headerPartialBody]); !strings.EqualFold(v, "false") {
+		return "", false
+	}
+	// A body shorter than its declared length was cut too.
+	if cl, ok := headers[headerContentLength]; ok {
+		if n, err := strconv.Atoi(cl); err != nil || n != len(body) {
+			return "", false
+		}
 	}
 	if !utf8.ValidString(body) {
-		return ""
+		return "", false
 	}
 	ct := headers[headerContentType]
 	switch {
@@ -48,7 +118,7 @@ func (e *Engine) account(headers map[string]string, body string) string {
 	case hasMediaType(ct, mediaJSON):
 		return jsonAccount(body, e.accountField)
 	}
-	return ""
+	return "", false // a body the application may parse some other way
 }
 
 // normAccount trims and lower-cases an account; "" when it is empty or not
@@ -101,20 +171,23 @@ func (a *accountPick) add(raw string) {
 	}
 }
 
-func (a *accountPick) result() string {
+// result is the account ("" when the field was absent) and whether it
+// could be read.
+func (a *accountPick) result() (string, bool) {
 	if a.ambiguous {
-		return ""
+		return "", false
 	}
-	return a.v
+	return a.v, true
 }
 
-// formAccount returns the account field of a form-urlencoded body. A
-// malformed percent-escape anywhere makes the whole body malformed.
-func formAccount(body, field string) string {
+// formAccount returns the account field of a form-urlencoded body ("" when
+// absent) and false when it cannot be read. A malformed percent-escape
+// anywhere makes the whole body malformed.
+func formAccount(body, field string) (string, bool) {
 	for i := 0; i < len(body); i++ {
 		if body[i] == '%' {
 			if _, ok := unescapeAt(body, i); !ok {
-				return ""
+				return "", false
 			}
 		}
 	}
@@ -128,7 +201,7 @@ func formAccount(body, field string) string {
 		}
 		dv, err := url.QueryUnescape(v)
 		if err != nil || !utf8.ValidString(dv) {
-			return ""
+			return "", false
 		}
 		pick.add(dv)
 	}
@@ -145,15 +218,15 @@ func formKeyIs(k, field string) bool {
 }
 
 // jsonAccount returns the top-level string member field of a JSON object
-// body. Keys compare as encoding/json compares them to a struct field:
+// body ("" when absent) and false when it cannot be read. Keys compare as encoding/json compares them to a struct field:
 // exactly or, failing that, case-insensitively; every copy counts. A
 // malformed document, a non-string value for the field, or copies that
 // disagree make the account missing.
-func jsonAccount(body, field string) string {
+func jsonAccount(body, field string) (string, bool) {
 	p := jsonParser{s: body}
 	p.ws()
 	if !p.eat('{') {
-		return ""
+		return "", false
 	}
 	var pick accountPick
 	p.ws()
@@ -162,23 +235,23 @@ func jsonAccount(body, field string) string {
 			p.ws()
 			ks, ke, kesc := p.str()
 			if ks < 0 {
-				return ""
+				return "", false
 			}
 			p.ws()
 			if !p.eat(':') {
-				return ""
+				return "", false
 			}
 			p.ws()
 			if jsonKeyIs(body[ks:ke], kesc, field) {
 				if p.peek() != '"' {
 					pick.ambiguous = true
 					if !p.value(1) {
-						return ""
+						return "", false
 					}
 				} else {
 					vs, ve, vesc := p.str()
 					if vs < 0 {
-						return ""
+						return "", false
 					}
 					v := body[vs:ve]
 					if vesc {
@@ -187,7 +260,7 @@ func jsonAccount(body, field string) string {
 					pick.add(v)
 				}
 			} else if !p.value(1) {
-				return ""
+				return "", false
 			}
 			p.ws()
 			if p.eat(',') {
@@ -196,12 +269,12 @@ func jsonAccount(body, field string) string {
 			if p.eat('}') {
 				break
 			}
-			return ""
+			return "", false
 		}
 	}
 	p.ws()
 	if p.i != len(p.s) {
-		return ""
+		return "", false
 	}
 	return pick.result()
 }

@@ -81,3 +81,38 @@ func canonicalIP(s string) (string, bool) {
 // CanonicalIP returns an IP address as Describe reports it (IPv4-mapped
 // addresses unmapped), and false when s is not an IP address.
 func CanonicalIP(s string) (string, bool) { return canonicalIP(s) }
+
+// ipKey is the key of an ip-keyed bucket for the canonical client address
+// ip: ip itself for IPv4, its network "2001:db8:1:2::/64" for IPv6 with a
+// prefix shorter than 128. One host usually owns a whole /64 (SLAAC,
+// privacy addresses), so keying by address would give it 2^64 budgets.
+func ipKey(ip string, prefix int) string {
+	if ip == "" || prefix >= 128 || strings.IndexByte(ip, ':') < 0 {
+		return ip
+	}
+	a, err := netip.ParseAddr(ip)
+	if err != nil || !a.Is6() {
+		return ip
+	}
+	p, err := a.Prefix(prefix)
+	if err != nil {
+		return ip
+	}
+	var buf [64]byte
+	return string(p.AppendTo(buf[:0]))
+}
+
+// IPKey returns the key ip-keyed buckets count an address under, as
+// Describe computes it with an IPv6 prefix length of prefix (0 means 64),
+// and false when ip is not an IP address. Failure reports made outside a
+// check use it so that they count against the same key.
+func IPKey(ip string, prefix int) (string, bool) {
+	c, ok := canonicalIP(ip)
+	if !ok {
+		return "", false
+	}
+	if prefix == 0 {
+		prefix = 64
+	}
+	return ipKey(c, prefix), true
+}

@@ -1,6 +1,9 @@
 package descriptors
 
-import "testing"
+import (
+	"net/netip"
+	"testing"
+)
 
 func TestClientIP(t *testing.T) {
 	const peer = "203.0.113.128"
@@ -71,4 +74,86 @@ func TestCanonicalIPNoAlloc(t *testing.T) {
 			t.Errorf("canonicalIP(%q) allocates %v times", s, n)
 		}
 	}
+}
+
+// TestIPKey: ip-keyed buckets count IPv6 clients per network (default
+// /64), IPv4 and IPv4-mapped clients per address, and the key is the same
+// through Describe and IPKey (which failure reports use).
+func TestIPKey(t *testing.T) {
+	for _, tt := range []struct {
+		peer   string
+		prefix int
+		want   string
+	}{
+		{"203.0.113.7", 0, "203.0.113.7"},
+		{"::ffff:203.0.113.7", 0, "203.0.113.7"},
+		{"2001:db8:1:2::1", 0, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ffff:ffff:ffff", 0, "2001:db8:1:2::/64"},
+		{"2001:DB8:1:2::dead:beef", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:3::1", 64, "2001:db8:1:3::/64"},
+		{"2001:db8:1:2::1", 48, "2001:db8:1::/48"},
+		{"2001:db8:1:2::1", 56, "2001:db8:1::/56"},
+		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
+		{"fe80::1%eth0", 64, "fe80::/64"},
+		{"::1", 64, "::/64"},
+	} {
+		e := mustNew(t, Config{
+			Buckets:    []Bucket{{Name: "per_ip", Key: KeySpec{Kind: KeyIP}}},
+			Routes:     []Route{{Template: "/x", Buckets: []int{0}}},
+			IPv6Prefix: tt.prefix,
+		})
+		got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: tt.peer}, nil)
+		if len(got.Descriptors) != 1 || got.Descriptors[0].Key != tt.want {
+			t.Errorf("peer %s /%d: descriptors %+v, want key %q", tt.peer, tt.prefix, got.Descriptors, tt.want)
+		}
+		if k, ok := IPKey(tt.peer, tt.prefix); !ok || k != tt.want {
+			t.Errorf("IPKey(%q, %d) = %q, %v; want %q", tt.peer, tt.prefix, k, ok, tt.want)
+		}
+	}
+	if _, ok := IPKey("not an ip", 64); ok {
+		t.Error("IPKey accepted a non-address")
+	}
+	if _, err := New(Config{IPv6Prefix: 129}); err == nil {
+		t.Error("IPv6Prefix 129 accepted")
+	}
+}
+
+// FuzzIPKey: any string is either refused or keyed; an IPv6 key is a
+// network that holds the address, an IPv4 key the address itself.
+func FuzzIPKey(f *testing.F) {
+	for _, s := range []string{"203.0.113.7", "::ffff:1.2.3.4", "2001:db8::1", "fe80::1%eth0", "::", "1.2.3", "[::1]", ""} {
+		f.Add(s, 64)
+	}
+	f.Add("2001:db8::1", 0)
+	f.Add("2001:db8::1", 128)
+	f.Fuzz(func(t *testing.T, s string, prefix int) {
+		if prefix < 0 || prefix > 128 {
+			prefix &= 127
+		}
+		k, ok := IPKey(s, prefix)
+		if !ok {
+			return
+		}
+		c, _ := canonicalIP(s)
+		a, err := netip.ParseAddr(c)
+		if err != nil {
+			t.Fatalf("IPKey(%q) = %q but %q does not parse", s, k, c)
+		}
+		if a.Is4() {
+			if k != c {
+				t.Fatalf("IPv4 %q keyed %q, want the address", s, k)
+			}
+			return
+		}
+		if prefix == 128 {
+			if k != c {
+				t.Fatalf("IPv6 %q /128 keyed %q", s, k)
+			}
+			return
+		}
+		p, err := netip.ParsePrefix(k)
+		if err != nil || !p.Contains(a.WithZone("")) || p != p.Masked() {
+			t.Fatalf("IPv6 %q /%d keyed %q: not a masked network holding it (%v)", s, prefix, k, err)
+		}
+	})
 }

@@ -74,6 +74,10 @@ type Config struct {
 	AccountBodyField         string // e.g. "email"; "" = none
 	TrustedHops              int    // = Envoy HCM xff_num_trusted_hops; 0 = the peer address
 	UseExternalAddressHeader bool   // trust x-envoy-external-address when present (Envoy sets it with use_remote_address: true)
+	// IPv6Prefix is the prefix length an IPv6 client is keyed by in
+	// ip-keyed buckets: 0 means 64, 128 means per address. IPv4 clients
+	// (IPv4-mapped IPv6 included) are keyed per address.
+	IPv6Prefix int
 }
 
 // Request is what the caller copies out of Envoy's CheckRequest. Describe
@@ -107,9 +111,15 @@ type Result struct {
 	// ClientIP is the trusted client address in canonical form, or "" when
 	// even the TCP peer is not an IP address.
 	ClientIP string
-	// Account is the normalised login account; only computed when a bucket
-	// in Descriptors keys by account, "" otherwise or when missing.
+	// Account is the first normalised login account the request presents;
+	// only computed when a bucket in Descriptors keys by account, "" otherwise
+	// or when it presents none that can be read.
 	Account string
+	// AccountUnreadable is set when a bucket in Descriptors keys by account
+	// and the request names no account, or one that cannot be read, or more
+	// than MaxAccounts: such buckets then also have a descriptor keyed
+	// UnreadableAccount.
+	AccountUnreadable bool
 	// UnknownBuckets counts the names in ratelimit_buckets that name no
 	// bucket; they were skipped.
 	UnknownBuckets int
@@ -144,6 +154,7 @@ type Engine struct {
 	accountField  string
 	trustedHops   int
 	useExternal   bool
+	ipv6Prefix    int
 }
 
 type route struct {
@@ -167,6 +178,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.TrustedHops < 0 {
 		fail("TrustedHops %d is negative", cfg.TrustedHops)
 	}
+	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
+		fail("IPv6Prefix %d is not in 0…128", cfg.IPv6Prefix)
+	}
 	for _, h := range []struct{ field, v string }{
 		{"TenantHeader", cfg.TenantHeader},
 		{"AccountHeader", cfg.AccountHeader},
@@ -186,6 +200,10 @@ func New(cfg Config) (*Engine, error) {
 		accountField:  cfg.AccountBodyField,
 		trustedHops:   cfg.TrustedHops,
 		useExternal:   cfg.UseExternalAddressHeader,
+		ipv6Prefix:    cfg.IPv6Prefix,
+	}
+	if e.ipv6Prefix == 0 {
+		e.ipv6Prefix = 64
 	}
 
 	for i, b := range cfg.Buckets {
@@ -427,9 +445,9 @@ func (e *Engine) Describe(r *Request, dst []Descriptor) Result {
 			if k.rt != nil && e.buckets[bi].Key.Kind == KeyPathParam {
 				seg = k.rt.tpl.captureSeg(e.buckets[bi].Key.Name)
 			}
-			res.Descriptors = append(res.Descriptors, Descriptor{Bucket: bi, Key: k.key(bi, seg)})
+			res.Descriptors = k.appendDescriptors(res.Descriptors, bi, seg)
 		}
-		res.Account = k.account
+		k.report(&res)
 		return res
 	}
 	if ri < 0 {
@@ -441,9 +459,9 @@ func (e *Engine) Describe(r *Request, dst []Descriptor) Result {
 		if matched {
 			seg = rt.paramSeg[j]
 		}
-		res.Descriptors = append(res.Descriptors, Descriptor{Bucket: bi, Key: k.key(bi, seg)})
+		res.Descriptors = k.appendDescriptors(res.Descriptors, bi, seg)
 	}
-	res.Account = k.account
+	k.report(&res)
 	return res
 }
 
@@ -466,10 +484,10 @@ func (e *Engine) find(p, method string, anyMethod bool) int {
 	return -1
 }
 
-// keyer computes the keys of one request, the account at most once. It
-// holds no pointer to the Request or the Result: escape analysis does not
-// tell fields apart, so the keys it returns would drag those (and the
-// caller's dst) to the heap.
+// keyer computes the keys of one request, the accounts and the IP key at
+// most once. It holds no pointer to the Request or the Result: escape
+// analysis does not tell fields apart, so the keys it returns would drag
+// those (and the caller's dst) to the heap.
 type keyer struct {
 	e        *Engine
 	headers  map[string]string
@@ -477,24 +495,53 @@ type keyer struct {
 	path     string
 	rt       *route // the route whose template matched the path, if any
 	clientIP string
-	account  string
+	ipKey    string
+	ipDone   bool
+	accounts accountSet
 	acctDone bool
 }
 
-// key returns the key of bucket bi; seg is the path segment of a path param
-// key (-1: missing).
+// appendDescriptors appends the descriptors of bucket bi: one, except for a
+// bucket keyed by account, which has one per account the request presents
+// (and one keyed UnreadableAccount when some cannot be read). seg is the
+// path segment of a path param key (-1: missing).
+func (k *keyer) appendDescriptors(dst []Descriptor, bi, seg int) []Descriptor {
+	if k.e.buckets[bi].Key.Kind != KeyAccount {
+		return append(dst, Descriptor{Bucket: bi, Key: k.key(bi, seg)})
+	}
+	if !k.acctDone {
+		k.acctDone = true
+		k.e.accounts(k.headers, k.body, &k.accounts)
+	}
+	for _, a := range k.accounts.v[:k.accounts.n] {
+		dst = append(dst, Descriptor{Bucket: bi, Key: a})
+	}
+	if k.accounts.unreadable {
+		dst = append(dst, Descriptor{Bucket: bi, Key: UnreadableAccount})
+	}
+	return dst
+}
+
+// report copies what the keyer found about the accounts into res.
+func (k *keyer) report(res *Result) {
+	if k.accounts.n > 0 {
+		res.Account = k.accounts.v[0]
+	}
+	res.AccountUnreadable = k.accounts.unreadable
+}
+
+// key returns the key of bucket bi, which is not keyed by account; seg is
+// the path segment of a path param key (-1: missing).
 func (k *keyer) key(bi, seg int) string {
 	switch spec := k.e.buckets[bi].Key; spec.Kind {
 	case KeyTenant:
 		return k.headers[k.e.tenantHeader]
 	case KeyIP:
-		return k.clientIP
-	case KeyAccount:
-		if !k.acctDone {
-			k.acctDone = true
-			k.account = k.e.account(k.headers, k.body)
+		if !k.ipDone {
+			k.ipDone = true
+			k.ipKey = ipKey(k.clientIP, k.e.ipv6Prefix)
 		}
-		return k.account
+		return k.ipKey
 	case KeyPathParam:
 		if seg < 0 {
 			return ""

@@ -94,7 +94,7 @@ func TestRouteMatching(t *testing.T) {
 		descs []Descriptor
 	}
 	tenant := []Descriptor{{Bucket: bActivity, Key: "tenant-42"}}
-	login := []Descriptor{{Bucket: bLoginIP, Key: "192.0.2.10"}, {Bucket: bLoginAccount, Key: ""}}
+	login := []Descriptor{{Bucket: bLoginIP, Key: "192.0.2.10"}, {Bucket: bLoginAccount, Key: UnreadableAccount}}
 	none := want{route: -1}
 	tests := []struct {
 		method, path string

@@ -46,31 +46,46 @@
 //     else the TCP peer. A chosen value that is not an IP address falls back
 //     to the peer, and a peer that is not one either gives "" (missing):
 //     never one shared key for every client. The address is canonicalised
-//     (IPv4-mapped IPv6 unmapped, IPv6 lower-case and compressed); IPv6
-//     clients are keyed per address, not per prefix.
-//   - account: Config.AccountHeader, else Config.AccountBodyField of a
-//     form-urlencoded or JSON (top-level string member) body, trimmed and
-//     lower-cased. Only computed when a bucket that applies keys by account.
+//     (IPv4-mapped IPv6 unmapped, IPv6 lower-case and compressed). The key
+//     of an ip-keyed bucket is that address for IPv4 and its network for
+//     IPv6 ("2001:db8:1:2::/64", Config.IPv6Prefix, default /64): one host
+//     usually owns a whole /64, and per-address keys would give it 2^64
+//     budgets.
+//   - account: every account the login presents, each normalised (trimmed,
+//     lower-cased) and counted once: Config.AccountHeader and
+//     Config.AccountBodyField of a form-urlencoded or JSON (top-level
+//     string member) body. The application may read either, so a bucket
+//     keyed by account has one descriptor per account (at most
+//     MaxAccounts), and one more keyed UnreadableAccount when the request
+//     names none, or one that cannot be read (below). Only computed when a
+//     bucket that applies keys by account.
 //   - path param: the raw (percent-encoded as sent) segment of the capture.
 //   - header: the header value, as sent.
 //
 // Keys are substrings of the request (nothing is copied) except an account
-// that had to be lower-cased or unescaped, or a client IP that had to be
-// canonicalised.
+// that had to be lower-cased or unescaped, a client IP that had to be
+// canonicalised, or an IPv6 network.
 //
 // # Failure mode
 //
 // Describe never fails and never panics on hostile input; it decides
 // nothing either. A key the request lacks is reported as "" and the caller
 // applies its missing-key policy (allow or deny, counted); it must never
-// count "" as a key. The account is missing, never guessed, when the body
-// is malformed, not UTF-8, over 64 KiB, marked partial by Envoy
-// (x-envoy-auth-partial-body: true), or when the field appears more than
-// once with different values, appears with a non-string value, or (JSON)
-// appears under keys differing only in case: parsers disagree about which
-// copy wins, and an attacker must not have one account counted while the
-// application checks another. A caller that keys login lockout by account
-// should therefore deny, or at least count, a login without one.
+// count "" as a key.
+//
+// An account is never missing: a login that cannot be read is keyed
+// UnreadableAccount (Result.AccountUnreadable), one key shared by every
+// such login, and the caller counts it there or refuses it. Unreadable:
+// no account at all; an account header that is blank, not UTF-8 or holds
+// a comma (Envoy joins a repeated header with ","); a body that is
+// malformed, not UTF-8, over 64 KiB, shorter than its content-length,
+// not form-urlencoded or JSON, or not marked complete by Envoy
+// (x-envoy-auth-partial-body is anything but "false": Envoy sets it on
+// every buffered body, "true" when it cut the body at max_request_bytes);
+// a field that appears more than once with different values, with a
+// non-string value, or (JSON) under keys differing only in case. Parsers
+// disagree about which copy wins, and an attacker must not have one
+// account counted while the application checks another.
 //
 // A path longer than 8 KiB (without its query string) matches no route:
 // Result.Route is -1 and Result.PathTooLong is set, so the caller can deny

@@ -49,16 +49,39 @@ func FuzzDescribe(f *testing.F) {
 			if res.Route < -1 || res.Route >= len(e.routes) {
 				t.Fatalf("Route %d out of range", res.Route)
 			}
-			if res.Route >= 0 && buckets == "" && len(res.Descriptors) != len(e.routes[res.Route].buckets) {
-				t.Fatalf("route %d has %d buckets, got %d descriptors", res.Route, len(e.routes[res.Route].buckets), len(res.Descriptors))
-			}
+			perBucket := map[int]int{}
 			for _, d := range res.Descriptors {
 				if d.Bucket < 0 || d.Bucket >= len(e.buckets) {
 					t.Fatalf("descriptor bucket %d out of range", d.Bucket)
 				}
-				if e.buckets[d.Bucket].Key.Kind == KeyPathParam && strings.Contains(d.Key, "/") {
-					t.Fatalf("path param key %q holds a slash", d.Key)
+				perBucket[d.Bucket]++
+				switch e.buckets[d.Bucket].Key.Kind {
+				case KeyPathParam:
+					if strings.Contains(d.Key, "/") {
+						t.Fatalf("path param key %q holds a slash", d.Key)
+					}
+				case KeyAccount:
+					// Never "no account": a login counts against what it
+					// presents or under the shared key.
+					if d.Key == "" {
+						t.Fatalf("account descriptor without a key: %+v", res.Descriptors)
+					}
+					if d.Key != UnreadableAccount && d.Key != normAccount(d.Key) {
+						t.Fatalf("account key %q is not normalised", d.Key)
+					}
 				}
+			}
+			for b, n := range perBucket {
+				max := 1
+				if e.buckets[b].Key.Kind == KeyAccount {
+					max = MaxAccounts + 1
+				}
+				if n > max {
+					t.Fatalf("bucket %d has %d descriptors, at most %d", b, n, max)
+				}
+			}
+			if res.Route >= 0 && buckets == "" && len(perBucket) != len(e.routes[res.Route].buckets) {
+				t.Fatalf("route %d has %d buckets, got descriptors for %d", res.Route, len(e.routes[res.Route].buckets), len(perBucket))
 			}
 			if res.ClientIP != "" {
 				if ip, ok := canonicalIP(res.ClientIP); !ok || ip != res.ClientIP {

@@ -11,6 +11,12 @@
 //   - POST /v1/failures on the admin port, for applications not behind
 //     Envoy's access log, refused without the configured bearer token.
 //
+// A bucket's key in the metadata is a string, or a list of strings when
+// the login presented several accounts: the failure counts against each.
+// A failure the counter cannot keep because its key table is full is
+// counted in failures_refused_total (the check fails closed on that table
+// meanwhile), never dropped unseen.
+//
 // Only failures count: successes never reach the counters. The Check only
 // peeks at these buckets, so once one is at its limit every attempt is
 // denied until the window ends, and a denial does not extend the lockout.
@@ -57,8 +63,13 @@ const (
 	MetaIP            = "ip"       // the trusted client IP
 	MetaAccount       = "account"  // the normalised login account ("" when none)
 	MetaRoute         = "route"    // the route rule's name, or its path template
-	MetaFailures      = "failures" // struct: failure-counting bucket name → key
+	MetaFailures      = "failures" // struct: failure-counting bucket name → key, or list of keys (every account a login presents)
 )
+
+// maxKeysPerBucket bounds the keys one entry may list for one bucket: the
+// Check lists at most descriptors.MaxAccounts accounts and the shared key
+// of unreadable ones. A longer list is malformed and counts nothing.
+const maxKeysPerBucket = descriptors.MaxAccounts + 1
 
 // maxKeyBytes bounds a key taken from a report; longer ones are refused.
 // (The Check's keys are bounded by what Envoy accepts in a header or body.)
@@ -135,9 +146,19 @@ func (rec *Recorder) isFailure(code uint32) bool {
 
 // record counts one failure of key in bucket b under lim.
 // It returns where the key stands afterwards: Allowed false means locked.
+// A failure the counter cannot keep (its key table is full) is counted in
+// refused, never dropped unseen; the check then fails closed on the same
+// full table (failure buckets deny on overflow by default).
 func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time) counter.Result {
 	after := rec.count.Incr(uint32(b), key, lim, now, 1)
 	bm := rec.m.bucket[b]
+	if after.Overflow {
+		bm.refused.Inc()
+		// Debug: the metric is the signal; a flood must not become log volume.
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
+			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key))
+		return after
+	}
 	bm.failures.Inc()
 	// This failure began the lockout when it took the count from below
 	// the limit to it: one failure adds one to the count (to the rounded-up
@@ -224,7 +245,7 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	now := rec.now()
 	counted, bad := 0, 0
 	for name, v := range fs.GetFields() {
-		key, ok := stringValue(v)
+		keys, ok := keyList(v)
 		b := rec.rules.BucketIndex(name)
 		if !ok || b < 0 || rec.rules.Buckets[b].Count != rules.CountFailures {
 			bad++
@@ -235,7 +256,9 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 			bad++
 			continue
 		}
-		rec.record(b, key, lim, now)
+		for _, key := range keys.all() {
+			rec.record(b, key, lim, now)
+		}
 		counted++
 	}
 	switch {
@@ -245,6 +268,50 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 		return entryMalformed
 	}
 	return entryIgnored // no keys: nothing known about the client
+}
+
+// keys are the keys of one bucket in an entry: one, or a list.
+type keys struct {
+	one  string
+	list []*structpb.Value // checked by keyList
+}
+
+func (k keys) all() []string {
+	if k.list == nil {
+		return []string{k.one}
+	}
+	out := make([]string, len(k.list))
+	for i, v := range k.list {
+		out[i] = v.GetStringValue()
+	}
+	return out
+}
+
+// keyList reads a bucket's key, or its non-empty list of at most
+// maxKeysPerBucket distinct keys; anything else is malformed as a whole,
+// so that a bad report is counted as one, never half applied.
+func keyList(v *structpb.Value) (keys, bool) {
+	lv := v.GetListValue()
+	if lv == nil {
+		k, ok := stringValue(v)
+		return keys{one: k}, ok
+	}
+	vals := lv.GetValues()
+	if len(vals) == 0 || len(vals) > maxKeysPerBucket {
+		return keys{}, false
+	}
+	for i, x := range vals {
+		k, ok := stringValue(x)
+		if !ok {
+			return keys{}, false
+		}
+		for _, y := range vals[:i] {
+			if y.GetStringValue() == k {
+				return keys{}, false
+			}
+		}
+	}
+	return keys{list: vals}, true
 }
 
 func stringValue(v *structpb.Value) (string, bool) {
@@ -272,11 +339,15 @@ type ReportResult struct {
 
 // BucketState is one bucket after a report.
 type BucketState struct {
-	Key          string `json:"key"`
-	Count        int64  `json:"count"`
-	Limit        int64  `json:"limit"`
-	Locked       bool   `json:"locked"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
+	Key    string `json:"key"`
+	Count  int64  `json:"count"`
+	Limit  int64  `json:"limit"`
+	Locked bool   `json:"locked"`
+	// Refused: the counter's key table is full and could not keep this
+	// failure (counted in failures_refused_total); checks of the key fail
+	// closed meanwhile.
+	Refused      bool  `json:"refused,omitempty"`
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // ServeHTTP serves POST /v1/failures.
@@ -323,7 +394,8 @@ func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult
 // Report counts one failure described by rep, validated as a Check would
 // see it: the IP canonical, the account trimmed and lower-cased.
 func (rec *Recorder) Report(rep Report) (ReportResult, error) {
-	ip, ok := descriptors.CanonicalIP(rep.IP)
+	// Keyed as a check keys it: IPv6 by its network.
+	ip, ok := descriptors.IPKey(rep.IP, rec.rules.Keys.IPv6Prefix)
 	if !ok {
 		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
 	}
@@ -368,6 +440,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		st := rec.record(b, key, lim, now)
 		res.Counted[rec.rules.Buckets[b].Name] = BucketState{
 			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
+			Refused: st.Overflow,
 		}
 	}
 	if len(res.Counted) == 0 {

@@ -3,6 +3,7 @@ package failures_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -121,6 +122,9 @@ func (h *harness) check(l login) *authv3.CheckResponse {
 	}
 	if l.contentType != "" {
 		headers["content-type"] = l.contentType
+	}
+	if l.body != "" || len(l.raw) > 0 {
+		headers["x-envoy-auth-partial-body"] = "false" // Envoy sets it on a buffered body
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -400,5 +404,125 @@ func TestCloseStreamsEndsOpenStreams(t *testing.T) {
 	}
 	if _, err := s.CloseAndRecv(); status.Code(err) != codes.Unavailable {
 		t.Fatalf("new stream after CloseStreams: %v, want UNAVAILABLE", err)
+	}
+}
+
+// The decoy attack at the node: five wrong passwords for one account in
+// the body, each with another decoy x-login-account and from another IP,
+// then the right password from yet another IP: locked, because every
+// failure counted against every account the login presented.
+func TestDecoyAccountHeadersDoNotDodgeTheLock(t *testing.T) {
+	h := newHarness(t, "")
+	for i := range 5 {
+		l := login{ip: fmt.Sprintf("198.51.100.%d", 10+i), account: fmt.Sprintf("decoy%d@example.com", i),
+			body: `{"email":"victim@example.com","password":"wrong"}`, contentType: "application/json"}
+		if resp := h.attempt(l, 401); !allowed(resp) {
+			t.Fatalf("failure %d denied before the limit", i+1)
+		}
+	}
+	h.waitCounted("counted", 5)
+	resp := h.check(login{ip: "192.0.2.200", body: `{"email":"victim@example.com","password":"right"}`, contentType: "application/json"})
+	if allowed(resp) {
+		t.Fatal("the right password after five decoyed failures: allowed, want locked")
+	}
+	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 10 {
+		t.Errorf("login_account failures counted %v, want 10 (five decoys and five times the body account)", got)
+	}
+}
+
+func TestMalformedKeyLists(t *testing.T) {
+	h := newHarness(t, "")
+	list := func(vals ...*structpb.Value) *accesslogv3.HTTPAccessLogEntry {
+		return &accesslogv3.HTTPAccessLogEntry{
+			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				failures.MetadataNamespace: {Fields: map[string]*structpb.Value{
+					failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+						"login_account": structpb.NewListValue(&structpb.ListValue{Values: vals}),
+					}}),
+				}},
+			}}},
+			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(401)},
+		}
+	}
+	s := structpb.NewStringValue
+	var many []*structpb.Value
+	for i := range 100 {
+		many = append(many, s(fmt.Sprint("a", i)))
+	}
+	h.send(
+		list(),                                   // empty
+		list(many...),                            // too many
+		list(s("a"), s("a")),                     // repeated
+		list(s("a"), structpb.NewNumberValue(1)), // not a string
+		list(s("a"), s("")),                      // empty key
+	)
+	h.waitCounted("malformed", 5)
+	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 0 {
+		t.Errorf("malformed lists counted %v failures, want none", got)
+	}
+	h.send(list(s("a@x"), s("b@x")))
+	h.waitCounted("counted", 1)
+	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 2 {
+		t.Errorf("a list of two counted %v failures, want 2", got)
+	}
+}
+
+// overflowing is a counter whose key table is always full.
+type overflowing struct{}
+
+func (overflowing) Incr(uint32, string, counter.Limit, time.Time, int64) counter.Result {
+	return counter.Result{Overflow: true, RetryAfterMS: 1000, ResetMS: 1000}
+}
+
+// A failure the counter cannot keep is counted as refused, not lost
+// silently, and a report says so.
+func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	rec, err := failures.New(r, overflowing{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rec.Report(failures.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := res.Counted["login_account"]; !st.Refused || st.Count != 0 {
+		t.Errorf("report on a full store: %+v", st)
+	}
+	mfs, _ := reg.Gather()
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.GetCounter() != nil && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == "bucket" {
+				got[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["ratelimit_authz_failures_refused_total/login_account"] != 1 || got["ratelimit_authz_failures_refused_total/login_ip"] != 1 {
+		t.Errorf("refused metrics %v, want 1 per bucket", got)
+	}
+	if got["ratelimit_authz_failures_counted_total/login_account"] != 0 {
+		t.Errorf("a refused failure counted as counted: %v", got)
+	}
+}
+
+// Failures reported over HTTP key an IPv6 client by its network, as the
+// check does.
+func TestHTTPReportKeysIPv6ByNetwork(t *testing.T) {
+	h := newHarness(t, "")
+	for i := range 5 {
+		if _, err := h.rec.Report(failures.Report{IP: fmt.Sprintf("2001:db8:5:6::%x", i+1), Route: "login", Account: "x@y"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if allowed(h.check(login{ip: "2001:db8:5:6:aaaa::1", account: "other@y"})) {
+		t.Error("another address of the reported /64 is not locked")
+	}
+	if !allowed(h.check(login{ip: "2001:db8:5:7::1", account: "other@y"})) {
+		t.Error("the next /64 is locked too")
 	}
 }

@@ -17,6 +17,7 @@ const (
 type bucketMetrics struct {
 	failures prometheus.Counter
 	lockouts prometheus.Counter
+	refused  prometheus.Counter
 }
 
 type metrics struct {
@@ -36,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
 		Namespace: ns, Subsystem: sub, Name: "lockouts_total",
 		Help: "Failures that brought a key to its bucket's limit (a lockout began), by bucket.",
 	}, []string{"bucket"})
+	refused := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "refused_total",
+		Help: "Failures that could not be counted because the counter's key table is full, by bucket (checks of such keys fail closed).",
+	}, []string{"bucket"})
 	streams := prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "accesslog_streams_open",
 		Help: "Envoy access-log streams currently open.",
@@ -48,7 +53,7 @@ func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
 		Namespace: ns, Subsystem: sub, Name: "http_reports_total",
 		Help: "POST /v1/failures requests, by result: counted, bad_request, unauthorized, disabled.",
 	}, []string{"result"})
-	for _, c := range []prometheus.Collector{failures, lockouts, streams, entries, reports} {
+	for _, c := range []prometheus.Collector{failures, lockouts, refused, streams, entries, reports} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("failures: register metrics: %w", err)
 		}
@@ -56,7 +61,11 @@ func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
 	m := &metrics{bucket: make([]bucketMetrics, len(r.Buckets)), streams: streams, reports: map[reportResult]prometheus.Counter{}}
 	for i, b := range r.Buckets {
 		if b.Count == rules.CountFailures {
-			m.bucket[i] = bucketMetrics{failures: failures.WithLabelValues(b.Name), lockouts: lockouts.WithLabelValues(b.Name)}
+			m.bucket[i] = bucketMetrics{
+				failures: failures.WithLabelValues(b.Name),
+				lockouts: lockouts.WithLabelValues(b.Name),
+				refused:  refused.WithLabelValues(b.Name),
+			}
 		}
 	}
 	for i, name := range entryResultNames {

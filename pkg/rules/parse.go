@@ -68,6 +68,7 @@ func (p *parser) parse(data []byte) *Rules {
 	r := &Rules{Keys: Keys{
 		TenantHeader:             "x-tenant-id",
 		UseExternalAddressHeader: true,
+		IPv6Prefix:               64,
 	}}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
 		p.errorf(nil, "the configuration is empty: it needs buckets and routes")
@@ -189,7 +190,7 @@ func (p *parser) enum(n *yaml.Node, what string, values ...string) (int, bool) {
 }
 
 func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
-	p.eachKey(n, "keys", []string{"tenant_header", "account_header", "account_body_field", "trusted_hops", "use_external_address_header"}, func(key string, _, v *yaml.Node) {
+	p.eachKey(n, "keys", []string{"tenant_header", "account_header", "account_body_field", "trusted_hops", "use_external_address_header", "ipv6_prefix", "unreadable_account"}, func(key string, _, v *yaml.Node) {
 		switch key {
 		case "tenant_header", "account_header":
 			s, ok := p.str(v, "keys."+key)
@@ -219,6 +220,15 @@ func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
 		case "use_external_address_header":
 			if b, ok := p.boolean(v, "keys."+key); ok {
 				k.UseExternalAddressHeader = b
+			}
+		case "ipv6_prefix":
+			// Below /32 one key would span whole providers.
+			if v, ok := p.integer(v, "keys.ipv6_prefix", 32, 128); ok {
+				k.IPv6Prefix = int(v)
+			}
+		case "unreadable_account":
+			if i, ok := p.enum(v, "keys.unreadable_account", "shared_key", "deny"); ok {
+				k.UnreadableAccount = AccountPolicy(i)
 			}
 		}
 	})
@@ -338,7 +348,7 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		}
 		b := Bucket{Name: name}
 		before := len(p.problems)
-		var hasKey, hasLimit, hasPer bool
+		var hasKey, hasLimit, hasPer, hasOverflow bool
 		p.eachKey(v, what, fields, func(key string, _, fv *yaml.Node) {
 			switch key {
 			case "limit", "per", "algorithm":
@@ -364,9 +374,13 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 			case "on_overflow":
 				if i, ok := p.enum(fv, what+".on_overflow", "allow", "deny"); ok {
 					b.OnOverflow = Action(i)
+					hasOverflow = true
 				}
 			}
 		})
+		if !hasOverflow && b.Count == CountFailures {
+			b.OnOverflow = Deny
+		}
 		if !hasKey && v.Kind == yaml.MappingNode {
 			p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
 		}
@@ -522,6 +536,7 @@ func bucketNames(r *Rules) string {
 // crossCheck finds what no single field shows: routes that repeat one
 // another, keys a route cannot supply, buckets without a limit.
 func (p *parser) crossCheck(r *Rules) {
+	p.resolveDefaults(r)
 	type shapeKey struct{ method, shape string }
 	seen := map[shapeKey]int{}
 	for ri, rt := range r.Routes {
@@ -581,4 +596,46 @@ func templateParams(t string) []string {
 		}
 	}
 	return out
+}
+
+// resolveDefaults makes each route default the limit of its bucket, on
+// every route. Routes are chosen by the client (by its path), so two
+// routes giving one bucket different limits would let a client pick the
+// limit of a key other requests share, and reset its count by alternating
+// (a counter entry restarts when its window length changes): a problem. A
+// default for a bucket with a limit of its own would never apply: also a
+// problem, so that the file says what is enforced.
+func (p *parser) resolveDefaults(r *Rules) {
+	first := map[int]int{} // bucket → index of the first route giving it a default
+	for ri, rt := range r.Routes {
+		at := &yaml.Node{Line: rt.Line, Column: 1}
+		for b, l := range rt.Defaults {
+			bk := &r.Buckets[b]
+			if bk.HasLimit {
+				if _, seen := first[b]; !seen { // once per bucket
+					p.errorf(at, "route %s %s: defaults.%s is never used: the bucket has its own limit", methodOrAny(rt.Method), rt.Path, bk.Name)
+				}
+				first[b] = ri
+				continue
+			}
+			fi, seen := first[b]
+			if !seen {
+				first[b] = ri
+				bk.Default, bk.HasDefault = l, true
+				continue
+			}
+			if bk.Default != l {
+				p.errorf(at, "route %s %s: defaults.%s (%s) differs from the default the route at line %d gives it (%s): a client picks the route by its path, so it could pick the limit of keys other requests share; give the bucket its own limit, or one default",
+					methodOrAny(rt.Method), rt.Path, bk.Name, limitText(l), r.Routes[fi].Line, limitText(bk.Default))
+			}
+		}
+	}
+}
+
+func limitText(l counter.Limit) string {
+	alg := "fixed"
+	if l.Algorithm == counter.Sliding {
+		alg = "sliding"
+	}
+	return fmt.Sprintf("%d per %v %s", l.Limit, time.Duration(l.ScaleMS)*time.Millisecond, alg)
 }

@@ -55,6 +55,32 @@ type Keys struct {
 	AccountBodyField         string
 	TrustedHops              int
 	UseExternalAddressHeader bool
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by in
+	// ip-keyed buckets (default 64): one client usually owns a whole /64.
+	IPv6Prefix int
+	// UnreadableAccount is what a login whose account cannot be read
+	// (partial, oversized or malformed body, field given twice, wrong
+	// content type, no account at all, too many accounts) does in the
+	// account-keyed buckets: it is never "no account".
+	UnreadableAccount AccountPolicy
+}
+
+// AccountPolicy is what happens to a login whose account cannot be read.
+type AccountPolicy uint8
+
+const (
+	// AccountShared counts it under one strict key shared by every such
+	// login (descriptors.UnreadableAccount): the default.
+	AccountShared AccountPolicy = iota
+	// AccountDeny refuses it (403) at the check.
+	AccountDeny
+)
+
+func (a AccountPolicy) String() string {
+	if a == AccountDeny {
+		return "deny"
+	}
+	return "shared_key"
 }
 
 // Counting says what a bucket counts.
@@ -99,8 +125,16 @@ type Bucket struct {
 	// never counted against a shared empty key.
 	OnMissingKey Action
 	// OnOverflow applies when the counter is at its key bound and cannot
-	// track a new key.
+	// track a new key. The default is Allow for buckets counting requests
+	// and Deny for buckets counting failures: a lockout that lapses when
+	// the key table is full is exactly what a guesser flooding keys wants.
 	OnOverflow Action
+
+	// Default is the route default of a bucket without a limit of its own
+	// (HasDefault): every route that gives one gives the same, so the
+	// bucket has one limit whatever route a request matched.
+	Default    counter.Limit
+	HasDefault bool
 }
 
 // Route is one route rule. A rule with several paths becomes several Routes
@@ -133,18 +167,24 @@ func builtinLimits(name string) (counter.Limit, bool) {
 	return counter.Limit{}, false
 }
 
-// Limit resolves the limit of bucket b on route r (r < 0: no route, as when
-// Envoy names the bucket): the bucket's own limit ▸ the route's default ▸
-// the built-in default. Tenant overrides come on top, elsewhere.
+// Limit resolves the limit of bucket b: the bucket's own limit ▸ the
+// route default ▸ the built-in default. Tenant overrides come on top,
+// elsewhere.
+//
+// The result does not depend on route (the route the request matched, or
+// -1): the client picks the route by its path, and a bucket whose limit
+// followed the route would let it change the limit — and so reset the
+// count — of a key that requests on other routes share. Parse refuses
+// routes that give one bucket different defaults. The parameter remains so
+// that callers state which route they resolve for.
 func (r *Rules) Limit(route, b int) (counter.Limit, bool) {
+	_ = route
 	bk := &r.Buckets[b]
 	if bk.HasLimit {
 		return bk.Limit, true
 	}
-	if route >= 0 && route < len(r.Routes) {
-		if l, ok := r.Routes[route].Defaults[b]; ok {
-			return l, true
-		}
+	if bk.HasDefault {
+		return bk.Default, true
 	}
 	return builtinLimits(bk.Name)
 }
@@ -167,6 +207,7 @@ func (r *Rules) Descriptors() descriptors.Config {
 		AccountBodyField:         r.Keys.AccountBodyField,
 		TrustedHops:              r.Keys.TrustedHops,
 		UseExternalAddressHeader: r.Keys.UseExternalAddressHeader,
+		IPv6Prefix:               r.Keys.IPv6Prefix,
 	}
 	for _, b := range r.Buckets {
 		c.Buckets = append(c.Buckets, descriptors.Bucket{Name: b.Name, Key: b.Key})

@@ -72,8 +72,15 @@ func TestShippedConfig(t *testing.T) {
 	if r.RouteIndex("nope") != -1 {
 		t.Error("unknown route found")
 	}
-	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 {
+	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 ||
+		r.Keys.IPv6Prefix != 64 || r.Keys.UnreadableAccount != rules.AccountShared {
 		t.Errorf("keys: %+v", r.Keys)
+	}
+	// The lockout fails closed on a full key table; request buckets do not.
+	for _, b := range r.Buckets {
+		if want := map[bool]rules.Action{true: rules.Deny, false: rules.Allow}[b.Count == rules.CountFailures]; b.OnOverflow != want {
+			t.Errorf("%s: on_overflow %v, want %v", b.Name, b.OnOverflow, want)
+		}
 	}
 }
 
@@ -123,13 +130,13 @@ routes:
 	if len(r.Routes) != 3 || r.Routes[0].Name != "a" || r.Routes[1].Name != "a" || r.Routes[1].Path != "/b/{id}" {
 		t.Fatalf("routes: %+v", r.Routes)
 	}
-	// Resolution: route default when the bucket has none; the built-in
-	// table for a shipped bucket name; nothing otherwise.
-	if l, ok := r.Limit(1, 1); !ok || l.Limit != 7 || l.ScaleMS != 60000 {
-		t.Errorf("route default: %+v %v", l, ok)
-	}
-	if _, ok := r.Limit(-1, 1); ok {
-		t.Error("from_route has a limit without a route")
+	// Resolution: route default when the bucket has none — on every route
+	// and without one (Envoy naming the bucket), since the client picks the
+	// route; the built-in table for a shipped bucket name.
+	for _, route := range []int{0, 1, 2, -1} {
+		if l, ok := r.Limit(route, 1); !ok || l.Limit != 7 || l.ScaleMS != 60000 {
+			t.Errorf("route default on route %d: %+v %v", route, l, ok)
+		}
 	}
 	if l, ok := r.Limit(2, 2); !ok || l.Limit != 100 || l.ScaleMS != 1000 {
 		t.Errorf("built-in default: %+v %v", l, ok)
@@ -230,6 +237,39 @@ buckets:
   Big-Name: {limit: 5, per: 1s, key: tenant}
 routes: [{path: /x, buckets: [Big-Name]}]`, []string{`bucket name "Big-Name"`}},
 		{"bad failure code", minimal + "failures: {status_codes: [99]}\n", []string{"failures.status_codes must be between 100 and 599"}},
+		{"routes give one bucket different defaults", `
+buckets:
+  shared: {key: tenant}
+routes:
+  - {path: /a, buckets: [shared], defaults: {shared: {limit: 5, per: 1s}}}
+  - {path: /b, buckets: [shared], defaults: {shared: {limit: 500, per: 1s}}}`, []string{":6:", "defaults.shared (500 per 1s fixed) differs from the default the route at line 5 gives it (5 per 1s fixed)"}},
+		{"routes give one bucket different windows", `
+buckets:
+  shared: {key: tenant}
+routes:
+  - {path: /a, buckets: [shared], defaults: {shared: {limit: 5, per: 1s}}}
+  - {path: /b, buckets: [shared], defaults: {shared: {limit: 5, per: 1m}}}`, []string{"differs from the default"}},
+		{"routes give one bucket different algorithms", `
+buckets:
+  shared: {key: tenant}
+routes:
+  - {path: /a, buckets: [shared], defaults: {shared: {limit: 5, per: 1s}}}
+  - {path: /b, buckets: [shared], defaults: {shared: {limit: 5, per: 1s, algorithm: sliding}}}`, []string{"differs from the default"}},
+		{"route default of a bucket with its own limit", `
+buckets:
+  own: {limit: 5, per: 1s, key: tenant}
+routes:
+  - {path: /a, buckets: [own], defaults: {own: {limit: 50, per: 1s}}}`, []string{"defaults.own is never used: the bucket has its own limit"}},
+		{"ipv6 prefix too short", `
+keys: {ipv6_prefix: 16}
+buckets:
+  b: {limit: 5, per: 1s, key: ip}
+routes: [{path: /x, buckets: [b]}]`, []string{"keys.ipv6_prefix must be between 32 and 128"}},
+		{"unreadable account policy", `
+keys: {unreadable_account: allow}
+buckets:
+  b: {limit: 5, per: 1s, key: ip}
+routes: [{path: /x, buckets: [b]}]`, []string{"keys.unreadable_account must be one of shared_key, deny"}},
 		{"trusted hops negative", `
 keys: {trusted_hops: -1}
 buckets:
@@ -276,5 +316,43 @@ routes:
 	ps, _ := rules.AsProblems(err)
 	if len(ps) < 3 {
 		t.Fatalf("want at least 3 problems, got %d:\n%v", len(ps), err)
+	}
+}
+
+// Routes may share a bucket's default when they agree, and a failure
+// bucket fails closed on a full key table unless told otherwise.
+func TestParseSafeDefaults(t *testing.T) {
+	r, err := rules.Parse([]byte(`
+keys: {ipv6_prefix: 56, unreadable_account: deny}
+buckets:
+  shared: {key: tenant}
+  fails: {limit: 5, per: 1m, key: ip, count: failures}
+  fails_open: {limit: 5, per: 1m, key: ip, count: failures, on_overflow: allow}
+  reqs: {limit: 5, per: 1m, key: ip}
+routes:
+  - {path: /a, buckets: [shared, fails, fails_open, reqs], defaults: {shared: {limit: 5, per: 1s}}}
+  - {path: /b, buckets: [shared], defaults: {shared: {limit: 5, per: 1s}}}
+  - {path: /c, buckets: [shared]}
+`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Keys.IPv6Prefix != 56 || r.Keys.UnreadableAccount != rules.AccountDeny {
+		t.Errorf("keys: %+v", r.Keys)
+	}
+	if l, ok := r.Limit(2, 0); !ok || l.Limit != 5 || l.ScaleMS != 1000 {
+		t.Errorf("route /c without a default: %+v %v, want the bucket's one default", l, ok)
+	}
+	for i, want := range []rules.Action{rules.Allow, rules.Deny, rules.Allow, rules.Allow} {
+		if got := r.Buckets[i].OnOverflow; got != want {
+			t.Errorf("%s: on_overflow %v, want %v", r.Buckets[i].Name, got, want)
+		}
+	}
+	d, err := rules.Parse([]byte(minimal), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Keys.IPv6Prefix != 64 || d.Keys.UnreadableAccount != rules.AccountShared {
+		t.Errorf("default keys: %+v", d.Keys)
 	}
 }

@@ -16,6 +16,7 @@
 //	CI=true         a missing prerequisite is a failure, not a skip
 //	E2E_ENVOY_BIN   use this envoy binary instead of running the installer
 //	E2E_SERVER_BIN  use this ratelimit-authz binary instead of building one
+//	E2E_SERVER_CONFIG use this server config instead of config/ratelimit.yaml
 //	NATS_SERVER_BIN use this nats-server instead of running the installer
 //	PG_BIN          the folder of PostgreSQL's initdb, pg_ctl and postgres
 //	E2E_LOG_DIR     parent folder for the per-test log folders (default $TMPDIR)

@@ -102,10 +102,15 @@ func serverBinary(t *testing.T) string {
 	return out
 }
 
-// serverConfigPath returns the shipped server config the tests run with.
+// serverConfigPath returns the server config the tests run with: the
+// shipped one, or $E2E_SERVER_CONFIG (with $E2E_SERVER_BIN, to run the
+// tests against another build and the configuration it understands).
 func serverConfigPath(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(root(t), serverConfig)
+	if c := os.Getenv("E2E_SERVER_CONFIG"); c != "" {
+		p = c
+	}
 	if _, err := os.Stat(p); err != nil {
 		unavailable(t, "server config: %v", err)
 	}
@@ -335,6 +340,9 @@ type stack struct {
 	envoy    *process
 	server   *process
 	client   *http.Client
+	// envoyEdit, when set, changes the rendered bootstrap before Envoy
+	// starts (e.g. envoyconf.WithTrustedHops).
+	envoyEdit func([]byte) ([]byte, error)
 }
 
 // newStack starts the upstream and Envoy, but not the server; Envoy is
@@ -376,6 +384,18 @@ func (s *stack) startEnvoy() {
 	cfg := filepath.Join(s.logs.dir, "envoy.yaml")
 	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, s.addrs); err != nil {
 		t.Fatal(err)
+	}
+	if s.envoyEdit != nil {
+		b, err := os.ReadFile(cfg)
+		if err == nil {
+			b, err = s.envoyEdit(b)
+		}
+		if err == nil {
+			err = os.WriteFile(cfg, b, 0o644)
+		}
+		if err != nil {
+			t.Fatalf("edit the bootstrap: %v", err)
+		}
 	}
 	s.envoy = s.logs.start(t, "envoy", s.envoyBin,
 		"-c", cfg,
