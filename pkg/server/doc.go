@@ -17,7 +17,7 @@
 // certificate of the CA without one fails the handshake, so the client
 // never reaches a service). Each is bounded (Limits): connections open at
 // once (one more is closed on accept), concurrent streams per connection
-// (advertised; extra streams are refused), the size of a received message
+// (extra streams are refused), the size of a received message
 // (RESOURCE_EXHAUSTED) and of the request's HTTP/2 headers (the stream is
 // reset), the handshake time, idle connections, and keepalive pings (a
 // client that pings too often gets GOAWAY ENHANCE_YOUR_CALM). Past a

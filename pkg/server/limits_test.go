@@ -273,6 +273,9 @@ func TestMaxHeaderListSize(t *testing.T) {
 	if got := c.settings[http2.SettingMaxHeaderListSize]; got != server.DefaultMaxHeaderListBytes {
 		t.Errorf("advertised header list size %d, want %d", got, server.DefaultMaxHeaderListBytes)
 	}
+	if got := c.settings[http2.SettingMaxConcurrentStreams]; got != server.DefaultMaxConcurrentStreams {
+		t.Errorf("advertised max concurrent streams %d, want %d", got, server.DefaultMaxConcurrentStreams)
+	}
 	junk := hpack.HeaderField{Name: "x-junk", Value: strings.Repeat("j", 1<<10)}
 	var bomb []hpack.HeaderField
 	for range 40 {

@@ -70,10 +70,14 @@ type Limits struct {
 	// one connection per worker thread, so a node needs about (Envoys ×
 	// their --concurrency) plus headroom.
 	MaxConnections int
-	// MaxConcurrentStreams is advertised in HTTP/2 SETTINGS: Envoy and
-	// gRPC clients open another connection or wait when a connection is
-	// full; a client that ignores it has the extra streams refused
-	// (RST_STREAM REFUSED_STREAM). Default 100.
+	// MaxConcurrentStreams is the most streams open at once on one
+	// connection, advertised in HTTP/2 SETTINGS; streams past it are
+	// refused (RST_STREAM REFUSED_STREAM), which a check sees as an error.
+	// Envoy does not reliably stay within the advertised value, so set
+	// its cluster's http2_protocol_options.max_concurrent_streams to at
+	// most this: it then opens more connections instead. Default 1024,
+	// Envoy's default max_requests circuit breaker per cluster: an Envoy
+	// with default circuit breakers never has more checks in flight.
 	MaxConcurrentStreams uint32
 	// MaxRecvMsgBytes bounds one received message (a CheckRequest, an
 	// access-log batch); a larger one is answered RESOURCE_EXHAUSTED.
@@ -103,7 +107,7 @@ type Limits struct {
 // Defaults of Limits.
 const (
 	DefaultMaxConnections       = 4096
-	DefaultMaxConcurrentStreams = 100
+	DefaultMaxConcurrentStreams = 1024
 	DefaultMaxRecvMsgBytes      = 256 << 10
 	DefaultMaxHeaderListBytes   = 16 << 10
 	DefaultKeepaliveMinTime     = 5 * time.Second
