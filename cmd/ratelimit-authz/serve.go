@@ -43,7 +43,7 @@ type serveConfig struct {
 
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c serveConfig
-	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP.\nSIGINT or SIGTERM shuts down gracefully.", getenv)
+	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP.\nSIGINT or SIGTERM shuts down gracefully.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
 	f.String(&c.grpcAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1, and the access-log service unless --access-log-addr is set)")
 	f.String(&c.accessLogAddr, "access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "", "gRPC listen `address` of Envoy's access-log service (failed logins) on its own; the gRPC port then no longer serves it; empty: on the gRPC port")

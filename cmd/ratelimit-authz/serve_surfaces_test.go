@@ -59,6 +59,26 @@ func grpcConn(t *testing.T, addr string, creds credentials.TransportCredentials)
 	return c
 }
 
+func TestServeHelpSurfaces(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "--help"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
+		"-grpc-tls-allowed-clients", "-access-log-tls-allowed-clients", "-grpc-max-connections", "(default 4096)",
+		"-grpc-max-streams", "(default 1024)", "-grpc-max-recv-bytes", "(default 262144)", "-grpc-keepalive-min-time",
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "-pprof ") || strings.Contains(out.String(), "RATELIMIT_AUTHZ_PPROF)") {
+		t.Errorf("serve --help still offers --pprof:\n%s", out.String())
+	}
+}
+
 // With --access-log-addr, Envoy's failed-login reports are taken there and
 // only there: a client of the Check port cannot lock an account.
 func TestServeAccessLogAddr(t *testing.T) {
