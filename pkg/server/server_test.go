@@ -326,16 +326,22 @@ func TestAccessLogAllowList(t *testing.T) {
 	}
 }
 
-// Profiles are served on their own address only, never the command line.
+// Profiles are served on their own address only, never the command line
+// nor the environment.
 func TestPprof(t *testing.T) {
+	t.Setenv("RATELIMIT_AUTHZ_TEST_SECRET", "env-secret-7f3a")
 	srv, _ := start(t, server.Config{PprofAddr: "127.0.0.1:0"}, server.Services{Authz: allowAll{}})
 	base := "http://" + srv.PprofAddr().String()
 	code, body := getBody(t, base+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
 	}
-	if code, _ := getBody(t, base+"/debug/pprof/heap?debug=1"); code != 200 {
-		t.Errorf("heap profile: %d", code)
+	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=2",
+		"/debug/pprof/threadcreate?debug=1", "/debug/pprof/allocs?debug=1"} {
+		code, body := getBody(t, base+p)
+		if code != 200 || strings.Contains(body, "env-secret-7f3a") {
+			t.Errorf("%s: %d, or the environment in the body", p, code)
+		}
 	}
 	args := strings.Join(os.Args[1:], " ")
 	for _, p := range []string{
