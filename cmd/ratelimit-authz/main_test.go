@@ -445,21 +445,6 @@ func TestServe(t *testing.T) {
 	}
 }
 
-func TestServePprof(t *testing.T) {
-	_, httpAddr, _, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF": "true"})
-	code, body := httpGet(t, "http://"+httpAddr+"/debug/pprof/")
-	if code != 200 || !strings.Contains(body, "goroutine") {
-		t.Errorf("pprof index: %d", code)
-	}
-	if err := stop(); err != nil {
-		t.Fatal(err)
-	}
-	err := run(context.Background(), []string{"serve"}, env(map[string]string{"RATELIMIT_AUTHZ_PPROF": "maybe"}), io.Discard, io.Discard)
-	if exitCode(err) != 2 || !strings.Contains(err.Error(), "RATELIMIT_AUTHZ_PPROF") {
-		t.Errorf("bad boolean: %v", err)
-	}
-}
-
 func TestServeTLSFlags(t *testing.T) {
 	dir := t.TempDir()
 	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",

@@ -1,12 +1,3 @@
-// Package server runs the node's two listeners: gRPC (Envoy's ext_authz
-// Check, its access-log service and grpc.health.v1; plaintext, TLS or mTLS)
-// and HTTP (/metrics, /healthz, /readyz, /v1/failures, and /debug/pprof/
-// when asked), and shuts them down in order: readiness and health go
-// NOT_SERVING, a drain delay lets Envoy and load balancers notice, the
-// long-lived access-log streams are ended, then GracefulStop lets in-flight
-// checks finish, with a deadline after which remaining streams are cut.
-// Readiness can also wait for other components (ReadyAfter), such as a
-// cluster node's warm start.
 package server
 
 import (
@@ -16,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,7 +26,15 @@ import (
 // Config is the server's own configuration. Zero fields take defaults.
 type Config struct {
 	GRPCAddr string // default 127.0.0.1:9001
-	HTTPAddr string // default 127.0.0.1:9090
+	// AccessLogAddr, when set, serves the access-log service (and
+	// grpc.health.v1) on a listener of its own, and the Check port no
+	// longer serves it: the Check port may then be reachable by clients
+	// that must not report failed logins. Empty: the Check port serves it.
+	AccessLogAddr string
+	HTTPAddr      string // default 127.0.0.1:9090
+	// PprofAddr, when set, serves Go's profiles under /debug/pprof/ on a
+	// listener of its own, never on HTTPAddr. Empty: no profiles.
+	PprofAddr string
 	// DrainDelay is how long the node reports NOT_SERVING before it stops
 	// accepting checks. Default 0 (tests); main sets its own default.
 	DrainDelay time.Duration
@@ -46,13 +44,124 @@ type Config struct {
 	// until every channel in it is closed, for example until a cluster
 	// node has warmed up from its peers. Checks are answered meanwhile.
 	ReadyAfter []<-chan struct{}
-	// TLS secures the gRPC port (TLS, or mTLS with a client CA); zero:
-	// plaintext HTTP/2, for a port only Envoy on the same host or network
-	// can reach.
+	// ReadyDetail, when set, is called on every GET /readyz and its text
+	// is appended to the body (after "ready" or "not ready"), for example
+	// the state of the tenant overrides. It must be cheap and not block;
+	// it does not change the status code.
+	ReadyDetail func() string
+	// TLS secures the gRPC listeners (TLS, or mTLS with a client CA and an
+	// allow-list of client names); zero: plaintext HTTP/2, for a port only
+	// Envoy on the same host or network can reach.
 	TLS TLS
-	// Pprof serves Go's profiles under /debug/pprof/ on the HTTP port.
-	// Off by default: profiles expose internals; keep the port private.
-	Pprof bool
+	// AccessLogAllowedClients is the allow-list of the access-log listener
+	// (see TLS.AllowedClients); nil: the same as the Check port's. Only
+	// with AccessLogAddr.
+	AccessLogAllowedClients []string
+	// Limits bound what clients of the gRPC listeners can hold.
+	Limits Limits
+}
+
+// Limits bound, per gRPC listener, what its clients can hold: a client
+// past a bound is refused, not queued without end. Zero fields take the
+// defaults.
+type Limits struct {
+	// MaxConnections is the most connections open at once; one more is
+	// closed as soon as it is accepted. Default 4096: Envoy opens at least
+	// one connection per worker thread, so a node needs about (Envoys ×
+	// their --concurrency) plus headroom.
+	MaxConnections int
+	// MaxConcurrentStreams is the most streams open at once on one
+	// connection, advertised in HTTP/2 SETTINGS; streams past it are
+	// refused (RST_STREAM REFUSED_STREAM), which a check sees as an error.
+	// Envoy does not reliably stay within the advertised value, so set
+	// its cluster's http2_protocol_options.max_concurrent_streams to at
+	// most this: it then opens more connections instead. Default 1024,
+	// Envoy's default max_requests circuit breaker per cluster: an Envoy
+	// with default circuit breakers never has more checks in flight.
+	MaxConcurrentStreams uint32
+	// MaxRecvMsgBytes bounds one received message (a CheckRequest, an
+	// access-log batch); a larger one is answered RESOURCE_EXHAUSTED.
+	// Default 256 KiB: a CheckRequest carries the request headers (Envoy's
+	// max_request_headers_kb, default 60 KiB; the path appears twice) and
+	// at most with_request_body.max_request_bytes of body (8 KiB shipped).
+	MaxRecvMsgBytes int
+	// MaxHeaderListBytes bounds the gRPC request's own HTTP/2 headers
+	// (not the HTTP request's, which travel in the message); a larger
+	// list has its stream reset. Default 16 KiB.
+	MaxHeaderListBytes uint32
+	// KeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings, with or without streams; a client pinging faster
+	// (more than twice in a row) gets GOAWAY ENHANCE_YOUR_CALM and its
+	// connection closed. Default 5 s: keep Envoy's
+	// http2_protocol_options.connection_keepalive.interval at least this.
+	KeepaliveMinTime time.Duration
+	// MaxConnectionIdle closes (GOAWAY) a connection without streams for
+	// this long. Default 5 min.
+	MaxConnectionIdle time.Duration
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface, so a connection that never completes them gives its slot
+	// back. Default 10 s.
+	HandshakeTimeout time.Duration
+}
+
+// Defaults of Limits.
+const (
+	DefaultMaxConnections       = 4096
+	DefaultMaxConcurrentStreams = 1024
+	DefaultMaxRecvMsgBytes      = 256 << 10
+	DefaultMaxHeaderListBytes   = 16 << 10
+	DefaultKeepaliveMinTime     = 5 * time.Second
+	DefaultMaxConnectionIdle    = 5 * time.Minute
+	DefaultHandshakeTimeout     = 10 * time.Second
+
+	// maxRecvMsgBytesLimit rejects a bound that is no bound (a typo).
+	maxRecvMsgBytesLimit = 64 << 20
+)
+
+func (l *Limits) setDefaults() error {
+	if l.MaxConnections < 0 || l.MaxRecvMsgBytes < 0 || l.KeepaliveMinTime < 0 || l.MaxConnectionIdle < 0 || l.HandshakeTimeout < 0 {
+		return errors.New("server: gRPC limits must not be negative")
+	}
+	if l.MaxRecvMsgBytes > maxRecvMsgBytesLimit {
+		return fmt.Errorf("server: gRPC max receive size %d bytes: at most %d", l.MaxRecvMsgBytes, maxRecvMsgBytesLimit)
+	}
+	def := func(p *time.Duration, d time.Duration) {
+		if *p == 0 {
+			*p = d
+		}
+	}
+	if l.MaxConnections == 0 {
+		l.MaxConnections = DefaultMaxConnections
+	}
+	if l.MaxConcurrentStreams == 0 {
+		l.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if l.MaxRecvMsgBytes == 0 {
+		l.MaxRecvMsgBytes = DefaultMaxRecvMsgBytes
+	}
+	if l.MaxHeaderListBytes == 0 {
+		l.MaxHeaderListBytes = DefaultMaxHeaderListBytes
+	}
+	def(&l.KeepaliveMinTime, DefaultKeepaliveMinTime)
+	def(&l.MaxConnectionIdle, DefaultMaxConnectionIdle)
+	def(&l.HandshakeTimeout, DefaultHandshakeTimeout)
+	return nil
+}
+
+func (l Limits) serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
+		grpc.MaxHeaderListSize(l.MaxHeaderListBytes),
+		// Envoy keeps long-lived HTTP/2 connections and may ping them.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionIdle: l.MaxConnectionIdle,
+			Time:              30 * time.Second,
+			Timeout:           10 * time.Second,
+		}),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
+	}
 }
 
 func (c *Config) setDefaults() error {
@@ -68,15 +177,31 @@ func (c *Config) setDefaults() error {
 	if c.DrainDelay < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("server: drain delay and shutdown timeout must not be negative")
 	}
-	return nil
+	if sameFixedAddr(c.AccessLogAddr, c.GRPCAddr) {
+		return fmt.Errorf("server: access-log address %s is the gRPC address: leave it empty to serve both on one port", c.AccessLogAddr)
+	}
+	if sameFixedAddr(c.PprofAddr, c.HTTPAddr) {
+		return fmt.Errorf("server: pprof address %s is the HTTP address: profiles are served on their own address only", c.PprofAddr)
+	}
+	if c.AccessLogAllowedClients != nil && c.AccessLogAddr == "" {
+		return errors.New("server: access-log allowed clients need an access-log address of its own (on the gRPC port, its allowed clients apply)")
+	}
+	return c.Limits.setDefaults()
+}
+
+// sameFixedAddr reports whether a and b name one address (not port 0,
+// which binds a new port each time).
+func sameFixedAddr(a, b string) bool {
+	_, port, err := net.SplitHostPort(a)
+	return a != "" && a == b && (err != nil || port != "0")
 }
 
 // Services are what the listeners serve.
 type Services struct {
 	// Authz answers Envoy's ext_authz Check. Required.
 	Authz authv3.AuthorizationServer
-	// AccessLog, when set, receives Envoy's gRPC access log on the same
-	// gRPC port.
+	// AccessLog, when set, receives Envoy's gRPC access log, on the gRPC
+	// port or on Config.AccessLogAddr.
 	AccessLog AccessLog
 	// Failures, when set, serves POST /v1/failures on the HTTP port.
 	Failures http.Handler
@@ -90,17 +215,40 @@ type AccessLog interface {
 	CloseStreams()
 }
 
+// Registry is where the server registers its metrics and what /metrics
+// serves (a *prometheus.Registry).
+type Registry interface {
+	prometheus.Registerer
+	prometheus.Gatherer
+}
+
+// Listener names, the "listener" label of the server's metrics.
+const (
+	listenerGRPC      = "grpc"
+	listenerAccessLog = "access_log"
+)
+
+// grpcListener is one gRPC server on its bounded listener.
+type grpcListener struct {
+	name       string
+	lis        *limitListener
+	srv        *grpc.Server
+	tls        string        // off, tls or mtls (for the serving log line)
+	tlsRefused atomic.Uint64 // client certificates whose names are not allowed
+}
+
 // Server owns the listeners. New binds them; Run serves until its context
-// ends, then shuts down.
+// ends, then shuts down. Safe for concurrent use.
 type Server struct {
 	cfg    Config
 	svc    Services
 	log    *slog.Logger
-	grpc   *grpc.Server
+	grpcs  []*grpcListener // the Check port first, then the access-log port if any
 	health *health.Server
 	http   *http.Server
-	glis   net.Listener
 	hlis   net.Listener
+	pprof  *http.Server // nil without PprofAddr
+	plis   net.Listener
 	ready  atomic.Bool
 	closed sync.Once
 
@@ -108,61 +256,129 @@ type Server struct {
 	stopping  bool // set by the first setServing(false): never SERVING again
 }
 
-// New binds both listeners and registers the services. The caller must
-// call Run or Close.
-func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logger) (*Server, error) {
+// New binds every listener and registers the services and the server's
+// metrics. The caller must call Run or Close.
+func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	if svc.Authz == nil {
 		return nil, errors.New("server: no ext_authz service")
 	}
-	opts := []grpc.ServerOption{
-		// Envoy keeps long-lived HTTP/2 connections and may ping them.
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		// A CheckRequest holds headers and at most the body Envoy buffers.
-		grpc.MaxRecvMsgSize(4 << 20),
+	if cfg.AccessLogAddr != "" && svc.AccessLog == nil {
+		return nil, errors.New("server: an access-log address but no access-log service")
 	}
-	if cfg.TLS.enabled() {
-		tc, err := cfg.TLS.config()
+	checkAllow, err := parseAllowList(cfg.TLS.AllowedClients)
+	if err != nil {
+		return nil, err
+	}
+	alsAllow := checkAllow
+	if cfg.AccessLogAllowedClients != nil {
+		if alsAllow, err = parseAllowList(cfg.AccessLogAllowedClients); err != nil {
+			return nil, err
+		}
+		if alsAllow.empty() {
+			return nil, errors.New("server: access-log allowed clients: an empty list (leave it unset to take the gRPC port's)")
+		}
+	}
+
+	s := &Server{cfg: cfg, svc: svc, log: log, health: health.NewServer()}
+	defer func() {
+		if err != nil {
+			s.closeListeners()
+		}
+	}()
+	check, err := s.newGRPC(listenerGRPC, cfg.GRPCAddr, checkAllow)
+	if err != nil {
+		return nil, err
+	}
+	authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
+	if svc.AccessLog != nil {
+		als := check
+		if cfg.AccessLogAddr != "" {
+			if als, err = s.newGRPC(listenerAccessLog, cfg.AccessLogAddr, alsAllow); err != nil {
+				return nil, err
+			}
+		}
+		alsv3.RegisterAccessLogServiceServer(als.srv, svc.AccessLog)
+	}
+	for _, g := range s.grpcs {
+		healthpb.RegisterHealthServer(g.srv, s.health)
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+
+	if s.hlis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
+	}
+	s.http = &http.Server{
+		Handler:           s.adminMux(reg),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	if cfg.PprofAddr != "" {
+		if s.plis, err = net.Listen("tcp", cfg.PprofAddr); err != nil {
+			return nil, fmt.Errorf("server: listen pprof on %s: %w", cfg.PprofAddr, err)
+		}
+		s.pprof = &http.Server{
+			Handler:           pprofMux(),
+			ReadHeaderTimeout: 5 * time.Second,
+			ReadTimeout:       10 * time.Second,
+			WriteTimeout:      2 * time.Minute, // a CPU profile takes 30 s by default
+			MaxHeaderBytes:    64 << 10,
+		}
+	}
+	if err := s.registerMetrics(reg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newGRPC binds a bounded gRPC listener with the configured transport
+// security and adds it to s.grpcs.
+func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, error) {
+	g := &grpcListener{name: name, tls: "off"}
+	opts := s.cfg.Limits.serverOptions()
+	if s.cfg.TLS.enabled() {
+		tc, err := s.cfg.TLS.config(allow, &g.tlsRefused, func(names []string) {
+			s.log.Debug("client certificate refused: no allowed name", "listener", name, "names", names)
+		})
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+		g.tls = "tls"
+		if tc.ClientCAs != nil {
+			g.tls = "mtls"
+			if allow.empty() {
+				s.log.Warn("mTLS without an allow-list: any certificate of the client CA is accepted", "listener", name)
+			}
+		}
 	}
-	glis, err := net.Listen("tcp", cfg.GRPCAddr)
+	lis, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("server: listen gRPC on %s: %w", cfg.GRPCAddr, err)
+		return nil, fmt.Errorf("server: listen %s on %s: %w", listenName(name), addr, err)
 	}
-	hlis, err := net.Listen("tcp", cfg.HTTPAddr)
-	if err != nil {
-		glis.Close()
-		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
-	}
-	s := &Server{cfg: cfg, svc: svc, log: log, glis: glis, hlis: hlis, health: health.NewServer()}
-	s.grpc = grpc.NewServer(opts...)
-	authv3.RegisterAuthorizationServer(s.grpc, svc.Authz)
-	if svc.AccessLog != nil {
-		alsv3.RegisterAccessLogServiceServer(s.grpc, svc.AccessLog)
-	}
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	g.lis = newLimitListener(lis, s.cfg.Limits.MaxConnections)
+	g.srv = grpc.NewServer(opts...)
+	s.grpcs = append(s.grpcs, g)
+	return g, nil
+}
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
-	if svc.Failures != nil {
-		mux.Handle("/v1/failures", svc.Failures)
+func listenName(listener string) string {
+	if listener == listenerAccessLog {
+		return "access log"
 	}
-	writeTimeout := 30 * time.Second
-	if cfg.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		writeTimeout = 2 * time.Minute // a CPU profile takes 30 s by default
+	return "gRPC"
+}
+
+func (s *Server) adminMux(reg prometheus.Gatherer) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if s.svc.Failures != nil {
+		mux.Handle("/v1/failures", s.svc.Failures)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -170,28 +386,68 @@ func New(cfg Config, svc Services, gatherer prometheus.Gatherer, log *slog.Logge
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		body := "ready\n"
 		if !s.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintln(w, "not ready")
-			return
+			body = "not ready\n"
 		}
-		fmt.Fprintln(w, "ready")
+		if s.cfg.ReadyDetail != nil {
+			if d := s.cfg.ReadyDetail(); d != "" {
+				body += d + "\n"
+			}
+		}
+		fmt.Fprint(w, body)
 	})
-	s.http = &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      writeTimeout,
-		MaxHeaderBytes:    64 << 10,
+	return mux
+}
+
+func (s *Server) registerMetrics(reg prometheus.Registerer) error {
+	for _, g := range s.grpcs {
+		labels := prometheus.Labels{"listener": g.name}
+		for _, c := range []prometheus.Collector{
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "ratelimit_authz", Subsystem: "server", Name: "connections_open", ConstLabels: labels,
+				Help: "Connections open on a gRPC listener.",
+			}, func() float64 { return float64(g.lis.open.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: "ratelimit_authz", Subsystem: "server", Name: "connections_refused_total", ConstLabels: labels,
+				Help: "Connections closed on accept because the listener was at its connection bound.",
+			}, func() float64 { return float64(g.lis.refused.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: "ratelimit_authz", Subsystem: "server", Name: "tls_clients_refused_total", ConstLabels: labels,
+				Help: "TLS handshakes refused: a client certificate of the CA without an allowed name.",
+			}, func() float64 { return float64(g.tlsRefused.Load()) }),
+		} {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
 	}
-	return s, nil
+	return nil
 }
 
 // GRPCAddr is the bound gRPC address (useful with port 0).
-func (s *Server) GRPCAddr() net.Addr { return s.glis.Addr() }
+func (s *Server) GRPCAddr() net.Addr { return s.grpcs[0].lis.Addr() }
+
+// AccessLogAddr is the bound access-log address, nil when the access log
+// shares the gRPC port.
+func (s *Server) AccessLogAddr() net.Addr {
+	if len(s.grpcs) < 2 {
+		return nil
+	}
+	return s.grpcs[1].lis.Addr()
+}
 
 // HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() net.Addr { return s.hlis.Addr() }
+
+// PprofAddr is the bound profile address, nil when profiles are off.
+func (s *Server) PprofAddr() net.Addr {
+	if s.plis == nil {
+		return nil
+	}
+	return s.plis.Addr()
+}
 
 func (s *Server) setServing(ok bool) {
 	s.servingMu.Lock()
@@ -213,18 +469,27 @@ func (s *Server) setServing(ok bool) {
 // or returns the first listener error.
 func (s *Server) Run(ctx context.Context) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		if err := s.grpc.Serve(s.glis); err != nil {
-			return fmt.Errorf("server: serve gRPC: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		if err := s.http.Serve(s.hlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("server: serve HTTP: %w", err)
-		}
-		return nil
-	})
+	for _, gl := range s.grpcs {
+		g.Go(func() error {
+			// ErrServerStopped: the shutdown came before Serve began.
+			if err := gl.srv.Serve(gl.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return fmt.Errorf("server: serve %s: %w", listenName(gl.name), err)
+			}
+			return nil
+		})
+	}
+	serveHTTP := func(what string, hs *http.Server, lis net.Listener) {
+		g.Go(func() error {
+			if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("server: serve %s: %w", what, err)
+			}
+			return nil
+		})
+	}
+	serveHTTP("HTTP", s.http, s.hlis)
+	if s.pprof != nil {
+		serveHTTP("pprof", s.pprof, s.plis)
+	}
 	if len(s.cfg.ReadyAfter) == 0 {
 		s.setServing(true)
 	} else {
@@ -241,7 +506,17 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	s.log.Info("serving", "grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String())
+	attrs := []any{"grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String()}
+	if a := s.AccessLogAddr(); a != nil {
+		attrs = append(attrs, "access_log", a.String())
+	}
+	if a := s.PprofAddr(); a != nil {
+		attrs = append(attrs, "pprof", a.String())
+	}
+	attrs = append(attrs, "grpc_tls", s.grpcs[0].tls,
+		"max_connections", s.cfg.Limits.MaxConnections, "max_streams", s.cfg.Limits.MaxConcurrentStreams,
+		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes)
+	s.log.Info("serving", attrs...)
 	g.Go(func() error {
 		<-gctx.Done()
 		s.shutdown()
@@ -250,6 +525,9 @@ func (s *Server) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
+// shutdown: NOT_SERVING, the drain delay, the access-log streams ended,
+// then every gRPC server stopped gracefully within the shutdown timeout,
+// then the HTTP listeners.
 func (s *Server) shutdown() {
 	s.closed.Do(func() {
 		s.setServing(false)
@@ -261,20 +539,31 @@ func (s *Server) shutdown() {
 			s.svc.AccessLog.CloseStreams()
 		}
 		stopped := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(stopped) }()
+		go func() {
+			var wg sync.WaitGroup
+			for _, gl := range s.grpcs {
+				wg.Go(gl.srv.GracefulStop)
+			}
+			wg.Wait()
+			close(stopped)
+		}()
 		t := time.NewTimer(s.cfg.ShutdownTimeout)
 		defer t.Stop()
 		select {
 		case <-stopped:
 		case <-t.C:
 			s.log.Warn("graceful stop timed out; closing remaining streams", "timeout", s.cfg.ShutdownTimeout.String())
-			s.grpc.Stop()
+			for _, gl := range s.grpcs {
+				gl.srv.Stop()
+			}
 			<-stopped
 		}
 		hctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 		defer cancel()
-		if err := s.http.Shutdown(hctx); err != nil {
-			s.http.Close()
+		for _, hs := range []*http.Server{s.http, s.pprof} {
+			if hs != nil && hs.Shutdown(hctx) != nil {
+				hs.Close()
+			}
 		}
 		s.log.Info("stopped")
 	})
@@ -284,9 +573,27 @@ func (s *Server) shutdown() {
 // It is idempotent.
 func (s *Server) Close() {
 	s.closed.Do(func() {
-		s.grpc.Stop()
-		s.http.Close()
-		s.glis.Close()
-		s.hlis.Close()
+		for _, gl := range s.grpcs {
+			gl.srv.Stop()
+		}
+		for _, hs := range []*http.Server{s.http, s.pprof} {
+			if hs != nil {
+				hs.Close()
+			}
+		}
+		s.closeListeners()
 	})
+}
+
+// closeListeners closes every bound listener (a server never served, or
+// a New that failed half-way).
+func (s *Server) closeListeners() {
+	for _, gl := range s.grpcs {
+		gl.lis.Close()
+	}
+	for _, l := range []net.Listener{s.hlis, s.plis} {
+		if l != nil {
+			l.Close()
+		}
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,15 +79,31 @@ func (p *pki) write(t *testing.T, name, typ string, der []byte) string {
 
 func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
 	t.Helper()
+	return p.issueNames(t, name, name, usage, nil, nil)
+}
+
+// issueNames issues a certificate with the common name cn and the given
+// DNS and URI subject alternative names, written to name.pem and
+// name-key.pem.
+func (p *pki) issueNames(t *testing.T, name, cn string, usage x509.ExtKeyUsage, dns []string, uris []string) (certFile, keyFile string) {
+	t.Helper()
+	var us []*url.URL
+	for _, u := range uris {
+		pu, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		us = append(us, pu)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns, URIs: us,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
 	if err != nil {
@@ -210,5 +227,93 @@ func TestTLSRotation(t *testing.T) {
 	}
 	if cn := served(); cn != "rotated" {
 		t.Errorf("after rotation served %q, want rotated", cn)
+	}
+}
+
+// clientCert issues a client certificate of p with the given SANs.
+func (p *pki) clientCert(t *testing.T, name, cn string, dns, uris []string) tls.Certificate {
+	t.Helper()
+	cf, kf := p.issueNames(t, name, cn, x509.ExtKeyUsageClientAuth, dns, uris)
+	c, err := tls.LoadX509KeyPair(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (p *pki) creds(cert tls.Certificate) credentials.TransportCredentials {
+	return credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{cert}})
+}
+
+// With an allow-list, a certificate of the trusted CA is refused at the
+// handshake unless it carries an allowed DNS or URI SAN; the common name
+// counts for nothing. Refusals are counted; no check reaches the service.
+func TestMutualTLSAllowList(t *testing.T) {
+	p := newPKI(t)
+	g := newGate()
+	g.release()
+	srv, reg := start(t, server.Config{TLS: server.TLS{
+		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile,
+		AllowedClients: []string{"edge-envoy.mesh.internal", "spiffe://cluster.local/ns/edge/sa/envoy"},
+	}}, server.Services{Authz: g})
+	addr := srv.GRPCAddr().String()
+	for _, tc := range []struct {
+		name     string
+		cert     tls.Certificate
+		accepted bool
+	}{
+		{"allowed DNS SAN", p.clientCert(t, "dns", "x", []string{"other.mesh.internal", "edge-envoy.mesh.internal"}, nil), true},
+		{"allowed DNS SAN, other case", p.clientCert(t, "dnscase", "x", []string{"Edge-Envoy.Mesh.Internal"}, nil), true},
+		{"allowed URI SAN", p.clientCert(t, "uri", "x", nil, []string{"spiffe://cluster.local/ns/edge/sa/envoy"}), true},
+		{"other DNS SAN", p.clientCert(t, "otherdns", "x", []string{"attacker.mesh.internal"}, nil), false},
+		{"allowed name as a suffix", p.clientCert(t, "suffix", "x", []string{"edge-envoy.mesh.internal.evil"}, nil), false},
+		{"other URI SAN", p.clientCert(t, "otheruri", "x", nil, []string{"spiffe://cluster.local/ns/edge/sa/envoy2"}), false},
+		{"allowed URI as a DNS name", p.clientCert(t, "uriasdns", "x", []string{"cluster.local"}, []string{"spiffe://cluster.local/ns/web/sa/app"}), false},
+		{"allowed name only as common name", p.clientCert(t, "cn", "edge-envoy.mesh.internal", nil, nil), false},
+	} {
+		err := check(t, addr, p.creds(tc.cert))
+		if tc.accepted && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		if !tc.accepted && err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+	if n := g.calls.Load(); n != 3 {
+		t.Errorf("%d checks reached the service, want 3", n)
+	}
+	if n := metric(t, reg, "ratelimit_authz_server_tls_clients_refused_total", "grpc"); n != 5 {
+		t.Errorf("tls_clients_refused_total %v, want 5", n)
+	}
+}
+
+func TestAllowListErrors(t *testing.T) {
+	p := newPKI(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mtls := server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile}
+	for _, tc := range []struct {
+		name  string
+		names []string
+		tls   server.TLS
+		want  string
+	}{
+		{"no client CA", []string{"edge"}, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey}, "need a client CA"},
+		{"no TLS at all", []string{"edge"}, server.TLS{}, "both a certificate and a key"},
+		{"wildcard", []string{"*.mesh.internal"}, mtls, "no wildcard"},
+		{"empty name", []string{""}, mtls, "1 to 1024 bytes"},
+		{"space", []string{"edge envoy"}, mtls, "printable ASCII"},
+		{"control character", []string{"edge\nenvoy"}, mtls, "printable ASCII"},
+		{"non-ASCII", []string{"édge"}, mtls, "printable ASCII"},
+		{"too long", []string{strings.Repeat("a", 2000)}, mtls, "1 to 1024 bytes"},
+		{"label too long", []string{strings.Repeat("a", 64) + ".x"}, mtls, "not a DNS name"},
+		{"URI without scheme", []string{":/x"}, mtls, "not a URI"},
+	} {
+		cfg := tc.tls
+		cfg.AllowedClients = tc.names
+		_, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TLS: cfg},
+			server.Services{Authz: allowAll{}}, prometheus.NewRegistry(), log)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

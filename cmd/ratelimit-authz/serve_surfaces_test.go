@@ -1,0 +1,414 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
+)
+
+func servingAttr(t *testing.T, logs *syncBuffer, key string) string {
+	t.Helper()
+	m := regexp.MustCompile(`msg=serving .*\b` + key + `=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("serving line without %s:\n%s", key, logs)
+	}
+	return m[1]
+}
+
+func grpcConn(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestServeHelpSurfaces(t *testing.T) {
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"serve", "--help"}, env(nil), &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
+		"-grpc-tls-allowed-clients", "-access-log-tls-allowed-clients", "-grpc-max-connections", "(default 4096)",
+		"-grpc-max-streams", "(default 1024)", "-grpc-max-recv-bytes", "(default 262144)", "-grpc-keepalive-min-time",
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("serve --help lacks %q", want)
+		}
+	}
+	if strings.Contains(out.String(), "-pprof ") || strings.Contains(out.String(), "RATELIMIT_AUTHZ_PPROF)") {
+		t.Errorf("serve --help still offers --pprof:\n%s", out.String())
+	}
+}
+
+// With --access-log-addr, Envoy's failed-login reports are taken there and
+// only there: a client of the Check port cannot lock an account.
+func TestServeAccessLogAddr(t *testing.T) {
+	grpcAddr, _, logs, _ := startServe(t, map[string]string{"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR": "127.0.0.1:0"})
+	alsAddr := servingAttr(t, logs, "access_log")
+	if alsAddr == grpcAddr {
+		t.Fatalf("access log on the gRPC address %s", grpcAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	check := authv3.NewAuthorizationClient(grpcConn(t, grpcAddr, nil))
+	login := func(account string) *authv3.CheckResponse {
+		t.Helper()
+		resp, err := check.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+				Method: "POST", Path: "/portal/login",
+				Headers: map[string]string{"x-login-account": account, "x-envoy-external-address": "198.51.100.9"},
+			}},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	// Stay away from a minute boundary: the login windows are a minute.
+	if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 10*time.Second {
+		time.Sleep(left + 50*time.Millisecond)
+	}
+	resp := login("victim@example.com")
+	if resp.GetStatus().GetCode() != int32(codes.OK) {
+		t.Fatalf("login denied before any failure: %v", resp)
+	}
+	failed := &alsv3.StreamAccessLogsMessage{LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+		HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogv3.HTTPAccessLogEntry{{
+			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
+				FilterMetadata: map[string]*structpb.Struct{failures.MetadataNamespace: resp.GetDynamicMetadata()},
+			}},
+			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(401)},
+		}}},
+	}}
+	send := func(addr string) error {
+		st, err := alsv3.NewAccessLogServiceClient(grpcConn(t, addr, nil)).StreamAccessLogs(ctx)
+		if err != nil {
+			return err
+		}
+		for range 5 {
+			if err := st.Send(failed); err != nil {
+				break
+			}
+		}
+		_, err = st.CloseAndRecv()
+		return err
+	}
+	if err := send(grpcAddr); status.Code(err) != codes.Unimplemented {
+		t.Errorf("access log on the gRPC port: %v, want UNIMPLEMENTED", err)
+	}
+	if resp := login("victim@example.com"); resp.GetStatus().GetCode() != int32(codes.OK) {
+		t.Fatal("account locked through the gRPC port")
+	}
+	go send(alsAddr) // the stream stays open until shutdown, as Envoy's does
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if login("victim@example.com").GetStatus().GetCode() == int32(codes.OK) {
+			return errAgain
+		}
+		return nil
+	})
+}
+
+var errAgain = &net.AddrError{Err: "not yet"}
+
+// --pprof-addr serves profiles on their own address without the command
+// line; the removed --pprof and RATELIMIT_AUTHZ_PPROF are usage errors.
+func TestServePprof(t *testing.T) {
+	_, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF_ADDR": "127.0.0.1:0"})
+	pprofAddr := servingAttr(t, logs, "pprof")
+	code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/")
+	if code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("pprof index: %d", code)
+	}
+	if code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "serve") {
+		t.Errorf("cmdline: %d %q", code, body)
+	}
+	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+		t.Errorf("profiles on the HTTP address: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	err := run(context.Background(), []string{"serve"}, env(map[string]string{"RATELIMIT_AUTHZ_PPROF": "true"}), io.Discard, io.Discard)
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "--pprof-addr") {
+		t.Errorf("RATELIMIT_AUTHZ_PPROF: %v", err)
+	}
+	var errOut bytes.Buffer
+	err = run(context.Background(), []string{"serve", "--pprof"}, env(nil), io.Discard, &errOut)
+	if exitCode(err) != 2 || !strings.Contains(errOut.String(), "-pprof") {
+		t.Errorf("--pprof: %v %q", err, errOut.String())
+	}
+	err = run(context.Background(), []string{"serve", "--http-addr", "127.0.0.1:9999", "--pprof-addr", "127.0.0.1:9999"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "own address") {
+		t.Errorf("pprof on the HTTP address: %v", err)
+	}
+}
+
+// The failures token can come from a file; it never reaches the log, and
+// a file that cannot be a secret is a usage error naming the variable.
+func TestServeFailuresTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("s3cr3t-t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": file, "RATELIMIT_AUTHZ_LOG_LEVEL": "debug"})
+	report := func(token string) int {
+		req, _ := http.NewRequest("POST", "http://"+httpAddr+"/v1/failures", strings.NewReader(`{"ip":"203.0.113.4","account":"eve@x"}`))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := report("s3cr3t-t0ken"); code != 200 {
+		t.Errorf("token from the file: %d", code)
+	}
+	if code := report("s3cr3t-t0ke"); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d", code)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "token_from=\"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE "+file+"\"") {
+		t.Errorf("no line saying where the token came from:\n%s", logs)
+	}
+	if strings.Contains(logs.String(), "s3cr3t") {
+		t.Errorf("the token is in the log:\n%s", logs)
+	}
+
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\r\n"), 0o600)
+	big := filepath.Join(dir, "big")
+	os.WriteFile(big, bytes.Repeat([]byte("x"), 65<<10), 0o600)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want string
+	}{
+		{"both", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN": "a", "RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": file}, "both set"},
+		{"missing file", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": filepath.Join(dir, "none")}, "no such file"},
+		{"empty file", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": empty}, "empty"},
+		{"big file", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": big}, "larger than"},
+		{"a device without end", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": "/dev/zero"}, "larger than"},
+		{"a directory", map[string]string{"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE": dir}, "is a directory"},
+	} {
+		err := run(context.Background(), []string{"serve"}, env(tc.env), io.Discard, io.Discard)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "RATELIMIT_AUTHZ_FAILURES_TOKEN") {
+			t.Errorf("%s: %v, want exit 2 with %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestServeGRPCLimitFlags(t *testing.T) {
+	_, _, logs, _ := startServe(t, map[string]string{
+		"RATELIMIT_AUTHZ_GRPC_MAX_STREAMS": "7", "RATELIMIT_AUTHZ_GRPC_MAX_CONNECTIONS": "9", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES": "65536",
+	})
+	for k, v := range map[string]string{"max_streams": "7", "max_connections": "9", "max_recv_bytes": "65536", "grpc_tls": "off"} {
+		if got := servingAttr(t, logs, k); got != v {
+			t.Errorf("%s=%s, want %s", k, got, v)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--grpc-max-connections", "0"}, nil, "--grpc-max-connections 0"},
+		{[]string{"--grpc-max-streams", "-1"}, nil, "--grpc-max-streams -1"},
+		{[]string{"--grpc-max-streams", "4294967297"}, nil, "--grpc-max-streams"},
+		{[]string{"--grpc-max-recv-bytes", "0"}, nil, "--grpc-max-recv-bytes 0"},
+		{[]string{"--grpc-keepalive-min-time", "0s"}, nil, "--grpc-keepalive-min-time"},
+		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES": "lots"}, "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES"},
+		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME": "often"}, "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME"},
+	} {
+		err := run(context.Background(), append([]string{"serve"}, tc.args...), env(tc.env), io.Discard, io.Discard)
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v %v: %v, want exit 2 with %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--grpc-max-recv-bytes", "1073741824"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("1 GiB receive bound: %v", err)
+	}
+}
+
+// testCA is a throwaway CA that writes a server certificate and issues
+// client certificates with DNS names.
+type testCA struct {
+	dir               string
+	caFile, cert, key string
+	ca                *x509.Certificate
+	caKey             *ecdsa.PrivateKey
+	pool              *x509.CertPool
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	c := &testCA{dir: t.TempDir()}
+	var err error
+	if c.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &c.caKey.PublicKey, c.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ca, _ = x509.ParseCertificate(der)
+	c.pool = x509.NewCertPool()
+	c.pool.AddCert(c.ca)
+	c.caFile = c.write(t, "ca.pem", "CERTIFICATE", der)
+	c.cert, c.key = c.issue(t, "server", x509.ExtKeyUsageServerAuth, nil)
+	return c
+}
+
+func (c *testCA) write(t *testing.T, name, typ string, der []byte) string {
+	t.Helper()
+	p := filepath.Join(c.dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (c *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, dns []string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.write(t, name+".pem", "CERTIFICATE", der), c.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
+}
+
+func (c *testCA) client(t *testing.T, name string, dns ...string) credentials.TransportCredentials {
+	t.Helper()
+	cf, kf := c.issue(t, name, x509.ExtKeyUsageClientAuth, dns)
+	kp, err := tls.LoadX509KeyPair(cf, kf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return credentials.NewTLS(&tls.Config{RootCAs: c.pool, Certificates: []tls.Certificate{kp}})
+}
+
+// The production setting from flags and environment: mTLS on both gRPC
+// listeners, each with its own allow-list.
+func TestServeMutualTLSAllowLists(t *testing.T) {
+	ca := newTestCA(t)
+	grpcAddr, _, logs, _ := startServe(t, map[string]string{
+		"RATELIMIT_AUTHZ_GRPC_TLS_CERT":                  ca.cert,
+		"RATELIMIT_AUTHZ_GRPC_TLS_KEY":                   ca.key,
+		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.caFile,
+		"RATELIMIT_AUTHZ_GRPC_TLS_ALLOWED_CLIENTS":       "edge.mesh, internal.mesh",
+		"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR":                "127.0.0.1:0",
+		"RATELIMIT_AUTHZ_ACCESS_LOG_TLS_ALLOWED_CLIENTS": "edge.mesh",
+	})
+	alsAddr := servingAttr(t, logs, "access_log")
+	if got := servingAttr(t, logs, "grpc_tls"); got != "mtls" {
+		t.Errorf("grpc_tls=%s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	edge, internal, other := ca.client(t, "edge", "edge.mesh"), ca.client(t, "internal", "internal.mesh"), ca.client(t, "other", "other.mesh")
+	for name, tc := range map[string]struct {
+		creds credentials.TransportCredentials
+		ok    bool
+	}{"edge": {edge, true}, "internal": {internal, true}, "other": {other, false}} {
+		_, err := authv3.NewAuthorizationClient(grpcConn(t, grpcAddr, tc.creds)).Check(ctx, &authv3.CheckRequest{})
+		if (err == nil) != tc.ok {
+			t.Errorf("%s on the gRPC port: %v", name, err)
+		}
+	}
+	// On the access-log port, a Check (unimplemented there) tells a
+	// completed handshake from a refused one.
+	for name, tc := range map[string]struct {
+		creds credentials.TransportCredentials
+		ok    bool
+	}{"edge": {edge, true}, "internal": {internal, false}, "other": {other, false}} {
+		_, err := authv3.NewAuthorizationClient(grpcConn(t, alsAddr, tc.creds)).Check(ctx, &authv3.CheckRequest{})
+		if got := status.Code(err) == codes.Unimplemented; got != tc.ok {
+			t.Errorf("%s on the access-log port: %v", name, err)
+		}
+	}
+	err := run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--grpc-tls-allowed-clients", "edge.mesh"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "both a certificate and a key") {
+		t.Errorf("allow-list without TLS: %v", err)
+	}
+	err = run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
+		"--grpc-tls-cert", ca.cert, "--grpc-tls-key", ca.key, "--grpc-tls-client-ca", ca.caFile, "--grpc-tls-allowed-clients", "*.mesh"}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no wildcard") {
+		t.Errorf("wildcard allowed: %v", err)
+	}
+}
+
+// No secret reaches the startup log: the failures token (from the
+// environment), and the password of a database URL, a NATS URL and
+// NATS_PASSWORD.
+func TestServeLogsNoSecret(t *testing.T) {
+	_, _, logs, stop := startServe(t, map[string]string{
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN": "tok-SECRET1",
+		"DATABASE_URL":                   "postgres://limits:pw-SECRET2@127.0.0.1:1/limits?connect_timeout=1",
+		"RATELIMIT_AUTHZ_LOG_LEVEL":      "debug",
+	})
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.String(), "SECRET") {
+		t.Errorf("a secret is in the log:\n%s", logs)
+	}
+}
