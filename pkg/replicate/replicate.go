@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -479,7 +480,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 		startSync("warm start", r.markReady)
 	} else {
 		offline.Store(true)
-		r.log.Warn("NATS not reachable at start; serving on this node's counts and retrying in the background", "url", r.cfg.URL)
+		r.log.Warn("NATS not reachable at start; serving on this node's counts and retrying in the background", "url", redactURLs(r.cfg.URL))
 		r.markReady()
 		if nc.IsConnected() { // connected just now, perhaps before the flag was set
 			r.requestResync()
@@ -992,4 +993,27 @@ func (r *Replicator) retryDeferred(now time.Time) {
 	for _, x := range d {
 		r.mergeOne(x.peer, x.wc, now) // a still-deferred count is deferred again
 	}
+}
+
+// redactURLs returns the comma-separated NATS URLs s with every password
+// and token replaced, for logs: a URL that does not parse is replaced whole, since
+// it may hold a password in a shape url.Parse does not recognise.
+func redactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := url.Parse(p)
+		switch {
+		case err != nil:
+			parts[i] = "(unparsable URL)"
+		case u.User != nil:
+			if _, has := u.User.Password(); !has {
+				u.User = url.User("xxxxx") // a user alone may be a token
+			}
+			parts[i] = u.Redacted()
+		default:
+			parts[i] = p
+		}
+	}
+	return strings.Join(parts, ",")
 }
