@@ -130,6 +130,16 @@ type Config struct {
 	// MaxPeersPerKey bounds how many peers' counts [Store.Merge] keeps per
 	// key; 0 means 64.
 	MaxPeersPerKey int
+	// Reserved are the buckets whose keys may fill the whole of MaxKeys;
+	// the keys of every other bucket may fill only MaxKeys − ReservedKeys
+	// (each shard keeps its share of the reserve). So a flood of distinct
+	// keys in other buckets never leaves a reserved bucket without room:
+	// the buckets that fail closed when the table is full (failure
+	// counting) are full only when their own keys filled the reserve.
+	Reserved []uint32
+	// ReservedKeys is the room kept for the Reserved buckets, below
+	// MaxKeys; 0 means MaxKeys/10 when Reserved is set.
+	ReservedKeys int
 }
 
 // Defaults for a zero Config field.
@@ -161,6 +171,14 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxKeys == 0 {
 		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.ReservedKeys < 0 || cfg.ReservedKeys >= cfg.MaxKeys {
+		return cfg, fmt.Errorf("%w: ReservedKeys %d is outside [0, MaxKeys %d)", ErrInvalidConfig, cfg.ReservedKeys, cfg.MaxKeys)
+	}
+	if len(cfg.Reserved) == 0 {
+		cfg.ReservedKeys = 0
+	} else if cfg.ReservedKeys == 0 {
+		cfg.ReservedKeys = cfg.MaxKeys / 10
 	}
 	if cfg.Shards == 0 {
 		cfg.Shards = DefaultShards

@@ -269,7 +269,7 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	defer sh.mu.Unlock()
 	e := sh.m[k]
 	if e == nil {
-		if e = sh.insert(k, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms); e == nil {
+		if e = sh.insert(k, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); e == nil {
 			return Refused
 		}
 	} else if int64(e.scale) != c.ScaleMS {

@@ -26,8 +26,9 @@ type Store struct {
 	shards      []shard
 	shift       uint // 64 − log2(len(shards)): the shard index is the top bits of the hash
 	maxKeyBytes int
-	track       bool // note changed local counts for Changes
-	maxPeers    int  // peer counts kept per key by Merge
+	track       bool   // note changed local counts for Changes
+	maxPeers    int    // peer counts kept per key by Merge
+	reserved    []bool // by bucket: may use the shards' reserve (Config.Reserved)
 	// near, buffered(1), gets a value (without blocking) when a tracked
 	// local count leaves a key near its limit; nil unless track. See
 	// [Store.NearLimit].
@@ -45,8 +46,9 @@ type shard struct {
 type shardState struct {
 	mu sync.Mutex
 	m  map[mapKey]*entry
-	// capacity is the most live keys this shard may hold.
-	capacity int
+	// capacity is the most live keys this shard may hold; keys of buckets
+	// not reserved may fill only capacity − reserve.
+	capacity, reserve int
 	// minExpiry is a lower bound (unix ms) on the expiry of every entry in
 	// m, exact right after a sweep. A full shard sweeps itself on insert
 	// only once now has reached it, so a flood of live distinct keys costs
@@ -135,10 +137,19 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Track {
 		s.near = make(chan struct{}, 1)
 	}
+	for _, b := range cfg.Reserved {
+		if int(b) >= len(s.reserved) {
+			s.reserved = append(s.reserved, make([]bool, int(b)+1-len(s.reserved))...)
+		}
+		s.reserved[b] = true
+	}
 	capacity := (cfg.MaxKeys + n - 1) / n
+	// At least one key of a bucket not reserved fits in every shard.
+	reserve := min((cfg.ReservedKeys+n-1)/n, capacity-1)
 	for i := range s.shards {
 		s.shards[i].m = make(map[mapKey]*entry)
 		s.shards[i].capacity = capacity
+		s.shards[i].reserve = reserve
 		s.shards[i].minExpiry = math.MaxInt64
 	}
 	return s, nil
@@ -260,16 +271,25 @@ func satAdd(a, n int64) int64 {
 	return a + n
 }
 
-// insert adds an entry for k in window w if there is room, reclaiming the
-// shard's expired entries first when it is full and something can have
-// expired. It returns nil, counting the refusal, when there is no room. The
-// shard lock must be held and k must not be in the map.
-func (sh *shard) insert(k mapKey, lim Limit, w, ms int64) *entry {
-	if len(sh.m) >= sh.capacity {
+// room is how many keys sh may hold when a key of bucket is added.
+func (s *Store) room(sh *shard, bucket uint32) int {
+	if int(bucket) < len(s.reserved) && s.reserved[bucket] {
+		return sh.capacity
+	}
+	return sh.capacity - sh.reserve
+}
+
+// insert adds an entry for k in window w if the shard holds fewer than room
+// keys, reclaiming the shard's expired entries first when it does not and
+// something can have expired. It returns nil, counting the refusal, when
+// there is no room. The shard lock must be held and k must not be in the
+// map.
+func (sh *shard) insert(k mapKey, lim Limit, w, ms int64, room int) *entry {
+	if len(sh.m) >= room {
 		if ms >= sh.minExpiry {
 			sh.sweep(ms)
 		}
-		if len(sh.m) >= sh.capacity {
+		if len(sh.m) >= room {
 			sh.refused++
 			return nil
 		}
@@ -452,7 +472,7 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 	sh.mu.Lock()
 	e := sh.m[k]
 	if e == nil {
-		if e = sh.insert(k, lim, w, ms); e == nil {
+		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
@@ -484,8 +504,9 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 
 // Peek reports what Take would decide without counting anything. It never
 // creates a key: an unknown key, or one counted in another scale, reads as
-// 0 and is Allowed — unless the key is unknown and its shard is full with
-// nothing reclaimable, when Peek reports Overflow as Take would: a count
+// 0 and is Allowed — unless the key is unknown and its shard has no room
+// for a key of its bucket (see Config.Reserved) with nothing reclaimable,
+// when Peek reports Overflow as Take would: a count
 // for that key could not be kept, so "0" would be a guess. (That refusal
 // is not counted in Refused: nothing was refused storage.)
 func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result {
@@ -498,11 +519,11 @@ func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result
 	var prev, cur int64
 	sh.mu.Lock()
 	e := sh.m[k]
-	if e == nil && len(sh.m) >= sh.capacity {
+	if room := s.room(sh, bucket); e == nil && len(sh.m) >= room {
 		if ms >= sh.minExpiry {
 			sh.sweep(ms)
 		}
-		if len(sh.m) >= sh.capacity {
+		if len(sh.m) >= room {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
@@ -536,7 +557,7 @@ func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int6
 	sh.mu.Lock()
 	e := sh.m[k]
 	if e == nil {
-		if e = sh.insert(k, lim, w, ms); e == nil {
+		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
@@ -610,7 +631,7 @@ func (s *Store) Add(bucket uint32, key string, lim Limit, window int64, n int64,
 	defer sh.mu.Unlock()
 	e := sh.m[k]
 	if e == nil {
-		if e = sh.insert(k, lim, window, ms); e == nil {
+		if e = sh.insert(k, lim, window, ms, s.room(sh, bucket)); e == nil {
 			return false
 		}
 	}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"regexp"
@@ -106,6 +107,13 @@ func (p *parser) parse(data []byte) *Rules {
 	}
 	if len(r.Failures.StatusCodes) == 0 {
 		r.Failures.StatusCodes = []uint32{401}
+	}
+	// Failure buckets fail closed on a full key table, so they keep room
+	// of their own that a flood of other keys cannot take.
+	for i := range r.Buckets {
+		if r.Buckets[i].Count == CountFailures {
+			r.Counter.Reserved = append(r.Counter.Reserved, uint32(i))
+		}
 	}
 	p.crossCheck(r)
 	if len(p.problems) == 0 {
@@ -235,8 +243,12 @@ func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
 }
 
 func (p *parser) parseCounter(n *yaml.Node, c *counter.Config) {
-	p.eachKey(n, "counter", []string{"max_keys", "max_key_bytes", "shards"}, func(key string, _, v *yaml.Node) {
+	p.eachKey(n, "counter", []string{"max_keys", "max_key_bytes", "shards", "reserved_keys"}, func(key string, _, v *yaml.Node) {
 		switch key {
+		case "reserved_keys":
+			if x, ok := p.integer(v, "counter.reserved_keys", 1, 1<<30); ok {
+				c.ReservedKeys = int(x)
+			}
 		case "max_keys":
 			if x, ok := p.integer(v, "counter.max_keys", 1, 1<<30); ok {
 				c.MaxKeys = int(x)
@@ -251,6 +263,9 @@ func (p *parser) parseCounter(n *yaml.Node, c *counter.Config) {
 			}
 		}
 	})
+	if maxKeys := cmp.Or(c.MaxKeys, counter.DefaultMaxKeys); c.ReservedKeys >= maxKeys {
+		p.errorf(n, "counter.reserved_keys %d must be below counter.max_keys %d", c.ReservedKeys, maxKeys)
+	}
 }
 
 func (p *parser) parseFailures(n *yaml.Node, f *Failures) {

@@ -2,6 +2,7 @@ package rules_test
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,6 +153,7 @@ func TestParseProblems(t *testing.T) {
 		{"empty", ``, []string{"empty"}},
 		{"not yaml", "buckets: [", []string{"invalid YAML"}},
 		{"unknown top field", minimal + "extra: 1\n", []string{`unknown field "extra"`}},
+		{"reserve not below max_keys", minimal + "counter: {max_keys: 100, reserved_keys: 100}\n", []string{"counter.reserved_keys 100 must be below counter.max_keys 100"}},
 		{"unknown bucket field", `
 buckets:
   b: {limit: 5, per: 1s, key: tenant, limt: 3}
@@ -354,5 +356,23 @@ routes:
 	}
 	if d.Keys.IPv6Prefix != 64 || d.Keys.UnreadableAccount != rules.AccountShared {
 		t.Errorf("default keys: %+v", d.Keys)
+	}
+}
+
+// Failure buckets fail closed on a full key table: the counter keeps them
+// a reserve that keys of other buckets cannot fill.
+func TestFailureBucketsAreReserved(t *testing.T) {
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []uint32
+	for i, b := range r.Buckets {
+		if b.Count == rules.CountFailures {
+			want = append(want, uint32(i))
+		}
+	}
+	if len(want) != 2 || !slices.Equal(r.Counter.Reserved, want) {
+		t.Fatalf("Counter.Reserved = %v, want the two login buckets %v", r.Counter.Reserved, want)
 	}
 }

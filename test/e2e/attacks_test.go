@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // The attacks of a client that does not play by the rules, through the
@@ -244,34 +245,66 @@ func TestIPv6NetworkThroughEnvoy(t *testing.T) {
 	})
 }
 
-// TestFullKeyTableThroughEnvoy: a guesser who fills the key table (here a
-// node with room for 32 keys, filled by legacy token requests from 32
-// addresses) does not switch the lockout off: the login buckets fail
-// closed, so five failures and the right password are all refused.
+// TestFullKeyTableThroughEnvoy: a flood of distinct keys (here legacy token
+// requests from 40 addresses, on a node with room for 40 keys of which 10
+// are reserved for the login buckets) neither switches the lockout off nor
+// locks everyone out: five failures still lock the account, counted in the
+// reserve. Once failures fill the reserve too, logins fail closed.
 func TestFullKeyTableThroughEnvoy(t *testing.T) {
 	s := newStack(t)
-	s.startServer(serverBinary(t), serverConfigWith(t, "max_keys: 1000000", "max_keys: 32\n  shards: 1"))
+	s.startServer(serverBinary(t), serverConfigWith(t, "max_keys: 1000000", "max_keys: 40\n  shards: 1\n  reserved_keys: 10"))
 	awayFromMinuteEdge()
 
-	for i := range 32 {
+	// A flood of distinct keys in a request bucket fills the table up to
+	// the reserve only: the login buckets keep room of their own.
+	for i := range 40 {
 		if r := s.send(fmt.Sprintf("127.0.9.%d", i+1), "/api/v1/tokens", "application/json", "{}", nil); r.status != http.StatusOK {
 			t.Fatalf("token request %d: status %d", i+1, r.status)
 		}
 	}
-	if got := s.serverMetric("ratelimit_authz_counter_live_keys"); got != 32 {
-		t.Fatalf("live keys %v, want 32 (the table full)", got)
+	if got := s.serverMetric("ratelimit_authz_counter_live_keys"); got != 30 {
+		t.Fatalf("live keys after the flood %v, want 30 (max_keys − reserved_keys)", got)
 	}
 	codes := map[int]int{}
 	for i := range 5 {
 		r := s.send(fmt.Sprintf("127.0.10.%d", i+1), "/admin/login", "application/json", loginJSON("victim@example.com", "wrong"), nil)
 		codes[r.status]++
 	}
+	if codes[http.StatusUnauthorized] != 5 {
+		t.Fatalf("five wrong passwords after the flood: %v, want 5 × 401", codes)
+	}
+	// Envoy reports failures asynchronously: wait for all five to be counted.
+	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if got := s.serverMetric("ratelimit_authz_counter_live_keys"); got != 36 {
+			return fmt.Errorf("live keys %v, want 36", got)
+		}
+		return nil
+	})
 	r := s.send("127.0.10.99", "/admin/login", "application/json", loginJSON("victim@example.com", exampleapp.Password), nil)
 	if r.status != http.StatusTooManyRequests {
-		t.Errorf("right password after five failures with the key table full: status %d, want 429 (failures: %v)", r.status, codes)
+		t.Errorf("right password after five failures with the table full of other keys: status %d, want 429", r.status)
 	}
-	if codes[http.StatusOK] > 0 {
-		t.Errorf("a wrong password was admitted: %v", codes)
+	if got := s.serverMetric(`ratelimit_authz_checks_total{bucket="login_ip",decision="overflow"}`); got != 0 {
+		t.Errorf("login_ip overflow decisions %v while the reserve had room, want 0", got)
+	}
+
+	// Failures that fill the reserve itself close the login: a login the
+	// table cannot count is refused, never admitted uncounted.
+	for i := range 2 {
+		r := s.send(fmt.Sprintf("127.0.11.%d", i+1), "/admin/login", "application/json", loginJSON(fmt.Sprintf("filler%d@example.com", i), "wrong"), nil)
+		if r.status != http.StatusUnauthorized {
+			t.Fatalf("filler login %d: status %d, want 401", i, r.status)
+		}
+	}
+	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if got := s.serverMetric("ratelimit_authz_counter_live_keys"); got != 40 {
+			return fmt.Errorf("live keys %v, want 40", got)
+		}
+		return nil
+	})
+	r = s.send("127.0.12.1", "/admin/login", "application/json", loginJSON("someone@example.com", exampleapp.Password), nil)
+	if r.status != http.StatusTooManyRequests {
+		t.Errorf("login with the reserve full: status %d, want 429 (fail closed)", r.status)
 	}
 	if got := s.serverMetric(`ratelimit_authz_checks_total{bucket="login_ip",decision="overflow"}`); got < 1 {
 		t.Errorf("login_ip overflow decisions %v, want ≥ 1", got)
