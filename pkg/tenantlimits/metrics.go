@@ -13,6 +13,7 @@ type metrics struct {
 	reloadErrors prometheus.Counter
 	invalidRows  prometheus.Gauge
 	loaded       prometheus.Gauge
+	ownersLoaded prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
@@ -41,13 +42,17 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "loaded",
 			Help: "(tenant, bucket) overrides in effect on this node.",
 		}),
+		ownersLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "key_owners",
+			Help: "Key owners in effect on this node: keys (such as channels) whose buckets take their owner's overrides.",
+		}),
 	}
 	for _, kind := range []string{"full", "incremental"} {
 		m.reloads[kind] = reloads.WithLabelValues(kind)
 		m.duration[kind] = duration.WithLabelValues(kind)
 	}
 	for _, col := range []prometheus.Collector{
-		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded,
+		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded, m.ownersLoaded,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshot_age_seconds",
 			Help: "Time since the overrides were last refreshed successfully (since start when never).",
