@@ -131,7 +131,7 @@ type Cache struct {
 	ownerIndex  map[string]int
 	bucketNames []string
 	snap        atomic.Pointer[snapshot]
-	running atomic.Bool
+	running     atomic.Bool
 
 	started     time.Time
 	lastSuccess atomic.Int64 // unix ns of the last successful refresh; 0: none yet

@@ -233,9 +233,9 @@ func (s *Store) update(ctx context.Context, tenant, actor string, change func(ma
 // AuditEntry is one row of the audit log: a tenant's whole value before
 // and after one change.
 type AuditEntry struct {
-	ID       int64
-	Tenant   string
-	Actor    string // claimed: the CLI's --actor, or sql:USER
+	ID     int64
+	Tenant string
+	Actor  string // claimed: the CLI's --actor, or sql:USER
 	// DBUser and DBRole are the database's session_user and current_user
 	// for the change, stamped by the database; "" for rows written before
 	// schema version 3.
