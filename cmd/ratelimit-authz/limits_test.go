@@ -85,13 +85,13 @@ func sqlCount(t *testing.T, conn *pgx.Conn, sql string) int {
 func TestMigrateCommand(t *testing.T) {
 	pg, _ := migrated(t) // once
 	code, out, errOut := cli(t, pg.URL(), "migrate")
-	if code != 0 || out != "schema up to date (version 1)\n" {
+	if code != 0 || out != "schema up to date (version 3)\n" {
 		t.Errorf("second migrate: exit %d %q %q", code, out, errOut)
 	}
 	if code, out, _ := cli(t, "", "migrate", "--help"); code != 0 || !contains(out, "-database-url", "DATABASE_URL", "-timeout") {
 		t.Errorf("migrate --help: %d\n%s", code, out)
 	}
-	if code, _, errOut := cli(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set --database-url or DATABASE_URL") {
+	if code, _, errOut := cli(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set DATABASE_URL, DATABASE_URL_FILE (--database-url-file) or --database-url") {
 		t.Errorf("migrate without a database: %d %q", code, errOut)
 	}
 	// Unreachable database: exit 1, within the timeout, no password shown.
@@ -176,11 +176,11 @@ func TestLimitsCommands(t *testing.T) {
 	out = ok("limits", "audit", "acme")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := []string{
-		"alice  activity_create  -       200/1s",
-		"bob    upload           -       600/1m",
-		"carol  activity_create  200/1s  300/1s",
-		"dave   upload           600/1m  -",
-		"dave   activity_create  300/1s  -",
+		"alice  postgres  activity_create  -       200/1s",
+		"bob    postgres  upload           -       600/1m",
+		"carol  postgres  activity_create  200/1s  300/1s",
+		"dave   postgres  upload           600/1m  -",
+		"dave   postgres  activity_create  300/1s  -",
 	}
 	if len(lines) != len(want)+1 || !strings.HasPrefix(lines[0], "TIME") {
 		t.Fatalf("audit:\n%s", out)

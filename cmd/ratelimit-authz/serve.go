@@ -33,7 +33,7 @@ type serveConfig struct {
 	failuresToken   string
 	pprof           bool
 	grpcTLS         server.TLS
-	databaseURL     string // tenant overrides; "" = configured limits only
+	overrides       overridesConfig // tenant overrides; no database = configured limits only
 	cluster         clusterConfig
 }
 
@@ -52,7 +52,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.String(&c.grpcTLS.KeyFile, "grpc-tls-key", "RATELIMIT_AUTHZ_GRPC_TLS_KEY", "", "private key `file` (PEM) of --grpc-tls-cert")
 	f.String(&c.grpcTLS.ClientCAFile, "grpc-tls-client-ca", "RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA", "", "CA `file` (PEM): require client certificates signed by it (mTLS)")
 	f.Bool(&c.pprof, "pprof", "RATELIMIT_AUTHZ_PPROF", false, "serve Go profiles under /debug/pprof/ on the HTTP address (keep it private)")
-	f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres `URL` of the per-tenant limit overrides (see 'limits' and 'migrate'); empty: configured limits only")
+	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
@@ -119,7 +119,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("compile routes: %w", err)
 	}
-	overrides, runOverrides, err := newOverrides(ctx, c.databaseURL, r, reg, log)
+	overrides, runOverrides, _, err := newOverrides(ctx, c.overrides, r, reg, log)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,10 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between failed attempts
 	// (doubling, with jitter); 0 means 250 ms and 10 s.
 	MinBackoff, MaxBackoff time.Duration
+	// SnapshotFile, when set, is where the cache keeps its last known
+	// overrides and key owners on disk: written after every refresh that
+	// changed something, read when the first load from Postgres fails.
+	SnapshotFile string
 }
 
 func (c *Config) setDefaults() error {
@@ -136,6 +141,9 @@ type Cache struct {
 	started     time.Time
 	lastSuccess atomic.Int64 // unix ns of the last successful refresh; 0: none yet
 	degraded    atomic.Bool
+	source      atomic.Int32 // SourceNone, SourcePostgres or SourceSnapshotFile
+	fileWritten atomic.Int64 // unix ms the served snapshot file was written
+	lastErr     atomic.Pointer[string]
 
 	// Refresh state, guarded by mu (only one refresh at a time).
 	mu        sync.Mutex
@@ -162,6 +170,11 @@ func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.L
 	}
 	if connCfg.RuntimeParams["application_name"] == "" {
 		connCfg.RuntimeParams["application_name"] = ApplicationName // visible in pg_stat_activity
+	}
+	if _, set := connCfg.RuntimeParams["statement_timeout"]; !set {
+		// The server ends a statement the cache gave up on: a full
+		// reload's budget.
+		connCfg.RuntimeParams["statement_timeout"] = strconv.FormatInt((4 * cfg.QueryTimeout).Milliseconds(), 10)
 	}
 	c := &Cache{
 		cfg: cfg, connCfg: connCfg, log: log, seed: maphash.MakeSeed(),
@@ -253,13 +266,15 @@ func (c *Cache) Load(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
 	conn, err := c.connect(cctx)
+	if err == nil {
+		defer closeConn(conn)
+		err = c.refresh(ctx, conn, true)
+	}
 	if err != nil {
 		c.failed(err, 0)
-		return err
-	}
-	defer closeConn(conn)
-	if err := c.refresh(ctx, conn, true); err != nil {
-		c.failed(err, 0)
+		if c.lastSuccess.Load() == 0 && c.source.Load() == SourceNone {
+			c.loadSnapshotFile()
+		}
 		return err
 	}
 	return nil
@@ -375,8 +390,13 @@ func (c *Cache) fullDue() bool {
 func (c *Cache) failed(err error, retryIn time.Duration) {
 	c.m.reloadErrors.Inc()
 	was := c.degraded.Swap(true)
+	msg := err.Error()
+	c.lastErr.Store(&msg)
 	serving := "the last snapshot"
-	if c.lastSuccess.Load() == 0 {
+	switch {
+	case c.source.Load() == SourceSnapshotFile:
+		serving = "the snapshot file"
+	case c.lastSuccess.Load() == 0:
 		serving = "the configured limits (no snapshot yet)"
 	}
 	attrs := []any{"err", err, "serving", serving}
@@ -504,6 +524,10 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		c.log.Warn("more tenant override rows skipped", "count", logged-maxLoggedProblems)
 	}
 	c.publish(full, changes, owners)
+	c.source.Store(SourcePostgres)
+	if full || len(changes) > 0 || len(owners) > 0 {
+		c.writeSnapshotFile()
+	}
 	c.watermark = xmin
 	now := time.Now()
 	if full {
