@@ -40,8 +40,9 @@ import (
 const snapshotMagic = "ratelimit-authz overrides snapshot v1"
 
 // maxSnapshotBytes bounds the file read (and so the memory a hostile file
-// can make a node use): far above a million tenants' overrides.
-const maxSnapshotBytes = 512 << 20
+// can make a node use): a million tenants with two overrides each and a
+// million key owners take about 120 MB.
+const maxSnapshotBytes = 256 << 20
 
 // maxSnapshotTenantEntries bounds one tenant's overrides in a file (a
 // tenant has at most one per overridable bucket).
@@ -61,14 +62,14 @@ type fileSnapshot struct {
 	Written   time.Time
 }
 
-// decodeSnapshot reads a snapshot file, checking everything: shape,
-// bounds, counts, duplicates and the digest.
-func decodeSnapshot(r io.Reader) (*fileSnapshot, error) {
+// decodeSnapshot reads a snapshot file of at most maxBytes, checking
+// everything: shape, bounds, counts, duplicates and the digest.
+func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 	bad := func(line int, format string, args ...any) error {
 		return fmt.Errorf("%w: line %d: %s", ErrBadSnapshot, line, fmt.Sprintf(format, args...))
 	}
 	h := sha256.New()
-	br := bufio.NewReaderSize(io.LimitReader(r, maxSnapshotBytes+1), 64<<10)
+	br := bufio.NewReaderSize(io.LimitReader(r, maxBytes+1), 64<<10)
 	fs := &fileSnapshot{Overrides: map[string][]Override{}}
 	var (
 		total    int64
@@ -81,13 +82,15 @@ func decodeSnapshot(r io.Reader) (*fileSnapshot, error) {
 		switch {
 		case errors.Is(err, bufio.ErrBufferFull) || len(line) > maxSnapshotLine:
 			return nil, bad(n, "longer than %d bytes", maxSnapshotLine)
+		case errors.Is(err, io.EOF) && total+int64(len(line)) > maxBytes:
+			return nil, bad(n, "the file is larger than %d bytes", maxBytes)
 		case errors.Is(err, io.EOF):
 			return nil, bad(n, "the file ends before its end line (truncated)")
 		case err != nil:
 			return nil, fmt.Errorf("%w: read: %v", ErrBadSnapshot, err)
 		}
-		if total += int64(len(line)); total > maxSnapshotBytes {
-			return nil, bad(n, "the file is larger than %d bytes", maxSnapshotBytes)
+		if total += int64(len(line)); total > maxBytes {
+			return nil, bad(n, "the file is larger than %d bytes", maxBytes)
 		}
 		body := line[:len(line)-1]
 		if n == 1 {
@@ -315,7 +318,7 @@ func (c *Cache) loadSnapshotFile() {
 	}
 	var fs *fileSnapshot
 	if err == nil {
-		fs, err = decodeSnapshot(f)
+		fs, err = decodeSnapshot(f, maxSnapshotBytes)
 		f.Close()
 	}
 	if err != nil {
