@@ -32,7 +32,9 @@ func TestAuditRecordsTheDatabaseUser(t *testing.T) {
 	e.exec(t, "CREATE ROLE mallory LOGIN")
 	e.exec(t, "CREATE ROLE ops NOLOGIN")
 	e.exec(t, "GRANT ops TO mallory")
-	e.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_limits, tenant_limits_audit, tenant_limits_deletions, tenant_key_owners, tenant_key_owners_audit, tenant_key_owners_deletions TO ops")
+	// The privileges docs/security.md gives the CLI's role.
+	e.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_limits, tenant_limits_deletions, tenant_key_owners, tenant_key_owners_deletions TO ops")
+	e.exec(t, "GRANT INSERT ON tenant_limits_audit, tenant_key_owners_audit TO ops")
 	m := asUser(t, e, "mallory")
 	exec := func(sql string, args ...any) {
 		t.Helper()
@@ -41,6 +43,7 @@ func TestAuditRecordsTheDatabaseUser(t *testing.T) {
 		}
 	}
 	exec("SET ROLE ops")
+	exec("SELECT set_config('ratelimit_authz.actor', 'alice', false)")
 	exec("BEGIN")
 	exec("SELECT set_config('ratelimit_authz.actor', 'alice', true)")
 	exec(`INSERT INTO tenant_limits VALUES ('acme', '{"upload": {"limit": 20, "scale_ms": 1000}}')`)
@@ -48,7 +51,19 @@ func TestAuditRecordsTheDatabaseUser(t *testing.T) {
 	exec("COMMIT")
 	// Forged by hand: the stamp wins.
 	exec(`INSERT INTO tenant_limits_audit (tenant, actor, db_user, db_role) VALUES ('acme', 'alice', 'alice', 'alice')`)
-	exec(`UPDATE tenant_limits_audit SET db_user = 'alice' WHERE tenant = 'acme'`)
+	exec(`DELETE FROM tenant_limits WHERE tenant = 'acme'`)
+	exec(`DELETE FROM tenant_key_owners WHERE key_value = 'ch-1'`)
+	for _, sql := range []string{
+		`UPDATE tenant_limits_audit SET db_user = 'alice'`,
+		`DELETE FROM tenant_limits_audit`,
+		`TRUNCATE tenant_limits_audit`,
+		`ALTER TABLE tenant_limits DISABLE TRIGGER USER`,
+		`SET session_replication_role = replica`,
+	} {
+		if _, err := m.Exec(e.ctx, sql); err == nil {
+			t.Errorf("as mallory: %s: allowed", sql)
+		}
+	}
 
 	for _, table := range []string{"tenant_limits_audit", "tenant_key_owners_audit"} {
 		rows, err := e.conn.Query(e.ctx, "SELECT actor, db_user, db_role FROM "+table+" ORDER BY id")
