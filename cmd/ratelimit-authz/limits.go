@@ -280,6 +280,9 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 			was = ch.Old.Rate()
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
+		if name, ok := tenantlimits.OwnerKeyName(r.Buckets[r.BucketIndex(bucket)].Key); ok {
+			fmt.Fprintf(stdout, "%s is keyed by %s: this applies to the keys %s owns ('limits owner set %s KEY %s')\n", bucket, name, tenant, name, tenant)
+		}
 		return nil
 	})
 }

@@ -528,6 +528,9 @@ func TestOwnerCommands(t *testing.T) {
 		t.Errorf("owner change: %q", out)
 	}
 	ok("limits", "owner", "set", "channel", "ch-9", "bigco", "--actor", "alice")
+	if out := ok("limits", "set", "bigco", "inbound", "5000/1s", "--actor", "alice"); !strings.Contains(out, "inbound is keyed by channel: this applies to the keys bigco owns ('limits owner set channel KEY bigco')") {
+		t.Errorf("set on a channel-keyed bucket: %q", out)
+	}
 	out := ok("limits", "owner", "list")
 	if !contains(out, "KEY_NAME", "channel   ch-123  globex", "channel   ch-9    bigco", "2 owner(s)") {
 		t.Errorf("owner list:\n%s", out)
