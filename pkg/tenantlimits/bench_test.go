@@ -155,3 +155,37 @@ func BenchmarkFullLoad(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100_000, "ns/row")
 }
+
+// BenchmarkOverrideFor is the Check path's lookup: by tenant for a
+// tenant-keyed bucket, through the key's owner for a channel-keyed one.
+func BenchmarkOverrideFor(b *testing.B) {
+	r := shippedRules(b)
+	act, inb := r.BucketIndex("activity_create"), r.BucketIndex("inbound")
+	c := newTestCache(b, r)
+	rows := map[string]string{}
+	owners := map[[2]string]string{}
+	for i := range 1000 {
+		rows[fmt.Sprintf("tenant-%d", i)] = `{"activity_create": {"limit": 200, "scale_ms": 1000}, "inbound": {"limit": 2000, "scale_ms": 1000}}`
+		owners[[2]string{"channel", fmt.Sprintf("ch-%d", i)}] = fmt.Sprintf("tenant-%d", i)
+	}
+	c.PublishForTest(rows)
+	c.PublishOwnersForTest(owners)
+	for _, bc := range []struct {
+		name   string
+		bucket int
+		key    string
+	}{
+		{"tenant-hit-1k", act, "tenant-500"},
+		{"channel-owned-1k", inb, "ch-500"},
+		{"channel-unowned-1k", inb, "ch-none"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.OverrideFor(bc.bucket, bc.key)
+				}
+			})
+		})
+	}
+}

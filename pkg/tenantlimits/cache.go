@@ -222,18 +222,22 @@ func (c *Cache) OverrideFor(bucket int, key string) (counter.Limit, bool) {
 	if bucket < 0 || bucket >= len(c.route) {
 		return counter.Limit{}, false
 	}
-	switch r := c.route[bucket]; r.kind {
-	case routeSelf:
-		return c.Override(key, bucket)
-	case routeOwner:
-		s := c.snap.Load()
-		if s.entries == 0 || key == "" || len(key) > MaxKeyValueBytes {
+	r := c.route[bucket]
+	if r.kind == routeNone {
+		return counter.Limit{}, false
+	}
+	s := c.snap.Load()
+	if s.entries == 0 {
+		return counter.Limit{}, false
+	}
+	tenant := key
+	if r.kind == routeOwner {
+		if key == "" || len(key) > MaxKeyValueBytes {
 			return counter.Limit{}, false
 		}
-		tenant := s.owners[r.owner][maphash.String(c.seed, key)&(shardCount-1)][key]
-		return c.override(s, tenant, bucket)
+		tenant = s.owners[r.owner][maphash.String(c.seed, key)&(shardCount-1)][key]
 	}
-	return counter.Limit{}, false
+	return c.override(s, tenant, bucket)
 }
 
 // Override returns the tenant's override of bucket (an index into the
