@@ -235,3 +235,37 @@ func grep(s string, subs ...string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestServeDatabaseURLFromFile: serve takes the URL from a file; a file it
+// cannot use stops it with a message that holds no URL.
+func TestServeDatabaseURLFromFile(t *testing.T) {
+	pg, _ := migrated(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "db-url")
+	if err := os.WriteFile(file, []byte(pg.URL()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, logs, stop := startServe(t, map[string]string{"DATABASE_URL_FILE": file})
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(logs.String(), "tenant overrides loaded") {
+			return fmt.Errorf("no load line:\n%s", logs)
+		}
+		return nil
+	})
+	if !strings.Contains(logs.String(), "no --overrides-snapshot") {
+		t.Errorf("no warning about the missing snapshot file:\n%s", logs)
+	}
+	stop()
+
+	for _, vars := range []map[string]string{
+		{"DATABASE_URL_FILE": filepath.Join(dir, "missing")},
+		{"DATABASE_URL_FILE": file, "DATABASE_URL": "postgres://u:s3cret@h/db"},
+	} {
+		vars["RATELIMIT_AUTHZ_GRPC_ADDR"], vars["RATELIMIT_AUTHZ_HTTP_ADDR"] = "127.0.0.1:0", "127.0.0.1:0"
+		var out bytes.Buffer
+		err := run(context.Background(), []string{"serve", "--config", "../../config/ratelimit.yaml"}, env(vars), &out, &out)
+		if err == nil || !strings.Contains(err.Error(), "database URL") || strings.Contains(err.Error()+out.String(), "s3cret") {
+			t.Errorf("%v: %v\n%s", vars, err, out.String())
+		}
+	}
+}
