@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,10 +33,23 @@ Commands:
   list                                         show every override
   delete TENANT [BUCKET] --actor NAME          remove one bucket's override, or all of the tenant's
   audit TENANT                                 show the tenant's change history
+  owner set KEY_NAME KEY TENANT --actor NAME   the TENANT's overrides apply to buckets keyed by KEY (e.g. channel ch-123)
+  owner delete KEY_NAME KEY --actor NAME       KEY has no owner again: the configured limits apply
+  owner list [--tenant TENANT]                 show every key owner (or a tenant's keys)
+  owner audit KEY_NAME KEY                     show the history of KEY's owner
 
-Every command takes --database-url (env DATABASE_URL), --config (env
-RATELIMIT_AUTHZ_CONFIG: which buckets accept overrides) and --timeout.
-Run 'ratelimit-authz limits COMMAND --help' for its flags.
+A bucket keyed by tenant takes the override of its tenant; a bucket keyed by
+a path parameter or a header (inbound: path:channel) takes the override of
+the tenant recorded as the key's owner (KEY_NAME channel, or header:NAME),
+never of a tenant a request claims. A key without an owner gets the
+configured limit.
+
+Every command reads the database URL from DATABASE_URL, or from the file
+named by --database-url-file (env DATABASE_URL_FILE); --database-url works
+too but shows the password to anyone who can list processes. Every command
+also takes --config (env RATELIMIT_AUTHZ_CONFIG: which buckets accept
+overrides) and --timeout. Run 'ratelimit-authz limits COMMAND --help' for
+its flags.
 
 Exit status: 0 done; 2 invalid input (nothing written); 1 anything else,
 such as a database error or nothing to delete.
@@ -54,6 +71,8 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 		return limitsDelete(ctx, rest, getenv, stdout, stderr)
 	case "audit":
 		return limitsAudit(ctx, rest, getenv, stdout, stderr)
+	case "owner":
+		return limitsOwner(ctx, rest, getenv, stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, limitsUsage)
 		return nil
@@ -68,7 +87,9 @@ func runLimits(ctx context.Context, args []string, getenv func(string) string, s
 type dbCommand struct {
 	name        string // "limits set"
 	f           *envFlags
-	databaseURL string
+	db          databaseFlags
+	databaseURL string // resolved by parse
+	secret      string // the URL's password, scrubbed from every message
 	configPath  string
 	timeout     time.Duration
 	actor       string // only for commands that change something
@@ -81,7 +102,7 @@ func newDBCommand(name, argsUsage, summary string, getenv func(string) string, d
 		fmt.Fprintf(c.f.fs.Output(), "Usage: ratelimit-authz %s [flags]%s\n\n%s\n\nFlags:\n", name, argsUsage, summary)
 		c.f.fs.PrintDefaults()
 	}
-	c.f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres connection `URL` (postgres://user:password@host:5432/db?sslmode=require)")
+	c.db.addFlags(c.f)
 	if withConfig {
 		c.f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` naming the overridable buckets; when the default path is missing, the shipped configuration is used")
 	}
@@ -125,9 +146,15 @@ func (c *dbCommand) parse(args []string, minArgs, maxArgs int, stdout, stderr io
 		return nil, true, c.usageError(stderr, "unexpected argument %q", pos[maxArgs])
 	case c.timeout <= 0:
 		return nil, true, c.usageError(stderr, "--timeout must be positive")
-	case c.databaseURL == "":
-		return nil, true, c.usageError(stderr, "no database: set --database-url or DATABASE_URL")
 	}
+	url, err := c.db.resolve()
+	switch {
+	case err != nil:
+		return nil, true, c.usageError(stderr, "%v", err)
+	case url == "":
+		return nil, true, c.usageError(stderr, "no database: set DATABASE_URL, DATABASE_URL_FILE (--database-url-file) or --database-url")
+	}
+	c.databaseURL = url
 	return pos, false, nil
 }
 
@@ -148,7 +175,7 @@ func (c *dbCommand) failed(err error) error {
 	if errors.Is(err, tenantlimits.ErrInvalid) {
 		return c.invalid(err)
 	}
-	return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
+	return exitError{code: 1, msg: scrub(fmt.Sprintf("ratelimit-authz %s: %v", c.name, err), c.secret)}
 }
 
 func (c *dbCommand) rules() (*rules.Rules, error) {
@@ -164,13 +191,11 @@ func (c *dbCommand) rules() (*rules.Rules, error) {
 
 // connect opens the database; the caller closes it.
 func (c *dbCommand) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(c.databaseURL)
+	cfg, err := parseDatabaseURL(c.databaseURL, "ratelimit-authz "+c.name, c.timeout)
 	if err != nil {
-		return nil, c.failed(fmt.Errorf("database URL: %w", err))
+		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
 	}
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "ratelimit-authz " + c.name
-	}
+	c.secret = cfg.Password
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, c.failed(fmt.Errorf("connect to the database: %w", err))
@@ -255,6 +280,9 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 			was = ch.Old.Rate()
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
+		if name, ok := tenantlimits.OwnerKeyName(r.Buckets[r.BucketIndex(bucket)].Key); ok {
+			fmt.Fprintf(stdout, "%s is keyed by %s: this applies to the keys %s owns ('limits owner set %s KEY %s')\n", bucket, name, tenant, name, tenant)
+		}
 		return nil
 	})
 }
@@ -332,7 +360,7 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		tw.Flush()
 		for _, p := range t.Problems {
-			fmt.Fprintf(stdout, "skipped by the server: %s\n", p)
+			fmt.Fprintf(stdout, "skipped by the server: %s\n", printable(p))
 		}
 		fmt.Fprintf(stdout, "updated %s\n", t.UpdatedAt.UTC().Format(time.RFC3339))
 		return nil
@@ -365,10 +393,10 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 			updated := t.UpdatedAt.UTC().Format(time.RFC3339)
 			for _, o := range t.Overrides {
 				n++
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Tenant, o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
 			}
 			for _, p := range t.Problems {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", t.Tenant, updated, p)
+				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", printable(t.Tenant), updated, printable(p))
 			}
 			return nil
 		})
@@ -382,7 +410,7 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func limitsAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := newDBCommand("limits audit", " TENANT", "Show who changed a tenant's overrides and when, oldest first: the CLI's --actor,\nor sql:USER for changes made with plain SQL.", getenv, 10*time.Second, true)
+	c := newDBCommand("limits audit", " TENANT", "Show who changed a tenant's overrides and when, oldest first: the actor claimed\n(the CLI's --actor, or sql:USER for plain SQL) and the database user that made the\nchange (USER, or USER as ROLE after SET ROLE), recorded by the database itself.\nControl characters are shown escaped (\\x1b), never sent to the terminal.", getenv, 10*time.Second, true)
 	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
 	pos, done, err := c.parse(args, 1, 1, stdout, stderr)
 	if done {
@@ -405,16 +433,229 @@ func limitsAudit(ctx context.Context, args []string, getenv func(string) string,
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TIME\tACTOR\tBUCKET\tOLD\tNEW")
+		fmt.Fprintln(tw, "TIME\tACTOR\tDB USER\tBUCKET\tOLD\tNEW")
 		for _, e := range entries {
 			at := e.At.UTC().Format(time.RFC3339)
+			actor, user := printable(e.Actor), dbUser(e.DBUser, e.DBRole)
 			changes := e.Changes()
 			if len(changes) == 0 { // e.g. a value rewritten with the same limits
-				fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", at, e.Actor)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\t-\n", at, actor, user)
 			}
 			for _, ch := range changes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", at, e.Actor, ch.Bucket, ch.Old, ch.New)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", at, actor, user, printable(ch.Bucket), printable(ch.Old), printable(ch.New))
 			}
+		}
+		return tw.Flush()
+	})
+}
+
+// printable escapes what a terminal could act on in text read from the
+// database (an actor set with plain SQL can hold anything): control and
+// other non-printing characters, invalid UTF-8 and the backslash, as Go
+// escapes (\x1b, \n, \u202e, \\). So no stored value can forge lines, move
+// the cursor or recolour the operator's terminal.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if r == '\\' || r == utf8.RuneError || !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1] // Quote also escapes ", which is harmless
+}
+
+// dbUser shows who the database says made a change: USER, or USER as ROLE
+// after SET ROLE; "?" for rows written before the database recorded it.
+func dbUser(user, role string) string {
+	switch {
+	case user == "":
+		return "?"
+	case role != "" && role != user:
+		return printable(user) + " as " + printable(role)
+	}
+	return printable(user)
+}
+
+const ownerUsage = `Usage: ratelimit-authz limits owner COMMAND [flags] ARGS
+
+Key owners: which tenant's overrides apply to a key of a bucket that is not
+keyed by tenant (inbound and token_generate are keyed by path:channel, so
+KEY_NAME is channel). A key without an owner gets the configured limit.
+
+Commands:
+  set KEY_NAME KEY TENANT --actor NAME   record TENANT as KEY's owner
+  delete KEY_NAME KEY --actor NAME       remove KEY's owner
+  list [--tenant TENANT]                 show every owner, or TENANT's keys
+  audit KEY_NAME KEY                     show the history of KEY's owner
+
+KEY is the key exactly as requests carry it: the raw path segment (for
+/api/inbound/ch-123, ch-123) or the header value.
+`
+
+func limitsOwner(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, ownerUsage)
+		return exitError{code: 2}
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "set":
+		return ownerSet(ctx, rest, getenv, stdout, stderr)
+	case "delete":
+		return ownerDelete(ctx, rest, getenv, stdout, stderr)
+	case "list":
+		return ownerList(ctx, rest, getenv, stdout, stderr)
+	case "audit":
+		return ownerAudit(ctx, rest, getenv, stdout, stderr)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, ownerUsage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "ratelimit-authz limits owner: unknown command %q\n\n%s", cmd, ownerUsage)
+		return exitError{code: 2}
+	}
+}
+
+func ownerSet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits owner set", " KEY_NAME KEY TENANT --actor NAME",
+		"Record TENANT as the owner of KEY, e.g. 'limits owner set channel ch-123 bigco --actor alice':\n"+
+			"buckets keyed by KEY_NAME (inbound, token_generate: channel) then take TENANT's overrides\n"+
+			"for that key. Every node applies it within a second.", getenv, 10*time.Second, true)
+	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
+	pos, done, err := c.parse(args, 3, 3, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	name, key, tenant := pos[0], pos[1], pos[2]
+	if err := errors.Join(tenantlimits.CheckOwnerKeyName(r, name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+		return c.invalid(err)
+	}
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		old, err := s.SetOwner(ctx, name, key, tenant, c.actor)
+		if err != nil {
+			return c.failed(err)
+		}
+		was := "no owner"
+		if old != "" {
+			was = printable(old)
+		}
+		fmt.Fprintf(stdout, "%s %s: owned by %s (was %s)\n", name, printable(key), printable(tenant), was)
+		return nil
+	})
+}
+
+func ownerDelete(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits owner delete", " KEY_NAME KEY --actor NAME",
+		"Remove KEY's owner: its buckets get the configured limits. Exit 1 when it has none.", getenv, 10*time.Second, true)
+	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
+	pos, done, err := c.parse(args, 2, 2, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	name, key := pos[0], pos[1]
+	// Any well-formed name: cleaning up a row written with SQL is a reason
+	// to delete.
+	if err := errors.Join(tenantlimits.ValidateKeyName(name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateActor(c.actor)); err != nil {
+		return c.invalid(err)
+	}
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		old, err := s.DeleteOwner(ctx, name, key, c.actor)
+		switch {
+		case errors.Is(err, tenantlimits.ErrNotFound):
+			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %s %s has no owner; nothing deleted", c.name, name, printable(key))}
+		case err != nil:
+			return c.failed(err)
+		}
+		fmt.Fprintf(stdout, "%s %s: owner %s removed; the configured limits apply\n", name, printable(key), printable(old))
+		return nil
+	})
+}
+
+func ownerList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits owner list", "", "Show every key owner, by key name and key, or with --tenant only that tenant's keys.", getenv, time.Minute, true)
+	var tenant string
+	c.f.fs.StringVar(&tenant, "tenant", "", "show only the keys of this `tenant`")
+	_, done, err := c.parse(args, 0, 0, stdout, stderr)
+	if done {
+		return err
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	if tenant != "" {
+		if err := tenantlimits.ValidateTenant(tenant); err != nil {
+			return c.invalid(err)
+		}
+	}
+	used := tenantlimits.OwnerKeyNames(r)
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE")
+		n := 0
+		err := s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {
+			n++
+			note := ""
+			if !slices.Contains(used, o.KeyName) {
+				note = "ignored: no overridable bucket of this configuration is keyed by it"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(o.KeyName), printable(o.Key), printable(o.Tenant), o.UpdatedAt.UTC().Format(time.RFC3339), note)
+			return nil
+		})
+		tw.Flush()
+		if err != nil {
+			return c.failed(err)
+		}
+		fmt.Fprintf(stdout, "%d owner(s)\n", n)
+		return nil
+	})
+}
+
+func ownerAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c := newDBCommand("limits owner audit", " KEY_NAME KEY", "Show who changed KEY's owner and when, oldest first (see 'limits audit --help').", getenv, 10*time.Second, true)
+	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
+	pos, done, err := c.parse(args, 2, 2, stdout, stderr)
+	if done {
+		return err
+	}
+	if c.limit < 1 {
+		return c.usageError(stderr, "--limit must be at least 1")
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+		entries, err := s.OwnerAudit(ctx, pos[0], pos[1], c.limit)
+		if err != nil {
+			return c.failed(err)
+		}
+		if len(entries) == 0 {
+			fmt.Fprintf(stdout, "%s %s: no changes recorded\n", printable(pos[0]), printable(pos[1]))
+			return nil
+		}
+		show := func(t string) string {
+			if t == "" {
+				return "-"
+			}
+			return printable(t)
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TIME\tACTOR\tDB USER\tOLD OWNER\tNEW OWNER")
+		for _, e := range entries {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.At.UTC().Format(time.RFC3339), printable(e.Actor), dbUser(e.DBUser, e.DBRole), show(e.Old), show(e.New))
 		}
 		return tw.Flush()
 	})

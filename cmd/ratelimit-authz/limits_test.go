@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,13 +87,13 @@ func sqlCount(t *testing.T, conn *pgx.Conn, sql string) int {
 func TestMigrateCommand(t *testing.T) {
 	pg, _ := migrated(t) // once
 	code, out, errOut := cli(t, pg.URL(), "migrate")
-	if code != 0 || out != "schema up to date (version 1)\n" {
+	if code != 0 || out != "schema up to date (version 3)\n" {
 		t.Errorf("second migrate: exit %d %q %q", code, out, errOut)
 	}
 	if code, out, _ := cli(t, "", "migrate", "--help"); code != 0 || !contains(out, "-database-url", "DATABASE_URL", "-timeout") {
 		t.Errorf("migrate --help: %d\n%s", code, out)
 	}
-	if code, _, errOut := cli(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set --database-url or DATABASE_URL") {
+	if code, _, errOut := cli(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set DATABASE_URL, DATABASE_URL_FILE (--database-url-file) or --database-url") {
 		t.Errorf("migrate without a database: %d %q", code, errOut)
 	}
 	// Unreachable database: exit 1, within the timeout, no password shown.
@@ -176,11 +178,11 @@ func TestLimitsCommands(t *testing.T) {
 	out = ok("limits", "audit", "acme")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	want := []string{
-		"alice  activity_create  -       200/1s",
-		"bob    upload           -       600/1m",
-		"carol  activity_create  200/1s  300/1s",
-		"dave   upload           600/1m  -",
-		"dave   activity_create  300/1s  -",
+		"alice  postgres  activity_create  -       200/1s",
+		"bob    postgres  upload           -       600/1m",
+		"carol  postgres  activity_create  200/1s  300/1s",
+		"dave   postgres  upload           600/1m  -",
+		"dave   postgres  activity_create  300/1s  -",
 	}
 	if len(lines) != len(want)+1 || !strings.HasPrefix(lines[0], "TIME") {
 		t.Fatalf("audit:\n%s", out)
@@ -486,4 +488,179 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 		return nil
 	})
 	t.Logf("after the restart, a SQL edit reached the node's decisions in %v", time.Since(changed))
+}
+
+// cliWith runs one command line with exactly these environment variables
+// (plus the test configuration).
+func cliWith(t *testing.T, vars map[string]string, line ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	all := map[string]string{"RATELIMIT_AUTHZ_CONFIG": "../../config/ratelimit.yaml"}
+	for k, v := range vars {
+		all[k] = v
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, line, env(all), &out, &errOut)
+	stderr = errOut.String()
+	var ee exitError
+	if errors.As(err, &ee) && ee.msg != "" {
+		stderr += ee.msg + "\n"
+	}
+	return exitCode(err), out.String(), stderr
+}
+
+func TestOwnerCommands(t *testing.T) {
+	pg, conn := migrated(t)
+	db := pg.URL()
+	ok := func(line ...string) string {
+		t.Helper()
+		code, out, errOut := cli(t, db, line...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", line, code, out, errOut)
+		}
+		return out
+	}
+	if out := ok("limits", "owner", "set", "channel", "ch-123", "bigco", "--actor", "alice"); out != "channel ch-123: owned by bigco (was no owner)\n" {
+		t.Errorf("owner set: %q", out)
+	}
+	if out := ok("limits", "owner", "set", "channel", "ch-123", "globex", "--actor", "bob"); out != "channel ch-123: owned by globex (was bigco)\n" {
+		t.Errorf("owner change: %q", out)
+	}
+	ok("limits", "owner", "set", "channel", "ch-9", "bigco", "--actor", "alice")
+	if out := ok("limits", "set", "bigco", "inbound", "5000/1s", "--actor", "alice"); !strings.Contains(out, "inbound is keyed by channel: this applies to the keys bigco owns ('limits owner set channel KEY bigco')") {
+		t.Errorf("set on a channel-keyed bucket: %q", out)
+	}
+	out := ok("limits", "owner", "list")
+	if !contains(out, "KEY_NAME", "channel   ch-123  globex", "channel   ch-9    bigco", "2 owner(s)") {
+		t.Errorf("owner list:\n%s", out)
+	}
+	if out := ok("limits", "owner", "list", "--tenant", "bigco"); !contains(out, "ch-9", "1 owner(s)") || strings.Contains(out, "ch-123") {
+		t.Errorf("owner list --tenant:\n%s", out)
+	}
+	if out := ok("limits", "owner", "delete", "channel", "ch-123", "--actor", "carol"); out != "channel ch-123: owner globex removed; the configured limits apply\n" {
+		t.Errorf("owner delete: %q", out)
+	}
+	if code, _, errOut := cli(t, db, "limits", "owner", "delete", "channel", "ch-123", "--actor", "carol"); code != 1 || !strings.Contains(errOut, "has no owner; nothing deleted") {
+		t.Errorf("owner delete again: %d %q", code, errOut)
+	}
+	out = ok("limits", "owner", "audit", "channel", "ch-123")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	want := []string{"alice  postgres  -          bigco", "bob    postgres  bigco      globex", "carol  postgres  globex     -"}
+	if len(lines) != 4 || !strings.Contains(lines[0], "DB USER") {
+		t.Fatalf("owner audit:\n%s", out)
+	}
+	for i, w := range want {
+		if !strings.HasSuffix(lines[i+1], w) {
+			t.Errorf("owner audit line %d %q, want …%q", i+1, lines[i+1], w)
+		}
+	}
+	// Invalid input: exit 2, nothing written.
+	before := sqlCount(t, conn, "SELECT count(*) FROM tenant_key_owners_audit")
+	for _, tc := range []struct {
+		line []string
+		want string
+	}{
+		{[]string{"set", "tenant", "x", "bigco", "--actor", "a"}, `no overridable bucket is keyed by "tenant"; key names that take owners: channel`},
+		{[]string{"set", "ip", "x", "bigco", "--actor", "a"}, `no overridable bucket is keyed by "ip"`},
+		{[]string{"set", "channel", "a\x1b[2Jb", "bigco", "--actor", "a"}, "control characters"},
+		{[]string{"set", "channel", "c", "bigco"}, "an actor is required"},
+		{[]string{"set", "channel", "c"}, "missing arguments"},
+		{[]string{"frob"}, `unknown command "frob"`},
+	} {
+		code, _, errOut := cli(t, db, append([]string{"limits", "owner"}, tc.line...)...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("owner %v: exit %d %q, want 2 and %q", tc.line, code, errOut, tc.want)
+		}
+	}
+	if n := sqlCount(t, conn, "SELECT count(*) FROM tenant_key_owners_audit"); n != before {
+		t.Errorf("invalid input wrote %d audit rows", n-before)
+	}
+	if code, out, _ := cli(t, "", "limits", "owner", "--help"); code != 0 || !contains(out, "set KEY_NAME KEY TENANT", "raw path segment") {
+		t.Errorf("owner --help: %d\n%s", code, out)
+	}
+}
+
+// TestAuditEscapesControlCharacters: values written with plain SQL cannot
+// forge lines or send escape sequences to the operator's terminal.
+func TestAuditEscapesControlCharacters(t *testing.T) {
+	pg, conn := migrated(t)
+	forged := "mallory\n2026-01-01T00:00:00Z  alice  postgres  activity_create  -  9999/1s\x1b[2K\u202e"
+	sqlExec(t, conn, "BEGIN")
+	sqlExec(t, conn, "SELECT set_config('ratelimit_authz.actor', $1, true)", forged)
+	sqlExec(t, conn, `INSERT INTO tenant_limits VALUES ('acme', '{"upload": {"limit": 20, "scale_ms": 1000}}')`)
+	sqlExec(t, conn, `INSERT INTO tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', 'ch-1', 'acme')`)
+	sqlExec(t, conn, "COMMIT")
+	for _, line := range [][]string{{"limits", "audit", "acme"}, {"limits", "owner", "audit", "channel", "ch-1"}} {
+		code, out, errOut := cli(t, pg.URL(), line...)
+		if code != 0 {
+			t.Fatalf("%v: %d %s", line, code, errOut)
+		}
+		if strings.Count(out, "\n") != 2 || strings.ContainsAny(out, "\x1b\u202e") {
+			t.Errorf("%v: a stored actor reached the terminal raw:\n%q", line, out)
+		}
+		if !strings.Contains(out, `mallory\n2026-01-01T00:00:00Z  alice`) || !strings.Contains(out, `\x1b[2K\u202e`) {
+			t.Errorf("%v: the actor is not shown escaped:\n%q", line, out)
+		}
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"plain name", "plain name"},
+		{"tab\there", `tab\there`},
+		{`back\slash` + "\x07", `back\\slash\a`},
+		{"bad\xffutf8", `bad\xffutf8`},
+		{"é 中文", "é 中文"},
+	} {
+		if got := printable(tc.in); got != tc.want {
+			t.Errorf("printable(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestDatabaseURLFromFileOrEnvironment: every database command takes the
+// URL from DATABASE_URL or a file; a password never reaches an error.
+func TestDatabaseURLFromFileOrEnvironment(t *testing.T) {
+	pg, _ := migrated(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "db-url")
+	if err := os.WriteFile(file, []byte(pg.URL()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, vars := range []map[string]string{{"DATABASE_URL_FILE": file}, {"DATABASE_URL": pg.URL()}} {
+		if code, out, errOut := cliWith(t, vars, "limits", "list"); code != 0 || !strings.Contains(out, "0 override(s)") {
+			t.Errorf("%v: exit %d %s%s", vars, code, out, errOut)
+		}
+	}
+	if code, out, errOut := cliWith(t, nil, "migrate", "--database-url-file", file); code != 0 || !strings.Contains(out, "schema up to date") {
+		t.Errorf("migrate --database-url-file: exit %d %s%s", code, out, errOut)
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte(" \n"), 0o600)
+	huge := filepath.Join(dir, "huge")
+	os.WriteFile(huge, bytes.Repeat([]byte("x"), 70_000), 0o600)
+	secretFile := filepath.Join(dir, "secret")
+	os.WriteFile(secretFile, []byte("postgres://u:s3cret@127.0.0.1:notaport/db"), 0o600)
+	for _, tc := range []struct {
+		vars map[string]string
+		code int
+		want string
+	}{
+		{map[string]string{"DATABASE_URL_FILE": filepath.Join(dir, "missing")}, 2, "database URL file: open"},
+		{map[string]string{"DATABASE_URL_FILE": empty}, 2, "is empty"},
+		{map[string]string{"DATABASE_URL_FILE": huge}, 2, "more than 65536 bytes"},
+		{map[string]string{"DATABASE_URL_FILE": file, "DATABASE_URL": pg.URL()}, 2, "give one"},
+		// Unparseable, with a password: the message never repeats it.
+		{map[string]string{"DATABASE_URL_FILE": secretFile}, 1, "the database URL cannot be parsed"},
+		{map[string]string{"DATABASE_URL": "postgres://u:s3cret@127.0.0.1:notaport/db"}, 1, "the database URL cannot be parsed"},
+		{map[string]string{"DATABASE_URL": "host=127.0.0.1 password=s3cret port=bad"}, 1, "the database URL cannot be parsed"},
+		// pgx's own redaction shows what follows a raw @ in a password.
+		{map[string]string{"DATABASE_URL": "postgres://u:x@s3cret@h:1:2/db"}, 1, "the database URL cannot be parsed"},
+		// Wrong password against a real server (trust auth accepts it, so
+		// a missing database instead): connection errors hold no password.
+		{map[string]string{"DATABASE_URL": strings.Replace(pg.DatabaseURL("nosuchdb"), "postgres@", "postgres:s3cret@", 1)}, 1, "connect to the database"},
+	} {
+		code, out, errOut := cliWith(t, tc.vars, "limits", "list")
+		if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "s3cret") {
+			t.Errorf("%v: exit %d %q, want %d and %q without the password", tc.vars, code, errOut, tc.code, tc.want)
+		}
+	}
 }

@@ -53,7 +53,7 @@ const usage = `ratelimit-authz: rate-limit HTTP traffic at Envoy's ext_authz fil
 Usage:
   ratelimit-authz serve [flags]          serve ext_authz Check (gRPC) and metrics (HTTP)
   ratelimit-authz check-config [flags]   validate a configuration file; exit 1 on problems
-  ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit
+  ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit, owner
   ratelimit-authz migrate [flags]        create or upgrade the Postgres schema of the overrides
   ratelimit-authz version                print the version
   ratelimit-authz help [command]         show help

@@ -37,7 +37,7 @@ type serveConfig struct {
 	alsAllowed      []string // nil = the gRPC port's allow-list
 	grpcLimits      server.Limits
 	grpcMaxStreams  int
-	databaseURL     string // tenant overrides; "" = configured limits only
+	overrides       overridesConfig // tenant overrides; no database = configured limits only
 	cluster         clusterConfig
 }
 
@@ -63,7 +63,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Int(&c.grpcMaxStreams, "grpc-max-streams", "RATELIMIT_AUTHZ_GRPC_MAX_STREAMS", server.DefaultMaxConcurrentStreams, "most concurrent streams per gRPC connection; more are refused (set Envoy's cluster http2_protocol_options.max_concurrent_streams to at most this)")
 	f.Int(&c.grpcLimits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
 	f.Duration(&c.grpcLimits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
-	f.String(&c.databaseURL, "database-url", "DATABASE_URL", "", "Postgres `URL` of the per-tenant limit overrides (see 'limits' and 'migrate'); empty: configured limits only")
+	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
@@ -162,7 +162,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("compile routes: %w", err)
 	}
-	overrides, runOverrides, err := newOverrides(ctx, c.databaseURL, r, reg, log)
+	overrides, runOverrides, overridesState, err := newOverrides(ctx, c.overrides, r, reg, log)
 	if err != nil {
 		return err
 	}
@@ -183,6 +183,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr,
 		DrainDelay: c.drainDelay, ShutdownTimeout: c.shutdownTimeout,
 		ReadyAfter:              readyAfter(repl), // a cluster node warms up from its peers first
+		ReadyDetail:             overridesState,   // where the overrides served come from
 		TLS:                     c.grpcTLS,
 		AccessLogAllowedClients: c.alsAllowed,
 		Limits:                  c.grpcLimits,

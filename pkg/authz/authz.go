@@ -33,10 +33,15 @@ type Limiter interface {
 var _ Limiter = (*counter.Store)(nil)
 
 // Overrides are per-tenant limits that replace a bucket's configured limit
-// (tenant override ▸ config ▸ route default ▸ built-in). Override is called
-// on the Check path: it must answer from memory, never wait on I/O.
+// (tenant override ▸ config ▸ route default ▸ built-in). OverrideFor gets
+// the bucket and the request's key of it, nothing else: the override of a
+// tenant-keyed bucket follows its key, and that of a bucket keyed by
+// something else (a channel) the key's owner from a trusted source, so no
+// other part of a request can change the limit (and so reset the count) of
+// a key that other requests share. It is called on the Check path: it
+// must answer from memory, never wait on I/O.
 type Overrides interface {
-	Override(tenant string, bucket int) (counter.Limit, bool)
+	OverrideFor(bucket int, key string) (counter.Limit, bool)
 }
 
 // Service answers Envoy's Check calls. Create it with New.
@@ -70,7 +75,7 @@ type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
 	// Overrides, when set, are consulted for buckets marked overridable,
-	// keyed by the request's tenant header.
+	// with the descriptor's key (see Overrides).
 	Overrides Overrides
 }
 
@@ -189,11 +194,9 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 			s.m.unknown.Inc()
 			continue
 		}
-		if s.over != nil && b.rule.Overridable {
-			if tenant := in.Headers[s.rules.Keys.TenantHeader]; tenant != "" {
-				if l, ok := s.over.Override(tenant, d.Bucket); ok {
-					lim = l
-				}
+		if s.over != nil && b.rule.Overridable && d.Key != "" {
+			if l, ok := s.over.OverrideFor(d.Bucket, d.Key); ok {
+				lim = l
 			}
 		}
 		login = login || b.rule.Count == rules.CountFailures

@@ -432,8 +432,8 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 // overrides is a fixed table of tenant overrides.
 type overrides map[string]map[int]counter.Limit
 
-func (o overrides) Override(tenant string, bucket int) (counter.Limit, bool) {
-	l, ok := o[tenant][bucket]
+func (o overrides) OverrideFor(bucket int, key string) (counter.Limit, bool) {
+	l, ok := o[key][bucket]
 	return l, ok
 }
 

@@ -14,13 +14,12 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // populated returns a cache holding n tenants, each with an
 // activity_create override ("tenant-0" … ).
-func populated(b *testing.B, r *rules.Rules, n int) interface {
-	Override(string, int) (counter.Limit, bool)
-} {
+func populated(b *testing.B, r *rules.Rules, n int) *tenantlimits.Cache {
 	c := newTestCache(b, r)
 	rows := make(map[string]string, n)
 	for i := range n {
@@ -61,7 +60,7 @@ func BenchmarkOverride(b *testing.B) {
 // BenchmarkCheckWithOverrides is authz's BenchmarkCheck/allowed-activity
 // with the cache wired in as the node does, against none.
 func BenchmarkCheckWithOverrides(b *testing.B) {
-	roomy := strings.NewReplacer("limit: 100\n", "limit: 2000000000\n").Replace(string(config.Default()))
+	roomy := strings.NewReplacer("limit: 100\n", "limit: 2000000000\n", "limit: 500\n", "limit: 2000000000\n").Replace(string(config.Default()))
 	r, err := rules.Parse([]byte(roomy), "roomy")
 	if err != nil {
 		b.Fatal(err)
@@ -82,6 +81,37 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 		{"none", nil},
 		{"cache-1k-tenants", populated(b, r, 1000)},
 	} {
+		checkBench(b, r, req, bc.name, bc.over)
+	}
+	// inbound, keyed by channel: the override of the channel's owner.
+	inbound := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Source: req.Attributes.Source,
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/api/inbound/ch-42",
+			Headers: map[string]string{":method": "POST", ":path": "/api/inbound/ch-42"},
+		}},
+	}}
+	owned := newTestCache(b, r)
+	rows := map[string]string{}
+	owners := map[[2]string]string{}
+	for i := range 1000 {
+		rows[fmt.Sprintf("tenant-%d", i)] = `{"inbound": {"limit": 2000000000, "scale_ms": 1000}}`
+		owners[[2]string{"channel", fmt.Sprintf("ch-%d", i)}] = fmt.Sprintf("tenant-%d", i)
+	}
+	owned.PublishForTest(rows)
+	owned.PublishOwnersForTest(owners)
+	if l, ok := owned.OverrideFor(r.BucketIndex("inbound"), "ch-42"); !ok || l.Limit != 2000000000 {
+		b.Fatalf("owned channel: %v %v", l, ok)
+	}
+	checkBench(b, r, inbound, "inbound-none", nil)
+	checkBench(b, r, inbound, "inbound-owned-channel", owned)
+}
+
+func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over authz.Overrides) {
+	for _, bc := range []struct {
+		name string
+		over authz.Overrides
+	}{{name, over}} {
 		b.Run(bc.name, func(b *testing.B) {
 			m, err := descriptors.New(r.Descriptors())
 			if err != nil {
@@ -124,4 +154,38 @@ func BenchmarkFullLoad(b *testing.B) {
 		c.PublishForTest(rows)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100_000, "ns/row")
+}
+
+// BenchmarkOverrideFor is the Check path's lookup: by tenant for a
+// tenant-keyed bucket, through the key's owner for a channel-keyed one.
+func BenchmarkOverrideFor(b *testing.B) {
+	r := shippedRules(b)
+	act, inb := r.BucketIndex("activity_create"), r.BucketIndex("inbound")
+	c := newTestCache(b, r)
+	rows := map[string]string{}
+	owners := map[[2]string]string{}
+	for i := range 1000 {
+		rows[fmt.Sprintf("tenant-%d", i)] = `{"activity_create": {"limit": 200, "scale_ms": 1000}, "inbound": {"limit": 2000, "scale_ms": 1000}}`
+		owners[[2]string{"channel", fmt.Sprintf("ch-%d", i)}] = fmt.Sprintf("tenant-%d", i)
+	}
+	c.PublishForTest(rows)
+	c.PublishOwnersForTest(owners)
+	for _, bc := range []struct {
+		name   string
+		bucket int
+		key    string
+	}{
+		{"tenant-hit-1k", act, "tenant-500"},
+		{"channel-owned-1k", inb, "ch-500"},
+		{"channel-unowned-1k", inb, "ch-none"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.OverrideFor(bc.bucket, bc.key)
+				}
+			})
+		})
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
@@ -46,6 +48,10 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait between failed attempts
 	// (doubling, with jitter); 0 means 250 ms and 10 s.
 	MinBackoff, MaxBackoff time.Duration
+	// SnapshotFile, when set, is where the cache keeps its last known
+	// overrides and key owners on disk: written after every refresh that
+	// changed something, read when the first load from Postgres fails.
+	SnapshotFile string
 }
 
 func (c *Config) setDefaults() error {
@@ -87,7 +93,25 @@ type entry struct {
 type snapshot struct {
 	shards  [shardCount]map[string][]entry
 	entries int // overrides in effect
+	// owners[i] maps a key of the owner key name i (Cache.ownerNames) to
+	// its tenant.
+	owners    []ownerShards
+	ownerKeys int // owners in effect
 }
+
+type ownerShards [shardCount]map[string]string
+
+// keyRoute says where a bucket's override comes from.
+type keyRoute struct {
+	kind  uint8 // routeNone, routeSelf or routeOwner
+	owner int   // for routeOwner: index into Cache.ownerNames
+}
+
+const (
+	routeNone  = iota // not overridable, or keyed by a client identity
+	routeSelf         // keyed by tenant: the key is the tenant
+	routeOwner        // keyed by something a tenant owns: look up the owner
+)
 
 // bucketInfo is what the cache needs of an overridable bucket.
 type bucketInfo struct {
@@ -105,18 +129,29 @@ type Cache struct {
 	m       *metrics
 	seed    maphash.Seed
 	buckets map[string]bucketInfo // overridable buckets by name
-	snap    atomic.Pointer[snapshot]
-	running atomic.Bool
+	// route is indexed by bucket; ownerNames are the owner key names this
+	// configuration uses, ownerIndex their inverse.
+	route       []keyRoute
+	ownerNames  []string
+	ownerIndex  map[string]int
+	bucketNames []string
+	snap        atomic.Pointer[snapshot]
+	running     atomic.Bool
 
 	started     time.Time
 	lastSuccess atomic.Int64 // unix ns of the last successful refresh; 0: none yet
 	degraded    atomic.Bool
+	source      atomic.Int32 // SourceNone, SourcePostgres or SourceSnapshotFile
+	fileWritten atomic.Int64 // unix ms the served snapshot file was written
+	lastErr     atomic.Pointer[string]
 
 	// Refresh state, guarded by mu (only one refresh at a time).
 	mu        sync.Mutex
 	watermark string // xid8 as text: pg_snapshot_xmin of the last refresh; "": none
 	lastFull  time.Time
 	invalid   map[string]bool // tenants with a skipped row or entry
+	// invalidOwners are owner rows skipped: by key name and key.
+	invalidOwners map[[2]string]bool
 }
 
 // NewCache returns a Cache for the overridable buckets of r. It does not
@@ -136,15 +171,35 @@ func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.L
 	if connCfg.RuntimeParams["application_name"] == "" {
 		connCfg.RuntimeParams["application_name"] = ApplicationName // visible in pg_stat_activity
 	}
+	if _, set := connCfg.RuntimeParams["statement_timeout"]; !set {
+		// The server ends a statement the cache gave up on: a full
+		// reload's budget.
+		connCfg.RuntimeParams["statement_timeout"] = strconv.FormatInt((4 * cfg.QueryTimeout).Milliseconds(), 10)
+	}
 	c := &Cache{
 		cfg: cfg, connCfg: connCfg, log: log, seed: maphash.MakeSeed(),
 		buckets: map[string]bucketInfo{}, started: time.Now(), invalid: map[string]bool{},
+		invalidOwners: map[[2]string]bool{}, ownerIndex: map[string]int{},
+		route: make([]keyRoute, len(r.Buckets)),
+	}
+	c.ownerNames = OwnerKeyNames(r)
+	for i, n := range c.ownerNames {
+		c.ownerIndex[n] = i
 	}
 	for i, b := range r.Buckets {
-		if b.Overridable {
-			// An override replaces the limit and window; the algorithm stays
-			// the bucket's.
-			c.buckets[b.Name] = bucketInfo{index: i, algorithm: b.Limit.Algorithm}
+		c.bucketNames = append(c.bucketNames, b.Name)
+		if !b.Overridable {
+			continue
+		}
+		// An override replaces the limit and window; the algorithm stays
+		// the bucket's.
+		c.buckets[b.Name] = bucketInfo{index: i, algorithm: b.Limit.Algorithm}
+		if b.Key.Kind == descriptors.KeyTenant {
+			c.route[i] = keyRoute{kind: routeSelf}
+		} else if n, ok := OwnerKeyName(b.Key); ok {
+			c.route[i] = keyRoute{kind: routeOwner, owner: c.ownerIndex[n]}
+		} else {
+			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.Name, "key", b.Key.Kind.String())
 		}
 	}
 	c.degraded.Store(true) // until the first load
@@ -152,15 +207,47 @@ func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	c.snap.Store(&snapshot{})
+	c.snap.Store(&snapshot{owners: make([]ownerShards, len(c.ownerNames))})
 	return c, nil
+}
+
+// OverrideFor returns the override of bucket (an index into the rules'
+// buckets) for a request whose key of that bucket is key: for a bucket
+// keyed by tenant, the override of the tenant key; for a bucket keyed by
+// something a tenant owns (a channel), the override of the key's owner
+// recorded in Postgres; for any other bucket, none. Nothing but the key
+// decides it, so no other part of a request can change the limit of a key
+// that other requests share. Like Override it reads memory only.
+func (c *Cache) OverrideFor(bucket int, key string) (counter.Limit, bool) {
+	if bucket < 0 || bucket >= len(c.route) {
+		return counter.Limit{}, false
+	}
+	r := c.route[bucket]
+	if r.kind == routeNone {
+		return counter.Limit{}, false
+	}
+	s := c.snap.Load()
+	if s.entries == 0 {
+		return counter.Limit{}, false
+	}
+	tenant := key
+	if r.kind == routeOwner {
+		if key == "" || len(key) > MaxKeyValueBytes {
+			return counter.Limit{}, false
+		}
+		tenant = s.owners[r.owner][maphash.String(c.seed, key)&(shardCount-1)][key]
+	}
+	return c.override(s, tenant, bucket)
 }
 
 // Override returns the tenant's override of bucket (an index into the
 // rules' buckets), if any. It reads the current snapshot from memory: no
 // lock, no I/O, no allocation.
 func (c *Cache) Override(tenant string, bucket int) (counter.Limit, bool) {
-	s := c.snap.Load()
+	return c.override(c.snap.Load(), tenant, bucket)
+}
+
+func (c *Cache) override(s *snapshot, tenant string, bucket int) (counter.Limit, bool) {
 	if s.entries == 0 || len(tenant) > MaxTenantBytes || tenant == "" {
 		return counter.Limit{}, false
 	}
@@ -183,13 +270,15 @@ func (c *Cache) Load(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, c.cfg.QueryTimeout)
 	defer cancel()
 	conn, err := c.connect(cctx)
+	if err == nil {
+		defer closeConn(conn)
+		err = c.refresh(ctx, conn, true)
+	}
 	if err != nil {
 		c.failed(err, 0)
-		return err
-	}
-	defer closeConn(conn)
-	if err := c.refresh(ctx, conn, true); err != nil {
-		c.failed(err, 0)
+		if c.lastSuccess.Load() == 0 && c.source.Load() == SourceNone {
+			c.loadSnapshotFile()
+		}
 		return err
 	}
 	return nil
@@ -305,8 +394,13 @@ func (c *Cache) fullDue() bool {
 func (c *Cache) failed(err error, retryIn time.Duration) {
 	c.m.reloadErrors.Inc()
 	was := c.degraded.Swap(true)
+	msg := err.Error()
+	c.lastErr.Store(&msg)
 	serving := "the last snapshot"
-	if c.lastSuccess.Load() == 0 {
+	switch {
+	case c.source.Load() == SourceSnapshotFile:
+		serving = "the snapshot file"
+	case c.lastSuccess.Load() == 0:
 		serving = "the configured limits (no snapshot yet)"
 	}
 	attrs := []any{"err", err, "serving", serving}
@@ -349,6 +443,7 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	var (
 		xmin    string
 		changes []change
+		owners  []ownerChange
 		logged  int
 		a       = arena{chunk: 16}
 	)
@@ -381,15 +476,47 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 			changes = append(changes, c.resolve(tenant, raw, &logged, &a))
 			return nil
 		})
-		if err != nil || full {
-			return err
-		}
-		rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", c.watermark)
 		if err != nil {
 			return err
 		}
-		_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
-			changes = append(changes, change{tenant: tenant})
+		if !full {
+			rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", c.watermark)
+			if err != nil {
+				return err
+			}
+			_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
+				changes = append(changes, change{tenant: tenant})
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+		}
+		var keyName, key string
+		if full {
+			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
+		} else {
+			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", c.watermark)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&keyName, &key, &tenant}, func() error {
+			owners = append(owners, c.resolveOwner(keyName, key, tenant, &logged))
+			return nil
+		})
+		if err != nil || full {
+			return err
+		}
+		rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", c.watermark)
+		if err != nil {
+			return err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
+			owners = append(owners, ownerChange{name: keyName, key: key, owner: -1})
+			if i, ok := c.ownerIndex[keyName]; ok {
+				owners[len(owners)-1].owner = i
+			}
 			return nil
 		})
 		return err
@@ -400,7 +527,11 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	if logged > maxLoggedProblems {
 		c.log.Warn("more tenant override rows skipped", "count", logged-maxLoggedProblems)
 	}
-	c.publish(full, changes)
+	c.publish(full, changes, owners)
+	c.source.Store(SourcePostgres)
+	if full || len(changes) > 0 || len(owners) > 0 {
+		c.writeSnapshotFile()
+	}
 	c.watermark = xmin
 	now := time.Now()
 	if full {
@@ -411,7 +542,8 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	prev := c.lastSuccess.Swap(now.UnixNano())
 	if c.degraded.Swap(false) {
 		if prev == 0 {
-			c.log.Info("tenant overrides loaded", "tenants", c.countTenants(), "overrides", c.snap.Load().entries, "invalid_rows", len(c.invalid))
+			c.log.Info("tenant overrides loaded", "tenants", c.countTenants(), "overrides", c.snap.Load().entries,
+				"key_owners", c.snap.Load().ownerKeys, "invalid_rows", len(c.invalid)+len(c.invalidOwners))
 		} else {
 			c.log.Info("tenant overrides recovered", "stale_for", now.Sub(time.Unix(0, prev)).Round(time.Millisecond))
 		}
@@ -491,12 +623,13 @@ func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change
 // publish builds the next snapshot: from scratch after a full read, else a
 // copy of the current one in which only the touched shards are copied.
 // Called with c.mu held.
-func (c *Cache) publish(full bool, changes []change) {
+func (c *Cache) publish(full bool, changes []change, owners []ownerChange) {
 	old := c.snap.Load()
 	next := &snapshot{}
 	copied := [shardCount]bool{}
 	if full {
 		clear(c.invalid)
+		clear(c.invalidOwners)
 		// Sized once: no rehashing while a million tenants go in.
 		var sizes [shardCount]int
 		for _, ch := range changes {
@@ -532,9 +665,82 @@ func (c *Cache) publish(full bool, changes []change) {
 			delete(c.invalid, ch.tenant)
 		}
 	}
+	c.publishOwners(full, old, next, owners)
 	c.snap.Store(next)
 	c.m.loaded.Set(float64(next.entries))
-	c.m.invalidRows.Set(float64(len(c.invalid)))
+	c.m.ownersLoaded.Set(float64(next.ownerKeys))
+	c.m.invalidRows.Set(float64(len(c.invalid) + len(c.invalidOwners)))
+}
+
+// publishOwners applies owner changes to next, copying only the shards it
+// touches (all of them after a full read). Called with c.mu held.
+func (c *Cache) publishOwners(full bool, old, next *snapshot, owners []ownerChange) {
+	next.owners = make([]ownerShards, len(c.ownerNames))
+	next.ownerKeys = 0
+	if !full {
+		copy(next.owners, old.owners)
+		next.ownerKeys = old.ownerKeys
+	}
+	copied := make([][shardCount]bool, len(c.ownerNames))
+	for _, o := range owners {
+		k := [2]string{o.name, o.key}
+		if o.invalid {
+			c.invalidOwners[k] = true
+		} else {
+			delete(c.invalidOwners, k)
+		}
+		if o.owner < 0 {
+			continue
+		}
+		i := maphash.String(c.seed, o.key) & (shardCount - 1)
+		if !copied[o.owner][i] {
+			copied[o.owner][i] = true
+			next.owners[o.owner][i] = maps.Clone(next.owners[o.owner][i])
+			if next.owners[o.owner][i] == nil {
+				next.owners[o.owner][i] = map[string]string{}
+			}
+		}
+		sh := next.owners[o.owner][i]
+		if _, had := sh[o.key]; had {
+			next.ownerKeys--
+		}
+		if o.tenant == "" {
+			delete(sh, o.key)
+		} else {
+			sh[o.key] = o.tenant
+			next.ownerKeys++
+		}
+	}
+}
+
+// ownerChange is one key's new owner read from the database.
+type ownerChange struct {
+	name, key string
+	owner     int    // index into c.ownerNames; -1: a key name this node does not use
+	tenant    string // "": no owner
+	invalid   bool
+}
+
+// resolveOwner checks an owner row, logging what it skips.
+func (c *Cache) resolveOwner(name, key, tenant string, logged *int) ownerChange {
+	o := ownerChange{name: name, key: key, owner: -1}
+	i, ok := c.ownerIndex[name]
+	err := errors.Join(ValidateKeyValue(key), ValidateTenant(tenant))
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: no overridable bucket of this node's configuration is keyed by %q", ErrInvalid, name)
+	}
+	if err != nil {
+		o.invalid = true
+		if *logged++; *logged <= maxLoggedProblems {
+			c.log.Warn("key owner skipped", "key_name", name, "key", key, "tenant", tenant, "err", err)
+		}
+		if ok {
+			o.owner = i // drop any owner the key had
+		}
+		return o
+	}
+	o.owner, o.tenant = i, tenant
+	return o
 }
 
 func (c *Cache) countTenants() int {

@@ -11,5 +11,18 @@ func (c *Cache) PublishForTest(rows map[string]string) {
 	for tenant, raw := range rows {
 		changes = append(changes, c.resolve(tenant, []byte(raw), &logged, &a))
 	}
-	c.publish(true, changes)
+	c.publish(true, changes, nil)
+}
+
+// PublishOwnersForTest adds key owners (key name and key → tenant) to the
+// snapshot, as an incremental refresh would.
+func (c *Cache) PublishOwnersForTest(owners map[[2]string]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var logged int
+	var changes []ownerChange
+	for k, tenant := range owners {
+		changes = append(changes, c.resolveOwner(k[0], k[1], tenant, &logged))
+	}
+	c.publish(false, nil, changes)
 }

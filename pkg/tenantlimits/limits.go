@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
@@ -265,4 +266,81 @@ func wholeNumber(raw json.RawMessage, field string) (int64, error) {
 		return 0, fmt.Errorf("%w: %q is out of range: %.40s", ErrInvalid, field, raw)
 	}
 	return n, nil
+}
+
+// MaxKeyValueBytes is the longest key an owner can be recorded for (the
+// database refuses longer ones; the cache does not look them up).
+const MaxKeyValueBytes = 1024
+
+var keyNameRE = regexp.MustCompile("^([A-Za-z_][A-Za-z0-9_]{0,63}|header:[!#$%&'*+.^_`|~0-9a-z-]{1,120})$")
+
+// OwnerKeyName is the name under which owners of a bucket's keys are
+// recorded: the path parameter's name for a path:NAME key ("channel"),
+// "header:NAME" for a header key. ok is false for keys no tenant can own:
+// the tenant itself (its override follows the key directly) and the
+// client's identities (ip, account).
+func OwnerKeyName(k descriptors.KeySpec) (name string, ok bool) {
+	switch k.Kind {
+	case descriptors.KeyPathParam:
+		return k.Name, true
+	case descriptors.KeyHeader:
+		return "header:" + k.Name, true
+	}
+	return "", false
+}
+
+// OwnerKeyNames lists, sorted and once each, the key names of r's
+// overridable buckets that take their override from a key owner.
+func OwnerKeyNames(r *rules.Rules) []string {
+	var names []string
+	for _, b := range r.Buckets {
+		if n, ok := OwnerKeyName(b.Key); ok && b.Overridable && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ValidateKeyName checks the key name of an owner: a path parameter name,
+// or header:NAME, as the database requires.
+func ValidateKeyName(name string) error {
+	if !keyNameRE.MatchString(name) {
+		return fmt.Errorf("%w: key name %q must be a path parameter's name (like channel) or header:NAME (lowercase)", ErrInvalid, name)
+	}
+	return nil
+}
+
+// ValidateKeyValue checks the key an owner is recorded for: 1 to 1024 bytes
+// of UTF-8 without control characters.
+func ValidateKeyValue(value string) error {
+	switch {
+	case value == "":
+		return fmt.Errorf("%w: the key is empty", ErrInvalid)
+	case len(value) > MaxKeyValueBytes:
+		return fmt.Errorf("%w: the key is %d bytes long, more than %d", ErrInvalid, len(value), MaxKeyValueBytes)
+	case !utf8.ValidString(value):
+		return fmt.Errorf("%w: the key %q is not valid UTF-8", ErrInvalid, value)
+	case strings.ContainsFunc(value, unicode.IsControl):
+		return fmt.Errorf("%w: the key %q contains control characters", ErrInvalid, value)
+	}
+	return nil
+}
+
+// CheckOwnerKeyName returns an error wrapping ErrInvalid, naming the key
+// names that take owners, when no overridable bucket of r takes its
+// override from the owner of a key named name.
+func CheckOwnerKeyName(r *rules.Rules, name string) error {
+	if err := ValidateKeyName(name); err != nil {
+		return err
+	}
+	names := OwnerKeyNames(r)
+	if slices.Contains(names, name) {
+		return nil
+	}
+	list := strings.Join(names, ", ")
+	if len(names) == 0 {
+		list = "none (no overridable bucket is keyed by a path parameter or a header)"
+	}
+	return fmt.Errorf("%w: no overridable bucket is keyed by %q; key names that take owners: %s", ErrInvalid, name, list)
 }

@@ -13,6 +13,8 @@ type metrics struct {
 	reloadErrors prometheus.Counter
 	invalidRows  prometheus.Gauge
 	loaded       prometheus.Gauge
+	ownersLoaded prometheus.Gauge
+	fileErrors   map[string]prometheus.Counter // by op: read, write
 }
 
 func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
@@ -41,13 +43,29 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 			Namespace: ns, Subsystem: sub, Name: "loaded",
 			Help: "(tenant, bucket) overrides in effect on this node.",
 		}),
+		ownersLoaded: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "key_owners",
+			Help: "Key owners in effect on this node: keys (such as channels) whose buckets take their owner's overrides.",
+		}),
 	}
+	fileErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "snapshot_file_errors_total",
+		Help: "Failures of the overrides snapshot file, by op: write (after a refresh), read (a missing file is not counted; a corrupt, truncated or hostile one is, and is rejected whole).",
+	}, []string{"op"})
+	m.fileErrors = map[string]prometheus.Counter{}
+	for _, op := range []string{"read", "write"} {
+		m.fileErrors[op] = fileErrors.WithLabelValues(op)
+	}
+	source := prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "source"),
+		"Where the overrides served come from: 1 for the current source (postgres: the last refresh; snapshot: the snapshot file, Postgres not reached since start; none: the configured limits only), 0 for the others.",
+		[]string{"source"}, nil)
 	for _, kind := range []string{"full", "incremental"} {
 		m.reloads[kind] = reloads.WithLabelValues(kind)
 		m.duration[kind] = duration.WithLabelValues(kind)
 	}
 	for _, col := range []prometheus.Collector{
-		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded,
+		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded, m.ownersLoaded, fileErrors,
+		sourceCollector{desc: source, c: c},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshot_age_seconds",
 			Help: "Time since the overrides were last refreshed successfully (since start when never).",
@@ -67,4 +85,24 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// sourceCollector exports the source gauge, one series per source, read
+// at scrape time.
+type sourceCollector struct {
+	desc *prometheus.Desc
+	c    *Cache
+}
+
+func (s sourceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- s.desc }
+
+func (s sourceCollector) Collect(ch chan<- prometheus.Metric) {
+	cur := s.c.Source()
+	for i, name := range sourceNames {
+		v := 0.0
+		if i == cur {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(s.desc, prometheus.GaugeValue, v, name)
+	}
 }

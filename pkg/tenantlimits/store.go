@@ -233,11 +233,15 @@ func (s *Store) update(ctx context.Context, tenant, actor string, change func(ma
 // AuditEntry is one row of the audit log: a tenant's whole value before
 // and after one change.
 type AuditEntry struct {
-	ID       int64
-	Tenant   string
-	Actor    string
-	At       time.Time
-	Old, New []byte // JSON; nil when the tenant had no row / the row was deleted
+	ID     int64
+	Tenant string
+	Actor  string // claimed: the CLI's --actor, or sql:USER
+	// DBUser and DBRole are the database's session_user and current_user
+	// for the change, stamped by the database; "" for rows written before
+	// schema version 3.
+	DBUser, DBRole string
+	At             time.Time
+	Old, New       []byte // JSON; nil when the tenant had no row / the row was deleted
 }
 
 // BucketChange is one bucket's part of an audit entry, formatted: a rate
@@ -285,7 +289,7 @@ func (e AuditEntry) Changes() []BucketChange {
 // Audit returns up to limit most recent audit entries of a tenant, oldest
 // first.
 func (s *Store) Audit(ctx context.Context, tenant string, limit int) ([]AuditEntry, error) {
-	rows, err := s.conn.Query(ctx, `SELECT id, tenant, actor, at, old::text, new::text FROM (
+	rows, err := s.conn.Query(ctx, `SELECT id, tenant, actor, coalesce(db_user, ''), coalesce(db_role, ''), at, old::text, new::text FROM (
 		SELECT * FROM tenant_limits_audit WHERE tenant = $1 ORDER BY id DESC LIMIT $2) a ORDER BY id`, tenant, limit)
 	if err != nil {
 		return nil, fmt.Errorf("tenantlimits: audit %q: %w", tenant, schemaError(err))
@@ -293,7 +297,7 @@ func (s *Store) Audit(ctx context.Context, tenant string, limit int) ([]AuditEnt
 	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		var old, cur *string
-		err := row.Scan(&e.ID, &e.Tenant, &e.Actor, &e.At, &old, &cur)
+		err := row.Scan(&e.ID, &e.Tenant, &e.Actor, &e.DBUser, &e.DBRole, &e.At, &old, &cur)
 		if old != nil {
 			e.Old = []byte(*old)
 		}
