@@ -186,6 +186,9 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	if !contains(logs.String(), "serving the snapshot file until Postgres answers") {
 		t.Errorf("log:\n%s", logs)
 	}
+	if _, body := httpGet(t, "http://"+httpAddr+"/readyz"); !contains(body, "ready", "overrides: snapshot file", "Postgres cannot be reached") {
+		t.Errorf("/readyz does not say the snapshot file is served: %q", body)
+	}
 
 	// Without a snapshot file the same restart serves the configured
 	// limits, and says so.
@@ -193,6 +196,9 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	figures["after a restart during the hang, no snapshot file"] = admittedInOneWindow(t, bare, tenant, burst)
 	if _, m := httpGet(t, "http://"+bareHTTP+"/metrics"); !contains(m, `ratelimit_authz_overrides_source{source="none"} 1`) {
 		t.Errorf("metrics of a node without a snapshot file:\n%s", grep(m, "overrides_"))
+	}
+	if _, body := httpGet(t, "http://"+bareHTTP+"/readyz"); !contains(body, "overrides: none") {
+		t.Errorf("/readyz of a node without a snapshot file: %q", body)
 	}
 	if !contains(bareLogs.String(), "no --overrides-snapshot", "no snapshot file is configured") {
 		t.Errorf("log of a node without a snapshot file:\n%s", bareLogs)
