@@ -329,8 +329,13 @@ func TestServe(t *testing.T) {
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", hc, err)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/readyz"); code != 200 {
-		t.Errorf("readyz %d", code)
+	if code, body := httpGet(t, "http://"+httpAddr+"/readyz"); code != 200 || !strings.Contains(body, "overrides: off") {
+		t.Errorf("readyz %d %q, want 200 with the overrides' state", code, body)
+	}
+	// The shipped configuration keys by x-tenant-id as sent: the node
+	// says what to deploy in front.
+	if !strings.Contains(logs.String(), "configuration trusts what a client may set") || !strings.Contains(logs.String(), "x-tenant-id") {
+		t.Errorf("no start-up warning about the trusted tenant header:\n%s", logs)
 	}
 	if code, _ := httpGet(t, "http://"+httpAddr+"/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)

@@ -143,6 +143,9 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 		return err
 	}
 	log.Info("configuration loaded", "source", source, "buckets", len(r.Buckets), "routes", len(r.Routes))
+	for _, w := range trustWarnings(r, "", nil) {
+		log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
