@@ -624,8 +624,8 @@ buckets:
   custom: {key: ip}
 routes:
   - {method: POST, path: /a, buckets: [activity_create, login_ip]}
-  - {method: POST, path: /b, buckets: [custom], defaults: {custom: {limit: 7, per: 10s}}}
-  - {method: POST, path: /c, buckets: [custom], defaults: {custom: {limit: 9, per: 10s}}}
+  - {method: POST, path: /b, buckets: [custom], defaults: {custom: {limit: 9, per: 10s}}}
+  - {method: POST, path: /c, buckets: [custom]}
 `)
 	b := peerBounds(r)
 	for _, c := range []struct {
@@ -639,7 +639,7 @@ routes:
 		{"activity_create", 2000, 0, false},
 		{"login_ip", 60_000, 5 * replicate.PeerCountFactor, true}, // built-in 5/min
 		{"login_ip", 1000, 0, false},
-		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // the larger route default
+		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // its route default
 		{"custom", 60_000, 0, false},
 	} {
 		got, ok := b.PeerBound(uint32(r.BucketIndex(c.bucket)), c.scale)
