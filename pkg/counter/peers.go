@@ -187,8 +187,8 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 // near its limit. See [Store.NearLimit]. Half, not a tenth: with 3 nodes
 // and a key offered 6× its limit per window, each node sees 60% used
 // after the first tick and the cluster passes the limit before the next
-// one; a 10% margin was never reached before that (measured: no early
-// batch, 120 admitted per window of 100), half is reached at once.
+// one, so a small margin is reached only after the overshoot, while half
+// is reached at once.
 func nearMargin(limit int64) int64 { return max(1, limit/2) }
 
 // isNear reports whether a key with these counts has at most nearMargin

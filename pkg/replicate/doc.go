@@ -83,11 +83,11 @@
 //   - when the limit is reached right at a tick (a steady load filling a
 //     1 s window in a multiple of 100 ms) the overshoot is close to zero.
 //
-// Measured with 3 nodes, a fixed 100/s limit and the default intervals:
-// at 4× and 6× the limit, 120 admitted per window without early batches,
-// 100–102 with them; at 15×, about 150 either way. With EarlyGap negative
-// the bound is (N−1)/N × R × (SyncInterval + delivery delay), as before. Clocks must be NTP-synchronised: a skewed node maps its hits to
-// the wrong window at the edges. The largest skew over peers is exported.
+// The bench report (bench/results/REPORT.md) has the measured figures.
+// With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
+// delivery delay). Clocks must be NTP-synchronised: a skewed node maps its
+// hits to the wrong window at the edges. The largest skew over peers is
+// exported.
 //
 // When NATS is unreachable — at start or later — the node fails open to
 // per-node limits: it admits against its own counts plus what it last
