@@ -16,6 +16,41 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
+// The configuration grammar, as Parse reads it (YAML; an unknown or
+// repeated field anywhere is a problem; every problem carries its line and
+// column):
+//
+//	config   = { keys, counter, failures, buckets (required), routes (required) }
+//	keys     = { tenant_header: header-name        (default x-tenant-id)
+//	             account_header: header-name       (none)
+//	             account_body_field: field-name    (none)
+//	             trusted_hops: 0 … 16              (0; = Envoy's xff_num_trusted_hops)
+//	             use_external_address_header: bool (true)
+//	             ipv6_prefix: 32 … 128             (64)
+//	             unreadable_account: shared_key | deny (shared_key) }
+//	counter  = { max_keys: 1 … 2^30 (1000000), max_key_bytes: 16 … 4096 (128),
+//	             shards: 1 … 4096 (64), reserved_keys: 1 … max_keys−1 (max_keys/10) }
+//	failures = { status_codes: [ 100 … 599, … ] (default [401]) }
+//	buckets  = { bucket-name: bucket, … }          (at least one)
+//	bucket   = { limit: 1 … 2^31−1, per: window,   (both or neither: neither takes
+//	             algorithm: fixed | sliding,        a route default or a built-in one)
+//	             key: tenant | ip | account | path:<param> | header:<lowercase-name>,
+//	             mode: enforce | shadow, count: requests | failures,
+//	             overridable: bool, on_missing_key: allow | deny,
+//	             on_overflow: allow | deny (deny for count: failures) }
+//	window   = Go duration of whole milliseconds (500ms, 1s, 1m, 1h) | second | minute | hour | day
+//	routes   = [ route, … ]                         (at least one)
+//	route    = { name: unique string, method: uppercase method,
+//	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
+//	             defaults: { bucket-name: { limit, per, algorithm }, … } }
+//	template = /segment/… where a segment may be {param}
+//
+// bucket-name is [a-z][a-z0-9_]{0,62}; header names are lowercase tokens;
+// a route default is the bucket's limit on every route (one per bucket,
+// and none for a bucket with its own limit), since a client picks the route
+// by its path. The shipped config/ratelimit.yaml and the README's
+// Configuration section show each field in use.
+
 // LoadFile reads and parses a configuration file.
 func LoadFile(path string) (*Rules, error) {
 	data, err := os.ReadFile(path)
