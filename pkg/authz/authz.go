@@ -408,25 +408,23 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 }
 
 func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
-	d := new(deniedReply)
-	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
-	d.denied.Status = s.http403
-	d.denied.Headers = d.ptrs[:1]
-	d.denied.Body = `{"error":"missing_rate_limit_key","bucket":` + b.quoted + "}\n"
-	d.wrap.DeniedResponse = &d.denied
-	d.resp.Status = s.statusDenied
-	d.resp.HttpResponse = &d.wrap
-	return &d.resp
+	return s.deny403(b, s.statusDenied, "missing_rate_limit_key")
 }
 
 func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
+	return s.deny403(b, s.statusUnreadable, "unreadable_account")
+}
+
+// deny403 is a 403 refusal of a request the bucket cannot count, with the
+// JSON body {"error": code, "bucket": name}.
+func (s *Service) deny403(b *bucketState, st *rpcstatus.Status, code string) *authv3.CheckResponse {
 	d := new(deniedReply)
 	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
 	d.denied.Status = s.http403
 	d.denied.Headers = d.ptrs[:1]
-	d.denied.Body = `{"error":"unreadable_account","bucket":` + b.quoted + "}\n"
+	d.denied.Body = `{"error":"` + code + `","bucket":` + b.quoted + "}\n"
 	d.wrap.DeniedResponse = &d.denied
-	d.resp.Status = s.statusUnreadable
+	d.resp.Status = st
 	d.resp.HttpResponse = &d.wrap
 	return &d.resp
 }

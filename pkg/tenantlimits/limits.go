@@ -127,16 +127,21 @@ func parseScale(s string) (int64, error) {
 
 // ValidateTenant checks a tenant id: 1 to 256 bytes of UTF-8 without
 // control characters, as the database requires.
-func ValidateTenant(tenant string) error {
+func ValidateTenant(tenant string) error { return validateText("tenant", tenant, MaxTenantBytes) }
+
+// validateText checks an identifier stored as text: 1 to max bytes of
+// UTF-8 without control characters (which would forge lines in logs and
+// terminals).
+func validateText(what, v string, max int) error {
 	switch {
-	case tenant == "":
-		return fmt.Errorf("%w: the tenant is empty", ErrInvalid)
-	case len(tenant) > MaxTenantBytes:
-		return fmt.Errorf("%w: the tenant is %d bytes long, more than %d", ErrInvalid, len(tenant), MaxTenantBytes)
-	case !utf8.ValidString(tenant):
-		return fmt.Errorf("%w: the tenant %q is not valid UTF-8", ErrInvalid, tenant)
-	case strings.ContainsFunc(tenant, unicode.IsControl):
-		return fmt.Errorf("%w: the tenant %q contains control characters", ErrInvalid, tenant)
+	case v == "":
+		return fmt.Errorf("%w: the %s is empty", ErrInvalid, what)
+	case len(v) > max:
+		return fmt.Errorf("%w: the %s is %d bytes long, more than %d", ErrInvalid, what, len(v), max)
+	case !utf8.ValidString(v):
+		return fmt.Errorf("%w: the %s %q is not valid UTF-8", ErrInvalid, what, v)
+	case strings.ContainsFunc(v, unicode.IsControl):
+		return fmt.Errorf("%w: the %s %q contains control characters", ErrInvalid, what, v)
 	}
 	return nil
 }
@@ -313,19 +318,7 @@ func ValidateKeyName(name string) error {
 
 // ValidateKeyValue checks the key an owner is recorded for: 1 to 1024 bytes
 // of UTF-8 without control characters.
-func ValidateKeyValue(value string) error {
-	switch {
-	case value == "":
-		return fmt.Errorf("%w: the key is empty", ErrInvalid)
-	case len(value) > MaxKeyValueBytes:
-		return fmt.Errorf("%w: the key is %d bytes long, more than %d", ErrInvalid, len(value), MaxKeyValueBytes)
-	case !utf8.ValidString(value):
-		return fmt.Errorf("%w: the key %q is not valid UTF-8", ErrInvalid, value)
-	case strings.ContainsFunc(value, unicode.IsControl):
-		return fmt.Errorf("%w: the key %q contains control characters", ErrInvalid, value)
-	}
-	return nil
-}
+func ValidateKeyValue(value string) error { return validateText("key", value, MaxKeyValueBytes) }
 
 // CheckOwnerKeyName returns an error wrapping ErrInvalid, naming the key
 // names that take owners, when no overridable bucket of r takes its
