@@ -410,26 +410,14 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 }
 
 func limitsAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := newDBCommand("limits audit", " TENANT", "Show who changed a tenant's overrides and when, oldest first: the actor claimed\n(the CLI's --actor, or sql:USER for plain SQL) and the database user that made the\nchange (USER, or USER as ROLE after SET ROLE), recorded by the database itself.\nControl characters are shown escaped (\\x1b), never sent to the terminal.", getenv, 10*time.Second, true)
-	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
-	pos, done, err := c.parse(args, 1, 1, stdout, stderr)
-	if done {
-		return err
-	}
-	if c.limit < 1 {
-		return c.usageError(stderr, "--limit must be at least 1")
-	}
-	r, err := c.rules()
-	if err != nil {
-		return err
-	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	help := "Show who changed a tenant's overrides and when, oldest first: the actor claimed\n(the CLI's --actor, or sql:USER for plain SQL) and the database user that made the\nchange (USER, or USER as ROLE after SET ROLE), recorded by the database itself.\nControl characters are shown escaped (\\x1b), never sent to the terminal."
+	return runAudit(ctx, "limits audit", " TENANT", help, 1, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error {
 		entries, err := s.Audit(ctx, pos[0], c.limit)
 		if err != nil {
 			return c.failed(err)
 		}
 		if len(entries) == 0 {
-			fmt.Fprintf(stdout, "%s: no changes recorded\n", pos[0])
+			fmt.Fprintf(stdout, "%s: no changes recorded\n", printable(pos[0]))
 			return nil
 		}
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
@@ -447,6 +435,26 @@ func limitsAudit(ctx context.Context, args []string, getenv func(string) string,
 		}
 		return tw.Flush()
 	})
+}
+
+// runAudit is the frame of an audit subcommand: nargs arguments and
+// --limit, then show, with the store, prints the entries.
+func runAudit(ctx context.Context, name, argsUsage, help string, nargs int, args []string, getenv func(string) string, stdout, stderr io.Writer,
+	show func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error) error {
+	c := newDBCommand(name, argsUsage, help, getenv, 10*time.Second, true)
+	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
+	pos, done, err := c.parse(args, nargs, nargs, stdout, stderr)
+	if done {
+		return err
+	}
+	if c.limit < 1 {
+		return c.usageError(stderr, "--limit must be at least 1")
+	}
+	r, err := c.rules()
+	if err != nil {
+		return err
+	}
+	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error { return show(ctx, c, s, pos) })
 }
 
 // printable escapes what a terminal could act on in text read from the
@@ -624,20 +632,8 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 func ownerAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	c := newDBCommand("limits owner audit", " KEY_NAME KEY", "Show who changed KEY's owner and when, oldest first (see 'limits audit --help').", getenv, 10*time.Second, true)
-	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
-	pos, done, err := c.parse(args, 2, 2, stdout, stderr)
-	if done {
-		return err
-	}
-	if c.limit < 1 {
-		return c.usageError(stderr, "--limit must be at least 1")
-	}
-	r, err := c.rules()
-	if err != nil {
-		return err
-	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	help := "Show who changed KEY's owner and when, oldest first (see 'limits audit --help')."
+	return runAudit(ctx, "limits owner audit", " KEY_NAME KEY", help, 2, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error {
 		entries, err := s.OwnerAudit(ctx, pos[0], pos[1], c.limit)
 		if err != nil {
 			return c.failed(err)
