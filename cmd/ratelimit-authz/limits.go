@@ -56,30 +56,33 @@ such as a database error or nothing to delete.
 `
 
 func runLimits(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, "ratelimit-authz limits", limitsUsage, map[string]subcommand{
+		"set": limitsSet, "get": limitsGet, "list": limitsList, "delete": limitsDelete,
+		"audit": limitsAudit, "owner": limitsOwner,
+	}, args, getenv, stdout, stderr)
+}
+
+// subcommand is one command of a group such as limits.
+type subcommand func(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error
+
+// dispatch runs the command args[0] of group with the rest of args; help
+// prints usage, and no command or an unknown one is a usage error (exit 2).
+func dispatch(ctx context.Context, group, usage string, cmds map[string]subcommand, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, limitsUsage)
+		fmt.Fprint(stderr, usage)
 		return exitError{code: 2}
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "set":
-		return limitsSet(ctx, rest, getenv, stdout, stderr)
-	case "get":
-		return limitsGet(ctx, rest, getenv, stdout, stderr)
-	case "list":
-		return limitsList(ctx, rest, getenv, stdout, stderr)
-	case "delete":
-		return limitsDelete(ctx, rest, getenv, stdout, stderr)
-	case "audit":
-		return limitsAudit(ctx, rest, getenv, stdout, stderr)
-	case "owner":
-		return limitsOwner(ctx, rest, getenv, stdout, stderr)
+	cmd := args[0]
+	if run, ok := cmds[cmd]; ok {
+		return run(ctx, args[1:], getenv, stdout, stderr)
+	}
+	switch cmd {
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, limitsUsage)
+		fmt.Fprint(stdout, usage)
 		return nil
-	default:
-		fmt.Fprintf(stderr, "ratelimit-authz limits: unknown command %q\n\n%s", cmd, limitsUsage)
-		return exitError{code: 2}
 	}
+	fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", group, cmd, usage)
+	return exitError{code: 2}
 }
 
 // dbCommand holds what every database command shares: flags, then the
@@ -506,26 +509,9 @@ KEY is the key exactly as requests carry it: the raw path segment (for
 `
 
 func limitsOwner(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, ownerUsage)
-		return exitError{code: 2}
-	}
-	switch cmd, rest := args[0], args[1:]; cmd {
-	case "set":
-		return ownerSet(ctx, rest, getenv, stdout, stderr)
-	case "delete":
-		return ownerDelete(ctx, rest, getenv, stdout, stderr)
-	case "list":
-		return ownerList(ctx, rest, getenv, stdout, stderr)
-	case "audit":
-		return ownerAudit(ctx, rest, getenv, stdout, stderr)
-	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, ownerUsage)
-		return nil
-	default:
-		fmt.Fprintf(stderr, "ratelimit-authz limits owner: unknown command %q\n\n%s", cmd, ownerUsage)
-		return exitError{code: 2}
-	}
+	return dispatch(ctx, "ratelimit-authz limits owner", ownerUsage, map[string]subcommand{
+		"set": ownerSet, "delete": ownerDelete, "list": ownerList, "audit": ownerAudit,
+	}, args, getenv, stdout, stderr)
 }
 
 func ownerSet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
