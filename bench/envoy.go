@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // envoyConcurrency are the client concurrencies of scenario 4.
@@ -40,7 +42,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	}
 	e := &EnvoyE2E{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), Concurrency: envoyWorkers}
 	r.res.Envoy = e
-	addrs, err := freeAddrs(5)
+	addrs, err := freeport.Addrs(5)
 	if err != nil {
 		return err
 	}

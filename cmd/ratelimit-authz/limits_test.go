@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
@@ -97,22 +97,12 @@ func TestMigrateCommand(t *testing.T) {
 		t.Errorf("migrate without a database: %d %q", code, errOut)
 	}
 	// Unreachable database: exit 1, within the timeout, no password shown.
-	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=2", freePort(t))
+	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=2", freeport.TestPort(t))
 	start := time.Now()
 	code, _, errOut = cli(t, url, "migrate", "--timeout", "3s")
 	if code != 1 || !strings.Contains(errOut, "connect to the database") || strings.Contains(errOut, "s3cret") || time.Since(start) > 10*time.Second {
 		t.Errorf("unreachable: exit %d after %v: %q", code, time.Since(start), errOut)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func contains(s string, subs ...string) bool {
@@ -391,7 +381,7 @@ func TestServeTenantOverrides(t *testing.T) {
 // TestServeWithPostgresDown: a node whose database is unreachable starts
 // anyway, on the configured limits, and says it is degraded.
 func TestServeWithPostgresDown(t *testing.T) {
-	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=1", freePort(t))
+	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=1", freeport.TestPort(t))
 	grpcAddr, httpAddr, logs, stop := startServe(t, map[string]string{"DATABASE_URL": url})
 	gc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

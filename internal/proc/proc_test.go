@@ -3,7 +3,6 @@ package proc
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // start runs sh -c script with a short lifetime and grace, and stops it
@@ -213,13 +214,10 @@ func TestWaitHTTP200(t *testing.T) {
 
 	// Nothing listens, and the process dies: ErrExited, without waiting
 	// for ctx.
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := freeport.TestAddr(t)
 	dead := start(t, "exit 1", nil)
 	began := time.Now()
-	err = dead.WaitHTTP200(ctx, "http://"+addr+"/")
+	err := dead.WaitHTTP200(ctx, "http://"+addr+"/")
 	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit status 1") {
 		t.Errorf("WaitHTTP200 of a dead process: %v, want ErrExited", err)
 	}
@@ -232,22 +230,6 @@ func TestWaitHTTP200(t *testing.T) {
 	if err := WaitHTTP200(short, "http://"+addr+"/"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitHTTP200 with nothing listening: %v, want DeadlineExceeded", err)
 	}
-}
-
-func TestFreeAddr(t *testing.T) {
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host != "127.0.0.1" || port == "0" {
-		t.Fatalf("FreeAddr = %q (%v)", addr, err)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	l.Close()
 }
 
 func TestTail(t *testing.T) {

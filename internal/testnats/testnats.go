@@ -22,6 +22,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natstest "github.com/nats-io/nats-server/v2/test"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 const (
@@ -131,7 +133,7 @@ type Process struct {
 // when the test ends.
 func StartProcess(t testing.TB) *Process {
 	t.Helper()
-	p := &Process{t: t, bin: Binary(t), addr: freeAddr(t), dir: t.TempDir()}
+	p := &Process{t: t, bin: Binary(t), addr: freeport.TestAddr(t), dir: t.TempDir()}
 	t.Cleanup(p.Stop)
 	p.Start()
 	return p
@@ -143,7 +145,7 @@ func StartProcess(t testing.TB) *Process {
 // test ends.
 func StartProcessConfig(t testing.TB, conf string, env ...string) *Process {
 	t.Helper()
-	p := &Process{t: t, bin: Binary(t), addr: freeAddr(t), dir: t.TempDir(), conf: conf, env: env}
+	p := &Process{t: t, bin: Binary(t), addr: freeport.TestAddr(t), dir: t.TempDir(), conf: conf, env: env}
 	t.Cleanup(p.Stop)
 	p.Start()
 	return p
@@ -247,18 +249,4 @@ func (p *Process) Restart() {
 	p.t.Helper()
 	p.Stop()
 	p.Start()
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("release %s: %v", addr, err)
-	}
-	return addr
 }

@@ -32,6 +32,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 const (
@@ -159,7 +161,7 @@ func Start(t testing.TB) *Server {
 	// try a few.
 	var lastErr error
 	for range 5 {
-		if s.port, lastErr = freePort(); lastErr != nil {
+		if s.port, lastErr = freeport.Port(); lastErr != nil {
 			continue
 		}
 		if lastErr = s.startServer(); lastErr == nil {
@@ -322,13 +324,4 @@ func (s *Server) command(timeout time.Duration, tool string, args ...string) ([]
 		err = fmt.Errorf("%s timed out after %v: %w", filepath.Base(name), timeout, err)
 	}
 	return out.Bytes(), err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
@@ -145,7 +146,7 @@ func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 
 	addrs := map[string]string{}
 	for _, name := range []string{"admin", "spread", "bad"} {
-		a, err := proc.FreeAddr()
+		a, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
@@ -78,11 +79,11 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.db = c.pg.URL()
 	c.cli(t, "migrate")
 
-	c.natsAddr = freeAddr(t)
+	c.natsAddr = freeport.TestAddr(t)
 	c.startNATS(t)
 
 	for i := range n {
-		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: freeAddr(t)}
+		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: freeport.TestAddr(t)}
 		c.nodes = append(c.nodes, nd)
 		c.startNode(t, nd)
 	}

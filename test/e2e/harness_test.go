@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -115,16 +116,6 @@ func serverConfigPath(t *testing.T) string {
 		unavailable(t, "server config: %v", err)
 	}
 	return p
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // logs is a test's folder of process logs. It is removed when the test
@@ -363,11 +354,11 @@ func prepareStack(t *testing.T, nodes int) *stack {
 	t.Helper()
 	s := &stack{t: t, envoyBin: envoyBinary(t), logs: newLogs(t)}
 	s.up = startUpstream(t)
-	s.addrs = envoyconf.Addrs{Admin: freeAddr(t), Listener: freeAddr(t), App: s.up.addr}
+	s.addrs = envoyconf.Addrs{Admin: freeport.TestAddr(t), Listener: freeport.TestAddr(t), App: s.up.addr}
 	for range nodes {
-		s.addrs.Authz = append(s.addrs.Authz, freeAddr(t))
+		s.addrs.Authz = append(s.addrs.Authz, freeport.TestAddr(t))
 	}
-	s.httpAddr = freeAddr(t)
+	s.httpAddr = freeport.TestAddr(t)
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16},
