@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +21,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
-
-// syncBuffer collects a running server's log safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
@@ -237,7 +219,7 @@ var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
 
 // startServe runs `serve` on free ports and returns the addresses and a
 // stop function that cancels it and returns its error.
-func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *syncBuffer, stop func() error) {
+func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *logbuf.Buffer, stop func() error) {
 	t.Helper()
 	vars := map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
@@ -248,7 +230,7 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 		vars[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &logbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", "../../config/ratelimit.yaml"}, env(vars), io.Discard, logs)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -97,7 +98,7 @@ routes:
 type clusterNode struct {
 	id             string
 	grpc, http     string
-	logs           *syncBuffer
+	logs           *logbuf.Buffer
 	stop           func() error
 	client         authv3.AuthorizationClient
 	conn           *grpc.ClientConn
@@ -123,7 +124,7 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 		args = append(args, "--config", configPath)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &clusterNode{id: id, logs: &syncBuffer{}}
+	n := &clusterNode{id: id, logs: &logbuf.Buffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(vars), io.Discard, n.logs) }()
 	var stopped bool

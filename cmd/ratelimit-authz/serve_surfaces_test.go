@@ -33,11 +33,12 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
 
-func servingAttr(t *testing.T, logs *syncBuffer, key string) string {
+func servingAttr(t *testing.T, logs *logbuf.Buffer, key string) string {
 	t.Helper()
 	m := regexp.MustCompile(`msg=serving .*\b` + key + `=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {

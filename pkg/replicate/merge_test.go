@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
@@ -28,24 +28,7 @@ type node struct {
 	store *counter.Store
 	reg   *prometheus.Registry
 	now   time.Time
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs  *logbuf.Buffer
 }
 
 func newNode(t testing.TB, id string, cfg Config) *node {
@@ -61,7 +44,7 @@ func newNode(t testing.TB, id string, cfg Config) *node {
 		cfg.Buckets = []string{"activity_create", "inbound"}
 	}
 	cfg.NodeID = id
-	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &syncBuffer{}}
+	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, err := New(cfg, store, n.reg, log)
 	if err != nil {

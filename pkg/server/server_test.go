@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -54,18 +54,10 @@ func (s *streams) StreamAccessLogs(st grpc.ClientStreamingServer[alsv3.StreamAcc
 
 func (s *streams) CloseStreams() { s.once.Do(func() { close(s.closing) }) }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // Shutdown: readiness drops first, then open access-log streams are ended
 // so that the graceful stop completes instead of running into its timeout.
 func TestShutdownOrder(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	srv, err := server.New(server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		DrainDelay: 200 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
@@ -186,7 +178,7 @@ func (s *countingStreams) StreamAccessLogs(st grpc.ClientStreamingServer[alsv3.S
 // the access-log streams, then stops both listeners without running into
 // the timeout.
 func TestAccessLogListener(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, err := server.New(server.Config{
 		GRPCAddr: "127.0.0.1:0", AccessLogAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",

@@ -1,7 +1,6 @@
 package tenantlimits_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -13,28 +12,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
-
-// syncBuffer collects a running component's log safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func shippedRules(t testing.TB) *rules.Rules {
 	t.Helper()
@@ -101,7 +83,7 @@ func (e *env) count(t *testing.T, sql string, args ...any) int {
 type running struct {
 	*tenantlimits.Cache
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *logbuf.Buffer
 	stop func()
 }
 
@@ -123,7 +105,7 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 		cfg.MaxBackoff = 300 * time.Millisecond
 	}
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	c, err := tenantlimits.NewCache(cfg, e.rules, reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
