@@ -27,6 +27,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -179,17 +180,12 @@ func (h *harness) attempt(l login, code uint32) *authv3.CheckResponse {
 // the stream is asynchronous, as Envoy's is.
 func (h *harness) waitCounted(result string, n float64) {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := h.metric("ratelimit_authz_failures_accesslog_entries_total", result)
-		if got >= n {
-			return
+	poll.Until(h.t, 5*time.Second, 2*time.Millisecond, func() error {
+		if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", result); got < n {
+			return fmt.Errorf("%s entries: %v, want %v", result, got, n)
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s entries: %v, want %v", result, got, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (h *harness) metric(name, result string) float64 {

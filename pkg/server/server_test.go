@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -127,15 +128,10 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// waitFor polls ok until it holds, for up to 10 s.
 func waitFor(t *testing.T, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilTrue(t, 10*time.Second, 10*time.Millisecond, ok)
 }
 
 func get(t *testing.T, url string) int {

@@ -87,17 +87,14 @@ func loginJSON(account, password string) string {
 // attack's outcome is reported.
 func waitLocked(t *testing.T, what string, attempt func() *response) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r := attempt()
-		if r.status == http.StatusTooManyRequests {
-			return
+	err := poll.Wait(5*time.Second, 50*time.Millisecond, func() error {
+		if r := attempt(); r.status != http.StatusTooManyRequests {
+			return fmt.Errorf("status %d %s, want 429", r.status, r.body)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: still status %d %s after 5s, want 429", what, r.status, r.body)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
 	}
 }
 
