@@ -3,15 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -35,6 +28,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
 
@@ -274,76 +268,23 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 	}
 }
 
-// testCA is a throwaway CA that writes a server certificate and issues
+// testCA is a throwaway CA with a server certificate; client issues
 // client certificates with DNS names.
 type testCA struct {
-	dir               string
-	caFile, cert, key string
-	ca                *x509.Certificate
-	caKey             *ecdsa.PrivateKey
-	pool              *x509.CertPool
+	*testcert.CA
+	cert, key string
 }
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	c := &testCA{dir: t.TempDir()}
-	var err error
-	if c.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &c.caKey.PublicKey, c.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.ca, _ = x509.ParseCertificate(der)
-	c.pool = x509.NewCertPool()
-	c.pool.AddCert(c.ca)
-	c.caFile = c.write(t, "ca.pem", "CERTIFICATE", der)
-	c.cert, c.key = c.issue(t, "server", x509.ExtKeyUsageServerAuth, nil)
+	c := &testCA{CA: testcert.New(t)}
+	c.cert, c.key = c.Issue(t, testcert.Leaf{Name: "server", Usage: x509.ExtKeyUsageServerAuth})
 	return c
-}
-
-func (c *testCA) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	p := filepath.Join(c.dir, name)
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (c *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, dns []string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.write(t, name+".pem", "CERTIFICATE", der), c.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
 }
 
 func (c *testCA) client(t *testing.T, name string, dns ...string) credentials.TransportCredentials {
 	t.Helper()
-	cf, kf := c.issue(t, name, x509.ExtKeyUsageClientAuth, dns)
-	kp, err := tls.LoadX509KeyPair(cf, kf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return credentials.NewTLS(&tls.Config{RootCAs: c.pool, Certificates: []tls.Certificate{kp}})
+	return credentials.NewTLS(c.Client(t, testcert.Leaf{Name: name, DNS: dns}))
 }
 
 // The production setting from flags and environment: mTLS on both gRPC
@@ -353,7 +294,7 @@ func TestServeMutualTLSAllowLists(t *testing.T) {
 	grpcAddr, _, logs, _ := startServe(t, map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_TLS_CERT":                  ca.cert,
 		"RATELIMIT_AUTHZ_GRPC_TLS_KEY":                   ca.key,
-		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.caFile,
+		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.File,
 		"RATELIMIT_AUTHZ_GRPC_TLS_ALLOWED_CLIENTS":       "edge.mesh, internal.mesh",
 		"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR":                "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_ACCESS_LOG_TLS_ALLOWED_CLIENTS": "edge.mesh",
@@ -391,7 +332,7 @@ func TestServeMutualTLSAllowLists(t *testing.T) {
 		t.Errorf("allow-list without TLS: %v", err)
 	}
 	err = run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--grpc-tls-cert", ca.cert, "--grpc-tls-key", ca.key, "--grpc-tls-client-ca", ca.caFile, "--grpc-tls-allowed-clients", "*.mesh"}, env(nil), io.Discard, io.Discard)
+		"--grpc-tls-cert", ca.cert, "--grpc-tls-key", ca.key, "--grpc-tls-client-ca", ca.File, "--grpc-tls-allowed-clients", "*.mesh"}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no wildcard") {
 		t.Errorf("wildcard allowed: %v", err)
 	}

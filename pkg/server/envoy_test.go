@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -131,15 +132,15 @@ func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:]
 func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 	envoy := envoyBinary(t)
 	p := newPKI(t)
-	cert, key := p.issueNames(t, "limiter", "limiter", x509.ExtKeyUsageServerAuth, []string{"limiter.mesh"}, nil)
-	p.issueNames(t, "edge", "edge", x509.ExtKeyUsageClientAuth, []string{"edge.mesh"}, nil)
-	p.issueNames(t, "other", "edge.mesh", x509.ExtKeyUsageClientAuth, []string{"other.mesh"}, nil)
+	cert, key := p.Issue(t, testcert.Leaf{Name: "limiter", CommonName: "limiter", Usage: x509.ExtKeyUsageServerAuth, DNS: []string{"limiter.mesh"}})
+	p.Issue(t, testcert.Leaf{Name: "edge", CommonName: "edge", Usage: x509.ExtKeyUsageClientAuth, DNS: []string{"edge.mesh"}})
+	p.Issue(t, testcert.Leaf{Name: "other", CommonName: "edge.mesh", Usage: x509.ExtKeyUsageClientAuth, DNS: []string{"other.mesh"}})
 
 	g := newGate()
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, reg := start(t, server.Config{
 		AccessLogAddr: "127.0.0.1:0",
-		TLS: server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: p.caFile,
+		TLS: server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: p.File,
 			AllowedClients: []string{"edge.mesh"}},
 		Limits: server.Limits{MaxConcurrentStreams: 2},
 	}, server.Services{Authz: g, AccessLog: als})
@@ -156,7 +157,7 @@ func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 		return strings.NewReplacer("NAME", name, "PORT", port(addrs[name]), "CHECK", check, "ALS", "als").Replace(envoyListener)
 	}
 	cluster := func(name, addr, cert, streams string) string {
-		return strings.NewReplacer("NAME", name, "PORT", port(addr), "DIR", p.dir, "CERT", cert, "STREAMS", streams).Replace(envoyCluster)
+		return strings.NewReplacer("NAME", name, "PORT", port(addr), "DIR", p.Dir, "CERT", cert, "STREAMS", streams).Replace(envoyCluster)
 	}
 	grpcAddr := srv.GRPCAddr().String()
 	bootstrap := strings.NewReplacer(

@@ -258,7 +258,7 @@ func TestAccessLogAllowList(t *testing.T) {
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, reg := start(t, server.Config{
 		AccessLogAddr: "127.0.0.1:0",
-		TLS: server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile,
+		TLS: server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.File,
 			AllowedClients: []string{"edge.mesh", "internal.mesh"}},
 		AccessLogAllowedClients: []string{"edge.mesh"},
 	}, server.Services{Authz: allowAll{}, AccessLog: als})
