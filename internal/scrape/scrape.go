@@ -372,3 +372,35 @@ next:
 	}
 	return true
 }
+
+// TB is the part of testing.TB that Must and Read use; declared here so
+// that this package does not import testing.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+// Must is Gathered for a test: it stops the test on an error or when no
+// series matches.
+func Must(t TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	v, ok, err := Gathered(g, name, labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatal(fmt.Sprintf("scrape: no series %s with labels %q", name, labels))
+	}
+	return v
+}
+
+// Read is Gathered for a test where a series not yet created counts as 0:
+// it stops the test on an error.
+func Read(t TB, g prometheus.Gatherer, name string, labels ...string) float64 {
+	t.Helper()
+	v, _, err := Gathered(g, name, labels...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

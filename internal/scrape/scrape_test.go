@@ -228,3 +228,30 @@ func FuzzParseEnvoyStats(f *testing.F) {
 		}
 	})
 }
+
+// fatalT records a Fatal instead of stopping the test.
+type fatalT struct{ failed []any }
+
+func (f *fatalT) Helper()           {}
+func (f *fatalT) Fatal(args ...any) { f.failed = args }
+
+func TestMustAndRead(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	cv := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "c_total"}, []string{"bucket"})
+	reg.MustRegister(cv)
+	cv.WithLabelValues("a").Inc()
+	var ft fatalT
+	if v := scrape.Must(&ft, reg, "c_total", "bucket", "a"); v != 1 || ft.failed != nil {
+		t.Errorf("Must of a present series = %v, failed %v", v, ft.failed)
+	}
+	if scrape.Must(&ft, reg, "c_total", "bucket", "b"); ft.failed == nil {
+		t.Error("Must of an absent series did not fail the test")
+	}
+	ft = fatalT{}
+	if v := scrape.Read(&ft, reg, "c_total", "bucket", "b"); v != 0 || ft.failed != nil {
+		t.Errorf("Read of an absent series = %v, failed %v", v, ft.failed)
+	}
+	if scrape.Read(&ft, reg, "c_total", "bucket"); ft.failed == nil {
+		t.Error("Read with an odd label list did not fail the test")
+	}
+}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -181,32 +182,17 @@ func (h *harness) attempt(l login, code uint32) *authv3.CheckResponse {
 func (h *harness) waitCounted(result string, n float64) {
 	h.t.Helper()
 	poll.Until(h.t, 5*time.Second, 2*time.Millisecond, func() error {
-		if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", result); got < n {
+		if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "result", result); got < n {
 			return fmt.Errorf("%s entries: %v, want %v", result, got, n)
 		}
 		return nil
 	})
 }
 
-func (h *harness) metric(name, result string) float64 {
+// metric reads one sample from the registry; the series must exist.
+func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if (l.GetName() == "result" || l.GetName() == "bucket") && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return scrape.Must(h.t, h.reg, name, labels...)
 }
 
 func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
@@ -246,7 +232,7 @@ func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
 	if !allowed(h.check(login{ip: "203.0.113.7", account: "fresh@x"})) {
 		t.Error("lock did not lift in the next window")
 	}
-	if got := h.metric("ratelimit_authz_failures_lockouts_total", "login_ip"); got != 1 {
+	if got := h.metric("ratelimit_authz_failures_lockouts_total", "bucket", "login_ip"); got != 1 {
 		t.Errorf("lockouts{login_ip} = %v, want 1", got)
 	}
 }
@@ -283,7 +269,7 @@ func TestSuccessesAndOtherEntriesNeverCount(t *testing.T) {
 	if !allowed(h.check(login{ip: "203.0.113.1", account: "ok@x"})) {
 		t.Error("successes locked the login")
 	}
-	if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "counted"); got != 0 {
+	if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "result", "counted"); got != 0 {
 		t.Errorf("counted %v", got)
 	}
 }
@@ -421,7 +407,7 @@ func TestDecoyAccountHeadersDoNotDodgeTheLock(t *testing.T) {
 	if allowed(resp) {
 		t.Fatal("the right password after five decoyed failures: allowed, want locked")
 	}
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 10 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 10 {
 		t.Errorf("login_account failures counted %v, want 10 (five decoys and five times the body account)", got)
 	}
 }
@@ -453,12 +439,12 @@ func TestMalformedKeyLists(t *testing.T) {
 		list(s("a"), s("")),                      // empty key
 	)
 	h.waitCounted("malformed", 5)
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 0 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 0 {
 		t.Errorf("malformed lists counted %v failures, want none", got)
 	}
 	h.send(list(s("a@x"), s("b@x")))
 	h.waitCounted("counted", 1)
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 2 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 2 {
 		t.Errorf("a list of two counted %v failures, want 2", got)
 	}
 }
@@ -489,19 +475,13 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 	if st := res.Counted["login_account"]; !st.Refused || st.Count != 0 {
 		t.Errorf("report on a full store: %+v", st)
 	}
-	mfs, _ := reg.Gather()
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if m.GetCounter() != nil && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == "bucket" {
-				got[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-			}
-		}
+	refused := func(bucket string) float64 {
+		return scrape.Must(t, reg, "ratelimit_authz_failures_refused_total", "bucket", bucket)
 	}
-	if got["ratelimit_authz_failures_refused_total/login_account"] != 1 || got["ratelimit_authz_failures_refused_total/login_ip"] != 1 {
-		t.Errorf("refused metrics %v, want 1 per bucket", got)
+	if a, ip := refused("login_account"), refused("login_ip"); a != 1 || ip != 1 {
+		t.Errorf("refused login_account %v, login_ip %v, want 1 per bucket", a, ip)
 	}
-	if got["ratelimit_authz_failures_counted_total/login_account"] != 0 {
+	if got := scrape.Must(t, reg, "ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 0 {
 		t.Errorf("a refused failure counted as counted: %v", got)
 	}
 }

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
@@ -89,18 +89,11 @@ func (n *node) total(t testing.TB, bucket uint32, key string, lim counter.Limit)
 // metric reads a counter or gauge.
 func metric(t testing.TB, m prometheus.Metric) float64 {
 	t.Helper()
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
+	v, err := scrape.Value(m)
+	if err != nil {
 		t.Fatal(err)
 	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
+	return v
 }
 
 // series counts the series a collector has.
