@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
@@ -185,21 +184,25 @@ func (n *clusterNode) waitReady(t *testing.T) {
 	})
 }
 
-// metric reads one unlabelled sample from /metrics.
-func (n *clusterNode) metric(t *testing.T, name string) float64 {
+// metrics reads the node's /metrics page.
+func (n *clusterNode) metrics(t *testing.T) scrape.Samples {
 	t.Helper()
 	_, body := httpGet(t, "http://"+n.http+"/metrics")
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s = %q", name, v)
-			}
-			return f
-		}
+	page, err := scrape.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", n.id, err)
 	}
-	return -1
+	return page
+}
+
+// metric reads one unlabelled sample from /metrics; the series must exist.
+func (n *clusterNode) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	v, ok := n.metrics(t).Get(name)
+	if !ok {
+		t.Fatalf("%s /metrics has no series %s", n.id, name)
+	}
+	return v
 }
 
 func (n *clusterNode) check(t *testing.T, tenant string) bool {
@@ -686,7 +689,7 @@ func TestServeClusterSealed(t *testing.T) {
 	}
 	// x, with another key, dropped every message of a and b as unknown.
 	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if got := x.metricLabel(t, "ratelimit_authz_replicate_messages_malformed_total", `reason="unknown_key"`); got < 2 {
+		if got := x.metricLabel(t, "ratelimit_authz_replicate_messages_malformed_total", "reason", "unknown_key"); got < 2 {
 			return fmt.Errorf("x dropped %v messages of an unknown key", got)
 		}
 		return nil
@@ -710,21 +713,12 @@ func TestServeClusterWarnsWithoutKey(t *testing.T) {
 	}
 }
 
-// metricLabel reads one sample of name whose labels contain label.
-func (n *clusterNode) metricLabel(t *testing.T, name, label string) float64 {
+// metricLabel reads the first sample of name whose labels include the
+// name/value pairs; -1 when there is none yet.
+func (n *clusterNode) metricLabel(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	_, body := httpGet(t, "http://"+n.http+"/metrics")
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, label) {
-			continue
-		}
-		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("%s", line)
-		}
-		return f
+	if v, ok := n.metrics(t).Match(name, labels...); ok {
+		return v
 	}
 	return -1
 }

@@ -81,9 +81,5 @@ func TestAddr(t TB) string {
 // TestPort is Port for a test: it stops the test when no port is free.
 func TestPort(t TB) int {
 	t.Helper()
-	port, err := Port()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return port
+	return int(netip.MustParseAddrPort(TestAddr(t)).Port())
 }

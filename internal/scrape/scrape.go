@@ -227,48 +227,32 @@ func validName(s string) bool {
 // Get fetches a /metrics page and parses it. A status other than 200 is
 // an error.
 func Get(c *http.Client, url string) (Samples, error) {
-	body, err := get(c, url)
-	if err != nil {
-		return nil, err
-	}
-	defer body.Close()
-	s, err := Parse(body)
-	if err != nil {
-		return nil, fmt.Errorf("scrape: %s: %w", url, err)
-	}
-	return s, nil
-}
-
-func get(c *http.Client, url string) (io.ReadCloser, error) {
-	resp, err := c.Get(url)
-	if err != nil {
-		return nil, fmt.Errorf("scrape: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("scrape: GET %s: %s", url, resp.Status)
-	}
-	return struct {
-		io.Reader
-		io.Closer
-	}{io.LimitReader(resp.Body, MaxBytes), resp.Body}, nil
+	return fetch(c, url, Parse)
 }
 
 // EnvoyStats fetches the integer stats (counters and gauges) of an Envoy
 // admin listener, base like http://127.0.0.1:9901, whose names match the
 // regular expression filter (Envoy's own /stats?filter=).
 func EnvoyStats(c *http.Client, base, filter string) (map[string]int64, error) {
-	u := base + "/stats?filter=" + url.QueryEscape(filter)
-	body, err := get(c, u)
+	return fetch(c, base+"/stats?filter="+url.QueryEscape(filter), ParseEnvoyStats)
+}
+
+// fetch GETs url and parses at most MaxBytes of a 200 answer's body.
+func fetch[T any](c *http.Client, url string, parse func(io.Reader) (T, error)) (T, error) {
+	var zero T
+	resp, err := c.Get(url)
 	if err != nil {
-		return nil, err
+		return zero, fmt.Errorf("scrape: %w", err)
 	}
-	defer body.Close()
-	stats, err := ParseEnvoyStats(body)
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return zero, fmt.Errorf("scrape: GET %s: %s", url, resp.Status)
+	}
+	v, err := parse(io.LimitReader(resp.Body, MaxBytes))
 	if err != nil {
-		return nil, fmt.Errorf("scrape: %s: %w", u, err)
+		return zero, fmt.Errorf("scrape: %s: %w", url, err)
 	}
-	return stats, nil
+	return v, nil
 }
 
 // ParseEnvoyStats reads Envoy's plain /stats format, `name: value` a

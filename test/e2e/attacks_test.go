@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // The attacks of a client that does not play by the rules, through the
@@ -309,26 +308,23 @@ func TestFullKeyTableThroughEnvoy(t *testing.T) {
 }
 
 // serverMetric reads one sample from the server's /metrics: name with its
-// labels exactly as exposed, or a bare name.
+// labels exactly as exposed, or a bare name; 0 when absent.
 func (s *stack) serverMetric(sample string) float64 {
 	s.t.Helper()
-	resp, err := s.client.Get("http://" + s.httpAddr + "/metrics")
+	return metricOf(s.t, s.client, s.httpAddr, sample)
+}
+
+// metricOf reads one series, written as exposed, from the /metrics page
+// of the server at httpAddr; 0 when absent. A page that does not parse
+// fails the test.
+func metricOf(t *testing.T, c *http.Client, httpAddr, series string) float64 {
+	t.Helper()
+	page, err := scrape.Get(c, "http://"+httpAddr+"/metrics")
 	if err != nil {
-		s.t.Fatalf("metrics: %v", err)
+		t.Fatalf("metrics of %s: %v", httpAddr, err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == sample {
-			f, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				s.t.Fatalf("metric %s: %v", sample, err)
-			}
-			return f
-		}
-	}
-	return 0
+	v, _ := page.Get(series)
+	return v
 }
 
 // TestHeaderStripThroughEnvoy: with a header_mutation filter ahead of

@@ -4,14 +4,11 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +17,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
@@ -190,41 +188,13 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 	)
 }
 
-// metrics returns the node's /metrics text.
-func (nd *node) metrics(t *testing.T) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + nd.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("%s metrics: %v", nd.name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s metrics: %v", nd.name, err)
-	}
-	return string(b)
-}
-
 // metric returns the value of one series, written as in the exposition
 // format (`name` or `name{label="v",…}` with the labels in order), from
 // the node's /metrics; 0 when absent.
 func (nd *node) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	return metricValue(nd.metrics(t), series)
-}
-
-func metricValue(text, series string) float64 {
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil {
-				return f
-			}
-		}
-	}
-	return 0
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	return metricOf(t, c, nd.httpAddr, series)
 }
 
 // checks returns the node's count of bucket's checks with decision.
@@ -278,21 +248,9 @@ func (s *stack) authzHealth(t *testing.T) map[string]string {
 // statsOf returns Envoy's integer stats matching filter; safe in subtests.
 func (s *stack) statsOf(t *testing.T, filter string) map[string]int64 {
 	t.Helper()
-	resp, err := s.client.Get("http://" + s.addrs.Admin + "/stats?filter=" + url.QueryEscape(filter))
+	stats, err := scrape.EnvoyStats(s.client, "http://"+s.addrs.Admin, filter)
 	if err != nil {
 		t.Fatalf("envoy stats: %v", err)
-	}
-	defer resp.Body.Close()
-	stats := map[string]int64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
-			stats[name] = n
-		}
 	}
 	return stats
 }

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -455,26 +453,7 @@ func (s *stack) mustPost(path string, header map[string]string) *response {
 // envoyStats returns Envoy's integer stats whose names match the regex.
 func (s *stack) envoyStats(filter string) map[string]int64 {
 	s.t.Helper()
-	resp, err := s.client.Get("http://" + s.addrs.Admin + "/stats?filter=" + filter)
-	if err != nil {
-		s.t.Fatalf("envoy stats: %v", err)
-	}
-	defer resp.Body.Close()
-	stats := map[string]int64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(val, 10, 64); err == nil { // skips histograms
-			stats[name] = n
-		}
-	}
-	if err := sc.Err(); err != nil {
-		s.t.Fatalf("envoy stats: %v", err)
-	}
-	return stats
+	return s.statsOf(s.t, filter)
 }
 
 func formatStats(m map[string]int64) string {
