@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // start runs sh -c script with a short lifetime and grace, and stops it
@@ -82,14 +83,12 @@ func TestStopGraceful(t *testing.T) {
 // command line in the log's first line contains s too).
 func waitLog(t *testing.T, p *Process, s string) error {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(strings.Split(p.Tail(100), "\n"), s) {
-		if time.Now().After(deadline) {
+	return poll.Wait(10*time.Second, 10*time.Millisecond, func() error {
+		if !slices.Contains(strings.Split(p.Tail(100), "\n"), s) {
 			return errors.New("log never showed " + s + ":\n" + p.Tail(20))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
+		return nil
+	})
 }
 
 // sleep dies of SIGTERM: Stop reports the exit status, neither ErrExited
