@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -36,17 +36,12 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
-type clock struct{ ms atomic.Int64 }
-
-func (c *clock) Now() time.Time  { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) set(t time.Time) { c.ms.Store(t.UnixMilli()) }
-
 // t0 starts a minute: the login buckets' windows begin here.
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
 	t      *testing.T
-	clock  *clock
+	clock  *testclock.Clock
 	reg    *prometheus.Registry
 	rec    *failures.Recorder
 	authz  authv3.AuthorizationClient
@@ -70,8 +65,8 @@ func newHarness(t *testing.T, token string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, clock: &clock{}, reg: prometheus.NewRegistry()}
-	h.clock.set(t0)
+	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
+	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := authz.New(r, m, store, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
@@ -204,7 +199,7 @@ func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
 	}
 	h.waitCounted("counted", 5)
 	// Locked for the IP, whatever the account, even with the right password.
-	h.clock.set(t0.Add(42 * time.Second))
+	h.clock.Set(t0.Add(42 * time.Second))
 	resp := h.check(login{ip: "203.0.113.7", account: "fresh@x"})
 	if allowed(resp) {
 		t.Fatal("sixth attempt from the IP allowed")
@@ -228,7 +223,7 @@ func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
 	if !allowed(h.check(login{ip: "203.0.113.8", account: "fresh@x"})) {
 		t.Error("another IP is locked too")
 	}
-	h.clock.set(t0.Add(time.Minute))
+	h.clock.Set(t0.Add(time.Minute))
 	if !allowed(h.check(login{ip: "203.0.113.7", account: "fresh@x"})) {
 		t.Error("lock did not lift in the next window")
 	}
