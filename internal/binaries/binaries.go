@@ -129,11 +129,7 @@ func InstalledEnvoy(t TB) string {
 	t.Helper()
 	envoy := os.Getenv("E2E_ENVOY_BIN")
 	if envoy == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			t.Fatalf("binaries: %v", err)
-		}
-		root, err := ModuleRoot(wd)
+		root, err := ModuleRoot(".")
 		if err != nil {
 			t.Fatalf("binaries: %v", err)
 		}

@@ -23,11 +23,11 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	natstest "github.com/nats-io/nats-server/v2/test"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 const (
-	modulePath     = "github.com/ratelimit-authz/ratelimit-authz"
 	installTimeout = 5 * time.Minute // a cold `go install` of nats-server
 	startTimeout   = 15 * time.Second
 	stopTimeout    = 10 * time.Second // SIGTERM → SIGKILL
@@ -59,23 +59,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 }
 
 // repoRoot finds the module root by walking up from the working directory.
-var repoRoot = sync.OnceValues(func() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module "+modulePath+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-})
+var repoRoot = sync.OnceValues(func() (string, error) { return binaries.ModuleRoot(".") })
 
 // install runs scripts/install-nats.sh once per test binary; the script
 // prints the binary's path as its last line.
