@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -50,18 +51,7 @@ func migrated(t *testing.T) (*testpg.Server, *pgx.Conn) {
 	if code, out, errOut := cli(t, pg.URL(), "migrate"); code != 0 || !strings.Contains(out, "applied 0001_tenant_limits") {
 		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pg.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx)
-	})
-	return pg, conn
+	return pg, testpg.Connect(t, pg.URL())
 }
 
 func sqlExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
@@ -356,7 +346,7 @@ func TestServeTenantOverrides(t *testing.T) {
 	}
 	t.Logf("propagation to the node's decisions: %v (worst %v)", times, worst)
 
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	for _, want := range []string{
 		"ratelimit_authz_overrides_degraded 0",
 		"ratelimit_authz_overrides_loaded 0",
@@ -394,7 +384,7 @@ func TestServeWithPostgresDown(t *testing.T) {
 	if err != nil || resp.GetStatus().GetCode() != int32(codes.OK) || policy(resp) != `"activity_create";q=100;w=1` {
 		t.Fatalf("check while degraded: %v %v", resp, err)
 	}
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	if !strings.Contains(metrics, "ratelimit_authz_overrides_degraded 1") {
 		t.Error("not degraded in metrics")
 	}
@@ -441,7 +431,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 	}
 	metricLine := func(want string) func() error {
 		return func() error {
-			if _, m := httpGet(t, "http://"+httpAddr+"/metrics"); !strings.Contains(m, want) {
+			if _, m := scrape.Page(t, "http://"+httpAddr+"/metrics"); !strings.Contains(m, want) {
 				return fmt.Errorf("metrics lack %q", want)
 			}
 			return nil
@@ -462,13 +452,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 
 	pg.Start(t)
 	poll.Until(t, 20*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 0"))
-	ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel2()
-	conn, err := pgx.Connect(ctx2, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := testpg.Connect(t, db)
 	sqlExec(t, conn, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 150, "scale_ms": 1000}}' WHERE tenant = 'acme'`)
 	changed := time.Now()
 	poll.Until(t, time.Second, time.Millisecond, func() error {

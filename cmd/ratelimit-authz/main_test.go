@@ -23,6 +23,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -267,18 +268,6 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 	return grpcAddr, httpAddr, logs, stop
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func activity(tenant string) *authv3.CheckRequest {
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
@@ -311,7 +300,7 @@ func TestServe(t *testing.T) {
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", hc, err)
 	}
-	if code, body := httpGet(t, "http://"+httpAddr+"/readyz"); code != 200 || !strings.Contains(body, "overrides: off") {
+	if code, body := scrape.Page(t, "http://"+httpAddr+"/readyz"); code != 200 || !strings.Contains(body, "overrides: off") {
 		t.Errorf("readyz %d %q, want 200 with the overrides' state", code, body)
 	}
 	// The shipped configuration keys by x-tenant-id as sent: the node
@@ -319,10 +308,10 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(logs.String(), "configuration trusts what a client may set") || !strings.Contains(logs.String(), "x-tenant-id") {
 		t.Errorf("no start-up warning about the trusted tenant header:\n%s", logs)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/healthz"); code != 200 {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof served without --pprof: %d", code)
 	}
 
@@ -396,7 +385,7 @@ func TestServe(t *testing.T) {
 		t.Errorf("access log stream: %v", err)
 	}
 
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	for _, want := range []string{
 		`ratelimit_authz_checks_total{bucket="activity_create",decision="denied"} `,
 		`ratelimit_authz_exceeded_total{bucket="activity_create"} `,

@@ -170,7 +170,7 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 
 func (n *clusterNode) readyz(t *testing.T) int {
 	t.Helper()
-	code, _ := httpGet(t, "http://"+n.http+"/readyz")
+	code, _ := scrape.Page(t, "http://"+n.http+"/readyz")
 	return code
 }
 
@@ -187,7 +187,7 @@ func (n *clusterNode) waitReady(t *testing.T) {
 // metrics reads the node's /metrics page.
 func (n *clusterNode) metrics(t *testing.T) scrape.Samples {
 	t.Helper()
-	_, body := httpGet(t, "http://"+n.http+"/metrics")
+	_, body := scrape.Page(t, "http://"+n.http+"/metrics")
 	page, err := scrape.Parse(strings.NewReader(body))
 	if err != nil {
 		t.Fatalf("%s /metrics: %v", n.id, err)

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
@@ -149,14 +150,14 @@ var errAgain = &net.AddrError{Err: "not yet"}
 func TestServePprof(t *testing.T) {
 	_, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF_ADDR": "127.0.0.1:0"})
 	pprofAddr := servingAttr(t, logs, "pprof")
-	code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/")
+	code, body := scrape.Page(t, "http://"+pprofAddr+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
 	}
-	if code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "serve") {
+	if code, body := scrape.Page(t, "http://"+pprofAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "serve") {
 		t.Errorf("cmdline: %d %q", code, body)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("profiles on the HTTP address: %d", code)
 	}
 	if err := stop(); err != nil {

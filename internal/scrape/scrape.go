@@ -1,6 +1,7 @@
 // Package scrape reads metric samples for tests and the bench: from a
 // Prometheus registry, from a /metrics page in the text exposition format,
-// and from Envoy's admin /stats.
+// and from Envoy's admin /stats; and, for a test, any page's status and
+// body.
 //
 // Parsing is strict: a line that is not a sample, comment or blank line is
 // an error, not skipped, so a reader never silently reports an absent
@@ -17,6 +18,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -387,4 +389,24 @@ func Read(t TB, g prometheus.Gatherer, name string, labels ...string) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// Page GETs url for a test, with a 5 s timeout and no proxy, and returns
+// the status code and at most MaxBytes of the body; it stops the test when
+// no answer comes.
+func Page(t TB, url string) (status int, body string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer c.CloseIdleConnections()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(fmt.Sprintf("GET %s: %v", url, err))
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxBytes))
+	if err != nil {
+		t.Fatal(fmt.Sprintf("GET %s: read the body: %v", url, err))
+	}
+	return resp.StatusCode, string(b)
 }

@@ -255,3 +255,20 @@ func TestMustAndRead(t *testing.T) {
 		t.Error("Read with an odd label list did not fail the test")
 	}
 }
+
+func TestPage(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready\n"))
+	}))
+	defer srv.Close()
+	if code, body := scrape.Page(t, srv.URL+"/readyz"); code != 503 || body != "not ready\n" {
+		t.Errorf("Page = %d %q", code, body)
+	}
+	addr := srv.Listener.Addr().String()
+	srv.Close()
+	var ft fatalT
+	if scrape.Page(&ft, "http://"+addr+"/readyz"); ft.failed == nil {
+		t.Error("Page of a closed server did not fail the test")
+	}
+}

@@ -33,6 +33,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
@@ -324,4 +326,22 @@ func (s *Server) command(timeout time.Duration, tool string, args ...string) ([]
 		err = fmt.Errorf("%s timed out after %v: %w", filepath.Base(name), timeout, err)
 	}
 	return out.Bytes(), err
+}
+
+// Connect opens a connection to url for the test and closes it when the
+// test ends; it fails the test when no connection comes within 30 s.
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("testpg: connect: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx) // fails harmlessly once the server was stopped
+	})
+	return conn
 }

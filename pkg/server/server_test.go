@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -320,13 +321,13 @@ func TestPprof(t *testing.T) {
 	t.Setenv("RATELIMIT_AUTHZ_TEST_SECRET", "env-secret-7f3a")
 	srv, _ := start(t, server.Config{PprofAddr: "127.0.0.1:0"}, server.Services{Authz: allowAll{}})
 	base := "http://" + srv.PprofAddr().String()
-	code, body := getBody(t, base+"/debug/pprof/")
+	code, body := scrape.Page(t, base+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
 	}
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=2",
 		"/debug/pprof/threadcreate?debug=1", "/debug/pprof/allocs?debug=1"} {
-		code, body := getBody(t, base+p)
+		code, body := scrape.Page(t, base+p)
 		if code != 200 || strings.Contains(body, "env-secret-7f3a") {
 			t.Errorf("%s: %d, or the environment in the body", p, code)
 		}
@@ -336,7 +337,7 @@ func TestPprof(t *testing.T) {
 		"/debug/pprof/cmdline", "/debug/pprof/cmdline/", "/debug/pprof/cmdline?debug=1",
 		"/debug/pprof/%63mdline", "/debug/pprof/./cmdline", "/debug/pprof//cmdline", "/debug/pprof/CMDLINE",
 	} {
-		code, body := getBody(t, base+p)
+		code, body := scrape.Page(t, base+p)
 		if code == 200 || (args != "" && strings.Contains(body, args)) || strings.Contains(body, "test.") {
 			t.Errorf("%s: %d %.200q", p, code, body)
 		}
@@ -363,17 +364,17 @@ func TestReadyDetail(t *testing.T) {
 		ReadyDetail: func() string { return "overrides: from snapshot, Postgres unreachable" },
 	}, server.Services{Authz: allowAll{}})
 	url := "http://" + srv.HTTPAddr().String() + "/readyz"
-	if code, body := getBody(t, url); code != 503 || body != "not ready\noverrides: from snapshot, Postgres unreachable\n" {
+	if code, body := scrape.Page(t, url); code != 503 || body != "not ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("before ready: %d %q", code, body)
 	}
 	close(warm)
 	waitFor(t, func() bool { return get(t, url) == 200 })
-	if _, body := getBody(t, url); body != "ready\noverrides: from snapshot, Postgres unreachable\n" {
+	if _, body := scrape.Page(t, url); body != "ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("ready: %q", body)
 	}
 	plain, _ := start(t, server.Config{}, server.Services{Authz: allowAll{}})
 	waitFor(t, func() bool { return get(t, "http://"+plain.HTTPAddr().String()+"/readyz") == 200 })
-	if _, body := getBody(t, "http://"+plain.HTTPAddr().String()+"/readyz"); body != "ready\n" {
+	if _, body := scrape.Page(t, "http://"+plain.HTTPAddr().String()+"/readyz"); body != "ready\n" {
 		t.Errorf("without detail: %q", body)
 	}
 }
@@ -432,16 +433,4 @@ func TestListenerConfigErrors(t *testing.T) {
 	} else {
 		again.Close()
 	}
-}
-
-func getBody(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

@@ -52,16 +52,7 @@ func setup(t *testing.T) *env {
 
 func (e *env) connect(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(e.ctx, e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx)
-	})
-	return conn
+	return testpg.Connect(t, e.url)
 }
 
 func (e *env) exec(t *testing.T, sql string, args ...any) {

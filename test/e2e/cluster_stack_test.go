@@ -98,18 +98,7 @@ func newCluster(t *testing.T, n int) *cluster {
 		return nil
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.db)
-	if err != nil {
-		t.Fatalf("connect to postgres: %v", err)
-	}
-	c.sql = conn
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx) // fails harmlessly once the server was stopped
-	})
+	c.sql = testpg.Connect(t, c.db)
 	return c
 }
 
