@@ -158,27 +158,6 @@ func TestEnvoyConfigRenders(t *testing.T) {
 	}
 }
 
-func TestParseMetrics(t *testing.T) {
-	m, err := parseMetrics(strings.NewReader(`# HELP x y
-# TYPE ratelimit_authz_counter_live_keys gauge
-ratelimit_authz_counter_live_keys 1e+06
-ratelimit_authz_checks_total{bucket="a",decision="allowed"} 5
-ratelimit_authz_checks_total{bucket="b",decision="denied"} 7
-ratelimit_authz_checks_total_other 100
-process_resident_memory_bytes 2.5e+07
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, want := range map[string]float64{
-		"ratelimit_authz_counter_live_keys": 1e6, "ratelimit_authz_checks_total": 12, "process_resident_memory_bytes": 2.5e7, "nothing": 0,
-	} {
-		if got := sumMetric(m, name); got != want {
-			t.Errorf("%s = %v, want %v", name, got, want)
-		}
-	}
-}
-
 func TestLastGC(t *testing.T) {
 	log := filepath.Join(t.TempDir(), "server.log")
 	os.WriteFile(log, []byte(`time=… level=INFO msg=serving

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // Cluster scenario shape.
@@ -55,7 +57,7 @@ func (r *runner) cluster(ctx context.Context) error {
 	if v, err := commandOutput(ctx, r.root, r.bins.nats, "--version"); err == nil {
 		r.res.Env.NATSVersion = v
 	}
-	addrs, err := freeAddrs(2)
+	addrs, err := freeport.Addrs(2)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // envoyConcurrency are the client concurrencies of scenario 4.
@@ -40,7 +41,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	}
 	e := &EnvoyE2E{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), Concurrency: envoyWorkers}
 	r.res.Envoy = e
-	addrs, err := freeAddrs(5)
+	addrs, err := freeport.Addrs(5)
 	if err != nil {
 		return err
 	}
@@ -123,37 +124,19 @@ func (r *runner) envoy(ctx context.Context) error {
 		r.printf("c=%d: the filter adds %s at p50 and %s at p99 (with the no-op server: %s and %s)\n", c,
 			fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99))
 	}
-	stats, err := envoyStats("http://"+addrs[1]+"/stats?filter=ext_authz", "ext_authz")
+	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {
 		return err
 	}
-	e.Stats = stats
-	if stats["http.authz_on.ext_authz.ok"] == 0 || stats["http.authz_noop.ext_authz.ok"] == 0 || stats["http.authz_off.ext_authz.ok"] != 0 {
-		return fmt.Errorf("the filter was not on where expected: %v", stats)
+	e.Stats = make(map[string]float64, len(stats))
+	for name, v := range stats {
+		e.Stats[name] = float64(v)
+	}
+	if e.Stats["http.authz_on.ext_authz.ok"] == 0 || e.Stats["http.authz_noop.ext_authz.ok"] == 0 || e.Stats["http.authz_off.ext_authz.ok"] != 0 {
+		return fmt.Errorf("the filter was not on where expected: %v", e.Stats)
 	}
 	return nil
 }
 
 // envoyLabels name the listeners in plots.
 var envoyLabels = map[string]string{"off": "filter off", "noop": "filter on, no-op server", "on": "filter on, ratelimit-authz"}
-
-// envoyStats reads Envoy's integer stats whose names contain sub.
-func envoyStats(url, sub string) (map[string]float64, error) {
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
-		if !ok || !strings.Contains(name, sub) {
-			continue
-		}
-		if v, err := strconv.ParseFloat(val, 64); err == nil {
-			out[name] = v
-		}
-	}
-	return out, sc.Err()
-}

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 )
 
 func main() {
@@ -391,23 +393,7 @@ func envoyVersion(s string) string {
 }
 
 // repoRoot finds the module root above the working directory.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.Contains(string(b), "module github.com/ratelimit-authz/ratelimit-authz\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run from inside the ratelimit-authz repository")
-		}
-		dir = parent
-	}
-}
+func repoRoot() (string, error) { return binaries.ModuleRoot(".") }
 
 func environment(ctx context.Context, root string) Env {
 	e := Env{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), LoadBefore: loadavg()}

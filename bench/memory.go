@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // memory is scenario 2: a million distinct keys, client IPs on the
@@ -64,8 +66,8 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 			rss, _, err := procStatus(srv.pid())
 			if err == nil {
 				live := -1.0
-				if mt, err := metrics(metricsURL); err == nil {
-					live = sumMetric(mt, "ratelimit_authz_counter_live_keys")
+				if mt, err := scrape.Get(httpClient, metricsURL); err == nil {
+					live = mt.Sum("ratelimit_authz_counter_live_keys")
 				}
 				mu.Lock()
 				m.Series = append(m.Series, MemSample{T: since(), RSS: rss, LiveKeys: live})
@@ -85,11 +87,11 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 		if err != nil {
 			return MemPoint{}, err
 		}
-		mt, err := metrics(metricsURL)
+		mt, err := scrape.Get(httpClient, metricsURL)
 		if err != nil {
 			return MemPoint{}, err
 		}
-		return MemPoint{RSS: rss, HWM: hwm, LiveKeys: sumMetric(mt, "ratelimit_authz_counter_live_keys"), AtS: since()}, nil
+		return MemPoint{RSS: rss, HWM: hwm, LiveKeys: mt.Sum("ratelimit_authz_counter_live_keys"), AtS: since()}, nil
 	}
 
 	// Baseline: the server warmed up (connections, buffers) and collected.
@@ -153,8 +155,8 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	if m.Loaded, err = point(); err != nil {
 		return err
 	}
-	if mt, err := metrics(metricsURL); err == nil {
-		m.Refused = sumMetric(mt, "ratelimit_authz_counter_keys_refused_total")
+	if mt, err := scrape.Get(httpClient, metricsURL); err == nil {
+		m.Refused = mt.Sum("ratelimit_authz_counter_keys_refused_total")
 	}
 	m.Loaded.LiveHeap, m.Loaded.HeapGoal = r.gcSettle(ctx, "loaded", grpcAddr, srv.logPath)
 	if first, last := windowOf(loadStart, window), windowOf(loadEnd, window); first != last {

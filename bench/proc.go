@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,26 +64,6 @@ func (r *runner) stopAll() {
 	}
 }
 
-func freeAddrs(n int) ([]string, error) {
-	// Hold all listeners until every port is picked, so none repeats.
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var out []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("pick a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
 var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
 
 // waitHTTP200 polls url until it answers 200, while p keeps running.
@@ -97,52 +74,6 @@ func waitHTTP200(ctx context.Context, p *proc, url string, timeout time.Duration
 		return fmt.Errorf("%w\n%s", err, p.Tail(20))
 	}
 	return nil
-}
-
-// metrics scrapes a Prometheus text endpoint into name{labels} → value.
-func metrics(url string) (map[string]float64, error) {
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return parseMetrics(resp.Body)
-}
-
-func parseMetrics(r io.Reader) (map[string]float64, error) {
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		out[line[:i]] = v
-	}
-	return out, sc.Err()
-}
-
-// sumMetric adds every series of the metric name (any labels).
-func sumMetric(m map[string]float64, name string) float64 {
-	var s float64
-	for k, v := range m {
-		if k == name || strings.HasPrefix(k, name+"{") {
-			s += v
-		}
-	}
-	return s
 }
 
 // procStatus reads VmRSS and VmHWM (bytes) of pid.

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // profileParts are the parts of the server whose cumulative CPU share the
@@ -109,7 +111,7 @@ func (r *runner) profile(ctx context.Context) error {
 // startProfiled starts `ratelimit-bench MODE --pprof-addr` and returns it,
 // its gRPC address and its profile URL.
 func (r *runner) startProfiled(ctx context.Context, name, mode string, args ...string) (*proc, string, string, error) {
-	addrs, err := freeAddrs(3)
+	addrs, err := freeport.Addrs(3)
 	if err != nil {
 		return nil, "", "", err
 	}

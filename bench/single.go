@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // singleConcurrency are the client concurrencies of scenario 1.
@@ -38,7 +40,7 @@ const grpcConns = 2
 // startCheckServer starts ratelimit-authz serve with config and waits
 // until it is ready; it returns the gRPC and HTTP addresses.
 func (r *runner) startCheckServer(ctx context.Context, name, config string, env []string, extra ...string) (*proc, string, string, error) {
-	addrs, err := freeAddrs(2)
+	addrs, err := freeport.Addrs(2)
 	if err != nil {
 		return nil, "", "", err
 	}
@@ -57,7 +59,7 @@ func (r *runner) startCheckServer(ctx context.Context, name, config string, env 
 
 // startNoop starts the no-op ext_authz server (the floor).
 func (r *runner) startNoop(ctx context.Context, name string) (*proc, string, error) {
-	addrs, err := freeAddrs(2)
+	addrs, err := freeport.Addrs(2)
 	if err != nil {
 		return nil, "", err
 	}

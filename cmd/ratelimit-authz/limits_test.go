@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,7 +18,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -50,18 +51,7 @@ func migrated(t *testing.T) (*testpg.Server, *pgx.Conn) {
 	if code, out, errOut := cli(t, pg.URL(), "migrate"); code != 0 || !strings.Contains(out, "applied 0001_tenant_limits") {
 		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, pg.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx)
-	})
-	return pg, conn
+	return pg, testpg.Connect(t, pg.URL())
 }
 
 func sqlExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
@@ -97,22 +87,12 @@ func TestMigrateCommand(t *testing.T) {
 		t.Errorf("migrate without a database: %d %q", code, errOut)
 	}
 	// Unreachable database: exit 1, within the timeout, no password shown.
-	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=2", freePort(t))
+	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=2", freeport.TestPort(t))
 	start := time.Now()
 	code, _, errOut = cli(t, url, "migrate", "--timeout", "3s")
 	if code != 1 || !strings.Contains(errOut, "connect to the database") || strings.Contains(errOut, "s3cret") || time.Since(start) > 10*time.Second {
 		t.Errorf("unreachable: exit %d after %v: %q", code, time.Since(start), errOut)
 	}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func contains(s string, subs ...string) bool {
@@ -366,7 +346,7 @@ func TestServeTenantOverrides(t *testing.T) {
 	}
 	t.Logf("propagation to the node's decisions: %v (worst %v)", times, worst)
 
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	for _, want := range []string{
 		"ratelimit_authz_overrides_degraded 0",
 		"ratelimit_authz_overrides_loaded 0",
@@ -391,7 +371,7 @@ func TestServeTenantOverrides(t *testing.T) {
 // TestServeWithPostgresDown: a node whose database is unreachable starts
 // anyway, on the configured limits, and says it is degraded.
 func TestServeWithPostgresDown(t *testing.T) {
-	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=1", freePort(t))
+	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=1", freeport.TestPort(t))
 	grpcAddr, httpAddr, logs, stop := startServe(t, map[string]string{"DATABASE_URL": url})
 	gc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -404,7 +384,7 @@ func TestServeWithPostgresDown(t *testing.T) {
 	if err != nil || resp.GetStatus().GetCode() != int32(codes.OK) || policy(resp) != `"activity_create";q=100;w=1` {
 		t.Fatalf("check while degraded: %v %v", resp, err)
 	}
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	if !strings.Contains(metrics, "ratelimit_authz_overrides_degraded 1") {
 		t.Error("not degraded in metrics")
 	}
@@ -451,7 +431,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 	}
 	metricLine := func(want string) func() error {
 		return func() error {
-			if _, m := httpGet(t, "http://"+httpAddr+"/metrics"); !strings.Contains(m, want) {
+			if _, m := scrape.Page(t, "http://"+httpAddr+"/metrics"); !strings.Contains(m, want) {
 				return fmt.Errorf("metrics lack %q", want)
 			}
 			return nil
@@ -472,13 +452,7 @@ func TestServeSurvivesPostgresRestart(t *testing.T) {
 
 	pg.Start(t)
 	poll.Until(t, 20*time.Second, 20*time.Millisecond, metricLine("ratelimit_authz_overrides_degraded 0"))
-	ctx2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel2()
-	conn, err := pgx.Connect(ctx2, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	conn := testpg.Connect(t, db)
 	sqlExec(t, conn, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 150, "scale_ms": 1000}}' WHERE tenant = 'acme'`)
 	changed := time.Now()
 	poll.Until(t, time.Second, time.Millisecond, func() error {

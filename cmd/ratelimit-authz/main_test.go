@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +21,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
-
-// syncBuffer collects a running server's log safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
@@ -237,7 +220,7 @@ var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
 
 // startServe runs `serve` on free ports and returns the addresses and a
 // stop function that cancels it and returns its error.
-func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *syncBuffer, stop func() error) {
+func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *logbuf.Buffer, stop func() error) {
 	t.Helper()
 	vars := map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
@@ -248,7 +231,7 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 		vars[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &syncBuffer{}
+	logs = &logbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"serve", "--config", "../../config/ratelimit.yaml"}, env(vars), io.Discard, logs)
@@ -285,18 +268,6 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 	return grpcAddr, httpAddr, logs, stop
 }
 
-func httpGet(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 func activity(tenant string) *authv3.CheckRequest {
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
@@ -329,7 +300,7 @@ func TestServe(t *testing.T) {
 	if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v %v", hc, err)
 	}
-	if code, body := httpGet(t, "http://"+httpAddr+"/readyz"); code != 200 || !strings.Contains(body, "overrides: off") {
+	if code, body := scrape.Page(t, "http://"+httpAddr+"/readyz"); code != 200 || !strings.Contains(body, "overrides: off") {
 		t.Errorf("readyz %d %q, want 200 with the overrides' state", code, body)
 	}
 	// The shipped configuration keys by x-tenant-id as sent: the node
@@ -337,10 +308,10 @@ func TestServe(t *testing.T) {
 	if !strings.Contains(logs.String(), "configuration trusts what a client may set") || !strings.Contains(logs.String(), "x-tenant-id") {
 		t.Errorf("no start-up warning about the trusted tenant header:\n%s", logs)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/healthz"); code != 200 {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("pprof served without --pprof: %d", code)
 	}
 
@@ -414,7 +385,7 @@ func TestServe(t *testing.T) {
 		t.Errorf("access log stream: %v", err)
 	}
 
-	_, metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, metrics := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	for _, want := range []string{
 		`ratelimit_authz_checks_total{bucket="activity_create",decision="denied"} `,
 		`ratelimit_authz_exceeded_total{bucket="activity_create"} `,

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +21,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
@@ -97,7 +97,7 @@ routes:
 type clusterNode struct {
 	id             string
 	grpc, http     string
-	logs           *syncBuffer
+	logs           *logbuf.Buffer
 	stop           func() error
 	client         authv3.AuthorizationClient
 	conn           *grpc.ClientConn
@@ -123,7 +123,7 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 		args = append(args, "--config", configPath)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	n := &clusterNode{id: id, logs: &syncBuffer{}}
+	n := &clusterNode{id: id, logs: &logbuf.Buffer{}}
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, args, env(vars), io.Discard, n.logs) }()
 	var stopped bool
@@ -170,7 +170,7 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 
 func (n *clusterNode) readyz(t *testing.T) int {
 	t.Helper()
-	code, _ := httpGet(t, "http://"+n.http+"/readyz")
+	code, _ := scrape.Page(t, "http://"+n.http+"/readyz")
 	return code
 }
 
@@ -184,21 +184,25 @@ func (n *clusterNode) waitReady(t *testing.T) {
 	})
 }
 
-// metric reads one unlabelled sample from /metrics.
+// metrics reads the node's /metrics page.
+func (n *clusterNode) metrics(t *testing.T) scrape.Samples {
+	t.Helper()
+	_, body := scrape.Page(t, "http://"+n.http+"/metrics")
+	page, err := scrape.Parse(strings.NewReader(body))
+	if err != nil {
+		t.Fatalf("%s /metrics: %v", n.id, err)
+	}
+	return page
+}
+
+// metric reads one unlabelled sample from /metrics; the series must exist.
 func (n *clusterNode) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	_, body := httpGet(t, "http://"+n.http+"/metrics")
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s = %q", name, v)
-			}
-			return f
-		}
+	v, ok := n.metrics(t).Get(name)
+	if !ok {
+		t.Fatalf("%s /metrics has no series %s", n.id, name)
 	}
-	return -1
+	return v
 }
 
 func (n *clusterNode) check(t *testing.T, tenant string) bool {
@@ -685,7 +689,7 @@ func TestServeClusterSealed(t *testing.T) {
 	}
 	// x, with another key, dropped every message of a and b as unknown.
 	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if got := x.metricLabel(t, "ratelimit_authz_replicate_messages_malformed_total", `reason="unknown_key"`); got < 2 {
+		if got := x.metricLabel(t, "ratelimit_authz_replicate_messages_malformed_total", "reason", "unknown_key"); got < 2 {
 			return fmt.Errorf("x dropped %v messages of an unknown key", got)
 		}
 		return nil
@@ -709,21 +713,12 @@ func TestServeClusterWarnsWithoutKey(t *testing.T) {
 	}
 }
 
-// metricLabel reads one sample of name whose labels contain label.
-func (n *clusterNode) metricLabel(t *testing.T, name, label string) float64 {
+// metricLabel reads the first sample of name whose labels include the
+// name/value pairs; -1 when there is none yet.
+func (n *clusterNode) metricLabel(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
-	_, body := httpGet(t, "http://"+n.http+"/metrics")
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") || !strings.Contains(line, label) {
-			continue
-		}
-		f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err != nil {
-			t.Fatalf("%s", line)
-		}
-		return f
+	if v, ok := n.metrics(t).Match(name, labels...); ok {
+		return v
 	}
 	return -1
 }

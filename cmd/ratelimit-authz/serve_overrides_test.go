@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -179,14 +180,14 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	grpcAddr, httpAddr, logs, _ := startServe(t, vars)
 	t.Logf("restart during the hang: serving after %v", time.Since(start).Round(time.Millisecond))
 	figures["after a restart during the hang"] = admittedInOneWindow(t, grpcAddr, tenant, burst)
-	_, m := httpGet(t, "http://"+httpAddr+"/metrics")
+	_, m := scrape.Page(t, "http://"+httpAddr+"/metrics")
 	if !contains(m, `ratelimit_authz_overrides_source{source="snapshot"} 1`, "ratelimit_authz_overrides_degraded 1") {
 		t.Errorf("metrics do not say the snapshot file is served:\n%s", grep(m, "overrides_"))
 	}
 	if !contains(logs.String(), "serving the snapshot file until Postgres answers") {
 		t.Errorf("log:\n%s", logs)
 	}
-	if _, body := httpGet(t, "http://"+httpAddr+"/readyz"); !contains(body, "ready", "overrides: snapshot file", "Postgres cannot be reached") {
+	if _, body := scrape.Page(t, "http://"+httpAddr+"/readyz"); !contains(body, "ready", "overrides: snapshot file", "Postgres cannot be reached") {
 		t.Errorf("/readyz does not say the snapshot file is served: %q", body)
 	}
 
@@ -194,10 +195,10 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	// limits, and says so.
 	bare, bareHTTP, bareLogs, stopBare := startServe(t, map[string]string{"DATABASE_URL": db})
 	figures["after a restart during the hang, no snapshot file"] = admittedInOneWindow(t, bare, tenant, burst)
-	if _, m := httpGet(t, "http://"+bareHTTP+"/metrics"); !contains(m, `ratelimit_authz_overrides_source{source="none"} 1`) {
+	if _, m := scrape.Page(t, "http://"+bareHTTP+"/metrics"); !contains(m, `ratelimit_authz_overrides_source{source="none"} 1`) {
 		t.Errorf("metrics of a node without a snapshot file:\n%s", grep(m, "overrides_"))
 	}
-	if _, body := httpGet(t, "http://"+bareHTTP+"/readyz"); !contains(body, "overrides: none") {
+	if _, body := scrape.Page(t, "http://"+bareHTTP+"/readyz"); !contains(body, "overrides: none") {
 		t.Errorf("/readyz of a node without a snapshot file: %q", body)
 	}
 	if !contains(bareLogs.String(), "no --overrides-snapshot", "no snapshot file is configured") {
@@ -207,7 +208,7 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 
 	resume()
 	poll.Until(t, 60*time.Second, 50*time.Millisecond, func() error {
-		if _, m := httpGet(t, "http://"+httpAddr+"/metrics"); !contains(m, `ratelimit_authz_overrides_source{source="postgres"} 1`, "ratelimit_authz_overrides_degraded 0") {
+		if _, m := scrape.Page(t, "http://"+httpAddr+"/metrics"); !contains(m, `ratelimit_authz_overrides_source{source="postgres"} 1`, "ratelimit_authz_overrides_degraded 0") {
 			return fmt.Errorf("not back on Postgres:\n%s", grep(m, "overrides_source", "overrides_degraded"))
 		}
 		return nil

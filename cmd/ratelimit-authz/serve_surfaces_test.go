@@ -3,15 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -33,11 +26,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
 
-func servingAttr(t *testing.T, logs *syncBuffer, key string) string {
+func servingAttr(t *testing.T, logs *logbuf.Buffer, key string) string {
 	t.Helper()
 	m := regexp.MustCompile(`msg=serving .*\b` + key + `=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {
@@ -154,14 +150,14 @@ var errAgain = &net.AddrError{Err: "not yet"}
 func TestServePprof(t *testing.T) {
 	_, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF_ADDR": "127.0.0.1:0"})
 	pprofAddr := servingAttr(t, logs, "pprof")
-	code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/")
+	code, body := scrape.Page(t, "http://"+pprofAddr+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
 	}
-	if code, body := httpGet(t, "http://"+pprofAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "serve") {
+	if code, body := scrape.Page(t, "http://"+pprofAddr+"/debug/pprof/cmdline"); code != http.StatusNotFound || strings.Contains(body, "serve") {
 		t.Errorf("cmdline: %d %q", code, body)
 	}
-	if code, _ := httpGet(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
+	if code, _ := scrape.Page(t, "http://"+httpAddr+"/debug/pprof/"); code != http.StatusNotFound {
 		t.Errorf("profiles on the HTTP address: %d", code)
 	}
 	if err := stop(); err != nil {
@@ -273,76 +269,23 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 	}
 }
 
-// testCA is a throwaway CA that writes a server certificate and issues
+// testCA is a throwaway CA with a server certificate; client issues
 // client certificates with DNS names.
 type testCA struct {
-	dir               string
-	caFile, cert, key string
-	ca                *x509.Certificate
-	caKey             *ecdsa.PrivateKey
-	pool              *x509.CertPool
+	*testcert.CA
+	cert, key string
 }
 
 func newTestCA(t *testing.T) *testCA {
 	t.Helper()
-	c := &testCA{dir: t.TempDir()}
-	var err error
-	if c.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &c.caKey.PublicKey, c.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.ca, _ = x509.ParseCertificate(der)
-	c.pool = x509.NewCertPool()
-	c.pool.AddCert(c.ca)
-	c.caFile = c.write(t, "ca.pem", "CERTIFICATE", der)
-	c.cert, c.key = c.issue(t, "server", x509.ExtKeyUsageServerAuth, nil)
+	c := &testCA{CA: testcert.New(t)}
+	c.cert, c.key = c.Issue(t, testcert.Leaf{Name: "server", Usage: x509.ExtKeyUsageServerAuth})
 	return c
-}
-
-func (c *testCA) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	p := filepath.Join(c.dir, name)
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-func (c *testCA) issue(t *testing.T, name string, usage x509.ExtKeyUsage, dns []string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.ca, &key.PublicKey, c.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c.write(t, name+".pem", "CERTIFICATE", der), c.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
 }
 
 func (c *testCA) client(t *testing.T, name string, dns ...string) credentials.TransportCredentials {
 	t.Helper()
-	cf, kf := c.issue(t, name, x509.ExtKeyUsageClientAuth, dns)
-	kp, err := tls.LoadX509KeyPair(cf, kf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return credentials.NewTLS(&tls.Config{RootCAs: c.pool, Certificates: []tls.Certificate{kp}})
+	return credentials.NewTLS(c.Client(t, testcert.Leaf{Name: name, DNS: dns}))
 }
 
 // The production setting from flags and environment: mTLS on both gRPC
@@ -352,7 +295,7 @@ func TestServeMutualTLSAllowLists(t *testing.T) {
 	grpcAddr, _, logs, _ := startServe(t, map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_TLS_CERT":                  ca.cert,
 		"RATELIMIT_AUTHZ_GRPC_TLS_KEY":                   ca.key,
-		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.caFile,
+		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.File,
 		"RATELIMIT_AUTHZ_GRPC_TLS_ALLOWED_CLIENTS":       "edge.mesh, internal.mesh",
 		"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR":                "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_ACCESS_LOG_TLS_ALLOWED_CLIENTS": "edge.mesh",
@@ -390,7 +333,7 @@ func TestServeMutualTLSAllowLists(t *testing.T) {
 		t.Errorf("allow-list without TLS: %v", err)
 	}
 	err = run(context.Background(), []string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0",
-		"--grpc-tls-cert", ca.cert, "--grpc-tls-key", ca.key, "--grpc-tls-client-ca", ca.caFile, "--grpc-tls-allowed-clients", "*.mesh"}, env(nil), io.Discard, io.Discard)
+		"--grpc-tls-cert", ca.cert, "--grpc-tls-key", ca.key, "--grpc-tls-client-ca", ca.File, "--grpc-tls-allowed-clients", "*.mesh"}, env(nil), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "no wildcard") {
 		t.Errorf("wildcard allowed: %v", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -202,13 +202,8 @@ func TestUpstreamAnswersOK(t *testing.T) {
 }
 
 func TestCLIErrors(t *testing.T) {
-	// A port nobody listens on: bind, then release.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := l.Addr().String()
-	l.Close()
+	// A port nobody listens on.
+	dead := freeport.TestAddr(t)
 	for _, tc := range []struct {
 		args  []string
 		usage bool

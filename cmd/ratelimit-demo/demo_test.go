@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -324,13 +326,15 @@ func TestDemo(t *testing.T) {
 // Envoy and the server by PID and exits 130, keeping the logs.
 func TestDemoInterrupt(t *testing.T) {
 	p := startDemo(t)
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(p.Tail(50), "bursts through Envoy") {
-		if p.Exited() || time.Now().After(deadline) {
-			t.Fatalf("the demo did not reach its bursts:\n%s", p.Tail(40))
+	poll.Until(t, 2*time.Minute, 20*time.Millisecond, func() error {
+		if strings.Contains(p.Tail(50), "bursts through Envoy") {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if p.Exited() {
+			t.Fatalf("the demo exited before its bursts:\n%s", p.Tail(40))
+		}
+		return fmt.Errorf("the demo did not reach its bursts:\n%s", p.Tail(40))
+	})
 	if err := syscall.Kill(p.PID(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -136,12 +137,12 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 		return err
 	}
 	var err error
-	if d.httpAddr, err = proc.FreeAddr(); err != nil {
+	if d.httpAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
 	d.addrs = envoyconf.Addrs{App: d.appAddr, Authz: make([]string, 1)}
 	for _, p := range []*string{&d.addrs.Admin, &d.addrs.Listener, &d.addrs.Authz[0]} {
-		if *p, err = proc.FreeAddr(); err != nil {
+		if *p, err = freeport.Addr(); err != nil {
 			return err
 		}
 	}

@@ -112,3 +112,34 @@ func executable(path string) error {
 	}
 	return nil
 }
+
+// TB is the part of testing.TB that InstalledEnvoy uses; declared here so
+// that this package, which the demo links, does not import testing.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Skipf(format string, args ...any)
+}
+
+// InstalledEnvoy is, for a package's own tests, the Envoy that `make tools`
+// installed into .tools/bin of the module (or $E2E_ENVOY_BIN), without
+// installing one: when it is missing the test is skipped, and failed
+// under CI=true.
+func InstalledEnvoy(t TB) string {
+	t.Helper()
+	envoy := os.Getenv("E2E_ENVOY_BIN")
+	if envoy == "" {
+		root, err := ModuleRoot(".")
+		if err != nil {
+			t.Fatalf("binaries: %v", err)
+		}
+		envoy = filepath.Join(root, ".tools", "bin", "envoy")
+	}
+	if err := Executable(envoy); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("envoy not available: %v", err)
+		}
+		t.Skipf("envoy not available (make tools installs it): %v", err)
+	}
+	return envoy
+}

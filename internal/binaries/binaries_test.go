@@ -2,6 +2,7 @@ package binaries
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,5 +101,49 @@ func TestExecutable(t *testing.T) {
 		if err := Executable(p); err == nil {
 			t.Errorf("Executable(%s) = nil", p)
 		}
+	}
+}
+
+// fakeTB records how InstalledEnvoy ends a test instead of ending it.
+type fakeTB struct{ fatal, skip string }
+
+func (f *fakeTB) Helper()                        {}
+func (f *fakeTB) Fatalf(format string, a ...any) { f.fatal = fmt.Sprintf(format, a...) }
+func (f *fakeTB) Skipf(format string, a ...any)  { f.skip = fmt.Sprintf(format, a...) }
+
+func TestInstalledEnvoy(t *testing.T) {
+	dir := t.TempDir()
+	bin, data := filepath.Join(dir, "envoy"), filepath.Join(dir, "data")
+	write(t, bin, "#!/bin/sh\n", 0o755)
+	write(t, data, "x", 0o644)
+
+	t.Setenv("E2E_ENVOY_BIN", bin)
+	var ok fakeTB
+	if got := InstalledEnvoy(&ok); got != bin || ok.fatal != "" || ok.skip != "" {
+		t.Errorf("InstalledEnvoy = %q (%+v), want %s", got, ok, bin)
+	}
+	t.Setenv("E2E_ENVOY_BIN", data)
+	t.Setenv("CI", "")
+	var skipped fakeTB
+	if InstalledEnvoy(&skipped); skipped.skip == "" || skipped.fatal != "" {
+		t.Errorf("not executable, not CI: %+v, want a skip", skipped)
+	}
+	t.Setenv("CI", "true")
+	var failed fakeTB
+	if InstalledEnvoy(&failed); failed.fatal == "" || !strings.Contains(failed.fatal, "not available") {
+		t.Errorf("not executable under CI: %+v, want a failure", failed)
+	}
+
+	// Without the variable: the module's .tools/bin/envoy.
+	t.Setenv("E2E_ENVOY_BIN", "")
+	t.Setenv("CI", "")
+	var def fakeTB
+	got := InstalledEnvoy(&def)
+	root, err := ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(root, ".tools", "bin", "envoy"); def.skip == "" && got != want {
+		t.Errorf("InstalledEnvoy = %q, want %s", got, want)
 	}
 }

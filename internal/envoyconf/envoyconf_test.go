@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 )
 
 // shipped is envoy/ratelimit-authz.yaml from the repository.
@@ -205,7 +207,7 @@ func TestRenderFile(t *testing.T) {
 // three nodes. It needs the Envoy that `make tools` installs (or
 // $E2E_ENVOY_BIN): skipped without it, failed under CI=true.
 func TestRenderedValidates(t *testing.T) {
-	envoy := envoyBinary(t)
+	envoy := binaries.InstalledEnvoy(t)
 	dst := filepath.Join(t.TempDir(), "envoy.yaml")
 	a := Addrs{
 		Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", App: "127.0.0.1:43000",
@@ -220,7 +222,7 @@ func TestRenderedValidates(t *testing.T) {
 // TestShippedConfigsValidate: every bootstrap in envoy/, as shipped, loads
 // in the pinned Envoy.
 func TestShippedConfigsValidate(t *testing.T) {
-	envoy := envoyBinary(t)
+	envoy := binaries.InstalledEnvoy(t)
 	files, err := filepath.Glob(filepath.Join("..", "..", "envoy", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no configs in envoy/: %v", err)
@@ -228,23 +230,6 @@ func TestShippedConfigsValidate(t *testing.T) {
 	for _, f := range files {
 		validate(t, envoy, f)
 	}
-}
-
-// envoyBinary is the Envoy that `make tools` installs (or $E2E_ENVOY_BIN):
-// a test without it is skipped, and failed under CI=true.
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	envoy := os.Getenv("E2E_ENVOY_BIN")
-	if envoy == "" {
-		envoy = filepath.Join("..", "..", ".tools", "bin", "envoy")
-	}
-	if _, err := os.Stat(envoy); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("envoy not available: %v", err)
-		}
-		t.Skipf("envoy not available (make tools installs it): %v", err)
-	}
-	return envoy
 }
 
 func validate(t *testing.T, envoy, config string) {
@@ -373,5 +358,5 @@ func TestWithHeaderStripValidates(t *testing.T) {
 	if err := os.WriteFile(dst, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	validate(t, envoyBinary(t), dst)
+	validate(t, binaries.InstalledEnvoy(t), dst)
 }

@@ -4,24 +4,50 @@
 package poll
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
+
+// Wait calls fn every step until it returns nil, and returns fn's last
+// error, wrapped with the time waited, once timeout has passed. fn is
+// called at least once. It suits a test that reports a failed wait with
+// t.Errorf and goes on.
+func Wait(timeout, step time.Duration, fn func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := fn()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("still failing after %v: %w", timeout, err)
+		}
+		time.Sleep(step)
+	}
+}
 
 // Until calls fn every step until it returns nil, and fails the test with
 // fn's last error once timeout has passed. fn runs on the test goroutine,
 // so it may itself call t.Fatal to stop early.
 func Until(t testing.TB, timeout, step time.Duration, fn func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := fn()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %v: %v", timeout, err)
-		}
-		time.Sleep(step)
+	if err := Wait(timeout, step, fn); err != nil {
+		t.Fatalf("%v", err)
 	}
+}
+
+// errNotYet is what UntilTrue reports of a condition that never held.
+var errNotYet = errors.New("condition not met")
+
+// UntilTrue is Until for a condition with nothing to say when it fails.
+func UntilTrue(t testing.TB, timeout, step time.Duration, ok func() bool) {
+	t.Helper()
+	Until(t, timeout, step, func() error {
+		if ok() {
+			return nil
+		}
+		return errNotYet
+	})
 }

@@ -47,3 +47,40 @@ func TestUntilFailsAfterTheTimeout(t *testing.T) {
 		t.Fatal("Until returned without failing the test")
 	}
 }
+
+func TestWaitReturnsTheLastError(t *testing.T) {
+	calls := 0
+	last := errors.New("last")
+	err := poll.Wait(20*time.Millisecond, time.Millisecond, func() error {
+		if calls++; calls > 1 {
+			return last
+		}
+		return errors.New("first")
+	})
+	if !errors.Is(err, last) || calls < 2 {
+		t.Fatalf("Wait = %v after %d calls, want the last error", err, calls)
+	}
+	if err := poll.Wait(0, time.Millisecond, func() error { return nil }); err != nil {
+		t.Fatalf("Wait of a condition that holds: %v", err)
+	}
+}
+
+func TestUntilTrue(t *testing.T) {
+	calls := 0
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, func() bool { calls++; return calls == 4 })
+	if calls != 4 {
+		t.Errorf("ok called %d times, want 4", calls)
+	}
+	ft := &fakeT{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != ft {
+				panic(r)
+			}
+		}()
+		poll.UntilTrue(ft, 20*time.Millisecond, time.Millisecond, func() bool { return false })
+	}()
+	if ft.failed == "" {
+		t.Fatal("UntilTrue returned without failing the test")
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -287,19 +286,4 @@ func get200(ctx context.Context, c *http.Client, url string) error {
 		return fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	return nil
-}
-
-// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
-// The port is released before it is returned, so another process may take
-// it in between; for a test machine or a demo that is rare enough.
-func FreeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("proc: pick a free port: %w", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		return "", fmt.Errorf("proc: release %s: %w", addr, err)
-	}
-	return addr, nil
 }

@@ -3,7 +3,6 @@ package proc
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // start runs sh -c script with a short lifetime and grace, and stops it
@@ -81,14 +83,12 @@ func TestStopGraceful(t *testing.T) {
 // command line in the log's first line contains s too).
 func waitLog(t *testing.T, p *Process, s string) error {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.Contains(strings.Split(p.Tail(100), "\n"), s) {
-		if time.Now().After(deadline) {
+	return poll.Wait(10*time.Second, 10*time.Millisecond, func() error {
+		if !slices.Contains(strings.Split(p.Tail(100), "\n"), s) {
 			return errors.New("log never showed " + s + ":\n" + p.Tail(20))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return nil
+		return nil
+	})
 }
 
 // sleep dies of SIGTERM: Stop reports the exit status, neither ErrExited
@@ -213,13 +213,10 @@ func TestWaitHTTP200(t *testing.T) {
 
 	// Nothing listens, and the process dies: ErrExited, without waiting
 	// for ctx.
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
+	addr := freeport.TestAddr(t)
 	dead := start(t, "exit 1", nil)
 	began := time.Now()
-	err = dead.WaitHTTP200(ctx, "http://"+addr+"/")
+	err := dead.WaitHTTP200(ctx, "http://"+addr+"/")
 	if !errors.Is(err, ErrExited) || !strings.Contains(err.Error(), "exit status 1") {
 		t.Errorf("WaitHTTP200 of a dead process: %v, want ErrExited", err)
 	}
@@ -232,22 +229,6 @@ func TestWaitHTTP200(t *testing.T) {
 	if err := WaitHTTP200(short, "http://"+addr+"/"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("WaitHTTP200 with nothing listening: %v, want DeadlineExceeded", err)
 	}
-}
-
-func TestFreeAddr(t *testing.T) {
-	addr, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host != "127.0.0.1" || port == "0" {
-		t.Fatalf("FreeAddr = %q (%v)", addr, err)
-	}
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	l.Close()
 }
 
 func TestTail(t *testing.T) {

@@ -22,10 +22,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	natstest "github.com/nats-io/nats-server/v2/test"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 const (
-	modulePath     = "github.com/ratelimit-authz/ratelimit-authz"
 	installTimeout = 5 * time.Minute // a cold `go install` of nats-server
 	startTimeout   = 15 * time.Second
 	stopTimeout    = 10 * time.Second // SIGTERM → SIGKILL
@@ -57,23 +59,7 @@ func Unavailable(t testing.TB, format string, args ...any) {
 }
 
 // repoRoot finds the module root by walking up from the working directory.
-var repoRoot = sync.OnceValues(func() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.Contains(b, []byte("module "+modulePath+"\n")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod of %s above the working directory", modulePath)
-		}
-		dir = parent
-	}
-})
+var repoRoot = sync.OnceValues(func() (string, error) { return binaries.ModuleRoot(".") })
 
 // install runs scripts/install-nats.sh once per test binary; the script
 // prints the binary's path as its last line.
@@ -131,7 +117,7 @@ type Process struct {
 // when the test ends.
 func StartProcess(t testing.TB) *Process {
 	t.Helper()
-	p := &Process{t: t, bin: Binary(t), addr: freeAddr(t), dir: t.TempDir()}
+	p := &Process{t: t, bin: Binary(t), addr: freeport.TestAddr(t), dir: t.TempDir()}
 	t.Cleanup(p.Stop)
 	p.Start()
 	return p
@@ -143,7 +129,7 @@ func StartProcess(t testing.TB) *Process {
 // test ends.
 func StartProcessConfig(t testing.TB, conf string, env ...string) *Process {
 	t.Helper()
-	p := &Process{t: t, bin: Binary(t), addr: freeAddr(t), dir: t.TempDir(), conf: conf, env: env}
+	p := &Process{t: t, bin: Binary(t), addr: freeport.TestAddr(t), dir: t.TempDir(), conf: conf, env: env}
 	t.Cleanup(p.Stop)
 	p.Start()
 	return p
@@ -247,18 +233,4 @@ func (p *Process) Restart() {
 	p.t.Helper()
 	p.Stop()
 	p.Start()
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("pick a free port: %v", err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatalf("release %s: %v", addr, err)
-	}
-	return addr
 }

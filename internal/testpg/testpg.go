@@ -32,6 +32,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 const (
@@ -159,7 +163,7 @@ func Start(t testing.TB) *Server {
 	// try a few.
 	var lastErr error
 	for range 5 {
-		if s.port, lastErr = freePort(); lastErr != nil {
+		if s.port, lastErr = freeport.Port(); lastErr != nil {
 			continue
 		}
 		if lastErr = s.startServer(); lastErr == nil {
@@ -324,11 +328,20 @@ func (s *Server) command(timeout time.Duration, tool string, args ...string) ([]
 	return out.Bytes(), err
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+// Connect opens a connection to url for the test and closes it when the
+// test ends; it fails the test when no connection comes within 30 s.
+func Connect(t testing.TB, url string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
-		return 0, err
+		t.Fatalf("testpg: connect: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		conn.Close(ctx) // fails harmlessly once the server was stopped
+	})
+	return conn
 }

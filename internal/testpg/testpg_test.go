@@ -32,6 +32,10 @@ func TestStartStopRestart(t *testing.T) {
 	if db, err := query(url); err != nil || db != "other" {
 		t.Fatalf("new database: %q %v", db, err)
 	}
+	var db string
+	if err := testpg.Connect(t, url).QueryRow(ctx, "SELECT current_database()").Scan(&db); err != nil || db != "other" {
+		t.Fatalf("Connect: %q %v", db, err)
+	}
 
 	pg.Stop(t)
 	if _, err := query(pg.URL()); err == nil {

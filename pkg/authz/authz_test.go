@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,12 +15,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -29,20 +29,13 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
-// clock is a settable clock: tests use fixed instants, never sleeps.
-type clock struct{ ms atomic.Int64 }
-
-func (c *clock) Now() time.Time      { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) set(t time.Time)     { c.ms.Store(t.UnixMilli()) }
-func (c *clock) add(d time.Duration) { c.ms.Add(d.Milliseconds()) }
-
 // t0 is the start of a minute, so 1 s and 1 min windows both begin here.
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
 	t      testing.TB
 	rules  *rules.Rules
-	clock  *clock
+	clock  *testclock.Clock
 	store  *counter.Store
 	reg    *prometheus.Registry
 	svc    *authz.Service
@@ -74,8 +67,8 @@ func newHarnessWith(t testing.TB, yaml string, opts authz.Options) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, rules: r, clock: &clock{}, store: store, reg: prometheus.NewRegistry()}
-	h.clock.set(t0)
+	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
+	h.clock.Set(t0)
 	opts.Now = h.clock.Now
 	h.svc, err = authz.New(r, m, store, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
 	if err != nil {
@@ -169,42 +162,10 @@ func responseHeaders(resp *authv3.CheckResponse) map[string]string {
 	return out
 }
 
-// metric reads one sample from the registry; 0 when absent.
+// metric reads one sample from the registry; the series must exist.
 func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				if !hasLabel(m, labels[i], labels[i+1]) {
-					continue next
-				}
-			}
-			switch {
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return 0
-}
-
-func hasLabel(m *dto.Metric, k, v string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == k && l.GetValue() == v {
-			return true
-		}
-	}
-	return false
+	return scrape.Must(h.t, h.reg, name, labels...)
 }
 
 func tenant(id string) map[string]string { return map[string]string{"x-tenant-id": id} }
@@ -225,7 +186,7 @@ func TestActivityCreateSharedByBothRoutes(t *testing.T) {
 	h.expectRun(49, true, a)
 	h.expectRun(50, true, c) // 100 in all, across both routes
 
-	h.clock.add(300 * time.Millisecond)
+	h.clock.Add(300 * time.Millisecond)
 	denied := h.check(c)
 	if allowed(denied) {
 		t.Fatal("101st activity allowed")
@@ -266,7 +227,7 @@ func TestActivityCreateSharedByBothRoutes(t *testing.T) {
 	// Another tenant has its own budget.
 	h.expectRun(100, true, req{path: "/api/activities", headers: tenant("globex")})
 	// The next one-second window starts afresh.
-	h.clock.set(t0.Add(time.Second))
+	h.clock.Set(t0.Add(time.Second))
 	h.expectRun(100, true, a)
 	h.expectRun(1, false, a)
 
@@ -320,7 +281,7 @@ func TestShippedLimits(t *testing.T) {
 			} else {
 				h.expectRun(tc.limit-half, true, tc.req)
 			}
-			h.clock.set(t0.Add(tc.retryAt))
+			h.clock.Set(t0.Add(tc.retryAt))
 			resp := h.check(tc.req)
 			if allowed(resp) {
 				t.Fatalf("request %d allowed", tc.limit+1)
@@ -332,7 +293,7 @@ func TestShippedLimits(t *testing.T) {
 				h.expectRun(1, false, *tc.sibling)
 			}
 			h.expectRun(tc.limit, true, tc.other)
-			h.clock.set(t0.Add(tc.scale))
+			h.clock.Set(t0.Add(tc.scale))
 			h.expectRun(1, true, tc.req)
 		})
 	}
@@ -412,7 +373,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	// them) lock it, from any IP, until the minute ends.
 	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
 	h.store.Incr(uint32(h.rules.BucketIndex("login_account")), "alice@example.com", lim, h.clock.Now(), 5)
-	h.clock.set(t0.Add(20 * time.Second))
+	h.clock.Set(t0.Add(20 * time.Second))
 	other := req{path: "/portal/login", peer: "203.0.113.50", body: `{"email":"alice@example.com"}`, headers: map[string]string{"content-type": "application/json"}}
 	resp = h.check(other)
 	if allowed(resp) {
@@ -425,7 +386,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 		t.Error("denied login lacks metadata")
 	}
 	h.expectRun(1, true, req{path: "/portal/login", peer: "203.0.113.50", headers: map[string]string{"x-login-account": "bob@example.com"}})
-	h.clock.set(t0.Add(time.Minute))
+	h.clock.Set(t0.Add(time.Minute))
 	h.expectRun(1, true, other)
 }
 
@@ -554,7 +515,7 @@ func TestCheckAllocations(t *testing.T) {
 		{"login", checkRequest(req{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}}), 10},
 	} {
 		got := testing.AllocsPerRun(200, func() {
-			h.clock.add(time.Second) // stay under the limit
+			h.clock.Add(time.Second) // stay under the limit
 			if _, err := h.svc.Check(context.Background(), tc.req); err != nil {
 				t.Fatal(err)
 			}

@@ -76,7 +76,7 @@ func TestOverrideFollowsTheKeyNotTheHeader(t *testing.T) {
 
 	// Alternating claimed tenants whose overrides use other windows: the
 	// channel's count is not reset.
-	h.clock.add(time.Second)
+	h.clock.Add(time.Second)
 	alternate := func(i int) req {
 		return req{path: "/api/inbound/ch-2", headers: tenantHeader([]string{"bigco", "slow", ""}[i%3])}
 	}
@@ -85,7 +85,7 @@ func TestOverrideFollowsTheKeyNotTheHeader(t *testing.T) {
 	}
 
 	// The channel's recorded owner decides, with or without a header.
-	h.clock.add(time.Second)
+	h.clock.Add(time.Second)
 	owned := func(i int) req {
 		return req{path: "/api/inbound/ch-owned", headers: tenantHeader([]string{"", "slow"}[i%2])}
 	}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // day is the test day; at parses a clock time on it, x/time/rate style.
@@ -1165,7 +1167,7 @@ func TestRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx, time.Millisecond) }()
-	checkFor(t, 5*time.Second, time.Millisecond, func() bool { return s.Len() == 0 })
+	poll.UntilTrue(t, 5*time.Second, time.Millisecond, func() bool { return s.Len() == 0 })
 	cancel()
 	select {
 	case err := <-done:
@@ -1174,17 +1176,5 @@ func TestRun(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after cancel")
-	}
-}
-
-// checkFor polls fn every step until it holds or timeout passes.
-func checkFor(t *testing.T, timeout, step time.Duration, fn func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !fn() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(step)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +26,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -34,17 +36,12 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
-type clock struct{ ms atomic.Int64 }
-
-func (c *clock) Now() time.Time  { return time.UnixMilli(c.ms.Load()) }
-func (c *clock) set(t time.Time) { c.ms.Store(t.UnixMilli()) }
-
 // t0 starts a minute: the login buckets' windows begin here.
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
 	t      *testing.T
-	clock  *clock
+	clock  *testclock.Clock
 	reg    *prometheus.Registry
 	rec    *failures.Recorder
 	authz  authv3.AuthorizationClient
@@ -68,8 +65,8 @@ func newHarness(t *testing.T, token string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, clock: &clock{}, reg: prometheus.NewRegistry()}
-	h.clock.set(t0)
+	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
+	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc, err := authz.New(r, m, store, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
@@ -179,38 +176,18 @@ func (h *harness) attempt(l login, code uint32) *authv3.CheckResponse {
 // the stream is asynchronous, as Envoy's is.
 func (h *harness) waitCounted(result string, n float64) {
 	h.t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := h.metric("ratelimit_authz_failures_accesslog_entries_total", result)
-		if got >= n {
-			return
+	poll.Until(h.t, 5*time.Second, 2*time.Millisecond, func() error {
+		if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "result", result); got < n {
+			return fmt.Errorf("%s entries: %v, want %v", result, got, n)
 		}
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%s entries: %v, want %v", result, got, n)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
-func (h *harness) metric(name, result string) float64 {
+// metric reads one sample from the registry; the series must exist.
+func (h *harness) metric(name string, labels ...string) float64 {
 	h.t.Helper()
-	mfs, err := h.reg.Gather()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if (l.GetName() == "result" || l.GetName() == "bucket") && l.GetValue() == result {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
+	return scrape.Must(h.t, h.reg, name, labels...)
 }
 
 func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
@@ -222,7 +199,7 @@ func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
 	}
 	h.waitCounted("counted", 5)
 	// Locked for the IP, whatever the account, even with the right password.
-	h.clock.set(t0.Add(42 * time.Second))
+	h.clock.Set(t0.Add(42 * time.Second))
 	resp := h.check(login{ip: "203.0.113.7", account: "fresh@x"})
 	if allowed(resp) {
 		t.Fatal("sixth attempt from the IP allowed")
@@ -246,11 +223,11 @@ func TestFiveFailuresLockTheIPAcrossAccounts(t *testing.T) {
 	if !allowed(h.check(login{ip: "203.0.113.8", account: "fresh@x"})) {
 		t.Error("another IP is locked too")
 	}
-	h.clock.set(t0.Add(time.Minute))
+	h.clock.Set(t0.Add(time.Minute))
 	if !allowed(h.check(login{ip: "203.0.113.7", account: "fresh@x"})) {
 		t.Error("lock did not lift in the next window")
 	}
-	if got := h.metric("ratelimit_authz_failures_lockouts_total", "login_ip"); got != 1 {
+	if got := h.metric("ratelimit_authz_failures_lockouts_total", "bucket", "login_ip"); got != 1 {
 		t.Errorf("lockouts{login_ip} = %v, want 1", got)
 	}
 }
@@ -287,7 +264,7 @@ func TestSuccessesAndOtherEntriesNeverCount(t *testing.T) {
 	if !allowed(h.check(login{ip: "203.0.113.1", account: "ok@x"})) {
 		t.Error("successes locked the login")
 	}
-	if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "counted"); got != 0 {
+	if got := h.metric("ratelimit_authz_failures_accesslog_entries_total", "result", "counted"); got != 0 {
 		t.Errorf("counted %v", got)
 	}
 }
@@ -425,7 +402,7 @@ func TestDecoyAccountHeadersDoNotDodgeTheLock(t *testing.T) {
 	if allowed(resp) {
 		t.Fatal("the right password after five decoyed failures: allowed, want locked")
 	}
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 10 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 10 {
 		t.Errorf("login_account failures counted %v, want 10 (five decoys and five times the body account)", got)
 	}
 }
@@ -457,12 +434,12 @@ func TestMalformedKeyLists(t *testing.T) {
 		list(s("a"), s("")),                      // empty key
 	)
 	h.waitCounted("malformed", 5)
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 0 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 0 {
 		t.Errorf("malformed lists counted %v failures, want none", got)
 	}
 	h.send(list(s("a@x"), s("b@x")))
 	h.waitCounted("counted", 1)
-	if got := h.metric("ratelimit_authz_failures_counted_total", "login_account"); got != 2 {
+	if got := h.metric("ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 2 {
 		t.Errorf("a list of two counted %v failures, want 2", got)
 	}
 }
@@ -493,19 +470,13 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 	if st := res.Counted["login_account"]; !st.Refused || st.Count != 0 {
 		t.Errorf("report on a full store: %+v", st)
 	}
-	mfs, _ := reg.Gather()
-	got := map[string]float64{}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			if m.GetCounter() != nil && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetName() == "bucket" {
-				got[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
-			}
-		}
+	refused := func(bucket string) float64 {
+		return scrape.Must(t, reg, "ratelimit_authz_failures_refused_total", "bucket", bucket)
 	}
-	if got["ratelimit_authz_failures_refused_total/login_account"] != 1 || got["ratelimit_authz_failures_refused_total/login_ip"] != 1 {
-		t.Errorf("refused metrics %v, want 1 per bucket", got)
+	if a, ip := refused("login_account"), refused("login_ip"); a != 1 || ip != 1 {
+		t.Errorf("refused login_account %v, login_ip %v, want 1 per bucket", a, ip)
 	}
-	if got["ratelimit_authz_failures_counted_total/login_account"] != 0 {
+	if got := scrape.Must(t, reg, "ratelimit_authz_failures_counted_total", "bucket", "login_account"); got != 0 {
 		t.Errorf("a refused failure counted as counted: %v", got)
 	}
 }

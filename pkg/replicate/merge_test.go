@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
@@ -28,24 +28,7 @@ type node struct {
 	store *counter.Store
 	reg   *prometheus.Registry
 	now   time.Time
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs  *logbuf.Buffer
 }
 
 func newNode(t testing.TB, id string, cfg Config) *node {
@@ -61,7 +44,7 @@ func newNode(t testing.TB, id string, cfg Config) *node {
 		cfg.Buckets = []string{"activity_create", "inbound"}
 	}
 	cfg.NodeID = id
-	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &syncBuffer{}}
+	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r, err := New(cfg, store, n.reg, log)
 	if err != nil {
@@ -106,18 +89,11 @@ func (n *node) total(t testing.TB, bucket uint32, key string, lim counter.Limit)
 // metric reads a counter or gauge.
 func metric(t testing.TB, m prometheus.Metric) float64 {
 	t.Helper()
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
+	v, err := scrape.Value(m)
+	if err != nil {
 		t.Fatal(err)
 	}
-	switch {
-	case d.Counter != nil:
-		return d.Counter.GetValue()
-	case d.Gauge != nil:
-		return d.Gauge.GetValue()
-	}
-	t.Fatalf("not a counter or gauge: %v", m.Desc())
-	return 0
+	return v
 }
 
 // series counts the series a collector has.

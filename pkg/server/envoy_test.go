@@ -3,35 +3,21 @@ package server_test
 import (
 	"context"
 	"crypto/x509"
-	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
-
-// envoyBinary is the pinned Envoy that `make tools` installs (or
-// $E2E_ENVOY_BIN): without it the test is skipped, and fails under CI=true.
-func envoyBinary(t *testing.T) string {
-	t.Helper()
-	envoy := os.Getenv("E2E_ENVOY_BIN")
-	if envoy == "" {
-		envoy = filepath.Join("..", "..", ".tools", "bin", "envoy")
-	}
-	if _, err := os.Stat(envoy); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("envoy not available: %v", err)
-		}
-		t.Skipf("envoy not available (make tools installs it): %v", err)
-	}
-	return envoy
-}
 
 // envoyMTLS is a bootstrap of listeners (envoyListener) that check through
 // gRPC clusters (envoyCluster) presenting a client certificate and
@@ -128,24 +114,24 @@ func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:]
 // the bound before and even after it has read the server's SETTINGS, and
 // those checks fail: see docs/envoy.md.)
 func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
-	envoy := envoyBinary(t)
+	envoy := binaries.InstalledEnvoy(t)
 	p := newPKI(t)
-	cert, key := p.issueNames(t, "limiter", "limiter", x509.ExtKeyUsageServerAuth, []string{"limiter.mesh"}, nil)
-	p.issueNames(t, "edge", "edge", x509.ExtKeyUsageClientAuth, []string{"edge.mesh"}, nil)
-	p.issueNames(t, "other", "edge.mesh", x509.ExtKeyUsageClientAuth, []string{"other.mesh"}, nil)
+	cert, key := p.Issue(t, testcert.Leaf{Name: "limiter", CommonName: "limiter", Usage: x509.ExtKeyUsageServerAuth, DNS: []string{"limiter.mesh"}})
+	p.Issue(t, testcert.Leaf{Name: "edge", CommonName: "edge", Usage: x509.ExtKeyUsageClientAuth, DNS: []string{"edge.mesh"}})
+	p.Issue(t, testcert.Leaf{Name: "other", CommonName: "edge.mesh", Usage: x509.ExtKeyUsageClientAuth, DNS: []string{"other.mesh"}})
 
 	g := newGate()
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, reg := start(t, server.Config{
 		AccessLogAddr: "127.0.0.1:0",
-		TLS: server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: p.caFile,
+		TLS: server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: p.File,
 			AllowedClients: []string{"edge.mesh"}},
 		Limits: server.Limits{MaxConcurrentStreams: 2},
 	}, server.Services{Authz: g, AccessLog: als})
 
 	addrs := map[string]string{}
 	for _, name := range []string{"admin", "spread", "bad"} {
-		a, err := proc.FreeAddr()
+		a, err := freeport.Addr()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +141,7 @@ func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 		return strings.NewReplacer("NAME", name, "PORT", port(addrs[name]), "CHECK", check, "ALS", "als").Replace(envoyListener)
 	}
 	cluster := func(name, addr, cert, streams string) string {
-		return strings.NewReplacer("NAME", name, "PORT", port(addr), "DIR", p.dir, "CERT", cert, "STREAMS", streams).Replace(envoyCluster)
+		return strings.NewReplacer("NAME", name, "PORT", port(addr), "DIR", p.Dir, "CERT", cert, "STREAMS", streams).Replace(envoyCluster)
 	}
 	grpcAddr := srv.GRPCAddr().String()
 	bootstrap := strings.NewReplacer(
@@ -188,15 +174,11 @@ func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 30 * time.Second}
 	stat := func(name string) int {
-		resp, err := client.Get(admin + "/stats?filter=^" + strings.ReplaceAll(name, ".", "\\.") + "$")
+		stats, err := scrape.EnvoyStats(client, admin, "^"+regexp.QuoteMeta(name)+"$")
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var v int
-		fmt.Sscanf(strings.TrimPrefix(strings.TrimSpace(string(b)), name+": "), "%d", &v)
-		return v
+		return int(stats[name])
 	}
 	burst := func(listener string) <-chan int {
 		codes := make(chan int, 6)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -88,30 +89,11 @@ func start(t *testing.T, cfg server.Config, svc server.Services) (*server.Server
 	return srv, reg
 }
 
-// metric is the value of a counter or gauge with the given listener label.
+// metric is the value of a counter or gauge with the given listener label;
+// the series must exist.
 func metric(t *testing.T, reg prometheus.Gatherer, name, listener string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "listener" && l.GetValue() == listener {
-					if m.GetCounter() != nil {
-						return m.GetCounter().GetValue()
-					}
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no metric %s{listener=%q}", name, listener)
-	return 0
+	return scrape.Must(t, reg, name, "listener", listener)
 }
 
 func dialGRPC(t *testing.T, addr string, opts ...grpc.DialOption) authv3.AuthorizationClient {

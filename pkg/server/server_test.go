@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -25,6 +24,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -54,18 +56,10 @@ func (s *streams) StreamAccessLogs(st grpc.ClientStreamingServer[alsv3.StreamAcc
 
 func (s *streams) CloseStreams() { s.once.Do(func() { close(s.closing) }) }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 // Shutdown: readiness drops first, then open access-log streams are ended
 // so that the graceful stop completes instead of running into its timeout.
 func TestShutdownOrder(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	srv, err := server.New(server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		DrainDelay: 200 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
@@ -135,15 +129,10 @@ func TestNewErrors(t *testing.T) {
 	}
 }
 
+// waitFor polls ok until it holds, for up to 10 s.
 func waitFor(t *testing.T, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.UntilTrue(t, 10*time.Second, 10*time.Millisecond, ok)
 }
 
 func get(t *testing.T, url string) int {
@@ -186,7 +175,7 @@ func (s *countingStreams) StreamAccessLogs(st grpc.ClientStreamingServer[alsv3.S
 // the access-log streams, then stops both listeners without running into
 // the timeout.
 func TestAccessLogListener(t *testing.T) {
-	logs := &syncBuf{}
+	logs := &logbuf.Buffer{}
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, err := server.New(server.Config{
 		GRPCAddr: "127.0.0.1:0", AccessLogAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
@@ -270,7 +259,7 @@ func TestAccessLogAllowList(t *testing.T) {
 	als := &countingStreams{streams: streams{closing: make(chan struct{})}}
 	srv, reg := start(t, server.Config{
 		AccessLogAddr: "127.0.0.1:0",
-		TLS: server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile,
+		TLS: server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.File,
 			AllowedClients: []string{"edge.mesh", "internal.mesh"}},
 		AccessLogAllowedClients: []string{"edge.mesh"},
 	}, server.Services{Authz: allowAll{}, AccessLog: als})
@@ -332,13 +321,13 @@ func TestPprof(t *testing.T) {
 	t.Setenv("RATELIMIT_AUTHZ_TEST_SECRET", "env-secret-7f3a")
 	srv, _ := start(t, server.Config{PprofAddr: "127.0.0.1:0"}, server.Services{Authz: allowAll{}})
 	base := "http://" + srv.PprofAddr().String()
-	code, body := getBody(t, base+"/debug/pprof/")
+	code, body := scrape.Page(t, base+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
 	}
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/heap?debug=1", "/debug/pprof/goroutine?debug=2",
 		"/debug/pprof/threadcreate?debug=1", "/debug/pprof/allocs?debug=1"} {
-		code, body := getBody(t, base+p)
+		code, body := scrape.Page(t, base+p)
 		if code != 200 || strings.Contains(body, "env-secret-7f3a") {
 			t.Errorf("%s: %d, or the environment in the body", p, code)
 		}
@@ -348,7 +337,7 @@ func TestPprof(t *testing.T) {
 		"/debug/pprof/cmdline", "/debug/pprof/cmdline/", "/debug/pprof/cmdline?debug=1",
 		"/debug/pprof/%63mdline", "/debug/pprof/./cmdline", "/debug/pprof//cmdline", "/debug/pprof/CMDLINE",
 	} {
-		code, body := getBody(t, base+p)
+		code, body := scrape.Page(t, base+p)
 		if code == 200 || (args != "" && strings.Contains(body, args)) || strings.Contains(body, "test.") {
 			t.Errorf("%s: %d %.200q", p, code, body)
 		}
@@ -375,17 +364,17 @@ func TestReadyDetail(t *testing.T) {
 		ReadyDetail: func() string { return "overrides: from snapshot, Postgres unreachable" },
 	}, server.Services{Authz: allowAll{}})
 	url := "http://" + srv.HTTPAddr().String() + "/readyz"
-	if code, body := getBody(t, url); code != 503 || body != "not ready\noverrides: from snapshot, Postgres unreachable\n" {
+	if code, body := scrape.Page(t, url); code != 503 || body != "not ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("before ready: %d %q", code, body)
 	}
 	close(warm)
 	waitFor(t, func() bool { return get(t, url) == 200 })
-	if _, body := getBody(t, url); body != "ready\noverrides: from snapshot, Postgres unreachable\n" {
+	if _, body := scrape.Page(t, url); body != "ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("ready: %q", body)
 	}
 	plain, _ := start(t, server.Config{}, server.Services{Authz: allowAll{}})
 	waitFor(t, func() bool { return get(t, "http://"+plain.HTTPAddr().String()+"/readyz") == 200 })
-	if _, body := getBody(t, "http://"+plain.HTTPAddr().String()+"/readyz"); body != "ready\n" {
+	if _, body := scrape.Page(t, "http://"+plain.HTTPAddr().String()+"/readyz"); body != "ready\n" {
 		t.Errorf("without detail: %q", body)
 	}
 }
@@ -444,16 +433,4 @@ func TestListenerConfigErrors(t *testing.T) {
 	} else {
 		again.Close()
 	}
-}
-
-func getBody(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
 }

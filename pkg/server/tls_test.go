@@ -2,18 +2,10 @@ package server_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,94 +18,23 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
 // pki is a throwaway CA with a server and a client certificate, as files.
 type pki struct {
-	dir                           string
-	caFile, serverCert, serverKey string
-	ca                            *x509.Certificate
-	caKey                         *ecdsa.PrivateKey
-	pool                          *x509.CertPool
-	client                        tls.Certificate
+	*testcert.CA
+	serverCert, serverKey string
+	client                tls.Certificate
 }
 
 func newPKI(t *testing.T) *pki {
 	t.Helper()
-	p := &pki{dir: t.TempDir()}
-	var err error
-	p.caKey, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &p.caKey.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.ca, _ = x509.ParseCertificate(der)
-	p.pool = x509.NewCertPool()
-	p.pool.AddCert(p.ca)
-	p.caFile = p.write(t, "ca.pem", "CERTIFICATE", der)
-	p.serverCert, p.serverKey = p.issue(t, "server", x509.ExtKeyUsageServerAuth)
-	cc, ck := p.issue(t, "client", x509.ExtKeyUsageClientAuth)
-	if p.client, err = tls.LoadX509KeyPair(cc, ck); err != nil {
-		t.Fatal(err)
-	}
+	p := &pki{CA: testcert.New(t)}
+	p.serverCert, p.serverKey = p.Issue(t, testcert.Leaf{Name: "server", Usage: x509.ExtKeyUsageServerAuth})
+	p.client = p.KeyPair(t, testcert.Leaf{Name: "client", Usage: x509.ExtKeyUsageClientAuth})
 	return p
-}
-
-func (p *pki) write(t *testing.T, name, typ string, der []byte) string {
-	t.Helper()
-	path := filepath.Join(p.dir, name)
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
-func (p *pki) issue(t *testing.T, name string, usage x509.ExtKeyUsage) (certFile, keyFile string) {
-	t.Helper()
-	return p.issueNames(t, name, name, usage, nil, nil)
-}
-
-// issueNames issues a certificate with the common name cn and the given
-// DNS and URI subject alternative names, written to name.pem and
-// name-key.pem.
-func (p *pki) issueNames(t *testing.T, name, cn string, usage x509.ExtKeyUsage, dns []string, uris []string) (certFile, keyFile string) {
-	t.Helper()
-	var us []*url.URL
-	for _, u := range uris {
-		pu, err := url.Parse(u)
-		if err != nil {
-			t.Fatal(err)
-		}
-		us = append(us, pu)
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: dns, URIs: us,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.write(t, name+".pem", "CERTIFICATE", der), p.write(t, name+"-key.pem", "EC PRIVATE KEY", kder)
 }
 
 // startTLS runs a server with tlsCfg and returns its gRPC address.
@@ -148,7 +69,7 @@ func check(t *testing.T, addr string, creds credentials.TransportCredentials) er
 func TestTLS(t *testing.T) {
 	p := newPKI(t)
 	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey})
-	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool})); err != nil {
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.Pool})); err != nil {
 		t.Errorf("TLS client: %v", err)
 	}
 	if err := check(t, addr, insecure.NewCredentials()); err == nil {
@@ -158,16 +79,16 @@ func TestTLS(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	p := newPKI(t)
-	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile})
-	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}})); err != nil {
+	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.File})
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{p.client}})); err != nil {
 		t.Errorf("client with a certificate: %v", err)
 	}
-	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool})); err == nil {
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.Pool})); err == nil {
 		t.Error("client without a certificate accepted under mTLS")
 	}
 	// A certificate from another CA is refused too.
 	other := newPKI(t)
-	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{other.client}})); err == nil {
+	if err := check(t, addr, credentials.NewTLS(&tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{other.client}})); err == nil {
 		t.Error("client certificate of a foreign CA accepted")
 	}
 }
@@ -181,8 +102,8 @@ func TestTLSConfigErrors(t *testing.T) {
 		want string
 	}{
 		{"cert without key", server.TLS{CertFile: p.serverCert}, "both a certificate and a key"},
-		{"missing cert", server.TLS{CertFile: filepath.Join(p.dir, "nope.pem"), KeyFile: p.serverKey}, "no such file"},
-		{"key of another cert", server.TLS{CertFile: p.serverCert, KeyFile: filepath.Join(p.dir, "client-key.pem")}, "load TLS key pair"},
+		{"missing cert", server.TLS{CertFile: filepath.Join(p.Dir, "nope.pem"), KeyFile: p.serverKey}, "no such file"},
+		{"key of another cert", server.TLS{CertFile: p.serverCert, KeyFile: filepath.Join(p.Dir, "client-key.pem")}, "load TLS key pair"},
 		{"CA file without certificates", server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.serverKey}, "no PEM certificate"},
 	} {
 		_, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", TLS: tc.tls},
@@ -199,7 +120,7 @@ func TestTLSRotation(t *testing.T) {
 	addr := startTLS(t, server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey})
 	served := func() string {
 		var cn string
-		cfg := &tls.Config{RootCAs: p.pool, VerifyConnection: func(cs tls.ConnectionState) error {
+		cfg := &tls.Config{RootCAs: p.Pool, VerifyConnection: func(cs tls.ConnectionState) error {
 			cn = cs.PeerCertificates[0].Subject.CommonName
 			return nil
 		}}
@@ -211,7 +132,7 @@ func TestTLSRotation(t *testing.T) {
 	if cn := served(); cn != "server" {
 		t.Fatalf("served %q", cn)
 	}
-	cert, key := p.issue(t, "rotated", x509.ExtKeyUsageServerAuth)
+	cert, key := p.Issue(t, testcert.Leaf{Name: "rotated", Usage: x509.ExtKeyUsageServerAuth})
 	for _, f := range [][2]string{{cert, p.serverCert}, {key, p.serverKey}} {
 		b, err := os.ReadFile(f[0])
 		if err != nil {
@@ -233,16 +154,11 @@ func TestTLSRotation(t *testing.T) {
 // clientCert issues a client certificate of p with the given SANs.
 func (p *pki) clientCert(t *testing.T, name, cn string, dns, uris []string) tls.Certificate {
 	t.Helper()
-	cf, kf := p.issueNames(t, name, cn, x509.ExtKeyUsageClientAuth, dns, uris)
-	c, err := tls.LoadX509KeyPair(cf, kf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return p.KeyPair(t, testcert.Leaf{Name: name, CommonName: cn, Usage: x509.ExtKeyUsageClientAuth, DNS: dns, URIs: uris})
 }
 
 func (p *pki) creds(cert tls.Certificate) credentials.TransportCredentials {
-	return credentials.NewTLS(&tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{cert}})
+	return credentials.NewTLS(&tls.Config{RootCAs: p.Pool, Certificates: []tls.Certificate{cert}})
 }
 
 // With an allow-list, a certificate of the trusted CA is refused at the
@@ -253,7 +169,7 @@ func TestMutualTLSAllowList(t *testing.T) {
 	g := newGate()
 	g.release()
 	srv, reg := start(t, server.Config{TLS: server.TLS{
-		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile,
+		CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.File,
 		AllowedClients: []string{"edge-envoy.mesh.internal", "spiffe://cluster.local/ns/edge/sa/envoy"},
 	}}, server.Services{Authz: g})
 	addr := srv.GRPCAddr().String()
@@ -290,7 +206,7 @@ func TestMutualTLSAllowList(t *testing.T) {
 func TestAllowListErrors(t *testing.T) {
 	p := newPKI(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mtls := server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.caFile}
+	mtls := server.TLS{CertFile: p.serverCert, KeyFile: p.serverKey, ClientCAFile: p.File}
 	for _, tc := range []struct {
 		name  string
 		names []string

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
 // asUser connects to e's database as another login role.
@@ -16,12 +18,7 @@ func asUser(t *testing.T, e *env, user string) *pgx.Conn {
 		t.Fatal(err)
 	}
 	u.User = url.User(user)
-	conn, err := pgx.Connect(e.ctx, u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(e.ctx) })
-	return conn
+	return testpg.Connect(t, u.String())
 }
 
 // TestAuditRecordsTheDatabaseUser: whatever actor a session claims, the

@@ -1,7 +1,6 @@
 package tenantlimits_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -13,28 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
-
-// syncBuffer collects a running component's log safely.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func shippedRules(t testing.TB) *rules.Rules {
 	t.Helper()
@@ -69,16 +52,7 @@ func setup(t *testing.T) *env {
 
 func (e *env) connect(t *testing.T) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(e.ctx, e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx)
-	})
-	return conn
+	return testpg.Connect(t, e.url)
 }
 
 func (e *env) exec(t *testing.T, sql string, args ...any) {
@@ -101,7 +75,7 @@ func (e *env) count(t *testing.T, sql string, args ...any) int {
 type running struct {
 	*tenantlimits.Cache
 	reg  *prometheus.Registry
-	logs *syncBuffer
+	logs *logbuf.Buffer
 	stop func()
 }
 
@@ -123,7 +97,7 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 		cfg.MaxBackoff = 300 * time.Millisecond
 	}
 	reg := prometheus.NewRegistry()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	c, err := tenantlimits.NewCache(cfg, e.rules, reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -150,42 +124,11 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 	return &running{Cache: c, reg: reg, logs: logs, stop: stop}
 }
 
-// metric returns the value of a gauge or counter with the given labels
-// (name, value pairs), or -1 when there is none.
+// metric returns the value of a gauge, counter or histogram with the given
+// labels (name, value pairs); the series must exist.
 func metric(t testing.TB, reg prometheus.Gatherer, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i := 0; i+1 < len(labels); i += 2 {
-				found := false
-				for _, lp := range m.GetLabel() {
-					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
-						found = true
-					}
-				}
-				if !found {
-					continue next
-				}
-			}
-			switch {
-			case m.GetGauge() != nil:
-				return m.GetGauge().GetValue()
-			case m.GetCounter() != nil:
-				return m.GetCounter().GetValue()
-			case m.GetHistogram() != nil:
-				return float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return -1
+	return scrape.Must(t, reg, name, labels...)
 }
 
 func contains(s string, subs ...string) bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
@@ -125,13 +126,9 @@ func TestSQLChecks(t *testing.T) {
 func TestNoSchema(t *testing.T) {
 	e := setup(t)
 	url := e.pg.CreateDatabase(t, "empty")
-	conn, err := pgx.Connect(e.ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(e.ctx)
+	conn := testpg.Connect(t, url)
 	s, _ := tenantlimits.NewStore(conn, e.rules)
-	_, _, err = s.Get(e.ctx, "acme")
+	_, _, err := s.Get(e.ctx, "acme")
 	if !errors.Is(err, tenantlimits.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
 		t.Errorf("get without schema: %v", err)
 	}

@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // The attacks of a client that does not play by the rules, through the
@@ -87,17 +86,14 @@ func loginJSON(account, password string) string {
 // attack's outcome is reported.
 func waitLocked(t *testing.T, what string, attempt func() *response) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		r := attempt()
-		if r.status == http.StatusTooManyRequests {
-			return
+	err := poll.Wait(5*time.Second, 50*time.Millisecond, func() error {
+		if r := attempt(); r.status != http.StatusTooManyRequests {
+			return fmt.Errorf("status %d %s, want 429", r.status, r.body)
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: still status %d %s after 5s, want 429", what, r.status, r.body)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%s: %v", what, err)
 	}
 }
 
@@ -312,26 +308,23 @@ func TestFullKeyTableThroughEnvoy(t *testing.T) {
 }
 
 // serverMetric reads one sample from the server's /metrics: name with its
-// labels exactly as exposed, or a bare name.
+// labels exactly as exposed, or a bare name; 0 when absent.
 func (s *stack) serverMetric(sample string) float64 {
 	s.t.Helper()
-	resp, err := s.client.Get("http://" + s.httpAddr + "/metrics")
+	return metricOf(s.t, s.client, s.httpAddr, sample)
+}
+
+// metricOf reads one series, written as exposed, from the /metrics page
+// of the server at httpAddr; 0 when absent. A page that does not parse
+// fails the test.
+func metricOf(t *testing.T, c *http.Client, httpAddr, series string) float64 {
+	t.Helper()
+	page, err := scrape.Get(c, "http://"+httpAddr+"/metrics")
 	if err != nil {
-		s.t.Fatalf("metrics: %v", err)
+		t.Fatalf("metrics of %s: %v", httpAddr, err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), " ")
-		if ok && name == sample {
-			f, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				s.t.Fatalf("metric %s: %v", sample, err)
-			}
-			return f
-		}
-	}
-	return 0
+	v, _ := page.Get(series)
+	return v
 }
 
 // TestHeaderStripThroughEnvoy: with a header_mutation filter ahead of

@@ -4,21 +4,20 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
@@ -78,11 +77,11 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.db = c.pg.URL()
 	c.cli(t, "migrate")
 
-	c.natsAddr = freeAddr(t)
+	c.natsAddr = freeport.TestAddr(t)
 	c.startNATS(t)
 
 	for i := range n {
-		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: freeAddr(t)}
+		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: freeport.TestAddr(t)}
 		c.nodes = append(c.nodes, nd)
 		c.startNode(t, nd)
 	}
@@ -99,18 +98,7 @@ func newCluster(t *testing.T, n int) *cluster {
 		return nil
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, c.db)
-	if err != nil {
-		t.Fatalf("connect to postgres: %v", err)
-	}
-	c.sql = conn
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		conn.Close(ctx) // fails harmlessly once the server was stopped
-	})
+	c.sql = testpg.Connect(t, c.db)
 	return c
 }
 
@@ -189,41 +177,13 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 	)
 }
 
-// metrics returns the node's /metrics text.
-func (nd *node) metrics(t *testing.T) string {
-	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
-	resp, err := c.Get("http://" + nd.httpAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("%s metrics: %v", nd.name, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s metrics: %v", nd.name, err)
-	}
-	return string(b)
-}
-
 // metric returns the value of one series, written as in the exposition
 // format (`name` or `name{label="v",…}` with the labels in order), from
 // the node's /metrics; 0 when absent.
 func (nd *node) metric(t *testing.T, series string) float64 {
 	t.Helper()
-	return metricValue(nd.metrics(t), series)
-}
-
-func metricValue(text, series string) float64 {
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err == nil {
-				return f
-			}
-		}
-	}
-	return 0
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	return metricOf(t, c, nd.httpAddr, series)
 }
 
 // checks returns the node's count of bucket's checks with decision.
@@ -277,21 +237,9 @@ func (s *stack) authzHealth(t *testing.T) map[string]string {
 // statsOf returns Envoy's integer stats matching filter; safe in subtests.
 func (s *stack) statsOf(t *testing.T, filter string) map[string]int64 {
 	t.Helper()
-	resp, err := s.client.Get("http://" + s.addrs.Admin + "/stats?filter=" + url.QueryEscape(filter))
+	stats, err := scrape.EnvoyStats(s.client, "http://"+s.addrs.Admin, filter)
 	if err != nil {
 		t.Fatalf("envoy stats: %v", err)
-	}
-	defer resp.Body.Close()
-	stats := map[string]int64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
-			stats[name] = n
-		}
 	}
 	return stats
 }

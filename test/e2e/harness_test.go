@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +20,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -115,16 +114,6 @@ func serverConfigPath(t *testing.T) string {
 		unavailable(t, "server config: %v", err)
 	}
 	return p
-}
-
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	addr, err := proc.FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
 
 // logs is a test's folder of process logs. It is removed when the test
@@ -363,11 +352,11 @@ func prepareStack(t *testing.T, nodes int) *stack {
 	t.Helper()
 	s := &stack{t: t, envoyBin: envoyBinary(t), logs: newLogs(t)}
 	s.up = startUpstream(t)
-	s.addrs = envoyconf.Addrs{Admin: freeAddr(t), Listener: freeAddr(t), App: s.up.addr}
+	s.addrs = envoyconf.Addrs{Admin: freeport.TestAddr(t), Listener: freeport.TestAddr(t), App: s.up.addr}
 	for range nodes {
-		s.addrs.Authz = append(s.addrs.Authz, freeAddr(t))
+		s.addrs.Authz = append(s.addrs.Authz, freeport.TestAddr(t))
 	}
-	s.httpAddr = freeAddr(t)
+	s.httpAddr = freeport.TestAddr(t)
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16},
@@ -464,26 +453,7 @@ func (s *stack) mustPost(path string, header map[string]string) *response {
 // envoyStats returns Envoy's integer stats whose names match the regex.
 func (s *stack) envoyStats(filter string) map[string]int64 {
 	s.t.Helper()
-	resp, err := s.client.Get("http://" + s.addrs.Admin + "/stats?filter=" + filter)
-	if err != nil {
-		s.t.Fatalf("envoy stats: %v", err)
-	}
-	defer resp.Body.Close()
-	stats := map[string]int64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, val, ok := strings.Cut(sc.Text(), ": ")
-		if !ok {
-			continue
-		}
-		if n, err := strconv.ParseInt(val, 10, 64); err == nil { // skips histograms
-			stats[name] = n
-		}
-	}
-	if err := sc.Err(); err != nil {
-		s.t.Fatalf("envoy stats: %v", err)
-	}
-	return stats
+	return s.statsOf(s.t, filter)
 }
 
 func formatStats(m map[string]int64) string {
