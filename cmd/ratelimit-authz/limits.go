@@ -389,26 +389,20 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE")
-		n := 0
-		err = s.List(ctx, func(t tenantlimits.Tenant) error {
-			updated := t.UpdatedAt.UTC().Format(time.RFC3339)
-			for _, o := range t.Overrides {
-				n++
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
-			}
-			for _, p := range t.Problems {
-				fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", printable(t.Tenant), updated, printable(p))
-			}
-			return nil
+		return c.table(stdout, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE", "override", func(tw io.Writer) (n int, err error) {
+			err = s.List(ctx, func(t tenantlimits.Tenant) error {
+				updated := t.UpdatedAt.UTC().Format(time.RFC3339)
+				for _, o := range t.Overrides {
+					n++
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+				}
+				for _, p := range t.Problems {
+					fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", printable(t.Tenant), updated, printable(p))
+				}
+				return nil
+			})
+			return n, err
 		})
-		tw.Flush()
-		if err != nil {
-			return c.failed(err)
-		}
-		fmt.Fprintf(stdout, "%d override(s)\n", n)
-		return nil
 	})
 }
 
@@ -438,6 +432,21 @@ func limitsAudit(ctx context.Context, args []string, getenv func(string) string,
 		}
 		return tw.Flush()
 	})
+}
+
+// table prints a tab-aligned table: the header line, the rows fill writes
+// (it returns how many items it listed), then "N noun(s)". An error of fill
+// is a database failure; the rows written before it are still shown.
+func (c *dbCommand) table(stdout io.Writer, header, noun string, fill func(tw io.Writer) (int, error)) error {
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	n, err := fill(tw)
+	tw.Flush()
+	if err != nil {
+		return c.failed(err)
+	}
+	fmt.Fprintf(stdout, "%d %s(s)\n", n, noun)
+	return nil
 }
 
 // runAudit is the frame of an audit subcommand: nargs arguments and
@@ -596,24 +605,18 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	used := tenantlimits.OwnerKeyNames(r)
 	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE")
-		n := 0
-		err := s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {
-			n++
-			note := ""
-			if !slices.Contains(used, o.KeyName) {
-				note = "ignored: no overridable bucket of this configuration is keyed by it"
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(o.KeyName), printable(o.Key), printable(o.Tenant), o.UpdatedAt.UTC().Format(time.RFC3339), note)
-			return nil
+		return c.table(stdout, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE", "owner", func(tw io.Writer) (n int, err error) {
+			err = s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {
+				n++
+				note := ""
+				if !slices.Contains(used, o.KeyName) {
+					note = "ignored: no overridable bucket of this configuration is keyed by it"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", printable(o.KeyName), printable(o.Key), printable(o.Tenant), o.UpdatedAt.UTC().Format(time.RFC3339), note)
+				return nil
+			})
+			return n, err
 		})
-		tw.Flush()
-		if err != nil {
-			return c.failed(err)
-		}
-		fmt.Fprintf(stdout, "%d owner(s)\n", n)
-		return nil
 	})
 }
 
