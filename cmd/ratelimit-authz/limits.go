@@ -181,6 +181,18 @@ func (c *dbCommand) failed(err error) error {
 	return exitError{code: 1, msg: scrub(fmt.Sprintf("ratelimit-authz %s: %v", c.name, err), c.secret)}
 }
 
+// parseRules is parse, then rules: what every command that reads the
+// configuration starts with. done means: return err.
+func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, r *rules.Rules, done bool, err error) {
+	if pos, done, err = c.parse(args, minArgs, maxArgs, stdout, stderr); done {
+		return nil, nil, true, err
+	}
+	if r, err = c.rules(); err != nil {
+		return nil, nil, true, err
+	}
+	return pos, r, false, nil
+}
+
 func (c *dbCommand) rules() (*rules.Rules, error) {
 	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -258,12 +270,8 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 			"in the configuration accept overrides. The change and its audit record are written in\n"+
 			"one transaction; every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, done, err := c.parse(args, 3, 3, stdout, stderr)
+	pos, r, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	tenant, bucket := pos[0], pos[1]
@@ -300,12 +308,8 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 		"Remove a tenant's override of BUCKET, or without BUCKET all of its overrides; the\n"+
 			"configured limits apply again. Exit 1 when there is nothing to remove.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, done, err := c.parse(args, 1, 2, stdout, stderr)
+	pos, r, done, err := c.parseRules(args, 1, 2, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	tenant, bucket := pos[0], ""
@@ -336,12 +340,8 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 
 func limitsGet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits get", " TENANT", "Show a tenant's overrides next to the configured limits.", getenv, 10*time.Second, true)
-	pos, done, err := c.parse(args, 1, 1, stdout, stderr)
+	pos, r, done, err := c.parseRules(args, 1, 1, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	if err := tenantlimits.ValidateTenant(pos[0]); err != nil {
@@ -380,12 +380,8 @@ func note(r *rules.Rules, bucket string) string {
 
 func limitsList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits list", "", "Show every tenant override, by tenant.", getenv, time.Minute, true)
-	_, done, err := c.parse(args, 0, 0, stdout, stderr)
+	_, r, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
@@ -529,12 +525,8 @@ func ownerSet(ctx context.Context, args []string, getenv func(string) string, st
 			"buckets keyed by KEY_NAME (inbound, token_generate: channel) then take TENANT's overrides\n"+
 			"for that key. Every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, done, err := c.parse(args, 3, 3, stdout, stderr)
+	pos, r, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	name, key, tenant := pos[0], pos[1], pos[2]
@@ -559,12 +551,8 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	c := newDBCommand("limits owner delete", " KEY_NAME KEY --actor NAME",
 		"Remove KEY's owner: its buckets get the configured limits. Exit 1 when it has none.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, done, err := c.parse(args, 2, 2, stdout, stderr)
+	pos, r, done, err := c.parseRules(args, 2, 2, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	name, key := pos[0], pos[1]
@@ -590,12 +578,8 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 	c := newDBCommand("limits owner list", "", "Show every key owner, by key name and key, or with --tenant only that tenant's keys.", getenv, time.Minute, true)
 	var tenant string
 	c.f.fs.StringVar(&tenant, "tenant", "", "show only the keys of this `tenant`")
-	_, done, err := c.parse(args, 0, 0, stdout, stderr)
+	_, r, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
-		return err
-	}
-	r, err := c.rules()
-	if err != nil {
 		return err
 	}
 	if tenant != "" {
