@@ -646,7 +646,7 @@ routes:
 		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // its route default
 		{"custom", 60_000, 0, false},
 	} {
-		got, ok := b.PeerBound(uint32(r.BucketIndex(c.bucket)), c.scale)
+		got, ok := b.PeerBound(counter.Bucket(r.BucketIndex(c.bucket)), c.scale)
 		if got != c.want || ok != c.ok {
 			t.Errorf("%s at %d ms: %d, %v; want %d, %v", c.bucket, c.scale, got, ok, c.want, c.ok)
 		}

@@ -25,9 +25,9 @@ import (
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
 type Limiter interface {
-	Take(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
-	Peek(bucket uint32, key string, lim counter.Limit, now time.Time) counter.Result
-	Release(bucket uint32, key string, lim counter.Limit, window int64)
+	Take(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	Release(bucket counter.Bucket, key string, lim counter.Limit, window int64)
 }
 
 var _ Limiter = (*counter.Store)(nil)
@@ -123,7 +123,7 @@ func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Regi
 // taken is a hit already counted for the current request, to give back if
 // a later bucket denies it.
 type taken struct {
-	bucket uint32
+	bucket counter.Bucket
 	key    string
 	lim    counter.Limit
 	window int64
@@ -216,9 +216,9 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		}
 		var r counter.Result
 		if b.rule.Count == rules.CountFailures {
-			r = s.limiter.Peek(uint32(d.Bucket), d.Key, lim, now)
+			r = s.limiter.Peek(counter.Bucket(d.Bucket), d.Key, lim, now)
 		} else {
-			r = s.limiter.Take(uint32(d.Bucket), d.Key, lim, now)
+			r = s.limiter.Take(counter.Bucket(d.Bucket), d.Key, lim, now)
 		}
 		switch {
 		case r.Overflow:
@@ -232,7 +232,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
 			if b.rule.Count == rules.CountRequests {
-				hits = append(hits, taken{uint32(d.Bucket), d.Key, lim, r.Window})
+				hits = append(hits, taken{counter.Bucket(d.Bucket), d.Key, lim, r.Window})
 			}
 		default:
 			b.metrics.exceeded.Inc()

@@ -372,7 +372,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	// Five failures on the account (as the access-log receiver will count
 	// them) lock it, from any IP, until the minute ends.
 	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
-	h.store.Incr(uint32(h.rules.BucketIndex("login_account")), "alice@example.com", lim, h.clock.Now(), 5)
+	h.store.Incr(counter.Bucket(h.rules.BucketIndex("login_account")), "alice@example.com", lim, 5, h.clock.Now())
 	h.clock.Set(t0.Add(20 * time.Second))
 	other := req{path: "/portal/login", peer: "203.0.113.50", body: `{"email":"alice@example.com"}`, headers: map[string]string{"content-type": "application/json"}}
 	resp = h.check(other)
@@ -560,7 +560,7 @@ func BenchmarkCheck(b *testing.B) {
 // account in the body.
 func TestLoginDecoyAccountHeader(t *testing.T) {
 	h := newHarness(t, "")
-	acct := uint32(h.rules.BucketIndex("login_account"))
+	acct := counter.Bucket(h.rules.BucketIndex("login_account"))
 	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
 	json := map[string]string{"content-type": "application/json", "x-login-account": "decoy1@example.com"}
 	resp := h.check(req{path: "/admin/login", peer: "203.0.113.1", body: `{"email":"Alice@Example.com"}`, headers: json})
@@ -575,7 +575,7 @@ func TestLoginDecoyAccountHeader(t *testing.T) {
 		t.Fatalf("login_account keys in the metadata: %v, want the decoy and the body account", keys)
 	}
 	// The body account locked: any decoy header, any IP, is still denied.
-	h.store.Incr(acct, "alice@example.com", lim, h.clock.Now(), 5)
+	h.store.Incr(acct, "alice@example.com", lim, 5, h.clock.Now())
 	for i := range 5 {
 		json["x-login-account"] = fmt.Sprintf("decoy%d@example.com", i)
 		resp := h.check(req{path: "/admin/login", peer: fmt.Sprintf("203.0.113.%d", 10+i), body: `{"email":"alice@example.com"}`, headers: json})
@@ -584,7 +584,7 @@ func TestLoginDecoyAccountHeader(t *testing.T) {
 		}
 	}
 	// The header account locked: the body cannot dodge it either.
-	h.store.Incr(acct, "bob@example.com", lim, h.clock.Now(), 5)
+	h.store.Incr(acct, "bob@example.com", lim, 5, h.clock.Now())
 	json["x-login-account"] = "Bob@Example.com"
 	if resp := h.check(req{path: "/portal/login", body: `{"email":"carol@example.com"}`, headers: json}); allowed(resp) {
 		t.Fatalf("header account locked, other body account: %v", resp)
@@ -618,7 +618,7 @@ func TestLoginUnreadableAccount(t *testing.T) {
 	// Five failures of unreadable logins lock every unreadable login, not
 	// readable ones.
 	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
-	h.store.Incr(uint32(h.rules.BucketIndex("login_account")), descriptors.UnreadableAccount, lim, h.clock.Now(), 5)
+	h.store.Incr(counter.Bucket(h.rules.BucketIndex("login_account")), descriptors.UnreadableAccount, lim, 5, h.clock.Now())
 	for i, r := range unreadable {
 		r.peer = fmt.Sprintf("198.51.100.%d", i+1)
 		if resp := h.check(r); allowed(resp) {

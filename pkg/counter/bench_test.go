@@ -204,7 +204,7 @@ func BenchmarkTakeTrackedNearLimit(b *testing.B) {
 	lim := benchLimit(Fixed)
 	keys := ipKeys(1024)
 	for _, k := range keys {
-		s.Incr(0, k, lim, benchNow, lim.Limit-nearMargin(lim.Limit))
+		s.Incr(0, k, lim, lim.Limit-nearMargin(lim.Limit), benchNow)
 	}
 	var buf []WindowCount
 	buf, _ = s.Changes(buf, benchNow)

@@ -35,7 +35,7 @@ func ExampleStore_Take_sliding() {
 	s, _ := counter.New(counter.Config{})
 	lim := counter.Limit{Limit: 10, ScaleMS: 1000, Algorithm: counter.Sliding}
 	start := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
-	s.Incr(0, "tenant-a", lim, start, 10) // a full previous window
+	s.Incr(0, "tenant-a", lim, 10, start) // a full previous window
 	// A quarter into the next window the previous one still weighs 7.5.
 	r := s.Take(0, "tenant-a", lim, start.Add(1250*time.Millisecond))
 	fmt.Println(r.Allowed, r.Count, r.RetryAfterMS)
@@ -50,7 +50,7 @@ func ExampleStore_Peek() {
 	now := time.Date(2025, 6, 2, 10, 0, 20, 0, time.UTC)
 	fmt.Println(s.Peek(loginIP, "198.51.100.7", lim, now).Allowed)
 	for range 5 {
-		s.Incr(loginIP, "198.51.100.7", lim, now, 1) // a 401 came back
+		s.Incr(loginIP, "198.51.100.7", lim, 1, now) // a 401 came back
 	}
 	r := s.Peek(loginIP, "198.51.100.7", lim, now)
 	fmt.Println(r.Allowed, r.Count, r.RetryAfterMS)

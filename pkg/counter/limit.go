@@ -28,6 +28,11 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
+// Bucket identifies a bucket of the configuration: its index in the
+// configured list, the same on every node that loads the same
+// configuration. Counts of one key in different buckets never mix.
+type Bucket uint32
+
 // Bounds of a Limit. They are chosen so that every product the store
 // computes stays far from int64 overflow: Limit×ScaleMS < 2^62, and
 // previous×(ScaleMS−elapsed) is either computed below 2^62 or compared
@@ -136,7 +141,7 @@ type Config struct {
 	// keys in other buckets never leaves a reserved bucket without room:
 	// the buckets that fail closed when the table is full (failure
 	// counting) are full only when their own keys filled the reserve.
-	Reserved []uint32
+	Reserved []Bucket
 	// ReservedKeys is the room kept for the Reserved buckets, below
 	// MaxKeys; 0 means MaxKeys/10 when Reserved is set.
 	ReservedKeys int

@@ -22,7 +22,7 @@ const Self PeerID = 0
 // lower it a little; Merge keeps the higher), so merging the latest one by
 // max repairs a lost report and ignores a duplicate or late one.
 type WindowCount struct {
-	Bucket    uint32
+	Bucket    Bucket
 	Key       string
 	ScaleMS   int64 // the window length the count was made in
 	Algorithm Algorithm

@@ -40,7 +40,7 @@ func TestChangesReportRunningCounts(t *testing.T) {
 	}
 	s.Take(1, "a", lim, now)
 	s.Take(1, "a", lim, now)
-	s.Incr(2, "b", lim, now, 3)
+	s.Incr(2, "b", lim, 3, now)
 	if s.Pending() != 2 {
 		t.Errorf("Pending = %d, want 2", s.Pending())
 	}
@@ -324,8 +324,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	lim := Limit{Limit: 1000, ScaleMS: 1000, Algorithm: Sliding}
 	now := at(t, "10:00:01.500")
 	w := now.Unix()
-	a.Incr(0, "k", lim, now.Add(-time.Second), 7) // previous window, still live for Sliding
-	a.Incr(0, "k", lim, now, 2)
+	a.Incr(0, "k", lim, 7, now.Add(-time.Second)) // previous window, still live for Sliding
+	a.Incr(0, "k", lim, 2, now)
 	a.Merge(5, WindowCount{Key: "k", ScaleMS: 1000, Algorithm: Sliding, Window: w, Count: 4}, now)
 	a.Merge(6, WindowCount{Bucket: 1, Key: "x", ScaleMS: 1000, Algorithm: Sliding, Window: w - 1, Count: 9}, now)
 	a.Take(2, "old", Limit{Limit: 5, ScaleMS: 1000}, now.Add(-time.Second)) // Fixed, ended
@@ -343,7 +343,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		bucket    uint32
+		bucket    Bucket
 		key       string
 		win, want int64
 	}{{0, "k", w - 1, 7}, {0, "k", w, 6}, {1, "x", w - 1, 9}, {2, "old", w - 1, 0}} {
@@ -521,7 +521,7 @@ func TestNearLimit(t *testing.T) {
 	}
 	// Sliding: the previous window's weight counts.
 	sl := Limit{Limit: 20, ScaleMS: 1000, Algorithm: Sliding}
-	s.Incr(0, "sl", sl, at(t, "09:59:59.500"), 18)
+	s.Incr(0, "sl", sl, 18, at(t, "09:59:59.500"))
 	signalled(s)
 	if s.Take(0, "sl", sl, now); !signalled(s) { // 18×0.5 + 1 = 10 used
 		t.Fatal("no signal at 10 left of a sliding estimate")
@@ -539,10 +539,10 @@ func TestNearLimit(t *testing.T) {
 		t.Fatal("no signal at 0 of 1 left")
 	}
 	// Incr counts unconditionally, and signals within the margin.
-	if s.Incr(0, "i", lim, now, 5); signalled(s) {
+	if s.Incr(0, "i", lim, 5, now); signalled(s) {
 		t.Fatal("Incr signalled at 15 left")
 	}
-	if s.Incr(0, "i", lim, now, 25); !signalled(s) {
+	if s.Incr(0, "i", lim, 25, now); !signalled(s) {
 		t.Fatal("Incr over the limit did not signal")
 	}
 }
@@ -551,7 +551,7 @@ func TestNearLimitTakeDoesNotAllocate(t *testing.T) {
 	s := trackedStore(t, Config{})
 	lim := Limit{Limit: MaxLimit, ScaleMS: 1000}
 	now := at(t, "10:00:00.500")
-	s.Incr(0, "k", lim, now, lim.Limit-nearMargin(lim.Limit))
+	s.Incr(0, "k", lim, lim.Limit-nearMargin(lim.Limit), now)
 	var buf []WindowCount
 	for range 3 {
 		s.Take(0, "k", lim, now)

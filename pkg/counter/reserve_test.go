@@ -12,7 +12,7 @@ import (
 // its Peek reports Overflow only once its own keys filled the reserve.
 func TestReservedBucketsKeepRoom(t *testing.T) {
 	const flood, failures = 0, 1
-	s, err := New(Config{MaxKeys: 100, Shards: 1, Reserved: []uint32{failures}, ReservedKeys: 10})
+	s, err := New(Config{MaxKeys: 100, Shards: 1, Reserved: []Bucket{failures}, ReservedKeys: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,18 +31,18 @@ func TestReservedBucketsKeepRoom(t *testing.T) {
 		t.Fatalf("Peek of a reserved bucket after the flood = %+v, want allowed, no overflow", r)
 	}
 	for i := range 10 {
-		if r := s.Incr(failures, fmt.Sprintf("acct-%d", i), lim, now, 1); r.Overflow {
+		if r := s.Incr(failures, fmt.Sprintf("acct-%d", i), lim, 1, now); r.Overflow {
 			t.Fatalf("failure %d on the reserve overflowed", i)
 		}
 	}
 	if r := s.Peek(failures, "bob", lim, now); !r.Overflow {
 		t.Fatalf("Peek with the reserve full of failures = %+v, want Overflow", r)
 	}
-	if r := s.Incr(failures, "bob", lim, now, 1); !r.Overflow {
+	if r := s.Incr(failures, "bob", lim, 1, now); !r.Overflow {
 		t.Fatalf("Incr with the table full = %+v, want Overflow", r)
 	}
 	// Merged counts of a bucket not reserved stay out of the reserve too.
-	m, err := New(Config{MaxKeys: 10, Shards: 1, Track: true, Reserved: []uint32{failures}, ReservedKeys: 5})
+	m, err := New(Config{MaxKeys: 10, Shards: 1, Track: true, Reserved: []Bucket{failures}, ReservedKeys: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,22 +56,22 @@ func TestReservedBucketsKeepRoom(t *testing.T) {
 	if merged != 5 {
 		t.Fatalf("merged %d keys of a bucket not reserved, want 5", merged)
 	}
-	if r := m.Incr(failures, "alice", lim, now, 1); r.Overflow {
+	if r := m.Incr(failures, "alice", lim, 1, now); r.Overflow {
 		t.Fatal("a failure found no room after a merge flood")
 	}
 }
 
 func TestReservedKeysConfig(t *testing.T) {
 	for _, c := range []Config{
-		{MaxKeys: 10, Reserved: []uint32{0}, ReservedKeys: 10},
-		{MaxKeys: 10, Reserved: []uint32{0}, ReservedKeys: -1},
+		{MaxKeys: 10, Reserved: []Bucket{0}, ReservedKeys: 10},
+		{MaxKeys: 10, Reserved: []Bucket{0}, ReservedKeys: -1},
 	} {
 		if _, err := New(c); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("New(%+v) = %v, want ErrInvalidConfig", c, err)
 		}
 	}
 	// The default reserve is a tenth of MaxKeys.
-	s, err := New(Config{MaxKeys: 1000, Shards: 1, Reserved: []uint32{3}})
+	s, err := New(Config{MaxKeys: 1000, Shards: 1, Reserved: []Bucket{3}})
 	if err != nil {
 		t.Fatal(err)
 	}

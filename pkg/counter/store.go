@@ -81,7 +81,7 @@ type changeRef struct {
 	e      *entry
 	off    int
 	n      int32
-	bucket uint32
+	bucket Bucket
 }
 
 // peerCount is one peer's running counts of one key, per slot like the
@@ -97,7 +97,7 @@ type peerCount struct {
 // mapKey is the map key: a struct of a small int and a string, which the
 // runtime hashes and compares without allocating.
 type mapKey struct {
-	bucket uint32
+	bucket Bucket
 	key    string
 }
 
@@ -272,7 +272,7 @@ func satAdd(a, n int64) int64 {
 }
 
 // room is how many keys sh may hold when a key of bucket is added.
-func (s *Store) room(sh *shard, bucket uint32) int {
+func (s *Store) room(sh *shard, bucket Bucket) int {
 	if int(bucket) < len(s.reserved) && s.reserved[bucket] {
 		return sh.capacity
 	}
@@ -462,7 +462,7 @@ func overflow(lim Limit, w, elapsed int64) Result {
 // Take admits and counts one hit for (bucket, key) if it is under lim at
 // now, atomically. A denied hit is not counted. It creates the key if it is
 // unknown (or reports Overflow when there is no room).
-func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result {
+func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result {
 	if !lim.valid() {
 		return Result{}
 	}
@@ -509,7 +509,7 @@ func (s *Store) Take(bucket uint32, key string, lim Limit, now time.Time) Result
 // when Peek reports Overflow as Take would: a count
 // for that key could not be kept, so "0" would be a guess. (That refusal
 // is not counted in Refused: nothing was refused storage.)
-func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result {
+func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result {
 	if !lim.valid() {
 		return Result{}
 	}
@@ -542,7 +542,7 @@ func (s *Store) Peek(bucket uint32, key string, lim Limit, now time.Time) Result
 // are counted whether or not they were over the limit). Allowed reports
 // whether one more hit would still be admitted afterwards. n ≤ 0 counts
 // nothing and returns what Peek would.
-func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int64) Result {
+func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Time) Result {
 	if n <= 0 {
 		return s.Peek(bucket, key, lim, now)
 	}
@@ -585,7 +585,7 @@ func (s *Store) Incr(bucket uint32, key string, lim Limit, now time.Time, n int6
 // rolling back when a later bucket of the same request denies. It is a
 // no-op when the window is no longer held, the key is unknown, its scale
 // is not lim.ScaleMS, or nothing local is left to undo in that window.
-func (s *Store) Release(bucket uint32, key string, lim Limit, window int64) {
+func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
 	if !lim.valid() {
 		return
 	}
@@ -614,7 +614,7 @@ func (s *Store) Release(bucket uint32, key string, lim Limit, window int64) {
 //   - n < 0 or lim is invalid.
 //
 // n == 0 stores nothing and reports whether the window is acceptable.
-func (s *Store) Add(bucket uint32, key string, lim Limit, window int64, n int64, now time.Time) bool {
+func (s *Store) Add(bucket Bucket, key string, lim Limit, window int64, n int64, now time.Time) bool {
 	if !lim.valid() || n < 0 {
 		return false
 	}
@@ -661,7 +661,7 @@ func (s *Store) Add(bucket uint32, key string, lim Limit, window int64, n int64,
 // scaleMS: local is this node's own hits (Take and Incr minus Release), total
 // is local plus the remote hits merged by Add. Both are 0 when the key is
 // unknown, counted in another scale, or the window is not held.
-func (s *Store) Count(bucket uint32, key string, scaleMS int64, window int64) (local, total int64) {
+func (s *Store) Count(bucket Bucket, key string, scaleMS int64, window int64) (local, total int64) {
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	sh.mu.Lock()

@@ -78,7 +78,7 @@ func run(t *testing.T, s *Store, lim Limit, steps []step) {
 		case "peek":
 			got = s.Peek(1, key, lim, now)
 		case "incr":
-			got = s.Incr(1, key, lim, now, st.n)
+			got = s.Incr(1, key, lim, st.n, now)
 		case "release":
 			s.Release(1, key, lim, base+st.win)
 			continue
@@ -315,8 +315,8 @@ func TestSlidingRetryAfterExhaustive(t *testing.T) {
 					lim := Limit{Limit: limit, ScaleMS: scale, Algorithm: Sliding}
 					s := newStore(t, Config{Shards: 1})
 					w0 := start / scale * scale // a window boundary
-					s.Incr(0, "k", lim, time.UnixMilli(w0), prev)
-					s.Incr(0, "k", lim, time.UnixMilli(w0+scale), cur)
+					s.Incr(0, "k", lim, prev, time.UnixMilli(w0))
+					s.Incr(0, "k", lim, cur, time.UnixMilli(w0+scale))
 					for e := int64(0); e < scale; e++ {
 						now := w0 + scale + e
 						r := s.Peek(0, "k", lim, time.UnixMilli(now))
@@ -384,7 +384,7 @@ func TestLimitValidate(t *testing.T) {
 		if r := s.Take(0, "k", l, now); r != (Result{}) {
 			t.Errorf("Take with %+v = %+v, want zero Result", l, r)
 		}
-		if r := s.Incr(0, "k", l, now, 1); r != (Result{}) {
+		if r := s.Incr(0, "k", l, 1, now); r != (Result{}) {
 			t.Errorf("Incr with %+v = %+v, want zero Result", l, r)
 		}
 		if s.Add(0, "k", l, 0, 1, now) {
@@ -430,7 +430,7 @@ func TestCountLocalAndTotal(t *testing.T) {
 	}
 	s.Take(0, "k", lim, now)
 	s.Take(0, "k", lim, now)
-	s.Incr(0, "k", lim, now, 3)
+	s.Incr(0, "k", lim, 3, now)
 	s.Add(0, "k", lim, w, 10, now)
 	s.Release(0, "k", lim, w)
 	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 14 {
@@ -650,9 +650,9 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 	const live = 300
 	key := func(i int) string { return fmt.Sprint("live-", i) }
 	for i := range live {
-		b := uint32(i % 3)
-		s.Incr(b, key(i), lim, now.Add(-time.Minute), int64(1+i%7))
-		s.Incr(b, key(i), lim, now, int64(1+i%5))
+		b := Bucket(i % 3)
+		s.Incr(b, key(i), lim, int64(1+i%7), now.Add(-time.Minute))
+		s.Incr(b, key(i), lim, int64(1+i%5), now)
 		if i%4 == 0 {
 			s.Add(b, key(i), lim, mw, 3, now)
 		}
@@ -666,7 +666,7 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 	// Changes pending for a third of the live keys only.
 	s.Changes(nil, now)
 	for i := 0; i < live; i += 3 {
-		s.Take(uint32(i%3), key(i), lim, now)
+		s.Take(Bucket(i%3), key(i), lim, now)
 	}
 
 	type counts struct{ local, total [2]int64 }
@@ -675,7 +675,7 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 		for i := range live {
 			var c counts
 			for j, win := range []int64{mw - 1, mw} {
-				c.local[j], c.total[j] = s.Count(uint32(i%3), key(i), lim.ScaleMS, win)
+				c.local[j], c.total[j] = s.Count(Bucket(i%3), key(i), lim.ScaleMS, win)
 			}
 			m[key(i)] = c
 		}
@@ -728,7 +728,7 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 	for _, c := range got {
 		var i int
 		fmt.Sscanf(c.Key, "live-%d", &i)
-		if i%3 != 0 || c.Bucket != uint32(i%3) || c.Window != mw || c.Count != wantCounts[c.Key].local[1] {
+		if i%3 != 0 || c.Bucket != Bucket(i%3) || c.Window != mw || c.Count != wantCounts[c.Key].local[1] {
 			t.Errorf("change %+v, want window %d, local count %d of a key with a pending change", c, mw, wantCounts[c.Key].local[1])
 		}
 	}
@@ -742,7 +742,7 @@ func TestReclaimRebuilds(t *testing.T) {
 	lim := Limit{Limit: 10, ScaleMS: 1000}
 	long := Limit{Limit: 10, ScaleMS: 60_000}
 	now := at(t, "10:00:00.000")
-	s.Incr(0, "long", long, now, 3)
+	s.Incr(0, "long", long, 3, now)
 	for i := range 2*rebuildFloor - 1 {
 		s.Take(0, fmt.Sprint("k", i), lim, now)
 	}
@@ -786,7 +786,7 @@ func TestKeyBound(t *testing.T) {
 	if r != want {
 		t.Errorf("Take over the bound = %+v, want %+v", r, want)
 	}
-	if r := s.Incr(0, "k5", lim, now, 1); !r.Overflow || r.Allowed {
+	if r := s.Incr(0, "k5", lim, 1, now); !r.Overflow || r.Allowed {
 		t.Errorf("Incr over the bound = %+v", r)
 	}
 	if s.Add(0, "k6", lim, now.Unix(), 1, now) {
@@ -986,8 +986,8 @@ func TestSaturation(t *testing.T) {
 	lim := Limit{Limit: MaxLimit, ScaleMS: MaxScaleMS, Algorithm: Sliding}
 	now := at(t, "10:00:00.000")
 	w := now.UnixMilli() / MaxScaleMS
-	s.Incr(0, "k", lim, time.UnixMilli((w-1)*MaxScaleMS), 1<<62)
-	s.Incr(0, "k", lim, time.UnixMilli((w-1)*MaxScaleMS), 1<<62)
+	s.Incr(0, "k", lim, 1<<62, time.UnixMilli((w-1)*MaxScaleMS))
+	s.Incr(0, "k", lim, 1<<62, time.UnixMilli((w-1)*MaxScaleMS))
 	if l, tot := s.Count(0, "k", MaxScaleMS, w-1); l != MaxCount || tot != MaxCount {
 		t.Errorf("local count not saturated: %d, %d", l, tot)
 	}
@@ -1083,10 +1083,10 @@ func TestSuite(t *testing.T) {
 
 			t.Run("Incr then Peek locks out", func(t *testing.T) {
 				s := newStore(t, Config{})
-				if r := s.Incr(0, "k", lim, now, 4); !r.Allowed {
+				if r := s.Incr(0, "k", lim, 4, now); !r.Allowed {
 					t.Fatalf("4 of 5: %+v", r)
 				}
-				if r := s.Incr(0, "k", lim, now, 1); r.Allowed || r.Remaining != 0 {
+				if r := s.Incr(0, "k", lim, 1, now); r.Allowed || r.Remaining != 0 {
 					t.Fatalf("5 of 5: %+v", r)
 				}
 				if r := s.Peek(0, "k", lim, now); r.Allowed || r.RetryAfterMS < r.ResetMS {

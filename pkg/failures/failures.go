@@ -77,7 +77,7 @@ const maxKeyBytes = 1024
 
 // Counter counts failures. *counter.Store is one.
 type Counter interface {
-	Incr(bucket uint32, key string, lim counter.Limit, now time.Time, n int64) counter.Result
+	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
 }
 
 var _ Counter = (*counter.Store)(nil)
@@ -150,7 +150,7 @@ func (rec *Recorder) isFailure(code uint32) bool {
 // refused, never dropped unseen; the check then fails closed on the same
 // full table (failure buckets deny on overflow by default).
 func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time) counter.Result {
-	after := rec.count.Incr(uint32(b), key, lim, now, 1)
+	after := rec.count.Incr(counter.Bucket(b), key, lim, 1, now)
 	bm := rec.m.bucket[b]
 	if after.Overflow {
 		bm.refused.Inc()

@@ -447,7 +447,7 @@ func TestMalformedKeyLists(t *testing.T) {
 // overflowing is a counter whose key table is always full.
 type overflowing struct{}
 
-func (overflowing) Incr(uint32, string, counter.Limit, time.Time, int64) counter.Result {
+func (overflowing) Incr(counter.Bucket, string, counter.Limit, int64, time.Time) counter.Result {
 	return counter.Result{Overflow: true, RetryAfterMS: 1000, ResetMS: 1000}
 }
 

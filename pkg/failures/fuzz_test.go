@@ -85,13 +85,13 @@ func FuzzAccessLogEntry(f *testing.F) {
 }
 
 type countingCounter struct {
-	n        map[uint32]int
+	n        map[counter.Bucket]int
 	emptyKey bool
 }
 
-func (c *countingCounter) Incr(b uint32, key string, _ counter.Limit, _ time.Time, _ int64) counter.Result {
+func (c *countingCounter) Incr(b counter.Bucket, key string, _ counter.Limit, _ int64, _ time.Time) counter.Result {
 	if c.n == nil {
-		c.n = map[uint32]int{}
+		c.n = map[counter.Bucket]int{}
 	}
 	c.n[b]++
 	c.emptyKey = c.emptyKey || key == ""

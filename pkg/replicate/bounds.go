@@ -11,7 +11,7 @@ type Bounds interface {
 	// PeerBound returns the largest running count a peer may report for
 	// bucket in windows of scaleMS, and false when no limit of the bucket
 	// on this node has windows of that length (the count is dropped).
-	PeerBound(bucket uint32, scaleMS int64) (maxCount int64, ok bool)
+	PeerBound(bucket counter.Bucket, scaleMS int64) (maxCount int64, ok bool)
 }
 
 // BucketWindows is a Bounds from a table: per bucket index, the largest
@@ -19,7 +19,7 @@ type Bounds interface {
 type BucketWindows []map[int64]int64
 
 // PeerBound implements Bounds.
-func (w BucketWindows) PeerBound(bucket uint32, scaleMS int64) (int64, bool) {
+func (w BucketWindows) PeerBound(bucket counter.Bucket, scaleMS int64) (int64, bool) {
 	if int(bucket) >= len(w) {
 		return 0, false
 	}

@@ -104,12 +104,12 @@ func (n *live) waitReady(t testing.TB) {
 	}
 }
 
-func (n *live) total(bucket uint32, key string) int64 {
+func (n *live) total(bucket counter.Bucket, key string) int64 {
 	_, tot := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
 	return tot
 }
 
-func (n *live) local(bucket uint32, key string) int64 {
+func (n *live) local(bucket counter.Bucket, key string) int64 {
 	l, _ := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
 	return l
 }
@@ -120,7 +120,7 @@ func (n *live) connected() bool {
 }
 
 // allSee waits until every node's total of (bucket, key) is want.
-func allSee(t testing.TB, nodes []*live, bucket uint32, key string, want int64) {
+func allSee(t testing.TB, nodes []*live, bucket counter.Bucket, key string, want int64) {
 	t.Helper()
 	poll.Until(t, waitLong, step, func() error {
 		for _, n := range nodes {

@@ -122,7 +122,7 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)
-		a.store.Incr(0, keys[i], lim, time.Now(), lim.Limit-lim.Limit/2)
+		a.store.Incr(0, keys[i], lim, lim.Limit-lim.Limit/2, time.Now())
 	}
 	start := time.Now()
 	var hits atomic.Int64

@@ -80,7 +80,7 @@ func (n *node) receive(msgs ...[]byte) {
 	}
 }
 
-func (n *node) total(t testing.TB, bucket uint32, key string, lim counter.Limit) int64 {
+func (n *node) total(t testing.TB, bucket counter.Bucket, key string, lim counter.Limit) int64 {
 	t.Helper()
 	_, tot := n.store.Count(bucket, key, lim.ScaleMS, floorDiv(n.now.UnixMilli(), lim.ScaleMS))
 	return tot
@@ -377,10 +377,10 @@ func TestDeferredCountsRetried(t *testing.T) {
 	sliding := counter.Limit{Limit: 100, ScaleMS: 1000, Algorithm: counter.Sliding}
 	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
 	// b holds the previous window, which its sliding estimate still reads.
-	b.store.Incr(0, "acme", sliding, t0.Add(-time.Second), 50)
+	b.store.Incr(0, "acme", sliding, 50, t0.Add(-time.Second))
 	// a's clock is ahead: its batch is for b's next window.
 	a.now = t0.Add(800 * time.Millisecond)
-	a.store.Incr(0, "acme", sliding, a.now, 7)
+	a.store.Incr(0, "acme", sliding, 7, a.now)
 	b.now = t0.Add(700 * time.Millisecond)
 	b.receive(a.publish(t, 1<<20)...)
 	if n := len(b.r.deferred); n != 1 {

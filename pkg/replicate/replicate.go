@@ -222,7 +222,7 @@ type Replicator struct {
 	log       *slog.Logger
 	m         *metrics
 	self      Origin // node id and this process's incarnation
-	bucketIdx map[string]uint32
+	bucketIdx map[string]counter.Bucket
 	batchSubj string
 	syncSubj  string
 	peers     *peerTable
@@ -307,7 +307,7 @@ func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (
 		store:     store,
 		log:       log.With("node", cfg.NodeID),
 		self:      Origin{Node: cfg.NodeID, Incarnation: rand.Uint64()},
-		bucketIdx: make(map[string]uint32, len(cfg.Buckets)),
+		bucketIdx: make(map[string]counter.Bucket, len(cfg.Buckets)),
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
 		ready:     make(chan struct{}),
@@ -316,7 +316,7 @@ func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (
 		publish:   func(nc *nats.Conn, subj string, data []byte) error { return nc.Publish(subj, data) },
 	}
 	for i, b := range cfg.Buckets {
-		r.bucketIdx[b] = uint32(i)
+		r.bucketIdx[b] = counter.Bucket(i)
 	}
 	m, err := newMetrics(reg, r.gauges)
 	if err != nil {
@@ -950,7 +950,7 @@ func (r *Replicator) merge(m *Message, origin func(int) counter.PeerID, now time
 			count = bound[e.Limit]
 			r.m.clamped.Inc()
 		}
-		wc := counter.WindowCount{Bucket: uint32(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: count}
+		wc := counter.WindowCount{Bucket: counter.Bucket(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: count}
 		if r.mergeOne(pid, wc, now) {
 			merged++
 		}

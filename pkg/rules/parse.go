@@ -147,7 +147,7 @@ func (p *parser) parse(data []byte) *Rules {
 	// of their own that a flood of other keys cannot take.
 	for i := range r.Buckets {
 		if r.Buckets[i].Count == CountFailures {
-			r.Counter.Reserved = append(r.Counter.Reserved, uint32(i))
+			r.Counter.Reserved = append(r.Counter.Reserved, counter.Bucket(i))
 		}
 	}
 	p.crossCheck(r)

@@ -366,10 +366,10 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []uint32
+	var want []counter.Bucket
 	for i, b := range r.Buckets {
 		if b.Count == rules.CountFailures {
-			want = append(want, uint32(i))
+			want = append(want, counter.Bucket(i))
 		}
 	}
 	if len(want) != 2 || !slices.Equal(r.Counter.Reserved, want) {
