@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -17,26 +15,8 @@ import (
 // Envoy sees (and reports in x-envoy-external-address) a distinct client.
 func (s *stack) loginFrom(srcIP, path, account, password string) *response {
 	s.t.Helper()
-	client := &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true, DialContext: (&net.Dialer{
-			LocalAddr: &net.TCPAddr{IP: net.ParseIP(srcIP)},
-			Timeout:   2 * time.Second,
-		}).DialContext},
-	}
 	body := fmt.Sprintf(`{"email":%q,"password":%q}`, account, password)
-	req, err := http.NewRequest(http.MethodPost, "http://"+s.addrs.Listener+path, strings.NewReader(body))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		s.t.Fatalf("login from %s: %v", srcIP, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return &response{status: resp.StatusCode, header: resp.Header, body: b}
+	return s.send(srcIP, path, "application/json", body, nil)
 }
 
 // awayFromMinuteEdge waits past the next minute boundary when fewer than
