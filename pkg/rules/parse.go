@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // The configuration grammar, as Parse reads it (YAML; an unknown or
@@ -38,7 +39,9 @@ import (
 //	             mode: enforce | shadow, count: requests | failures,
 //	             overridable: bool, on_missing_key: allow | deny,
 //	             on_overflow: allow | deny (deny for count: failures) }
-//	window   = Go duration of whole milliseconds (500ms, 1s, 1m, 1h) | second | minute | hour | day
+//	window   = Go duration of whole milliseconds, at most 2^31−1 ms (500ms, 1s, 1m, 1h)
+//	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
+//	           (tenantlimits.ParseWindow, the one grammar; overrides take a subset)
 //	routes   = [ route, … ]                         (at least one)
 //	route    = { name: unique string, method: uppercase method,
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
@@ -76,7 +79,7 @@ type parser struct {
 	problems Problems
 	// broken buckets already have a problem reported; checks that follow
 	// from it (no limit, say) would only repeat it.
-	broken map[int]bool
+	broken map[counter.Bucket]bool
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -317,29 +320,6 @@ func (p *parser) parseFailures(n *yaml.Node, f *Failures) {
 	})
 }
 
-// parseScale reads a window length: a Go duration ("1s", "500ms", "1m") or
-// one of second, minute, hour, day.
-func parseScale(s string) (int64, error) {
-	switch s {
-	case "second":
-		return 1000, nil
-	case "minute":
-		return 60_000, nil
-	case "hour":
-		return 3_600_000, nil
-	case "day":
-		return 86_400_000, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (like 1s, 500ms, 1m, 1h, or second, minute, hour, day)", s)
-	}
-	if d <= 0 || d%time.Millisecond != 0 {
-		return 0, fmt.Errorf("%q must be a positive whole number of milliseconds", s)
-	}
-	return d.Milliseconds(), nil
-}
-
 // limitFields parses limit/per/algorithm from a bucket or a route default.
 func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Limit) {
 	switch key {
@@ -352,10 +332,7 @@ func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Li
 		if !ok {
 			return
 		}
-		ms, err := parseScale(s)
-		if err == nil && ms > counter.MaxScaleMS {
-			err = fmt.Errorf("%q is longer than the longest window, %s", s, time.Duration(counter.MaxScaleMS)*time.Millisecond)
-		}
+		ms, err := tenantlimits.ParseWindow(s)
 		if err != nil {
 			p.errorf(v, "%s.per: %v", what, err)
 			return
@@ -440,9 +417,9 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
 		if len(p.problems) > before {
 			if p.broken == nil {
-				p.broken = map[int]bool{}
+				p.broken = map[counter.Bucket]bool{}
 			}
-			p.broken[len(r.Buckets)] = true
+			p.broken[counter.Bucket(len(r.Buckets))] = true
 		}
 		r.Buckets = append(r.Buckets, b)
 	})
@@ -466,8 +443,8 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 		var (
 			name, method string
 			paths        []*yaml.Node
-			buckets      []int
-			defaults     map[int]counter.Limit
+			buckets      []counter.Bucket
+			defaults     map[counter.Bucket]counter.Limit
 			sawBuckets   bool
 		)
 		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
@@ -530,12 +507,12 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	}
 }
 
-func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
+func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []counter.Bucket {
 	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 		p.errorf(v, "%s must be a non-empty list of bucket names", what)
 		return nil
 	}
-	var out []int
+	var out []counter.Bucket
 	for _, bn := range v.Content {
 		name, ok := p.str(bn, what)
 		if !ok {
@@ -545,17 +522,17 @@ func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
 		switch {
 		case b < 0:
 			p.errorf(bn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
-		case slices.Contains(out, b):
+		case slices.Contains(out, counter.Bucket(b)):
 			p.errorf(bn, "%s: bucket %q named twice", what, name)
 		default:
-			out = append(out, b)
+			out = append(out, counter.Bucket(b))
 		}
 	}
 	return out
 }
 
-func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]counter.Limit {
-	out := map[int]counter.Limit{}
+func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.Bucket]counter.Limit {
+	out := map[counter.Bucket]counter.Limit{}
 	p.eachKey(v, what, nil, func(name string, kn, lv *yaml.Node) {
 		b := r.BucketIndex(name)
 		if b < 0 {
@@ -570,7 +547,7 @@ func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]coun
 			p.errorf(kn, "%s.%s: a route default needs both limit and per", what, name)
 			return
 		}
-		out[b] = l
+		out[counter.Bucket(b)] = l
 	})
 	return out
 }
@@ -589,7 +566,7 @@ func (p *parser) crossCheck(r *Rules) {
 	p.resolveDefaults(r)
 	type shapeKey struct{ method, shape string }
 	seen := map[shapeKey]int{}
-	for ri, rt := range r.Routes {
+	for _, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
 		sk := shapeKey{rt.Method, templateShape(rt.Path)}
 		if prev, ok := seen[sk]; ok {
@@ -603,7 +580,8 @@ func (p *parser) crossCheck(r *Rules) {
 			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
 				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
 			}
-			if _, ok := r.Limit(ri, b); !ok && !p.broken[b] {
+			lb := tenantlimits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
+			if _, ok := lb.Configured(); !ok && !p.broken[b] {
 				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
 			}
 		}
@@ -656,7 +634,7 @@ func templateParams(t string) []string {
 // default for a bucket with a limit of its own would never apply: also a
 // problem, so that the file says what is enforced.
 func (p *parser) resolveDefaults(r *Rules) {
-	first := map[int]int{} // bucket → index of the first route giving it a default
+	first := map[counter.Bucket]int{} // bucket → index of the first route giving it a default
 	for ri, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
 		for b, l := range rt.Defaults {
