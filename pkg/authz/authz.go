@@ -58,7 +58,8 @@ type Config struct {
 
 // Bucket is what the Service needs of one bucket.
 type Bucket struct {
-	// Name is [a-z0-9_]+: it is written unquoted-safe into headers.
+	// Name is a descriptors.ValidBucketName: safe in a Structured Field
+	// string, a JSON body and a metric label.
 	Name string
 	Key  descriptors.KeyKind
 	// Shadow buckets count and report as usual but never deny.
@@ -118,8 +119,8 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 		return nil, fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
 	}
 	for _, b := range cfg.Buckets {
-		if b.Name == "" || strings.Trim(b.Name, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
-			return nil, fmt.Errorf("authz: bucket name %q is not [a-z0-9_]+", b.Name)
+		if !descriptors.ValidBucketName(b.Name) {
+			return nil, fmt.Errorf("authz: %q is not a bucket name", b.Name)
 		}
 	}
 	mt, err := newMetrics(reg)

@@ -187,7 +187,7 @@ func New(cfg Config) (*Engine, error) {
 		{"TenantHeader", cfg.TenantHeader},
 		{"AccountHeader", cfg.AccountHeader},
 	} {
-		if p := headerNameProblem(h.v); h.v != "" && p != "" {
+		if p := HeaderNameProblem(h.v); h.v != "" && p != "" {
 			fail("%s %q: %s", h.field, h.v, p)
 		}
 	}
@@ -233,11 +233,11 @@ func New(cfg Config) (*Engine, error) {
 				fail("%s: keys by account but neither AccountHeader nor AccountBodyField is set", where)
 			}
 		case KeyPathParam:
-			if !validParamName(b.Key.Name) {
+			if !ValidParamName(b.Key.Name) {
 				fail("%s: path param name %q must match [A-Za-z_][A-Za-z0-9_]*", where, b.Key.Name)
 			}
 		case KeyHeader:
-			if p := headerNameProblem(b.Key.Name); p != "" {
+			if p := HeaderNameProblem(b.Key.Name); p != "" {
 				fail("%s: header name %q: %s", where, b.Key.Name, p)
 			}
 		default:
@@ -252,7 +252,7 @@ func New(cfg Config) (*Engine, error) {
 		if r.Name != "" {
 			e.routeByName[r.Name] = append(e.routeByName[r.Name], i)
 		}
-		if !validMethod(r.Method) {
+		if !ValidMethod(r.Method) {
 			fail("%s: method %q must be empty (any) or an uppercase HTTP method", where, r.Method)
 			ok = false
 		}
@@ -292,7 +292,7 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 		if problem == "" {
-			key := r.Method + " " + tpl.shape()
+			key, _ := RouteKey(r.Method, r.Template)
 			if j, dup := shapes[key]; dup {
 				fail("%s: duplicate of route %d (same method and template shape)", where, j)
 				ok = false
@@ -354,9 +354,14 @@ func routeDesc(i int, r Route) string {
 	return fmt.Sprintf("route %d %q (%s %q)", i, r.Name, m, r.Template)
 }
 
-// headerNameProblem says what is wrong with a header name, or "".
-func headerNameProblem(h string) string {
-	if h == "" {
+// HeaderNameProblem says what is wrong with a header name as a key source,
+// or "" when there is nothing: a name is a lowercase HTTP token (letters,
+// digits and !#$%&'*+-.^_`|~; Envoy sends header names lowercase),
+// optionally after one ":" (a pseudo-header such as :authority). The
+// configuration, the matcher and every other consumer hold names to this
+// one rule.
+func HeaderNameProblem(h string) string {
+	if h == "" || h == ":" {
 		return "empty"
 	}
 	for i := 0; i < len(h); i++ {
@@ -364,18 +369,34 @@ func headerNameProblem(h string) string {
 		switch {
 		case 'A' <= c && c <= 'Z':
 			return "not lowercase (Envoy sends header names lowercase)"
-		case c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/;<=>?@[\\]{}", c) >= 0:
+		case c == ':' && i == 0:
+		case c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0:
 			return fmt.Sprintf("invalid character %q", c)
 		}
 	}
 	return ""
 }
 
-// validMethod reports whether m is "" or an uppercase method token.
-func validMethod(m string) bool {
+// ValidMethod reports whether m is "" (any method) or an uppercase HTTP
+// method: the letters A to Z only.
+func ValidMethod(m string) bool {
 	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if !('A' <= c && c <= 'Z' || c == '-' || c == '_') {
+		if c := m[i]; c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidBucketName reports whether name is a bucket name: a lowercase
+// letter, then up to 62 lowercase letters, digits and "_". Such a name is
+// safe unquoted in a header, a metric label and a JSON key.
+func ValidBucketName(name string) bool {
+	if name == "" || len(name) > 63 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
 			return false
 		}
 	}

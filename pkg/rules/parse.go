@@ -43,12 +43,17 @@ import (
 //	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
 //	           (tenantlimits.ParseWindow, the one grammar; overrides take a subset)
 //	routes   = [ route, … ]                         (at least one)
-//	route    = { name: unique string, method: uppercase method,
+//	route    = { name: unique string, method: uppercase letters (GET, POST, …),
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
 //	             defaults: { bucket-name: { limit, per, algorithm }, … } }
 //	template = /segment/… where a segment may be {param}
 //
-// bucket-name is [a-z][a-z0-9_]{0,62}; header names are lowercase tokens;
+// bucket-name is [a-z][a-z0-9_]{0,62} (descriptors.ValidBucketName);
+// header names are lowercase tokens, or a pseudo-header such as :authority
+// (descriptors.HeaderNameProblem); param is [A-Za-z_][A-Za-z0-9_]*
+// (descriptors.ValidParamName); a method is A–Z only
+// (descriptors.ValidMethod); two routes with the same method and the same
+// template shape are one route given twice (descriptors.RouteKey);
 // a route default is the bucket's limit on every route (one per bucket,
 // and none for a bucket with its own limit), since a client picks the route
 // by its path. The shipped config/ratelimit.yaml and the README's
@@ -91,11 +96,7 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 }
 
 var (
-	headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
-	fieldName  = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-	bucketName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-	paramName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	methodName = regexp.MustCompile(`^[A-Z]+$`)
+	fieldName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 )
 
 func (p *parser) parse(data []byte) *Rules {
@@ -243,7 +244,7 @@ func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
 			if !ok {
 				return
 			}
-			if s != "" && !headerName.MatchString(s) {
+			if s != "" && descriptors.HeaderNameProblem(s) != "" {
 				p.errorf(v, "keys.%s: %q is not a lowercase header name", key, s)
 				return
 			}
@@ -357,9 +358,9 @@ func (p *parser) parseKeySpec(v *yaml.Node, what string) (descriptors.KeySpec, b
 		return descriptors.KeySpec{Kind: descriptors.KeyIP}, true
 	case s == "account":
 		return descriptors.KeySpec{Kind: descriptors.KeyAccount}, true
-	case strings.HasPrefix(s, "path:") && paramName.MatchString(s[5:]):
+	case strings.HasPrefix(s, "path:") && descriptors.ValidParamName(s[5:]):
 		return descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: s[5:]}, true
-	case strings.HasPrefix(s, "header:") && headerName.MatchString(s[7:]):
+	case strings.HasPrefix(s, "header:") && descriptors.HeaderNameProblem(s[7:]) == "":
 		return descriptors.KeySpec{Kind: descriptors.KeyHeader, Name: s[7:]}, true
 	}
 	p.errorf(v, "%s: %q is not a key (tenant, ip, account, path:<param>, header:<lowercase-name>)", what, s)
@@ -370,7 +371,7 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
 		what := "buckets." + name
-		if !bucketName.MatchString(name) {
+		if !descriptors.ValidBucketName(name) {
 			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
 		}
 		b := Bucket{Name: name}
@@ -457,7 +458,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 				names[name] = true
 			case "method":
 				m, ok := p.str(v, what+".method")
-				if ok && !methodName.MatchString(m) {
+				if ok && (m == "" || !descriptors.ValidMethod(m)) {
 					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
 				}
 				method = m
@@ -564,17 +565,16 @@ func bucketNames(r *Rules) string {
 // another, keys a route cannot supply, buckets without a limit.
 func (p *parser) crossCheck(r *Rules) {
 	p.resolveDefaults(r)
-	type shapeKey struct{ method, shape string }
-	seen := map[shapeKey]int{}
+	seen := map[string]int{}
 	for _, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
-		sk := shapeKey{rt.Method, templateShape(rt.Path)}
+		sk, _ := descriptors.RouteKey(rt.Method, rt.Path)
 		if prev, ok := seen[sk]; ok {
 			p.errorf(at, "route %s %s repeats the route at line %d (same method and path shape)", methodOrAny(rt.Method), rt.Path, prev)
 		} else {
 			seen[sk] = rt.Line
 		}
-		params := templateParams(rt.Path)
+		params := descriptors.TemplateParams(rt.Path)
 		for _, b := range rt.Buckets {
 			bk := r.Buckets[b]
 			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
@@ -603,27 +603,6 @@ func methodOrAny(m string) string {
 		return "(any method)"
 	}
 	return m
-}
-
-// templateShape erases capture names: /a/{x} and /a/{y} match the same paths.
-func templateShape(t string) string {
-	segs := strings.Split(t, "/")
-	for i, s := range segs {
-		if strings.HasPrefix(s, "{") {
-			segs[i] = "{}"
-		}
-	}
-	return strings.Join(segs, "/")
-}
-
-func templateParams(t string) []string {
-	var out []string
-	for _, s := range strings.Split(t, "/") {
-		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
-			out = append(out, s[1:len(s)-1])
-		}
-	}
-	return out
 }
 
 // resolveDefaults makes each route default the limit of its bucket, on

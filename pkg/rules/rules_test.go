@@ -375,3 +375,36 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
 	return tenantlimits.NewResolver(wiring.Limits(r), nil).Limit(counter.Bucket(b), "")
 }
+
+// The configuration holds windows, header names and methods to the one
+// rule each that the rest of the product uses (tenantlimits.ParseWindow,
+// descriptors.HeaderNameProblem, descriptors.ValidMethod).
+func TestSharedRules(t *testing.T) {
+	r, err := rules.Parse([]byte(`
+buckets:
+  daily: {limit: 5, per: 1d, key: "header::authority"}
+  minutely: {limit: 5, per: Minute, key: tenant}
+routes: [{method: GET, path: /x, buckets: [daily, minutely]}]`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := limitOf(r, 0); l.ScaleMS != 86_400_000 || r.Buckets[0].Key.Name != ":authority" {
+		t.Errorf("daily: %+v %+v", l, r.Buckets[0].Key)
+	}
+	if l, _ := limitOf(r, 1); l.ScaleMS != 60_000 {
+		t.Errorf("minutely: %+v", l)
+	}
+	for _, bad := range []string{
+		`{method: M-SEARCH, path: /x, buckets: [b]}`,
+		`{method: "", path: /x, buckets: [b]}`,
+	} {
+		if _, err := rules.Parse([]byte("buckets: {b: {limit: 1, per: 1s, key: tenant}}\nroutes: ["+bad+"]"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "is not an uppercase HTTP method") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if _, err := rules.Parse([]byte(`
+buckets: {b: {limit: 1, per: 1s, key: "header:a:b"}}
+routes: [{path: /x, buckets: [b]}]`), "t.yaml"); err == nil {
+		t.Error("a colon inside a header name accepted")
+	}
+}

@@ -182,8 +182,6 @@ func Validate(bs Buckets, o Override) error {
 	return o.validate()
 }
 
-var bucketNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-
 // entryProblem is one entry of a stored value that cannot be used.
 type entryProblem struct {
 	Bucket string
@@ -217,7 +215,7 @@ func parseLimits(raw []byte) (entries []Override, problems []entryProblem, err e
 
 func parseEntry(name string, raw json.RawMessage) (Override, error) {
 	o := Override{Bucket: name}
-	if !bucketNameRE.MatchString(name) {
+	if !descriptors.ValidBucketName(name) {
 		return o, fmt.Errorf("%w: %q is not a bucket name", ErrInvalid, name)
 	}
 	var fields map[string]json.RawMessage
