@@ -17,6 +17,9 @@
 // counted in failures_refused_total (the check fails closed on that table
 // meanwhile), never dropped unseen.
 //
+// A failure counts under the limit the Check peeks at: both ask the one
+// resolver (Limits) with the bucket and the key.
+//
 // Only failures count: successes never reach the counters. The Check only
 // peeks at these buckets, so once one is at its limit every attempt is
 // denied until the window ends, and a denial does not extend the lockout.
