@@ -11,7 +11,10 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func root(t *testing.T) string {
@@ -34,7 +37,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range r.Buckets {
-		lim, ok := r.Limit(-1, indexOf(r, b.Name))
+		lim, ok := tenantlimits.NewResolver(wiring.Limits(r), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
 		if b.Count == rules.CountFailures {
 			continue
 		}
@@ -55,7 +58,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Errorf("memory config: max_keys %d", r.Counter.MaxKeys)
 	}
 	for _, name := range []string{"token_create", "token_create_2", "token_create_3"} {
-		lim, _ := r.Limit(-1, indexOf(r, name))
+		lim, _ := tenantlimits.NewResolver(wiring.Limits(r), nil).Configured(counter.Bucket(indexOf(r, name)))
 		if lim.ScaleMS != 90_000 || lim.Limit != 10 {
 			t.Errorf("memory config: %s %+v, want 10 per 90s", name, lim)
 		}

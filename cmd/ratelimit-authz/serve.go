@@ -12,12 +12,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 type serveConfig struct {
@@ -169,7 +171,8 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	svc, err := authz.New(r, matcher, store, reg, log, authz.Options{Overrides: overrides})
+	limits := tenantlimits.NewResolver(wiring.Limits(r), overrides)
+	svc, err := authz.New(wiring.Authz(r), matcher, store, limits, reg, log, authz.Options{})
 	if err != nil {
 		return err
 	}
@@ -177,7 +180,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rec, err := failures.New(r, store, reg, log, failures.Options{Token: c.failuresToken})
+	rec, err := failures.New(wiring.Failures(r), store, limits, reg, log, failures.Options{Token: c.failuresToken})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
@@ -237,13 +238,12 @@ func newReplicator(c *clusterConfig, r *rules.Rules, store *counter.Store, reg p
 // (tenantlimits.Scales), with any count an override allows.
 func peerBounds(r *rules.Rules) replicate.BucketWindows {
 	w := make(replicate.BucketWindows, len(r.Buckets))
+	limits := tenantlimits.NewResolver(wiring.Limits(r), nil)
 	for i := range r.Buckets {
 		m := map[int64]int64{}
 		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
-		for route := -1; route < len(r.Routes); route++ {
-			if l, ok := r.Limit(route, i); ok {
-				add(l)
-			}
+		if l, ok := limits.Configured(counter.Bucket(i)); ok {
+			add(l)
 		}
 		if r.Buckets[i].Overridable {
 			for _, sc := range tenantlimits.Scales {

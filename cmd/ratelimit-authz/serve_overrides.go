@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
@@ -33,14 +33,14 @@ func (o *overridesConfig) addFlags(f *envFlags) {
 const overridesOff = "overrides: off (no database URL): the configured limits only"
 
 // newOverrides wires the tenant overrides for serve. Without a database URL
-// it returns a nil Overrides (config limits only) and a run function that
+// it returns nil Overrides (config limits only) and a run function that
 // does nothing. Otherwise it loads the overrides once, waiting at most
 // overridesStartWait (a node that cannot reach Postgres starts anyway, on
 // the snapshot file or the configured limits, and says so), and returns
 // the cache and its Run, which keeps it current and closes its connection
 // when ctx ends. state describes the overrides served in one line (for the
 // /readyz body).
-func newOverrides(ctx context.Context, cfg overridesConfig, r *rules.Rules, reg prometheus.Registerer, log *slog.Logger) (over authz.Overrides, run func(context.Context) error, state func() string, err error) {
+func newOverrides(ctx context.Context, cfg overridesConfig, r *rules.Rules, reg prometheus.Registerer, log *slog.Logger) (over tenantlimits.Overrides, run func(context.Context) error, state func() string, err error) {
 	url, err := cfg.db.resolve()
 	if err != nil {
 		return nil, nil, nil, err
@@ -52,7 +52,7 @@ func newOverrides(ctx context.Context, cfg overridesConfig, r *rules.Rules, reg 
 	if cfg.snapshot == "" {
 		log.Warn("no --overrides-snapshot: a node started while Postgres cannot be reached serves no tenant overrides until it can")
 	}
-	cache, err := tenantlimits.NewCache(tenantlimits.Config{URL: url, SnapshotFile: cfg.snapshot}, r, reg, log.With("component", "overrides"))
+	cache, err := tenantlimits.NewCache(tenantlimits.Config{URL: url, SnapshotFile: cfg.snapshot}, wiring.Limits(r), reg, log.With("component", "overrides"))
 	if err != nil {
 		return nil, nil, nil, err
 	}

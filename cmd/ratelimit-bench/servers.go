@@ -18,11 +18,13 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // noopAuthz answers every Check with OK at once, from one shared response:
@@ -142,7 +144,7 @@ func newAuthzService(configPath string, reg *prometheus.Registry, log *slog.Logg
 	if err != nil {
 		return nil, nil, fmt.Errorf("compile routes: %w", err)
 	}
-	svc, err := authz.New(r, m, store, reg, log, authz.Options{})
+	svc, err := authz.New(wiring.Authz(r), m, store, tenantlimits.NewResolver(wiring.Limits(r), nil), reg, log, authz.Options{})
 	if err != nil {
 		return nil, nil, err
 	}

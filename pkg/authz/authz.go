@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -20,7 +21,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
@@ -32,30 +32,62 @@ type Limiter interface {
 
 var _ Limiter = (*counter.Store)(nil)
 
-// Overrides are per-tenant limits that replace a bucket's configured limit
-// (tenant override ▸ config ▸ route default ▸ built-in). OverrideFor gets
-// the bucket and the request's key of it, nothing else: the override of a
-// tenant-keyed bucket follows its key, and that of a bucket keyed by
-// something else (a channel) the key's owner from a trusted source, so no
-// other part of a request can change the limit (and so reset the count) of
-// a key that other requests share. It is called on the Check path: it
-// must answer from memory, never wait on I/O.
-type Overrides interface {
-	OverrideFor(bucket int, key string) (counter.Limit, bool)
+// Limits resolves the limit of a bucket for a request's key of it
+// (tenant override ▸ config ▸ route default ▸ built-in);
+// *tenantlimits.Resolver is one. It gets the bucket and the key, nothing
+// else, so no other part of a request can change the limit (and so reset
+// the count) of a key that other requests share. It is called on the
+// Check path: it must answer from memory, never wait on I/O. ok false: the
+// bucket has no limit (one only Envoy's context_extensions name).
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Config is what the Service needs of the configuration.
+type Config struct {
+	// Buckets are indexed by counter.Bucket, as the matcher's.
+	Buckets []Bucket
+	// Routes are the labels of the matcher's routes, by route index (its
+	// name, else its path template): the route of a login's metadata.
+	Routes []string
+	// DenyUnreadableAccount refuses (403) a login whose account cannot
+	// be read, in the buckets keyed by account; otherwise it is counted
+	// under descriptors.UnreadableAccount.
+	DenyUnreadableAccount bool
+}
+
+// Bucket is what the Service needs of one bucket.
+type Bucket struct {
+	// Name is a descriptors.ValidBucketName: safe in a Structured Field
+	// string, a JSON body and a metric label.
+	Name string
+	Key  descriptors.KeyKind
+	// Shadow buckets count and report as usual but never deny.
+	Shadow bool
+	// CountFailures: the bucket counts failures reported later (failed
+	// logins); the check only peeks at it.
+	CountFailures bool
+	// DenyMissingKey refuses (403) a request lacking the key; otherwise it
+	// is allowed uncounted.
+	DenyMissingKey bool
+	// DenyOverflow refuses (429) a new key the counter has no room for;
+	// otherwise it is allowed uncounted.
+	DenyOverflow bool
 }
 
 // Service answers Envoy's Check calls. Create it with New.
 type Service struct {
 	authv3.UnimplementedAuthorizationServer
 
-	rules   *rules.Rules
-	matcher *descriptors.Engine
-	limiter Limiter
-	over    Overrides
-	log     *slog.Logger
-	now     func() time.Time
-	m       *metrics
-	buckets []bucketState
+	matcher            *descriptors.Engine
+	limiter            Limiter
+	limits             Limits
+	routes             []string
+	denyUnreadableAcct bool
+	log                *slog.Logger
+	now                func() time.Time
+	m                  *metrics
+	buckets            []bucketState
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
@@ -65,7 +97,7 @@ type Service struct {
 }
 
 type bucketState struct {
-	rule    rules.Bucket
+	rule    Bucket
 	quoted  string // the bucket name as a Structured Field string
 	metrics bucketMetrics
 }
@@ -74,23 +106,30 @@ type bucketState struct {
 type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
-	// Overrides, when set, are consulted for buckets marked overridable,
-	// with the descriptor's key (see Overrides).
-	Overrides Overrides
 }
 
-// New returns a Service for the rules, matching requests with m and
-// counting with lim. Its metrics go to reg.
-func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
-	if r == nil || m == nil || lim == nil || reg == nil || log == nil {
-		return nil, errors.New("authz: New needs rules, a matcher, a limiter, a registerer and a logger")
+// New returns a Service for cfg, matching requests with m, resolving
+// limits with limits and counting with lim. cfg must describe the buckets
+// and routes m was compiled from. Its metrics go to reg.
+func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if m == nil || lim == nil || limits == nil || reg == nil || log == nil {
+		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
+	}
+	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
+		return nil, fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
+	}
+	for _, b := range cfg.Buckets {
+		if !descriptors.ValidBucketName(b.Name) {
+			return nil, fmt.Errorf("authz: %q is not a bucket name", b.Name)
+		}
 	}
 	mt, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Service{
-		rules: r, matcher: m, limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
+		matcher: m, limiter: lim, limits: limits, log: log, now: opts.Now, m: mt,
+		routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -110,7 +149,7 @@ func New(r *rules.Rules, m *descriptors.Engine, lim Limiter, reg prometheus.Regi
 			Body:    `{"error":"path_too_long"}` + "\n",
 		}},
 	}
-	for _, b := range r.Buckets {
+	for _, b := range cfg.Buckets {
 		s.buckets = append(s.buckets, bucketState{
 			rule:    b,
 			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
@@ -189,41 +228,35 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 	)
 	for _, d := range res.Descriptors {
 		b := &s.buckets[d.Bucket]
-		lim, ok := s.rules.Limit(res.Route, d.Bucket)
-		if !ok { // a bucket only route defaults give a limit, named by Envoy
+		lim, ok := s.limits.Limit(d.Bucket, d.Key)
+		if !ok { // a bucket without a limit, named by Envoy
 			s.m.unknown.Inc()
 			continue
 		}
-		if s.over != nil && b.rule.Overridable && d.Key != "" {
-			if l, ok := s.over.OverrideFor(d.Bucket, d.Key); ok {
-				lim = l
-			}
-		}
-		login = login || b.rule.Count == rules.CountFailures
-		if d.Key == descriptors.UnreadableAccount && b.rule.Key.Kind == descriptors.KeyAccount &&
-			s.rules.Keys.UnreadableAccount == rules.AccountDeny {
+		login = login || b.rule.CountFailures
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && s.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
 			return s.denyUnreadable(b)
 		}
 		if d.Key == "" {
 			b.metrics.checks[decMissingKey].Inc()
-			if b.rule.OnMissingKey == rules.Deny {
+			if b.rule.DenyMissingKey {
 				s.giveBack(hits)
 				return s.denyMissingKey(b)
 			}
 			continue
 		}
 		var r counter.Result
-		if b.rule.Count == rules.CountFailures {
-			r = s.limiter.Peek(counter.Bucket(d.Bucket), d.Key, lim, now)
+		if b.rule.CountFailures {
+			r = s.limiter.Peek(d.Bucket, d.Key, lim, now)
 		} else {
-			r = s.limiter.Take(counter.Bucket(d.Bucket), d.Key, lim, now)
+			r = s.limiter.Take(d.Bucket, d.Key, lim, now)
 		}
 		switch {
 		case r.Overflow:
 			b.metrics.checks[decOverflow].Inc()
-			if b.rule.OnOverflow == rules.Deny {
+			if b.rule.DenyOverflow {
 				s.giveBack(hits)
 				r.RetryAfterMS = r.ResetMS
 				return s.denyLimited(ctx, b, d.Key, lim, r, nil)
@@ -231,8 +264,8 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 			continue
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
-			if b.rule.Count == rules.CountRequests {
-				hits = append(hits, taken{counter.Bucket(d.Bucket), d.Key, lim, r.Window})
+			if !b.rule.CountFailures {
+				hits = append(hits, taken{d.Bucket, d.Key, lim, r.Window})
 			}
 		default:
 			b.metrics.exceeded.Inc()
@@ -501,7 +534,7 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &s.buckets[d.Bucket]
-		if b.rule.Count != rules.CountFailures || key == "" {
+		if !b.rule.CountFailures || key == "" {
 			continue
 		}
 		var v *structpb.Value
@@ -523,11 +556,7 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	}
 	route := ""
 	if res.Route >= 0 {
-		rt := s.rules.Routes[res.Route]
-		route = rt.Name
-		if route == "" {
-			route = rt.Path
-		}
+		route = s.routes[res.Route]
 	}
 	m.keysKind.StructValue = &m.keys
 	m.keysVal.Kind = &m.keysKind

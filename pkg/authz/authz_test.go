@@ -22,11 +22,13 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 is the start of a minute, so 1 s and 1 min windows both begin here.
@@ -46,10 +48,11 @@ type harness struct {
 // so every check goes through the real wire format, as Envoy's do.
 func newHarness(t testing.TB, yaml string) *harness {
 	t.Helper()
-	return newHarnessWith(t, yaml, authz.Options{})
+	return newHarnessWith(t, yaml, nil)
 }
 
-func newHarnessWith(t testing.TB, yaml string, opts authz.Options) *harness {
+// newHarnessWith is newHarness with tenant overrides (nil: none).
+func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *harness {
 	t.Helper()
 	data := config.Default()
 	if yaml != "" {
@@ -69,8 +72,8 @@ func newHarnessWith(t testing.TB, yaml string, opts authz.Options) *harness {
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
-	opts.Now = h.clock.Now
-	h.svc, err = authz.New(r, m, store, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), opts)
+	limits := tenantlimits.NewResolver(wiring.Limits(r), over)
+	h.svc, err = authz.New(wiring.Authz(r), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,21 +394,21 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 }
 
 // overrides is a fixed table of tenant overrides.
-type overrides map[string]map[int]counter.Limit
+type overrides map[string]map[counter.Bucket]counter.Limit
 
-func (o overrides) OverrideFor(bucket int, key string) (counter.Limit, bool) {
+func (o overrides) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool) {
 	l, ok := o[key][bucket]
 	return l, ok
 }
 
 func TestTenantOverridesComeFirst(t *testing.T) {
 	r, _ := rules.Parse(config.Default(), "")
-	act, tok := r.BucketIndex("activity_create"), r.BucketIndex("token_create")
-	h := newHarnessWith(t, "", authz.Options{Overrides: overrides{
+	act, tok := counter.Bucket(r.BucketIndex("activity_create")), counter.Bucket(r.BucketIndex("token_create"))
+	h := newHarnessWith(t, "", overrides{
 		"big": {act: {Limit: 200, ScaleMS: 1000}},
 		// token_create is not overridable: an override for it is ignored.
 		"any": {tok: {Limit: 1000, ScaleMS: 60000}},
-	}})
+	})
 	big := req{path: "/api/activities", headers: tenant("big")}
 	resp := h.check(big)
 	if got := responseHeaders(resp)["ratelimit-policy"]; got != `"activity_create";q=200;w=1` {

@@ -34,8 +34,11 @@
 // later bucket denies, the hits already taken from earlier buckets are
 // given back, so a denied request costs no budget.
 //
-// Tenant overrides (Options.Overrides) replace a bucket's limit for
-// buckets marked overridable; they are read from memory.
+// Each bucket's limit comes from the Limits given to New (the one
+// resolver, tenantlimits.Resolver: tenant override ▸ config ▸ route
+// default ▸ built-in), asked with the bucket and the request's key of it
+// only; it answers from memory. A bucket it has no limit for (one only
+// Envoy's context_extensions name) is skipped and counted as unknown.
 //
 // Check does no I/O, takes no lock beyond the counter's shard locks and
 // starts no goroutine. Service is safe for concurrent use.

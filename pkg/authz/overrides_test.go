@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
@@ -15,15 +14,15 @@ import (
 // (tenant-keyed buckets) or owned by one (owners), and records every
 // lookup it is asked for.
 type ownedOverrides struct {
-	tenantKeyed map[int]bool
+	tenantKeyed map[counter.Bucket]bool
 	owners      map[string]string // key → tenant
-	limits      map[string]map[int]counter.Limit
+	limits      map[string]map[counter.Bucket]counter.Limit
 
 	mu    sync.Mutex
 	asked []string // keys looked up
 }
 
-func (o *ownedOverrides) OverrideFor(bucket int, key string) (counter.Limit, bool) {
+func (o *ownedOverrides) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool) {
 	o.mu.Lock()
 	o.asked = append(o.asked, key)
 	o.mu.Unlock()
@@ -51,16 +50,16 @@ func admitted(h *harness, n int, r func(i int) req) int {
 // channel's count; only the channel's owner decides.
 func TestOverrideFollowsTheKeyNotTheHeader(t *testing.T) {
 	r, _ := rules.Parse(config.Default(), "")
-	inb, act := r.BucketIndex("inbound"), r.BucketIndex("activity_create")
+	inb, act := counter.Bucket(r.BucketIndex("inbound")), counter.Bucket(r.BucketIndex("activity_create"))
 	over := &ownedOverrides{
-		tenantKeyed: map[int]bool{act: true},
+		tenantKeyed: map[counter.Bucket]bool{act: true},
 		owners:      map[string]string{"ch-owned": "bigco"},
-		limits: map[string]map[int]counter.Limit{
+		limits: map[string]map[counter.Bucket]counter.Limit{
 			"bigco": {inb: {Limit: 5000, ScaleMS: 1000}, act: {Limit: 200, ScaleMS: 1000}},
 			"slow":  {inb: {Limit: 50, ScaleMS: 60_000}},
 		},
 	}
-	h := newHarnessWith(t, "", authz.Options{Overrides: over})
+	h := newHarnessWith(t, "", over)
 
 	claim := func(tenant string) func(int) req {
 		return func(int) req { return req{path: "/api/inbound/ch-1", headers: tenantHeader(tenant)} }

@@ -4,8 +4,9 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/jsonscan"
 )
 
 const (
@@ -14,9 +15,6 @@ const (
 	// document is malformed, and a truncated form could hide a later copy
 	// of the field.
 	maxBodyBytes = 64 << 10
-
-	// maxJSONDepth bounds the nesting of a JSON body; deeper is malformed.
-	maxJSONDepth = 64
 
 	headerContentType   = "content-type"
 	headerContentLength = "content-length"
@@ -223,57 +221,52 @@ func formKeyIs(k, field string) bool {
 // malformed document, a non-string value for the field, or copies that
 // disagree make the account missing.
 func jsonAccount(body, field string) (string, bool) {
-	p := jsonParser{s: body}
-	p.ws()
-	if !p.eat('{') {
+	p := jsonscan.New(body)
+	if !p.Token('{') {
 		return "", false
 	}
 	var pick accountPick
-	p.ws()
-	if !p.eat('}') {
+	if !p.Token('}') {
 		for {
-			p.ws()
-			ks, ke, kesc := p.str()
+			p.Space()
+			ks, ke, kesc := p.String()
 			if ks < 0 {
 				return "", false
 			}
-			p.ws()
-			if !p.eat(':') {
+			if !p.Token(':') {
 				return "", false
 			}
-			p.ws()
+			p.Space()
 			if jsonKeyIs(body[ks:ke], kesc, field) {
-				if p.peek() != '"' {
+				if p.Peek() != '"' {
 					pick.ambiguous = true
-					if !p.value(1) {
+					if !p.Value(1) {
 						return "", false
 					}
 				} else {
-					vs, ve, vesc := p.str()
+					vs, ve, vesc := p.String()
 					if vs < 0 {
 						return "", false
 					}
 					v := body[vs:ve]
 					if vesc {
-						v = unescapeJSON(v)
+						v = jsonscan.Unescape(v)
 					}
 					pick.add(v)
 				}
-			} else if !p.value(1) {
+			} else if !p.Value(1) {
 				return "", false
 			}
-			p.ws()
-			if p.eat(',') {
+			if p.Token(',') {
 				continue
 			}
-			if p.eat('}') {
+			if p.Eat('}') {
 				break
 			}
 			return "", false
 		}
 	}
-	p.ws()
-	if p.i != len(p.s) {
+	if !p.End() {
 		return "", false
 	}
 	return pick.result()
@@ -281,250 +274,9 @@ func jsonAccount(body, field string) (string, bool) {
 
 func jsonKeyIs(raw string, escaped bool, field string) bool {
 	if escaped {
-		raw = unescapeJSON(raw)
+		raw = jsonscan.Unescape(raw)
 	}
 	return strings.EqualFold(raw, field)
-}
-
-// jsonParser validates JSON (RFC 8259) without building values. Its input is
-// valid UTF-8 (checked by the caller).
-type jsonParser struct {
-	s string
-	i int
-}
-
-func (p *jsonParser) ws() {
-	for p.i < len(p.s) {
-		switch p.s[p.i] {
-		case ' ', '\t', '\n', '\r':
-			p.i++
-		default:
-			return
-		}
-	}
-}
-
-func (p *jsonParser) peek() byte {
-	if p.i < len(p.s) {
-		return p.s[p.i]
-	}
-	return 0
-}
-
-func (p *jsonParser) eat(c byte) bool {
-	if p.peek() == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// value skips one value; false when it is malformed.
-func (p *jsonParser) value(depth int) bool {
-	if depth > maxJSONDepth {
-		return false
-	}
-	switch c := p.peek(); {
-	case c == '"':
-		s, _, _ := p.str()
-		return s >= 0
-	case c == '{':
-		p.i++
-		p.ws()
-		if p.eat('}') {
-			return true
-		}
-		for {
-			p.ws()
-			if s, _, _ := p.str(); s < 0 {
-				return false
-			}
-			p.ws()
-			if !p.eat(':') {
-				return false
-			}
-			p.ws()
-			if !p.value(depth + 1) {
-				return false
-			}
-			p.ws()
-			if p.eat('}') {
-				return true
-			}
-			if !p.eat(',') {
-				return false
-			}
-		}
-	case c == '[':
-		p.i++
-		p.ws()
-		if p.eat(']') {
-			return true
-		}
-		for {
-			p.ws()
-			if !p.value(depth + 1) {
-				return false
-			}
-			p.ws()
-			if p.eat(']') {
-				return true
-			}
-			if !p.eat(',') {
-				return false
-			}
-		}
-	case c == 't':
-		return p.lit("true")
-	case c == 'f':
-		return p.lit("false")
-	case c == 'n':
-		return p.lit("null")
-	case c == '-' || '0' <= c && c <= '9':
-		return p.number()
-	}
-	return false
-}
-
-func (p *jsonParser) lit(w string) bool {
-	if strings.HasPrefix(p.s[p.i:], w) {
-		p.i += len(w)
-		return true
-	}
-	return false
-}
-
-func (p *jsonParser) digits() int {
-	n := 0
-	for p.i < len(p.s) && '0' <= p.s[p.i] && p.s[p.i] <= '9' {
-		p.i++
-		n++
-	}
-	return n
-}
-
-func (p *jsonParser) number() bool {
-	p.eat('-')
-	switch {
-	case p.eat('0'):
-	case p.digits() == 0:
-		return false
-	}
-	if p.eat('.') && p.digits() == 0 {
-		return false
-	}
-	if p.eat('e') || p.eat('E') {
-		if !p.eat('+') {
-			p.eat('-')
-		}
-		if p.digits() == 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// str scans a string at p.i and returns the bounds of its contents and
-// whether it holds escapes; start is -1 when it is malformed.
-func (p *jsonParser) str() (start, end int, escaped bool) {
-	if !p.eat('"') {
-		return -1, 0, false
-	}
-	start = p.i
-	for p.i < len(p.s) {
-		c := p.s[p.i]
-		switch {
-		case c == '"':
-			end = p.i
-			p.i++
-			return start, end, escaped
-		case c < 0x20:
-			return -1, 0, false
-		case c == '\\':
-			escaped = true
-			if p.i+1 >= len(p.s) {
-				return -1, 0, false
-			}
-			switch p.s[p.i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				p.i += 2
-			case 'u':
-				if _, ok := hex4(p.s, p.i+2); !ok {
-					return -1, 0, false
-				}
-				p.i += 6
-			default:
-				return -1, 0, false
-			}
-		default:
-			p.i++
-		}
-	}
-	return -1, 0, false
-}
-
-// hex4 decodes the four hex digits at s[i:].
-func hex4(s string, i int) (rune, bool) {
-	if i+4 > len(s) {
-		return 0, false
-	}
-	var r rune
-	for _, c := range []byte(s[i : i+4]) {
-		d, ok := unhex(c)
-		if !ok {
-			return 0, false
-		}
-		r = r<<4 | rune(d)
-	}
-	return r, true
-}
-
-// unescapeJSON decodes the contents of a well-formed JSON string as
-// encoding/json does: a lone surrogate becomes U+FFFD.
-func unescapeJSON(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c != '\\' {
-			b.WriteByte(c)
-			i++
-			continue
-		}
-		switch s[i+1] {
-		case 'b':
-			b.WriteByte('\b')
-		case 'f':
-			b.WriteByte('\f')
-		case 'n':
-			b.WriteByte('\n')
-		case 'r':
-			b.WriteByte('\r')
-		case 't':
-			b.WriteByte('\t')
-		case 'u':
-			r, _ := hex4(s, i+2)
-			i += 6
-			if utf16.IsSurrogate(r) {
-				if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
-					if r2, ok := hex4(s, i+2); ok {
-						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							b.WriteRune(d)
-							i += 6
-							continue
-						}
-					}
-				}
-				r = utf8.RuneError
-			}
-			b.WriteRune(r)
-			continue
-		default: // '"', '\\', '/'
-			b.WriteByte(s[i+1])
-		}
-		i += 2
-	}
-	return b.String()
 }
 
 // NormalizeAccount returns an account as Describe reports it: trimmed and

@@ -3,6 +3,8 @@ package descriptors
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 func TestClientIP(t *testing.T) {
@@ -99,7 +101,7 @@ func TestIPKey(t *testing.T) {
 	} {
 		e := mustNew(t, Config{
 			Buckets:    []Bucket{{Name: "per_ip", Key: KeySpec{Kind: KeyIP}}},
-			Routes:     []Route{{Template: "/x", Buckets: []int{0}}},
+			Routes:     []Route{{Template: "/x", Buckets: []counter.Bucket{0}}},
 			IPv6Prefix: tt.prefix,
 		})
 		got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: tt.peer}, nil)

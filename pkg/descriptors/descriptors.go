@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // KeyKind says where a bucket's key comes from.
@@ -49,8 +51,8 @@ type KeySpec struct {
 	Name string
 }
 
-// Bucket is one budget. Its index in Config.Buckets is its identity in
-// Descriptor.Bucket.
+// Bucket is one budget. Its index in Config.Buckets is its identity, the
+// counter.Bucket of Descriptor.Bucket.
 type Bucket struct {
 	Name string // unique, non-empty; Envoy's ratelimit_buckets refers to it
 	Key  KeySpec
@@ -59,10 +61,10 @@ type Bucket struct {
 // Route is one route rule: the requests it matches and the buckets they
 // spend from.
 type Route struct {
-	Name     string // optional; Envoy's ratelimit_route refers to it. Routes may share a name (one rule, several templates)
-	Method   string // "" = any method; else an uppercase HTTP method
-	Template string // e.g. "/api/inbound/{channel}/status"; see ValidateTemplate
-	Buckets  []int  // indexes into Config.Buckets, each at most once; none = the route exempts what it matches
+	Name     string           // optional; Envoy's ratelimit_route refers to it. Routes may share a name (one rule, several templates)
+	Method   string           // "" = any method; else an uppercase HTTP method
+	Template string           // e.g. "/api/inbound/{channel}/status"; see ValidateTemplate
+	Buckets  []counter.Bucket // indexes into Config.Buckets, each at most once; none = the route exempts what it matches
 }
 
 // Config is what New compiles.
@@ -94,8 +96,8 @@ type Request struct {
 
 // Descriptor is one bucket that applies to a request, and its key.
 type Descriptor struct {
-	Bucket int    // index into Config.Buckets
-	Key    string // "" when the request lacks the key: apply the missing-key policy, never count it under a shared empty key
+	Bucket counter.Bucket // index into Config.Buckets
+	Key    string         // "" when the request lacks the key: apply the missing-key policy, never count it under a shared empty key
 }
 
 // Result is what Describe found.
@@ -146,7 +148,7 @@ type Engine struct {
 	routes       []route
 	byFirst      map[string][]int // first literal segment → candidate routes, in config order
 	anyFirst     []int            // routes whose first segment is a capture
-	bucketByName map[string]int
+	bucketByName map[string]counter.Bucket
 	routeByName  map[string][]int // in config order
 
 	tenantHeader  string
@@ -161,7 +163,7 @@ type route struct {
 	name         string
 	method       string
 	tpl          template
-	buckets      []int
+	buckets      []counter.Bucket
 	paramSeg     []int // per bucket: the segment its path param key comes from, -1 if none
 	needsAccount bool
 }
@@ -185,14 +187,14 @@ func New(cfg Config) (*Engine, error) {
 		{"TenantHeader", cfg.TenantHeader},
 		{"AccountHeader", cfg.AccountHeader},
 	} {
-		if p := headerNameProblem(h.v); h.v != "" && p != "" {
+		if p := HeaderNameProblem(h.v); h.v != "" && p != "" {
 			fail("%s %q: %s", h.field, h.v, p)
 		}
 	}
 
 	e := &Engine{
 		buckets:       slices.Clone(cfg.Buckets),
-		bucketByName:  make(map[string]int, len(cfg.Buckets)),
+		bucketByName:  make(map[string]counter.Bucket, len(cfg.Buckets)),
 		routeByName:   make(map[string][]int),
 		byFirst:       make(map[string][]int),
 		tenantHeader:  cfg.TenantHeader,
@@ -217,7 +219,7 @@ func New(cfg Config) (*Engine, error) {
 			if j, dup := e.bucketByName[b.Name]; dup {
 				fail("%s: name already used by bucket %d", where, j)
 			} else {
-				e.bucketByName[b.Name] = i
+				e.bucketByName[b.Name] = counter.Bucket(i)
 			}
 		}
 		switch b.Key.Kind {
@@ -231,11 +233,11 @@ func New(cfg Config) (*Engine, error) {
 				fail("%s: keys by account but neither AccountHeader nor AccountBodyField is set", where)
 			}
 		case KeyPathParam:
-			if !validParamName(b.Key.Name) {
+			if !ValidParamName(b.Key.Name) {
 				fail("%s: path param name %q must match [A-Za-z_][A-Za-z0-9_]*", where, b.Key.Name)
 			}
 		case KeyHeader:
-			if p := headerNameProblem(b.Key.Name); p != "" {
+			if p := HeaderNameProblem(b.Key.Name); p != "" {
 				fail("%s: header name %q: %s", where, b.Key.Name, p)
 			}
 		default:
@@ -250,7 +252,7 @@ func New(cfg Config) (*Engine, error) {
 		if r.Name != "" {
 			e.routeByName[r.Name] = append(e.routeByName[r.Name], i)
 		}
-		if !validMethod(r.Method) {
+		if !ValidMethod(r.Method) {
 			fail("%s: method %q must be empty (any) or an uppercase HTTP method", where, r.Method)
 			ok = false
 		}
@@ -268,7 +270,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		for j, bi := range r.Buckets {
 			rt.paramSeg[j] = -1
-			if bi < 0 || bi >= len(cfg.Buckets) {
+			if int(bi) >= len(cfg.Buckets) {
 				fail("%s: bucket index %d out of range (%d buckets)", where, bi, len(cfg.Buckets))
 				ok = false
 				continue
@@ -290,7 +292,7 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 		if problem == "" {
-			key := r.Method + " " + tpl.shape()
+			key, _ := RouteKey(r.Method, r.Template)
 			if j, dup := shapes[key]; dup {
 				fail("%s: duplicate of route %d (same method and template shape)", where, j)
 				ok = false
@@ -326,7 +328,15 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-func bucketDesc(i int, b Bucket) string {
+// NumBuckets is the number of buckets the Engine was compiled with: every
+// Descriptor.Bucket is below it.
+func (e *Engine) NumBuckets() int { return len(e.buckets) }
+
+// NumRoutes is the number of routes the Engine was compiled with: every
+// Result.Route is below it.
+func (e *Engine) NumRoutes() int { return len(e.routes) }
+
+func bucketDesc[I int | counter.Bucket](i I, b Bucket) string {
 	if b.Name == "" {
 		return fmt.Sprintf("bucket %d", i)
 	}
@@ -344,9 +354,14 @@ func routeDesc(i int, r Route) string {
 	return fmt.Sprintf("route %d %q (%s %q)", i, r.Name, m, r.Template)
 }
 
-// headerNameProblem says what is wrong with a header name, or "".
-func headerNameProblem(h string) string {
-	if h == "" {
+// HeaderNameProblem says what is wrong with a header name as a key source,
+// or "" when there is nothing: a name is a lowercase HTTP token (letters,
+// digits and !#$%&'*+-.^_`|~; Envoy sends header names lowercase),
+// optionally after one ":" (a pseudo-header such as :authority). The
+// configuration, the matcher and every other consumer hold names to this
+// one rule.
+func HeaderNameProblem(h string) string {
+	if h == "" || h == ":" {
 		return "empty"
 	}
 	for i := 0; i < len(h); i++ {
@@ -354,18 +369,34 @@ func headerNameProblem(h string) string {
 		switch {
 		case 'A' <= c && c <= 'Z':
 			return "not lowercase (Envoy sends header names lowercase)"
-		case c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/;<=>?@[\\]{}", c) >= 0:
+		case c == ':' && i == 0:
+		case c <= ' ' || c >= 0x7f || strings.IndexByte("\"(),/:;<=>?@[\\]{}", c) >= 0:
 			return fmt.Sprintf("invalid character %q", c)
 		}
 	}
 	return ""
 }
 
-// validMethod reports whether m is "" or an uppercase method token.
-func validMethod(m string) bool {
+// ValidMethod reports whether m is "" (any method) or an uppercase HTTP
+// method: the letters A to Z only.
+func ValidMethod(m string) bool {
 	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if !('A' <= c && c <= 'Z' || c == '-' || c == '_') {
+		if c := m[i]; c < 'A' || c > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidBucketName reports whether name is a bucket name: a lowercase
+// letter, then up to 62 lowercase letters, digits and "_". Such a name is
+// safe unquoted in a header, a metric label and a JSON key.
+func ValidBucketName(name string) bool {
+	if name == "" || len(name) > 63 || name[0] < 'a' || name[0] > 'z' {
+		return false
+	}
+	for i := 1; i < len(name); i++ {
+		if c := name[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '_') {
 			return false
 		}
 	}
@@ -505,7 +536,7 @@ type keyer struct {
 // bucket keyed by account, which has one per account the request presents
 // (and one keyed UnreadableAccount when some cannot be read). seg is the
 // path segment of a path param key (-1: missing).
-func (k *keyer) appendDescriptors(dst []Descriptor, bi, seg int) []Descriptor {
+func (k *keyer) appendDescriptors(dst []Descriptor, bi counter.Bucket, seg int) []Descriptor {
 	if k.e.buckets[bi].Key.Kind != KeyAccount {
 		return append(dst, Descriptor{Bucket: bi, Key: k.key(bi, seg)})
 	}
@@ -532,7 +563,7 @@ func (k *keyer) report(res *Result) {
 
 // key returns the key of bucket bi, which is not keyed by account; seg is
 // the path segment of a path param key (-1: missing).
-func (k *keyer) key(bi, seg int) string {
+func (k *keyer) key(bi counter.Bucket, seg int) string {
 	switch spec := k.e.buckets[bi].Key; spec.Kind {
 	case KeyTenant:
 		return k.headers[k.e.tenantHeader]

@@ -91,7 +91,17 @@
 // Result.Route is -1 and Result.PathTooLong is set, so the caller can deny
 // it rather than let it through unlimited. Keys are not truncated: the
 // counter bounds and digests them. The body is only read up to 64 KiB and
-// JSON nesting up to 64 levels.
+// JSON nesting up to 64 levels (internal/jsonscan, the product's one JSON
+// scanner).
+//
+// # Names
+//
+// This package defines, once for the whole product, what a bucket name
+// (ValidBucketName), a header name (HeaderNameProblem), a path parameter's
+// name (ValidParamName) and a method (ValidMethod) are, and when two routes
+// are one route given twice (RouteKey). The configuration parser and the
+// override store hold their input to these; New checks them again, so an
+// Engine never holds anything else.
 //
 // # Concurrency and cost
 //

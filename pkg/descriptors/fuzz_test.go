@@ -3,6 +3,8 @@ package descriptors
 import (
 	"strings"
 	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // FuzzDescribe checks that Describe never panics on hostile input and that
@@ -49,9 +51,9 @@ func FuzzDescribe(f *testing.F) {
 			if res.Route < -1 || res.Route >= len(e.routes) {
 				t.Fatalf("Route %d out of range", res.Route)
 			}
-			perBucket := map[int]int{}
+			perBucket := map[counter.Bucket]int{}
 			for _, d := range res.Descriptors {
-				if d.Bucket < 0 || d.Bucket >= len(e.buckets) {
+				if int(d.Bucket) >= len(e.buckets) {
 					t.Fatalf("descriptor bucket %d out of range", d.Bucket)
 				}
 				perBucket[d.Bucket]++

@@ -88,7 +88,7 @@ func parseTemplate(t string) (template, string) {
 			return template{}, fmt.Sprintf("segment %d is %q: normalize_path removes it, so it can never match", i+1, s)
 		case s[0] == '{' && s[len(s)-1] == '}':
 			name := s[1 : len(s)-1]
-			if !validParamName(name) {
+			if !ValidParamName(name) {
 				return template{}, fmt.Sprintf("segment %d %q: a capture name must match [A-Za-z_][A-Za-z0-9_]*", i+1, s)
 			}
 			for _, c := range tp.captures {
@@ -108,7 +108,7 @@ func parseTemplate(t string) (template, string) {
 }
 
 // validParamName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
-func validParamName(s string) bool {
+func ValidParamName(s string) bool {
 	if s == "" {
 		return false
 	}
@@ -122,6 +122,28 @@ func validParamName(s string) bool {
 		}
 	}
 	return true
+}
+
+// RouteKey is what makes two routes the same, so that the second could
+// never match: the same method ("" = any) and the same template shape
+// (every capture written "{}"). ok is false for an invalid template.
+func RouteKey(method, tpl string) (key string, ok bool) {
+	t, problem := parseTemplate(tpl)
+	if problem != "" {
+		return "", false
+	}
+	return method + " " + t.shape(), true
+}
+
+// TemplateParams returns the capture names of a valid template, in order;
+// none for an invalid one.
+func TemplateParams(tpl string) []string {
+	t, _ := parseTemplate(tpl)
+	names := make([]string, len(t.captures))
+	for i, c := range t.captures {
+		names[i] = c.name
+	}
+	return names
 }
 
 // shape is the template with every capture written as "{}": two templates

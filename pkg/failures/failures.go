@@ -17,6 +17,9 @@
 // counted in failures_refused_total (the check fails closed on that table
 // meanwhile), never dropped unseen.
 //
+// A failure counts under the limit the Check peeks at: both ask the one
+// resolver (Limits) with the bucket and the key.
+//
 // Only failures count: successes never reach the counters. The Check only
 // peeks at these buckets, so once one is at its limit every attempt is
 // denied until the window ends, and a denial does not extend the lockout.
@@ -51,7 +54,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // The dynamic-metadata contract between the Check, which writes it on
@@ -82,6 +84,60 @@ type Counter interface {
 
 var _ Counter = (*counter.Store)(nil)
 
+// Limits resolves the limit a failure of a bucket's key counts under, the
+// same one the Check peeks at (tenant override ▸ config ▸ route default ▸
+// built-in); *tenantlimits.Resolver is one. ok false: the bucket has no
+// limit.
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Config is what a Recorder needs of the configuration.
+type Config struct {
+	// Buckets are indexed by counter.Bucket, as the Check's.
+	Buckets []Bucket
+	// Routes are the route rules, for reports that name one.
+	Routes []Route
+	// StatusCodes are the response codes that count as failures
+	// (required).
+	StatusCodes []uint32
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by, as the
+	// Check keys them.
+	IPv6Prefix int
+}
+
+// Bucket is what a Recorder needs of one bucket.
+type Bucket struct {
+	Name string
+	Key  descriptors.KeyKind
+	// CountFailures marks the buckets reports count in; others are
+	// never touched.
+	CountFailures bool
+}
+
+// Route is one route rule: a report names it by Name, or an unnamed one by
+// Path.
+type Route struct {
+	Name, Path string
+	Buckets    []counter.Bucket
+}
+
+// routeIndex returns the first route whose name, or else whose path (of an
+// unnamed route), is ref; -1 when none is.
+func (c *Config) routeIndex(ref string) int {
+	for i := range c.Routes {
+		if c.Routes[i].Name == ref {
+			return i
+		}
+	}
+	for i := range c.Routes {
+		if c.Routes[i].Name == "" && c.Routes[i].Path == ref {
+			return i
+		}
+	}
+	return -1
+}
+
 // Options are the optional parts of a Recorder.
 type Options struct {
 	// Token enables POST /v1/failures for requests that carry it as a
@@ -95,14 +151,16 @@ type Options struct {
 type Recorder struct {
 	alsv3.UnimplementedAccessLogServiceServer
 
-	rules *rules.Rules
-	count Counter
-	log   *slog.Logger
-	now   func() time.Time
-	token []byte
-	m     *metrics
+	cfg    Config
+	byName map[string]counter.Bucket
+	count  Counter
+	limits Limits
+	log    *slog.Logger
+	now    func() time.Time
+	token  []byte
+	m      *metrics
 	// failureBuckets are the buckets with count: failures, in config order.
-	failureBuckets []int
+	failureBuckets []counter.Bucket
 
 	// closing ends the long-lived access-log streams at shutdown: gRPC's
 	// graceful stop would otherwise wait for Envoy to hang up.
@@ -117,21 +175,35 @@ func (rec *Recorder) CloseStreams() {
 	rec.closeOnce.Do(func() { close(rec.closing) })
 }
 
-// New returns a Recorder counting into c. Its metrics go to reg.
-func New(r *rules.Rules, c Counter, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
-	if r == nil || c == nil || reg == nil || log == nil {
-		return nil, errors.New("failures: New needs rules, a counter, a registerer and a logger")
+// New returns a Recorder counting into c under the limits resolved by
+// limits. Its metrics go to reg.
+func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
+	if c == nil || limits == nil || reg == nil || log == nil {
+		return nil, errors.New("failures: New needs a counter, limits, a registerer and a logger")
 	}
-	rec := &Recorder{rules: r, count: c, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	if len(cfg.StatusCodes) == 0 {
+		return nil, errors.New("failures: no status codes count as failures")
+	}
+	rec := &Recorder{cfg: cfg, byName: map[string]counter.Bucket{}, count: c, limits: limits, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
-	for i, b := range r.Buckets {
-		if b.Count == rules.CountFailures {
-			rec.failureBuckets = append(rec.failureBuckets, i)
+	for i, b := range cfg.Buckets {
+		if _, dup := rec.byName[b.Name]; !dup {
+			rec.byName[b.Name] = counter.Bucket(i)
+		}
+		if b.CountFailures {
+			rec.failureBuckets = append(rec.failureBuckets, counter.Bucket(i))
 		}
 	}
-	m, err := newMetrics(reg, r)
+	for _, rt := range cfg.Routes {
+		for _, b := range rt.Buckets {
+			if int(b) >= len(cfg.Buckets) {
+				return nil, fmt.Errorf("failures: route %q names bucket %d of %d", rt.Name+rt.Path, b, len(cfg.Buckets))
+			}
+		}
+	}
+	m, err := newMetrics(reg, cfg.Buckets)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +213,7 @@ func New(r *rules.Rules, c Counter, reg prometheus.Registerer, log *slog.Logger,
 
 // isFailure reports whether an HTTP status code counts as a failure.
 func (rec *Recorder) isFailure(code uint32) bool {
-	return slices.Contains(rec.rules.Failures.StatusCodes, code)
+	return slices.Contains(rec.cfg.StatusCodes, code)
 }
 
 // record counts one failure of key in bucket b under lim.
@@ -149,14 +221,14 @@ func (rec *Recorder) isFailure(code uint32) bool {
 // A failure the counter cannot keep (its key table is full) is counted in
 // refused, never dropped unseen; the check then fails closed on the same
 // full table (failure buckets deny on overflow by default).
-func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time) counter.Result {
-	after := rec.count.Incr(counter.Bucket(b), key, lim, 1, now)
+func (rec *Recorder) record(b counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result {
+	after := rec.count.Incr(b, key, lim, 1, now)
 	bm := rec.m.bucket[b]
 	if after.Overflow {
 		bm.refused.Inc()
 		// Debug: the metric is the signal; a flood must not become log volume.
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
-			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key))
+			slog.String("bucket", rec.cfg.Buckets[b].Name), slog.String("key", key))
 		return after
 	}
 	bm.failures.Inc()
@@ -166,7 +238,7 @@ func (rec *Recorder) record(b int, key string, lim counter.Limit, now time.Time)
 	if !after.Allowed && !after.Overflow && after.Count-1 < lim.Limit {
 		bm.lockouts.Inc()
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
-			slog.String("bucket", rec.rules.Buckets[b].Name), slog.String("key", key),
+			slog.String("bucket", rec.cfg.Buckets[b].Name), slog.String("key", key),
 			slog.Int64("limit", lim.Limit), slog.Int64("scale_ms", lim.ScaleMS),
 			slog.Int64("retry_after_ms", after.RetryAfterMS))
 	}
@@ -238,26 +310,27 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	if fs == nil {
 		return entryMalformed
 	}
-	route := -1
-	if name := md.GetFields()[MetaRoute].GetStringValue(); name != "" {
-		route = rec.rules.RouteIndex(name)
-	}
 	now := rec.now()
 	counted, bad := 0, 0
 	for name, v := range fs.GetFields() {
 		keys, ok := keyList(v)
-		b := rec.rules.BucketIndex(name)
-		if !ok || b < 0 || rec.rules.Buckets[b].Count != rules.CountFailures {
+		b, known := rec.byName[name]
+		if !ok || !known || !rec.cfg.Buckets[b].CountFailures {
 			bad++
 			continue
 		}
-		lim, ok := rec.rules.Limit(route, b)
-		if !ok {
-			bad++
-			continue
-		}
+		limited := false
 		for _, key := range keys.all() {
+			lim, ok := rec.limits.Limit(b, key)
+			if !ok {
+				limited = true
+				break
+			}
 			rec.record(b, key, lim, now)
+		}
+		if limited {
+			bad++
+			continue
 		}
 		counted++
 	}
@@ -395,7 +468,7 @@ func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult
 // see it: the IP canonical, the account trimmed and lower-cased.
 func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	// Keyed as a check keys it: IPv6 by its network.
-	ip, ok := descriptors.IPKey(rep.IP, rec.rules.Keys.IPv6Prefix)
+	ip, ok := descriptors.IPKey(rep.IP, rec.cfg.IPv6Prefix)
 	if !ok {
 		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
 	}
@@ -408,14 +481,15 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 			return ReportResult{}, errors.New("account must be valid UTF-8 text")
 		}
 	}
-	buckets, route := rec.failureBuckets, -1
+	buckets := rec.failureBuckets
 	if rep.Route != "" {
-		if route = rec.rules.RouteIndex(rep.Route); route < 0 {
+		route := rec.cfg.routeIndex(rep.Route)
+		if route < 0 {
 			return ReportResult{}, fmt.Errorf("route %q is not in the configuration", rep.Route)
 		}
 		buckets = nil
-		for _, b := range rec.rules.Routes[route].Buckets {
-			if rec.rules.Buckets[b].Count == rules.CountFailures {
+		for _, b := range rec.cfg.Routes[route].Buckets {
+			if rec.cfg.Buckets[b].CountFailures {
 				buckets = append(buckets, b)
 			}
 		}
@@ -424,7 +498,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	res := ReportResult{Counted: map[string]BucketState{}}
 	for _, b := range buckets {
 		var key string
-		switch rec.rules.Buckets[b].Key.Kind {
+		switch rec.cfg.Buckets[b].Key {
 		case descriptors.KeyIP:
 			key = ip
 		case descriptors.KeyAccount:
@@ -433,12 +507,12 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if key == "" {
 			continue // keyed by something a report does not carry, or no account
 		}
-		lim, ok := rec.rules.Limit(route, b)
+		lim, ok := rec.limits.Limit(b, key)
 		if !ok {
 			continue
 		}
 		st := rec.record(b, key, lim, now)
-		res.Counted[rec.rules.Buckets[b].Name] = BucketState{
+		res.Counted[rec.cfg.Buckets[b].Name] = BucketState{
 			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
 			Refused: st.Overflow,
 		}

@@ -29,11 +29,13 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 starts a minute: the login buckets' windows begin here.
@@ -68,11 +70,12 @@ func newHarness(t *testing.T, token string) *harness {
 	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := authz.New(r, m, store, h.reg, log, authz.Options{Now: h.clock.Now})
+	limits := tenantlimits.NewResolver(wiring.Limits(r), nil)
+	svc, err := authz.New(wiring.Authz(r), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = failures.New(r, store, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = failures.New(wiring.Failures(r), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +462,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(r, overflowing{}, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(wiring.Failures(r), overflowing{}, tenantlimits.NewResolver(wiring.Limits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,5 +498,23 @@ func TestHTTPReportKeysIPv6ByNetwork(t *testing.T) {
 	}
 	if !allowed(h.check(login{ip: "2001:db8:5:7::1", account: "other@y"})) {
 		t.Error("the next /64 is locked too")
+	}
+}
+
+// A report names a route by its name, or an unnamed one by its path.
+func TestRouteIndex(t *testing.T) {
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := wiring.Failures(r)
+	if i := failures.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
+		t.Errorf("route login at %d", i)
+	}
+	if i := failures.RouteIndex(cfg, "/api/v1/tokens"); i < 0 || cfg.Routes[i].Path != "/api/v1/tokens" {
+		t.Errorf("route by path at %d", i)
+	}
+	if failures.RouteIndex(cfg, "nope") != -1 {
+		t.Error("unknown route found")
 	}
 }

@@ -14,10 +14,12 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
@@ -56,13 +58,14 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cfg, limits := wiring.Failures(r), tenantlimits.NewResolver(wiring.Limits(r), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {
 			return
 		}
 		c := &countingCounter{}
-		rec, err := failures.New(r, c, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{})
+		rec, err := failures.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 type reportResult = string
@@ -27,7 +25,7 @@ type metrics struct {
 	reports map[reportResult]prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, buckets []Bucket) (*metrics, error) {
 	const ns, sub = "ratelimit_authz", "failures"
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "counted_total",
@@ -58,9 +56,9 @@ func newMetrics(reg prometheus.Registerer, r *rules.Rules) (*metrics, error) {
 			return nil, fmt.Errorf("failures: register metrics: %w", err)
 		}
 	}
-	m := &metrics{bucket: make([]bucketMetrics, len(r.Buckets)), streams: streams, reports: map[reportResult]prometheus.Counter{}}
-	for i, b := range r.Buckets {
-		if b.Count == rules.CountFailures {
+	m := &metrics{bucket: make([]bucketMetrics, len(buckets)), streams: streams, reports: map[reportResult]prometheus.Counter{}}
+	for i, b := range buckets {
+		if b.CountFailures {
 			m.bucket[i] = bucketMetrics{
 				failures: failures.WithLabelValues(b.Name),
 				lockouts: lockouts.WithLabelValues(b.Name),

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // The configuration grammar, as Parse reads it (YAML; an unknown or
@@ -38,14 +39,21 @@ import (
 //	             mode: enforce | shadow, count: requests | failures,
 //	             overridable: bool, on_missing_key: allow | deny,
 //	             on_overflow: allow | deny (deny for count: failures) }
-//	window   = Go duration of whole milliseconds (500ms, 1s, 1m, 1h) | second | minute | hour | day
+//	window   = Go duration of whole milliseconds, at most 2^31−1 ms (500ms, 1s, 1m, 1h)
+//	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
+//	           (tenantlimits.ParseWindow, the one grammar; overrides take a subset)
 //	routes   = [ route, … ]                         (at least one)
-//	route    = { name: unique string, method: uppercase method,
+//	route    = { name: unique string, method: uppercase letters (GET, POST, …),
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
 //	             defaults: { bucket-name: { limit, per, algorithm }, … } }
 //	template = /segment/… where a segment may be {param}
 //
-// bucket-name is [a-z][a-z0-9_]{0,62}; header names are lowercase tokens;
+// bucket-name is [a-z][a-z0-9_]{0,62} (descriptors.ValidBucketName);
+// header names are lowercase tokens, or a pseudo-header such as :authority
+// (descriptors.HeaderNameProblem); param is [A-Za-z_][A-Za-z0-9_]*
+// (descriptors.ValidParamName); a method is A–Z only
+// (descriptors.ValidMethod); two routes with the same method and the same
+// template shape are one route given twice (descriptors.RouteKey);
 // a route default is the bucket's limit on every route (one per bucket,
 // and none for a bucket with its own limit), since a client picks the route
 // by its path. The shipped config/ratelimit.yaml and the README's
@@ -76,7 +84,7 @@ type parser struct {
 	problems Problems
 	// broken buckets already have a problem reported; checks that follow
 	// from it (no limit, say) would only repeat it.
-	broken map[int]bool
+	broken map[counter.Bucket]bool
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -88,11 +96,7 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 }
 
 var (
-	headerName = regexp.MustCompile(`^[a-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
-	fieldName  = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
-	bucketName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
-	paramName  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	methodName = regexp.MustCompile(`^[A-Z]+$`)
+	fieldName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
 )
 
 func (p *parser) parse(data []byte) *Rules {
@@ -240,7 +244,7 @@ func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
 			if !ok {
 				return
 			}
-			if s != "" && !headerName.MatchString(s) {
+			if s != "" && descriptors.HeaderNameProblem(s) != "" {
 				p.errorf(v, "keys.%s: %q is not a lowercase header name", key, s)
 				return
 			}
@@ -317,29 +321,6 @@ func (p *parser) parseFailures(n *yaml.Node, f *Failures) {
 	})
 }
 
-// parseScale reads a window length: a Go duration ("1s", "500ms", "1m") or
-// one of second, minute, hour, day.
-func parseScale(s string) (int64, error) {
-	switch s {
-	case "second":
-		return 1000, nil
-	case "minute":
-		return 60_000, nil
-	case "hour":
-		return 3_600_000, nil
-	case "day":
-		return 86_400_000, nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (like 1s, 500ms, 1m, 1h, or second, minute, hour, day)", s)
-	}
-	if d <= 0 || d%time.Millisecond != 0 {
-		return 0, fmt.Errorf("%q must be a positive whole number of milliseconds", s)
-	}
-	return d.Milliseconds(), nil
-}
-
 // limitFields parses limit/per/algorithm from a bucket or a route default.
 func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Limit) {
 	switch key {
@@ -352,10 +333,7 @@ func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Li
 		if !ok {
 			return
 		}
-		ms, err := parseScale(s)
-		if err == nil && ms > counter.MaxScaleMS {
-			err = fmt.Errorf("%q is longer than the longest window, %s", s, time.Duration(counter.MaxScaleMS)*time.Millisecond)
-		}
+		ms, err := tenantlimits.ParseWindow(s)
 		if err != nil {
 			p.errorf(v, "%s.per: %v", what, err)
 			return
@@ -380,9 +358,9 @@ func (p *parser) parseKeySpec(v *yaml.Node, what string) (descriptors.KeySpec, b
 		return descriptors.KeySpec{Kind: descriptors.KeyIP}, true
 	case s == "account":
 		return descriptors.KeySpec{Kind: descriptors.KeyAccount}, true
-	case strings.HasPrefix(s, "path:") && paramName.MatchString(s[5:]):
+	case strings.HasPrefix(s, "path:") && descriptors.ValidParamName(s[5:]):
 		return descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: s[5:]}, true
-	case strings.HasPrefix(s, "header:") && headerName.MatchString(s[7:]):
+	case strings.HasPrefix(s, "header:") && descriptors.HeaderNameProblem(s[7:]) == "":
 		return descriptors.KeySpec{Kind: descriptors.KeyHeader, Name: s[7:]}, true
 	}
 	p.errorf(v, "%s: %q is not a key (tenant, ip, account, path:<param>, header:<lowercase-name>)", what, s)
@@ -393,7 +371,7 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
 		what := "buckets." + name
-		if !bucketName.MatchString(name) {
+		if !descriptors.ValidBucketName(name) {
 			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
 		}
 		b := Bucket{Name: name}
@@ -440,9 +418,9 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
 		if len(p.problems) > before {
 			if p.broken == nil {
-				p.broken = map[int]bool{}
+				p.broken = map[counter.Bucket]bool{}
 			}
-			p.broken[len(r.Buckets)] = true
+			p.broken[counter.Bucket(len(r.Buckets))] = true
 		}
 		r.Buckets = append(r.Buckets, b)
 	})
@@ -466,8 +444,8 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 		var (
 			name, method string
 			paths        []*yaml.Node
-			buckets      []int
-			defaults     map[int]counter.Limit
+			buckets      []counter.Bucket
+			defaults     map[counter.Bucket]counter.Limit
 			sawBuckets   bool
 		)
 		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
@@ -480,7 +458,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 				names[name] = true
 			case "method":
 				m, ok := p.str(v, what+".method")
-				if ok && !methodName.MatchString(m) {
+				if ok && (m == "" || !descriptors.ValidMethod(m)) {
 					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
 				}
 				method = m
@@ -530,12 +508,12 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	}
 }
 
-func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
+func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []counter.Bucket {
 	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 		p.errorf(v, "%s must be a non-empty list of bucket names", what)
 		return nil
 	}
-	var out []int
+	var out []counter.Bucket
 	for _, bn := range v.Content {
 		name, ok := p.str(bn, what)
 		if !ok {
@@ -545,17 +523,17 @@ func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
 		switch {
 		case b < 0:
 			p.errorf(bn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
-		case slices.Contains(out, b):
+		case slices.Contains(out, counter.Bucket(b)):
 			p.errorf(bn, "%s: bucket %q named twice", what, name)
 		default:
-			out = append(out, b)
+			out = append(out, counter.Bucket(b))
 		}
 	}
 	return out
 }
 
-func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]counter.Limit {
-	out := map[int]counter.Limit{}
+func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.Bucket]counter.Limit {
+	out := map[counter.Bucket]counter.Limit{}
 	p.eachKey(v, what, nil, func(name string, kn, lv *yaml.Node) {
 		b := r.BucketIndex(name)
 		if b < 0 {
@@ -570,7 +548,7 @@ func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]coun
 			p.errorf(kn, "%s.%s: a route default needs both limit and per", what, name)
 			return
 		}
-		out[b] = l
+		out[counter.Bucket(b)] = l
 	})
 	return out
 }
@@ -587,23 +565,23 @@ func bucketNames(r *Rules) string {
 // another, keys a route cannot supply, buckets without a limit.
 func (p *parser) crossCheck(r *Rules) {
 	p.resolveDefaults(r)
-	type shapeKey struct{ method, shape string }
-	seen := map[shapeKey]int{}
-	for ri, rt := range r.Routes {
+	seen := map[string]int{}
+	for _, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
-		sk := shapeKey{rt.Method, templateShape(rt.Path)}
+		sk, _ := descriptors.RouteKey(rt.Method, rt.Path)
 		if prev, ok := seen[sk]; ok {
 			p.errorf(at, "route %s %s repeats the route at line %d (same method and path shape)", methodOrAny(rt.Method), rt.Path, prev)
 		} else {
 			seen[sk] = rt.Line
 		}
-		params := templateParams(rt.Path)
+		params := descriptors.TemplateParams(rt.Path)
 		for _, b := range rt.Buckets {
 			bk := r.Buckets[b]
 			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
 				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
 			}
-			if _, ok := r.Limit(ri, b); !ok && !p.broken[b] {
+			lb := tenantlimits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
+			if _, ok := lb.Configured(); !ok && !p.broken[b] {
 				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
 			}
 		}
@@ -627,27 +605,6 @@ func methodOrAny(m string) string {
 	return m
 }
 
-// templateShape erases capture names: /a/{x} and /a/{y} match the same paths.
-func templateShape(t string) string {
-	segs := strings.Split(t, "/")
-	for i, s := range segs {
-		if strings.HasPrefix(s, "{") {
-			segs[i] = "{}"
-		}
-	}
-	return strings.Join(segs, "/")
-}
-
-func templateParams(t string) []string {
-	var out []string
-	for _, s := range strings.Split(t, "/") {
-		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
-			out = append(out, s[1:len(s)-1])
-		}
-	}
-	return out
-}
-
 // resolveDefaults makes each route default the limit of its bucket, on
 // every route. Routes are chosen by the client (by its path), so two
 // routes giving one bucket different limits would let a client pick the
@@ -656,7 +613,7 @@ func templateParams(t string) []string {
 // default for a bucket with a limit of its own would never apply: also a
 // problem, so that the file says what is enforced.
 func (p *parser) resolveDefaults(r *Rules) {
-	first := map[int]int{} // bucket → index of the first route giving it a default
+	first := map[counter.Bucket]int{} // bucket → index of the first route giving it a default
 	for ri, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
 		for b, l := range rt.Defaults {

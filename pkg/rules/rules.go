@@ -32,22 +32,6 @@ type Failures struct {
 	StatusCodes []uint32 // default [401]
 }
 
-// RouteIndex returns the first route whose name, or else whose path, is
-// ref; -1 when none is.
-func (r *Rules) RouteIndex(ref string) int {
-	for i := range r.Routes {
-		if r.Routes[i].Name == ref {
-			return i
-		}
-	}
-	for i := range r.Routes {
-		if r.Routes[i].Name == "" && r.Routes[i].Path == ref {
-			return i
-		}
-	}
-	return -1
-}
-
 // Keys says where the keys of a request come from.
 type Keys struct {
 	TenantHeader             string
@@ -113,7 +97,8 @@ func (a Action) String() string {
 type Bucket struct {
 	Name string
 	// Limit is the bucket's own limit; HasLimit is false when the config
-	// gives none and it comes from a route default or the built-in table.
+	// gives none and it comes from a route default or the built-in table
+	// (tenantlimits.Resolver resolves it).
 	Limit    counter.Limit
 	HasLimit bool
 	Key      descriptors.KeySpec
@@ -143,53 +128,13 @@ type Route struct {
 	Name     string
 	Method   string
 	Path     string
-	Buckets  []int
-	Defaults map[int]counter.Limit // route defaults, by bucket index
+	Buckets  []counter.Bucket
+	Defaults map[counter.Bucket]counter.Limit // route defaults
 	Line     int
 }
 
-// builtinLimits are the last step of limit resolution: the defaults of the
-// buckets the product ships, for a config that names one without a limit.
-func builtinLimits(name string) (counter.Limit, bool) {
-	const sec, min = 1000, 60_000
-	switch name {
-	case "activity_create":
-		return counter.Limit{Limit: 100, ScaleMS: sec}, true
-	case "upload":
-		return counter.Limit{Limit: 10, ScaleMS: sec}, true
-	case "inbound":
-		return counter.Limit{Limit: 500, ScaleMS: sec}, true
-	case "token_generate", "token_create":
-		return counter.Limit{Limit: 10, ScaleMS: min}, true
-	case "login_ip", "login_account":
-		return counter.Limit{Limit: 5, ScaleMS: min}, true
-	}
-	return counter.Limit{}, false
-}
-
-// Limit resolves the limit of bucket b: the bucket's own limit ▸ the
-// route default ▸ the built-in default. Tenant overrides come on top,
-// elsewhere.
-//
-// The result does not depend on route (the route the request matched, or
-// -1): the client picks the route by its path, and a bucket whose limit
-// followed the route would let it change the limit — and so reset the
-// count — of a key that requests on other routes share. Parse refuses
-// routes that give one bucket different defaults. The parameter remains so
-// that callers state which route they resolve for.
-func (r *Rules) Limit(route, b int) (counter.Limit, bool) {
-	_ = route
-	bk := &r.Buckets[b]
-	if bk.HasLimit {
-		return bk.Limit, true
-	}
-	if bk.HasDefault {
-		return bk.Default, true
-	}
-	return builtinLimits(bk.Name)
-}
-
-// BucketIndex returns the index of the named bucket, or -1.
+// BucketIndex returns the index (the counter.Bucket) of the named bucket,
+// or -1.
 func (r *Rules) BucketIndex(name string) int {
 	for i := range r.Buckets {
 		if r.Buckets[i].Name == name {

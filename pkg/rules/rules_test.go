@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestShippedConfig(t *testing.T) {
@@ -49,7 +51,7 @@ func TestShippedConfig(t *testing.T) {
 			t.Errorf("unexpected bucket %q", b.Name)
 			continue
 		}
-		l, ok := r.Limit(-1, i)
+		l, ok := limitOf(r, i)
 		if !ok || l.Limit != w.limit || l.ScaleMS != w.scale || l.Algorithm != counter.Fixed {
 			t.Errorf("%s: limit %+v, want %d per %d ms fixed", b.Name, l, w.limit, w.scale)
 		}
@@ -63,15 +65,6 @@ func TestShippedConfig(t *testing.T) {
 	}
 	if len(r.Failures.StatusCodes) != 1 || r.Failures.StatusCodes[0] != 401 {
 		t.Errorf("failure codes %v, want [401]", r.Failures.StatusCodes)
-	}
-	if i := r.RouteIndex("login"); i < 0 || r.Routes[i].Path != "/admin/login" {
-		t.Errorf("route login at %d", i)
-	}
-	if i := r.RouteIndex("/api/v1/tokens"); i < 0 || r.Routes[i].Path != "/api/v1/tokens" {
-		t.Errorf("route by path at %d", i)
-	}
-	if r.RouteIndex("nope") != -1 {
-		t.Error("unknown route found")
 	}
 	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 ||
 		r.Keys.IPv6Prefix != 64 || r.Keys.UnreadableAccount != rules.AccountShared {
@@ -125,7 +118,7 @@ routes:
 	if !b.Shadow || b.OnMissingKey != rules.Deny || b.OnOverflow != rules.Deny || b.Key.Kind != descriptors.KeyHeader || b.Key.Name != "x-api-key" {
 		t.Errorf("bucket: %+v", b)
 	}
-	if l, _ := r.Limit(0, 0); l != (counter.Limit{Limit: 3, ScaleMS: 500, Algorithm: counter.Sliding}) {
+	if l, _ := limitOf(r, 0); l != (counter.Limit{Limit: 3, ScaleMS: 500, Algorithm: counter.Sliding}) {
 		t.Errorf("sliding limit: %+v", l)
 	}
 	if len(r.Routes) != 3 || r.Routes[0].Name != "a" || r.Routes[1].Name != "a" || r.Routes[1].Path != "/b/{id}" {
@@ -135,11 +128,11 @@ routes:
 	// and without one (Envoy naming the bucket), since the client picks the
 	// route; the built-in table for a shipped bucket name.
 	for _, route := range []int{0, 1, 2, -1} {
-		if l, ok := r.Limit(route, 1); !ok || l.Limit != 7 || l.ScaleMS != 60000 {
+		if l, ok := limitOf(r, 1); !ok || l.Limit != 7 || l.ScaleMS != 60000 {
 			t.Errorf("route default on route %d: %+v %v", route, l, ok)
 		}
 	}
-	if l, ok := r.Limit(2, 2); !ok || l.Limit != 100 || l.ScaleMS != 1000 {
+	if l, ok := limitOf(r, 2); !ok || l.Limit != 100 || l.ScaleMS != 1000 {
 		t.Errorf("built-in default: %+v %v", l, ok)
 	}
 }
@@ -342,7 +335,7 @@ routes:
 	if r.Keys.IPv6Prefix != 56 || r.Keys.UnreadableAccount != rules.AccountDeny {
 		t.Errorf("keys: %+v", r.Keys)
 	}
-	if l, ok := r.Limit(2, 0); !ok || l.Limit != 5 || l.ScaleMS != 1000 {
+	if l, ok := limitOf(r, 0); !ok || l.Limit != 5 || l.ScaleMS != 1000 {
 		t.Errorf("route /c without a default: %+v %v, want the bucket's one default", l, ok)
 	}
 	for i, want := range []rules.Action{rules.Allow, rules.Deny, rules.Allow, rules.Allow} {
@@ -374,5 +367,44 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 	}
 	if len(want) != 2 || !slices.Equal(r.Counter.Reserved, want) {
 		t.Fatalf("Counter.Reserved = %v, want the two login buckets %v", r.Counter.Reserved, want)
+	}
+}
+
+// limitOf resolves bucket b's configured limit as a node does: the one
+// resolver, without overrides.
+func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
+	return tenantlimits.NewResolver(wiring.Limits(r), nil).Limit(counter.Bucket(b), "")
+}
+
+// The configuration holds windows, header names and methods to the one
+// rule each that the rest of the product uses (tenantlimits.ParseWindow,
+// descriptors.HeaderNameProblem, descriptors.ValidMethod).
+func TestSharedRules(t *testing.T) {
+	r, err := rules.Parse([]byte(`
+buckets:
+  daily: {limit: 5, per: 1d, key: "header::authority"}
+  minutely: {limit: 5, per: Minute, key: tenant}
+routes: [{method: GET, path: /x, buckets: [daily, minutely]}]`), "t.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := limitOf(r, 0); l.ScaleMS != 86_400_000 || r.Buckets[0].Key.Name != ":authority" {
+		t.Errorf("daily: %+v %+v", l, r.Buckets[0].Key)
+	}
+	if l, _ := limitOf(r, 1); l.ScaleMS != 60_000 {
+		t.Errorf("minutely: %+v", l)
+	}
+	for _, bad := range []string{
+		`{method: M-SEARCH, path: /x, buckets: [b]}`,
+		`{method: "", path: /x, buckets: [b]}`,
+	} {
+		if _, err := rules.Parse([]byte("buckets: {b: {limit: 1, per: 1s, key: tenant}}\nroutes: ["+bad+"]"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "is not an uppercase HTTP method") {
+			t.Errorf("%s: %v", bad, err)
+		}
+	}
+	if _, err := rules.Parse([]byte(`
+buckets: {b: {limit: 1, per: 1s, key: "header:a:b"}}
+routes: [{path: /x, buckets: [b]}]`), "t.yaml"); err == nil {
+		t.Error("a colon inside a header name accepted")
 	}
 }

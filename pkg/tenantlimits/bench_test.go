@@ -10,6 +10,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
@@ -32,7 +33,7 @@ func populated(b *testing.B, r *rules.Rules, n int) *tenantlimits.Cache {
 // BenchmarkOverride is the Check path's cost of a tenant override lookup.
 func BenchmarkOverride(b *testing.B) {
 	r := shippedRules(b)
-	act := r.BucketIndex("activity_create")
+	act := counter.Bucket(r.BucketIndex("activity_create"))
 	for _, bc := range []struct {
 		name    string
 		tenants int
@@ -76,7 +77,7 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 	}}
 	for _, bc := range []struct {
 		name string
-		over authz.Overrides
+		over tenantlimits.Overrides
 	}{
 		{"none", nil},
 		{"cache-1k-tenants", populated(b, r, 1000)},
@@ -100,17 +101,17 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 	}
 	owned.PublishForTest(rows)
 	owned.PublishOwnersForTest(owners)
-	if l, ok := owned.OverrideFor(r.BucketIndex("inbound"), "ch-42"); !ok || l.Limit != 2000000000 {
+	if l, ok := owned.OverrideFor(counter.Bucket(r.BucketIndex("inbound")), "ch-42"); !ok || l.Limit != 2000000000 {
 		b.Fatalf("owned channel: %v %v", l, ok)
 	}
 	checkBench(b, r, inbound, "inbound-none", nil)
 	checkBench(b, r, inbound, "inbound-owned-channel", owned)
 }
 
-func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over authz.Overrides) {
+func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over tenantlimits.Overrides) {
 	for _, bc := range []struct {
 		name string
-		over authz.Overrides
+		over tenantlimits.Overrides
 	}{{name, over}} {
 		b.Run(bc.name, func(b *testing.B) {
 			m, err := descriptors.New(r.Descriptors())
@@ -121,7 +122,7 @@ func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name str
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(r, m, store, newRegistry(), discardLog(), authz.Options{Overrides: bc.over})
+			svc, err := authz.New(wiring.Authz(r), m, store, tenantlimits.NewResolver(wiring.Limits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -160,7 +161,7 @@ func BenchmarkFullLoad(b *testing.B) {
 // tenant-keyed bucket, through the key's owner for a channel-keyed one.
 func BenchmarkOverrideFor(b *testing.B) {
 	r := shippedRules(b)
-	act, inb := r.BucketIndex("activity_create"), r.BucketIndex("inbound")
+	act, inb := counter.Bucket(r.BucketIndex("activity_create")), counter.Bucket(r.BucketIndex("inbound"))
 	c := newTestCache(b, r)
 	rows := map[string]string{}
 	owners := map[[2]string]string{}
@@ -172,7 +173,7 @@ func BenchmarkOverrideFor(b *testing.B) {
 	c.PublishOwnersForTest(owners)
 	for _, bc := range []struct {
 		name   string
-		bucket int
+		bucket counter.Bucket
 		key    string
 	}{
 		{"tenant-hit-1k", act, "tenant-500"},

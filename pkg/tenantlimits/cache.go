@@ -19,7 +19,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // Channel is the NOTIFY channel the table's triggers signal on.
@@ -85,7 +84,7 @@ const shardCount = 64
 
 // entry is one usable override, resolved against the configuration.
 type entry struct {
-	bucket int
+	bucket counter.Bucket
 	limit  counter.Limit
 }
 
@@ -115,7 +114,7 @@ const (
 
 // bucketInfo is what the cache needs of an overridable bucket.
 type bucketInfo struct {
-	index     int
+	index     counter.Bucket
 	algorithm counter.Algorithm
 }
 
@@ -154,11 +153,11 @@ type Cache struct {
 	invalidOwners map[[2]string]bool
 }
 
-// NewCache returns a Cache for the overridable buckets of r. It does not
+// NewCache returns a Cache for the overridable buckets of bs. It does not
 // connect: Load or Run does. Its metrics go to reg.
-func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
-	if r == nil || reg == nil || log == nil {
-		return nil, errors.New("tenantlimits: NewCache needs the rules, a registerer and a logger")
+func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
+	if bs == nil || reg == nil || log == nil {
+		return nil, errors.New("tenantlimits: NewCache needs the configured buckets, a registerer and a logger")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -180,20 +179,20 @@ func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.L
 		cfg: cfg, connCfg: connCfg, log: log, seed: maphash.MakeSeed(),
 		buckets: map[string]bucketInfo{}, started: time.Now(), invalid: map[string]bool{},
 		invalidOwners: map[[2]string]bool{}, ownerIndex: map[string]int{},
-		route: make([]keyRoute, len(r.Buckets)),
+		route: make([]keyRoute, len(bs)),
 	}
-	c.ownerNames = OwnerKeyNames(r)
+	c.ownerNames = OwnerKeyNames(bs)
 	for i, n := range c.ownerNames {
 		c.ownerIndex[n] = i
 	}
-	for i, b := range r.Buckets {
+	for i, b := range bs {
 		c.bucketNames = append(c.bucketNames, b.Name)
 		if !b.Overridable {
 			continue
 		}
 		// An override replaces the limit and window; the algorithm stays
 		// the bucket's.
-		c.buckets[b.Name] = bucketInfo{index: i, algorithm: b.Limit.Algorithm}
+		c.buckets[b.Name] = bucketInfo{index: counter.Bucket(i), algorithm: b.Limit.Algorithm}
 		if b.Key.Kind == descriptors.KeyTenant {
 			c.route[i] = keyRoute{kind: routeSelf}
 		} else if n, ok := OwnerKeyName(b.Key); ok {
@@ -211,15 +210,15 @@ func NewCache(cfg Config, r *rules.Rules, reg prometheus.Registerer, log *slog.L
 	return c, nil
 }
 
-// OverrideFor returns the override of bucket (an index into the rules'
-// buckets) for a request whose key of that bucket is key: for a bucket
+// OverrideFor returns the override of bucket (its id in the configured
+// Buckets) for a request whose key of that bucket is key: for a bucket
 // keyed by tenant, the override of the tenant key; for a bucket keyed by
 // something a tenant owns (a channel), the override of the key's owner
 // recorded in Postgres; for any other bucket, none. Nothing but the key
 // decides it, so no other part of a request can change the limit of a key
 // that other requests share. Like Override it reads memory only.
-func (c *Cache) OverrideFor(bucket int, key string) (counter.Limit, bool) {
-	if bucket < 0 || bucket >= len(c.route) {
+func (c *Cache) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool) {
+	if int(bucket) >= len(c.route) {
 		return counter.Limit{}, false
 	}
 	r := c.route[bucket]
@@ -240,14 +239,14 @@ func (c *Cache) OverrideFor(bucket int, key string) (counter.Limit, bool) {
 	return c.override(s, tenant, bucket)
 }
 
-// Override returns the tenant's override of bucket (an index into the
-// rules' buckets), if any. It reads the current snapshot from memory: no
+// Override returns the tenant's override of bucket (its id in the
+// configured Buckets), if any. It reads the current snapshot from memory: no
 // lock, no I/O, no allocation.
-func (c *Cache) Override(tenant string, bucket int) (counter.Limit, bool) {
+func (c *Cache) Override(tenant string, bucket counter.Bucket) (counter.Limit, bool) {
 	return c.override(c.snap.Load(), tenant, bucket)
 }
 
-func (c *Cache) override(s *snapshot, tenant string, bucket int) (counter.Limit, bool) {
+func (c *Cache) override(s *snapshot, tenant string, bucket counter.Bucket) (counter.Limit, bool) {
 	if s.entries == 0 || len(tenant) > MaxTenantBytes || tenant == "" {
 		return counter.Limit{}, false
 	}

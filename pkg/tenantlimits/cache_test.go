@@ -10,13 +10,14 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // expectOverride waits (up to a second: the promise) until the cache
 // answers want (a zero want: no override) and returns how long it took.
-func expectOverride(t *testing.T, c *running, tenant string, bucket int, want counter.Limit) time.Duration {
+func expectOverride(t *testing.T, c *running, tenant string, bucket counter.Bucket, want counter.Limit) time.Duration {
 	t.Helper()
 	start := time.Now()
 	poll.Until(t, time.Second, time.Millisecond, func() error {
@@ -35,7 +36,7 @@ func lim(l, ms int64) counter.Limit { return counter.Limit{Limit: l, ScaleMS: ms
 // second, through NOTIFY and incremental refreshes.
 func TestCacheFollowsSQL(t *testing.T) {
 	e := setup(t)
-	act, upl := e.rules.BucketIndex("activity_create"), e.rules.BucketIndex("upload")
+	act, upl := counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("upload"))
 	e.exec(t, `INSERT INTO tenant_limits VALUES ('before', '{"upload": {"limit": 11, "scale_ms": 1000}}')`)
 	goroutines := runtime.NumGoroutine()
 	c := startCache(t, e, tenantlimits.Config{})
@@ -50,7 +51,7 @@ func TestCacheFollowsSQL(t *testing.T) {
 	for _, step := range []struct {
 		what, sql string
 		tenant    string
-		bucket    int
+		bucket    counter.Bucket
 		want      counter.Limit
 	}{
 		{"insert", `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`, "acme", act, lim(200, 1000)},
@@ -107,7 +108,7 @@ func TestCacheFollowsSQL(t *testing.T) {
 // transaction still running, not from the newest change it saw).
 func TestCacheLateCommit(t *testing.T) {
 	e := setup(t)
-	act := e.rules.BucketIndex("activity_create")
+	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
 	c := startCache(t, e, tenantlimits.Config{})
 
 	slow, err := e.connect(t).Begin(e.ctx)
@@ -134,7 +135,7 @@ func TestCacheLateCommit(t *testing.T) {
 // override) are skipped, logged and counted; the others apply.
 func TestCacheBrokenRow(t *testing.T) {
 	e := setup(t)
-	act, upl := e.rules.BucketIndex("activity_create"), e.rules.BucketIndex("upload")
+	act, upl := counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("upload"))
 	e.exec(t, "ALTER TABLE tenant_limits DISABLE TRIGGER tenant_limits_before")
 	e.exec(t, "ALTER TABLE tenant_limits DROP CONSTRAINT tenant_limits_limits_shape")
 	e.exec(t, `INSERT INTO tenant_limits VALUES
@@ -146,7 +147,7 @@ func TestCacheBrokenRow(t *testing.T) {
 	c := startCache(t, e, tenantlimits.Config{})
 	for _, tc := range []struct {
 		tenant string
-		bucket int
+		bucket counter.Bucket
 		want   counter.Limit
 	}{
 		{"good1", act, lim(200, 1000)},
@@ -173,7 +174,7 @@ func TestCacheBrokenRow(t *testing.T) {
 	e.exec(t, "ALTER TABLE tenant_limits ENABLE TRIGGER tenant_limits_before")
 	e.exec(t, `INSERT INTO tenant_limits VALUES ('login', '{"login_ip": {"limit": 500, "scale_ms": 60000}, "activity_create": {"limit": 3, "scale_ms": 1000}}')`)
 	expectOverride(t, c, "login", act, lim(3, 1000))
-	if _, ok := c.Override("login", e.rules.BucketIndex("login_ip")); ok {
+	if _, ok := c.Override("login", counter.Bucket(e.rules.BucketIndex("login_ip"))); ok {
 		t.Error("override of a bucket that is not overridable")
 	}
 	e.exec(t, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 9, "scale_ms": 1000}}' WHERE tenant = 'broken'`)
@@ -193,7 +194,7 @@ func TestCacheBrokenRow(t *testing.T) {
 // keeps serving, the cache says it is degraded, and it recovers by itself.
 func TestCacheOutage(t *testing.T) {
 	e := setup(t)
-	act := e.rules.BucketIndex("activity_create")
+	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
 	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
 	c := startCache(t, e, tenantlimits.Config{})
 	expectOverride(t, c, "acme", act, lim(200, 1000))
@@ -241,7 +242,7 @@ func TestCacheOutage(t *testing.T) {
 // limits and picks the overrides up once Postgres is there.
 func TestCacheStartsWithPostgresDown(t *testing.T) {
 	e := setup(t)
-	act := e.rules.BucketIndex("activity_create")
+	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
 	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
 	e.pg.Stop(t)
 	c := startCache(t, e, tenantlimits.Config{})
@@ -275,7 +276,7 @@ func TestCacheStartsWithPostgresDown(t *testing.T) {
 // with the next full reload.
 func TestCachePeriodicRefresh(t *testing.T) {
 	e := setup(t)
-	act := e.rules.BucketIndex("activity_create")
+	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
 	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
 	c := startCache(t, e, tenantlimits.Config{RefreshInterval: 100 * time.Millisecond, FullRefreshInterval: 400 * time.Millisecond})
 	quiet := e.connect(t)
@@ -309,12 +310,12 @@ func TestNewCacheRefusesBadConfig(t *testing.T) {
 		{URL: "postgres://127.0.0.1/x", FullRefreshInterval: 24 * time.Hour},
 		{URL: "postgres://127.0.0.1/x", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
 	} {
-		if _, err := tenantlimits.NewCache(cfg, r, newRegistry(), discardLog()); err == nil {
+		if _, err := tenantlimits.NewCache(cfg, wiring.Limits(r), newRegistry(), discardLog()); err == nil {
 			t.Errorf("NewCache(%+v) accepted", cfg)
 		}
 	}
 	// The URL's password never appears in an error.
-	_, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://u:s3cret@host:notaport/db"}, r, newRegistry(), discardLog())
+	_, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://u:s3cret@host:notaport/db"}, wiring.Limits(r), newRegistry(), discardLog())
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL error: %v", err)
 	}

@@ -1,5 +1,17 @@
-// Package tenantlimits keeps per-tenant limit overrides in PostgreSQL and
-// serves them to the Check path from memory.
+// Package tenantlimits resolves the limit of every (bucket, key), keeps
+// per-tenant limit overrides in PostgreSQL and serves them to the Check
+// path from memory.
+//
+// # Resolution
+//
+// [Resolver] is the one place the order is decided: tenant override ▸ the
+// bucket's configured limit ▸ the route default ▸ the built-in default of
+// a shipped bucket. The Check and failure counting both ask it, with the
+// bucket (a counter.Bucket, its index in [Buckets]) and the request's key
+// of it, so a failure counts under the limit the Check peeks at. A node
+// without a database resolves with no overrides. [ParseWindow] is the one
+// grammar of a window length, for the configuration and overrides alike;
+// overrides narrow it to [Scales].
 //
 // # Data
 //

@@ -1,5 +1,7 @@
 package tenantlimits
 
+import "github.com/ratelimit-authz/ratelimit-authz/internal/jsonscan"
+
 // A full reload of a million tenants decodes a million values, and
 // encoding/json allocates dozens of times per row. Nearly every value
 // has the one shape the database allows, printed the way jsonb prints it:
@@ -24,29 +26,29 @@ type fastEntry struct {
 // false when raw is not plainly of the expected shape. It checks the shape
 // only: bucket names, limits and windows are checked by the caller.
 func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool) {
-	p := fastParser{b: raw}
+	p := jsonscan.New(raw)
 	out := dst[:0]
-	if !p.byte('{') {
+	if !p.Token('{') {
 		return nil, false
 	}
-	if p.byte('}') {
-		return out, p.end()
+	if p.Token('}') {
+		return out, p.End()
 	}
 	for {
-		name, ok := p.str()
-		if !ok || !p.byte(':') || !p.byte('{') || len(out) == maxFastEntries {
+		name, ok := plainName(&p)
+		if !ok || !p.Token(':') || !p.Token('{') || len(out) == maxFastEntries {
 			return nil, false
 		}
 		e := fastEntry{bucket: name, limit: -1, scaleMS: -1}
 		for i := 0; i < 2; i++ {
-			if i == 1 && !p.byte(',') {
+			if i == 1 && !p.Token(',') {
 				return nil, false
 			}
-			field, ok := p.str()
-			if !ok || !p.byte(':') {
+			field, ok := plainName(&p)
+			if !ok || !p.Token(':') {
 				return nil, false
 			}
-			n, ok := p.num()
+			n, ok := p.Uint()
 			switch {
 			case !ok:
 				return nil, false
@@ -58,7 +60,7 @@ func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool)
 				return nil, false
 			}
 		}
-		if !p.byte('}') {
+		if !p.Token('}') {
 			return nil, false
 		}
 		for _, prev := range out {
@@ -67,82 +69,28 @@ func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool)
 			}
 		}
 		out = append(out, e)
-		if p.byte('}') {
-			return out, p.end()
+		if p.Token('}') {
+			return out, p.End()
 		}
-		if !p.byte(',') {
+		if !p.Token(',') {
 			return nil, false
 		}
 	}
 }
 
-type fastParser struct {
-	b []byte
-	i int
-}
-
-func (p *fastParser) space() {
-	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
-		p.i++
-	}
-}
-
-// byte consumes c (after whitespace) if it is next.
-func (p *fastParser) byte(c byte) bool {
-	p.space()
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// end reports whether only whitespace is left.
-func (p *fastParser) end() bool {
-	p.space()
-	return p.i == len(p.b)
-}
-
-// str reads a string of [a-z0-9_] only (anything else, escapes included,
-// is for the slow path).
-func (p *fastParser) str() ([]byte, bool) {
-	if !p.byte('"') {
+// plainName reads a non-empty string of [a-z0-9_] only, after whitespace
+// (anything else, escapes included, is for the slow path).
+func plainName(p *jsonscan.Scanner[[]byte]) ([]byte, bool) {
+	p.Space()
+	start, end, escaped := p.String()
+	if start < 0 || escaped || start == end {
 		return nil, false
 	}
-	start := p.i
-	for p.i < len(p.b) {
-		c := p.b[p.i]
-		switch {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, len(s) > 0
-		case c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_':
-			p.i++
-		default:
+	s := p.Slice(start, end)
+	for _, c := range s {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
 			return nil, false
 		}
 	}
-	return nil, false
-}
-
-// num reads a plain non-negative integer of at most 18 digits (no sign,
-// fraction, exponent or leading zero).
-func (p *fastParser) num() (int64, bool) {
-	p.space()
-	start := p.i
-	var n int64
-	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' && p.i-start < 18 {
-		n = n*10 + int64(p.b[p.i]-'0')
-		p.i++
-	}
-	switch {
-	case p.i == start:
-		return 0, false
-	case p.b[start] == '0' && p.i-start > 1:
-		return 0, false
-	case p.i < len(p.b) && (p.b[p.i] >= '0' && p.b[p.i] <= '9' || p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E'):
-		return 0, false
-	}
-	return n, true
+	return s, true
 }

@@ -3,6 +3,8 @@ package tenantlimits
 import (
 	"slices"
 	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // FuzzFastEntries holds the fast decoder to the general one: whatever it
@@ -46,7 +48,7 @@ func FuzzFastEntries(f *testing.F) {
 		for _, fe := range fast {
 			o := Override{Bucket: string(fe.bucket), Limit: fe.limit, ScaleMS: fe.scaleMS}
 			i := slices.IndexFunc(entries, func(e Override) bool { return e.Bucket == o.Bucket })
-			good := o.valid() && bucketNameRE.MatchString(o.Bucket)
+			good := o.valid() && descriptors.ValidBucketName(o.Bucket)
 			switch {
 			case good && (i < 0 || entries[i] != o):
 				t.Fatalf("%q: fast path %+v, general path %v / problems %v", raw, o, entries, problems)

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
@@ -98,7 +99,7 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 	}
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
-	c, err := tenantlimits.NewCache(cfg, e.rules, reg, slog.New(slog.NewTextHandler(logs, nil)))
+	c, err := tenantlimits.NewCache(cfg, wiring.Limits(e.rules), reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // ErrInvalid is wrapped by every validation error: bad tenant, actor,
@@ -68,10 +67,15 @@ func FormatRate(limit, scaleMS int64) string {
 	return strconv.FormatInt(limit, 10) + "/" + (time.Duration(scaleMS) * time.Millisecond).String()
 }
 
+// isOverrideWindow is the override policy on top of the window grammar
+// (ParseWindow): only the windows of Scales.
+func isOverrideWindow(ms int64) bool {
+	return slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == ms })
+}
+
 // valid is validate without building an error.
 func (o Override) valid() bool {
-	return o.Limit >= 1 && o.Limit <= counter.MaxLimit &&
-		slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == o.ScaleMS })
+	return o.Limit >= 1 && o.Limit <= counter.MaxLimit && isOverrideWindow(o.ScaleMS)
 }
 
 // validate checks the limit and window, not the bucket.
@@ -79,15 +83,16 @@ func (o Override) validate() error {
 	if err := (counter.Limit{Limit: o.Limit, ScaleMS: o.ScaleMS}).Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	if !slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == o.ScaleMS }) {
+	if !isOverrideWindow(o.ScaleMS) {
 		return fmt.Errorf("%w: window %d ms is not one of %s", ErrInvalid, o.ScaleMS, scaleNames())
 	}
 	return nil
 }
 
 // ParseRate parses LIMIT/SCALE as the CLI takes it: "200/1s", "10/1m",
-// "5/hour"; the scale is one of [Scales] (written 1s or s or second, 1m or
-// m or minute, …, or any Go duration equal to one of them, like 60s).
+// "5/hour"; the scale is any window of the one grammar ([ParseWindow]:
+// 1s or s or second, 1m or m or minute, …, or a Go duration like 60s)
+// that is one of [Scales].
 func ParseRate(s string) (limit, scaleMS int64, err error) {
 	l, sc, ok := strings.Cut(s, "/")
 	if !ok {
@@ -97,32 +102,11 @@ func ParseRate(s string) (limit, scaleMS int64, err error) {
 	if err != nil || limit < 1 || limit > counter.MaxLimit || l[0] == '+' {
 		return 0, 0, fmt.Errorf("%w: limit %q must be a whole number from 1 to %d", ErrInvalid, l, counter.MaxLimit)
 	}
-	scaleMS, err = parseScale(sc)
-	if err != nil {
-		return 0, 0, err
+	scaleMS, err = ParseWindow(sc)
+	if err != nil || !isOverrideWindow(scaleMS) {
+		return 0, 0, fmt.Errorf("%w: window %q must be one of %s", ErrInvalid, sc, scaleNames())
 	}
 	return limit, scaleMS, nil
-}
-
-func parseScale(s string) (int64, error) {
-	switch strings.ToLower(s) {
-	case "1s", "s", "sec", "second":
-		return 1000, nil
-	case "1m", "m", "min", "minute":
-		return 60_000, nil
-	case "1h", "h", "hour":
-		return 3_600_000, nil
-	case "1d", "d", "day":
-		return 86_400_000, nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		for _, sc := range Scales {
-			if d == time.Duration(sc.MS)*time.Millisecond {
-				return sc.MS, nil
-			}
-		}
-	}
-	return 0, fmt.Errorf("%w: window %q must be one of %s", ErrInvalid, s, scaleNames())
 }
 
 // ValidateTenant checks a tenant id: 1 to 256 bytes of UTF-8 without
@@ -157,11 +141,11 @@ func ValidateActor(actor string) error {
 	return nil
 }
 
-// OverridableBuckets lists, sorted, the buckets of r that accept tenant
+// OverridableBuckets lists, sorted, the buckets that accept tenant
 // overrides.
-func OverridableBuckets(r *rules.Rules) []string {
+func OverridableBuckets(bs Buckets) []string {
 	var names []string
-	for _, b := range r.Buckets {
+	for _, b := range bs {
 		if b.Overridable {
 			names = append(names, b.Name)
 		}
@@ -170,35 +154,33 @@ func OverridableBuckets(r *rules.Rules) []string {
 	return names
 }
 
-// CheckBucket returns the index of the named bucket in r, or an error
-// wrapping ErrInvalid that names the overridable buckets when it is unknown
-// or not overridable.
-func CheckBucket(r *rules.Rules, name string) (int, error) {
-	i := r.BucketIndex(name)
-	allowed := OverridableBuckets(r)
+// CheckBucket returns the id of the named bucket, or an error wrapping
+// ErrInvalid that names the overridable buckets when it is unknown or not
+// overridable.
+func CheckBucket(bs Buckets, name string) (counter.Bucket, error) {
+	i, known := bs.Index(name)
+	allowed := OverridableBuckets(bs)
 	list := strings.Join(allowed, ", ")
 	if len(allowed) == 0 {
 		list = "none (no bucket in the configuration has overridable: true)"
 	}
 	switch {
-	case i < 0:
-		return -1, fmt.Errorf("%w: unknown bucket %q; buckets that accept tenant overrides: %s", ErrInvalid, name, list)
-	case !r.Buckets[i].Overridable:
-		return -1, fmt.Errorf("%w: bucket %q does not accept tenant overrides; buckets that do: %s", ErrInvalid, name, list)
+	case !known:
+		return 0, fmt.Errorf("%w: unknown bucket %q; buckets that accept tenant overrides: %s", ErrInvalid, name, list)
+	case !bs[i].Overridable:
+		return 0, fmt.Errorf("%w: bucket %q does not accept tenant overrides; buckets that do: %s", ErrInvalid, name, list)
 	}
 	return i, nil
 }
 
-// Validate checks a whole override against the configuration: the bucket
-// is overridable, the limit within bounds, the window allowed.
-func Validate(r *rules.Rules, o Override) error {
-	if _, err := CheckBucket(r, o.Bucket); err != nil {
+// Validate checks a whole override against the configured buckets: the
+// bucket is overridable, the limit within bounds, the window allowed.
+func Validate(bs Buckets, o Override) error {
+	if _, err := CheckBucket(bs, o.Bucket); err != nil {
 		return err
 	}
 	return o.validate()
 }
-
-var bucketNameRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
 // entryProblem is one entry of a stored value that cannot be used.
 type entryProblem struct {
@@ -233,7 +215,7 @@ func parseLimits(raw []byte) (entries []Override, problems []entryProblem, err e
 
 func parseEntry(name string, raw json.RawMessage) (Override, error) {
 	o := Override{Bucket: name}
-	if !bucketNameRE.MatchString(name) {
+	if !descriptors.ValidBucketName(name) {
 		return o, fmt.Errorf("%w: %q is not a bucket name", ErrInvalid, name)
 	}
 	var fields map[string]json.RawMessage
@@ -294,11 +276,11 @@ func OwnerKeyName(k descriptors.KeySpec) (name string, ok bool) {
 	return "", false
 }
 
-// OwnerKeyNames lists, sorted and once each, the key names of r's
+// OwnerKeyNames lists, sorted and once each, the key names of the
 // overridable buckets that take their override from a key owner.
-func OwnerKeyNames(r *rules.Rules) []string {
+func OwnerKeyNames(bs Buckets) []string {
 	var names []string
-	for _, b := range r.Buckets {
+	for _, b := range bs {
 		if n, ok := OwnerKeyName(b.Key); ok && b.Overridable && !slices.Contains(names, n) {
 			names = append(names, n)
 		}
@@ -321,13 +303,13 @@ func ValidateKeyName(name string) error {
 func ValidateKeyValue(value string) error { return validateText("key", value, MaxKeyValueBytes) }
 
 // CheckOwnerKeyName returns an error wrapping ErrInvalid, naming the key
-// names that take owners, when no overridable bucket of r takes its
-// override from the owner of a key named name.
-func CheckOwnerKeyName(r *rules.Rules, name string) error {
+// names that take owners, when no overridable bucket takes its override
+// from the owner of a key named name.
+func CheckOwnerKeyName(bs Buckets, name string) error {
 	if err := ValidateKeyName(name); err != nil {
 		return err
 	}
-	names := OwnerKeyNames(r)
+	names := OwnerKeyNames(bs)
 	if slices.Contains(names, name) {
 		return nil
 	}

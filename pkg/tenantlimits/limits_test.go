@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
@@ -54,7 +55,7 @@ func TestParseRate(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	r := shippedRules(t)
-	if got := strings.Join(tenantlimits.OverridableBuckets(r), ","); got != "activity_create,inbound,token_generate,upload" {
+	if got := strings.Join(tenantlimits.OverridableBuckets(wiring.Limits(r)), ","); got != "activity_create,inbound,token_generate,upload" {
 		t.Fatalf("overridable buckets of the shipped config: %s", got)
 	}
 	allowed := "activity_create, inbound, token_generate, upload"
@@ -69,7 +70,7 @@ func TestValidate(t *testing.T) {
 		{o: tenantlimits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}, err: "limit 0"},
 		{o: tenantlimits.Override{Bucket: "upload", Limit: 5, ScaleMS: 1500}, err: "window 1500 ms is not one of 1s, 1m, 1h, 1d"},
 	} {
-		err := tenantlimits.Validate(r, tc.o)
+		err := tenantlimits.Validate(wiring.Limits(r), tc.o)
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%+v: %v", tc.o, err)
@@ -98,7 +99,7 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 func newTestCache(t testing.TB, r *rules.Rules) *tenantlimits.Cache {
 	t.Helper()
-	c, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://127.0.0.1:1/none"}, r, newRegistry(), discardLog())
+	c, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://127.0.0.1:1/none"}, wiring.Limits(r), newRegistry(), discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,7 @@ routes: [{path: /x, buckets: [fixed, sliding, closed]}]`
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixed, sliding, closed := r.BucketIndex("fixed"), r.BucketIndex("sliding"), r.BucketIndex("closed")
+	fixed, sliding, closed := counter.Bucket(r.BucketIndex("fixed")), counter.Bucket(r.BucketIndex("sliding")), counter.Bucket(r.BucketIndex("closed"))
 	c := newTestCache(t, r)
 	c.PublishForTest(map[string]string{
 		"good":    `{"fixed": {"limit": 200, "scale_ms": 1000}, "sliding": {"limit": 7, "scale_ms": 3600000}}`,
@@ -133,7 +134,7 @@ routes: [{path: /x, buckets: [fixed, sliding, closed]}]`
 	})
 	for _, tc := range []struct {
 		tenant string
-		bucket int
+		bucket counter.Bucket
 		want   counter.Limit
 		ok     bool
 	}{
@@ -166,7 +167,7 @@ func TestOverrideAllocs(t *testing.T) {
 	r := shippedRules(t)
 	c := newTestCache(t, r)
 	c.PublishForTest(map[string]string{"acme": `{"activity_create": {"limit": 200, "scale_ms": 1000}}`})
-	act := r.BucketIndex("activity_create")
+	act := counter.Bucket(r.BucketIndex("activity_create"))
 	for _, tenant := range []string{"acme", "other"} {
 		if n := testing.AllocsPerRun(1000, func() { c.Override(tenant, act) }); n != 0 {
 			t.Errorf("Override(%q) allocates %v times", tenant, n)

@@ -23,7 +23,7 @@ type Owner struct {
 // actor in the audit log, and returns the previous owner ("" for none).
 // Validation errors wrap ErrInvalid and write nothing.
 func (s *Store) SetOwner(ctx context.Context, keyName, key, tenant, actor string) (old string, err error) {
-	if err := errors.Join(CheckOwnerKeyName(s.rules, keyName), ValidateKeyValue(key), ValidateTenant(tenant), ValidateActor(actor)); err != nil {
+	if err := errors.Join(CheckOwnerKeyName(s.buckets, keyName), ValidateKeyValue(key), ValidateTenant(tenant), ValidateActor(actor)); err != nil {
 		return "", err
 	}
 	err = s.inTx(ctx, actor, func(tx pgx.Tx) error {

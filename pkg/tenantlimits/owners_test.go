@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // expectFor waits (up to a second) until OverrideFor(bucket, key) answers
 // want (zero: none).
-func expectFor(t *testing.T, c *running, bucket int, key string, want counter.Limit) {
+func expectFor(t *testing.T, c *running, bucket counter.Bucket, key string, want counter.Limit) {
 	t.Helper()
 	poll.Until(t, time.Second, time.Millisecond, func() error {
 		got, ok := c.OverrideFor(bucket, key)
@@ -30,8 +31,8 @@ func expectFor(t *testing.T, c *running, bucket int, key string, want counter.Li
 // cache like overrides do (NOTIFY, incremental, deletions, full reload).
 func TestOverridesFollowTheKeyOwner(t *testing.T) {
 	e := setup(t)
-	inb, act, tok := e.rules.BucketIndex("inbound"), e.rules.BucketIndex("activity_create"), e.rules.BucketIndex("token_create")
-	s, err := tenantlimits.NewStore(e.conn, e.rules)
+	inb, act, tok := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("token_create"))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +112,7 @@ func TestOverridesFollowTheKeyOwner(t *testing.T) {
 // TestSetOwnerValidates: bad input writes nothing and says what is wrong.
 func TestSetOwnerValidates(t *testing.T) {
 	e := setup(t)
-	s, err := tenantlimits.NewStore(e.conn, e.rules)
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

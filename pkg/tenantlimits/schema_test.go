@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
@@ -127,7 +128,7 @@ func TestNoSchema(t *testing.T) {
 	e := setup(t)
 	url := e.pg.CreateDatabase(t, "empty")
 	conn := testpg.Connect(t, url)
-	s, _ := tenantlimits.NewStore(conn, e.rules)
+	s, _ := tenantlimits.NewStore(conn, wiring.Limits(e.rules))
 	_, _, err := s.Get(e.ctx, "acme")
 	if !errors.Is(err, tenantlimits.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
 		t.Errorf("get without schema: %v", err)

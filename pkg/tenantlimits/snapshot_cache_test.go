@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
@@ -18,8 +20,8 @@ import (
 // both go back to Postgres when it returns.
 func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	e := setup(t)
-	inb, upl := e.rules.BucketIndex("inbound"), e.rules.BucketIndex("upload")
-	s, err := tenantlimits.NewStore(e.conn, e.rules)
+	inb, upl := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("upload"))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

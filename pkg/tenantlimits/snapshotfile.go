@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // The snapshot file keeps a node's last known overrides and key owners on
@@ -113,7 +114,7 @@ func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 			switch {
 			case ValidateTenant(tenant) != nil:
 				return nil, bad(n, "invalid tenant")
-			case !bucketNameRE.MatchString(bucket):
+			case !descriptors.ValidBucketName(bucket):
 				return nil, bad(n, "invalid bucket name")
 			case err1 != nil || err2 != nil || !o.valid():
 				return nil, bad(n, "invalid limit or window")

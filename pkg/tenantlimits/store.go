@@ -10,8 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // ErrNotFound is wrapped by Store.Delete when there is nothing to delete.
@@ -23,16 +21,16 @@ var ErrNotFound = errors.New("no such override")
 // wraps one connection and is not safe for concurrent use; create it with
 // NewStore (the zero Store is not usable).
 type Store struct {
-	conn  *pgx.Conn
-	rules *rules.Rules
+	conn    *pgx.Conn
+	buckets Buckets
 }
 
-// NewStore returns a Store on conn that validates buckets against r.
-func NewStore(conn *pgx.Conn, r *rules.Rules) (*Store, error) {
-	if conn == nil || r == nil {
-		return nil, errors.New("tenantlimits: NewStore needs a connection and the rules")
+// NewStore returns a Store on conn that validates buckets against bs.
+func NewStore(conn *pgx.Conn, bs Buckets) (*Store, error) {
+	if conn == nil || bs == nil {
+		return nil, errors.New("tenantlimits: NewStore needs a connection and the configured buckets")
 	}
-	return &Store{conn: conn, rules: r}, nil
+	return &Store{conn: conn, buckets: bs}, nil
 }
 
 // Tenant is one row of tenant_limits.
@@ -108,7 +106,7 @@ type Change struct {
 // Set sets one bucket's override for a tenant, recording actor in the
 // audit log. Validation errors wrap ErrInvalid and write nothing.
 func (s *Store) Set(ctx context.Context, tenant string, o Override, actor string) (Change, error) {
-	if err := errors.Join(ValidateTenant(tenant), ValidateActor(actor), Validate(s.rules, o)); err != nil {
+	if err := errors.Join(ValidateTenant(tenant), ValidateActor(actor), Validate(s.buckets, o)); err != nil {
 		return Change{}, err
 	}
 	var ch Change

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestStoreSetGetDeleteAudit(t *testing.T) {
 	e := setup(t)
-	s, err := tenantlimits.NewStore(e.conn, e.rules)
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 // database as it was, audit log included.
 func TestStoreInvalidWritesNothing(t *testing.T) {
 	e := setup(t)
-	s, _ := tenantlimits.NewStore(e.conn, e.rules)
+	s, _ := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
 	ok := tenantlimits.Override{Bucket: "activity_create", Limit: 200, ScaleMS: 1000}
 	if _, err := s.Set(e.ctx, "acme", ok, "alice"); err != nil {
 		t.Fatal(err)
