@@ -40,7 +40,7 @@ func TestClusterEarlyBatchNearLimit(t *testing.T) {
 
 	lim := counter.Limit{Limit: 10, ScaleMS: counter.MaxScaleMS} // near: 5 left
 	count := func(n *live) int64 {
-		_, tot := n.store.Count(0, "acme", lim.ScaleMS, time.Now().UnixMilli()/lim.ScaleMS)
+		_, tot := counts(n.store, 0, "acme", lim, time.Now())
 		return tot
 	}
 	for range 4 { // 6 left: not near

@@ -16,7 +16,7 @@ func fuzzSeeds(f *testing.F) {
 	for _, m := range sampleMessages() {
 		m.SentAtMS = t0.UnixMilli()
 		for i := range m.Entries {
-			m.Entries[i].Window = floorDiv(t0.UnixMilli(), m.Limits[m.Entries[i].Limit].ScaleMS)
+			m.Entries[i].Window = counter.WindowOf(t0.UnixMilli(), m.Limits[m.Entries[i].Limit].ScaleMS)
 		}
 		f.Add(m.Encode(nil))
 	}

@@ -242,13 +242,13 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 
 	// Decisions unchanged: every node sees exactly the real counts.
 	legit := a.local(0, "legit") + b.local(0, "legit")
-	_, va := a.store.Count(0, "victim", victim.ScaleMS, time.Now().UnixMilli()/victim.ScaleMS)
+	_, va := counts(a.store, 0, "victim", victim, time.Now())
 	for _, n := range []*live{a, b, c} {
 		poll.Until(t, waitLong, step, func() error {
 			if got := n.total(0, "legit"); got != legit {
 				return fmt.Errorf("%s sees %d legit, want %d", n.id, got, legit)
 			}
-			if _, got := n.store.Count(0, "victim", victim.ScaleMS, time.Now().UnixMilli()/victim.ScaleMS); got != 6 {
+			if _, got := counts(n.store, 0, "victim", victim, time.Now()); got != 6 {
 				return fmt.Errorf("%s sees %d victim, want 6 (a sees %d)", n.id, got, va)
 			}
 			return nil

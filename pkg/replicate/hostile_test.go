@@ -24,7 +24,7 @@ func forged(node string, inc uint64, at time.Time, key string, count int64) Mess
 	return Message{
 		Header:  Header{Kind: KindBatch, Node: node, Incarnation: inc, SentAtMS: at.UnixMilli(), Seq: 1},
 		Limits:  []Limit{{Name: "activity_create", ScaleMS: sec100.ScaleMS}},
-		Entries: []Entry{{Window: floorDiv(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
+		Entries: []Entry{{Window: counter.WindowOf(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
 	}
 }
 
@@ -193,7 +193,7 @@ func TestWindowsAndCountsBounded(t *testing.T) {
 	week := Message{
 		Header:  Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
 		Limits:  []Limit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},
-		Entries: []Entry{{Limit: 0, Window: floorDiv(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
+		Entries: []Entry{{Limit: 0, Window: counter.WindowOf(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
 	}
 	b.receive(week.Encode(nil), enc(forged("a", 1, b.now, "victim", counter.MaxCount)))
 	if got := metric(t, b.r.m.dropped[dropScale]); got != 2 {

@@ -82,8 +82,25 @@ func (n *node) receive(msgs ...[]byte) {
 
 func (n *node) total(t testing.TB, bucket counter.Bucket, key string, lim counter.Limit) int64 {
 	t.Helper()
-	_, tot := n.store.Count(bucket, key, lim.ScaleMS, floorDiv(n.now.UnixMilli(), lim.ScaleMS))
+	_, tot := counts(n.store, bucket, key, lim, n.now)
 	return tot
+}
+
+// counts reads, through Snapshot, the counts store holds of (bucket, key)
+// in now's window of lim: this node's own, and the total over it and
+// every peer (what a Fixed limit decides on).
+func counts(store *counter.Store, bucket counter.Bucket, key string, lim counter.Limit, now time.Time) (local, total int64) {
+	w := counter.WindowOf(now.UnixMilli(), lim.ScaleMS)
+	for _, pc := range store.Snapshot(nil, now) {
+		if pc.Bucket != bucket || pc.Key != key || pc.ScaleMS != lim.ScaleMS || pc.Window != w {
+			continue
+		}
+		total += pc.Count
+		if pc.Peer == counter.Self {
+			local += pc.Count
+		}
+	}
+	return local, total
 }
 
 // metric reads a counter or gauge.

@@ -561,8 +561,7 @@ func (r *Replicator) Run(ctx context.Context) error {
 func (r *Replicator) untilTick(now time.Time) time.Duration {
 	d := r.cfg.SyncInterval.Nanoseconds()
 	n := now.UnixNano()
-	next := (n/d + 1) * d
-	return time.Duration(next - n)
+	return time.Duration((counter.WindowOf(n, d)+1)*d - n)
 }
 
 func (r *Replicator) requestResync() {
@@ -693,7 +692,7 @@ func (r *Replicator) antiEntropy(dst []counter.WindowCount, now time.Time) []cou
 	n := min(len(r.aeQueue), r.aeShare)
 	sent := 0
 	for _, c := range r.aeQueue[len(r.aeQueue)-n:] {
-		if liveWindow(c, now) {
+		if counter.Live(c.Algorithm, c.ScaleMS, c.Window, now) {
 			dst = append(dst, c)
 			sent++
 		}
@@ -719,7 +718,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 	}
 	if len(r.retry) > 0 {
 		for _, c := range r.retry {
-			if liveWindow(c, now) {
+			if counter.Live(c.Algorithm, c.ScaleMS, c.Window, now) {
 				r.changes = append(r.changes, c)
 			}
 		}
@@ -775,16 +774,6 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 	clear(r.changes[fresh:]) // drop the anti-entropy key strings
 	r.m.publishDuration.Observe(time.Since(start).Seconds())
 	return batches
-}
-
-// liveWindow reports whether c's window can still matter to a peer at now.
-func liveWindow(c counter.WindowCount, now time.Time) bool {
-	w := floorDiv(now.UnixMilli(), c.ScaleMS)
-	lo := w
-	if c.Algorithm == counter.Sliding {
-		lo--
-	}
-	return c.Window >= lo && c.Window <= w+1
 }
 
 // guard wraps a NATS message handler: a panic in it is a bug, yet must not

@@ -111,14 +111,6 @@ type Message struct {
 	Entries []Entry
 }
 
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
-}
-
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -187,7 +179,7 @@ func (m *Message) Encode(b []byte) []byte {
 func (m *Message) appendEntry(b []byte, e *Entry) []byte {
 	scale := m.Limits[e.Limit].ScaleMS
 	b = binary.AppendUvarint(b, uint64(e.Limit))
-	b = binary.AppendVarint(b, e.Window-floorDiv(m.SentAtMS, scale))
+	b = binary.AppendVarint(b, e.Window-counter.WindowOf(m.SentAtMS, scale))
 	b = appendString(b, e.Key)
 	b = binary.AppendUvarint(b, uint64(e.Count))
 	if m.Kind == KindSyncReply {
@@ -198,7 +190,7 @@ func (m *Message) appendEntry(b []byte, e *Entry) []byte {
 
 // entryLen is the encoded length of e in m, whose limit has scale ms.
 func (m *Message) entryLen(e *Entry, scale int64) int {
-	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-floorDiv(m.SentAtMS, scale)) +
+	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-counter.WindowOf(m.SentAtMS, scale)) +
 		uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Count))
 	if m.Kind == KindSyncReply {
 		n += uvarintLen(uint64(e.Origin))
@@ -428,7 +420,7 @@ func (d *decoder) entry(m *Message) Entry {
 		return e
 	}
 	e.Limit = int(li)
-	e.Window = floorDiv(m.SentAtMS, m.Limits[li].ScaleMS) + off
+	e.Window = counter.WindowOf(m.SentAtMS, m.Limits[li].ScaleMS) + off
 	e.Count = int64(count)
 	return e
 }
