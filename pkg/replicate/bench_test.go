@@ -91,10 +91,10 @@ func syncFlood(b *testing.B, sealed bool) {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(10 * time.Second).UnixMilli()}}).Encode(nil)
+	req := (&message{header: header{Kind: kindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(10 * time.Second).UnixMilli()}}).encode(nil)
 	if sealed {
 		var ad []byte
-		req = mustSealer(b, DefaultSubjectPrefix, benchKey).seal(nil, req, KindSyncRequest, &ad)
+		req = mustSealer(b, DefaultSubjectPrefix, benchKey).seal(nil, req, kindSyncRequest, &ad)
 	}
 	before := handledSyncRequests(b, n)
 	cpu0 := cpuTime()

@@ -200,8 +200,8 @@ func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
 	var mu sync.Mutex
 	perNode := map[string]int{}
 	if _, err := watch.Subscribe("ratelimit.batch", func(m *nats.Msg) {
-		var msg Message
-		if Decode(m.Data, &msg) == nil {
+		var msg message
+		if decode(m.Data, &msg) == nil {
 			mu.Lock()
 			perNode[msg.Node]++
 			mu.Unlock()
@@ -317,12 +317,12 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 	defer raw.Close()
 	now := time.Now()
 	batch := func(seq uint64, key string, window int64) []byte {
-		m := Message{
-			Header:  Header{Kind: KindBatch, Node: "raw", Incarnation: 1, SentAtMS: now.UnixMilli(), Seq: seq},
-			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
-			Entries: []Entry{{Window: window, Key: key, Count: 3}},
+		m := message{
+			header:  header{Kind: kindBatch, Node: "raw", Incarnation: 1, SentAtMS: now.UnixMilli(), Seq: seq},
+			Limits:  []wireLimit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []entry{{Window: window, Key: key, Count: 3}},
 		}
-		return m.Encode(nil)
+		return m.encode(nil)
 	}
 	w := counter.WindowOf(now.UnixMilli(), 1000)
 	raw.Publish("ratelimit.batch", batch(1, "old", w-1))

@@ -102,8 +102,8 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	defer watch.Close()
 	var fromA atomic.Int64
 	if _, err := watch.Subscribe("ratelimit.batch", func(m *nats.Msg) {
-		var msg Message
-		if Decode(m.Data, &msg) == nil && msg.Node == "a" {
+		var msg message
+		if decode(m.Data, &msg) == nil && msg.Node == "a" {
 			fromA.Add(1)
 		}
 	}); err != nil {

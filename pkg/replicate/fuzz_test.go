@@ -18,7 +18,7 @@ func fuzzSeeds(f *testing.F) {
 		for i := range m.Entries {
 			m.Entries[i].Window = counter.WindowOf(t0.UnixMilli(), m.Limits[m.Entries[i].Limit].ScaleMS)
 		}
-		f.Add(m.Encode(nil))
+		f.Add(m.encode(nil))
 	}
 	f.Add(enc(forged("\xff\xff", 1, t0, "victim", 100))) // crashed every node once
 	f.Add(enc(forged("a", 1, t0, "victim", counter.MaxCount)))
@@ -43,9 +43,9 @@ func FuzzMerge(f *testing.F) {
 		n.r.conn.Store(&nats.Conn{})
 		n.r.guard("batch", n.r.onBatch)(&nats.Msg{Data: data})
 		n.r.guard("sync request", n.r.onSyncRequest)(&nats.Msg{Data: data, Reply: "_INBOX.x"})
-		var m Message
+		var m message
 		var buf rxBuffers
-		if n.r.read(data, &m, KindSyncReply, &buf, n.now) {
+		if n.r.read(data, &m, kindSyncReply, &buf, n.now) {
 			n.r.mergeReply(&m, n.now)
 		}
 		if got := metric(t, n.r.m.panics); got != 0 {
@@ -69,19 +69,19 @@ func FuzzOpen(f *testing.F) {
 	s := mustSealer(f, "ratelimit", keyA, keyB)
 	var ad []byte
 	for _, m := range sampleMessages() {
-		f.Add(s.seal(nil, m.Encode(nil), m.Kind, &ad), uint8(m.Kind))
+		f.Add(s.seal(nil, m.encode(nil), m.Kind, &ad), uint8(m.Kind))
 	}
 	f.Add([]byte("RS\x01"), uint8(1))
 	f.Add([]byte("RS\x02xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
 		var ad []byte
-		plain, err := s.open(nil, data, Kind(kind), &ad)
+		plain, err := s.open(nil, data, msgKind(kind), &ad)
 		if err != nil {
 			return
 		}
 		// It opened: it was sealed with a key of s (only the seeds are);
-		// what it holds must still pass Decode before any use.
-		var m Message
-		_ = Decode(plain, &m)
+		// what it holds must still pass decode before any use.
+		var m message
+		_ = decode(plain, &m)
 	})
 }

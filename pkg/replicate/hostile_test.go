@@ -16,22 +16,22 @@ import (
 // without NATS, each message handed to the handlers directly.
 
 // enc encodes m.
-func enc(m Message) []byte { return m.Encode(nil) }
+func enc(m message) []byte { return m.encode(nil) }
 
 // forged returns a well-formed batch that sets (bucket 0's name, key) to
 // count at at, from node.
-func forged(node string, inc uint64, at time.Time, key string, count int64) Message {
-	return Message{
-		Header:  Header{Kind: KindBatch, Node: node, Incarnation: inc, SentAtMS: at.UnixMilli(), Seq: 1},
-		Limits:  []Limit{{Name: "activity_create", ScaleMS: sec100.ScaleMS}},
-		Entries: []Entry{{Window: counter.WindowOf(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
+func forged(node string, inc uint64, at time.Time, key string, count int64) message {
+	return message{
+		header:  header{Kind: kindBatch, Node: node, Incarnation: inc, SentAtMS: at.UnixMilli(), Seq: 1},
+		Limits:  []wireLimit{{Name: "activity_create", ScaleMS: sec100.ScaleMS}},
+		Entries: []entry{{Window: counter.WindowOf(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
 	}
 }
 
-func sealWith(t testing.TB, key []byte, prefix string, m Message) []byte {
+func sealWith(t testing.TB, key []byte, prefix string, m message) []byte {
 	t.Helper()
 	var ad []byte
-	return mustSealer(t, prefix, key).seal(nil, m.Encode(nil), m.Kind, &ad)
+	return mustSealer(t, prefix, key).seal(nil, m.encode(nil), m.Kind, &ad)
 }
 
 // TestNodeIDsThatCrashedNodes: node ids that are not printable ASCII
@@ -41,15 +41,15 @@ func TestNodeIDsThatCrashedNodes(t *testing.T) {
 	b := newNode(t, "b", Config{})
 	for _, id := range []string{"\xff\xff", "a\xffb", "new\nline level=ERROR", "tab\tid", "sp ace", "\x00", "é", strings.Repeat("n", maxNodeLen+1)} {
 		m := forged(id, 1, b.now, "victim", 100)
-		b.receive(m.Encode(nil))
-		reply := Message{
-			Header:  Header{Kind: KindSyncReply, Node: "ok", Incarnation: 1, SentAtMS: b.now.UnixMilli(), Last: true},
+		b.receive(m.encode(nil))
+		reply := message{
+			header:  header{Kind: kindSyncReply, Node: "ok", Incarnation: 1, SentAtMS: b.now.UnixMilli(), Last: true},
 			Limits:  m.Limits,
-			Origins: []Origin{{Node: id, Incarnation: 1}},
-			Entries: []Entry{{Window: m.Entries[0].Window, Key: "victim", Count: 100}},
+			Origins: []origin{{Node: id, Incarnation: 1}},
+			Entries: []entry{{Window: m.Entries[0].Window, Key: "victim", Count: 100}},
 		}
-		var got Message
-		if err := Decode(reply.Encode(nil), &got); err == nil {
+		var got message
+		if err := decode(reply.encode(nil), &got); err == nil {
 			t.Errorf("a reply naming origin %q decodes", id)
 		}
 	}
@@ -70,7 +70,7 @@ func TestNodeIDsThatCrashedNodes(t *testing.T) {
 func TestSealedBatchesOnly(t *testing.T) {
 	b := newNode(t, "b", Config{Keys: [][]byte{keyA}})
 	evil := forged("a", 1, b.now, "victim", 100)
-	b.receive(evil.Encode(nil), sealWith(t, keyB, "ratelimit", evil), sealWith(t, keyA, "elsewhere", evil))
+	b.receive(evil.encode(nil), sealWith(t, keyB, "ratelimit", evil), sealWith(t, keyA, "elsewhere", evil))
 	for reason, want := range map[string]float64{malUnsealed: 1, malUnknown: 1, malAuth: 1} {
 		if got := metric(t, b.r.m.malformed[reason]); got != want {
 			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
@@ -190,12 +190,12 @@ func TestReturningPeerKeepsItsID(t *testing.T) {
 func TestWindowsAndCountsBounded(t *testing.T) {
 	bounds := BucketWindows{{1000: 400}, {}}
 	b := newNode(t, "b", Config{Bounds: bounds})
-	week := Message{
-		Header:  Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
-		Limits:  []Limit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},
-		Entries: []Entry{{Limit: 0, Window: counter.WindowOf(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
+	week := message{
+		header:  header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
+		Limits:  []wireLimit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},
+		Entries: []entry{{Limit: 0, Window: counter.WindowOf(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
 	}
-	b.receive(week.Encode(nil), enc(forged("a", 1, b.now, "victim", counter.MaxCount)))
+	b.receive(week.encode(nil), enc(forged("a", 1, b.now, "victim", counter.MaxCount)))
 	if got := metric(t, b.r.m.dropped[dropScale]); got != 2 {
 		t.Errorf("dropped{scale} = %v, want 2", got)
 	}
@@ -333,8 +333,8 @@ func TestSyncRequestsBounded(t *testing.T) {
 	nc := &nats.Conn{} // never connected: maxOut uses MaxMessageBytes
 	n.r.conn.Store(nc)
 	req := func(sentAt time.Time, reply string) {
-		m := Message{Header: Header{Kind: KindSyncRequest, Node: "a", Incarnation: 1, SentAtMS: sentAt.UnixMilli()}}
-		n.r.onSyncRequest(&nats.Msg{Subject: n.r.syncSubj, Reply: reply, Data: m.Encode(nil)})
+		m := message{header: header{Kind: kindSyncRequest, Node: "a", Incarnation: 1, SentAtMS: sentAt.UnixMilli()}}
+		n.r.onSyncRequest(&nats.Msg{Subject: n.r.syncSubj, Reply: reply, Data: m.encode(nil)})
 	}
 	for _, reply := range []string{"", "ratelimit.batch", "_INBOX.", "_INBOX.*", "_INBOX.a.>", "_INBOX..x", "_INBOX.a b", "_INBOX.\xff"} {
 		req(n.now, reply)

@@ -287,12 +287,12 @@ func TestBucketsMatchByName(t *testing.T) {
 
 func TestMalformedMessagesCounted(t *testing.T) {
 	b := newNode(t, "b", Config{MaxMessageBytes: 1024})
-	good := Message{Header: Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: t0.UnixMilli()}}
-	v2 := good.Encode(nil)
+	good := message{header: header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: t0.UnixMilli()}}
+	v2 := good.encode(nil)
 	v2[2] = 2
-	req := Message{Header: Header{Kind: KindSyncRequest, Node: "a", Incarnation: 1}}
-	self := Message{Header: Header{Kind: KindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
-	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.Encode(nil), self.Encode(nil), good.Encode(nil))
+	req := message{header: header{Kind: kindSyncRequest, Node: "a", Incarnation: 1}}
+	self := message{header: header{Kind: kindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
+	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.encode(nil), self.encode(nil), good.encode(nil))
 	for reason, want := range map[string]float64{malDecode: 1, malVersion: 1, malOversize: 1, malKind: 1, malSelf: 1} {
 		if got := metric(t, b.r.m.malformed[reason]); got != want {
 			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
@@ -306,12 +306,12 @@ func TestMalformedMessagesCounted(t *testing.T) {
 func TestPeersBoundedAndExpired(t *testing.T) {
 	b := newNode(t, "b", Config{MaxPeers: 2, PeerExpiry: time.Minute})
 	batch := func(node string, key string) []byte {
-		m := Message{
-			Header:  Header{Kind: KindBatch, Node: node, Incarnation: 7, SentAtMS: t0.UnixMilli()},
-			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
-			Entries: []Entry{{Window: t0.Unix(), Key: key, Count: 1}},
+		m := message{
+			header:  header{Kind: kindBatch, Node: node, Incarnation: 7, SentAtMS: t0.UnixMilli()},
+			Limits:  []wireLimit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []entry{{Window: t0.Unix(), Key: key, Count: 1}},
 		}
-		return m.Encode(nil)
+		return m.encode(nil)
 	}
 	b.receive(batch("p1", "x"), batch("p2", "x"), batch("p3", "x"))
 	if got := b.total(t, 1, "x", sec100); got != 2 {
@@ -354,9 +354,9 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	a.receive(bBatch...)
 	// c starts and asks a; a's reply holds a's 40 and b's 25, apart.
 	chunks := a.r.syncReply(1<<20, a.now)
-	var m Message
+	var m message
 	for _, ch := range chunks {
-		if err := Decode(ch, &m); err != nil {
+		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
 		c.r.mergeReply(&m, c.now)
@@ -380,7 +380,7 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	a.receive(c.publish(t, 1<<20)...)
 	a.now = a.now.Add(time.Second) // a new snapshot may be taken
 	for _, ch := range a.r.syncReply(1<<20, a.now) {
-		if err := Decode(ch, &m); err != nil {
+		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
 		c.r.mergeReply(&m, c.now)
@@ -424,8 +424,8 @@ func TestFailedPublishRetried(t *testing.T) {
 	if msgs := a.publish(t, 1<<20); len(msgs) != 1 {
 		t.Fatalf("%d messages after a failed publish, want 1 (the retry)", len(msgs))
 	} else {
-		var m Message
-		if err := Decode(msgs[0], &m); err != nil || len(m.Entries) != 1 || m.Entries[0].Count != 1 {
+		var m message
+		if err := decode(msgs[0], &m); err != nil || len(m.Entries) != 1 || m.Entries[0].Count != 1 {
 			t.Errorf("retry message: %+v, %v", m, err)
 		}
 	}

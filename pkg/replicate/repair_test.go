@@ -25,8 +25,8 @@ func TestClusterAntiEntropyRepairsLostBatch(t *testing.T) {
 	drop := func(r *Replicator) {
 		send := r.publish
 		r.publish = func(nc *nats.Conn, subj string, data []byte) error {
-			var m Message
-			if subj == r.batchSubj && Decode(data, &m) == nil && len(m.Entries) > 0 && droppedAt.Load() == 0 {
+			var m message
+			if subj == r.batchSubj && decode(data, &m) == nil && len(m.Entries) > 0 && droppedAt.Load() == 0 {
 				droppedAt.Store(time.Now().UnixNano())
 				return nil // lost on the way
 			}

@@ -221,7 +221,7 @@ type Replicator struct {
 	store     Store
 	log       *slog.Logger
 	m         *metrics
-	self      Origin // node id and this process's incarnation
+	self      origin // node id and this process's incarnation
 	bucketIdx map[string]counter.Bucket
 	batchSubj string
 	syncSubj  string
@@ -268,11 +268,11 @@ type Replicator struct {
 	aeShare int // counts per tick
 
 	// Received batches are handled one at a time (one subscription).
-	rx    Message
+	rx    message
 	rxBuf rxBuffers
 
 	// Sync requests: handled one at a time (one subscription).
-	reqRx   Message
+	reqRx   message
 	reqBuf  rxBuffers
 	answers tokenBucket
 
@@ -306,7 +306,7 @@ func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (
 		cfg:       cfg,
 		store:     store,
 		log:       log.With("node", cfg.NodeID),
-		self:      Origin{Node: cfg.NodeID, Incarnation: rand.Uint64()},
+		self:      origin{Node: cfg.NodeID, Incarnation: rand.Uint64()},
 		bucketIdx: make(map[string]counter.Bucket, len(cfg.Buckets)),
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
@@ -632,7 +632,7 @@ func (r *Replicator) maxOut(nc *nats.Conn) int {
 
 // sealed returns msg sealed for kind with buf and ad as scratch, or msg
 // itself without a cluster key.
-func (r *Replicator) sealed(buf, ad *[]byte, msg []byte, kind Kind) []byte {
+func (r *Replicator) sealed(buf, ad *[]byte, msg []byte, kind msgKind) []byte {
 	if r.seal == nil {
 		return msg
 	}
@@ -647,7 +647,7 @@ func (r *Replicator) heartbeat(now time.Time, max int, send func([]byte) error) 
 	defer r.publishMu.Unlock()
 	r.split.max = max
 	r.split.emit = func(b []byte) error {
-		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, KindBatch)); err != nil {
+		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, kindBatch)); err != nil {
 			r.m.publishErrors.Inc()
 			return nil
 		}
@@ -655,7 +655,7 @@ func (r *Replicator) heartbeat(now time.Time, max int, send func([]byte) error) 
 		r.lastSent = now
 		return nil
 	}
-	r.split.start(Header{Kind: KindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
+	r.split.start(header{Kind: kindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
 	r.split.flush(true)
 	r.seq = r.split.msg.Seq
 }
@@ -736,7 +736,7 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 	sent := 0
 	r.split.max = max
 	r.split.emit = func(b []byte) error {
-		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, KindBatch)); err != nil {
+		if err := send(r.sealed(&r.sealBuf, &r.sealAD, b, kindBatch)); err != nil {
 			r.m.publishErrors.Inc()
 			if !failed {
 				r.log.Warn("publish batch", "err", err)
@@ -750,14 +750,14 @@ func (r *Replicator) publishChanges(now time.Time, max int, send func([]byte) er
 		sent += len(r.split.msg.Entries)
 		return nil
 	}
-	r.split.start(Header{Kind: KindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
+	r.split.start(header{Kind: kindBatch, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: r.seq})
 	for _, c := range r.changes {
 		if int(c.Bucket) >= len(r.cfg.Buckets) {
 			r.m.dropped[dropInvalid].Inc()
 			continue
 		}
-		l := Limit{Name: r.cfg.Buckets[c.Bucket], ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}
-		if err := r.split.add(l, Origin{}, c.Window, c.Key, c.Count); errors.Is(err, errEntryTooLarge) {
+		l := wireLimit{Name: r.cfg.Buckets[c.Bucket], ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}
+		if err := r.split.add(l, origin{}, c.Window, c.Key, c.Count); errors.Is(err, errEntryTooLarge) {
 			r.m.dropped[dropTooLarge].Inc()
 		}
 	}
@@ -796,7 +796,7 @@ func (r *Replicator) guard(what string, h nats.MsgHandler) nats.MsgHandler {
 func (r *Replicator) onBatch(msg *nats.Msg) {
 	now := r.now()
 	m := &r.rx
-	if !r.read(msg.Data, m, KindBatch, &r.rxBuf, now) {
+	if !r.read(msg.Data, m, kindBatch, &r.rxBuf, now) {
 		return
 	}
 	p := r.peers.get(m.Node, m.Incarnation, now)
@@ -819,7 +819,7 @@ type rxBuffers struct {
 // is of kind, not from this process and sent close to now; it counts and
 // reports false for anything else. Nothing of a message that fails here
 // is used, logged or kept.
-func (r *Replicator) read(data []byte, m *Message, kind Kind, buf *rxBuffers, now time.Time) bool {
+func (r *Replicator) read(data []byte, m *message, kind msgKind, buf *rxBuffers, now time.Time) bool {
 	if len(data) > r.cfg.MaxMessageBytes {
 		r.m.malformed[malOversize].Inc()
 		return false
@@ -829,13 +829,13 @@ func (r *Replicator) read(data []byte, m *Message, kind Kind, buf *rxBuffers, no
 		switch {
 		case err == nil:
 			buf.plain, data = plain, plain
-		case errors.Is(err, ErrUnsealed):
+		case errors.Is(err, errUnsealed):
 			r.m.malformed[malUnsealed].Inc()
 			return false
-		case errors.Is(err, ErrUnknownKey):
+		case errors.Is(err, errUnknownKey):
 			r.m.malformed[malUnknown].Inc()
 			return false
-		case errors.Is(err, ErrVersion):
+		case errors.Is(err, errVersion):
 			r.m.malformed[malVersion].Inc()
 			return false
 		default:
@@ -846,8 +846,8 @@ func (r *Replicator) read(data []byte, m *Message, kind Kind, buf *rxBuffers, no
 		r.m.malformed[malNoKey].Inc()
 		return false
 	}
-	if err := Decode(data, m); err != nil {
-		if errors.Is(err, ErrVersion) {
+	if err := decode(data, m); err != nil {
+		if errors.Is(err, errVersion) {
 			r.m.malformed[malVersion].Inc()
 		} else {
 			r.m.malformed[malDecode].Inc()
@@ -871,7 +871,7 @@ func (r *Replicator) read(data []byte, m *Message, kind Kind, buf *rxBuffers, no
 }
 
 // observe updates the peer's sequence and clock-skew figures from a batch.
-func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
+func (r *Replicator) observe(p *peer, m *message, now time.Time) {
 	switch {
 	case !p.haveSeq || m.Seq == p.lastSeq+1:
 	case m.Seq > p.lastSeq:
@@ -897,7 +897,7 @@ func (r *Replicator) observe(p *peer, m *Message, now time.Time) {
 // Entries of a bucket this node does not know, or of a window length no
 // limit of the bucket has here, are dropped; counts above what a limit of
 // the bucket allows are merged at that bound.
-func (r *Replicator) merge(m *Message, origin func(int) counter.PeerID, now time.Time) (merged int) {
+func (r *Replicator) merge(m *message, origin func(int) counter.PeerID, now time.Time) (merged int) {
 	r.m.entriesReceived.Add(float64(len(m.Entries)))
 	var idxBuf [16]int64
 	var boundBuf [16]int64

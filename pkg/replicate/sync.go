@@ -70,7 +70,7 @@ func (b *tokenBucket) allow(now time.Time) bool {
 func (r *Replicator) onSyncRequest(msg *nats.Msg) {
 	now := r.now()
 	m := &r.reqRx
-	if !r.read(msg.Data, m, KindSyncRequest, &r.reqBuf, now) {
+	if !r.read(msg.Data, m, kindSyncRequest, &r.reqBuf, now) {
 		return
 	}
 	if !validReply(msg.Reply) {
@@ -132,10 +132,10 @@ func (r *Replicator) syncReply(max int, now time.Time) [][]byte {
 	sp := r.syncSplit
 	sp.max = max
 	sp.emit = func(b []byte) error {
-		chunks = append(chunks, append([]byte(nil), r.sealed(&r.syncSeal, &r.syncAD, b, KindSyncReply)...))
+		chunks = append(chunks, append([]byte(nil), r.sealed(&r.syncSeal, &r.syncAD, b, kindSyncReply)...))
 		return nil
 	}
-	sp.start(Header{Kind: KindSyncReply, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()})
+	sp.start(header{Kind: kindSyncReply, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()})
 	for i := range r.snap {
 		pc := &r.snap[i]
 		if int(pc.Bucket) >= len(r.cfg.Buckets) {
@@ -148,7 +148,7 @@ func (r *Replicator) syncReply(max int, now time.Time) [][]byte {
 				continue // forgotten peer: its counts stay here, but cannot be named
 			}
 		}
-		l := Limit{Name: r.cfg.Buckets[pc.Bucket], ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
+		l := wireLimit{Name: r.cfg.Buckets[pc.Bucket], ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
 		_ = sp.add(l, o, pc.Window, pc.Key, pc.Count) // too large for any message: left out
 	}
 	_ = sp.flush(true)
@@ -173,9 +173,9 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 		return
 	}
 	defer sub.Unsubscribe()
-	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: r.now().UnixMilli()}}).Encode(nil)
+	req := (&message{header: header{Kind: kindSyncRequest, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: r.now().UnixMilli()}}).encode(nil)
 	var sealBuf, adBuf []byte
-	if err := nc.PublishRequest(r.syncSubj, inbox, r.sealed(&sealBuf, &adBuf, req, KindSyncRequest)); err != nil {
+	if err := nc.PublishRequest(r.syncSubj, inbox, r.sealed(&sealBuf, &adBuf, req, kindSyncRequest)); err != nil {
 		r.log.Warn("sync: request", "err", err)
 		return
 	}
@@ -187,7 +187,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 		replies  = map[peerKey]*progress{}
 		complete int
 		merged   int
-		m        Message
+		m        message
 		buf      rxBuffers
 		outcome  = "deadline"
 		wait     = ctx // shortened to a grace period once a reply is complete
@@ -201,7 +201,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 			break
 		}
 		now := r.now()
-		if !r.read(msg.Data, &m, KindSyncReply, &buf, now) {
+		if !r.read(msg.Data, &m, kindSyncReply, &buf, now) {
 			continue
 		}
 		k := peerKey{m.Node, m.Incarnation}
@@ -236,7 +236,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 }
 
 // mergeReply merges one chunk of a sync reply.
-func (r *Replicator) mergeReply(m *Message, now time.Time) int {
+func (r *Replicator) mergeReply(m *message, now time.Time) int {
 	ids := r.originIDs(m, now)
 	n := r.merge(m, func(i int) counter.PeerID { return ids[i] }, now)
 	r.m.syncMerged.Add(float64(n))
@@ -246,7 +246,7 @@ func (r *Replicator) mergeReply(m *Message, now time.Time) int {
 // originIDs maps a sync reply's origins to peer ids: this process is Self
 // (its own counts, skipped), every other origin a peer (added if there is
 // room; an origin over the peer bound maps to Self too, and is skipped).
-func (r *Replicator) originIDs(m *Message, now time.Time) []counter.PeerID {
+func (r *Replicator) originIDs(m *message, now time.Time) []counter.PeerID {
 	ids := make([]counter.PeerID, len(m.Origins))
 	for i, o := range m.Origins {
 		if o == r.self {
