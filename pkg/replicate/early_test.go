@@ -19,22 +19,23 @@ import (
 // keep out of the way).
 const slowTicks = 5 * time.Second
 
-// tickFar shifts r's clock to just past a tick, so that its first tick is
-// a whole SyncInterval away, and returns the (real) time it will fire at
-// the earliest.
-func tickFar(r *Replicator) (tickAt time.Time) {
+// tickFar sets cfg's clock to the real one shifted to just past a tick,
+// so that the first tick is a whole SyncInterval away, and returns the
+// (real) time it will fire at the earliest.
+func tickFar(cfg *Config) (tickAt time.Time) {
 	start := time.Now()
-	shift := r.untilTick(start)
-	r.now = func() time.Time { return time.Now().Add(shift) }
-	return start.Add(r.cfg.SyncInterval)
+	shift := untilTick(start, cfg.SyncInterval)
+	cfg.Now = func() time.Time { return time.Now().Add(shift) }
+	return start.Add(cfg.SyncInterval)
 }
 
 func TestClusterEarlyBatchNearLimit(t *testing.T) {
 	srv := testnats.Run(t)
 	cfg := Config{SyncInterval: slowTicks, WarmStartTimeout: 200 * time.Millisecond}
-	var tickAt time.Time
-	a := startLive(t, srv.ClientURL(), "a", cfg, func(r *Replicator) { tickAt = tickFar(r) })
-	b := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	aCfg := cfg
+	tickAt := tickFar(&aCfg)
+	a := startLive(t, srv.ClientURL(), "a", aCfg, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 
@@ -114,7 +115,8 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	}
 	const gap = 50 * time.Millisecond
 	cfg := Config{SyncInterval: slowTicks, EarlyGap: gap, WarmStartTimeout: 200 * time.Millisecond}
-	a := startLive(t, srv.ClientURL(), "a", cfg, func(r *Replicator) { tickFar(r) })
+	tickFar(&cfg)
+	a := startLive(t, srv.ClientURL(), "a", cfg, nodeOpts{})
 	a.waitReady(t)
 
 	// 1000 keys, each within its near-limit margin, so every hit signals.

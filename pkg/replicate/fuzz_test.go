@@ -36,17 +36,17 @@ func FuzzMerge(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := newNode(t, "b", Config{Bounds: fuzzBounds})
-		n.store = store
-		n.r.store = store
-		n.r.publish = func(*nats.Conn, string, []byte) error { return nil }
-		n.r.conn.Store(&nats.Conn{})
-		n.r.guard("batch", n.r.onBatch)(&nats.Msg{Data: data})
-		n.r.guard("sync request", n.r.onSyncRequest)(&nats.Msg{Data: data, Reply: "_INBOX.x"})
+		n := newNodeWith(t, "b", Config{Bounds: fuzzBounds}, nodeOpts{
+			store: store,
+			hooks: hooks{send: func(*nats.Conn, string, []byte) error { return nil }},
+		})
+		nc := &nats.Conn{} // never connected: replies are sized by MaxMessageBytes
+		n.r.guard("batch", n.r.recv.onBatch)(&nats.Msg{Data: data})
+		n.r.guard("sync request", func(m *nats.Msg) { n.r.syncer.onRequest(nc, m) })(&nats.Msg{Data: data, Reply: "_INBOX.x"})
 		var m message
 		var buf rxBuffers
 		if n.r.read(data, &m, kindSyncReply, &buf, n.now) {
-			n.r.mergeReply(&m, n.now)
+			n.r.syncer.mergeReply(&m, n.now)
 		}
 		if got := metric(t, n.r.m.panics); got != 0 {
 			t.Fatalf("%v panics recovered", got)

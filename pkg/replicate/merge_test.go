@@ -33,9 +33,25 @@ type node struct {
 
 func newNode(t testing.TB, id string, cfg Config) *node {
 	t.Helper()
-	store, err := counter.New(counter.Config{Track: true})
-	if err != nil {
-		t.Fatal(err)
+	return newNodeWith(t, id, cfg, nodeOpts{})
+}
+
+// nodeOpts adjust a test node.
+type nodeOpts struct {
+	store *counter.Store    // nil: a new store that tracks changes
+	wrap  func(Store) Store // if set, the Replicator uses wrap(store)
+	hooks hooks
+}
+
+// newNodeWith returns a node whose clock is its now field.
+func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
+	t.Helper()
+	store := o.store
+	if store == nil {
+		var err error
+		if store, err = counter.New(counter.Config{Track: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if cfg.URL == "" {
 		cfg.URL = "nats://127.0.0.1:1" // never dialled by these tests
@@ -45,12 +61,16 @@ func newNode(t testing.TB, id string, cfg Config) *node {
 	}
 	cfg.NodeID = id
 	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
+	cfg.Now = func() time.Time { return n.now }
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, err := New(cfg, store, n.reg, log)
+	var st Store = store
+	if o.wrap != nil {
+		st = o.wrap(store)
+	}
+	r, err := newReplicator(cfg, st, n.reg, log, o.hooks)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	r.now = func() time.Time { return n.now }
 	n.r = r
 	return n
 }
@@ -69,14 +89,14 @@ func (n *node) publish(t testing.TB, max int) [][]byte {
 
 // tickNoConn is tick without a connection.
 func (r *Replicator) tickNoConn(now time.Time, max int, send func([]byte) error) {
-	r.retryDeferred(now)
+	r.recv.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
-	r.publishChanges(now, max, send, false)
+	r.pub.publishChanges(now, max, send, false)
 }
 
 func (n *node) receive(msgs ...[]byte) {
 	for _, m := range msgs {
-		n.r.onBatch(&nats.Msg{Subject: n.r.batchSubj, Data: m})
+		n.r.recv.onBatch(&nats.Msg{Subject: n.r.batchSubj, Data: m})
 	}
 }
 
@@ -111,6 +131,16 @@ func metric(t testing.TB, m prometheus.Metric) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// sumReasons is the sum of the counters of rs.
+func sumReasons(t testing.TB, rs []reason) float64 {
+	t.Helper()
+	var s float64
+	for _, r := range rs {
+		s += metric(t, *r.c)
+	}
+	return s
 }
 
 // series counts the series a collector has.
@@ -243,7 +273,7 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 	if msgs := a.publish(t, 1<<20); len(msgs) != 0 {
 		t.Errorf("published %d messages of an ended window", len(msgs))
 	}
-	if got := metric(t, a.r.m.dropped[dropStaleLocal]); got != 1 {
+	if got := metric(t, a.r.m.dropped.staleLocal); got != 1 {
 		t.Errorf("stale_local drops %v, want 1", got)
 	}
 	// A batch that arrives after its window ended.
@@ -252,7 +282,7 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 	msgs := a.publish(t, 1<<20)
 	b.now = t0.Add(time.Second)
 	b.receive(msgs...)
-	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
+	if got := metric(t, b.r.m.dropped.stale); got != 1 {
 		t.Errorf("stale drops %v, want 1", got)
 	}
 	if b.store.Len() != 0 {
@@ -273,14 +303,14 @@ func TestBucketsMatchByName(t *testing.T) {
 	if got := b.total(t, 1, "k", sec100); got != 0 {
 		t.Errorf("new_bucket on b: %d, want 0", got)
 	}
-	if got := metric(t, b.r.m.dropped[dropUnknownBucket]); got != 1 {
+	if got := metric(t, b.r.m.dropped.unknownBucket); got != 1 {
 		t.Errorf("unknown_bucket drops %v, want 1", got)
 	}
 	// The same bucket counted in another window length here.
 	b.store.Take(0, "m", counter.Limit{Limit: 5, ScaleMS: 60_000}, b.now)
 	a.store.Take(1, "m", sec100, a.now)
 	b.receive(a.publish(t, 1<<20)...)
-	if got := metric(t, b.r.m.dropped[dropMismatch]); got != 1 {
+	if got := metric(t, b.r.m.dropped.mismatch); got != 1 {
 		t.Errorf("mismatch drops %v, want 1", got)
 	}
 }
@@ -293,9 +323,13 @@ func TestMalformedMessagesCounted(t *testing.T) {
 	req := message{header: header{Kind: kindSyncRequest, Node: "a", Incarnation: 1}}
 	self := message{header: header{Kind: kindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
 	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.encode(nil), self.encode(nil), good.encode(nil))
-	for reason, want := range map[string]float64{malDecode: 1, malVersion: 1, malOversize: 1, malKind: 1, malSelf: 1} {
-		if got := metric(t, b.r.m.malformed[reason]); got != want {
-			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
+	mal := &b.r.m.malformed
+	for _, c := range []struct {
+		reason string
+		c      prometheus.Counter
+	}{{"decode", mal.decode}, {"version", mal.version}, {"oversize", mal.oversize}, {"kind", mal.kind}, {"self", mal.self}} {
+		if got := metric(t, c.c); got != 1 {
+			t.Errorf("malformed{%s} = %v, want 1", c.reason, got)
 		}
 	}
 	if got := metric(t, b.r.m.batchesReceived); got != 1 {
@@ -353,13 +387,13 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	bBatch := b.publish(t, 1<<20)
 	a.receive(bBatch...)
 	// c starts and asks a; a's reply holds a's 40 and b's 25, apart.
-	chunks := a.r.syncReply(1<<20, a.now)
+	chunks := a.r.syncer.reply(1<<20, a.now)
 	var m message
 	for _, ch := range chunks {
 		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
-		c.r.mergeReply(&m, c.now)
+		c.r.syncer.mergeReply(&m, c.now)
 	}
 	if got := c.total(t, 0, "acme", sec100); got != 65 {
 		t.Fatalf("warm total %d, want 65", got)
@@ -379,11 +413,11 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	c.store.Take(0, "own", sec100, c.now)
 	a.receive(c.publish(t, 1<<20)...)
 	a.now = a.now.Add(time.Second) // a new snapshot may be taken
-	for _, ch := range a.r.syncReply(1<<20, a.now) {
+	for _, ch := range a.r.syncer.reply(1<<20, a.now) {
 		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
-		c.r.mergeReply(&m, c.now)
+		c.r.syncer.mergeReply(&m, c.now)
 	}
 	if got := c.total(t, 0, "own", sec100); got != 1 {
 		t.Errorf("own key after a reply that echoes it: %d, want 1", got)
@@ -400,7 +434,7 @@ func TestDeferredCountsRetried(t *testing.T) {
 	a.store.Incr(0, "acme", sliding, 7, a.now)
 	b.now = t0.Add(700 * time.Millisecond)
 	b.receive(a.publish(t, 1<<20)...)
-	if n := len(b.r.deferred); n != 1 {
+	if n := len(b.r.recv.deferred); n != 1 {
 		t.Fatalf("%d deferred counts, want 1", n)
 	}
 	b.now = t0.Add(800 * time.Millisecond)
@@ -408,8 +442,8 @@ func TestDeferredCountsRetried(t *testing.T) {
 	if got := b.total(t, 0, "acme", sliding); got != 7 {
 		t.Errorf("after the retry: %d, want 7", got)
 	}
-	if len(b.r.deferred) != 0 {
-		t.Errorf("%d counts still deferred", len(b.r.deferred))
+	if len(b.r.recv.deferred) != 0 {
+		t.Errorf("%d counts still deferred", len(b.r.recv.deferred))
 	}
 }
 
@@ -465,7 +499,7 @@ func TestTicksAlignToWallClock(t *testing.T) {
 		{299*time.Millisecond + 999*time.Microsecond, time.Microsecond},
 	} {
 		now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC).Add(c.at)
-		if got := a.r.untilTick(now); got != c.want {
+		if got := untilTick(now, a.r.cfg.SyncInterval); got != c.want {
 			t.Errorf("at +%v: next tick in %v, want %v", c.at, got, c.want)
 		}
 	}
