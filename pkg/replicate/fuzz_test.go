@@ -20,7 +20,7 @@ func fuzzSeeds(f *testing.F) {
 		}
 		f.Add(m.encode(nil))
 	}
-	f.Add(enc(forged("\xff\xff", 1, t0, "victim", 100))) // crashed every node once
+	f.Add(enc(forged("\xff\xff", 1, t0, "victim", 100))) // a node id that is not UTF-8
 	f.Add(enc(forged("a", 1, t0, "victim", counter.MaxCount)))
 	f.Add([]byte("RL\x01\x01"))
 	f.Add([]byte{})

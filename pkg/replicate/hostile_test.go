@@ -35,10 +35,11 @@ func sealWith(t testing.TB, key []byte, prefix string, m message) []byte {
 	return mustSealer(t, prefix, key).seal(nil, m.encode(nil), m.Kind, &ad)
 }
 
-// TestNodeIDsThatCrashedNodes: node ids that are not printable ASCII
-// (invalid UTF-8 once made every node panic in a metric label) are
-// dropped as malformed, in batches and in sync reply origins.
-func TestNodeIDsThatCrashedNodes(t *testing.T) {
+// TestNodeIDsNotPrintableDropped: node ids that are not printable ASCII
+// (invalid UTF-8 would make a node panic in a metric label, a control
+// character forge a log line) are dropped as malformed, in batches and in
+// sync reply origins.
+func TestNodeIDsNotPrintableDropped(t *testing.T) {
 	b := newNode(t, "b", Config{})
 	for _, id := range []string{"\xff\xff", "a\xffb", "new\nline level=ERROR", "tab\tid", "sp ace", "\x00", "é", strings.Repeat("n", maxNodeLen+1)} {
 		m := forged(id, 1, b.now, "victim", 100)
