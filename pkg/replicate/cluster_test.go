@@ -52,13 +52,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // test ends.
 func startLive(t testing.TB, url, id string, cfg Config, o nodeOpts) *live {
 	t.Helper()
-	store := o.store
-	if store == nil {
-		var err error
-		if store, err = counter.New(counter.Config{Track: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	store, st := o.stores(t)
 	cfg.URL, cfg.NodeID = url, id
 	if cfg.Buckets == nil {
 		cfg.Buckets = []string{"activity_create", "inbound"}
@@ -67,10 +61,6 @@ func startLive(t testing.TB, url, id string, cfg Config, o nodeOpts) *live {
 		cfg.SyncInterval = 50 * time.Millisecond
 	}
 	reg := prometheus.NewRegistry()
-	var st Store = store
-	if o.wrap != nil {
-		st = o.wrap(store)
-	}
 	r, err := newReplicator(cfg, st, reg, testLogger(t).With("test", t.Name()), o.hooks)
 	if err != nil {
 		t.Fatal(err)

@@ -167,23 +167,26 @@ func (c *Config) setDefaults() error {
 	if c.AntiEntropy == 0 {
 		c.AntiEntropy = DefaultAntiEntropy
 	}
-	if c.SyncAnswersPerSecond < 0 {
-		return fmt.Errorf("replicate: negative SyncAnswersPerSecond %d", c.SyncAnswersPerSecond)
-	}
-	if c.SyncAnswersPerSecond == 0 {
-		c.SyncAnswersPerSecond = DefaultSyncAnswersPerSecond
-	}
 	if c.MaxPeers < 0 || c.MaxPeers > 1<<16 {
 		return fmt.Errorf("replicate: MaxPeers %d outside [0, 65536]", c.MaxPeers)
 	}
 	if c.MaxPeers == 0 {
 		c.MaxPeers = DefaultMaxPeers
 	}
-	if c.MaxMessageBytes < 0 {
-		return fmt.Errorf("replicate: negative MaxMessageBytes %d", c.MaxMessageBytes)
-	}
-	if c.MaxMessageBytes == 0 {
-		c.MaxMessageBytes = DefaultMaxMessageBytes
+	for _, n := range []struct {
+		p    *int
+		def  int
+		name string
+	}{
+		{&c.SyncAnswersPerSecond, DefaultSyncAnswersPerSecond, "SyncAnswersPerSecond"},
+		{&c.MaxMessageBytes, DefaultMaxMessageBytes, "MaxMessageBytes"},
+	} {
+		if *n.p < 0 {
+			return fmt.Errorf("replicate: negative %s %d", n.name, *n.p)
+		}
+		if *n.p == 0 {
+			*n.p = n.def
+		}
 	}
 	if c.MaxMessageBytes < 1024 {
 		return fmt.Errorf("replicate: MaxMessageBytes %d is below 1024", c.MaxMessageBytes)

@@ -43,8 +43,8 @@ type nodeOpts struct {
 	hooks hooks
 }
 
-// newNodeWith returns a node whose clock is its now field.
-func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
+// stores returns the node's store and the Store its Replicator uses.
+func (o nodeOpts) stores(t testing.TB) (*counter.Store, Store) {
 	t.Helper()
 	store := o.store
 	if store == nil {
@@ -53,6 +53,16 @@ func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
 			t.Fatal(err)
 		}
 	}
+	if o.wrap != nil {
+		return store, o.wrap(store)
+	}
+	return store, store
+}
+
+// newNodeWith returns a node whose clock is its now field.
+func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
+	t.Helper()
+	store, st := o.stores(t)
 	if cfg.URL == "" {
 		cfg.URL = "nats://127.0.0.1:1" // never dialled by these tests
 	}
@@ -63,10 +73,6 @@ func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
 	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
 	cfg.Now = func() time.Time { return n.now }
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	var st Store = store
-	if o.wrap != nil {
-		st = o.wrap(store)
-	}
 	r, err := newReplicator(cfg, st, n.reg, log, o.hooks)
 	if err != nil {
 		t.Fatalf("New: %v", err)
