@@ -25,7 +25,8 @@ func (s *Store) Add(bucket Bucket, key string, lim Limit, window int64, n int64,
 	if !lim.valid() || n < 0 {
 		return false
 	}
-	ms, w, _ := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, _ := windowSplit(ms, lim.ScaleMS)
 	if window < w-1 || window > w+1 {
 		return false
 	}

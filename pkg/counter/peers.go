@@ -244,7 +244,8 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		c.ScaleMS < 1 || c.ScaleMS > MaxScaleMS || c.Algorithm > Sliding {
 		return Invalid
 	}
-	ms, w, _ := clock(now, c.ScaleMS)
+	ms := now.UnixMilli()
+	w, _ := windowSplit(ms, c.ScaleMS)
 	if !Live(c.Algorithm, c.ScaleMS, c.Window, now) {
 		return Stale
 	}

@@ -453,7 +453,8 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if !lim.valid() {
 		return Result{}
 	}
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	sh.mu.Lock()
@@ -500,7 +501,8 @@ func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if !lim.valid() {
 		return Result{}
 	}
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	var prev, cur int64
@@ -538,7 +540,8 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 	}
 	// The lookup repeats Take's on purpose: a shared helper is not inlined,
 	// and Take is the hot path.
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	sh.mu.Lock()

@@ -11,19 +11,21 @@ import "time"
 // down before the epoch too, so that every window starts at a multiple of
 // scale whatever the sign of t. scale must be positive.
 func WindowOf(t, scale int64) int64 {
-	w := t / scale // rounds toward zero
-	if w*scale > t {
-		w--
-	}
+	w, _ := windowSplit(t, scale)
 	return w
 }
 
-// clock splits now into unix ms, its window of scale ms and the ms elapsed
-// in that window (0 ≤ elapsed < scale).
-func clock(now time.Time, scale int64) (ms, window, elapsed int64) {
-	ms = now.UnixMilli()
-	window = WindowOf(ms, scale)
-	return ms, window, ms - window*scale
+// windowSplit returns WindowOf(t, scale) and the time elapsed in that
+// window, 0 ≤ elapsed < scale. It is small enough to be inlined: Take,
+// Peek and Incr call it with now.UnixMilli().
+func windowSplit(t, scale int64) (window, elapsed int64) {
+	window = t / scale // rounds toward zero
+	elapsed = t - window*scale
+	if elapsed < 0 {
+		window--
+		elapsed += scale
+	}
+	return window, elapsed
 }
 
 // Live reports whether a count of window, in windows of scaleMS counted
