@@ -6,6 +6,12 @@
 // clock on its own — every method that needs the time takes it as now
 // (only [Store.Run], the background sweeper, calls time.Now).
 //
+// The methods take their arguments in one order — what is counted
+// (bucket, key, limit), then the window when one is addressed, then a
+// count, then the time: [Store.Take](bucket, key, lim, now),
+// [Store.Peek](bucket, key, lim, now), [Store.Incr](bucket, key, lim, n,
+// now), [Store.Release](bucket, key, lim, window).
+//
 // # Windows
 //
 // Windows are aligned to the wall clock, never to a key's first hit:
@@ -14,6 +20,9 @@
 //
 // so every node maps the same instant to the same window number and a
 // window counted on one node can be merged into the same window on another.
+// [WindowOf] is that formula and [Live] says which windows still matter at
+// an instant; the server computes windows with them only (replication
+// too), so every node and both ends of a message agree.
 // [Fixed] counts the current window only. [Sliding] estimates
 //
 //	previous × (1 − elapsed/ScaleMS) + current

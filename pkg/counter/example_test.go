@@ -59,23 +59,6 @@ func ExampleStore_Peek() {
 	// false 5 40000
 }
 
-func ExampleStore_Add() {
-	s, _ := counter.New(counter.Config{})
-	lim := counter.Limit{Limit: 100, ScaleMS: 1000}
-	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
-	r := s.Take(0, "tenant-a", lim, now)
-	// A peer reports 30 hits of its own in the same window.
-	fmt.Println(s.Add(0, "tenant-a", lim, r.Window, 30, now))
-	local, total := s.Count(0, "tenant-a", lim.ScaleMS, r.Window)
-	fmt.Println(local, total)
-	// Windows that have ended before the previous one are refused.
-	fmt.Println(s.Add(0, "tenant-a", lim, r.Window-2, 30, now))
-	// Output:
-	// true
-	// 1 31
-	// false
-}
-
 func ExampleStore_Release() {
 	s, _ := counter.New(counter.Config{})
 	tenant := counter.Limit{Limit: 100, ScaleMS: 1000}
@@ -88,8 +71,7 @@ func ExampleStore_Release() {
 	if !s.Take(1, "tenant-a", upload, now).Allowed {
 		s.Release(0, "tenant-a", tenant, r.Window)
 	}
-	local, _ := s.Count(0, "tenant-a", tenant.ScaleMS, r.Window)
-	fmt.Println(local)
+	fmt.Println(s.Peek(0, "tenant-a", tenant, now).Count)
 	// Output: 0
 }
 
@@ -112,8 +94,7 @@ func ExampleStore_Merge() {
 	a.Take(0, "tenant-a", lim, now)
 	changes, _ = a.Changes(changes[:0], now) // the previous report was lost? This one repairs it.
 	fmt.Println(b.Merge(nodeA, changes[0], now))
-	_, total := b.Count(0, "tenant-a", lim.ScaleMS, changes[0].Window)
-	fmt.Println(total)
+	fmt.Println(b.Peek(0, "tenant-a", lim, now).Count)
 	// Output:
 	// tenant-a 3
 	// merged

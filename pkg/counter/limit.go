@@ -96,7 +96,7 @@ type Result struct {
 	// Overflow: the key was not tracked because its shard is at the key
 	// bound with nothing reclaimable. Allowed is false, Count and Remaining
 	// are 0, RetryAfterMS is ResetMS; the caller decides what to do. A
-	// refusal by Take, Incr or Add is counted in Store.Refused; Peek of an
+	// refusal by Take, Incr or Merge is counted in Store.Refused; Peek of an
 	// untracked key in a full shard reports Overflow too (its count could
 	// not be kept) without counting a refusal.
 	Overflow bool

@@ -76,18 +76,6 @@ func (st MergeStatus) String() string {
 	return "MergeStatus(" + strconv.Itoa(int(st)) + ")"
 }
 
-// live reports whether window can still matter to a decision at now (or
-// is a peer's window at most one ahead): for Fixed, now's window or the
-// next; for Sliding, also the previous one.
-func live(alg Algorithm, scale, window int64, now time.Time) bool {
-	_, w, _ := clock(now, scale)
-	lo := w
-	if alg == Sliding {
-		lo = w - 1
-	}
-	return window >= lo && window <= w+1
-}
-
 // mark notes that e's local count of window w changed. The shard lock must
 // be held; k is the lookup key (its string is copied, not kept).
 func (sh *shard) mark(e *entry, k mapKey, w int64) {
@@ -154,7 +142,7 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 					w--
 				}
 				scale := int64(e.scale)
-				if !live(e.alg, scale, w, now) {
+				if !Live(e.alg, scale, w, now) {
 					stale++
 					continue
 				}
@@ -256,8 +244,9 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		c.ScaleMS < 1 || c.ScaleMS > MaxScaleMS || c.Algorithm > Sliding {
 		return Invalid
 	}
-	ms, w, _ := clock(now, c.ScaleMS)
-	if !live(c.Algorithm, c.ScaleMS, c.Window, now) {
+	ms := now.UnixMilli()
+	w, _ := windowSplit(ms, c.ScaleMS)
+	if !Live(c.Algorithm, c.ScaleMS, c.Window, now) {
 		return Stale
 	}
 	if c.Count == 0 {
@@ -353,7 +342,6 @@ func (r *peerCount) holds(w int64) bool { return r.win[w&1] == w && r.n[w&1] > 0
 // Snapshot appends to dst every count of a window still live at now that
 // the store holds: this node's own (Peer == Self) and each peer's latest
 // (Peer as given to Merge), for a node that warm-starts from this one.
-// Counts merged by Add, which carry no peer, are not included.
 //
 // It makes one pass over every shard, each locked in turn.
 func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
@@ -364,7 +352,7 @@ func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
 			scale := int64(e.scale)
 			recs := sh.peers[k]
 			for w := e.newest - 1; w <= e.newest; w++ {
-				if !live(e.alg, scale, w, now) {
+				if !Live(e.alg, scale, w, now) {
 					continue
 				}
 				wc := WindowCount{Bucket: k.bucket, Key: k.key, ScaleMS: scale, Algorithm: e.alg, Window: w}

@@ -170,7 +170,7 @@ func runMerges(t *testing.T, s *Store, lim Limit, steps []mergeStep) {
 			t.Errorf("step %d: Merge(peer %d, win %+d, %d) at %s = %v, want %v", i, st.peer, st.win, st.n, st.at, got, st.want)
 		}
 		if st.total >= 0 {
-			if _, tot := s.Count(3, "k", lim.ScaleMS, base+st.win); tot != st.total {
+			if _, tot := s.Count(3, "k", lim, base+st.win); tot != st.total {
 				t.Errorf("step %d: total %d, want %d", i, tot, st.total)
 			}
 		}
@@ -249,7 +249,7 @@ func TestMergeWithLocalCounts(t *testing.T) {
 	if len(got) != 1 || got[0].Count != 4 {
 		t.Errorf("Changes = %+v, want only the local 4", got)
 	}
-	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 10 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 4 || tot != 10 {
 		t.Errorf("Count = %d, %d", l, tot)
 	}
 }
@@ -295,14 +295,14 @@ func TestMergeAfterReset(t *testing.T) {
 	// every count in it, the peer's included, is forgotten.
 	s.Take(0, "k", lim, now.Add(3*time.Second))
 	s.Take(0, "k", lim, now)
-	if _, tot := s.Count(0, "k", 1000, w); tot != 1 {
+	if _, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); tot != 1 {
 		t.Fatalf("after reset: total %d, want 1", tot)
 	}
 	// The peer repeats its running count: it must count again.
 	if st := s.Merge(1, wc, now); st != Merged {
 		t.Fatalf("Merge after reset = %v, want Merged", st)
 	}
-	if _, tot := s.Count(0, "k", 1000, w); tot != 4 {
+	if _, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); tot != 4 {
 		t.Errorf("total %d, want 4", tot)
 	}
 }
@@ -347,7 +347,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 		key       string
 		win, want int64
 	}{{0, "k", w - 1, 7}, {0, "k", w, 6}, {1, "x", w - 1, 9}, {2, "old", w - 1, 0}} {
-		if _, tot := b.Count(c.bucket, c.key, 1000, c.win); tot != c.want {
+		if _, tot := b.Count(c.bucket, c.key, Limit{Limit: 1, ScaleMS: 1000}, c.win); tot != c.want {
 			t.Errorf("%d/%s window %+d: total %d, want %d", c.bucket, c.key, c.win-w, tot, c.want)
 		}
 	}
@@ -397,7 +397,7 @@ func TestMergeConverges(t *testing.T) {
 		for _, i := range perm {
 			s.Merge(peers[i], reports[i], now)
 		}
-		if _, tot := s.Count(0, "k", 1000, w); tot != want {
+		if _, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); tot != want {
 			t.Fatalf("round %d: total %d, want %d", round, tot, want)
 		}
 	}
@@ -437,7 +437,7 @@ func TestConcurrentTrackAndMerge(t *testing.T) {
 	}
 	var sum int64
 	for k, n := range reported {
-		if l, _ := s.Count(0, k, 60_000, w); l != n {
+		if l, _ := s.Count(0, k, Limit{Limit: 1, ScaleMS: 60_000}, w); l != n {
 			t.Errorf("%s: reported %d, local %d", k, n, l)
 		}
 		sum += n

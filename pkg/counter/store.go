@@ -108,7 +108,7 @@ type mapKey struct {
 type entry struct {
 	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
 	local  [2]int64 // this node's hits (Take/Incr minus Release), saturating at MaxCount
-	remote [2]int64 // hits merged from peers (Add, Merge), saturating at MaxCount
+	remote [2]int64 // hits merged from peers (Merge), saturating at MaxCount
 	scale  int32    // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^31)
 	alg    Algorithm
 	marks  uint8  // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
@@ -188,19 +188,6 @@ func (s *Store) shardFor(k mapKey) *shard {
 	h *= 0xbf58476d1ce4e5b9
 	// With one shard the shift is 64, and a Go shift ≥ width yields 0.
 	return &s.shards[h>>s.shift]
-}
-
-// clock splits now into its window number and the ms elapsed in it
-// (floor division, so instants before 1970 are aligned too).
-func clock(now time.Time, scale int64) (ms, window, elapsed int64) {
-	ms = now.UnixMilli()
-	window = ms / scale
-	elapsed = ms - window*scale
-	if elapsed < 0 {
-		window--
-		elapsed += scale
-	}
-	return ms, window, elapsed
 }
 
 // expiry is the unix ms from which e can no longer matter: the end of its
@@ -466,7 +453,8 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if !lim.valid() {
 		return Result{}
 	}
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	sh.mu.Lock()
@@ -513,7 +501,8 @@ func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if !lim.valid() {
 		return Result{}
 	}
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	var prev, cur int64
@@ -551,7 +540,8 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 	}
 	// The lookup repeats Take's on purpose: a shared helper is not inlined,
 	// and Take is the hot path.
-	ms, w, el := clock(now, lim.ScaleMS)
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
 	sh := s.shardFor(k)
 	sh.mu.Lock()
@@ -597,80 +587,6 @@ func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
 		e.local[window&1]--
 	}
 	sh.mu.Unlock()
-}
-
-// Add adds n hits counted by peers to the remote count of (bucket, key) in
-// window, for merging replicated counts. It reports whether they were
-// stored. Nothing is stored, and false returned, when:
-//   - the window is stale (older than now's previous window) or in the
-//     future beyond now's window + 1;
-//   - the entry already holds newer windows than window + 1 (it is stale
-//     for this key);
-//   - window is now's window + 1 and storing it would drop the previous
-//     window's counts that a Sliding limit still needs at now (the caller
-//     should offer the count again later; replicated counts are running
-//     counts, so nothing is lost);
-//   - the key is new and the store is full (counted in Refused);
-//   - n < 0 or lim is invalid.
-//
-// n == 0 stores nothing and reports whether the window is acceptable.
-func (s *Store) Add(bucket Bucket, key string, lim Limit, window int64, n int64, now time.Time) bool {
-	if !lim.valid() || n < 0 {
-		return false
-	}
-	ms, w, _ := clock(now, lim.ScaleMS)
-	if window < w-1 || window > w+1 {
-		return false
-	}
-	if n == 0 {
-		return true
-	}
-	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, lim, window, ms, s.room(sh, bucket)); e == nil {
-			return false
-		}
-	}
-	if int64(e.scale) != lim.ScaleMS {
-		e.scale = int32(lim.ScaleMS)
-		e.reset(window)
-		sh.noteExpiry(e)
-	}
-	if window < e.newest-1 {
-		return false
-	}
-	if window > e.newest {
-		if lim.Algorithm == Sliding && window == w+1 && e.total(w-1) != 0 {
-			return false // would drop the previous window a Sliding limit reads at now
-		}
-		e.advance(window)
-	}
-	if e.alg != lim.Algorithm {
-		e.alg = lim.Algorithm
-		sh.noteExpiry(e)
-	}
-	e.remote[window&1] = satAdd(e.remote[window&1], n)
-	return true
-}
-
-// Count returns the counts of (bucket, key) in window for a limit of scale
-// scaleMS: local is this node's own hits (Take and Incr minus Release), total
-// is local plus the remote hits merged by Add. Both are 0 when the key is
-// unknown, counted in another scale, or the window is not held.
-func (s *Store) Count(bucket Bucket, key string, scaleMS int64, window int64) (local, total int64) {
-	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil || int64(e.scale) != scaleMS || (window != e.newest && window != e.newest-1) {
-		return 0, 0
-	}
-	return e.local[window&1], e.local[window&1] + e.remote[window&1]
 }
 
 // Sweep deletes the entries whose windows can no longer matter at now: a

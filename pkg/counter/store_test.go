@@ -425,7 +425,7 @@ func TestCountLocalAndTotal(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
 	now := at(t, "10:00:00.250")
 	w := window(t, "10:00:00.250", 1000)
-	if l, tot := s.Count(0, "k", 1000, w); l != 0 || tot != 0 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 0 || tot != 0 {
 		t.Errorf("unknown key: %d, %d", l, tot)
 	}
 	s.Take(0, "k", lim, now)
@@ -433,24 +433,24 @@ func TestCountLocalAndTotal(t *testing.T) {
 	s.Incr(0, "k", lim, 3, now)
 	s.Add(0, "k", lim, w, 10, now)
 	s.Release(0, "k", lim, w)
-	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 14 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 4 || tot != 14 {
 		t.Errorf("Count = %d, %d; want 4, 14", l, tot)
 	}
-	if l, tot := s.Count(1, "k", 1000, w); l != 0 || tot != 0 {
+	if l, tot := s.Count(1, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 0 || tot != 0 {
 		t.Errorf("other bucket: %d, %d", l, tot)
 	}
-	if l, tot := s.Count(0, "k", 2000, w); l != 0 || tot != 0 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 2000}, w); l != 0 || tot != 0 {
 		t.Errorf("other scale: %d, %d", l, tot)
 	}
-	if l, tot := s.Count(0, "k", 1000, w-1); l != 0 || tot != 0 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w-1); l != 0 || tot != 0 {
 		t.Errorf("previous window: %d, %d", l, tot)
 	}
 	// After the window ends it is still readable as the previous one.
 	s.Take(0, "k", lim, now.Add(time.Second))
-	if l, tot := s.Count(0, "k", 1000, w); l != 4 || tot != 14 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 4 || tot != 14 {
 		t.Errorf("as previous window: %d, %d; want 4, 14", l, tot)
 	}
-	if l, tot := s.Count(0, "k", 1000, w+1); l != 1 || tot != 1 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w+1); l != 1 || tot != 1 {
 		t.Errorf("new window: %d, %d; want 1, 1", l, tot)
 	}
 }
@@ -488,11 +488,11 @@ func TestScaleChangeResets(t *testing.T) {
 		t.Errorf("Take after scale change: %+v, want a fresh window", r)
 	}
 	w := now.UnixMilli() / 1000
-	if l, tot := s.Count(0, "k", 1000, w); l != 0 || tot != 0 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 0 || tot != 0 {
 		t.Errorf("old scale still counted: %d, %d", l, tot)
 	}
 	s.Release(0, "k", old, w) // wrong scale: no-op
-	if l, _ := s.Count(0, "k", 2000, now.UnixMilli()/2000); l != 1 {
+	if l, _ := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 2000}, now.UnixMilli()/2000); l != 1 {
 		t.Errorf("Release with the old scale changed the new count: %d", l)
 	}
 	if s.Len() != 1 {
@@ -675,7 +675,7 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 		for i := range live {
 			var c counts
 			for j, win := range []int64{mw - 1, mw} {
-				c.local[j], c.total[j] = s.Count(Bucket(i%3), key(i), lim.ScaleMS, win)
+				c.local[j], c.total[j] = s.Count(Bucket(i%3), key(i), lim, win)
 			}
 			m[key(i)] = c
 		}
@@ -716,7 +716,7 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 	if st := s.Merge(1, wc, sweepAt); st != Merged {
 		t.Errorf("higher peer count after the rebuild: %v, want Merged", st)
 	}
-	if _, tot := s.Count(0, key(0), lim.ScaleMS, mw); tot != wantCounts[key(0)].total[1]+4 {
+	if _, tot := s.Count(0, key(0), lim, mw); tot != wantCounts[key(0)].total[1]+4 {
 		t.Errorf("total %d after a peer's count rose from 1 to 5, want %d", tot, wantCounts[key(0)].total[1]+4)
 	}
 	// The changes pending before the rebuild are reported, with their
@@ -757,7 +757,7 @@ func TestReclaimRebuilds(t *testing.T) {
 	if n, _ := rebuilt(s, ids); sh.sweeps != 1 || n != 1 || sh.high != 1 || s.Len() != 2 {
 		t.Errorf("%d sweeps, %d maps rebuilt, mark %d, Len %d; want 1, 1, 1, 2", sh.sweeps, n, sh.high, s.Len())
 	}
-	if l, _ := s.Count(0, "long", long.ScaleMS, now.UnixMilli()/long.ScaleMS); l != 3 {
+	if l, _ := s.Count(0, "long", long, now.UnixMilli()/long.ScaleMS); l != 3 {
 		t.Errorf("live key's count after the rebuild: %d, want 3", l)
 	}
 
@@ -920,6 +920,24 @@ func TestKeysAreCloned(t *testing.T) {
 	}
 }
 
+// TestAddThenCount: remote hits added to a window count in its total, not
+// in its local count; a window ended before the previous one is refused.
+func TestAddThenCount(t *testing.T) {
+	s, _ := New(Config{})
+	lim := Limit{Limit: 100, ScaleMS: 1000}
+	now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC)
+	r := s.Take(0, "tenant-a", lim, now)
+	if !s.Add(0, "tenant-a", lim, r.Window, 30, now) {
+		t.Fatal("Add refused a count of the current window")
+	}
+	if local, total := s.Count(0, "tenant-a", lim, r.Window); local != 1 || total != 31 {
+		t.Errorf("local %d, total %d, want 1, 31", local, total)
+	}
+	if s.Add(0, "tenant-a", lim, r.Window-2, 30, now) {
+		t.Error("Add took a count of a window that has ended")
+	}
+}
+
 func TestAddRefusesWithoutStoring(t *testing.T) {
 	s := newStore(t, Config{})
 	lim := Limit{Limit: 3, ScaleMS: 1000, Algorithm: Sliding}
@@ -957,7 +975,7 @@ func TestAddFutureWindowThenLocalTakes(t *testing.T) {
 	if !r.Allowed || r.Count != 3 {
 		t.Errorf("Take in window w+1 must see the earlier remote 2: %+v", r)
 	}
-	if l, tot := s.Count(0, "k", 1000, w); l != 1 || tot != 1 {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, w); l != 1 || tot != 1 {
 		t.Errorf("window w: %d, %d", l, tot)
 	}
 	// An entry holding w+1 and w refuses w−1 as stale.
@@ -988,7 +1006,7 @@ func TestSaturation(t *testing.T) {
 	w := now.UnixMilli() / MaxScaleMS
 	s.Incr(0, "k", lim, 1<<62, time.UnixMilli((w-1)*MaxScaleMS))
 	s.Incr(0, "k", lim, 1<<62, time.UnixMilli((w-1)*MaxScaleMS))
-	if l, tot := s.Count(0, "k", MaxScaleMS, w-1); l != MaxCount || tot != MaxCount {
+	if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: MaxScaleMS}, w-1); l != MaxCount || tot != MaxCount {
 		t.Errorf("local count not saturated: %d, %d", l, tot)
 	}
 	s.Add(0, "k", lim, w-1, 1<<62, time.UnixMilli(w*MaxScaleMS))
@@ -1024,7 +1042,7 @@ func TestSuite(t *testing.T) {
 						t.Fatalf("hit %d: RetryAfterMS %d, ResetMS %d", i, r.RetryAfterMS, r.ResetMS)
 					}
 				}
-				if l, tot := s.Count(0, "k", 1000, now.Unix()); l != 5 || tot != 5 {
+				if l, tot := s.Count(0, "k", Limit{Limit: 1, ScaleMS: 1000}, now.Unix()); l != 5 || tot != 5 {
 					t.Fatalf("Count = %d, %d; want 5, 5", l, tot)
 				}
 			})
@@ -1134,7 +1152,7 @@ func TestSuite(t *testing.T) {
 					if n := admitted[k].Load(); n != 10 {
 						t.Fatalf("key %d: admitted %d of %d, want exactly 10", k, n, 2*workers)
 					}
-					if l, _ := s.Count(7, fmt.Sprint("k", k), 60_000, now.UnixMilli()/60_000); l != 10 {
+					if l, _ := s.Count(7, fmt.Sprint("k", k), Limit{Limit: 1, ScaleMS: 60_000}, WindowOf(now.UnixMilli(), 60_000)); l != 10 {
 						t.Fatalf("key %d: counted %d, want 10", k, l)
 					}
 				}

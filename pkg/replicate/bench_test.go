@@ -36,7 +36,7 @@ func BenchmarkPublishPerEntry(b *testing.B) {
 			n.store.Take(0, k, big, n.now)
 		}
 		b.StartTimer()
-		n.r.publishChanges(n.now, 1<<20, send, false)
+		n.r.pub.publishChanges(n.now, 1<<20, send, false)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchBatch), "ns/entry")
 }
@@ -54,11 +54,11 @@ func BenchmarkReceivePerEntry(b *testing.B) {
 		b.Fatalf("%d messages, want 1", len(msgs))
 	}
 	msg := &nats.Msg{Subject: r.r.batchSubj, Data: msgs[0]}
-	r.r.onBatch(msg) // the keys exist from now on: steady state
+	r.r.recv.onBatch(msg) // the keys exist from now on: steady state
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		r.r.onBatch(msg)
+		r.r.recv.onBatch(msg)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchBatch), "ns/entry")
 }
@@ -81,7 +81,7 @@ func BenchmarkSyncRequestFlood(b *testing.B) {
 
 func syncFlood(b *testing.B, sealed bool) {
 	srv := testnats.Run(b)
-	n := startLive(b, srv.ClientURL(), "victim", benchConfig(), nil)
+	n := startLive(b, srv.ClientURL(), "victim", benchConfig(), nodeOpts{})
 	n.waitReady(b)
 	for i := range 100_000 {
 		n.store.Take(0, fmt.Sprintf("tenant-%06d", i), long, time.Now())
@@ -91,10 +91,10 @@ func syncFlood(b *testing.B, sealed bool) {
 		b.Fatal(err)
 	}
 	defer nc.Close()
-	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(10 * time.Second).UnixMilli()}}).Encode(nil)
+	req := (&message{header: header{Kind: kindSyncRequest, Node: "flood", Incarnation: 1, SentAtMS: time.Now().Add(10 * time.Second).UnixMilli()}}).encode(nil)
 	if sealed {
 		var ad []byte
-		req = mustSealer(b, DefaultSubjectPrefix, benchKey).seal(nil, req, KindSyncRequest, &ad)
+		req = mustSealer(b, DefaultSubjectPrefix, benchKey).seal(nil, req, kindSyncRequest, &ad)
 	}
 	before := handledSyncRequests(b, n)
 	cpu0 := cpuTime()
@@ -138,11 +138,5 @@ func benchConfig() Config { return Config{Keys: [][]byte{benchKey}} }
 // answered, refused, or dropped unread.
 func handledSyncRequests(t testing.TB, n *live) float64 {
 	s := metric(t, n.r.m.syncServed)
-	for _, c := range n.r.m.syncRefused {
-		s += metric(t, c)
-	}
-	for _, c := range n.r.m.malformed {
-		s += metric(t, c)
-	}
-	return s
+	return s + sumReasons(t, n.r.m.syncRefused.reasons()) + sumReasons(t, n.r.m.malformed.reasons())
 }

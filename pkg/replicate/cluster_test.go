@@ -48,14 +48,11 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// startLive starts a node; before, if set, adjusts the Replicator before
-// Run (test hooks). The node is stopped when the test ends.
-func startLive(t testing.TB, url, id string, cfg Config, before func(*Replicator)) *live {
+// startLive starts a node, adjusted by o. The node is stopped when the
+// test ends.
+func startLive(t testing.TB, url, id string, cfg Config, o nodeOpts) *live {
 	t.Helper()
-	store, err := counter.New(counter.Config{Track: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, st := o.stores(t)
 	cfg.URL, cfg.NodeID = url, id
 	if cfg.Buckets == nil {
 		cfg.Buckets = []string{"activity_create", "inbound"}
@@ -64,12 +61,9 @@ func startLive(t testing.TB, url, id string, cfg Config, before func(*Replicator
 		cfg.SyncInterval = 50 * time.Millisecond
 	}
 	reg := prometheus.NewRegistry()
-	r, err := New(cfg, store, reg, testLogger(t).With("test", t.Name()))
+	r, err := newReplicator(cfg, st, reg, testLogger(t).With("test", t.Name()), o.hooks)
 	if err != nil {
 		t.Fatal(err)
-	}
-	if before != nil {
-		before(r)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &live{id: id, r: r, store: store, reg: reg, cancel: cancel, done: make(chan error, 1)}
@@ -105,12 +99,12 @@ func (n *live) waitReady(t testing.TB) {
 }
 
 func (n *live) total(bucket counter.Bucket, key string) int64 {
-	_, tot := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
+	_, tot := counts(n.store, bucket, key, long, time.Now())
 	return tot
 }
 
 func (n *live) local(bucket counter.Bucket, key string) int64 {
-	l, _ := n.store.Count(bucket, key, long.ScaleMS, time.Now().UnixMilli()/long.ScaleMS)
+	l, _ := counts(n.store, bucket, key, long, time.Now())
 	return l
 }
 
@@ -132,14 +126,15 @@ func allSee(t testing.TB, nodes []*live, bucket counter.Bucket, key string, want
 	})
 }
 
-// noLeaks waits until no goroutine of a Replicator or a NATS client is left.
+// noLeaks waits until no goroutine of a Replicator (a method of one of its
+// parts) or a NATS client is left.
 func noLeaks(t testing.TB) {
 	t.Helper()
 	poll.Until(t, waitLong, 10*time.Millisecond, func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		for _, g := range strings.Split(string(buf), "\n\n") {
-			if strings.Contains(g, "pkg/replicate.(*Replicator)") || strings.Contains(g, "nats-io/nats.go.(*Conn)") {
+			if strings.Contains(g, "pkg/replicate.(*") || strings.Contains(g, "nats-io/nats.go.(*Conn)") {
 				return fmt.Errorf("goroutine left:\n%s", g)
 			}
 		}
@@ -153,7 +148,7 @@ func TestClusterSharesOneBudget(t *testing.T) {
 			srv := testnats.Run(t)
 			var nodes []*live
 			for i := range n {
-				nodes = append(nodes, startLive(t, srv.ClientURL(), fmt.Sprintf("n%d", i), Config{}, nil))
+				nodes = append(nodes, startLive(t, srv.ClientURL(), fmt.Sprintf("n%d", i), Config{}, nodeOpts{}))
 			}
 			for _, nd := range nodes {
 				nd.waitReady(t)
@@ -200,8 +195,8 @@ func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
 	var mu sync.Mutex
 	perNode := map[string]int{}
 	if _, err := watch.Subscribe("ratelimit.batch", func(m *nats.Msg) {
-		var msg Message
-		if Decode(m.Data, &msg) == nil {
+		var msg message
+		if decode(m.Data, &msg) == nil {
 			mu.Lock()
 			perNode[msg.Node]++
 			mu.Unlock()
@@ -212,8 +207,8 @@ func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: interval}, nil)
-	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: interval}, nil)
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: interval}, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: interval}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 
@@ -259,10 +254,11 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 	var sent atomic.Int32
 	// a ticks when the test says so; its second batch is lost on the way,
 	// its third goes out twice.
-	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, func(r *Replicator) {
-		r.kick = make(chan chan struct{})
-		r.publish = func(nc *nats.Conn, subj string, data []byte) error {
-			if subj != r.batchSubj {
+	kick := make(chan chan struct{})
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, nodeOpts{hooks: hooks{
+		kick: kick,
+		send: func(nc *nats.Conn, subj string, data []byte) error {
+			if subj != "ratelimit.batch" {
 				return nc.Publish(subj, data)
 			}
 			switch sent.Add(1) {
@@ -274,9 +270,9 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 				}
 			}
 			return nc.Publish(subj, data)
-		}
-	})
-	b := startLive(t, srv.ClientURL(), "b", Config{}, nil)
+		},
+	}})
+	b := startLive(t, srv.ClientURL(), "b", Config{}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	take := func(n int) {
@@ -284,7 +280,7 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 			a.store.Take(1, "ch", long, time.Now())
 		}
 		done := make(chan struct{})
-		a.r.kick <- done
+		kick <- done
 		<-done
 	}
 	take(4)
@@ -308,7 +304,7 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 
 func TestClusterDropsStaleWindows(t *testing.T) {
 	srv := testnats.Run(t)
-	b := startLive(t, srv.ClientURL(), "b", Config{}, nil)
+	b := startLive(t, srv.ClientURL(), "b", Config{}, nodeOpts{})
 	b.waitReady(t)
 	raw, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -317,14 +313,14 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 	defer raw.Close()
 	now := time.Now()
 	batch := func(seq uint64, key string, window int64) []byte {
-		m := Message{
-			Header:  Header{Kind: KindBatch, Node: "raw", Incarnation: 1, SentAtMS: now.UnixMilli(), Seq: seq},
-			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
-			Entries: []Entry{{Window: window, Key: key, Count: 3}},
+		m := message{
+			header:  header{Kind: kindBatch, Node: "raw", Incarnation: 1, SentAtMS: now.UnixMilli(), Seq: seq},
+			Limits:  []wireLimit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []entry{{Window: window, Key: key, Count: 3}},
 		}
-		return m.Encode(nil)
+		return m.encode(nil)
 	}
-	w := now.UnixMilli() / 1000
+	w := counter.WindowOf(now.UnixMilli(), 1000)
 	raw.Publish("ratelimit.batch", batch(1, "old", w-1))
 	raw.Publish("ratelimit.batch", []byte("not a batch"))
 	raw.Publish("ratelimit.batch", batch(2, "older", w-5)) // not an offset a sender can have
@@ -335,22 +331,22 @@ func TestClusterDropsStaleWindows(t *testing.T) {
 		}
 		return nil
 	})
-	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
+	if got := metric(t, b.r.m.dropped.stale); got != 1 {
 		t.Errorf("stale drops %v, want 1", got)
 	}
-	if got := metric(t, b.r.m.malformed[malDecode]); got != 2 {
+	if got := metric(t, b.r.m.malformed.decode); got != 2 {
 		t.Errorf("malformed %v, want 2", got)
 	}
-	if l, tot := b.store.Count(1, "old", 1000, w-1); tot != 0 || l != 0 {
-		t.Errorf("stale entry stored")
+	if n := b.store.Len(); n != 1 {
+		t.Errorf("%d keys stored, want 1 (the stale entry is not)", n)
 	}
 }
 
 func TestClusterFinalBatchOnShutdown(t *testing.T) {
 	srv := testnats.Run(t)
 	// An interval so long that only the final batch can carry the hits.
-	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, nil)
-	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: time.Hour}, nil)
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", Config{SyncInterval: time.Hour}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	for range 7 {
@@ -363,10 +359,10 @@ func TestClusterFinalBatchOnShutdown(t *testing.T) {
 func TestClusterWarmStart(t *testing.T) {
 	srv := testnats.Run(t)
 	cfg := Config{WarmStartTimeout: time.Minute}
-	a := startLive(t, srv.ClientURL(), "a", cfg, nil)
+	a := startLive(t, srv.ClientURL(), "a", cfg, nodeOpts{})
 	// Alone, a is ready at once: nobody answers, NATS says so.
 	a.waitReady(t)
-	b := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	b := startLive(t, srv.ClientURL(), "b", cfg, nodeOpts{})
 	b.waitReady(t)
 	for range 40 {
 		a.store.Take(0, "acme", long, time.Now())
@@ -377,7 +373,7 @@ func TestClusterWarmStart(t *testing.T) {
 	allSee(t, []*live{a, b}, 0, "acme", 65)
 	// b restarts: a new process with an empty store, the same node id.
 	b.stop(t)
-	b2 := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	b2 := startLive(t, srv.ClientURL(), "b", cfg, nodeOpts{})
 	b2.waitReady(t)
 	// Ready means warm: no waiting for batches (a has nothing new to send).
 	if got := b2.total(0, "acme"); got != 65 {
@@ -422,8 +418,8 @@ func steadyLoad(nodes []*live, key string, lim counter.Limit, tick time.Duration
 
 func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 	p := testnats.StartProcess(t)
-	a := startLive(t, p.URL(), "a", Config{}, nil)
-	b := startLive(t, p.URL(), "b", Config{}, nil)
+	a := startLive(t, p.URL(), "a", Config{}, nodeOpts{})
+	b := startLive(t, p.URL(), "b", Config{}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	nodes := []*live{a, b}
@@ -495,7 +491,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 func TestClusterStartsWithoutNATS(t *testing.T) {
 	p := testnats.StartProcess(t)
 	p.Stop()
-	a := startLive(t, p.URL(), "a", Config{WarmStartTimeout: time.Minute}, nil)
+	a := startLive(t, p.URL(), "a", Config{WarmStartTimeout: time.Minute}, nodeOpts{})
 	// Ready at once: serving on its own counts.
 	a.waitReady(t)
 	for range 5 {
@@ -510,7 +506,7 @@ func TestClusterStartsWithoutNATS(t *testing.T) {
 		}
 		return nil
 	})
-	b := startLive(t, p.URL(), "b", Config{}, nil)
+	b := startLive(t, p.URL(), "b", Config{}, nodeOpts{})
 	b.waitReady(t)
 	allSee(t, []*live{a, b}, 0, "acme", 5)
 }

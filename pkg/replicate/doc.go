@@ -83,8 +83,7 @@
 //   - when the limit is reached right at a tick (a steady load filling a
 //     1 s window in a multiple of 100 ms) the overshoot is close to zero.
 //
-// The bench report (bench/results/REPORT.md) has the measured figures.
-// With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
+// bench/results/REPORT.md reports the overshoot under load. With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
 // delivery delay). Clocks must be NTP-synchronised: a skewed node maps its
 // hits to the wrong window at the edges. The largest skew over peers is
 // exported.
@@ -132,4 +131,27 @@
 // message from another is dropped and counted); the counter bounds the
 // keys (MaxKeys) and the peers counted per key (MaxPeersPerKey). Deferred
 // and retried counts are bounded too.
+//
+// # Structure
+//
+// A Replicator is three parts over one read-only core (configuration,
+// store, clock, metrics, identity, cluster key, peer table):
+//
+//   - the publisher (publish.go) owns the batch state — sequence number,
+//     the counts of a publish that failed, the anti-entropy queue, scratch
+//     buffers — and is driven by Run's loop alone: ticks, early batches,
+//     the final batch;
+//   - the receiver (receive.go) opens, validates and merges peers'
+//     batches, one message at a time, and keeps the counts deferred to
+//     their window;
+//   - the syncer (sync.go) runs the warm start and the resyncs (at most
+//     one at a time, at most one a second) and answers peers' requests
+//     from a cached snapshot.
+//
+// conn.go makes the connection and its handlers; the peer table
+// (peers.go) maps peers to the counter's peer ids and tracks their
+// liveness and skew; wire.go is the codec and seal.go the sealing, both
+// internal. Every time is read from Config.Now (ticks, send times, peer
+// expiry, periods, durations); windows are computed only by package
+// counter (counter.WindowOf, counter.Live), so both ends agree on them.
 package replicate

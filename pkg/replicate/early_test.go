@@ -19,28 +19,29 @@ import (
 // keep out of the way).
 const slowTicks = 5 * time.Second
 
-// tickFar shifts r's clock to just past a tick, so that its first tick is
-// a whole SyncInterval away, and returns the (real) time it will fire at
-// the earliest.
-func tickFar(r *Replicator) (tickAt time.Time) {
+// tickFar sets cfg's clock to the real one shifted to just past a tick,
+// so that the first tick is a whole SyncInterval away, and returns the
+// (real) time it will fire at the earliest.
+func tickFar(cfg *Config) (tickAt time.Time) {
 	start := time.Now()
-	shift := r.untilTick(start)
-	r.now = func() time.Time { return time.Now().Add(shift) }
-	return start.Add(r.cfg.SyncInterval)
+	shift := untilTick(start, cfg.SyncInterval)
+	cfg.Now = func() time.Time { return time.Now().Add(shift) }
+	return start.Add(cfg.SyncInterval)
 }
 
 func TestClusterEarlyBatchNearLimit(t *testing.T) {
 	srv := testnats.Run(t)
 	cfg := Config{SyncInterval: slowTicks, WarmStartTimeout: 200 * time.Millisecond}
-	var tickAt time.Time
-	a := startLive(t, srv.ClientURL(), "a", cfg, func(r *Replicator) { tickAt = tickFar(r) })
-	b := startLive(t, srv.ClientURL(), "b", cfg, nil)
+	aCfg := cfg
+	tickAt := tickFar(&aCfg)
+	a := startLive(t, srv.ClientURL(), "a", aCfg, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 
 	lim := counter.Limit{Limit: 10, ScaleMS: counter.MaxScaleMS} // near: 5 left
 	count := func(n *live) int64 {
-		_, tot := n.store.Count(0, "acme", lim.ScaleMS, time.Now().UnixMilli()/lim.ScaleMS)
+		_, tot := counts(n.store, 0, "acme", lim, time.Now())
 		return tot
 	}
 	for range 4 { // 6 left: not near
@@ -102,8 +103,8 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	defer watch.Close()
 	var fromA atomic.Int64
 	if _, err := watch.Subscribe("ratelimit.batch", func(m *nats.Msg) {
-		var msg Message
-		if Decode(m.Data, &msg) == nil && msg.Node == "a" {
+		var msg message
+		if decode(m.Data, &msg) == nil && msg.Node == "a" {
 			fromA.Add(1)
 		}
 	}); err != nil {
@@ -114,7 +115,8 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	}
 	const gap = 50 * time.Millisecond
 	cfg := Config{SyncInterval: slowTicks, EarlyGap: gap, WarmStartTimeout: 200 * time.Millisecond}
-	a := startLive(t, srv.ClientURL(), "a", cfg, func(r *Replicator) { tickFar(r) })
+	tickFar(&cfg)
+	a := startLive(t, srv.ClientURL(), "a", cfg, nodeOpts{})
 	a.waitReady(t)
 
 	// 1000 keys, each within its near-limit margin, so every hit signals.

@@ -16,11 +16,11 @@ func fuzzSeeds(f *testing.F) {
 	for _, m := range sampleMessages() {
 		m.SentAtMS = t0.UnixMilli()
 		for i := range m.Entries {
-			m.Entries[i].Window = floorDiv(t0.UnixMilli(), m.Limits[m.Entries[i].Limit].ScaleMS)
+			m.Entries[i].Window = counter.WindowOf(t0.UnixMilli(), m.Limits[m.Entries[i].Limit].ScaleMS)
 		}
-		f.Add(m.Encode(nil))
+		f.Add(m.encode(nil))
 	}
-	f.Add(enc(forged("\xff\xff", 1, t0, "victim", 100))) // crashed every node once
+	f.Add(enc(forged("\xff\xff", 1, t0, "victim", 100))) // a node id that is not UTF-8
 	f.Add(enc(forged("a", 1, t0, "victim", counter.MaxCount)))
 	f.Add([]byte("RL\x01\x01"))
 	f.Add([]byte{})
@@ -36,17 +36,17 @@ func FuzzMerge(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := newNode(t, "b", Config{Bounds: fuzzBounds})
-		n.store = store
-		n.r.store = store
-		n.r.publish = func(*nats.Conn, string, []byte) error { return nil }
-		n.r.conn.Store(&nats.Conn{})
-		n.r.guard("batch", n.r.onBatch)(&nats.Msg{Data: data})
-		n.r.guard("sync request", n.r.onSyncRequest)(&nats.Msg{Data: data, Reply: "_INBOX.x"})
-		var m Message
+		n := newNodeWith(t, "b", Config{Bounds: fuzzBounds}, nodeOpts{
+			store: store,
+			hooks: hooks{send: func(*nats.Conn, string, []byte) error { return nil }},
+		})
+		nc := &nats.Conn{} // never connected: replies are sized by MaxMessageBytes
+		n.r.guard("batch", n.r.recv.onBatch)(&nats.Msg{Data: data})
+		n.r.guard("sync request", func(m *nats.Msg) { n.r.syncer.onRequest(nc, m) })(&nats.Msg{Data: data, Reply: "_INBOX.x"})
+		var m message
 		var buf rxBuffers
-		if n.r.read(data, &m, KindSyncReply, &buf, n.now) {
-			n.r.mergeReply(&m, n.now)
+		if n.r.read(data, &m, kindSyncReply, &buf, n.now) {
+			n.r.syncer.mergeReply(&m, n.now)
 		}
 		if got := metric(t, n.r.m.panics); got != 0 {
 			t.Fatalf("%v panics recovered", got)
@@ -69,19 +69,19 @@ func FuzzOpen(f *testing.F) {
 	s := mustSealer(f, "ratelimit", keyA, keyB)
 	var ad []byte
 	for _, m := range sampleMessages() {
-		f.Add(s.seal(nil, m.Encode(nil), m.Kind, &ad), uint8(m.Kind))
+		f.Add(s.seal(nil, m.encode(nil), m.Kind, &ad), uint8(m.Kind))
 	}
 	f.Add([]byte("RS\x01"), uint8(1))
 	f.Add([]byte("RS\x02xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"), uint8(2))
 	f.Fuzz(func(t *testing.T, data []byte, kind uint8) {
 		var ad []byte
-		plain, err := s.open(nil, data, Kind(kind), &ad)
+		plain, err := s.open(nil, data, msgKind(kind), &ad)
 		if err != nil {
 			return
 		}
 		// It opened: it was sealed with a key of s (only the seeds are);
-		// what it holds must still pass Decode before any use.
-		var m Message
-		_ = Decode(plain, &m)
+		// what it holds must still pass decode before any use.
+		var m message
+		_ = decode(plain, &m)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -18,11 +19,7 @@ import (
 
 // malformedTotal is the sum of a node's messages_malformed_total.
 func malformedTotal(t testing.TB, n *live) float64 {
-	var s float64
-	for _, c := range n.r.m.malformed {
-		s += metric(t, c)
-	}
-	return s
+	return sumReasons(t, n.r.m.malformed.reasons())
 }
 
 // TestHostileTrafficRealNATS floods every subject the nodes listen on —
@@ -42,8 +39,8 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 		SyncAnswersPerSecond: 2,
 		WarmStartTimeout:     waitLong,
 	}
-	a := startLive(t, srv.URL(), "a", cfg, nil)
-	b := startLive(t, srv.URL(), "b", cfg, nil)
+	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
+	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 
@@ -122,7 +119,7 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 	})
 
 	// A node starting during the flood: its warm start's inbox is attacked too.
-	c := startLive(t, srv.URL(), "c", cfg, nil)
+	c := startLive(t, srv.URL(), "c", cfg, nodeOpts{})
 	var inbox string
 	select {
 	case inbox = <-inboxes:
@@ -197,19 +194,25 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 				return fmt.Errorf("%s counted %v malformed, want %v", n.id, got, want)
 			}
 			// Replays of its own batches are "self", of its peer's "repeated".
-			if got := metric(t, n.r.m.batchesRepeated) + metric(t, n.r.m.malformed[malSelf]); got < replays {
+			if got := metric(t, n.r.m.batchesRepeated) + metric(t, n.r.m.malformed.self); got < replays {
 				return fmt.Errorf("%s counted %v replays, want %d", n.id, got, replays)
 			}
-			if got := metric(t, n.r.m.syncServed) + metric(t, n.r.m.syncRefused[refusedRate]); got < replays {
+			if got := metric(t, n.r.m.syncServed) + metric(t, n.r.m.syncRefused.rate); got < replays {
 				return fmt.Errorf("%s answered or refused %v sync requests, want ≥ %d", n.id, got, replays)
 			}
 			return nil
 		})
-		for reason, atLeast := range map[string]float64{
-			malOversize: 2 * perKind, malUnknown: 2 * perKind, malUnsealed: 2 * 2 * perKind, malAuth: 2 * perKind,
+		mal := &n.r.m.malformed
+		for _, c := range []struct {
+			reason  string
+			c       prometheus.Counter
+			atLeast float64
+		}{
+			{"oversize", mal.oversize, 2 * perKind}, {"unknown_key", mal.unknownKey, 2 * perKind},
+			{"unsealed", mal.unsealed, 2 * 2 * perKind}, {"unauthentic", mal.auth, 2 * perKind},
 		} {
-			if got := metric(t, n.r.m.malformed[reason]); got < atLeast {
-				t.Errorf("%s: malformed{%s} = %v, want ≥ %v", n.id, reason, got, atLeast)
+			if got := metric(t, c.c); got < c.atLeast {
+				t.Errorf("%s: malformed{%s} = %v, want ≥ %v", n.id, c.reason, got, c.atLeast)
 			}
 		}
 		if got := metric(t, n.r.m.panics); got != 0 {
@@ -226,8 +229,8 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 		t.Errorf("c counted %v malformed on its inbox, want ≥ %d", got, len(kinds)*perKind)
 	}
 	for _, n := range []*live{a, b} {
-		for r, c := range n.r.m.malformed {
-			t.Logf("%s: malformed{%s} = %v", n.id, r, metric(t, c))
+		for _, r := range n.r.m.malformed.reasons() {
+			t.Logf("%s: malformed{%s} = %v", n.id, r.label, metric(t, *r.c))
 		}
 		t.Logf("%s: repeated %v, missed %v, received %v", n.id, metric(t, n.r.m.batchesRepeated), metric(t, n.r.m.batchesMissed), metric(t, n.r.m.batchesReceived))
 	}
@@ -242,13 +245,13 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 
 	// Decisions unchanged: every node sees exactly the real counts.
 	legit := a.local(0, "legit") + b.local(0, "legit")
-	_, va := a.store.Count(0, "victim", victim.ScaleMS, time.Now().UnixMilli()/victim.ScaleMS)
+	_, va := counts(a.store, 0, "victim", victim, time.Now())
 	for _, n := range []*live{a, b, c} {
 		poll.Until(t, waitLong, step, func() error {
 			if got := n.total(0, "legit"); got != legit {
 				return fmt.Errorf("%s sees %d legit, want %d", n.id, got, legit)
 			}
-			if _, got := n.store.Count(0, "victim", victim.ScaleMS, time.Now().UnixMilli()/victim.ScaleMS); got != 6 {
+			if _, got := counts(n.store, 0, "victim", victim, time.Now()); got != 6 {
 				return fmt.Errorf("%s sees %d victim, want 6 (a sees %d)", n.id, got, va)
 			}
 			return nil
@@ -264,7 +267,7 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 // crash it nor enter its peer table; each kind is counted.
 func TestHostileTrafficWithoutKey(t *testing.T) {
 	srv := testnats.StartProcess(t)
-	a := startLive(t, srv.URL(), "a", Config{MaxMessageBytes: 64 << 10}, nil)
+	a := startLive(t, srv.URL(), "a", Config{MaxMessageBytes: 64 << 10}, nodeOpts{})
 	a.waitReady(t)
 	evil, err := nats.Connect(srv.URL())
 	if err != nil {
@@ -273,16 +276,17 @@ func TestHostileTrafficWithoutKey(t *testing.T) {
 	defer evil.Close()
 	rng := rand.New(rand.NewPCG(3, 4))
 	good := enc(forged("p", 1, time.Now(), "k", 1))
+	mal := &a.r.m.malformed
 	kinds := map[string]struct {
 		gen    func() []byte
-		reason string
+		reason prometheus.Counter
 	}{
-		"invalid id": {func() []byte { return enc(forged("\xff\xff", 1, time.Now(), "victim", 100)) }, malDecode},
-		"garbage":    {func() []byte { return append([]byte("RL\x01\x01"), byte(rng.Uint32())) }, malDecode},
-		"truncated":  {func() []byte { return good[:4+rng.IntN(len(good)-5)] }, malDecode},
-		"oversized":  {func() []byte { return make([]byte, 100<<10) }, malOversize},
-		"sealed":     {func() []byte { return sealWith(t, keyA, "ratelimit", forged("p", 1, time.Now(), "k", 1)) }, malNoKey},
-		"version":    {func() []byte { return []byte("RL\x09\x01") }, malVersion},
+		"invalid id": {func() []byte { return enc(forged("\xff\xff", 1, time.Now(), "victim", 100)) }, mal.decode},
+		"garbage":    {func() []byte { return append([]byte("RL\x01\x01"), byte(rng.Uint32())) }, mal.decode},
+		"truncated":  {func() []byte { return good[:4+rng.IntN(len(good)-5)] }, mal.decode},
+		"oversized":  {func() []byte { return make([]byte, 100<<10) }, mal.oversize},
+		"sealed":     {func() []byte { return sealWith(t, keyA, "ratelimit", forged("p", 1, time.Now(), "k", 1)) }, mal.noKey},
+		"version":    {func() []byte { return []byte("RL\x09\x01") }, mal.version},
 	}
 	const n = 300
 	for _, k := range kinds {
@@ -293,8 +297,8 @@ func TestHostileTrafficWithoutKey(t *testing.T) {
 	}
 	for name, k := range kinds {
 		poll.Until(t, waitLong, step, func() error {
-			if got := metric(t, a.r.m.malformed[k.reason]); got < n {
-				return fmt.Errorf("%s: malformed{%s} = %v, want ≥ %d", name, k.reason, got, n)
+			if got := metric(t, k.reason); got < n {
+				return fmt.Errorf("%s: malformed = %v, want ≥ %d", name, got, n)
 			}
 			return nil
 		})

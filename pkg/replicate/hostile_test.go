@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
@@ -16,44 +17,45 @@ import (
 // without NATS, each message handed to the handlers directly.
 
 // enc encodes m.
-func enc(m Message) []byte { return m.Encode(nil) }
+func enc(m message) []byte { return m.encode(nil) }
 
 // forged returns a well-formed batch that sets (bucket 0's name, key) to
 // count at at, from node.
-func forged(node string, inc uint64, at time.Time, key string, count int64) Message {
-	return Message{
-		Header:  Header{Kind: KindBatch, Node: node, Incarnation: inc, SentAtMS: at.UnixMilli(), Seq: 1},
-		Limits:  []Limit{{Name: "activity_create", ScaleMS: sec100.ScaleMS}},
-		Entries: []Entry{{Window: floorDiv(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
+func forged(node string, inc uint64, at time.Time, key string, count int64) message {
+	return message{
+		header:  header{Kind: kindBatch, Node: node, Incarnation: inc, SentAtMS: at.UnixMilli(), Seq: 1},
+		Limits:  []wireLimit{{Name: "activity_create", ScaleMS: sec100.ScaleMS}},
+		Entries: []entry{{Window: counter.WindowOf(at.UnixMilli(), sec100.ScaleMS), Key: key, Count: count}},
 	}
 }
 
-func sealWith(t testing.TB, key []byte, prefix string, m Message) []byte {
+func sealWith(t testing.TB, key []byte, prefix string, m message) []byte {
 	t.Helper()
 	var ad []byte
-	return mustSealer(t, prefix, key).seal(nil, m.Encode(nil), m.Kind, &ad)
+	return mustSealer(t, prefix, key).seal(nil, m.encode(nil), m.Kind, &ad)
 }
 
-// TestNodeIDsThatCrashedNodes: node ids that are not printable ASCII
-// (invalid UTF-8 once made every node panic in a metric label) are
-// dropped as malformed, in batches and in sync reply origins.
-func TestNodeIDsThatCrashedNodes(t *testing.T) {
+// TestNodeIDsNotPrintableDropped: node ids that are not printable ASCII
+// (invalid UTF-8 would make a node panic in a metric label, a control
+// character forge a log line) are dropped as malformed, in batches and in
+// sync reply origins.
+func TestNodeIDsNotPrintableDropped(t *testing.T) {
 	b := newNode(t, "b", Config{})
 	for _, id := range []string{"\xff\xff", "a\xffb", "new\nline level=ERROR", "tab\tid", "sp ace", "\x00", "é", strings.Repeat("n", maxNodeLen+1)} {
 		m := forged(id, 1, b.now, "victim", 100)
-		b.receive(m.Encode(nil))
-		reply := Message{
-			Header:  Header{Kind: KindSyncReply, Node: "ok", Incarnation: 1, SentAtMS: b.now.UnixMilli(), Last: true},
+		b.receive(m.encode(nil))
+		reply := message{
+			header:  header{Kind: kindSyncReply, Node: "ok", Incarnation: 1, SentAtMS: b.now.UnixMilli(), Last: true},
 			Limits:  m.Limits,
-			Origins: []Origin{{Node: id, Incarnation: 1}},
-			Entries: []Entry{{Window: m.Entries[0].Window, Key: "victim", Count: 100}},
+			Origins: []origin{{Node: id, Incarnation: 1}},
+			Entries: []entry{{Window: m.Entries[0].Window, Key: "victim", Count: 100}},
 		}
-		var got Message
-		if err := Decode(reply.Encode(nil), &got); err == nil {
+		var got message
+		if err := decode(reply.encode(nil), &got); err == nil {
 			t.Errorf("a reply naming origin %q decodes", id)
 		}
 	}
-	if got := metric(t, b.r.m.malformed[malDecode]); got != 8 {
+	if got := metric(t, b.r.m.malformed.decode); got != 8 {
 		t.Errorf("malformed{decode} = %v, want 8", got)
 	}
 	if got := b.total(t, 0, "victim", sec100); got != 0 {
@@ -70,10 +72,14 @@ func TestNodeIDsThatCrashedNodes(t *testing.T) {
 func TestSealedBatchesOnly(t *testing.T) {
 	b := newNode(t, "b", Config{Keys: [][]byte{keyA}})
 	evil := forged("a", 1, b.now, "victim", 100)
-	b.receive(evil.Encode(nil), sealWith(t, keyB, "ratelimit", evil), sealWith(t, keyA, "elsewhere", evil))
-	for reason, want := range map[string]float64{malUnsealed: 1, malUnknown: 1, malAuth: 1} {
-		if got := metric(t, b.r.m.malformed[reason]); got != want {
-			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
+	b.receive(evil.encode(nil), sealWith(t, keyB, "ratelimit", evil), sealWith(t, keyA, "elsewhere", evil))
+	mal := &b.r.m.malformed
+	for _, c := range []struct {
+		reason string
+		c      prometheus.Counter
+	}{{"unsealed", mal.unsealed}, {"unknown_key", mal.unknownKey}, {"unauthentic", mal.auth}} {
+		if got := metric(t, c.c); got != 1 {
+			t.Errorf("malformed{%s} = %v, want 1", c.reason, got)
 		}
 	}
 	if got := b.total(t, 0, "victim", sec100); got != 0 || !b.store.Take(0, "victim", sec100, b.now).Allowed {
@@ -89,7 +95,7 @@ func TestSealedBatchesOnly(t *testing.T) {
 	// A node without a key drops sealed messages rather than misread them.
 	c := newNode(t, "c", Config{})
 	c.receive(sealWith(t, keyA, "ratelimit", evil))
-	if got := metric(t, c.r.m.malformed[malNoKey]); got != 1 {
+	if got := metric(t, c.r.m.malformed.noKey); got != 1 {
 		t.Errorf("malformed{sealed_without_key} = %v, want 1", got)
 	}
 }
@@ -155,7 +161,7 @@ func TestReplayChangesNothing(t *testing.T) {
 	// Later than MaxClockSkew: dropped unread.
 	b.now = b.now.Add(DefaultMaxClockSkew)
 	b.receive(captured...)
-	if got := metric(t, b.r.m.malformed[malClock]); got != 1 {
+	if got := metric(t, b.r.m.malformed.clock); got != 1 {
 		t.Errorf("malformed{clock} = %v, want 1", got)
 	}
 	if got := b.total(t, 0, "acme", long); got != 15 {
@@ -190,13 +196,13 @@ func TestReturningPeerKeepsItsID(t *testing.T) {
 func TestWindowsAndCountsBounded(t *testing.T) {
 	bounds := BucketWindows{{1000: 400}, {}}
 	b := newNode(t, "b", Config{Bounds: bounds})
-	week := Message{
-		Header:  Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
-		Limits:  []Limit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},
-		Entries: []Entry{{Limit: 0, Window: floorDiv(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
+	week := message{
+		header:  header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
+		Limits:  []wireLimit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},
+		Entries: []entry{{Limit: 0, Window: counter.WindowOf(b.now.UnixMilli(), 7*86_400_000), Key: "junk", Count: 1}, {Limit: 1, Window: b.now.Unix(), Key: "junk2", Count: 1}},
 	}
-	b.receive(week.Encode(nil), enc(forged("a", 1, b.now, "victim", counter.MaxCount)))
-	if got := metric(t, b.r.m.dropped[dropScale]); got != 2 {
+	b.receive(week.encode(nil), enc(forged("a", 1, b.now, "victim", counter.MaxCount)))
+	if got := metric(t, b.r.m.dropped.scale); got != 2 {
 		t.Errorf("dropped{scale} = %v, want 2", got)
 	}
 	if b.store.Len() != 1 {
@@ -222,10 +228,9 @@ func (p *panicStore) Merge(counter.PeerID, counter.WindowCount, time.Time) count
 }
 
 func TestPanicInHandlerRecovered(t *testing.T) {
-	n := newNode(t, "b", Config{})
-	ps := &panicStore{Store: n.store}
-	n.r.store = ps
-	h := n.r.guard("batch", n.r.onBatch)
+	var ps *panicStore
+	n := newNodeWith(t, "b", Config{}, nodeOpts{wrap: func(s Store) Store { ps = &panicStore{Store: s}; return ps }})
+	h := n.r.guard("batch", n.r.recv.onBatch)
 	h(&nats.Msg{Data: enc(forged("a", 1, n.now, "k", 1))})
 	h(&nats.Msg{Data: enc(forged("a", 1, n.now, "k", 2))})
 	if got := metric(t, n.r.m.panics); got != 2 || ps.merges.Load() != 2 {
@@ -245,7 +250,7 @@ func TestHeartbeats(t *testing.T) {
 	send := func(m []byte) error { out = append(out, bytes.Clone(m)); return nil }
 	for i := range 100 { // 10 s of 100 ms ticks
 		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		a.r.publishTick(at, 1<<20, send)
+		a.r.pub.publishTick(at, 1<<20, send)
 		b.now = at
 		b.receive(out...)
 		out = out[:0]
@@ -259,7 +264,7 @@ func TestHeartbeats(t *testing.T) {
 	}
 	// With changes to send, no heartbeat.
 	a.store.Take(0, "acme", sec100, t0.Add(20*time.Second))
-	a.r.publishTick(t0.Add(20*time.Second), 1<<20, send)
+	a.r.pub.publishTick(t0.Add(20*time.Second), 1<<20, send)
 	if got := metric(t, a.r.m.heartbeats); got != 10 || len(out) != 1 {
 		t.Errorf("heartbeats %v, %d messages", got, len(out))
 	}
@@ -286,7 +291,7 @@ func TestAntiEntropyRepairsAQuietKey(t *testing.T) {
 	var repaired time.Duration
 	for i := 1; i <= 60; i++ {
 		at := t0.Add(time.Duration(i) * 100 * time.Millisecond)
-		a.r.publishTick(at, 1<<20, send)
+		a.r.pub.publishTick(at, 1<<20, send)
 		b.now = at
 		b.receive(out...)
 		out = out[:0]
@@ -325,21 +330,21 @@ func (c *countingStore) Snapshot(dst []counter.PeerCount, now time.Time) []count
 // at most SyncAnswersPerSecond in all, from a snapshot taken at most once
 // a second whatever the request's time.
 func TestSyncRequestsBounded(t *testing.T) {
-	n := newNode(t, "b", Config{SyncAnswersPerSecond: 3})
-	cs := &countingStore{Store: n.store}
-	n.r.store = cs
+	var cs *countingStore
 	var published []string
-	n.r.publish = func(_ *nats.Conn, subj string, _ []byte) error { published = append(published, subj); return nil }
+	n := newNodeWith(t, "b", Config{SyncAnswersPerSecond: 3}, nodeOpts{
+		wrap:  func(s Store) Store { cs = &countingStore{Store: s}; return cs },
+		hooks: hooks{send: func(_ *nats.Conn, subj string, _ []byte) error { published = append(published, subj); return nil }},
+	})
 	nc := &nats.Conn{} // never connected: maxOut uses MaxMessageBytes
-	n.r.conn.Store(nc)
 	req := func(sentAt time.Time, reply string) {
-		m := Message{Header: Header{Kind: KindSyncRequest, Node: "a", Incarnation: 1, SentAtMS: sentAt.UnixMilli()}}
-		n.r.onSyncRequest(&nats.Msg{Subject: n.r.syncSubj, Reply: reply, Data: m.Encode(nil)})
+		m := message{header: header{Kind: kindSyncRequest, Node: "a", Incarnation: 1, SentAtMS: sentAt.UnixMilli()}}
+		n.r.syncer.onRequest(nc, &nats.Msg{Subject: n.r.syncSubj, Reply: reply, Data: m.encode(nil)})
 	}
 	for _, reply := range []string{"", "ratelimit.batch", "_INBOX.", "_INBOX.*", "_INBOX.a.>", "_INBOX..x", "_INBOX.a b", "_INBOX.\xff"} {
 		req(n.now, reply)
 	}
-	if got := metric(t, n.r.m.syncRefused[refusedReply]); got != 8 || len(published) != 0 {
+	if got := metric(t, n.r.m.syncRefused.reply); got != 8 || len(published) != 0 {
 		t.Errorf("refused{reply} %v, %d published", got, len(published))
 	}
 	// 100 requests at once, their send times in the past: 3 answered from
@@ -350,7 +355,7 @@ func TestSyncRequestsBounded(t *testing.T) {
 	if got := metric(t, n.r.m.syncServed); got != 3 {
 		t.Errorf("%v answered, want 3", got)
 	}
-	if got := metric(t, n.r.m.syncRefused[refusedRate]); got != 97 {
+	if got := metric(t, n.r.m.syncRefused.rate); got != 97 {
 		t.Errorf("refused{rate} %v, want 97", got)
 	}
 	if got := cs.snapshots.Load(); got != 1 {

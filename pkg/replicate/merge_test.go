@@ -33,10 +33,36 @@ type node struct {
 
 func newNode(t testing.TB, id string, cfg Config) *node {
 	t.Helper()
-	store, err := counter.New(counter.Config{Track: true})
-	if err != nil {
-		t.Fatal(err)
+	return newNodeWith(t, id, cfg, nodeOpts{})
+}
+
+// nodeOpts adjust a test node.
+type nodeOpts struct {
+	store *counter.Store    // nil: a new store that tracks changes
+	wrap  func(Store) Store // if set, the Replicator uses wrap(store)
+	hooks hooks
+}
+
+// stores returns the node's store and the Store its Replicator uses.
+func (o nodeOpts) stores(t testing.TB) (*counter.Store, Store) {
+	t.Helper()
+	store := o.store
+	if store == nil {
+		var err error
+		if store, err = counter.New(counter.Config{Track: true}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	if o.wrap != nil {
+		return store, o.wrap(store)
+	}
+	return store, store
+}
+
+// newNodeWith returns a node whose clock is its now field.
+func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
+	t.Helper()
+	store, st := o.stores(t)
 	if cfg.URL == "" {
 		cfg.URL = "nats://127.0.0.1:1" // never dialled by these tests
 	}
@@ -45,12 +71,12 @@ func newNode(t testing.TB, id string, cfg Config) *node {
 	}
 	cfg.NodeID = id
 	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
+	cfg.Now = func() time.Time { return n.now }
 	log := slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	r, err := New(cfg, store, n.reg, log)
+	r, err := newReplicator(cfg, st, n.reg, log, o.hooks)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	r.now = func() time.Time { return n.now }
 	n.r = r
 	return n
 }
@@ -69,21 +95,38 @@ func (n *node) publish(t testing.TB, max int) [][]byte {
 
 // tickNoConn is tick without a connection.
 func (r *Replicator) tickNoConn(now time.Time, max int, send func([]byte) error) {
-	r.retryDeferred(now)
+	r.recv.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
-	r.publishChanges(now, max, send, false)
+	r.pub.publishChanges(now, max, send, false)
 }
 
 func (n *node) receive(msgs ...[]byte) {
 	for _, m := range msgs {
-		n.r.onBatch(&nats.Msg{Subject: n.r.batchSubj, Data: m})
+		n.r.recv.onBatch(&nats.Msg{Subject: n.r.batchSubj, Data: m})
 	}
 }
 
 func (n *node) total(t testing.TB, bucket counter.Bucket, key string, lim counter.Limit) int64 {
 	t.Helper()
-	_, tot := n.store.Count(bucket, key, lim.ScaleMS, floorDiv(n.now.UnixMilli(), lim.ScaleMS))
+	_, tot := counts(n.store, bucket, key, lim, n.now)
 	return tot
+}
+
+// counts reads, through Snapshot, the counts store holds of (bucket, key)
+// in now's window of lim: this node's own, and the total over it and
+// every peer (what a Fixed limit decides on).
+func counts(store *counter.Store, bucket counter.Bucket, key string, lim counter.Limit, now time.Time) (local, total int64) {
+	w := counter.WindowOf(now.UnixMilli(), lim.ScaleMS)
+	for _, pc := range store.Snapshot(nil, now) {
+		if pc.Bucket != bucket || pc.Key != key || pc.ScaleMS != lim.ScaleMS || pc.Window != w {
+			continue
+		}
+		total += pc.Count
+		if pc.Peer == counter.Self {
+			local += pc.Count
+		}
+	}
+	return local, total
 }
 
 // metric reads a counter or gauge.
@@ -94,6 +137,16 @@ func metric(t testing.TB, m prometheus.Metric) float64 {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// sumReasons is the sum of the counters of rs.
+func sumReasons(t testing.TB, rs []reason) float64 {
+	t.Helper()
+	var s float64
+	for _, r := range rs {
+		s += metric(t, *r.c)
+	}
+	return s
 }
 
 // series counts the series a collector has.
@@ -226,7 +279,7 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 	if msgs := a.publish(t, 1<<20); len(msgs) != 0 {
 		t.Errorf("published %d messages of an ended window", len(msgs))
 	}
-	if got := metric(t, a.r.m.dropped[dropStaleLocal]); got != 1 {
+	if got := metric(t, a.r.m.dropped.staleLocal); got != 1 {
 		t.Errorf("stale_local drops %v, want 1", got)
 	}
 	// A batch that arrives after its window ended.
@@ -235,7 +288,7 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 	msgs := a.publish(t, 1<<20)
 	b.now = t0.Add(time.Second)
 	b.receive(msgs...)
-	if got := metric(t, b.r.m.dropped[dropStale]); got != 1 {
+	if got := metric(t, b.r.m.dropped.stale); got != 1 {
 		t.Errorf("stale drops %v, want 1", got)
 	}
 	if b.store.Len() != 0 {
@@ -256,29 +309,33 @@ func TestBucketsMatchByName(t *testing.T) {
 	if got := b.total(t, 1, "k", sec100); got != 0 {
 		t.Errorf("new_bucket on b: %d, want 0", got)
 	}
-	if got := metric(t, b.r.m.dropped[dropUnknownBucket]); got != 1 {
+	if got := metric(t, b.r.m.dropped.unknownBucket); got != 1 {
 		t.Errorf("unknown_bucket drops %v, want 1", got)
 	}
 	// The same bucket counted in another window length here.
 	b.store.Take(0, "m", counter.Limit{Limit: 5, ScaleMS: 60_000}, b.now)
 	a.store.Take(1, "m", sec100, a.now)
 	b.receive(a.publish(t, 1<<20)...)
-	if got := metric(t, b.r.m.dropped[dropMismatch]); got != 1 {
+	if got := metric(t, b.r.m.dropped.mismatch); got != 1 {
 		t.Errorf("mismatch drops %v, want 1", got)
 	}
 }
 
 func TestMalformedMessagesCounted(t *testing.T) {
 	b := newNode(t, "b", Config{MaxMessageBytes: 1024})
-	good := Message{Header: Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: t0.UnixMilli()}}
-	v2 := good.Encode(nil)
+	good := message{header: header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: t0.UnixMilli()}}
+	v2 := good.encode(nil)
 	v2[2] = 2
-	req := Message{Header: Header{Kind: KindSyncRequest, Node: "a", Incarnation: 1}}
-	self := Message{Header: Header{Kind: KindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
-	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.Encode(nil), self.Encode(nil), good.Encode(nil))
-	for reason, want := range map[string]float64{malDecode: 1, malVersion: 1, malOversize: 1, malKind: 1, malSelf: 1} {
-		if got := metric(t, b.r.m.malformed[reason]); got != want {
-			t.Errorf("malformed{%s} = %v, want %v", reason, got, want)
+	req := message{header: header{Kind: kindSyncRequest, Node: "a", Incarnation: 1}}
+	self := message{header: header{Kind: kindBatch, Node: "b", Incarnation: b.r.self.Incarnation}}
+	b.receive([]byte("garbage"), v2, make([]byte, 2000), req.encode(nil), self.encode(nil), good.encode(nil))
+	mal := &b.r.m.malformed
+	for _, c := range []struct {
+		reason string
+		c      prometheus.Counter
+	}{{"decode", mal.decode}, {"version", mal.version}, {"oversize", mal.oversize}, {"kind", mal.kind}, {"self", mal.self}} {
+		if got := metric(t, c.c); got != 1 {
+			t.Errorf("malformed{%s} = %v, want 1", c.reason, got)
 		}
 	}
 	if got := metric(t, b.r.m.batchesReceived); got != 1 {
@@ -289,12 +346,12 @@ func TestMalformedMessagesCounted(t *testing.T) {
 func TestPeersBoundedAndExpired(t *testing.T) {
 	b := newNode(t, "b", Config{MaxPeers: 2, PeerExpiry: time.Minute})
 	batch := func(node string, key string) []byte {
-		m := Message{
-			Header:  Header{Kind: KindBatch, Node: node, Incarnation: 7, SentAtMS: t0.UnixMilli()},
-			Limits:  []Limit{{Name: "inbound", ScaleMS: 1000}},
-			Entries: []Entry{{Window: t0.Unix(), Key: key, Count: 1}},
+		m := message{
+			header:  header{Kind: kindBatch, Node: node, Incarnation: 7, SentAtMS: t0.UnixMilli()},
+			Limits:  []wireLimit{{Name: "inbound", ScaleMS: 1000}},
+			Entries: []entry{{Window: t0.Unix(), Key: key, Count: 1}},
 		}
-		return m.Encode(nil)
+		return m.encode(nil)
 	}
 	b.receive(batch("p1", "x"), batch("p2", "x"), batch("p3", "x"))
 	if got := b.total(t, 1, "x", sec100); got != 2 {
@@ -336,13 +393,13 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	bBatch := b.publish(t, 1<<20)
 	a.receive(bBatch...)
 	// c starts and asks a; a's reply holds a's 40 and b's 25, apart.
-	chunks := a.r.syncReply(1<<20, a.now)
-	var m Message
+	chunks := a.r.syncer.reply(1<<20, a.now)
+	var m message
 	for _, ch := range chunks {
-		if err := Decode(ch, &m); err != nil {
+		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
-		c.r.mergeReply(&m, c.now)
+		c.r.syncer.mergeReply(&m, c.now)
 	}
 	if got := c.total(t, 0, "acme", sec100); got != 65 {
 		t.Fatalf("warm total %d, want 65", got)
@@ -362,11 +419,11 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 	c.store.Take(0, "own", sec100, c.now)
 	a.receive(c.publish(t, 1<<20)...)
 	a.now = a.now.Add(time.Second) // a new snapshot may be taken
-	for _, ch := range a.r.syncReply(1<<20, a.now) {
-		if err := Decode(ch, &m); err != nil {
+	for _, ch := range a.r.syncer.reply(1<<20, a.now) {
+		if err := decode(ch, &m); err != nil {
 			t.Fatal(err)
 		}
-		c.r.mergeReply(&m, c.now)
+		c.r.syncer.mergeReply(&m, c.now)
 	}
 	if got := c.total(t, 0, "own", sec100); got != 1 {
 		t.Errorf("own key after a reply that echoes it: %d, want 1", got)
@@ -383,7 +440,7 @@ func TestDeferredCountsRetried(t *testing.T) {
 	a.store.Incr(0, "acme", sliding, 7, a.now)
 	b.now = t0.Add(700 * time.Millisecond)
 	b.receive(a.publish(t, 1<<20)...)
-	if n := len(b.r.deferred); n != 1 {
+	if n := len(b.r.recv.deferred); n != 1 {
 		t.Fatalf("%d deferred counts, want 1", n)
 	}
 	b.now = t0.Add(800 * time.Millisecond)
@@ -391,8 +448,8 @@ func TestDeferredCountsRetried(t *testing.T) {
 	if got := b.total(t, 0, "acme", sliding); got != 7 {
 		t.Errorf("after the retry: %d, want 7", got)
 	}
-	if len(b.r.deferred) != 0 {
-		t.Errorf("%d counts still deferred", len(b.r.deferred))
+	if len(b.r.recv.deferred) != 0 {
+		t.Errorf("%d counts still deferred", len(b.r.recv.deferred))
 	}
 }
 
@@ -407,8 +464,8 @@ func TestFailedPublishRetried(t *testing.T) {
 	if msgs := a.publish(t, 1<<20); len(msgs) != 1 {
 		t.Fatalf("%d messages after a failed publish, want 1 (the retry)", len(msgs))
 	} else {
-		var m Message
-		if err := Decode(msgs[0], &m); err != nil || len(m.Entries) != 1 || m.Entries[0].Count != 1 {
+		var m message
+		if err := decode(msgs[0], &m); err != nil || len(m.Entries) != 1 || m.Entries[0].Count != 1 {
 			t.Errorf("retry message: %+v, %v", m, err)
 		}
 	}
@@ -448,7 +505,7 @@ func TestTicksAlignToWallClock(t *testing.T) {
 		{299*time.Millisecond + 999*time.Microsecond, time.Microsecond},
 	} {
 		now := time.Date(2025, 6, 2, 10, 0, 0, 0, time.UTC).Add(c.at)
-		if got := a.r.untilTick(now); got != c.want {
+		if got := untilTick(now, a.r.cfg.SyncInterval); got != c.want {
 			t.Errorf("at +%v: next tick in %v, want %v", c.at, got, c.want)
 		}
 	}

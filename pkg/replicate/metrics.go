@@ -6,54 +6,94 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Reasons an entry is dropped (label reason of entries_dropped_total).
-const (
-	dropStale         = "stale"          // received for a window that has ended
-	dropStaleLocal    = "stale_local"    // own change whose window ended before it was sent
-	dropUnknownBucket = "unknown_bucket" // bucket name not in this node's configuration
-	dropMismatch      = "mismatch"       // key counted here in another window length
-	dropRefused       = "refused"        // no room: key bound or peers per key
-	dropInvalid       = "invalid"        // out-of-range values, or an origin that is this node
-	dropDeferred      = "deferred"       // a count for the next window that could not be kept for later
-	dropTooLarge      = "too_large"      // an own entry larger than one message
-	dropUnknownPeer   = "unknown_peer"   // from a peer over the peer bound
-	dropScale         = "scale"          // a window length no limit of the bucket has on this node
-)
+// dropReasons are the children of entries_dropped_total: entries not
+// merged or not sent, one counter per reason (its label in reasons).
+type dropReasons struct {
+	stale         prometheus.Counter // received for a window that has ended
+	staleLocal    prometheus.Counter // own change whose window ended before it was sent
+	unknownBucket prometheus.Counter // bucket name not in this node's configuration
+	mismatch      prometheus.Counter // key counted here in another window length
+	refused       prometheus.Counter // no room: key bound or peers per key
+	invalid       prometheus.Counter // out-of-range values, or an origin that is this node
+	deferred      prometheus.Counter // a count for the next window that could not be kept for later
+	tooLarge      prometheus.Counter // an own entry larger than one message
+	unknownPeer   prometheus.Counter // from a peer over the peer bound
+	scale         prometheus.Counter // a window length no limit of the bucket has on this node
+}
 
-// Reasons a message is dropped (label reason of messages_malformed_total).
-const (
-	malDecode   = "decode"             // cannot be read
-	malVersion  = "version"            // another wire version
-	malOversize = "oversize"           // larger than MaxMessageBytes
-	malKind     = "kind"               // a known kind on the wrong subject, or a sync request without a reply subject
-	malSelf     = "self"               // claims to come from this very process
-	malUnsealed = "unsealed"           // not sealed, and this node has a cluster key
-	malNoKey    = "sealed_without_key" // sealed, and this node has no cluster key
-	malUnknown  = "unknown_key"        // sealed with a key this node does not hold
-	malAuth     = "unauthentic"        // does not open: altered, truncated, forged, or sealed for another use
-	malClock    = "clock"              // sent at a time further from this node's clock than MaxClockSkew
-)
+func (d *dropReasons) reasons() []reason {
+	return []reason{
+		{"stale", &d.stale}, {"stale_local", &d.staleLocal}, {"unknown_bucket", &d.unknownBucket},
+		{"mismatch", &d.mismatch}, {"refused", &d.refused}, {"invalid", &d.invalid},
+		{"deferred", &d.deferred}, {"too_large", &d.tooLarge}, {"unknown_peer", &d.unknownPeer},
+		{"scale", &d.scale},
+	}
+}
 
-// Reasons a sync request is not answered (label reason of
-// sync_requests_refused_total).
-const (
-	refusedRate  = "rate"  // over SyncAnswersPerSecond
-	refusedReply = "reply" // no reply subject, or one that is not an _INBOX. subject
-)
+// malformedReasons are the children of messages_malformed_total: messages
+// dropped unread, one counter per reason.
+type malformedReasons struct {
+	decode     prometheus.Counter // cannot be read
+	version    prometheus.Counter // another wire version
+	oversize   prometheus.Counter // larger than MaxMessageBytes
+	kind       prometheus.Counter // a known kind on the wrong subject, or a sync request without a reply subject
+	self       prometheus.Counter // claims to come from this very process
+	unsealed   prometheus.Counter // not sealed, and this node has a cluster key
+	noKey      prometheus.Counter // sealed, and this node has no cluster key
+	unknownKey prometheus.Counter // sealed with a key this node does not hold
+	auth       prometheus.Counter // does not open: altered, truncated, forged, or sealed for another use
+	clock      prometheus.Counter // sent at a time further from this node's clock than MaxClockSkew
+}
 
+func (m *malformedReasons) reasons() []reason {
+	return []reason{
+		{"decode", &m.decode}, {"version", &m.version}, {"oversize", &m.oversize}, {"kind", &m.kind},
+		{"self", &m.self}, {"unsealed", &m.unsealed}, {"sealed_without_key", &m.noKey},
+		{"unknown_key", &m.unknownKey}, {"unauthentic", &m.auth}, {"clock", &m.clock},
+	}
+}
+
+// refusedReasons are the children of sync_requests_refused_total: sync
+// requests read but not answered.
+type refusedReasons struct {
+	rate  prometheus.Counter // over SyncAnswersPerSecond
+	reply prometheus.Counter // no reply subject, or one that is not an _INBOX. subject
+}
+
+func (r *refusedReasons) reasons() []reason {
+	return []reason{{"rate", &r.rate}, {"reply", &r.reply}}
+}
+
+// reason is one child of a counter vector by reason: its label, and the
+// typed field it is bound to.
+type reason struct {
+	label string
+	c     *prometheus.Counter
+}
+
+// bind creates every child of vec in rs (all series exist from the start,
+// at 0) and stores each in its field.
+func bind(vec *prometheus.CounterVec, rs []reason) {
+	for _, r := range rs {
+		*r.c = vec.WithLabelValues(r.label)
+	}
+}
+
+// metrics are the Replicator's metrics; every child is created by
+// newMetrics, so no field is ever nil.
 type metrics struct {
 	batchesSent, entriesSent           prometheus.Counter
 	earlyBatches                       prometheus.Counter
 	batchesReceived, entriesReceived   prometheus.Counter
 	entriesMerged                      prometheus.Counter
-	dropped                            map[string]prometheus.Counter
-	malformed                          map[string]prometheus.Counter
+	dropped                            dropReasons
+	malformed                          malformedReasons
 	batchesMissed, batchesRepeated     prometheus.Counter
 	publishErrors                      prometheus.Counter
 	publishDuration                    prometheus.Histogram
 	peersRefused                       prometheus.Counter
 	syncServed, syncMerged, syncFailed prometheus.Counter
-	syncRefused                        map[string]prometheus.Counter
+	syncRefused                        refusedReasons
 	clamped                            prometheus.Counter
 	panics                             prometheus.Counter
 	slowConsumer                       prometheus.Counter
@@ -98,23 +138,14 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 		slowConsumer: counter("slow_consumer_events_total", "Messages the NATS client dropped because this node read too slowly (followed by a resync)."),
 		heartbeats:   counter("heartbeats_sent_total", "Empty batches published because nothing changed for a heartbeat interval (peers see the node alive)."),
 		antiEntropy:  counter("anti_entropy_entries_sent_total", "Unchanged live counts published again in the background (repairs a lost batch of a quiet key)."),
-		dropped:      map[string]prometheus.Counter{},
-		malformed:    map[string]prometheus.Counter{},
-		syncRefused:  map[string]prometheus.Counter{},
 	}
 	syncRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "sync_requests_refused_total",
 		Help: "Sync requests read but not answered, by reason.",
 	}, []string{"reason"})
-	for _, r := range []string{refusedRate, refusedReply} {
-		m.syncRefused[r] = syncRefused.WithLabelValues(r)
-	}
-	for _, r := range []string{dropStale, dropStaleLocal, dropUnknownBucket, dropMismatch, dropRefused, dropInvalid, dropDeferred, dropTooLarge, dropUnknownPeer, dropScale} {
-		m.dropped[r] = dropped.WithLabelValues(r)
-	}
-	for _, r := range []string{malDecode, malVersion, malOversize, malKind, malSelf, malUnsealed, malNoKey, malUnknown, malAuth, malClock} {
-		m.malformed[r] = malformed.WithLabelValues(r)
-	}
+	bind(syncRefused, m.syncRefused.reasons())
+	bind(dropped, m.dropped.reasons())
+	bind(malformed, m.malformed.reasons())
 	cs := []prometheus.Collector{
 		m.batchesSent, m.earlyBatches, m.entriesSent, m.batchesReceived, m.entriesReceived, m.entriesMerged,
 		dropped, malformed, m.batchesMissed, m.batchesRepeated, m.publishErrors, m.publishDuration,

@@ -88,14 +88,14 @@ func (t *peerTable) get(node string, inc uint64, now time.Time) *peer {
 }
 
 // identity returns the peer known under id.
-func (t *peerTable) identity(id counter.PeerID) (Origin, bool) {
+func (t *peerTable) identity(id counter.PeerID) (origin, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.byID[id]
 	if p == nil {
-		return Origin{}, false
+		return origin{}, false
 	}
-	return Origin{Node: p.key.node, Incarnation: p.key.inc}, true
+	return origin{Node: p.key.node, Incarnation: p.key.inc}, true
 }
 
 // expire forgets the peers not heard from since now − ttl, remembering

@@ -73,8 +73,8 @@ func connectAs(t *testing.T, url, user, pass string) (*nats.Conn, *asyncErrors) 
 func TestShippedNATSPermissions(t *testing.T) {
 	srv, nodePass, appPass := shippedNATS(t)
 	cfg := Config{Keys: [][]byte{keyA}, Options: []nats.Option{nats.UserInfo("ratelimit-node", nodePass)}, WarmStartTimeout: waitLong}
-	a := startLive(t, srv.URL(), "a", cfg, nil)
-	b := startLive(t, srv.URL(), "b", cfg, nil)
+	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
+	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	for range 5 {
@@ -83,7 +83,7 @@ func TestShippedNATSPermissions(t *testing.T) {
 	allSee(t, []*live{a, b}, 0, "acme", 5)
 	// A restarted node warms up: the sync answers reach its inbox.
 	b.stop(t)
-	b2 := startLive(t, srv.URL(), "b", cfg, nil)
+	b2 := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
 	b2.waitReady(t)
 	if got := b2.total(0, "acme"); got != 5 {
 		t.Errorf("restarted b warmed up to %d, want 5", got)
@@ -95,7 +95,7 @@ func TestShippedNATSPermissions(t *testing.T) {
 	// Another user: its publishes on the replication subjects are refused
 	// and reach no node; it cannot subscribe to them or to inboxes.
 	app, appErrs := connectAs(t, srv.URL(), "app", appPass)
-	before := metric(t, a.r.m.batchesReceived) + metric(t, a.r.m.malformed[malUnsealed])
+	before := metric(t, a.r.m.batchesReceived) + metric(t, a.r.m.malformed.unsealed)
 	for _, subj := range []string{"ratelimit.batch", "ratelimit.sync"} {
 		if err := app.Publish(subj, enc(forged("evil", 1, time.Now(), "acme", 100))); err != nil {
 			t.Fatal(err)
@@ -116,10 +116,10 @@ func TestShippedNATSPermissions(t *testing.T) {
 	// ones would have been too.
 	a.store.Take(0, "acme", long, time.Now())
 	allSee(t, []*live{a, b2}, 0, "acme", 6)
-	if after := metric(t, a.r.m.batchesReceived) + metric(t, a.r.m.malformed[malUnsealed]); after-before > 1 {
+	if after := metric(t, a.r.m.batchesReceived) + metric(t, a.r.m.malformed.unsealed); after-before > 1 {
 		t.Errorf("a read %v messages, want at most b2's heartbeat", after-before)
 	}
-	if got := metric(t, a.r.m.malformed[malUnsealed]); got != 0 {
+	if got := metric(t, a.r.m.malformed.unsealed); got != 0 {
 		t.Errorf("an unsealed message reached a: %v", got)
 	}
 

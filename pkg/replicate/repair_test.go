@@ -22,19 +22,16 @@ func TestClusterAntiEntropyRepairsLostBatch(t *testing.T) {
 	srv := testnats.StartProcess(t)
 	const period = 2 * time.Second
 	var droppedAt atomic.Int64
-	drop := func(r *Replicator) {
-		send := r.publish
-		r.publish = func(nc *nats.Conn, subj string, data []byte) error {
-			var m Message
-			if subj == r.batchSubj && Decode(data, &m) == nil && len(m.Entries) > 0 && droppedAt.Load() == 0 {
-				droppedAt.Store(time.Now().UnixNano())
-				return nil // lost on the way
-			}
-			return send(nc, subj, data)
+	drop := hooks{send: func(nc *nats.Conn, subj string, data []byte) error {
+		var m message
+		if subj == "ratelimit.batch" && decode(data, &m) == nil && len(m.Entries) > 0 && droppedAt.Load() == 0 {
+			droppedAt.Store(time.Now().UnixNano())
+			return nil // lost on the way
 		}
-	}
-	a := startLive(t, srv.URL(), "a", Config{AntiEntropy: period}, drop)
-	b := startLive(t, srv.URL(), "b", Config{}, nil)
+		return nc.Publish(subj, data)
+	}}
+	a := startLive(t, srv.URL(), "a", Config{AntiEntropy: period}, nodeOpts{hooks: drop})
+	b := startLive(t, srv.URL(), "b", Config{}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	for range 5 {
@@ -64,8 +61,8 @@ func TestClusterAntiEntropyRepairsLostBatch(t *testing.T) {
 func TestClusterHeartbeatsKeepAQuietPeer(t *testing.T) {
 	srv := testnats.StartProcess(t)
 	cfg := Config{Heartbeat: 100 * time.Millisecond, PeerExpiry: 500 * time.Millisecond}
-	a := startLive(t, srv.URL(), "a", cfg, nil)
-	b := startLive(t, srv.URL(), "b", cfg, nil)
+	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
+	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	poll.Until(t, waitLong, step, func() error {
@@ -97,14 +94,14 @@ func (s slowStore) Merge(p counter.PeerID, c counter.WindowCount, now time.Time)
 // node resyncs from its peers.
 func TestClusterSlowConsumerResyncs(t *testing.T) {
 	srv := testnats.StartProcess(t)
-	b := startLive(t, srv.URL(), "b", Config{}, nil)
+	b := startLive(t, srv.URL(), "b", Config{}, nodeOpts{})
 	b.waitReady(t)
-	a := startLive(t, srv.URL(), "a", Config{}, func(r *Replicator) {
-		r.store = slowStore{r.store}
-		r.subPending = 16
+	a := startLive(t, srv.URL(), "a", Config{}, nodeOpts{
+		wrap:  func(s Store) Store { return slowStore{s} },
+		hooks: hooks{subPending: 16},
 	})
 	a.waitReady(t)
-	syncs := a.r.lastSync.Load()
+	syncs := a.r.syncer.lastSync.Load()
 	flood, err := nats.Connect(srv.URL())
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +115,7 @@ func TestClusterSlowConsumerResyncs(t *testing.T) {
 		if got := metric(t, a.r.m.slowConsumer); got < 1 {
 			return fmt.Errorf("slow consumer events %v", got)
 		}
-		if a.r.lastSync.Load() == syncs {
+		if a.r.syncer.lastSync.Load() == syncs {
 			return fmt.Errorf("no resync started")
 		}
 		return nil

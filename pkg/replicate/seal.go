@@ -43,15 +43,15 @@ var sealedMagic = [2]byte{'R', 'S'}
 
 // Errors of opening a sealed message; each means it is dropped.
 var (
-	// ErrUnsealed: a key is configured but the message is not sealed.
-	ErrUnsealed = errors.New("replicate: message not sealed with a cluster key")
-	// ErrUnknownKey: sealed with a key this node does not hold.
-	ErrUnknownKey = errors.New("replicate: message sealed with an unknown key")
-	// ErrUnauthentic: the key id matched but the message does not open
+	// errUnsealed: a key is configured but the message is not sealed.
+	errUnsealed = errors.New("replicate: message not sealed with a cluster key")
+	// errUnknownKey: sealed with a key this node does not hold.
+	errUnknownKey = errors.New("replicate: message sealed with an unknown key")
+	// errUnauthentic: the key id matched but the message does not open
 	// (altered, truncated, sealed for another kind or cluster, or forged).
-	ErrUnauthentic = errors.New("replicate: message does not authenticate")
-	// ErrSealedNoKey: a sealed message reached a node without any key.
-	ErrSealedNoKey = errors.New("replicate: sealed message but no cluster key configured")
+	errUnauthentic = errors.New("replicate: message does not authenticate")
+	// errSealedNoKey: a sealed message reached a node without any key.
+	errSealedNoKey = errors.New("replicate: sealed message but no cluster key configured")
 )
 
 // sealKey is one cluster key, ready to use.
@@ -112,14 +112,14 @@ func KeyID(key []byte) [keyIDLen]byte {
 }
 
 // ad appends the additional data of a message of kind sealed under hdr.
-func (s *sealer) ad(dst, hdr []byte, kind Kind) []byte {
+func (s *sealer) ad(dst, hdr []byte, kind msgKind) []byte {
 	dst = append(dst, hdr[:3+keyIDLen]...)
 	dst = append(dst, byte(kind))
 	return append(dst, s.prefix...)
 }
 
 // seal appends to dst the sealed form of the wire message msg of kind.
-func (s *sealer) seal(dst, msg []byte, kind Kind, adBuf *[]byte) []byte {
+func (s *sealer) seal(dst, msg []byte, kind msgKind, adBuf *[]byte) []byte {
 	k := &s.keys[0]
 	start := len(dst)
 	dst = append(dst, sealedMagic[0], sealedMagic[1], 1)
@@ -132,15 +132,15 @@ func (s *sealer) seal(dst, msg []byte, kind Kind, adBuf *[]byte) []byte {
 }
 
 // open appends to dst the wire message that data seals for kind.
-func (s *sealer) open(dst, data []byte, kind Kind, adBuf *[]byte) ([]byte, error) {
+func (s *sealer) open(dst, data []byte, kind msgKind, adBuf *[]byte) ([]byte, error) {
 	if len(data) < 3 || data[0] != sealedMagic[0] || data[1] != sealedMagic[1] {
-		return nil, ErrUnsealed
+		return nil, errUnsealed
 	}
 	if data[2] != 1 {
-		return nil, fmt.Errorf("%w: sealed format version %d", ErrVersion, data[2])
+		return nil, fmt.Errorf("%w: sealed format version %d", errVersion, data[2])
 	}
 	if len(data) < sealOverhead {
-		return nil, fmt.Errorf("%w: %d bytes", ErrUnauthentic, len(data))
+		return nil, fmt.Errorf("%w: %d bytes", errUnauthentic, len(data))
 	}
 	id := data[3 : 3+keyIDLen]
 	for i := range s.keys {
@@ -151,11 +151,11 @@ func (s *sealer) open(dst, data []byte, kind Kind, adBuf *[]byte) ([]byte, error
 		*adBuf = s.ad((*adBuf)[:0], data, kind)
 		out, err := k.aead.Open(dst, data[3+keyIDLen:sealedHeader], data[sealedHeader:], *adBuf)
 		if err != nil {
-			return nil, ErrUnauthentic
+			return nil, errUnauthentic
 		}
 		return out, nil
 	}
-	return nil, ErrUnknownKey
+	return nil, errUnknownKey
 }
 
 // isSealed reports whether data looks like a sealed message.

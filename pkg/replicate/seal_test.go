@@ -25,26 +25,26 @@ func mustSealer(t testing.TB, prefix string, keys ...[]byte) *sealer {
 func sampleWire(t testing.TB) []byte {
 	t.Helper()
 	m := sampleMessages()[0]
-	return m.Encode(nil)
+	return m.encode(nil)
 }
 
 func TestSealOpens(t *testing.T) {
 	s := mustSealer(t, "ratelimit", keyA)
 	msg := sampleWire(t)
 	var ad []byte
-	sealed := s.seal(nil, msg, KindBatch, &ad)
+	sealed := s.seal(nil, msg, kindBatch, &ad)
 	if len(sealed) != len(msg)+sealOverhead {
 		t.Errorf("sealed %d bytes for %d, want %d more", len(sealed), len(msg), sealOverhead)
 	}
 	if bytes.Contains(sealed, []byte("acme")) {
 		t.Error("the sealed message shows a key in clear")
 	}
-	got, err := s.open(nil, sealed, KindBatch, &ad)
+	got, err := s.open(nil, sealed, kindBatch, &ad)
 	if err != nil || !bytes.Equal(got, msg) {
 		t.Fatalf("open: %v", err)
 	}
 	// Two seals of one message differ (random nonce).
-	if again := s.seal(nil, msg, KindBatch, &ad); bytes.Equal(again, sealed) {
+	if again := s.seal(nil, msg, kindBatch, &ad); bytes.Equal(again, sealed) {
 		t.Error("two seals are identical")
 	}
 }
@@ -53,24 +53,24 @@ func TestOpenRefuses(t *testing.T) {
 	s := mustSealer(t, "ratelimit", keyA)
 	msg := sampleWire(t)
 	var ad []byte
-	sealed := s.seal(nil, msg, KindBatch, &ad)
-	other := mustSealer(t, "ratelimit", keyB).seal(nil, msg, KindBatch, &ad)
-	otherCluster := mustSealer(t, "other", keyA).seal(nil, msg, KindBatch, &ad)
+	sealed := s.seal(nil, msg, kindBatch, &ad)
+	other := mustSealer(t, "ratelimit", keyB).seal(nil, msg, kindBatch, &ad)
+	otherCluster := mustSealer(t, "other", keyA).seal(nil, msg, kindBatch, &ad)
 	for _, c := range []struct {
 		name string
 		data []byte
-		kind Kind
+		kind msgKind
 		want error
 	}{
-		{"plain message", msg, KindBatch, ErrUnsealed},
-		{"empty", nil, KindBatch, ErrUnsealed},
-		{"another key", other, KindBatch, ErrUnknownKey},
-		{"a batch opened as a sync reply", sealed, KindSyncReply, ErrUnauthentic},
-		{"a batch opened as a sync request", sealed, KindSyncRequest, ErrUnauthentic},
-		{"another cluster's prefix", otherCluster, KindBatch, ErrUnauthentic},
-		{"header only", sealed[:sealedHeader], KindBatch, ErrUnauthentic},
-		{"no tag", sealed[:len(sealed)-16], KindBatch, ErrUnauthentic},
-		{"a byte more", append(bytes.Clone(sealed), 0), KindBatch, ErrUnauthentic},
+		{"plain message", msg, kindBatch, errUnsealed},
+		{"empty", nil, kindBatch, errUnsealed},
+		{"another key", other, kindBatch, errUnknownKey},
+		{"a batch opened as a sync reply", sealed, kindSyncReply, errUnauthentic},
+		{"a batch opened as a sync request", sealed, kindSyncRequest, errUnauthentic},
+		{"another cluster's prefix", otherCluster, kindBatch, errUnauthentic},
+		{"header only", sealed[:sealedHeader], kindBatch, errUnauthentic},
+		{"no tag", sealed[:len(sealed)-16], kindBatch, errUnauthentic},
+		{"a byte more", append(bytes.Clone(sealed), 0), kindBatch, errUnauthentic},
 	} {
 		if _, err := s.open(nil, c.data, c.kind, &ad); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
@@ -81,14 +81,14 @@ func TestOpenRefuses(t *testing.T) {
 		for bit := range 8 {
 			d := bytes.Clone(sealed)
 			d[i] ^= 1 << bit
-			if _, err := s.open(nil, d, KindBatch, &ad); err == nil {
+			if _, err := s.open(nil, d, kindBatch, &ad); err == nil {
 				t.Fatalf("opened with bit %d of byte %d flipped", bit, i)
 			}
 		}
 	}
 	// Every truncation: refused.
 	for n := range len(sealed) {
-		if _, err := s.open(nil, sealed[:n], KindBatch, &ad); err == nil {
+		if _, err := s.open(nil, sealed[:n], kindBatch, &ad); err == nil {
 			t.Fatalf("opened truncated to %d bytes", n)
 		}
 	}
@@ -104,13 +104,13 @@ func TestKeyRotation(t *testing.T) {
 	for i := 0; i+1 < len(steps); i++ {
 		from, to := mustSealer(t, "p", steps[i]...), mustSealer(t, "p", steps[i+1]...)
 		for _, pair := range [][2]*sealer{{from, to}, {to, from}} {
-			if _, err := pair[1].open(nil, pair[0].seal(nil, msg, KindBatch, &ad), KindBatch, &ad); err != nil {
+			if _, err := pair[1].open(nil, pair[0].seal(nil, msg, kindBatch, &ad), kindBatch, &ad); err != nil {
 				t.Errorf("step %d→%d: %v", i, i+1, err)
 			}
 		}
 	}
 	// Skipping a step splits the cluster: [old] cannot read [new].
-	if _, err := mustSealer(t, "p", keyA).open(nil, mustSealer(t, "p", keyB).seal(nil, msg, KindBatch, &ad), KindBatch, &ad); !errors.Is(err, ErrUnknownKey) {
+	if _, err := mustSealer(t, "p", keyA).open(nil, mustSealer(t, "p", keyB).seal(nil, msg, kindBatch, &ad), kindBatch, &ad); !errors.Is(err, errUnknownKey) {
 		t.Errorf("old reads new: %v", err)
 	}
 }
@@ -150,19 +150,19 @@ func TestParseKey(t *testing.T) {
 
 func BenchmarkSealOpenPerEntry(b *testing.B) {
 	s := mustSealer(b, "ratelimit", keyA)
-	m := Message{Header: Header{Kind: KindBatch, Node: "node-1", Incarnation: 1, SentAtMS: t0.UnixMilli()},
-		Limits: []Limit{{Name: "activity_create", ScaleMS: 1000}}}
+	m := message{header: header{Kind: kindBatch, Node: "node-1", Incarnation: 1, SentAtMS: t0.UnixMilli()},
+		Limits: []wireLimit{{Name: "activity_create", ScaleMS: 1000}}}
 	for i := range benchBatch {
-		m.Entries = append(m.Entries, Entry{Window: t0.Unix(), Key: "tenant-" + strings.Repeat("x", i%8) + string(rune('a'+i%26)), Count: int64(i)})
+		m.Entries = append(m.Entries, entry{Window: t0.Unix(), Key: "tenant-" + strings.Repeat("x", i%8) + string(rune('a'+i%26)), Count: int64(i)})
 	}
-	msg := m.Encode(nil)
+	msg := m.encode(nil)
 	var ad, sealed, plain []byte
 	b.SetBytes(int64(len(msg)))
 	b.ReportAllocs()
 	for range b.N {
-		sealed = s.seal(sealed[:0], msg, KindBatch, &ad)
+		sealed = s.seal(sealed[:0], msg, kindBatch, &ad)
 		var err error
-		if plain, err = s.open(plain[:0], sealed, KindBatch, &ad); err != nil {
+		if plain, err = s.open(plain[:0], sealed, kindBatch, &ad); err != nil {
 			b.Fatal(err)
 		}
 	}

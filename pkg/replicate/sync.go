@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -62,121 +63,229 @@ func (b *tokenBucket) allow(now time.Time) bool {
 	return true
 }
 
-// onSyncRequest answers a peer's sync request with every count this node
+// syncer asks peers for their counts (at the warm start, and to catch up
+// after a reconnection or lost messages) and answers their requests.
+type syncer struct {
+	*shared
+	recv *receiver // merges the replies
+
+	// resync asks run for a sync (buffered, one pending at most).
+	resync   chan struct{}
+	lastSync atomic.Int64 // unix ms a sync request of ours last started
+	syncing  atomic.Bool  // one of ours runs
+
+	// Requests are handled one at a time (one subscription).
+	reqRx   message
+	reqBuf  rxBuffers
+	answers tokenBucket
+
+	// The cached reply, rebuilt at most once a second.
+	mu      sync.Mutex
+	cache   [][]byte
+	cacheAt time.Time
+	split   *splitter
+	sealBuf []byte
+	sealAD  []byte
+	snap    []counter.PeerCount
+}
+
+func newSyncer(sh *shared, recv *receiver) *syncer {
+	return &syncer{
+		shared:  sh,
+		recv:    recv,
+		resync:  make(chan struct{}, 1),
+		answers: tokenBucket{max: float64(sh.cfg.SyncAnswersPerSecond), rate: float64(sh.cfg.SyncAnswersPerSecond)},
+		split:   newSplitter(sh.cfg.MaxMessageBytes, nil),
+	}
+}
+
+// requestResync asks run for a sync, without blocking.
+func (s *syncer) requestResync() {
+	select {
+	case s.resync <- struct{}{}:
+	default:
+	}
+}
+
+// run syncs with the peers when asked, at most once a second, until ctx is
+// done; it then waits for the sync in progress to end. With warm set it
+// starts with the warm start, and calls ready when that ends.
+func (s *syncer) run(ctx context.Context, nc *nats.Conn, warm bool, ready func()) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	if warm {
+		s.start(ctx, &wg, nc, "warm start", ready)
+	}
+	// A resync asked for within a second of the last sync start, or while
+	// one runs, is deferred (resyncT), not dropped: what was lost after
+	// that sync began must still be caught up on.
+	resyncT := time.NewTimer(time.Hour)
+	resyncT.Stop()
+	defer resyncT.Stop()
+	armed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.resync:
+			// A (re)connect, or messages lost unread: catch up on what
+			// peers counted meanwhile, at most one sync a second.
+			if armed {
+				break
+			}
+			wait := syncCacheAt - time.Duration(s.now().UnixMilli()-s.lastSync.Load())*time.Millisecond
+			if wait <= 0 && s.start(ctx, &wg, nc, "resync", nil) {
+				break
+			}
+			resyncT.Reset(max(wait, syncCacheAt/10))
+			armed = true
+		case <-resyncT.C:
+			armed = false
+			if !s.start(ctx, &wg, nc, "resync", nil) {
+				resyncT.Reset(syncCacheAt / 10) // one is running: once it ends
+				armed = true
+			}
+		}
+	}
+}
+
+// start starts a sync in wg unless one runs; then, if set, runs after it.
+func (s *syncer) start(ctx context.Context, wg *sync.WaitGroup, nc *nats.Conn, why string, then func()) bool {
+	if !s.syncing.CompareAndSwap(false, true) {
+		return false
+	}
+	s.lastSync.Store(s.now().UnixMilli())
+	wg.Go(func() {
+		defer s.syncing.Store(false)
+		s.guard("sync reply", func(*nats.Msg) { s.request(ctx, nc, why) })(nil)
+		if then != nil {
+			then()
+		}
+	})
+	return true
+}
+
+// dropReply forgets the cached reply once it may no longer be reused: a
+// reply can be large.
+func (s *syncer) dropReply(now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache != nil && now.Sub(s.cacheAt) >= syncCacheAt {
+		s.cache = nil
+	}
+}
+
+// onRequest answers a peer's sync request with every count this node
 // holds for live windows, in as many chunks as the message size needs:
 // only an authenticated request, only to an inbox, and at most
 // SyncAnswersPerSecond of them in all, from a snapshot at most a second
 // old whatever the request says.
-func (r *Replicator) onSyncRequest(msg *nats.Msg) {
-	now := r.now()
-	m := &r.reqRx
-	if !r.read(msg.Data, m, KindSyncRequest, &r.reqBuf, now) {
+func (s *syncer) onRequest(nc *nats.Conn, msg *nats.Msg) {
+	now := s.now()
+	m := &s.reqRx
+	if !s.read(msg.Data, m, kindSyncRequest, &s.reqBuf, now) {
 		return
 	}
 	if !validReply(msg.Reply) {
-		r.m.syncRefused[refusedReply].Inc()
+		s.m.syncRefused.reply.Inc()
 		return
 	}
-	if !r.answers.allow(time.Now()) {
-		r.m.syncRefused[refusedRate].Inc()
-		return
-	}
-	nc := r.conn.Load()
-	if nc == nil {
+	if !s.answers.allow(now) {
+		s.m.syncRefused.rate.Inc()
 		return
 	}
 	asked := time.UnixMilli(m.SentAtMS)
-	if wait := r.syncWait(asked, now); wait > 0 {
+	if wait := s.replyWait(asked, now); wait > 0 {
 		// The cached snapshot predates the request, and a new one may not
 		// be taken yet: wait for it (at most a second; the requester waits
 		// longer), rather than answer with counts older than the request.
 		time.Sleep(wait)
-		now = r.now()
+		now = s.now()
 	}
-	for _, chunk := range r.syncReply(r.maxOut(nc), now) {
-		if err := r.publish(nc, msg.Reply, chunk); err != nil {
-			r.m.publishErrors.Inc()
-			r.log.Warn("answer a sync request", "peer", m.Node, "err", err)
+	for _, chunk := range s.reply(s.maxOut(nc), now) {
+		if err := s.hooks.send(nc, msg.Reply, chunk); err != nil {
+			s.m.publishErrors.Inc()
+			s.log.Warn("answer a sync request", "peer", m.Node, "err", err)
 			return
 		}
 	}
-	r.m.syncServed.Inc()
-	r.log.Debug("answered a sync request", "peer", m.Node)
+	s.m.syncServed.Inc()
+	s.log.Debug("answered a sync request", "peer", m.Node)
 }
 
-// syncWait is how long a request sent at asked (the requester's clock,
+// replyWait is how long a request sent at asked (the requester's clock,
 // within MaxClockSkew of now) waits before its answer: until a snapshot
 // may be taken again, when the cached one was taken before asked.
-func (r *Replicator) syncWait(asked, now time.Time) time.Duration {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
-	if r.syncCache == nil || !r.syncAt.Before(asked) || now.Before(r.syncAt) {
+func (s *syncer) replyWait(asked, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache == nil || !s.cacheAt.Before(asked) || now.Before(s.cacheAt) {
 		return 0
 	}
-	return r.syncAt.Add(syncCacheAt).Sub(now)
+	return s.cacheAt.Add(syncCacheAt).Sub(now)
 }
 
-// syncReply returns the sealed chunks of a sync reply. A reply built less
+// reply returns the sealed chunks of a sync reply. A reply built less
 // than a second ago is reused, whatever the request: a burst of requests
 // (every node reconnecting at once after a NATS restart, or a flood) costs
-// one pass over the store per second at most. (onSyncRequest waits for a
+// one pass over the store per second at most. (onRequest waits for a
 // newer one when the cached one predates the request.)
-func (r *Replicator) syncReply(max int, now time.Time) [][]byte {
-	r.syncMu.Lock()
-	defer r.syncMu.Unlock()
-	if r.syncCache != nil && now.Sub(r.syncAt) < syncCacheAt && !now.Before(r.syncAt) {
-		return r.syncCache
+func (s *syncer) reply(max int, now time.Time) [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cache != nil && now.Sub(s.cacheAt) < syncCacheAt && !now.Before(s.cacheAt) {
+		return s.cache
 	}
-	r.snap = r.store.Snapshot(r.snap[:0], now)
+	s.snap = s.store.Snapshot(s.snap[:0], now)
 	var chunks [][]byte
-	sp := r.syncSplit
+	sp := s.split
 	sp.max = max
 	sp.emit = func(b []byte) error {
-		chunks = append(chunks, append([]byte(nil), r.sealed(&r.syncSeal, &r.syncAD, b, KindSyncReply)...))
+		chunks = append(chunks, append([]byte(nil), s.sealed(&s.sealBuf, &s.sealAD, b, kindSyncReply)...))
 		return nil
 	}
-	sp.start(Header{Kind: KindSyncReply, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()})
-	for i := range r.snap {
-		pc := &r.snap[i]
-		if int(pc.Bucket) >= len(r.cfg.Buckets) {
+	sp.start(header{Kind: kindSyncReply, Node: s.self.Node, Incarnation: s.self.Incarnation, SentAtMS: now.UnixMilli()})
+	for i := range s.snap {
+		pc := &s.snap[i]
+		if int(pc.Bucket) >= len(s.cfg.Buckets) {
 			continue
 		}
-		o := r.self
+		o := s.self
 		if pc.Peer != counter.Self {
 			var ok bool
-			if o, ok = r.peers.identity(pc.Peer); !ok {
+			if o, ok = s.peers.identity(pc.Peer); !ok {
 				continue // forgotten peer: its counts stay here, but cannot be named
 			}
 		}
-		l := Limit{Name: r.cfg.Buckets[pc.Bucket], ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
+		l := wireLimit{Name: s.cfg.Buckets[pc.Bucket], ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
 		_ = sp.add(l, o, pc.Window, pc.Key, pc.Count) // too large for any message: left out
 	}
 	_ = sp.flush(true)
-	clear(r.snap) // drop the key strings
-	r.syncCache, r.syncAt = chunks, now
+	clear(s.snap) // drop the key strings
+	s.cache, s.cacheAt = chunks, now
 	return chunks
 }
 
-// sync asks the peers for their counts and merges the replies until one
+// request asks the peers for their counts and merges the replies until one
 // peer's reply is complete (plus a short grace for the others) or
 // WarmStartTimeout has passed. Every complete reply holds the counts of
 // every node its sender knows, so one is enough; more only help, as
 // merging is by max.
-func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.WarmStartTimeout)
+func (s *syncer) request(ctx context.Context, nc *nats.Conn, why string) {
+	start := s.now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.WarmStartTimeout)
 	defer cancel()
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
-		r.log.Warn("sync: subscribe", "err", err)
+		s.log.Warn("sync: subscribe", "err", err)
 		return
 	}
 	defer sub.Unsubscribe()
-	req := (&Message{Header: Header{Kind: KindSyncRequest, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: r.now().UnixMilli()}}).Encode(nil)
+	req := (&message{header: header{Kind: kindSyncRequest, Node: s.self.Node, Incarnation: s.self.Incarnation, SentAtMS: s.now().UnixMilli()}}).encode(nil)
 	var sealBuf, adBuf []byte
-	if err := nc.PublishRequest(r.syncSubj, inbox, r.sealed(&sealBuf, &adBuf, req, KindSyncRequest)); err != nil {
-		r.log.Warn("sync: request", "err", err)
+	if err := nc.PublishRequest(s.syncSubj, inbox, s.sealed(&sealBuf, &adBuf, req, kindSyncRequest)); err != nil {
+		s.log.Warn("sync: request", "err", err)
 		return
 	}
 	type progress struct {
@@ -187,7 +296,7 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 		replies  = map[peerKey]*progress{}
 		complete int
 		merged   int
-		m        Message
+		m        message
 		buf      rxBuffers
 		outcome  = "deadline"
 		wait     = ctx // shortened to a grace period once a reply is complete
@@ -200,14 +309,14 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 			}
 			break
 		}
-		now := r.now()
-		if !r.read(msg.Data, &m, KindSyncReply, &buf, now) {
+		now := s.now()
+		if !s.read(msg.Data, &m, kindSyncReply, &buf, now) {
 			continue
 		}
 		k := peerKey{m.Node, m.Incarnation}
 		pr := replies[k]
 		if pr == nil {
-			if len(replies) >= r.cfg.MaxPeers {
+			if len(replies) >= s.cfg.MaxPeers {
 				continue
 			}
 			pr = &progress{}
@@ -217,45 +326,45 @@ func (r *Replicator) sync(ctx context.Context, nc *nats.Conn, why string) {
 			pr.broken = true // a chunk was lost (slow consumer): use what came
 		}
 		pr.next = m.Seq + 1
-		merged += r.mergeReply(&m, now)
+		merged += s.mergeReply(&m, now)
 		if m.Last && !pr.broken {
 			complete++
 			if wait == ctx {
 				var cancelGrace context.CancelFunc
-				wait, cancelGrace = context.WithTimeout(ctx, 2*r.cfg.SyncInterval)
+				wait, cancelGrace = context.WithTimeout(ctx, 2*s.cfg.SyncInterval)
 				defer cancelGrace()
 				outcome = "complete"
 			}
 		}
 	}
 	if complete == 0 && len(replies) > 0 {
-		r.m.syncFailed.Inc()
+		s.m.syncFailed.Inc()
 	}
-	r.log.Info("synced counts from peers", "why", why, "outcome", outcome, "peers_answered", len(replies),
-		"complete", complete, "counts_merged", merged, "took", time.Since(start).Round(time.Millisecond).String())
+	s.log.Info("synced counts from peers", "why", why, "outcome", outcome, "peers_answered", len(replies),
+		"complete", complete, "counts_merged", merged, "took", s.now().Sub(start).Round(time.Millisecond).String())
 }
 
 // mergeReply merges one chunk of a sync reply.
-func (r *Replicator) mergeReply(m *Message, now time.Time) int {
-	ids := r.originIDs(m, now)
-	n := r.merge(m, func(i int) counter.PeerID { return ids[i] }, now)
-	r.m.syncMerged.Add(float64(n))
+func (s *syncer) mergeReply(m *message, now time.Time) int {
+	ids := s.originIDs(m, now)
+	n := s.recv.merge(m, func(i int) counter.PeerID { return ids[i] }, now)
+	s.m.syncMerged.Add(float64(n))
 	return n
 }
 
 // originIDs maps a sync reply's origins to peer ids: this process is Self
 // (its own counts, skipped), every other origin a peer (added if there is
 // room; an origin over the peer bound maps to Self too, and is skipped).
-func (r *Replicator) originIDs(m *Message, now time.Time) []counter.PeerID {
+func (s *syncer) originIDs(m *message, now time.Time) []counter.PeerID {
 	ids := make([]counter.PeerID, len(m.Origins))
 	for i, o := range m.Origins {
-		if o == r.self {
+		if o == s.self {
 			continue
 		}
-		if p := r.peers.get(o.Node, o.Incarnation, now); p != nil {
+		if p := s.peers.get(o.Node, o.Incarnation, now); p != nil {
 			ids[i] = p.id
 		} else {
-			r.m.peersRefused.Inc()
+			s.m.peersRefused.Inc()
 		}
 	}
 	return ids

@@ -29,23 +29,23 @@ import (
 // at the entry's scale (floor(sent_at_ms / scale_ms)): −1, 0 or +1 in
 // practice, one byte. A message must end exactly after its last entry.
 
-// Kind is the type of a message.
-type Kind uint8
+// msgKind is the type of a message.
+type msgKind uint8
 
 const (
-	// KindBatch carries the sender's own running counts that changed since
+	// kindBatch carries the sender's own running counts that changed since
 	// its previous batch.
-	KindBatch Kind = 1
-	// KindSyncRequest asks every peer for its counts of the live windows
+	kindBatch msgKind = 1
+	// kindSyncRequest asks every peer for its counts of the live windows
 	// (warm start, and catching up after NATS comes back).
-	KindSyncRequest Kind = 2
-	// KindSyncReply is one chunk of a peer's answer: every count it holds,
+	kindSyncRequest msgKind = 2
+	// kindSyncReply is one chunk of a peer's answer: every count it holds,
 	// its own and those it merged, each with the node that made it.
-	KindSyncReply Kind = 3
+	kindSyncReply msgKind = 3
 )
 
-// Version is the wire format version this package writes and reads.
-const Version = 1
+// wireVersion is the wire format version this package writes and reads.
+const wireVersion = 1
 
 // Bounds the decoder enforces.
 const (
@@ -61,18 +61,18 @@ const (
 
 var magic = [2]byte{'R', 'L'}
 
-// Errors of Decode. Both mean the message is dropped.
+// Errors of decode. Both mean the message is dropped.
 var (
-	// ErrMalformed is wrapped by Decode for any message it cannot read.
-	ErrMalformed = errors.New("replicate: malformed message")
-	// ErrVersion is wrapped by Decode for a well-framed message of
+	// errMalformed is wrapped by decode for any message it cannot read.
+	errMalformed = errors.New("replicate: malformed message")
+	// errVersion is wrapped by decode for a well-framed message of
 	// another wire version (a node of a newer release during a rollout).
-	ErrVersion = errors.New("replicate: unsupported wire version")
+	errVersion = errors.New("replicate: unsupported wire version")
 )
 
-// Header is the part of every message that says who sent it and when.
-type Header struct {
-	Kind        Kind
+// header is the part of every message that says who sent it and when.
+type header struct {
+	Kind        msgKind
 	Node        string // the sender's node id
 	Incarnation uint64 // random per process start: a restarted node is a new peer
 	SentAtMS    int64  // the sender's clock, unix ms
@@ -80,22 +80,22 @@ type Header struct {
 	Last        bool   // reply: this is the responder's last chunk
 }
 
-// Limit is an entry's bucket, by name, and the window it was counted in.
-type Limit struct {
+// wireLimit is an entry's bucket, by name, and the window it was counted in.
+type wireLimit struct {
 	Name      string
 	ScaleMS   int64
 	Algorithm counter.Algorithm
 }
 
-// Origin is the node that made a count in a sync reply.
-type Origin struct {
+// origin is the node that made a count in a sync reply.
+type origin struct {
 	Node        string
 	Incarnation uint64
 }
 
-// Entry is one count: Limit and Origin index Message.Limits and
-// Message.Origins.
-type Entry struct {
+// entry is one count: Limit and Origin index message.Limits and
+// message.Origins.
+type entry struct {
 	Limit  int
 	Origin int
 	Window int64
@@ -103,20 +103,12 @@ type Entry struct {
 	Count  int64
 }
 
-// Message is a decoded message. Decode reuses its slices.
-type Message struct {
-	Header
-	Limits  []Limit
-	Origins []Origin
-	Entries []Entry
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if (a%b != 0) && ((a < 0) != (b < 0)) {
-		q--
-	}
-	return q
+// message is a decoded message. decode reuses its slices.
+type message struct {
+	header
+	Limits  []wireLimit
+	Origins []origin
+	Entries []entry
 }
 
 func appendString(b []byte, s string) []byte {
@@ -124,13 +116,13 @@ func appendString(b []byte, s string) []byte {
 	return append(b, s...)
 }
 
-func appendHeader(b []byte, h *Header) []byte {
-	b = append(b, magic[0], magic[1], Version, byte(h.Kind))
+func appendHeader(b []byte, h *header) []byte {
+	b = append(b, magic[0], magic[1], wireVersion, byte(h.Kind))
 	b = appendString(b, h.Node)
 	b = binary.LittleEndian.AppendUint64(b, h.Incarnation)
 	b = binary.AppendVarint(b, h.SentAtMS)
 	b = binary.AppendUvarint(b, h.Seq)
-	if h.Kind == KindSyncReply {
+	if h.Kind == kindSyncReply {
 		var f byte
 		if h.Last {
 			f = 1
@@ -157,11 +149,11 @@ func varintLen(x int64) int {
 	return uvarintLen(ux)
 }
 
-// Encode appends the encoding of m to b. Entries must index m.Limits (and
-// m.Origins for a sync reply); Encode does not check.
-func (m *Message) Encode(b []byte) []byte {
-	b = appendHeader(b, &m.Header)
-	if m.Kind == KindSyncRequest {
+// encode appends the encoding of m to b. Entries must index m.Limits (and
+// m.Origins for a sync reply); encode does not check.
+func (m *message) encode(b []byte) []byte {
+	b = appendHeader(b, &m.header)
+	if m.Kind == kindSyncRequest {
 		return b
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Limits)))
@@ -170,7 +162,7 @@ func (m *Message) Encode(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(l.ScaleMS))
 		b = append(b, byte(l.Algorithm))
 	}
-	if m.Kind == KindSyncReply {
+	if m.Kind == kindSyncReply {
 		b = binary.AppendUvarint(b, uint64(len(m.Origins)))
 		for _, o := range m.Origins {
 			b = appendString(b, o.Node)
@@ -184,23 +176,23 @@ func (m *Message) Encode(b []byte) []byte {
 	return b
 }
 
-func (m *Message) appendEntry(b []byte, e *Entry) []byte {
+func (m *message) appendEntry(b []byte, e *entry) []byte {
 	scale := m.Limits[e.Limit].ScaleMS
 	b = binary.AppendUvarint(b, uint64(e.Limit))
-	b = binary.AppendVarint(b, e.Window-floorDiv(m.SentAtMS, scale))
+	b = binary.AppendVarint(b, e.Window-counter.WindowOf(m.SentAtMS, scale))
 	b = appendString(b, e.Key)
 	b = binary.AppendUvarint(b, uint64(e.Count))
-	if m.Kind == KindSyncReply {
+	if m.Kind == kindSyncReply {
 		b = binary.AppendUvarint(b, uint64(e.Origin))
 	}
 	return b
 }
 
 // entryLen is the encoded length of e in m, whose limit has scale ms.
-func (m *Message) entryLen(e *Entry, scale int64) int {
-	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-floorDiv(m.SentAtMS, scale)) +
+func (m *message) entryLen(e *entry, scale int64) int {
+	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-counter.WindowOf(m.SentAtMS, scale)) +
 		uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Count))
-	if m.Kind == KindSyncReply {
+	if m.Kind == kindSyncReply {
 		n += uvarintLen(uint64(e.Origin))
 	}
 	return n
@@ -214,7 +206,7 @@ type decoder struct {
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+		d.err = fmt.Errorf("%w: "+format, append([]any{errMalformed}, args...)...)
 	}
 }
 
@@ -311,7 +303,7 @@ func validNode(s string) bool {
 
 // count reads a table length, bounded by max and by what the rest of the
 // message can hold at minLen bytes an item, so that a forged count cannot
-// make Decode allocate more than the message's size warrants.
+// make decode allocate more than the message's size warrants.
 func (d *decoder) count(what string, maxN, minLen int) int {
 	n := d.uvarint(what)
 	if d.err != nil {
@@ -324,21 +316,21 @@ func (d *decoder) count(what string, maxN, minLen int) int {
 	return int(n)
 }
 
-// Decode reads data into m, reusing m's slices. The strings in m are
-// copies: m does not keep data. Every error wraps ErrMalformed or
-// ErrVersion; m is then in an unspecified state.
-func Decode(data []byte, m *Message) error {
-	m.Header = Header{}
+// decode reads data into m, reusing m's slices. The strings in m are
+// copies: m does not keep data. Every error wraps errMalformed or
+// errVersion; m is then in an unspecified state.
+func decode(data []byte, m *message) error {
+	m.header = header{}
 	m.Limits, m.Origins, m.Entries = m.Limits[:0], m.Origins[:0], m.Entries[:0]
 	if len(data) < 4 || data[0] != magic[0] || data[1] != magic[1] {
-		return fmt.Errorf("%w: no magic", ErrMalformed)
+		return fmt.Errorf("%w: no magic", errMalformed)
 	}
-	if data[2] != Version {
-		return fmt.Errorf("%w: version %d", ErrVersion, data[2])
+	if data[2] != wireVersion {
+		return fmt.Errorf("%w: version %d", errVersion, data[2])
 	}
-	m.Kind = Kind(data[3])
-	if m.Kind < KindBatch || m.Kind > KindSyncReply {
-		return fmt.Errorf("%w: unknown kind %d", ErrMalformed, data[3])
+	m.Kind = msgKind(data[3])
+	if m.Kind < kindBatch || m.Kind > kindSyncReply {
+		return fmt.Errorf("%w: unknown kind %d", errMalformed, data[3])
 	}
 	d := decoder{b: data[4:]}
 	m.Node = d.node("node")
@@ -348,17 +340,17 @@ func Decode(data []byte, m *Message) error {
 	if d.err == nil && (m.SentAtMS < -1<<53 || m.SentAtMS > 1<<53) {
 		d.fail("sent_at %d out of range", m.SentAtMS)
 	}
-	if m.Kind == KindSyncReply {
+	if m.Kind == kindSyncReply {
 		f := d.byte("flags")
 		if f&^1 != 0 {
 			d.fail("unknown flags %#x", f)
 		}
 		m.Last = f&1 != 0
 	}
-	if m.Kind != KindSyncRequest {
+	if m.Kind != kindSyncRequest {
 		nl := d.count("limits", maxLimits, 3)
 		for range nl {
-			l := Limit{Name: d.string("bucket name", 1, maxNameLen)}
+			l := wireLimit{Name: d.string("bucket name", 1, maxNameLen)}
 			scale := d.uvarint("scale")
 			alg := d.byte("algorithm")
 			if d.err != nil {
@@ -371,10 +363,10 @@ func Decode(data []byte, m *Message) error {
 			l.ScaleMS, l.Algorithm = int64(scale), counter.Algorithm(alg)
 			m.Limits = append(m.Limits, l)
 		}
-		if m.Kind == KindSyncReply {
+		if m.Kind == kindSyncReply {
 			no := d.count("origins", maxOrigins, 10)
 			for range no {
-				o := Origin{Node: d.node("origin node")}
+				o := origin{Node: d.node("origin node")}
 				o.Incarnation = d.uint64("origin incarnation")
 				if d.err != nil {
 					break
@@ -397,13 +389,13 @@ func Decode(data []byte, m *Message) error {
 	return d.err
 }
 
-func (d *decoder) entry(m *Message) Entry {
-	var e Entry
+func (d *decoder) entry(m *message) entry {
+	var e entry
 	li := d.uvarint("entry limit")
 	off := d.varint("entry window")
 	e.Key = d.string("entry key", 0, maxKeyLen)
 	count := d.uvarint("entry count")
-	if m.Kind == KindSyncReply {
+	if m.Kind == kindSyncReply {
 		oi := d.uvarint("entry origin")
 		if d.err == nil && oi >= uint64(len(m.Origins)) {
 			d.fail("entry origin %d of %d", oi, len(m.Origins))
@@ -428,7 +420,7 @@ func (d *decoder) entry(m *Message) Entry {
 		return e
 	}
 	e.Limit = int(li)
-	e.Window = floorDiv(m.SentAtMS, m.Limits[li].ScaleMS) + off
+	e.Window = counter.WindowOf(m.SentAtMS, m.Limits[li].ScaleMS) + off
 	e.Count = int64(count)
 	return e
 }
@@ -442,9 +434,9 @@ var errEntryTooLarge = errors.New("replicate: entry larger than the message size
 // numbered by the splitter, one per message.
 type splitter struct {
 	max       int
-	msg       Message
-	limitIdx  map[Limit]int
-	originIdx map[Origin]int
+	msg       message
+	limitIdx  map[wireLimit]int
+	originIdx map[origin]int
 	size      int // encoded size without the varint counts of the tables and entries
 	buf       []byte
 	emit      func([]byte) error
@@ -452,13 +444,13 @@ type splitter struct {
 }
 
 func newSplitter(max int, emit func([]byte) error) *splitter {
-	return &splitter{max: max, emit: emit, limitIdx: map[Limit]int{}, originIdx: map[Origin]int{}}
+	return &splitter{max: max, emit: emit, limitIdx: map[wireLimit]int{}, originIdx: map[origin]int{}}
 }
 
 // start begins a new series of messages with header h (its Seq is the
 // first message's).
-func (s *splitter) start(h Header) {
-	s.msg.Header = h
+func (s *splitter) start(h header) {
+	s.msg.header = h
 	s.emitted = 0
 	s.clearBody()
 }
@@ -467,12 +459,12 @@ func (s *splitter) clearBody() {
 	s.msg.Limits, s.msg.Origins, s.msg.Entries = s.msg.Limits[:0], s.msg.Origins[:0], s.msg.Entries[:0]
 	clear(s.limitIdx)
 	clear(s.originIdx)
-	s.size = len(appendHeader(s.buf[:0], &s.msg.Header))
+	s.size = len(appendHeader(s.buf[:0], &s.msg.header))
 }
 
 func (s *splitter) total(extra, limits, origins, entries int) int {
 	n := s.size + extra + uvarintLen(uint64(limits)) + uvarintLen(uint64(entries))
-	if s.msg.Kind == KindSyncReply {
+	if s.msg.Kind == kindSyncReply {
 		n += uvarintLen(uint64(origins))
 	}
 	return n
@@ -480,7 +472,7 @@ func (s *splitter) total(extra, limits, origins, entries int) int {
 
 // add appends one entry, emitting the current message first when the
 // entry would not fit in it.
-func (s *splitter) add(l Limit, o Origin, window int64, key string, count int64) error {
+func (s *splitter) add(l wireLimit, o origin, window int64, key string, count int64) error {
 	for {
 		extra := 0
 		li, haveL := s.limitIdx[l]
@@ -489,13 +481,13 @@ func (s *splitter) add(l Limit, o Origin, window int64, key string, count int64)
 			extra += uvarintLen(uint64(len(l.Name))) + len(l.Name) + uvarintLen(uint64(l.ScaleMS)) + 1
 		}
 		oi, haveO := 0, true
-		if s.msg.Kind == KindSyncReply {
+		if s.msg.Kind == kindSyncReply {
 			if oi, haveO = s.originIdx[o]; !haveO {
 				oi = len(s.msg.Origins)
 				extra += uvarintLen(uint64(len(o.Node))) + len(o.Node) + 8
 			}
 		}
-		e := Entry{Limit: li, Origin: oi, Window: window, Key: key, Count: count}
+		e := entry{Limit: li, Origin: oi, Window: window, Key: key, Count: count}
 		extra += s.msg.entryLen(&e, l.ScaleMS)
 		nl, no := len(s.msg.Limits), len(s.msg.Origins)
 		if !haveL {
@@ -533,7 +525,7 @@ func (s *splitter) flush(last bool) error {
 		return nil
 	}
 	s.msg.Last = last
-	s.buf = s.msg.Encode(s.buf[:0])
+	s.buf = s.msg.encode(s.buf[:0])
 	err := s.emit(s.buf)
 	s.emitted++
 	s.msg.Seq++

@@ -11,34 +11,34 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
-func sampleMessages() []Message {
+func sampleMessages() []message {
 	sent := int64(1_748_858_400_250) // 2025-06-02T10:00:00.250Z
-	return []Message{
+	return []message{
 		{
-			Header: Header{Kind: KindBatch, Node: "node-a", Incarnation: 0xdeadbeefcafe, SentAtMS: sent, Seq: 7},
-			Limits: []Limit{{Name: "activity_create", ScaleMS: 1000}, {Name: "inbound", ScaleMS: 60_000, Algorithm: counter.Sliding}},
-			Entries: []Entry{
+			header: header{Kind: kindBatch, Node: "node-a", Incarnation: 0xdeadbeefcafe, SentAtMS: sent, Seq: 7},
+			Limits: []wireLimit{{Name: "activity_create", ScaleMS: 1000}, {Name: "inbound", ScaleMS: 60_000, Algorithm: counter.Sliding}},
+			Entries: []entry{
 				{Limit: 0, Window: sent / 1000, Key: "acme", Count: 42},
 				{Limit: 1, Window: sent/60_000 - 1, Key: "channel-7", Count: 1},
 				{Limit: 0, Window: sent/1000 + 1, Key: "", Count: counter.MaxCount},
 			},
 		},
-		{Header: Header{Kind: KindSyncRequest, Node: "n", Incarnation: 1, SentAtMS: sent}},
+		{header: header{Kind: kindSyncRequest, Node: "n", Incarnation: 1, SentAtMS: sent}},
 		{
-			Header:  Header{Kind: KindSyncReply, Node: "node-b", Incarnation: 2, SentAtMS: sent, Seq: 3, Last: true},
-			Limits:  []Limit{{Name: "upload", ScaleMS: 1000}},
-			Origins: []Origin{{Node: "node-b", Incarnation: 2}, {Node: "node-c", Incarnation: 99}},
-			Entries: []Entry{
+			header:  header{Kind: kindSyncReply, Node: "node-b", Incarnation: 2, SentAtMS: sent, Seq: 3, Last: true},
+			Limits:  []wireLimit{{Name: "upload", ScaleMS: 1000}},
+			Origins: []origin{{Node: "node-b", Incarnation: 2}, {Node: "node-c", Incarnation: 99}},
+			Entries: []entry{
 				{Limit: 0, Origin: 1, Window: sent / 1000, Key: "acme", Count: 5},
 				{Limit: 0, Origin: 0, Window: sent / 1000, Key: "acme", Count: 6},
 			},
 		},
-		{Header: Header{Kind: KindSyncReply, Node: "node-b", Incarnation: 2, SentAtMS: -5, Last: true}},
+		{header: header{Kind: kindSyncReply, Node: "node-b", Incarnation: 2, SentAtMS: -5, Last: true}},
 	}
 }
 
 // normal makes nil and empty slices compare equal.
-func normal(m Message) Message {
+func normal(m message) message {
 	if len(m.Limits) == 0 {
 		m.Limits = nil
 	}
@@ -52,10 +52,10 @@ func normal(m Message) Message {
 }
 
 func TestWireRoundTrip(t *testing.T) {
-	var got Message
+	var got message
 	for i, m := range sampleMessages() {
-		b := m.Encode(nil)
-		if err := Decode(b, &got); err != nil {
+		b := m.encode(nil)
+		if err := decode(b, &got); err != nil {
 			t.Fatalf("message %d: Decode: %v", i, err)
 		}
 		if !reflect.DeepEqual(normal(got), normal(m)) {
@@ -67,12 +67,12 @@ func TestWireRoundTrip(t *testing.T) {
 func TestWireIsCompact(t *testing.T) {
 	m := sampleMessages()[0]
 	m.Limits = m.Limits[:1]
-	m.Entries = []Entry{{Window: m.SentAtMS / 1000, Key: "203.0.113.45", Count: 99}}
-	one := len(m.Encode(nil))
+	m.Entries = []entry{{Window: m.SentAtMS / 1000, Key: "203.0.113.45", Count: 99}}
+	one := len(m.encode(nil))
 	for range 99 {
 		m.Entries = append(m.Entries, m.Entries[0])
 	}
-	per := float64(len(m.Encode(nil))-one) / 99
+	per := float64(len(m.encode(nil))-one) / 99
 	// limit index, window offset, key length, 12-byte key, count.
 	if per != 16 {
 		t.Errorf("%.1f bytes per entry with an IPv4 key, want 16", per)
@@ -80,11 +80,11 @@ func TestWireIsCompact(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
-	good := sampleMessages()[0].Encode(nil)
-	var m Message
+	good := sampleMessages()[0].encode(nil)
+	var m message
 	// Every truncation fails; none panics.
 	for n := range len(good) {
-		if err := Decode(good[:n], &m); !errors.Is(err, ErrMalformed) {
+		if err := decode(good[:n], &m); !errors.Is(err, errMalformed) {
 			t.Fatalf("truncated to %d bytes: err %v, want ErrMalformed", n, err)
 		}
 	}
@@ -94,24 +94,24 @@ func TestDecodeErrors(t *testing.T) {
 		data []byte
 		want error
 	}{
-		{"empty", nil, ErrMalformed},
-		{"no magic", bad(func(b []byte) []byte { b[0] = 'X'; return b }), ErrMalformed},
-		{"newer version", bad(func(b []byte) []byte { b[2] = 2; return b }), ErrVersion},
-		{"unknown kind", bad(func(b []byte) []byte { b[3] = 9; return b }), ErrMalformed},
-		{"trailing bytes", append(bytes.Clone(good), 0), ErrMalformed},
-		{"empty node", []byte{'R', 'L', 1, 2, 0}, ErrMalformed},
+		{"empty", nil, errMalformed},
+		{"no magic", bad(func(b []byte) []byte { b[0] = 'X'; return b }), errMalformed},
+		{"newer version", bad(func(b []byte) []byte { b[2] = 2; return b }), errVersion},
+		{"unknown kind", bad(func(b []byte) []byte { b[3] = 9; return b }), errMalformed},
+		{"trailing bytes", append(bytes.Clone(good), 0), errMalformed},
+		{"empty node", []byte{'R', 'L', 1, 2, 0}, errMalformed},
 		{"huge entry count", func() []byte {
-			m := Message{Header: Header{Kind: KindBatch, Node: "n"}}
-			b := m.Encode(nil)
+			m := message{header: header{Kind: kindBatch, Node: "n"}}
+			b := m.encode(nil)
 			return append(b[:len(b)-1], 0xff, 0xff, 0xff, 0xff, 0x0f) // 2^32−1 entries, no bytes
-		}(), ErrMalformed},
+		}(), errMalformed},
 		{"limit index out of range", func() []byte {
-			b := appendHeader(nil, &Header{Kind: KindBatch, Node: "n"})
+			b := appendHeader(nil, &header{Kind: kindBatch, Node: "n"})
 			b = append(b, 1, 1, 'b', 1, 0)  // one limit: "b", 1 ms, fixed
 			return append(b, 1, 1, 0, 0, 1) // one entry of limit 1
-		}(), ErrMalformed},
+		}(), errMalformed},
 		{"limit index in range", func() []byte {
-			b := appendHeader(nil, &Header{Kind: KindBatch, Node: "n"})
+			b := appendHeader(nil, &header{Kind: kindBatch, Node: "n"})
 			b = append(b, 1, 1, 'b', 1, 0)
 			return append(b, 1, 0, 0, 0, 1)
 		}(), nil},
@@ -119,27 +119,27 @@ func TestDecodeErrors(t *testing.T) {
 			m := sampleMessages()[0]
 			m.Limits[1].ScaleMS = 0
 			m.Entries = m.Entries[:1]
-			return m.Encode(nil)
-		}(), ErrMalformed},
+			return m.encode(nil)
+		}(), errMalformed},
 		{"origin out of range", func() []byte {
 			m := sampleMessages()[2]
 			m.Entries[0].Origin = 2
-			return m.Encode(nil)
-		}(), ErrMalformed},
+			return m.encode(nil)
+		}(), errMalformed},
 		{"key too long", func() []byte {
 			m := sampleMessages()[0]
 			m.Entries[0].Key = strings.Repeat("k", maxKeyLen+1)
-			return m.Encode(nil)
-		}(), ErrMalformed},
+			return m.encode(nil)
+		}(), errMalformed},
 		{"unknown flags", func() []byte {
 			m := sampleMessages()[3]
-			b := m.Encode(nil)
+			b := m.encode(nil)
 			b[len(b)-4] = 0x80 // flags byte precedes the three empty tables
 			return b
-		}(), ErrMalformed},
+		}(), errMalformed},
 	}
 	for _, tt := range tests {
-		err := Decode(tt.data, &m)
+		err := decode(tt.data, &m)
 		if tt.want == nil {
 			if err != nil {
 				t.Errorf("%s: %v", tt.name, err)
@@ -154,13 +154,13 @@ func TestDecodeErrors(t *testing.T) {
 
 // splitAll packs entries with a splitter of max bytes and decodes every
 // message.
-func splitAll(t *testing.T, h Header, max int, entries []Entry, limits []Limit, origins []Origin) ([]Message, []int) {
+func splitAll(t *testing.T, h header, max int, entries []entry, limits []wireLimit, origins []origin) ([]message, []int) {
 	t.Helper()
-	var msgs []Message
+	var msgs []message
 	var sizes []int
 	sp := newSplitter(max, func(b []byte) error {
-		var m Message
-		if err := Decode(b, &m); err != nil {
+		var m message
+		if err := decode(b, &m); err != nil {
 			t.Fatalf("splitter wrote an undecodable message: %v", err)
 		}
 		msgs = append(msgs, m)
@@ -169,7 +169,7 @@ func splitAll(t *testing.T, h Header, max int, entries []Entry, limits []Limit, 
 	})
 	sp.start(h)
 	for _, e := range entries {
-		var o Origin
+		var o origin
 		if origins != nil {
 			o = origins[e.Origin]
 		}
@@ -177,21 +177,21 @@ func splitAll(t *testing.T, h Header, max int, entries []Entry, limits []Limit, 
 			t.Fatalf("add: %v", err)
 		}
 	}
-	if err := sp.flush(h.Kind == KindSyncReply); err != nil {
+	if err := sp.flush(h.Kind == kindSyncReply); err != nil {
 		t.Fatal(err)
 	}
 	return msgs, sizes
 }
 
 func TestSplitterSplitsOnlyWhenNeeded(t *testing.T) {
-	limits := []Limit{{Name: "inbound", ScaleMS: 1000}, {Name: "upload", ScaleMS: 60_000, Algorithm: counter.Sliding}}
+	limits := []wireLimit{{Name: "inbound", ScaleMS: 1000}, {Name: "upload", ScaleMS: 60_000, Algorithm: counter.Sliding}}
 	sent := int64(1_748_858_400_250)
-	var entries []Entry
+	var entries []entry
 	for i := range 1000 {
 		l := i % 2
-		entries = append(entries, Entry{Limit: l, Window: sent / limits[l].ScaleMS, Key: fmt.Sprintf("key-%04d", i), Count: int64(i + 1)})
+		entries = append(entries, entry{Limit: l, Window: sent / limits[l].ScaleMS, Key: fmt.Sprintf("key-%04d", i), Count: int64(i + 1)})
 	}
-	h := Header{Kind: KindBatch, Node: "a", Incarnation: 1, SentAtMS: sent, Seq: 10}
+	h := header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: sent, Seq: 10}
 
 	msgs, _ := splitAll(t, h, 1<<20, entries, limits, nil)
 	if len(msgs) != 1 || len(msgs[0].Entries) != 1000 {
@@ -228,13 +228,13 @@ func TestSplitterSplitsOnlyWhenNeeded(t *testing.T) {
 }
 
 func TestSplitterSyncReplyChunks(t *testing.T) {
-	limits := []Limit{{Name: "inbound", ScaleMS: 1000}}
-	origins := []Origin{{"a", 1}, {"b", 2}, {"c", 3}}
-	var entries []Entry
+	limits := []wireLimit{{Name: "inbound", ScaleMS: 1000}}
+	origins := []origin{{"a", 1}, {"b", 2}, {"c", 3}}
+	var entries []entry
 	for i := range 300 {
-		entries = append(entries, Entry{Origin: i % 3, Window: 5, Key: fmt.Sprint("k", i), Count: 1})
+		entries = append(entries, entry{Origin: i % 3, Window: 5, Key: fmt.Sprint("k", i), Count: 1})
 	}
-	h := Header{Kind: KindSyncReply, Node: "a", Incarnation: 1, SentAtMS: 5000}
+	h := header{Kind: kindSyncReply, Node: "a", Incarnation: 1, SentAtMS: 5000}
 	msgs, _ := splitAll(t, h, 1024, entries, limits, origins)
 	for i, m := range msgs {
 		if m.Seq != uint64(i) || m.Last != (i == len(msgs)-1) {
@@ -255,11 +255,11 @@ func TestSplitterSyncReplyChunks(t *testing.T) {
 
 func TestSplitterEntryTooLarge(t *testing.T) {
 	sp := newSplitter(64, func([]byte) error { return nil })
-	sp.start(Header{Kind: KindBatch, Node: "a"})
-	if err := sp.add(Limit{Name: "b", ScaleMS: 1}, Origin{}, 0, strings.Repeat("k", 100), 1); !errors.Is(err, errEntryTooLarge) {
+	sp.start(header{Kind: kindBatch, Node: "a"})
+	if err := sp.add(wireLimit{Name: "b", ScaleMS: 1}, origin{}, 0, strings.Repeat("k", 100), 1); !errors.Is(err, errEntryTooLarge) {
 		t.Errorf("err %v, want errEntryTooLarge", err)
 	}
-	if err := sp.add(Limit{Name: "b", ScaleMS: 1}, Origin{}, 0, "k", 1); err != nil {
+	if err := sp.add(wireLimit{Name: "b", ScaleMS: 1}, origin{}, 0, "k", 1); err != nil {
 		t.Errorf("a small entry after a refused one: %v", err)
 	}
 }
@@ -268,20 +268,20 @@ func TestSplitterEntryTooLarge(t *testing.T) {
 // a message that decodes to the same thing.
 func FuzzDecode(f *testing.F) {
 	for _, m := range sampleMessages() {
-		f.Add(m.Encode(nil))
+		f.Add(m.encode(nil))
 	}
 	f.Add([]byte("RL\x01\x01"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var m, again Message
-		if err := Decode(data, &m); err != nil {
-			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrVersion) {
+		var m, again message
+		if err := decode(data, &m); err != nil {
+			if !errors.Is(err, errMalformed) && !errors.Is(err, errVersion) {
 				t.Fatalf("error %v wraps neither ErrMalformed nor ErrVersion", err)
 			}
 			return
 		}
-		b := m.Encode(nil)
-		if err := Decode(b, &again); err != nil {
+		b := m.encode(nil)
+		if err := decode(b, &again); err != nil {
 			t.Fatalf("re-encoded message does not decode: %v", err)
 		}
 		if !reflect.DeepEqual(normal(m), normal(again)) {

@@ -1,0 +1,232 @@
+package replicate
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+// receiver reads peers' batches and merges them into the store. NATS calls
+// onBatch for one message at a time (one subscription), so rx and rxBuf
+// need no lock; the syncer merges replies through merge as well, from its
+// own goroutine, which is why the deferred counts are behind deferMu.
+type receiver struct {
+	*shared
+	bucketIdx map[string]counter.Bucket // bucket name → this node's bucket
+
+	rx    message
+	rxBuf rxBuffers
+
+	// Counts for now's window + 1 that the store could not take yet.
+	deferMu  sync.Mutex
+	deferred []deferredCount
+}
+
+type deferredCount struct {
+	peer counter.PeerID
+	wc   counter.WindowCount
+}
+
+// rxBuffers are the scratch buffers of one receiving goroutine.
+type rxBuffers struct {
+	plain, ad []byte
+}
+
+func newReceiver(sh *shared) *receiver {
+	rv := &receiver{shared: sh, bucketIdx: make(map[string]counter.Bucket, len(sh.cfg.Buckets))}
+	for i, b := range sh.cfg.Buckets {
+		rv.bucketIdx[b] = counter.Bucket(i)
+	}
+	return rv
+}
+
+// onBatch merges a peer's batch.
+func (rv *receiver) onBatch(msg *nats.Msg) {
+	now := rv.now()
+	m := &rv.rx
+	if !rv.read(msg.Data, m, kindBatch, &rv.rxBuf, now) {
+		return
+	}
+	p := rv.peers.get(m.Node, m.Incarnation, now)
+	if p == nil {
+		rv.m.peersRefused.Inc()
+		rv.m.dropped.unknownPeer.Add(float64(len(m.Entries)))
+		return
+	}
+	rv.observe(p, m, now)
+	rv.merge(m, func(int) counter.PeerID { return p.id }, now)
+	rv.m.batchesReceived.Inc() // after merging: tests wait on it
+}
+
+// read opens (with a cluster key) and decodes data into m, and checks it
+// is of kind, not from this process and sent close to now; it counts and
+// reports false for anything else. Nothing of a message that fails here
+// is used, logged or kept.
+func (s *shared) read(data []byte, m *message, kind msgKind, buf *rxBuffers, now time.Time) bool {
+	if len(data) > s.cfg.MaxMessageBytes {
+		s.m.malformed.oversize.Inc()
+		return false
+	}
+	if s.seal != nil {
+		plain, err := s.seal.open(buf.plain[:0], data, kind, &buf.ad)
+		switch {
+		case err == nil:
+			buf.plain, data = plain, plain
+		case errors.Is(err, errUnsealed):
+			s.m.malformed.unsealed.Inc()
+			return false
+		case errors.Is(err, errUnknownKey):
+			s.m.malformed.unknownKey.Inc()
+			return false
+		case errors.Is(err, errVersion):
+			s.m.malformed.version.Inc()
+			return false
+		default:
+			s.m.malformed.auth.Inc()
+			return false
+		}
+	} else if isSealed(data) {
+		s.m.malformed.noKey.Inc()
+		return false
+	}
+	if err := decode(data, m); err != nil {
+		if errors.Is(err, errVersion) {
+			s.m.malformed.version.Inc()
+		} else {
+			s.m.malformed.decode.Inc()
+		}
+		s.log.Debug("dropped a malformed message", "err", err) // %q-quoted: safe to print
+		return false
+	}
+	if m.Kind != kind {
+		s.m.malformed.kind.Inc()
+		return false
+	}
+	if m.Node == s.self.Node && m.Incarnation == s.self.Incarnation {
+		s.m.malformed.self.Inc()
+		return false
+	}
+	if d := now.UnixMilli() - m.SentAtMS; d > s.cfg.MaxClockSkew.Milliseconds() || d < -s.cfg.MaxClockSkew.Milliseconds() {
+		s.m.malformed.clock.Inc()
+		return false
+	}
+	return true
+}
+
+// observe updates the peer's sequence and clock-skew figures from a batch.
+func (rv *receiver) observe(p *peer, m *message, now time.Time) {
+	switch {
+	case !p.haveSeq || m.Seq == p.lastSeq+1:
+	case m.Seq > p.lastSeq:
+		rv.m.batchesMissed.Add(float64(min(m.Seq-p.lastSeq-1, 1<<20)))
+	default:
+		rv.m.batchesRepeated.Inc()
+	}
+	if !p.haveSeq || m.Seq > p.lastSeq {
+		p.lastSeq, p.haveSeq = m.Seq, true
+	}
+	skew := time.Duration(now.UnixMilli()-m.SentAtMS) * time.Millisecond
+	p.skewMS.Store(skew.Milliseconds())
+	if (skew > rv.cfg.SkewWarning || skew < -rv.cfg.SkewWarning) && now.Sub(p.skewLogged) >= time.Minute {
+		p.skewLogged = now
+		// The node id is validated printable ASCII, from an authenticated message.
+		rv.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
+			"peer", p.key.node, "skew", skew.String(), "threshold", rv.cfg.SkewWarning.String())
+	}
+}
+
+// merge merges m's entries, each under the peer id peerOf gives for its
+// origin index (counter.Self: skip the entry, it is this node's own).
+// Entries of a bucket this node does not know, or of a window length no
+// limit of the bucket has here, are dropped; counts above what a limit of
+// the bucket allows are merged at that bound.
+func (rv *receiver) merge(m *message, peerOf func(int) counter.PeerID, now time.Time) (merged int) {
+	rv.m.entriesReceived.Add(float64(len(m.Entries)))
+	var idxBuf [16]int64
+	var boundBuf [16]int64
+	idx, bound := idxBuf[:0], boundBuf[:0]
+	for _, l := range m.Limits {
+		b, ok := rv.bucketIdx[l.Name]
+		if !ok {
+			idx, bound = append(idx, -1), append(bound, 0)
+			continue
+		}
+		mx := int64(counter.MaxCount)
+		if rv.cfg.Bounds != nil {
+			var valid bool
+			if mx, valid = rv.cfg.Bounds.PeerBound(b, l.ScaleMS); !valid {
+				idx, bound = append(idx, -2), append(bound, 0)
+				continue
+			}
+		}
+		idx, bound = append(idx, int64(b)), append(bound, mx)
+	}
+	for i := range m.Entries {
+		e := &m.Entries[i]
+		b := idx[e.Limit]
+		switch b {
+		case -1:
+			rv.m.dropped.unknownBucket.Inc()
+			continue
+		case -2:
+			rv.m.dropped.scale.Inc()
+			continue
+		}
+		pid := peerOf(e.Origin)
+		if pid == counter.Self {
+			continue
+		}
+		l := &m.Limits[e.Limit]
+		count := e.Count
+		if count > bound[e.Limit] {
+			count = bound[e.Limit]
+			rv.m.clamped.Inc()
+		}
+		wc := counter.WindowCount{Bucket: counter.Bucket(b), Key: e.Key, ScaleMS: l.ScaleMS, Algorithm: l.Algorithm, Window: e.Window, Count: count}
+		if rv.mergeOne(pid, wc, now) {
+			merged++
+		}
+	}
+	return merged
+}
+
+func (rv *receiver) mergeOne(pid counter.PeerID, wc counter.WindowCount, now time.Time) bool {
+	switch st := rv.store.Merge(pid, wc, now); st {
+	case counter.Merged:
+		rv.m.entriesMerged.Inc()
+		return true
+	case counter.Unchanged:
+	case counter.Stale:
+		rv.m.dropped.stale.Inc()
+	case counter.Deferred:
+		rv.deferMu.Lock()
+		if len(rv.deferred) < maxPending {
+			rv.deferred = append(rv.deferred, deferredCount{pid, wc})
+		} else {
+			rv.m.dropped.deferred.Inc()
+		}
+		rv.deferMu.Unlock()
+	case counter.Mismatch:
+		rv.m.dropped.mismatch.Inc()
+	case counter.Refused:
+		rv.m.dropped.refused.Inc()
+	default:
+		rv.m.dropped.invalid.Inc()
+	}
+	return false
+}
+
+// retryDeferred offers the deferred counts again.
+func (rv *receiver) retryDeferred(now time.Time) {
+	rv.deferMu.Lock()
+	d := rv.deferred
+	rv.deferred = nil
+	rv.deferMu.Unlock()
+	for _, x := range d {
+		rv.mergeOne(x.peer, x.wc, now) // a still-deferred count is deferred again
+	}
+}
