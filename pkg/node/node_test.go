@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -86,16 +85,30 @@ func start(t *testing.T, cfg Config) *running {
 	return &running{Node: n, logs: logs, stop: stop}
 }
 
-func activity(tenant string) *authv3.CheckRequest {
+// request is a CheckRequest as Envoy sends it for method and path, with
+// headers (lowercase names).
+func request(method, path string, headers map[string]string) *authv3.CheckRequest {
+	h := map[string]string{":method": method, ":path": path}
+	for k, v := range headers {
+		h[k] = v
+	}
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
-		Source: &authv3.AttributeContext_Peer{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{
-			SocketAddress: &corev3.SocketAddress{Address: "192.0.2.1"},
-		}}},
-		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: "POST", Path: "/api/activities",
-			Headers: map[string]string{":method": "POST", ":path": "/api/activities", "x-tenant-id": tenant},
-		}},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{Method: method, Path: path, Headers: h}},
 	}}
+}
+
+// waitHealth waits until the node behind conn reports want.
+func waitHealth(t *testing.T, conn *grpc.ClientConn, want healthpb.HealthCheckResponse_ServingStatus) {
+	t.Helper()
+	poll.Until(t, 5*time.Second, 5*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil || hc.GetStatus() != want {
+			return fmt.Errorf("health %v %v, want %v", hc, err, want)
+		}
+		return nil
+	})
 }
 
 func dial(t *testing.T, addr net.Addr) (authv3.AuthorizationClient, *grpc.ClientConn) {
@@ -112,7 +125,7 @@ func allowed(t *testing.T, c authv3.AuthorizationClient, tenant string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.Check(ctx, activity(tenant))
+	resp, err := c.Check(ctx, request("POST", "/api/activities", map[string]string{"x-tenant-id": tenant}))
 	if err != nil {
 		t.Fatalf("Check: %v", err)
 	}
@@ -151,15 +164,7 @@ func TestLocalNode(t *testing.T) {
 	}
 
 	client, conn := dial(t, n.GRPCAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
-		hc, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-			return fmt.Errorf("health %v %v", hc, err)
-		}
-		return nil
-	})
+	waitHealth(t, conn, healthpb.HealthCheckResponse_SERVING)
 	if !allowed(t, client, "acme") {
 		t.Fatal("the first check of a tenant denied")
 	}
@@ -380,15 +385,7 @@ func TestClusterFinalBatchCarriesTheDrain(t *testing.T) {
 	stopped := make(chan error, 1)
 	go func() { stopped <- a.stop() }()
 	// NOT_SERVING: a drains, its checks are still answered.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	poll.Until(t, 5*time.Second, 5*time.Millisecond, func() error {
-		hc, err := healthpb.NewHealthClient(aconn).Check(ctx, &healthpb.HealthCheckRequest{})
-		if err != nil || hc.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-			return fmt.Errorf("health %v %v", hc, err)
-		}
-		return nil
-	})
+	waitHealth(t, aconn, healthpb.HealthCheckResponse_NOT_SERVING)
 	for i := range 4 {
 		if !allowed(t, ac, "acme") {
 			t.Fatalf("a: check %d during the drain denied", i)
