@@ -71,7 +71,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "serve":
-		return runServe(ctx, rest, getenv, stdout, stderr)
+		return runServe(ctx, rest, getenv, stdout, stderr, nil)
 	case "check-config":
 		return runCheckConfig(rest, getenv, stdout, stderr)
 	case "limits":

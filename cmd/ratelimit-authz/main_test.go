@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
 )
 
 func env(kv map[string]string) func(string) string {
@@ -216,28 +217,63 @@ static_resources:
 	}
 }
 
-var servingLine = regexp.MustCompile(`msg=serving grpc=(\S+) http=(\S+)`)
+// clusterNode is a `serve` running in this process, alone or as one
+// node of a cluster, with the addresses its node bound.
+type clusterNode struct {
+	id             string
+	node           *node.Node
+	grpc, http     string
+	logs           *logbuf.Buffer
+	stop           func() error // cancels serve and returns its error
+	client         authv3.AuthorizationClient
+	conn           *grpc.ClientConn
+	checksAdmitted int
+}
 
-// startServe runs `serve` on free ports and returns the addresses and a
-// stop function that cancels it and returns its error.
-func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr string, logs *logbuf.Buffer, stop func() error) {
+// startServe runs `serve` on free loopback ports (see serveReady) and
+// returns its addresses, its log and its stop function.
+func startServe(t *testing.T, vars map[string]string) (grpcAddr, httpAddr string, logs *logbuf.Buffer, stop func() error) {
 	t.Helper()
-	vars := map[string]string{
+	n := serveReady(t, vars)
+	return n.grpc, n.http, n.logs, n.stop
+}
+
+// serveReady runs `serve` with the flags of vars (its environment) and
+// args on free loopback ports, with the shipped configuration unless they
+// name another, and returns once the node is ready.
+func serveReady(t *testing.T, vars map[string]string, args ...string) *clusterNode {
+	t.Helper()
+	n := launch(t, vars, args...)
+	n.waitReady(t)
+	return n
+}
+
+// launch runs `serve` as serveReady does, and returns once the node
+// serves HTTP: readiness may still wait (a cluster's warm start). The
+// addresses come from the node itself, never from its log.
+func launch(t *testing.T, vars map[string]string, args ...string) *clusterNode {
+	t.Helper()
+	all := map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_HTTP_ADDR":   "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_DRAIN_DELAY": "300ms",
+		"RATELIMIT_AUTHZ_CONFIG":      "../../config/ratelimit.yaml",
 	}
-	for k, v := range extra {
-		vars[k] = v
+	for k, v := range vars {
+		all[k] = v
+	}
+	n := &clusterNode{id: all["RATELIMIT_AUTHZ_NODE_ID"], logs: &logbuf.Buffer{}}
+	if n.id == "" {
+		n.id = "serve"
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	logs = &logbuf.Buffer{}
+	started := make(chan *node.Node, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--config", "../../config/ratelimit.yaml"}, env(vars), io.Discard, logs)
+		done <- runServe(ctx, args, env(all), io.Discard, n.logs, func(nd *node.Node) { started <- nd })
 	}()
 	var stopped bool
-	stop = func() error {
+	n.stop = func() error {
 		if stopped {
 			return nil
 		}
@@ -246,26 +282,38 @@ func startServe(t *testing.T, extra map[string]string) (grpcAddr, httpAddr strin
 		select {
 		case err := <-done:
 			return err
-		case <-time.After(15 * time.Second):
-			t.Fatalf("serve did not stop; log:\n%s", logs)
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: serve did not stop; log:\n%s", n.id, n.logs)
 			return nil
 		}
 	}
-	t.Cleanup(func() { stop() })
-	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
-		select {
-		case err := <-done:
-			stopped = true
-			t.Fatalf("serve exited early: %v\n%s", err, logs)
-		default:
+	t.Cleanup(func() {
+		if n.conn != nil {
+			n.conn.Close()
 		}
-		if m := servingLine.FindStringSubmatch(logs.String()); m != nil {
-			grpcAddr, httpAddr = m[1], m[2]
-			return nil
-		}
-		return errors.New("not serving yet")
+		n.stop()
 	})
-	return grpcAddr, httpAddr, logs, stop
+	// New waits at most 5 s for Postgres; the rest is quick.
+	select {
+	case n.node = <-started:
+	case err := <-done:
+		stopped = true
+		t.Fatalf("%s: serve exited early: %v\n%s", n.id, err, n.logs)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: no node after 20 s; log:\n%s", n.id, n.logs)
+	}
+	n.grpc, n.http = n.node.GRPCAddr().String(), n.node.HTTPAddr().String()
+	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.conn, n.client = conn, authv3.NewAuthorizationClient(conn)
+	// The listeners are bound in New: this request waits until Run
+	// serves it.
+	if code, _ := scrape.Page(t, "http://"+n.http+"/healthz"); code != http.StatusOK {
+		t.Fatalf("%s: /healthz %d", n.id, code)
+	}
+	return n
 }
 
 func activity(tenant string) *authv3.CheckRequest {

@@ -1,23 +1,16 @@
 package main
 
 import (
-	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Backends of --backend / RATE_LIMIT_BACKEND.
@@ -158,11 +151,21 @@ func secret(getenv func(string) string, env, flag, file string) (string, error) 
 
 func (c *clusterConfig) cluster() bool { return c.backend == backendCluster }
 
-// counterConfig is the counter's configuration for the backend: the
-// cluster backend tracks this node's changes for replication.
-func (c *clusterConfig) counterConfig(cfg counter.Config) counter.Config {
-	cfg.Track = c.cluster()
-	return cfg
+// nodeCluster is the node's cluster configuration, nil for the local
+// backend. The NATS credentials are read here (an NKey seed file at once).
+func (c *clusterConfig) nodeCluster() (*node.Cluster, error) {
+	if !c.cluster() {
+		return nil, nil
+	}
+	opts, err := c.natsOptions()
+	if err != nil {
+		return nil, err
+	}
+	return &node.Cluster{
+		URL: c.natsURL, Options: opts, NodeID: c.nodeID,
+		SubjectPrefix: c.subjectPrefix, SyncInterval: c.syncInterval, WarmStartTimeout: c.warmStartTimeout,
+		Keys: c.clusterKeys,
+	}, nil
 }
 
 // natsOptions turns the credential and TLS flags into nats.go options.
@@ -191,94 +194,4 @@ func (c *clusterConfig) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.ClientCert(c.natsCert, c.natsKey))
 	}
 	return opts, nil
-}
-
-// newReplicator returns the replicator of the cluster backend, or nil for
-// the local one.
-func newReplicator(c *clusterConfig, r *rules.Rules, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
-	if !c.cluster() {
-		log.Info("counter backend: local (this node's counts only)")
-		return nil, nil
-	}
-	opts, err := c.natsOptions()
-	if err != nil {
-		return nil, err
-	}
-	buckets := make([]string, len(r.Buckets))
-	for i, b := range r.Buckets {
-		buckets[i] = b.Name
-	}
-	repl, err := replicate.New(replicate.Config{
-		URL: c.natsURL, Options: opts, Buckets: buckets, NodeID: c.nodeID,
-		SubjectPrefix: c.subjectPrefix, SyncInterval: c.syncInterval, WarmStartTimeout: c.warmStartTimeout,
-		Keys: c.clusterKeys, Bounds: peerBounds(r),
-	}, store, reg, log)
-	if err != nil {
-		return nil, err
-	}
-	node, inc := repl.Identity()
-	ids := make([]string, len(c.clusterKeys))
-	for i, k := range c.clusterKeys {
-		id := replicate.KeyID(k)
-		ids[i] = hex.EncodeToString(id[:])
-	}
-	log.Info("counter backend: cluster (replicated over NATS)", "node", node, "incarnation", fmt.Sprintf("%016x", inc),
-		"subject_prefix", c.subjectPrefix, "sync_interval", c.syncInterval.String(), "cluster_key_ids", strings.Join(ids, ","))
-	if len(c.clusterKeys) == 0 {
-		log.Warn("no cluster key (RATELIMIT_AUTHZ_CLUSTER_KEY or --cluster-key-file): replication is neither authenticated nor encrypted; " +
-			"whoever can publish on the NATS subjects can change counts, and whoever can subscribe reads every key (IPs, accounts, tenants)")
-	}
-	return repl, nil
-}
-
-// peerBounds is what a peer may report per bucket: the window lengths of
-// the bucket's limits on this node (its own, every route default, the
-// built-in one) with limit × replicate.PeerCountFactor, and for an
-// overridable bucket every window a tenant override can have
-// (tenantlimits.Scales), with any count an override allows.
-func peerBounds(r *rules.Rules) replicate.BucketWindows {
-	w := make(replicate.BucketWindows, len(r.Buckets))
-	limits := tenantlimits.NewResolver(wiring.Limits(r), nil)
-	for i := range r.Buckets {
-		m := map[int64]int64{}
-		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
-		if l, ok := limits.Configured(counter.Bucket(i)); ok {
-			add(l)
-		}
-		if r.Buckets[i].Overridable {
-			for _, sc := range tenantlimits.Scales {
-				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
-			}
-		}
-		w[i] = m
-	}
-	return w
-}
-
-// readyAfter is what readiness waits for: the replicator's warm start.
-func readyAfter(repl *replicate.Replicator) []<-chan struct{} {
-	if repl == nil {
-		return nil
-	}
-	return []<-chan struct{}{repl.Ready()}
-}
-
-// runReplicator runs repl until the gRPC server has stopped, so that the
-// final batch carries every check answered during the drain and graceful
-// stop. A nil repl (local backend) returns at once.
-func runReplicator(ctx context.Context, serverDone <-chan struct{}, repl *replicate.Replicator) error {
-	if repl == nil {
-		return nil
-	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- repl.Run(rctx) }()
-	select {
-	case err := <-errc: // options nats.go refused
-		return err
-	case <-serverDone:
-		cancel()
-		return <-errc
-	}
 }

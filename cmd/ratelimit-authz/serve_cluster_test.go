@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,19 +14,13 @@ import (
 	"testing"
 	"time"
 
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/nats-io/nats.go"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func TestClusterFlagErrors(t *testing.T) {
@@ -74,7 +67,11 @@ func TestClusterBackendChoice(t *testing.T) {
 		if err := c.resolve(env(nil)); err != nil {
 			t.Fatalf("%+v: %v", tt, err)
 		}
-		if c.backend != tt.want || c.counterConfig(counter.Config{}).Track != (tt.want == backendCluster) {
+		nc, err := c.nodeCluster()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.backend != tt.want || (nc != nil) != (tt.want == backendCluster) {
 			t.Errorf("backend %q with URL %q: %q, want %q", tt.backend, tt.url, c.backend, tt.want)
 		}
 	}
@@ -93,23 +90,11 @@ routes:
   - {method: POST, path: /api/activities, buckets: [activity_create]}
 `
 
-// clusterNode is a `serve` running in this process.
-type clusterNode struct {
-	id             string
-	grpc, http     string
-	logs           *logbuf.Buffer
-	stop           func() error
-	client         authv3.AuthorizationClient
-	conn           *grpc.ClientConn
-	checksAdmitted int
-}
-
-// startNode runs `serve` with the cluster backend on free ports.
+// startNode runs `serve` with the cluster backend on free ports (see
+// launch); the test waits for its readiness.
 func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]string) *clusterNode {
 	t.Helper()
 	vars := map[string]string{
-		"RATELIMIT_AUTHZ_GRPC_ADDR":     "127.0.0.1:0",
-		"RATELIMIT_AUTHZ_HTTP_ADDR":     "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_DRAIN_DELAY":   "100ms",
 		"RATELIMIT_AUTHZ_NODE_ID":       id,
 		"RATELIMIT_AUTHZ_SYNC_INTERVAL": "50ms",
@@ -118,54 +103,11 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 	for k, v := range extra {
 		vars[k] = v
 	}
-	args := []string{"serve"}
+	var args []string
 	if configPath != "" {
 		args = append(args, "--config", configPath)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n := &clusterNode{id: id, logs: &logbuf.Buffer{}}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, args, env(vars), io.Discard, n.logs) }()
-	var stopped bool
-	n.stop = func() error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(20 * time.Second):
-			t.Fatalf("%s: serve did not stop; log:\n%s", id, n.logs)
-			return nil
-		}
-	}
-	t.Cleanup(func() {
-		if n.conn != nil {
-			n.conn.Close()
-		}
-		n.stop()
-	})
-	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
-		select {
-		case err := <-done:
-			stopped = true
-			t.Fatalf("%s: serve exited early: %v\n%s", id, err, n.logs)
-		default:
-		}
-		if m := servingLine.FindStringSubmatch(n.logs.String()); m != nil {
-			n.grpc, n.http = m[1], m[2]
-			return nil
-		}
-		return errors.New("not serving yet")
-	})
-	conn, err := grpc.NewClient(n.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.conn, n.client = conn, authv3.NewAuthorizationClient(conn)
-	return n
+	return launch(t, vars, args...)
 }
 
 func (n *clusterNode) readyz(t *testing.T) int {
@@ -599,42 +541,6 @@ func TestClusterKeyAndSecretFiles(t *testing.T) {
 	}
 }
 
-func TestPeerBoundsFromRules(t *testing.T) {
-	r := parseRules(t, `keys: {tenant_header: x-tenant-id}
-buckets:
-  activity_create: {limit: 100, per: 1s, key: tenant, overridable: true}
-  login_ip: {key: ip, count: failures}
-  custom: {key: ip}
-routes:
-  - {method: POST, path: /a, buckets: [activity_create, login_ip]}
-  - {method: POST, path: /b, buckets: [custom], defaults: {custom: {limit: 9, per: 10s}}}
-  - {method: POST, path: /c, buckets: [custom]}
-`)
-	b := peerBounds(r)
-	for _, c := range []struct {
-		bucket string
-		scale  int64
-		want   int64
-		ok     bool
-	}{
-		{"activity_create", 1000, replicate.BoundFor(counter.MaxLimit), true}, // own 100/s, and overrides
-		{"activity_create", 3_600_000, replicate.BoundFor(counter.MaxLimit), true},
-		{"activity_create", 2000, 0, false},
-		{"login_ip", 60_000, 5 * replicate.PeerCountFactor, true}, // built-in 5/min
-		{"login_ip", 1000, 0, false},
-		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // its route default
-		{"custom", 60_000, 0, false},
-	} {
-		got, ok := b.PeerBound(counter.Bucket(r.BucketIndex(c.bucket)), c.scale)
-		if got != c.want || ok != c.ok {
-			t.Errorf("%s at %d ms: %d, %v; want %d, %v", c.bucket, c.scale, got, ok, c.want, c.ok)
-		}
-	}
-	if _, ok := b.PeerBound(99, 1000); ok {
-		t.Error("an unknown bucket index has bounds")
-	}
-}
-
 // TestServeClusterSealed: nodes that share a cluster key share one budget;
 // a node with another key is not heard, and hears nobody.
 func TestServeClusterSealed(t *testing.T) {
@@ -700,13 +606,4 @@ func (n *clusterNode) metricLabel(t *testing.T, name string, labels ...string) f
 		return v
 	}
 	return -1
-}
-
-func parseRules(t *testing.T, text string) *rules.Rules {
-	t.Helper()
-	r, err := rules.Parse([]byte(text), "test.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
 }

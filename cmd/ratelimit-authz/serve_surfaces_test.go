@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -33,12 +34,18 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
 
+// servingAttr is the value of key on the node's serving line (what an
+// operator reads), waiting for the line: Run writes it as it starts.
 func servingAttr(t *testing.T, logs *logbuf.Buffer, key string) string {
 	t.Helper()
-	m := regexp.MustCompile(`msg=serving .*\b` + key + `=(\S+)`).FindStringSubmatch(logs.String())
-	if m == nil {
-		t.Fatalf("serving line without %s:\n%s", key, logs)
-	}
+	re := regexp.MustCompile(`msg=serving .*\b` + key + `=(\S+)`)
+	var m []string
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if m = re.FindStringSubmatch(logs.String()); m == nil {
+			return fmt.Errorf("serving line without %s:\n%s", key, logs)
+		}
+		return nil
+	})
 	return m[1]
 }
 
@@ -78,10 +85,17 @@ func TestServeHelpSurfaces(t *testing.T) {
 // With --access-log-addr, Envoy's failed-login reports are taken there and
 // only there: a client of the Check port cannot lock an account.
 func TestServeAccessLogAddr(t *testing.T) {
-	grpcAddr, _, logs, _ := startServe(t, map[string]string{"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR": "127.0.0.1:0"})
-	alsAddr := servingAttr(t, logs, "access_log")
+	n := serveReady(t, map[string]string{"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR": "127.0.0.1:0"})
+	grpcAddr := n.grpc
+	if n.node.AccessLogAddr() == nil {
+		t.Fatal("no access-log listener of its own")
+	}
+	alsAddr := n.node.AccessLogAddr().String()
 	if alsAddr == grpcAddr {
 		t.Fatalf("access log on the gRPC address %s", grpcAddr)
+	}
+	if got := servingAttr(t, n.logs, "access_log"); got != alsAddr {
+		t.Errorf("serving line says access_log=%s, the listener is on %s", got, alsAddr)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -148,8 +162,15 @@ var errAgain = &net.AddrError{Err: "not yet"}
 // --pprof-addr serves profiles on their own address without the command
 // line; the removed --pprof and RATELIMIT_AUTHZ_PPROF are usage errors.
 func TestServePprof(t *testing.T) {
-	_, httpAddr, logs, stop := startServe(t, map[string]string{"RATELIMIT_AUTHZ_PPROF_ADDR": "127.0.0.1:0"})
-	pprofAddr := servingAttr(t, logs, "pprof")
+	n := serveReady(t, map[string]string{"RATELIMIT_AUTHZ_PPROF_ADDR": "127.0.0.1:0"})
+	httpAddr, stop := n.http, n.stop
+	if n.node.PprofAddr() == nil {
+		t.Fatal("no profile listener")
+	}
+	pprofAddr := n.node.PprofAddr().String()
+	if got := servingAttr(t, n.logs, "pprof"); got != pprofAddr {
+		t.Errorf("serving line says pprof=%s, the listener is on %s", got, pprofAddr)
+	}
 	code, body := scrape.Page(t, "http://"+pprofAddr+"/debug/pprof/")
 	if code != 200 || !strings.Contains(body, "goroutine") {
 		t.Errorf("pprof index: %d", code)
@@ -292,7 +313,7 @@ func (c *testCA) client(t *testing.T, name string, dns ...string) credentials.Tr
 // listeners, each with its own allow-list.
 func TestServeMutualTLSAllowLists(t *testing.T) {
 	ca := newTestCA(t)
-	grpcAddr, _, logs, _ := startServe(t, map[string]string{
+	n := serveReady(t, map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_TLS_CERT":                  ca.cert,
 		"RATELIMIT_AUTHZ_GRPC_TLS_KEY":                   ca.key,
 		"RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA":             ca.File,
@@ -300,7 +321,11 @@ func TestServeMutualTLSAllowLists(t *testing.T) {
 		"RATELIMIT_AUTHZ_ACCESS_LOG_ADDR":                "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_ACCESS_LOG_TLS_ALLOWED_CLIENTS": "edge.mesh",
 	})
-	alsAddr := servingAttr(t, logs, "access_log")
+	grpcAddr, logs := n.grpc, n.logs
+	if n.node.AccessLogAddr() == nil {
+		t.Fatal("no access-log listener of its own")
+	}
+	alsAddr := n.node.AccessLogAddr().String()
 	if got := servingAttr(t, logs, "grpc_tls"); got != "mtls" {
 		t.Errorf("grpc_tls=%s", got)
 	}
