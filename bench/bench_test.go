@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
@@ -233,8 +234,9 @@ func TestMedians(t *testing.T) {
 }
 
 func TestCompareUsesPairedRatios(t *testing.T) {
-	server := []*loadResult{{RPS: 90, Requests: 900, Denied: 90}, {RPS: 40, Requests: 400}}
-	noop := []*loadResult{{RPS: 100}, {RPS: 50}}
+	run := func(r loadresult.Result) *loadRun { return &loadRun{Result: r} }
+	server := []*loadRun{run(loadresult.Result{RPS: 90, Requests: 900, Denied: 90}), run(loadresult.Result{RPS: 40, Requests: 400})}
+	noop := []*loadRun{run(loadresult.Result{RPS: 100}), run(loadresult.Result{RPS: 50})}
 	row := compare(64, "allowed", server, noop)
 	// Round ratios 0.9 and 0.8: the median pairs each round with its own
 	// floor, not the medians with each other (65/75).
@@ -247,10 +249,10 @@ func TestCompareUsesPairedRatios(t *testing.T) {
 }
 
 func TestClusterRowDropsPartialWindows(t *testing.T) {
-	res := &loadResult{RPS: 200, Windows: []windowResult{
+	res := &loadRun{Result: loadresult.Result{RPS: 200, Windows: []loadresult.Window{
 		{StartMS: 0, Allowed: 5}, {StartMS: 1000, Allowed: 20}, {StartMS: 2000, Allowed: 22},
 		{StartMS: 3000, Allowed: 21}, {StartMS: 4000, Allowed: 3},
-	}}
+	}}}
 	row := clusterRow("fixed", 10, res, 20)
 	if row.Windows != 3 || row.Min != 20 || row.Max != 22 || row.Median != 21 || row.StartMS[0] != 1000 {
 		t.Errorf("row %+v", row)

@@ -94,7 +94,7 @@ func (r *runner) cluster(ctx context.Context) error {
 	type job struct {
 		alg  string
 		mult int
-		res  *loadResult
+		res  *loadRun
 		err  error
 	}
 	var jobs []*job
@@ -134,7 +134,7 @@ func (r *runner) cluster(ctx context.Context) error {
 
 // clusterRow summarises one load: the whole windows (the first and last,
 // partial, dropped), at most want of them.
-func clusterRow(alg string, mult int, res *loadResult, want int) ClusterRow {
+func clusterRow(alg string, mult int, res *loadRun, want int) ClusterRow {
 	row := ClusterRow{Algorithm: alg, Multiple: mult, OfferedRPS: float64(mult * clusterLimit), AchievedRPS: round1(res.RPS),
 		Errors: res.Errors, MaxInSpan: res.MaxInSpan}
 	ws := res.Windows

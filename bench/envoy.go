@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -86,7 +87,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	listeners := []struct{ name, addr string }{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
 	r.printf("%-5s %-6s %-5s %10s %9s %9s %9s %7s\n", "conc", "round", "authz", "req/s", "p50", "p99", "p99.9", "errors")
 	for _, c := range envoyConcurrency {
-		got := map[string][]*loadResult{}
+		got := map[string][]*loadRun{}
 		for round := range r.opt.rounds {
 			for i := range listeners {
 				l := listeners[(i+round)%len(listeners)]
@@ -98,7 +99,7 @@ func (r *runner) envoy(ctx context.Context) error {
 				}
 				got[l.name] = append(got[l.name], res)
 				r.printf("%-5d %-6d %-5s %10.0f %9s %9s %9s %7d\n", c, round+1, l.name, res.RPS,
-					fmtUS(res.Latency.P50), fmtUS(res.Latency.P99), fmtUS(res.Latency.P999), res.Errors)
+					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Errors)
 			}
 		}
 		row := EnvoyRow{Concurrency: c}
@@ -122,7 +123,7 @@ func (r *runner) envoy(ctx context.Context) error {
 			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
 		}
 		r.printf("c=%d: the filter adds %s at p50 and %s at p99 (with the no-op server: %s and %s)\n", c,
-			fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99))
+			loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99))
 	}
 	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // Targets of issue 7 (reported against, not asserted).
@@ -53,10 +55,10 @@ func targets(res *Results) []Target {
 	if okA && okD {
 		worst := max(a.Server.P99, d.Server.P99)
 		t.Value = worst
-		t.Measured = fmt.Sprintf("%s allowed, %s denied (no-op: %s), closed loop", fmtUS(a.Server.P99), fmtUS(d.Server.P99), fmtUS(a.Noop.P99))
+		t.Measured = fmt.Sprintf("%s allowed, %s denied (no-op: %s), closed loop", loadresult.Micros(a.Server.P99), loadresult.Micros(d.Server.P99), loadresult.Micros(a.Noop.P99))
 		for _, fr := range res.Single.FixedRate {
 			if fr.Workload == "allowed" {
-				t.Measured += fmt.Sprintf("; %s at a fixed %.0f/s (no-op %s)", fmtUS(fr.Server.P99), fr.Rate, fmtUS(fr.Noop.P99))
+				t.Measured += fmt.Sprintf("; %s at a fixed %.0f/s (no-op %s)", loadresult.Micros(fr.Server.P99), fr.Rate, loadresult.Micros(fr.Noop.P99))
 			}
 		}
 		t.Met = ptr(worst <= targetP99US)
@@ -181,8 +183,8 @@ func (r *runner) writeReport() error {
 		w("| concurrency | workload | checks/s | no-op/s | ratio | p50 | p90 | p99 | p99.9 | no-op p99 | denied | CPU µs/check: server / no-op / tool | errors |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range s.Rows {
 			w("| %d | %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %s | %s | %s | %s | %s | %.1f%% | %.1f / %.1f / %.1f | %d |\n", row.Concurrency, row.Workload,
-				row.ServerRPS, row.NoopRPS, row.Ratio, row.RatioMin, row.RatioMax, fmtUS(row.Server.P50), fmtUS(row.Server.P90),
-				fmtUS(row.Server.P99), fmtUS(row.Server.P999), fmtUS(row.Noop.P99), 100*row.DeniedShare,
+				row.ServerRPS, row.NoopRPS, row.Ratio, row.RatioMin, row.RatioMax, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
+				loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare,
 				row.ServerCPUUS, row.NoopCPUUS, row.ClientCPUUS, row.Errors)
 		}
 		w("\nCPU per check is the process's user + system time over the run (/proc/PID/stat) divided by the checks it answered; *tool* is the load tool's own, the same work whichever server it drives.\n")
@@ -190,8 +192,8 @@ func (r *runner) writeReport() error {
 			w("\nAt fixed rates (open loop, up to 64 in flight; a request that found every worker busy counts its latency from when it was due), 40%% and 10%% of what the no-op managed at concurrency 64, one run each:\n\n")
 			w("| rate | workload | p50 | p90 | p99 | p99.9 | no-op p50 | no-op p99 | no-op p99.9 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, row := range s.FixedRate {
-				w("| %.0f/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Rate, row.Workload, fmtUS(row.Server.P50), fmtUS(row.Server.P90),
-					fmtUS(row.Server.P99), fmtUS(row.Server.P999), fmtUS(row.Noop.P50), fmtUS(row.Noop.P99), fmtUS(row.Noop.P999))
+				w("| %.0f/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Rate, row.Workload, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
+					loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.Noop.P999))
 			}
 		}
 		w("\n")
@@ -267,8 +269,8 @@ func (r *runner) writeReport() error {
 		w("| concurrency | off p50 | off p99 | no-op p50 | no-op p99 | on p50 | on p99 | added p50 | added p99 | of which no-op p50 / p99 | req/s off / no-op / on | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range e.Rows {
 			w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.0f / %.0f / %.0f | %d |\n", row.Concurrency,
-				fmtUS(row.Off.P50), fmtUS(row.Off.P99), fmtUS(row.Noop.P50), fmtUS(row.Noop.P99), fmtUS(row.On.P50), fmtUS(row.On.P99),
-				fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99),
+				loadresult.Micros(row.Off.P50), loadresult.Micros(row.Off.P99), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.On.P50), loadresult.Micros(row.On.P99),
+				loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99),
 				row.OffRPS, row.NoopRPS, row.OnRPS, row.Errors)
 		}
 		w("\n")
@@ -365,15 +367,15 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 		case "p99":
 			a, _ := singleRow(res.Single, 64, "allowed")
 			w("- **p99 at concurrency 64** (%s). With 64 requests always in flight, latency is mostly queueing: by Little's law the mean is 64 / throughput = %s at %.0f checks/s.",
-				t.Margin, fmtUS(64/max(a.ServerRPS, 1)*1e6), a.ServerRPS)
+				t.Margin, loadresult.Micros(64/max(a.ServerRPS, 1)*1e6), a.ServerRPS)
 			if a.Noop.P99 > targetP99US {
-				w(" The no-op server's own p99 is %s: no ext_authz server meets 1 ms at concurrency 64 closed-loop on these %d shared cores; the check adds %s to it.", fmtUS(a.Noop.P99), res.Env.Cores, fmtUS(a.Server.P99-a.Noop.P99))
+				w(" The no-op server's own p99 is %s: no ext_authz server meets 1 ms at concurrency 64 closed-loop on these %d shared cores; the check adds %s to it.", loadresult.Micros(a.Noop.P99), res.Env.Cores, loadresult.Micros(a.Server.P99-a.Noop.P99))
 			} else {
-				w(" The no-op server's p99 is %s: the check itself adds %s.", fmtUS(a.Noop.P99), fmtUS(a.Server.P99-a.Noop.P99))
+				w(" The no-op server's p99 is %s: the check itself adds %s.", loadresult.Micros(a.Noop.P99), loadresult.Micros(a.Server.P99-a.Noop.P99))
 			}
 			for _, fr := range res.Single.FixedRate {
 				if fr.Workload == "allowed" {
-					w(" At a fixed %.0f/s (up to 64 in flight) the p99 is %s (no-op %s).", fr.Rate, fmtUS(fr.Server.P99), fmtUS(fr.Noop.P99))
+					w(" At a fixed %.0f/s (up to 64 in flight) the p99 is %s (no-op %s).", fr.Rate, loadresult.Micros(fr.Server.P99), loadresult.Micros(fr.Noop.P99))
 				}
 			}
 			w(" Below saturation the tail is the machine's: both processes share two cores with the load tool, so a check waits whenever the scheduler or a GC cycle runs something else first.")

@@ -264,7 +264,7 @@ type EnvoyRow struct {
 	Errors       int64   `json:"errors"`
 }
 
-func latOf(r *loadResult) Lat {
+func latOf(r *loadRun) Lat {
 	return Lat{P50: r.Latency.P50, P90: r.Latency.P90, P99: r.Latency.P99, P999: r.Latency.P999, Mean: r.Latency.Mean}
 }
 

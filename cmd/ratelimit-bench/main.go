@@ -17,7 +17,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +28,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func main() {
@@ -216,12 +217,12 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		res.Connections = max(conns, len(list))
 	}
 	if jsonOut != "" {
-		if err := writeJSON(jsonOut, res, stdout); err != nil {
+		if err := writeJSON(jsonOut, &res, stdout); err != nil {
 			return err
 		}
 	}
 	if jsonOut != "-" && !quiet {
-		printText(stdout, res)
+		printText(stdout, &res)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
@@ -262,12 +263,11 @@ func preflight(ctx context.Context, c caller, cfg loadConfig, targets []string) 
 	return nil
 }
 
-func writeJSON(path string, res Result, stdout io.Writer) error {
-	b, err := json.MarshalIndent(res, "", "  ")
+func writeJSON(path string, res *loadresult.Result, stdout io.Writer) error {
+	b, err := res.Marshal()
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
 	if path == "-" {
 		_, err = stdout.Write(b)
 		return err

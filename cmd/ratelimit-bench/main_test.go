@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
@@ -106,13 +107,13 @@ func startServer(t *testing.T, svc authv3.AuthorizationServer) string {
 	return srv.GRPCAddr().String()
 }
 
-func runCLI(t *testing.T, args ...string) (Result, string, error) {
+func runCLI(t *testing.T, args ...string) (loadresult.Result, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := run(ctx, args, &stdout, &stderr)
-	var res Result
+	var res loadresult.Result
 	if err == nil && strings.Contains(strings.Join(args, " "), "--json -") {
 		if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
 			t.Fatalf("JSON output: %v\n%s", jerr, stdout.String())
