@@ -2,15 +2,18 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
@@ -88,74 +91,41 @@ func indexOf(r *rules.Rules, name string) int {
 	return -1
 }
 
-func TestEnvoyConfigRenders(t *testing.T) {
-	hp := func(port string) hostPort { return hostPort{"127.0.0.1", port} }
-	b, err := renderEnvoyConfig(envoyAddrs{Admin: hp("1"), On: hp("2"), Noop: hp("3"), Off: hp("4"), Authz: hp("5"), NoopAuthz: hp("6"), App: hp("7")})
+// The end-to-end scenario's Envoy: three listeners on the shipped
+// bootstrap whose stats envoy() reads, the filter on each as it expects;
+// the real Envoy loads it.
+func TestEnvoyConfig(t *testing.T) {
+	b, err := envoyConfig(root(t), envoyAddrs{Admin: "127.0.0.1:1", On: "127.0.0.1:2", Noop: "127.0.0.1:3", Off: "127.0.0.1:4",
+		Authz: "127.0.0.1:5", NoopAuthz: "127.0.0.1:6", App: "127.0.0.1:7"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		StaticResources struct {
-			Listeners []struct {
-				Name    string         `yaml:"name"`
-				Address map[string]any `yaml:"address"`
-				Chains  []struct {
-					Filters []struct {
-						Config struct {
-							StatPrefix string `yaml:"stat_prefix"`
-							Routes     struct {
-								VHosts []struct {
-									Routes []struct {
-										PerFilter map[string]map[string]any `yaml:"typed_per_filter_config"`
-									} `yaml:"routes"`
-								} `yaml:"virtual_hosts"`
-							} `yaml:"route_config"`
-							HTTPFilters []struct {
-								Name   string `yaml:"name"`
-								Config struct {
-									GRPC struct {
-										Envoy struct {
-											Cluster string `yaml:"cluster_name"`
-										} `yaml:"envoy_grpc"`
-									} `yaml:"grpc_service"`
-								} `yaml:"typed_config"`
-							} `yaml:"http_filters"`
-						} `yaml:"typed_config"`
-					} `yaml:"filters"`
-				} `yaml:"filter_chains"`
-			} `yaml:"listeners"`
-			Clusters []struct {
-				Name string `yaml:"name"`
-			} `yaml:"clusters"`
-		} `yaml:"static_resources"`
+	cms, err := envoyconf.Inspect(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("%v\n%s", err, b)
+	got := map[string]bool{}
+	for _, c := range cms {
+		got[c.Listener] = c.ExtAuthz
 	}
-	want := map[string]struct {
-		disabled bool
-		cluster  string
-	}{"authz_on": {false, "ratelimit_authz"}, "authz_noop": {false, "noop_authz"}, "authz_off": {true, "ratelimit_authz"}}
-	if len(doc.StaticResources.Listeners) != len(want) || len(doc.StaticResources.Clusters) != 3 {
-		t.Fatalf("%d listeners, %d clusters:\n%s", len(doc.StaticResources.Listeners), len(doc.StaticResources.Clusters), b)
+	if want := map[string]bool{"authz_on": true, "authz_noop": true, "authz_off": false}; !maps.Equal(got, want) {
+		t.Errorf("listeners and their filter %v, want %v", got, want)
 	}
-	for _, l := range doc.StaticResources.Listeners {
-		w, ok := want[l.Name]
-		if !ok {
-			t.Errorf("unexpected listener %q", l.Name)
-			continue
+	for _, want := range []string{`stat_prefix: "authz_on"`, `stat_prefix: "authz_noop"`, `stat_prefix: "authz_off"`,
+		`envoy_grpc: { cluster_name: "noop_authz" }`, "port_value: 6 }", "port_value: 5 }"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the bootstrap lacks %q", want)
 		}
-		hcm := l.Chains[0].Filters[0].Config
-		if hcm.StatPrefix != l.Name {
-			t.Errorf("%s: stat_prefix %q", l.Name, hcm.StatPrefix)
-		}
-		per := hcm.Routes.VHosts[0].Routes[0].PerFilter["envoy.filters.http.ext_authz"]
-		if disabled, _ := per["disabled"].(bool); disabled != w.disabled {
-			t.Errorf("%s: filter disabled = %v, want %v", l.Name, disabled, w.disabled)
-		}
-		if got := hcm.HTTPFilters[0].Config.GRPC.Envoy.Cluster; hcm.HTTPFilters[0].Name != "envoy.filters.http.ext_authz" || got != w.cluster {
-			t.Errorf("%s: first filter %s → %s, want ext_authz → %s", l.Name, hcm.HTTPFilters[0].Name, got, w.cluster)
-		}
+	}
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	envoy := binaries.InstalledEnvoy(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", path, "--log-level", "error").CombinedOutput(); err != nil {
+		t.Fatalf("envoy --mode validate: %v\n%s", err, out)
 	}
 }
 

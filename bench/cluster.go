@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -61,7 +62,8 @@ func (r *runner) cluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	natsPort, monPort := splitHostPort(addrs[0]).Port, splitHostPort(addrs[1]).Port
+	_, natsPort, _ := net.SplitHostPort(addrs[0])
+	_, monPort, _ := net.SplitHostPort(addrs[1])
 	nats, err := r.start("s3-nats", r.lifetime(), nil, r.bins.nats, "-a", "127.0.0.1", "-p", natsPort, "-m", monPort)
 	if err != nil {
 		return err

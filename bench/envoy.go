@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
@@ -61,9 +62,7 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 	defer noop.stop()
-	a := envoyAddrs{Admin: splitHostPort(addrs[1]), On: splitHostPort(addrs[2]), Noop: splitHostPort(addrs[3]), Off: splitHostPort(addrs[4]),
-		Authz: splitHostPort(grpcAddr), NoopAuthz: splitHostPort(noopAddr), App: splitHostPort(addrs[0])}
-	cfg, err := renderEnvoyConfig(a)
+	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: grpcAddr, NoopAuthz: noopAddr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -137,6 +136,37 @@ func (r *runner) envoy(ctx context.Context) error {
 		return fmt.Errorf("the filter was not on where expected: %v", e.Stats)
 	}
 	return nil
+}
+
+// envoyAddrs are the addresses of the end-to-end scenario.
+type envoyAddrs struct {
+	Admin, On, Noop, Off  string // Envoy's admin and its three listeners
+	Authz, NoopAuthz, App string // ratelimit-authz, the no-op server, the upstream
+}
+
+// envoyConfig is the shipped bootstrap (envoy/ratelimit-authz.yaml, as
+// users copy it: routes, failure access log, retries, health checks)
+// with three listeners instead of its one, alike but for the ext_authz
+// filter: on with ratelimit-authz (authz_on), on with the no-op server
+// (authz_noop, a second check cluster) and left out (authz_off). on − off
+// is what the filter costs; noop − off is the part of it any ext_authz
+// server costs.
+func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
+	src, err := os.ReadFile(filepath.Join(root, envoyconf.Path))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := envoyconf.Render(src, envoyconf.Addrs{Admin: a.Admin, Listener: a.On, Authz: []string{a.Authz}, App: a.App})
+	if err != nil {
+		return nil, err
+	}
+	if cfg, err = envoyconf.WithAuthzCluster(cfg, "noop_authz", a.NoopAuthz); err != nil {
+		return nil, err
+	}
+	return envoyconf.WithListeners(cfg,
+		envoyconf.Listener{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedAuthzCluster},
+		envoyconf.Listener{Name: "authz_noop", Addr: a.Noop, Authz: "noop_authz"},
+		envoyconf.Listener{Name: "authz_off", Addr: a.Off})
 }
 
 // envoyLabels name the listeners in plots.

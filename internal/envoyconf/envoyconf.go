@@ -1,13 +1,22 @@
 // Package envoyconf renders the shipped Envoy bootstrap,
 // envoy/ratelimit-authz.yaml, with the addresses of one run: the end-to-end
-// tests and the demo run exactly the file users copy, with only its four
-// addresses changed (and the ratelimit_authz cluster given one endpoint
-// per node).
+// tests, the demo and the benchmarks run exactly the file users copy, with
+// only its four addresses changed (and the ratelimit_authz cluster given
+// one endpoint per node). It is the only place that writes a bootstrap.
 //
-// The rendering is textual, on purpose: each shipped address must occur
-// exactly once, so a bootstrap whose addresses are edited, added or
-// reformatted makes Render fail loudly instead of leaving a fixed port
-// behind.
+// Options edit a rendering for what one run needs and nothing else: trust
+// in proxies ahead (WithTrustedHops), headers stripped before the check
+// (WithHeaderStrip), a second check cluster (WithAuthzCluster) and several
+// copies of the listener that differ in their check cluster or have no
+// ext_authz filter at all (WithListeners), which is how a benchmark
+// compares Envoy with and without the filter.
+//
+// The rendering is textual, on purpose: each shipped address and each
+// line an option edits must occur exactly once, so a bootstrap whose
+// addresses are edited, added or reformatted makes Render or the option
+// fail loudly (ErrPlaceholder) instead of leaving a fixed port or an
+// unedited listener behind. Names it writes are quoted: Envoy's YAML
+// reads a plain on or off as a boolean.
 package envoyconf
 
 import (
