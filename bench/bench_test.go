@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -232,6 +233,75 @@ func TestClusterRowDropsPartialWindows(t *testing.T) {
 	}
 }
 
+func TestClusterLoadPhases(t *testing.T) {
+	// Windows at 0…9 s; NATS stopped at 3.5 s, started again at 6 s, all
+	// nodes back at 7.2 s.
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	win := func(node0, node1 int64) []loadresult.Window {
+		var ws []loadresult.Window
+		for s := int64(0); s < 10; s++ {
+			ws = append(ws, loadresult.Window{StartMS: s * 1000, Allowed: node0 + s, Denied: 1})
+		}
+		return ws
+	}
+	runs := []*loadRun{{Result: loadresult.Result{Windows: win(10, 0)}}, {Result: loadresult.Result{Windows: win(20, 0)[1:]}}}
+	ws := clusterLoadWindows(runs, at(3500), at(6000), at(7200))
+	var phases []string
+	for _, w := range ws {
+		phases = append(phases, w.Phase)
+	}
+	if want := "partial up up transition down down transition transition back partial"; strings.Join(phases, " ") != want {
+		t.Errorf("phases %v, want %s", phases, want)
+	}
+	// Window 0 only on node 0; the others on both, summed.
+	if ws[0].Total != 10 || !slices.Equal(ws[0].PerNode, []int64{10, 0}) || ws[4].Total != 14+24 {
+		t.Errorf("windows %+v", ws)
+	}
+
+	ok := []ClusterLoadWindow{
+		{Phase: "up", PerNode: []int64{40, 30, 40}, Total: 110}, {Phase: "up", PerNode: []int64{30, 30, 40}, Total: 100},
+		{Phase: "down", PerNode: []int64{100, 102, 98}, Total: 300}, {Phase: "down", PerNode: []int64{90, 90, 91}, Total: 271},
+		{Phase: "transition", PerNode: []int64{300, 0, 0}, Total: 300}, {Phase: "back", PerNode: []int64{34, 33, 33}, Total: 100},
+	}
+	byPhase := func(ps []ClusterLoadPhase) map[string]ClusterLoadPhase {
+		m := map[string]ClusterLoadPhase{}
+		for _, p := range ps {
+			m[p.Phase] = p
+		}
+		return m
+	}
+	got := byPhase(clusterLoadSummary(ok, 3, 100))
+	for _, ph := range []string{"up", "down", "back"} {
+		if p := got[ph]; p.Met == nil || !*p.Met {
+			t.Errorf("%s: %+v, want met", ph, p)
+		}
+	}
+	if p := got["down"]; p.Windows != 2 || p.Min != 271 || p.Max != 300 || p.MaxPerNode != 102 || p.Median != 285.5 {
+		t.Errorf("down: %+v", p)
+	}
+	if got["up"].MaxPerNode != 40 || got["up"].P90 != 110 {
+		t.Errorf("up: %+v (the transition window counts in no phase)", got["up"])
+	}
+	// Each promise can be broken on its own.
+	for name, tc := range map[string]struct {
+		w     ClusterLoadWindow
+		phase string
+	}{
+		"over 1.1× with NATS up":       {ClusterLoadWindow{Phase: "up", PerNode: []int64{37, 37, 37}, Total: 111}, "up"},
+		"a node over its limit":        {ClusterLoadWindow{Phase: "down", PerNode: []int64{103, 90, 90}, Total: 283}, "down"},
+		"a node short with NATS down":  {ClusterLoadWindow{Phase: "down", PerNode: []int64{100, 100, 69}, Total: 269}, "down"},
+		"over 1.1× after NATS is back": {ClusterLoadWindow{Phase: "back", PerNode: []int64{100, 10, 10}, Total: 120}, "back"},
+	} {
+		p := byPhase(clusterLoadSummary(append(slices.Clone(ok), tc.w), 3, 100))[tc.phase]
+		if p.Met == nil || *p.Met {
+			t.Errorf("%s: %+v, want missed", name, p)
+		}
+	}
+	if p := byPhase(clusterLoadSummary(nil, 3, 100))["down"]; p.Met != nil || p.Windows != 0 {
+		t.Errorf("no windows: %+v, want not judged", p)
+	}
+}
+
 func TestTargets(t *testing.T) {
 	res := &Results{
 		Single: &Single{Rows: []SingleRow{
@@ -275,10 +345,12 @@ func TestReportRenders(t *testing.T) {
 		Profile: &Profile{Source: "test", Shares: []ProfileShare{{Part: "Check: x", Share: 0.07}}, Top: "flat flat%"},
 		Memory:  &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
 		Cluster: &Cluster{Skipped: "replication not available"},
-		Envoy:   &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
-		Micro:   &Micro{Command: "go test", Benchstat: "geomean 1"},
-		Errors:  []StepError{{"cluster", "boom\nmore"}},
-		Plots:   []string{"throughput.png"},
+		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
+			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
+		Envoy:  &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
+		Errors: []StepError{{"cluster", "boom\nmore"}},
+		Plots:  []string{"throughput.png"},
 	}}
 	r.res.Targets = targets(r.res)
 	if err := r.writeReport(); err != nil {
@@ -286,7 +358,8 @@ func TestReportRenders(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Targets", "**missed**", "Little's law", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
-		"## 4. End to end", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
+		"## 4. End to end", "## 5. A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
+		"| 0 | down | 100 101 99 | 300 |", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}

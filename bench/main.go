@@ -55,7 +55,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "memory", "cluster", "envoy"}
+var allScenarios = []string{"micro", "single", "memory", "cluster", "cluster-load", "envoy"}
 
 type options struct {
 	out        string
@@ -239,6 +239,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["cluster"] {
 		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
+	}
+	if opt.only["cluster-load"] {
+		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
 	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })

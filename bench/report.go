@@ -277,6 +277,32 @@ func (r *runner) writeReport() error {
 		r.plotRef(&b, "latency-cdf-envoy.png", "Latency CDF through Envoy, filter off, on with the no-op server, on")
 	}
 
+	if c := res.ClusterLoad; c != nil {
+		w("## 5. A cluster through a NATS outage\n\n")
+		if c.Skipped != "" {
+			w("Skipped: %s.\n\n", c.Skipped)
+		} else {
+			w("%d nodes (`ratelimit-authz serve --backend cluster`, the shipped configuration, sync interval %s) on one nats-server; one tenant offered %.0f activity writes per second in all against `activity_create` (%d per 1 s window), %.1f/s through each node (one load process and connection per node). NATS up for %gs, then stopped (SIGTERM) for %gs, then started again on the same address for %gs: it stopped %.1fs after the start (every node reported itself disconnected %.2fs later) and started again at %.1fs; every node had reconnected %.2fs after that. Admitted = checks answered OK in each 1 s window (by the midpoint of each call); windows across the stop, the restart or the reconnection are *transition*, the first and last *partial*. %d errors.\n\n",
+				c.Nodes, c.SyncInterval, c.RatePerNode*float64(c.Nodes), c.Limit, c.RatePerNode, c.UpS, c.DownS, c.BackS,
+				c.StopAtS, c.DisconnectedS, c.RestartAtS, c.ReconnectedS, c.Errors)
+			w("| NATS | windows | min | median | p90 | max | one node at most | expected | |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+			for _, p := range c.Phases {
+				verdict := "no window"
+				if p.Met != nil {
+					verdict = map[bool]string{true: "**met**", false: "**missed**"}[*p.Met]
+				}
+				w("| %s | %d | %d | %.0f | %d | %d | %d | %s | %s |\n", p.Phase, p.Windows, p.Min, p.Median, p.P90, p.Max, p.MaxPerNode, p.Expected, verdict)
+			}
+			w("\nWith NATS up the nodes hold the limit together; with it down each counts alone, so up to %d× the limit is admitted in all, and no node more than the limit; once every node has reconnected they hold it together again. Batches published per second with NATS up, per node: %s.\n\n",
+				c.Nodes, strings.Trim(fmt.Sprint(c.BatchesPerS), "[]"))
+			w("<details><summary>admitted per window</summary>\n\n| window | phase | per node | all |\n|---:|---|---|---:|\n")
+			for i, win := range c.Windows {
+				w("| %d | %s | %s | %d |\n", i, win.Phase, strings.Trim(fmt.Sprint(win.PerNode), "[]"), win.Total)
+			}
+			w("\n</details>\n\n")
+		}
+	}
+
 	if m := res.Micro; m != nil {
 		w("## Go microbenchmarks\n\n`%s`", m.Command)
 		if m.Compared {
