@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
-// Targets of issue 7 (reported against, not asserted).
+// The targets the report judges a run by (reported against, not asserted).
 const (
 	targetRatio       = 0.85
 	targetP99US       = 1000.0

@@ -55,7 +55,8 @@ type StepError struct {
 	Error string `json:"error"`
 }
 
-// Target is one goal of issue 7, reported against, not asserted.
+// Target is one goal the report judges a run by, reported against, not
+// asserted.
 type Target struct {
 	Name     string  `json:"name"`
 	Goal     string  `json:"goal"`

@@ -4,8 +4,9 @@
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
 // ext_authz server (the floor every figure is compared with), the real
-// Check path in process with /debug/pprof (for profiles), and a minimal
-// upstream application for Envoy.
+// Check path in process with Go's profiles on their own address, and a
+// minimal upstream application for Envoy. --json writes a run's result in
+// the one schema of internal/loadresult, which the runner reads.
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
