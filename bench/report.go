@@ -106,29 +106,22 @@ func targets(res *Results) []Target {
 	return out
 }
 
-func perCheck(p *Profile, part string) float64 {
+// part is the share of the profile part named starting with prefix; the
+// zero share when there is no profile or no such part.
+func part(p *Profile, prefix string) ProfileShare {
 	if p == nil {
-		return 0
+		return ProfileShare{}
 	}
 	for _, s := range p.Shares {
-		if strings.HasPrefix(s.Part, part) {
-			return s.PerCheckUS
+		if strings.HasPrefix(s.Part, prefix) {
+			return s
 		}
 	}
-	return 0
+	return ProfileShare{}
 }
 
-func share(p *Profile, part string) float64 {
-	if p == nil {
-		return 0
-	}
-	for _, s := range p.Shares {
-		if strings.HasPrefix(s.Part, part) {
-			return s.Share
-		}
-	}
-	return 0
-}
+// share is part's share of the samples.
+func share(p *Profile, prefix string) float64 { return part(p, prefix).Share }
 
 // writeReport writes REPORT.md from the results.
 func (r *runner) writeReport() error {
@@ -380,7 +373,7 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 					a.Workload, a.ServerCPUUS, a.NoopCPUUS, 100*(a.ServerCPUUS/a.NoopCPUUS-1), a.ClientCPUUS, predicted, a.Ratio)
 			}
 			if p != nil && len(p.Shares) > 0 {
-				w("In its CPU profile (at a fixed %.0f/s) the handler, `Check`, is %.1f µs per check, %.0f%% of the samples", p.Rate, perCheck(p, "Check"), 100*share(p, "Check"))
+				w("In its CPU profile (at a fixed %.0f/s) the handler, `Check`, is %.1f µs per check, %.0f%% of the samples", p.Rate, part(p, "Check").PerCheckUS, 100*share(p, "Check"))
 				w(" (descriptors %.0f%%, counter %.0f%%, duration histogram %.0f%%), while work any ext_authz server does dominates: decoding the CheckRequest (a map of every header) %.0f%%, encoding the answer %.0f%%, HTTP/2 frames in and out and their system calls most of the rest, growing the stacks of gRPC's per-call goroutines %.0f%%, GC %.0f%%. ",
 					100*share(p, "descriptors"), 100*share(p, "counter"), 100*share(p, "check duration"),
 					100*share(p, "decode"), 100*share(p, "encode"), 100*share(p, "goroutine stack"), 100*share(p, "garbage"))

@@ -20,11 +20,13 @@
 package envoyconf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -150,6 +152,17 @@ func RenderFile(src, dst string, a Addrs) error {
 	}
 	if err := os.WriteFile(dst, out, 0o644); err != nil {
 		return fmt.Errorf("envoyconf: %w", err)
+	}
+	return nil
+}
+
+// Validate runs the Envoy binary envoy in validate mode on the bootstrap
+// at path: what Envoy itself makes of a rendering, beyond what rendering
+// checks. Its error carries Envoy's output.
+func Validate(ctx context.Context, envoy, path string) error {
+	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", path, "--log-level", "error").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("envoyconf: envoy --mode validate -c %s: %w\n%s", path, err, out)
 	}
 	return nil
 }
