@@ -232,8 +232,9 @@ func TestClusterRowDropsPartialWindows(t *testing.T) {
 }
 
 func TestClusterLoadPhases(t *testing.T) {
-	// Windows at 0…9 s; NATS stopped at 3.5 s, started again at 6 s, all
-	// nodes back at 7.2 s.
+	// Windows at 0…9 s; every node under load at 0.3 s (window 0 is
+	// partial), NATS stopped at 3.5 s, started again at 6 s, all nodes
+	// back at 7.2 s.
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
 	win := func(node0, node1 int64) []loadresult.Window {
 		var ws []loadresult.Window
@@ -243,13 +244,21 @@ func TestClusterLoadPhases(t *testing.T) {
 		return ws
 	}
 	runs := []*loadRun{{Result: loadresult.Result{Windows: win(10, 0)}}, {Result: loadresult.Result{Windows: win(20, 0)[1:]}}}
-	ws := clusterLoadWindows(runs, at(3500), at(6000), at(7200))
+	ws := clusterLoadWindows(runs, at(300), at(3500), at(6000), at(7200))
 	var phases []string
 	for _, w := range ws {
 		phases = append(phases, w.Phase)
 	}
 	if want := "partial up up transition down down transition transition back partial"; strings.Join(phases, " ") != want {
 		t.Errorf("phases %v, want %s", phases, want)
+	}
+	// A window that began before every node was under load is partial.
+	phases = phases[:0]
+	for _, w := range clusterLoadWindows(runs, at(1500), at(3500), at(6000), at(7200)) {
+		phases = append(phases, w.Phase)
+	}
+	if want := "partial partial up transition"; strings.Join(phases[:4], " ") != want {
+		t.Errorf("phases with a late start %v, want %s …", phases, want)
 	}
 	// Window 0 only on node 0; the others on both, summed.
 	if ws[0].Total != 10 || !slices.Equal(ws[0].PerNode, []int64{10, 0}) || ws[4].Total != 14+24 {

@@ -66,28 +66,46 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	const connected = "ratelimit_authz_replicate_connected"
 
 	// Start just after a window boundary, so the first window is nearly
-	// whole (it is dropped as partial all the same).
+	// whole (it is dropped as partial all the same). The phases are timed
+	// from when every node has counted a check of the load: each load
+	// process takes a moment to start. The loads run a little longer than
+	// the phases, so the last phase is not cut short by that moment.
 	sleepCtx(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
-	start := time.Now()
 	total := up + down + back
-	b0, err := h.metric(batches)
-	if err != nil {
-		return err
-	}
 	runs := make([]*loadRun, len(h.nodes))
 	errs := make([]error, len(h.nodes))
 	var wg sync.WaitGroup
 	for i, n := range h.nodes {
 		wg.Go(func() {
-			runs[i], errs[i] = r.load(ctx, n.id, total,
+			runs[i], errs[i] = r.load(ctx, n.id, total+2*time.Second,
 				"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
 				"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
 				"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
-				"--duration", total.String(), "--warmup", "0", "--timeout", "1s", "--window", "1s")
+				"--duration", (total + 2*time.Second).String(), "--warmup", "0", "--timeout", "1s", "--window", "1s")
 		})
 	}
 	// Whatever happens below, the loads end by their --duration.
 	defer wg.Wait()
+	counting := func() error {
+		got, err := h.metric("ratelimit_authz_checks_total")
+		if err != nil {
+			return err
+		}
+		for i, x := range got {
+			if x == 0 {
+				return fmt.Errorf("%s has counted no check yet", h.nodes[i].id)
+			}
+		}
+		return nil
+	}
+	if err := poll.Wait(30*time.Second, 10*time.Millisecond, counting); err != nil {
+		return fmt.Errorf("the load did not start: %w", err)
+	}
+	start := time.Now()
+	b0, err := h.metric(batches)
+	if err != nil {
+		return err
+	}
 
 	allAre := func(v float64) func() error {
 		return func() error {
@@ -139,7 +157,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 		}
 		cl.Errors += runs[i].Errors
 	}
-	cl.Windows = clusterLoadWindows(runs, stopAt, restartAt, backAt)
+	cl.Windows = clusterLoadWindows(runs, start, stopAt, restartAt, backAt)
 	cl.Phases = clusterLoadSummary(cl.Windows, clusterLoadNodes, clusterLoadLimit)
 
 	r.printf("NATS stopped %.1fs after the start (all nodes disconnected %.2fs later), restarted %.1fs after the start; all nodes reconnected %.2fs after the restart\n",
@@ -157,12 +175,14 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 }
 
 // clusterLoadWindows merges the per-node windows of runs (in node order)
-// and names each window's phase by the moments NATS was stopped, started
-// again, and all nodes had reconnected: up (wholly before the stop), down
-// (wholly between the stop and the restart), back (wholly after the
-// reconnection), transition (across one of them), and partial (the first
-// and the last, which the load did not fill).
-func clusterLoadWindows(runs []*loadRun, stopAt, restartAt, backAt time.Time) []ClusterLoadWindow {
+// and names each window's phase by the moments every node was under load
+// (start), NATS was stopped, started again, and all nodes had
+// reconnected: up (wholly between the start and the stop), down (wholly
+// between the stop and the restart), back (wholly after the
+// reconnection), transition (across the stop, the restart or the
+// reconnection), and partial (before the start, and the last window,
+// which the load did not fill).
+func clusterLoadWindows(runs []*loadRun, start, stopAt, restartAt, backAt time.Time) []ClusterLoadWindow {
 	per := map[int64][]int64{}
 	for i, res := range runs {
 		for _, w := range res.Windows {
@@ -182,7 +202,7 @@ func clusterLoadWindows(runs []*loadRun, stopAt, restartAt, backAt time.Time) []
 		end := time.UnixMilli(s + 1000)
 		begin := time.UnixMilli(s)
 		switch {
-		case i == 0 || i == len(starts)-1:
+		case begin.Before(start) || i == len(starts)-1:
 			w.Phase = "partial"
 		case !end.After(stopAt):
 			w.Phase = "up"
