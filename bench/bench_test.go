@@ -2,15 +2,19 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
@@ -90,74 +94,40 @@ func indexOf(r *rules.Rules, name string) int {
 	return -1
 }
 
-func TestEnvoyConfigRenders(t *testing.T) {
-	hp := func(port string) hostPort { return hostPort{"127.0.0.1", port} }
-	b, err := renderEnvoyConfig(envoyAddrs{Admin: hp("1"), On: hp("2"), Noop: hp("3"), Off: hp("4"), Authz: hp("5"), NoopAuthz: hp("6"), App: hp("7")})
+// The end-to-end scenario's Envoy: three listeners on the shipped
+// bootstrap whose stats envoy() reads, the filter on each as it expects;
+// the real Envoy loads it.
+func TestEnvoyConfig(t *testing.T) {
+	b, err := envoyConfig(root(t), envoyAddrs{Admin: "127.0.0.1:1", On: "127.0.0.1:2", Noop: "127.0.0.1:3", Off: "127.0.0.1:4",
+		Authz: "127.0.0.1:5", NoopAuthz: "127.0.0.1:6", App: "127.0.0.1:7"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		StaticResources struct {
-			Listeners []struct {
-				Name    string         `yaml:"name"`
-				Address map[string]any `yaml:"address"`
-				Chains  []struct {
-					Filters []struct {
-						Config struct {
-							StatPrefix string `yaml:"stat_prefix"`
-							Routes     struct {
-								VHosts []struct {
-									Routes []struct {
-										PerFilter map[string]map[string]any `yaml:"typed_per_filter_config"`
-									} `yaml:"routes"`
-								} `yaml:"virtual_hosts"`
-							} `yaml:"route_config"`
-							HTTPFilters []struct {
-								Name   string `yaml:"name"`
-								Config struct {
-									GRPC struct {
-										Envoy struct {
-											Cluster string `yaml:"cluster_name"`
-										} `yaml:"envoy_grpc"`
-									} `yaml:"grpc_service"`
-								} `yaml:"typed_config"`
-							} `yaml:"http_filters"`
-						} `yaml:"typed_config"`
-					} `yaml:"filters"`
-				} `yaml:"filter_chains"`
-			} `yaml:"listeners"`
-			Clusters []struct {
-				Name string `yaml:"name"`
-			} `yaml:"clusters"`
-		} `yaml:"static_resources"`
+	cms, err := envoyconf.Inspect(b)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("%v\n%s", err, b)
+	got := map[string]bool{}
+	for _, c := range cms {
+		got[c.Listener] = c.ExtAuthz
 	}
-	want := map[string]struct {
-		disabled bool
-		cluster  string
-	}{"authz_on": {false, "ratelimit_authz"}, "authz_noop": {false, "noop_authz"}, "authz_off": {true, "ratelimit_authz"}}
-	if len(doc.StaticResources.Listeners) != len(want) || len(doc.StaticResources.Clusters) != 3 {
-		t.Fatalf("%d listeners, %d clusters:\n%s", len(doc.StaticResources.Listeners), len(doc.StaticResources.Clusters), b)
+	if want := map[string]bool{"authz_on": true, "authz_noop": true, "authz_off": false}; !maps.Equal(got, want) {
+		t.Errorf("listeners and their filter %v, want %v", got, want)
 	}
-	for _, l := range doc.StaticResources.Listeners {
-		w, ok := want[l.Name]
-		if !ok {
-			t.Errorf("unexpected listener %q", l.Name)
-			continue
+	for _, want := range []string{`stat_prefix: "authz_on"`, `stat_prefix: "authz_noop"`, `stat_prefix: "authz_off"`,
+		`envoy_grpc: { cluster_name: "noop_authz" }`, "port_value: 6 }", "port_value: 5 }"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the bootstrap lacks %q", want)
 		}
-		hcm := l.Chains[0].Filters[0].Config
-		if hcm.StatPrefix != l.Name {
-			t.Errorf("%s: stat_prefix %q", l.Name, hcm.StatPrefix)
-		}
-		per := hcm.Routes.VHosts[0].Routes[0].PerFilter["envoy.filters.http.ext_authz"]
-		if disabled, _ := per["disabled"].(bool); disabled != w.disabled {
-			t.Errorf("%s: filter disabled = %v, want %v", l.Name, disabled, w.disabled)
-		}
-		if got := hcm.HTTPFilters[0].Config.GRPC.Envoy.Cluster; hcm.HTTPFilters[0].Name != "envoy.filters.http.ext_authz" || got != w.cluster {
-			t.Errorf("%s: first filter %s → %s, want ext_authz → %s", l.Name, hcm.HTTPFilters[0].Name, got, w.cluster)
-		}
+	}
+	path := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := envoyconf.Validate(ctx, binaries.InstalledEnvoy(t), path); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -236,8 +206,9 @@ func TestMedians(t *testing.T) {
 }
 
 func TestCompareUsesPairedRatios(t *testing.T) {
-	server := []*loadResult{{RPS: 90, Requests: 900, Denied: 90}, {RPS: 40, Requests: 400}}
-	noop := []*loadResult{{RPS: 100}, {RPS: 50}}
+	run := func(r loadresult.Result) *loadRun { return &loadRun{Result: r} }
+	server := []*loadRun{run(loadresult.Result{RPS: 90, Requests: 900, Denied: 90}), run(loadresult.Result{RPS: 40, Requests: 400})}
+	noop := []*loadRun{run(loadresult.Result{RPS: 100}), run(loadresult.Result{RPS: 50})}
 	row := compare(64, "allowed", server, noop)
 	// Round ratios 0.9 and 0.8: the median pairs each round with its own
 	// floor, not the medians with each other (65/75).
@@ -250,16 +221,94 @@ func TestCompareUsesPairedRatios(t *testing.T) {
 }
 
 func TestClusterRowDropsPartialWindows(t *testing.T) {
-	res := &loadResult{RPS: 200, Windows: []windowResult{
+	res := &loadRun{Result: loadresult.Result{RPS: 200, Windows: []loadresult.Window{
 		{StartMS: 0, Allowed: 5}, {StartMS: 1000, Allowed: 20}, {StartMS: 2000, Allowed: 22},
 		{StartMS: 3000, Allowed: 21}, {StartMS: 4000, Allowed: 3},
-	}}
+	}}}
 	row := clusterRow("fixed", 10, res, 20)
 	if row.Windows != 3 || row.Min != 20 || row.Max != 22 || row.Median != 21 || row.StartMS[0] != 1000 {
 		t.Errorf("row %+v", row)
 	}
 	if row := clusterRow("fixed", 10, res, 2); row.Windows != 2 || row.Max != 22 {
 		t.Errorf("capped row %+v", row)
+	}
+}
+
+func TestClusterLoadPhases(t *testing.T) {
+	// Windows at 0…9 s; every node under load at 0.3 s (window 0 is
+	// partial), NATS stopped at 3.5 s, started again at 6 s, all nodes
+	// back at 7.2 s.
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	win := func(node0, node1 int64) []loadresult.Window {
+		var ws []loadresult.Window
+		for s := int64(0); s < 10; s++ {
+			ws = append(ws, loadresult.Window{StartMS: s * 1000, Allowed: node0 + s, Denied: 1})
+		}
+		return ws
+	}
+	runs := []*loadRun{{Result: loadresult.Result{Windows: win(10, 0)}}, {Result: loadresult.Result{Windows: win(20, 0)[1:]}}}
+	ws := clusterLoadWindows(runs, at(300), at(3500), at(6000), at(7200))
+	var phases []string
+	for _, w := range ws {
+		phases = append(phases, w.Phase)
+	}
+	if want := "partial up up transition down down transition transition back partial"; strings.Join(phases, " ") != want {
+		t.Errorf("phases %v, want %s", phases, want)
+	}
+	// A window that began before every node was under load is partial.
+	phases = phases[:0]
+	for _, w := range clusterLoadWindows(runs, at(1500), at(3500), at(6000), at(7200)) {
+		phases = append(phases, w.Phase)
+	}
+	if want := "partial partial up transition"; strings.Join(phases[:4], " ") != want {
+		t.Errorf("phases with a late start %v, want %s …", phases, want)
+	}
+	// Window 0 only on node 0; the others on both, summed.
+	if ws[0].Total != 10 || !slices.Equal(ws[0].PerNode, []int64{10, 0}) || ws[4].Total != 14+24 {
+		t.Errorf("windows %+v", ws)
+	}
+
+	ok := []ClusterLoadWindow{
+		{Phase: "up", PerNode: []int64{40, 30, 40}, Total: 110}, {Phase: "up", PerNode: []int64{30, 30, 40}, Total: 100},
+		{Phase: "down", PerNode: []int64{100, 102, 98}, Total: 300}, {Phase: "down", PerNode: []int64{90, 90, 91}, Total: 271},
+		{Phase: "transition", PerNode: []int64{300, 0, 0}, Total: 300}, {Phase: "back", PerNode: []int64{34, 33, 33}, Total: 100},
+	}
+	byPhase := func(ps []ClusterLoadPhase) map[string]ClusterLoadPhase {
+		m := map[string]ClusterLoadPhase{}
+		for _, p := range ps {
+			m[p.Phase] = p
+		}
+		return m
+	}
+	got := byPhase(clusterLoadSummary(ok, 3, 100))
+	for _, ph := range []string{"up", "down", "back"} {
+		if p := got[ph]; p.Met == nil || !*p.Met {
+			t.Errorf("%s: %+v, want met", ph, p)
+		}
+	}
+	if p := got["down"]; p.Windows != 2 || p.Min != 271 || p.Max != 300 || p.MaxPerNode != 102 || p.Median != 285.5 {
+		t.Errorf("down: %+v", p)
+	}
+	if got["up"].MaxPerNode != 40 || got["up"].P90 != 110 {
+		t.Errorf("up: %+v (the transition window counts in no phase)", got["up"])
+	}
+	// Each promise can be broken on its own.
+	for name, tc := range map[string]struct {
+		w     ClusterLoadWindow
+		phase string
+	}{
+		"over 1.1× with NATS up":       {ClusterLoadWindow{Phase: "up", PerNode: []int64{37, 37, 37}, Total: 111}, "up"},
+		"a node over its limit":        {ClusterLoadWindow{Phase: "down", PerNode: []int64{103, 90, 90}, Total: 283}, "down"},
+		"a node short with NATS down":  {ClusterLoadWindow{Phase: "down", PerNode: []int64{100, 100, 69}, Total: 269}, "down"},
+		"over 1.1× after NATS is back": {ClusterLoadWindow{Phase: "back", PerNode: []int64{100, 10, 10}, Total: 120}, "back"},
+	} {
+		p := byPhase(clusterLoadSummary(append(slices.Clone(ok), tc.w), 3, 100))[tc.phase]
+		if p.Met == nil || *p.Met {
+			t.Errorf("%s: %+v, want missed", name, p)
+		}
+	}
+	if p := byPhase(clusterLoadSummary(nil, 3, 100))["down"]; p.Met != nil || p.Windows != 0 {
+		t.Errorf("no windows: %+v, want not judged", p)
 	}
 }
 
@@ -306,18 +355,21 @@ func TestReportRenders(t *testing.T) {
 		Profile: &Profile{Source: "test", Shares: []ProfileShare{{Part: "Check: x", Share: 0.07}}, Top: "flat flat%"},
 		Memory:  &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
 		Cluster: &Cluster{Skipped: "replication not available"},
-		Envoy:   &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
-		Micro:   &Micro{Command: "go test", Benchstat: "geomean 1"},
-		Errors:  []StepError{{"cluster", "boom\nmore"}},
-		Plots:   []string{"throughput.png"},
+		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
+			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
+		Envoy:  &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
+		Errors: []StepError{{"cluster", "boom\nmore"}},
+		Plots:  []string{"throughput.png"},
 	}}
 	r.res.Targets = targets(r.res)
 	if err := r.writeReport(); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
-	for _, want := range []string{"## Targets", "**missed**", "Little's law", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
-		"## 4. End to end", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
+	for _, want := range []string{"## Targets", "**missed**", "Little's law", "7% of the samples", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
+		"## 4. End to end", "## 5. A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
+		"| 0 | down | 100 101 99 | 300 |", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}

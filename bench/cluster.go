@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // Cluster scenario shape.
@@ -36,6 +39,122 @@ func (r *runner) clusterAvailable(ctx context.Context) bool {
 	return strings.Contains(out, "nats-url") && strings.Contains(out, "backend") && strings.Contains(out, "sync-interval")
 }
 
+// errNoNATS: scripts/install-nats.sh could not provide nats-server.
+var errNoNATS = errors.New("nats-server not available")
+
+// clusterHarness is the nodes of a cluster scenario: ratelimit-authz
+// serve --backend cluster, each a process of this run, on one nats-server
+// that the scenario may stop and start again on the same address.
+type clusterHarness struct {
+	r        *runner
+	name     string   // prefix of the process names
+	natsArgs []string // to start nats-server again as it was
+	natsMon  string   // its monitoring address (/healthz)
+	natsURL  string
+	nats     *proc
+	restarts int
+	nodes    []clusterNode
+}
+
+// clusterNode is one node of a harness.
+type clusterNode struct {
+	p          *proc
+	id         string
+	grpc, http string
+}
+
+// startCluster installs nats-server (when this run has not yet), starts
+// it and n nodes on it with config and sync interval, and waits until all
+// are ready. The caller stops the harness.
+func (r *runner) startCluster(ctx context.Context, name string, n int, config string, sync time.Duration) (*clusterHarness, error) {
+	if r.bins.nats == "" {
+		out, err := r.runTool(ctx, "install-nats", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-nats.sh"))
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errNoNATS, err)
+		}
+		r.bins.nats = lastLine(out)
+		if v, err := commandOutput(ctx, r.root, r.bins.nats, "--version"); err == nil {
+			r.res.Env.NATSVersion = v
+		}
+	}
+	addrs, err := freeport.Addrs(2)
+	if err != nil {
+		return nil, err
+	}
+	_, natsPort, _ := net.SplitHostPort(addrs[0])
+	_, monPort, _ := net.SplitHostPort(addrs[1])
+	h := &clusterHarness{r: r, name: name, natsArgs: []string{"-a", "127.0.0.1", "-p", natsPort, "-m", monPort},
+		natsMon: addrs[1], natsURL: "nats://" + addrs[0]}
+	if err := h.startNATS(ctx); err != nil {
+		return nil, err
+	}
+	for i := range n {
+		id := fmt.Sprintf("%s-node%d", name, i+1)
+		p, grpcAddr, httpAddr, err := r.startCheckServer(ctx, id, config, nil,
+			"--backend", "cluster", "--nats-url", h.natsURL, "--sync-interval", sync.String(), "--node-id", id)
+		if err != nil {
+			h.stop()
+			return nil, err
+		}
+		h.nodes = append(h.nodes, clusterNode{p: p, id: id, grpc: grpcAddr, http: httpAddr})
+	}
+	return h, nil
+}
+
+// startNATS starts nats-server on the harness's address and waits until
+// it is healthy.
+func (h *clusterHarness) startNATS(ctx context.Context) error {
+	name := h.name + "-nats"
+	if h.restarts > 0 {
+		name += fmt.Sprintf("-restart%d", h.restarts)
+	}
+	h.restarts++
+	p, err := h.r.start(name, h.r.lifetime(), nil, h.r.bins.nats, h.natsArgs...)
+	if err != nil {
+		return err
+	}
+	h.nats = p
+	return waitHTTP200(ctx, p, "http://"+h.natsMon+"/healthz", 20*time.Second)
+}
+
+// stopNATS stops nats-server (SIGTERM by PID) and waits for it.
+func (h *clusterHarness) stopNATS() {
+	if h.nats != nil {
+		h.nats.stop()
+		h.nats = nil
+	}
+}
+
+// stop stops the nodes and nats-server.
+func (h *clusterHarness) stop() {
+	for _, n := range h.nodes {
+		n.p.stop()
+	}
+	h.stopNATS()
+}
+
+func (h *clusterHarness) targets() []string {
+	var out []string
+	for _, n := range h.nodes {
+		out = append(out, n.grpc)
+	}
+	return out
+}
+
+// metric sums a metric of every node, in node order; an error if a node
+// cannot be read.
+func (h *clusterHarness) metric(name string) ([]float64, error) {
+	var out []float64
+	for _, n := range h.nodes {
+		mt, err := scrape.Get(httpClient, "http://"+n.http+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n.id, err)
+		}
+		out = append(out, mt.Sum(name))
+	}
+	return out, nil
+}
+
 // cluster is scenario 3: three nodes on one NATS, each key offered 2×, 10×
 // and 100× its limit, spread evenly over the nodes; what is admitted per
 // window, fixed and sliding. The six (algorithm, multiple) loads run at
@@ -48,43 +167,19 @@ func (r *runner) cluster(ctx context.Context) error {
 		r.printf("skipped: %s\n", c.Skipped)
 		return nil
 	}
-	out, err := r.runTool(ctx, "install-nats", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-nats.sh"))
-	if err != nil {
-		c.Skipped = "nats-server not available: " + err.Error()
-		return err
-	}
-	r.bins.nats = lastLine(out)
-	if v, err := commandOutput(ctx, r.root, r.bins.nats, "--version"); err == nil {
-		r.res.Env.NATSVersion = v
-	}
-	addrs, err := freeport.Addrs(2)
-	if err != nil {
-		return err
-	}
-	natsPort, monPort := splitHostPort(addrs[0]).Port, splitHostPort(addrs[1]).Port
-	nats, err := r.start("s3-nats", r.lifetime(), nil, r.bins.nats, "-a", "127.0.0.1", "-p", natsPort, "-m", monPort)
-	if err != nil {
-		return err
-	}
-	defer nats.stop()
-	if err := waitHTTP200(ctx, nats, "http://"+addrs[1]+"/healthz", 20*time.Second); err != nil {
-		return err
-	}
 	cfg := filepath.Join(r.tmp, "cluster.yaml")
 	if err := writeClusterConfig(cfg, clusterLimit); err != nil {
 		return err
 	}
-	var nodes []string
-	for i := range clusterNodes {
-		p, grpcAddr, _, err := r.startCheckServer(ctx, fmt.Sprintf("s3-node%d", i+1), cfg, nil,
-			"--backend", "cluster", "--nats-url", "nats://"+addrs[0], "--sync-interval", clusterSync.String(),
-			"--node-id", fmt.Sprintf("bench-%d", i+1))
-		if err != nil {
-			return err
+	h, err := r.startCluster(ctx, "s3", clusterNodes, cfg, clusterSync)
+	if err != nil {
+		if errors.Is(err, errNoNATS) {
+			c.Skipped = err.Error()
 		}
-		defer p.stop()
-		nodes = append(nodes, grpcAddr)
+		return err
 	}
+	defer h.stop()
+	nodes := h.targets()
 
 	// A warm-up second first: six load processes starting at once on two
 	// cores fall behind schedule and catch up in a burst, which is not
@@ -94,7 +189,7 @@ func (r *runner) cluster(ctx context.Context) error {
 	type job struct {
 		alg  string
 		mult int
-		res  *loadResult
+		res  *loadRun
 		err  error
 	}
 	var jobs []*job
@@ -134,7 +229,7 @@ func (r *runner) cluster(ctx context.Context) error {
 
 // clusterRow summarises one load: the whole windows (the first and last,
 // partial, dropped), at most want of them.
-func clusterRow(alg string, mult int, res *loadResult, want int) ClusterRow {
+func clusterRow(alg string, mult int, res *loadRun, want int) ClusterRow {
 	row := ClusterRow{Algorithm: alg, Multiple: mult, OfferedRPS: float64(mult * clusterLimit), AchievedRPS: round1(res.RPS),
 		Errors: res.Errors, MaxInSpan: res.MaxInSpan}
 	ws := res.Windows

@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -60,9 +62,7 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 	defer noop.stop()
-	a := envoyAddrs{Admin: splitHostPort(addrs[1]), On: splitHostPort(addrs[2]), Noop: splitHostPort(addrs[3]), Off: splitHostPort(addrs[4]),
-		Authz: splitHostPort(grpcAddr), NoopAuthz: splitHostPort(noopAddr), App: splitHostPort(addrs[0])}
-	cfg, err := renderEnvoyConfig(a)
+	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: grpcAddr, NoopAuthz: noopAddr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	listeners := []struct{ name, addr string }{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
 	r.printf("%-5s %-6s %-5s %10s %9s %9s %9s %7s\n", "conc", "round", "authz", "req/s", "p50", "p99", "p99.9", "errors")
 	for _, c := range envoyConcurrency {
-		got := map[string][]*loadResult{}
+		got := map[string][]*loadRun{}
 		for round := range r.opt.rounds {
 			for i := range listeners {
 				l := listeners[(i+round)%len(listeners)]
@@ -98,7 +98,7 @@ func (r *runner) envoy(ctx context.Context) error {
 				}
 				got[l.name] = append(got[l.name], res)
 				r.printf("%-5d %-6d %-5s %10.0f %9s %9s %9s %7d\n", c, round+1, l.name, res.RPS,
-					fmtUS(res.Latency.P50), fmtUS(res.Latency.P99), fmtUS(res.Latency.P999), res.Errors)
+					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Errors)
 			}
 		}
 		row := EnvoyRow{Concurrency: c}
@@ -122,7 +122,7 @@ func (r *runner) envoy(ctx context.Context) error {
 			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
 		}
 		r.printf("c=%d: the filter adds %s at p50 and %s at p99 (with the no-op server: %s and %s)\n", c,
-			fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99))
+			loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99))
 	}
 	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {
@@ -136,6 +136,37 @@ func (r *runner) envoy(ctx context.Context) error {
 		return fmt.Errorf("the filter was not on where expected: %v", e.Stats)
 	}
 	return nil
+}
+
+// envoyAddrs are the addresses of the end-to-end scenario.
+type envoyAddrs struct {
+	Admin, On, Noop, Off  string // Envoy's admin and its three listeners
+	Authz, NoopAuthz, App string // ratelimit-authz, the no-op server, the upstream
+}
+
+// envoyConfig is the shipped bootstrap (envoy/ratelimit-authz.yaml, as
+// users copy it: routes, failure access log, retries, health checks)
+// with three listeners instead of its one, alike but for the ext_authz
+// filter: on with ratelimit-authz (authz_on), on with the no-op server
+// (authz_noop, a second check cluster) and left out (authz_off). on − off
+// is what the filter costs; noop − off is the part of it any ext_authz
+// server costs.
+func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
+	src, err := os.ReadFile(filepath.Join(root, envoyconf.Path))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := envoyconf.Render(src, envoyconf.Addrs{Admin: a.Admin, Listener: a.On, Authz: []string{a.Authz}, App: a.App})
+	if err != nil {
+		return nil, err
+	}
+	if cfg, err = envoyconf.WithAuthzCluster(cfg, "noop_authz", a.NoopAuthz); err != nil {
+		return nil, err
+	}
+	return envoyconf.WithListeners(cfg,
+		envoyconf.Listener{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedAuthzCluster},
+		envoyconf.Listener{Name: "authz_noop", Addr: a.Noop, Authz: "noop_authz"},
+		envoyconf.Listener{Name: "authz_off", Addr: a.Off})
 }
 
 // envoyLabels name the listeners in plots.

@@ -1,16 +1,28 @@
-// Command bench runs the ratelimit-authz benchmarks (issue 7) and writes
-// bench/results/REPORT.md, results.json and PNG plots:
+// Command bench is the `make bench` runner: it runs the ratelimit-authz
+// benchmark scenarios and writes bench/results/REPORT.md, results.json and
+// PNG plots:
 //
-//  0. the Go microbenchmarks (-count=6) and a benchstat summary;
-//  1. one node: Check throughput and latency at concurrency 1, 16 and 64,
-//     allowed and mostly denied, as a ratio to a no-op ext_authz server
-//     measured in the same run, alternating, so machine noise cancels;
-//  2. memory: resident memory and live keys while a million distinct keys
-//     arrive within one minute-long window, and after they expire;
-//  3. cluster accuracy: three nodes on one NATS at 2×, 10× and 100× a
-//     limit, admitted per window, fixed and sliding (when the server has
-//     replication);
-//  4. end to end through Envoy: the latency the filter adds (on vs off).
+//   - micro: the Go microbenchmarks of the hot path and a benchstat
+//     summary, compared with the previous run's when its settings match;
+//   - single: one node's Check throughput and latency at concurrency 1, 16
+//     and 64, allowed and mostly denied, as a ratio to a no-op ext_authz
+//     server measured in the same run, alternating, so machine noise
+//     cancels; latency at fixed rates; CPU profiles of both;
+//   - memory: resident memory and live keys while distinct keys arrive
+//     within one window, and after they expire;
+//   - cluster: three nodes on one NATS at 2×, 10× and 100× a limit,
+//     admitted per window, fixed and sliding;
+//   - cluster-load: three nodes under steady load while NATS is up, then
+//     stopped, then back: admitted per window, per node and in all;
+//   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
+//     the no-op server, on), the shipped bootstrap rendered by
+//     internal/envoyconf.
+//
+// The load is driven by cmd/ratelimit-bench, built and run as a process
+// of its own for every run; the runner reads each run's result through
+// internal/loadresult, the one schema of that file. The targets in the
+// report are judged, never asserted: a missed target is a finding, not a
+// failed run. A scenario that fails is recorded and the others still run.
 //
 // Every process it starts has a lifetime and is stopped by PID; every
 // address is on loopback. `make bench` runs it through bench/run.sh;
@@ -55,7 +67,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "memory", "cluster", "envoy"}
+var allScenarios = []string{"micro", "single", "memory", "cluster", "cluster-load", "envoy"}
 
 type options struct {
 	out        string
@@ -239,6 +251,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["cluster"] {
 		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
+	}
+	if opt.only["cluster-load"] {
+		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
 	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })

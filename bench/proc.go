@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	iproc "github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -173,72 +173,27 @@ func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration
 	return out, nil
 }
 
-// loadResult is the part of ratelimit-bench's --json output the runner
-// reads (cmd/ratelimit-bench Result).
-type loadResult struct {
-	Mode        string   `json:"mode"`
-	Targets     []string `json:"targets"`
-	Concurrency int      `json:"concurrency"`
-	Rate        float64  `json:"rate"`
-	ElapsedS    float64  `json:"elapsed_s"`
-	Requests    int64    `json:"requests"`
-	Sent        int64    `json:"sent"`
-	ClientCPUS  float64  `json:"client_cpu_s"`
+// loadRun is one run of the load tool: its result, and what the runner
+// measured around it.
+type loadRun struct {
+	loadresult.Result
 	// ServerCPUUS is the server's CPU per check over the run (µs), measured
 	// by the runner from /proc; 0 when not measured.
-	ServerCPUUS float64        `json:"-"`
-	RPS         float64        `json:"rps"`
-	Allowed     int64          `json:"allowed"`
-	Denied      int64          `json:"denied"`
-	Errors      int64          `json:"errors"`
-	Late        int64          `json:"late"`
-	ErrorKinds  map[string]int `json:"error_kinds"`
-	Latency     latencyUS      `json:"latency_us"`
-	CDF         [][2]float64   `json:"cdf"`
-	WindowMS    int64          `json:"window_ms"`
-	Windows     []windowResult `json:"windows"`
-	MaxInSpan   int            `json:"max_admitted_in_any_window"`
-}
-
-// clientCPUUS is the load tool's CPU per request (µs).
-func (l *loadResult) clientCPUUS() float64 {
-	if l.Sent == 0 {
-		return 0
-	}
-	return l.ClientCPUS / float64(l.Sent) * 1e6
-}
-
-type latencyUS struct {
-	Mean float64 `json:"mean"`
-	P50  float64 `json:"p50"`
-	P90  float64 `json:"p90"`
-	P99  float64 `json:"p99"`
-	P999 float64 `json:"p99_9"`
-	Max  float64 `json:"max"`
-}
-
-type windowResult struct {
-	StartMS int64 `json:"start_ms"`
-	Allowed int64 `json:"allowed"`
-	Denied  int64 `json:"denied"`
+	ServerCPUUS float64
 }
 
 // load runs ratelimit-bench with args (a check or http run) and returns
 // its results. The run is bounded by its own --duration; the timeout here
 // is a backstop.
-func (r *runner) load(ctx context.Context, name string, budget time.Duration, args ...string) (*loadResult, error) {
+func (r *runner) load(ctx context.Context, name string, budget time.Duration, args ...string) (*loadRun, error) {
 	path := filepath.Join(r.runsDir, name+".json")
 	args = append(args, "--json", path, "--quiet")
 	if _, err := r.runTool(ctx, "load-"+name, budget+30*time.Second, nil, "", r.bins.bench, args...); err != nil {
 		return nil, err
 	}
-	b, err := os.ReadFile(path)
+	res, err := loadresult.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	var res loadResult
-	if err := json.Unmarshal(b, &res); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return &res, nil
+	return &loadRun{Result: *res}, nil
 }

@@ -137,7 +137,7 @@ func (r *runner) profileUnderLoad(ctx context.Context, name, target, url string,
 		"--rate", strconv.FormatFloat(p.Rate, 'f', 0, 64), "--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"},
 		allowedLoad.args...)
 	type loadDone struct {
-		res *loadResult
+		res *loadRun
 		err error
 	}
 	done := make(chan loadDone, 1)

@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
-// Targets of issue 7 (reported against, not asserted).
+// The targets the report judges a run by (reported against, not asserted).
 const (
 	targetRatio       = 0.85
 	targetP99US       = 1000.0
@@ -53,10 +55,10 @@ func targets(res *Results) []Target {
 	if okA && okD {
 		worst := max(a.Server.P99, d.Server.P99)
 		t.Value = worst
-		t.Measured = fmt.Sprintf("%s allowed, %s denied (no-op: %s), closed loop", fmtUS(a.Server.P99), fmtUS(d.Server.P99), fmtUS(a.Noop.P99))
+		t.Measured = fmt.Sprintf("%s allowed, %s denied (no-op: %s), closed loop", loadresult.Micros(a.Server.P99), loadresult.Micros(d.Server.P99), loadresult.Micros(a.Noop.P99))
 		for _, fr := range res.Single.FixedRate {
 			if fr.Workload == "allowed" {
-				t.Measured += fmt.Sprintf("; %s at a fixed %.0f/s (no-op %s)", fmtUS(fr.Server.P99), fr.Rate, fmtUS(fr.Noop.P99))
+				t.Measured += fmt.Sprintf("; %s at a fixed %.0f/s (no-op %s)", loadresult.Micros(fr.Server.P99), fr.Rate, loadresult.Micros(fr.Noop.P99))
 			}
 		}
 		t.Met = ptr(worst <= targetP99US)
@@ -104,29 +106,22 @@ func targets(res *Results) []Target {
 	return out
 }
 
-func perCheck(p *Profile, part string) float64 {
+// part is the share of the profile part named starting with prefix; the
+// zero share when there is no profile or no such part.
+func part(p *Profile, prefix string) ProfileShare {
 	if p == nil {
-		return 0
+		return ProfileShare{}
 	}
 	for _, s := range p.Shares {
-		if strings.HasPrefix(s.Part, part) {
-			return s.PerCheckUS
+		if strings.HasPrefix(s.Part, prefix) {
+			return s
 		}
 	}
-	return 0
+	return ProfileShare{}
 }
 
-func share(p *Profile, part string) float64 {
-	if p == nil {
-		return 0
-	}
-	for _, s := range p.Shares {
-		if strings.HasPrefix(s.Part, part) {
-			return s.Share
-		}
-	}
-	return 0
-}
+// share is part's share of the samples.
+func share(p *Profile, prefix string) float64 { return part(p, prefix).Share }
 
 // writeReport writes REPORT.md from the results.
 func (r *runner) writeReport() error {
@@ -181,8 +176,8 @@ func (r *runner) writeReport() error {
 		w("| concurrency | workload | checks/s | no-op/s | ratio | p50 | p90 | p99 | p99.9 | no-op p99 | denied | CPU µs/check: server / no-op / tool | errors |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range s.Rows {
 			w("| %d | %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %s | %s | %s | %s | %s | %.1f%% | %.1f / %.1f / %.1f | %d |\n", row.Concurrency, row.Workload,
-				row.ServerRPS, row.NoopRPS, row.Ratio, row.RatioMin, row.RatioMax, fmtUS(row.Server.P50), fmtUS(row.Server.P90),
-				fmtUS(row.Server.P99), fmtUS(row.Server.P999), fmtUS(row.Noop.P99), 100*row.DeniedShare,
+				row.ServerRPS, row.NoopRPS, row.Ratio, row.RatioMin, row.RatioMax, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
+				loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare,
 				row.ServerCPUUS, row.NoopCPUUS, row.ClientCPUUS, row.Errors)
 		}
 		w("\nCPU per check is the process's user + system time over the run (/proc/PID/stat) divided by the checks it answered; *tool* is the load tool's own, the same work whichever server it drives.\n")
@@ -190,8 +185,8 @@ func (r *runner) writeReport() error {
 			w("\nAt fixed rates (open loop, up to 64 in flight; a request that found every worker busy counts its latency from when it was due), 40%% and 10%% of what the no-op managed at concurrency 64, one run each:\n\n")
 			w("| rate | workload | p50 | p90 | p99 | p99.9 | no-op p50 | no-op p99 | no-op p99.9 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, row := range s.FixedRate {
-				w("| %.0f/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Rate, row.Workload, fmtUS(row.Server.P50), fmtUS(row.Server.P90),
-					fmtUS(row.Server.P99), fmtUS(row.Server.P999), fmtUS(row.Noop.P50), fmtUS(row.Noop.P99), fmtUS(row.Noop.P999))
+				w("| %.0f/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Rate, row.Workload, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
+					loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.Noop.P999))
 			}
 		}
 		w("\n")
@@ -262,17 +257,43 @@ func (r *runner) writeReport() error {
 
 	if e := res.Envoy; e != nil {
 		w("## 4. End to end through Envoy\n\n")
-		w("One Envoy (%s, %d worker) with three listeners that differ only in the ext_authz filter: disabled on the route (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz (**on**); the filter is configured as shipped (gRPC, 250 ms timeout, fail closed, headers only). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
+		w("One Envoy (%s, %d worker) running the shipped bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the ext_authz filter: left out (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz (**on**). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
 			res.Env.EnvoyVersion, e.Concurrency, e.Rounds, e.RunS)
 		w("| concurrency | off p50 | off p99 | no-op p50 | no-op p99 | on p50 | on p99 | added p50 | added p99 | of which no-op p50 / p99 | req/s off / no-op / on | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range e.Rows {
 			w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.0f / %.0f / %.0f | %d |\n", row.Concurrency,
-				fmtUS(row.Off.P50), fmtUS(row.Off.P99), fmtUS(row.Noop.P50), fmtUS(row.Noop.P99), fmtUS(row.On.P50), fmtUS(row.On.P99),
-				fmtUS(row.AddedP50), fmtUS(row.AddedP99), fmtUS(row.NoopAddedP50), fmtUS(row.NoopAddedP99),
+				loadresult.Micros(row.Off.P50), loadresult.Micros(row.Off.P99), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.On.P50), loadresult.Micros(row.On.P99),
+				loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99),
 				row.OffRPS, row.NoopRPS, row.OnRPS, row.Errors)
 		}
 		w("\n")
 		r.plotRef(&b, "latency-cdf-envoy.png", "Latency CDF through Envoy, filter off, on with the no-op server, on")
+	}
+
+	if c := res.ClusterLoad; c != nil {
+		w("## 5. A cluster through a NATS outage\n\n")
+		if c.Skipped != "" {
+			w("Skipped: %s.\n\n", c.Skipped)
+		} else {
+			w("%d nodes (`ratelimit-authz serve --backend cluster`, the shipped configuration, sync interval %s) on one nats-server; one tenant offered %.0f activity writes per second in all against `activity_create` (%d per 1 s window), %.1f/s through each node (one load process and connection per node). Once every node had counted a check of the load, NATS ran for %gs, was stopped (SIGTERM) for %gs, then started again on the same address, and the load ran on for at least %gs: it stopped %.1fs after the start (every node reported itself disconnected %.2fs later) and started again at %.1fs; every node had reconnected %.2fs after that. Admitted = checks answered OK in each 1 s window (by the midpoint of each call); windows across the stop, the restart or the reconnection are *transition*, the first and last *partial*. %d errors.\n\n",
+				c.Nodes, c.SyncInterval, c.RatePerNode*float64(c.Nodes), c.Limit, c.RatePerNode, c.UpS, c.DownS, c.BackS,
+				c.StopAtS, c.DisconnectedS, c.RestartAtS, c.ReconnectedS, c.Errors)
+			w("| NATS | windows | min | median | p90 | max | one node at most | expected | |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n")
+			for _, p := range c.Phases {
+				verdict := "no window"
+				if p.Met != nil {
+					verdict = map[bool]string{true: "**met**", false: "**missed**"}[*p.Met]
+				}
+				w("| %s | %d | %d | %.0f | %d | %d | %d | %s | %s |\n", p.Phase, p.Windows, p.Min, p.Median, p.P90, p.Max, p.MaxPerNode, p.Expected, verdict)
+			}
+			w("\nWith NATS up the nodes hold the limit together; with it down each counts alone, so up to %d× the limit is admitted in all, and no node more than the limit; once every node has reconnected they hold it together again. Batches published per second with NATS up, per node: %s.\n\n",
+				c.Nodes, strings.Trim(fmt.Sprint(c.BatchesPerS), "[]"))
+			w("<details><summary>admitted per window</summary>\n\n| window | phase | per node | all |\n|---:|---|---|---:|\n")
+			for i, win := range c.Windows {
+				w("| %d | %s | %s | %d |\n", i, win.Phase, strings.Trim(fmt.Sprint(win.PerNode), "[]"), win.Total)
+			}
+			w("\n</details>\n\n")
+		}
 	}
 
 	if m := res.Micro; m != nil {
@@ -352,7 +373,7 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 					a.Workload, a.ServerCPUUS, a.NoopCPUUS, 100*(a.ServerCPUUS/a.NoopCPUUS-1), a.ClientCPUUS, predicted, a.Ratio)
 			}
 			if p != nil && len(p.Shares) > 0 {
-				w("In its CPU profile (at a fixed %.0f/s) the handler, `Check`, is %.1f µs per check, %.0f%% of the samples", p.Rate, perCheck(p, "Check"), 100*share(p, "Check"))
+				w("In its CPU profile (at a fixed %.0f/s) the handler, `Check`, is %.1f µs per check, %.0f%% of the samples", p.Rate, part(p, "Check").PerCheckUS, 100*share(p, "Check"))
 				w(" (descriptors %.0f%%, counter %.0f%%, duration histogram %.0f%%), while work any ext_authz server does dominates: decoding the CheckRequest (a map of every header) %.0f%%, encoding the answer %.0f%%, HTTP/2 frames in and out and their system calls most of the rest, growing the stacks of gRPC's per-call goroutines %.0f%%, GC %.0f%%. ",
 					100*share(p, "descriptors"), 100*share(p, "counter"), 100*share(p, "check duration"),
 					100*share(p, "decode"), 100*share(p, "encode"), 100*share(p, "goroutine stack"), 100*share(p, "garbage"))
@@ -365,15 +386,15 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 		case "p99":
 			a, _ := singleRow(res.Single, 64, "allowed")
 			w("- **p99 at concurrency 64** (%s). With 64 requests always in flight, latency is mostly queueing: by Little's law the mean is 64 / throughput = %s at %.0f checks/s.",
-				t.Margin, fmtUS(64/max(a.ServerRPS, 1)*1e6), a.ServerRPS)
+				t.Margin, loadresult.Micros(64/max(a.ServerRPS, 1)*1e6), a.ServerRPS)
 			if a.Noop.P99 > targetP99US {
-				w(" The no-op server's own p99 is %s: no ext_authz server meets 1 ms at concurrency 64 closed-loop on these %d shared cores; the check adds %s to it.", fmtUS(a.Noop.P99), res.Env.Cores, fmtUS(a.Server.P99-a.Noop.P99))
+				w(" The no-op server's own p99 is %s: no ext_authz server meets 1 ms at concurrency 64 closed-loop on these %d shared cores; the check adds %s to it.", loadresult.Micros(a.Noop.P99), res.Env.Cores, loadresult.Micros(a.Server.P99-a.Noop.P99))
 			} else {
-				w(" The no-op server's p99 is %s: the check itself adds %s.", fmtUS(a.Noop.P99), fmtUS(a.Server.P99-a.Noop.P99))
+				w(" The no-op server's p99 is %s: the check itself adds %s.", loadresult.Micros(a.Noop.P99), loadresult.Micros(a.Server.P99-a.Noop.P99))
 			}
 			for _, fr := range res.Single.FixedRate {
 				if fr.Workload == "allowed" {
-					w(" At a fixed %.0f/s (up to 64 in flight) the p99 is %s (no-op %s).", fr.Rate, fmtUS(fr.Server.P99), fmtUS(fr.Noop.P99))
+					w(" At a fixed %.0f/s (up to 64 in flight) the p99 is %s (no-op %s).", fr.Rate, loadresult.Micros(fr.Server.P99), loadresult.Micros(fr.Noop.P99))
 				}
 			}
 			w(" Below saturation the tail is the machine's: both processes share two cores with the load tool, so a check waits whenever the scheduler or a GC cycle runs something else first.")

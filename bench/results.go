@@ -9,22 +9,23 @@ import (
 // Results is bench/results/results.json: every figure of a run, which
 // REPORT.md and scripts/plot.py are made from. Latencies are in µs.
 type Results struct {
-	Schema     int         `json:"schema"`
-	StartedAt  time.Time   `json:"started_at"`
-	FinishedAt time.Time   `json:"finished_at"`
-	Env        Env         `json:"env"`
-	Targets    []Target    `json:"targets"`
-	Micro      *Micro      `json:"micro,omitempty"`
-	Single     *Single     `json:"single,omitempty"`
-	Profile    *Profile    `json:"profile,omitempty"`
-	Memory     *Memory     `json:"memory,omitempty"`
-	Cluster    *Cluster    `json:"cluster,omitempty"`
-	Envoy      *EnvoyE2E   `json:"envoy,omitempty"`
-	Notes      []string    `json:"notes,omitempty"`
-	Timings    []StepTime  `json:"timings"`
-	Plots      []string    `json:"plots,omitempty"`
-	PlotError  string      `json:"plot_error,omitempty"`
-	Errors     []StepError `json:"errors,omitempty"`
+	Schema      int          `json:"schema"`
+	StartedAt   time.Time    `json:"started_at"`
+	FinishedAt  time.Time    `json:"finished_at"`
+	Env         Env          `json:"env"`
+	Targets     []Target     `json:"targets"`
+	Micro       *Micro       `json:"micro,omitempty"`
+	Single      *Single      `json:"single,omitempty"`
+	Profile     *Profile     `json:"profile,omitempty"`
+	Memory      *Memory      `json:"memory,omitempty"`
+	Cluster     *Cluster     `json:"cluster,omitempty"`
+	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
+	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
+	Notes       []string     `json:"notes,omitempty"`
+	Timings     []StepTime   `json:"timings"`
+	Plots       []string     `json:"plots,omitempty"`
+	PlotError   string       `json:"plot_error,omitempty"`
+	Errors      []StepError  `json:"errors,omitempty"`
 }
 
 // Env describes the machine and the versions measured.
@@ -54,7 +55,8 @@ type StepError struct {
 	Error string `json:"error"`
 }
 
-// Target is one goal of issue 7, reported against, not asserted.
+// Target is one goal the report judges a run by, reported against, not
+// asserted.
 type Target struct {
 	Name     string  `json:"name"`
 	Goal     string  `json:"goal"`
@@ -237,6 +239,54 @@ type ClusterRow struct {
 	StartMS     []int64 `json:"start_ms"`
 }
 
+// ClusterLoad is scenario 5: a cluster under steady load through a NATS
+// outage.
+type ClusterLoad struct {
+	Skipped      string  `json:"skipped,omitempty"`
+	Nodes        int     `json:"nodes"`
+	Limit        int     `json:"limit"` // per 1 s window and tenant
+	RatePerNode  float64 `json:"rate_per_node"`
+	SyncInterval string  `json:"sync_interval"`
+	UpS          float64 `json:"up_s"` // planned phases
+	DownS        float64 `json:"down_s"`
+	BackS        float64 `json:"back_s"`
+	// When NATS was stopped and started again (s after the load started),
+	// and how long after each every node reported itself disconnected,
+	// then connected (ratelimit_authz_replicate_connected).
+	StopAtS       float64 `json:"nats_stopped_at_s"`
+	DisconnectedS float64 `json:"all_disconnected_after_s"`
+	RestartAtS    float64 `json:"nats_restarted_at_s"`
+	ReconnectedS  float64 `json:"all_reconnected_after_s"`
+	// BatchesPerS is each node's batches published per second with NATS
+	// up (ratelimit_authz_replicate_batches_sent_total).
+	BatchesPerS []float64           `json:"batches_per_s_nats_up"`
+	Errors      int64               `json:"errors"`
+	Phases      []ClusterLoadPhase  `json:"phases"`
+	Windows     []ClusterLoadWindow `json:"windows"`
+}
+
+// ClusterLoadWindow is one 1 s window of the cluster-load scenario.
+type ClusterLoadWindow struct {
+	StartMS int64   `json:"start_ms"`
+	Phase   string  `json:"phase"` // partial, up, down, transition, back
+	PerNode []int64 `json:"admitted_per_node"`
+	Total   int64   `json:"admitted"`
+}
+
+// ClusterLoadPhase sums up the windows of one phase (NATS up, down, back)
+// against what the cluster promises in it (reported, not asserted).
+type ClusterLoadPhase struct {
+	Phase      string  `json:"phase"`
+	Windows    int     `json:"windows"`
+	Min        int64   `json:"min"`
+	Median     float64 `json:"median"`
+	P90        int64   `json:"p90"`
+	Max        int64   `json:"max"`
+	MaxPerNode int64   `json:"max_per_node"`
+	Expected   string  `json:"expected"`
+	Met        *bool   `json:"met"` // nil: no window in the phase
+}
+
 // EnvoyE2E is scenario 4.
 type EnvoyE2E struct {
 	Rounds      int                `json:"rounds"`
@@ -264,7 +314,7 @@ type EnvoyRow struct {
 	Errors       int64   `json:"errors"`
 }
 
-func latOf(r *loadResult) Lat {
+func latOf(r *loadRun) Lat {
 	return Lat{P50: r.Latency.P50, P90: r.Latency.P90, P99: r.Latency.P99, P999: r.Latency.P999, Mean: r.Latency.Mean}
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# run.sh — `make bench`: every benchmark scenario of issue 7, about five
-# minutes on two cores. Writes bench/results/REPORT.md, results.json and
+# run.sh — `make bench`: every benchmark scenario, about five minutes on
+# two cores. Writes bench/results/REPORT.md, results.json and
 # the PNG plots; raw runs and logs go to bench/results/runs and logs.
 #
 # Arguments go to the runner: `bench/run.sh --quick` checks the pipeline

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // singleConcurrency are the client concurrencies of scenario 1.
@@ -114,7 +115,7 @@ func (r *runner) single(ctx context.Context) error {
 	}
 	targets := []target{{"noop", noopAddr, allowedLoad, noop}, {"allowed", allowedAddr, allowedLoad, allowed}, {"denied", deniedAddr, deniedLoad, denied}}
 	// measure runs one load against t and notes the server's CPU per check.
-	measure := func(name string, t target, args []string) (*loadResult, error) {
+	measure := func(name string, t target, args []string) (*loadRun, error) {
 		c0, err0 := cpuTimeOf(t.p.pid())
 		res, err := r.load(ctx, name, r.opt.run+r.opt.warmup, args...)
 		if err != nil {
@@ -129,7 +130,7 @@ func (r *runner) single(ctx context.Context) error {
 	s := &Single{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(), Conns: grpcConns,
 		Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
 	r.res.Single = s
-	results := map[string][]*loadResult{} // "c/target" → per round
+	results := map[string][]*loadRun{} // "c/target" → per round
 	r.printf("%-5s %-8s %-8s %12s %9s %9s %9s %9s %8s %9s %9s\n", "conc", "round", "target", "req/s", "p50", "p90", "p99", "p99.9", "denied", "srv CPU", "tool CPU")
 	for _, c := range singleConcurrency {
 		for round := range r.opt.rounds {
@@ -144,8 +145,8 @@ func (r *runner) single(ctx context.Context) error {
 				results[key] = append(results[key], res)
 				s.Runs = append(s.Runs, runOf(round+1, c, t.name, 0, res))
 				r.printf("%-5d %-8d %-8s %12.0f %9s %9s %9s %9s %7.1f%% %7.1fµs %7.1fµs\n", c, round+1, t.name, res.RPS,
-					fmtUS(res.Latency.P50), fmtUS(res.Latency.P90), fmtUS(res.Latency.P99), fmtUS(res.Latency.P999), deniedPct(res),
-					res.ServerCPUUS, res.clientCPUUS())
+					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P90), loadresult.Micros(res.Latency.P99),
+					loadresult.Micros(res.Latency.P999), 100*res.DeniedShare(), res.ServerCPUUS, res.ClientCPUUS())
 			}
 		}
 		for _, w := range []string{"allowed", "denied"} {
@@ -160,7 +161,7 @@ func (r *runner) single(ctx context.Context) error {
 	r.printf("\n%-5s %-8s %10s %10s %7s %10s %10s %8s %12s\n", "conc", "workload", "server/s", "noop/s", "ratio", "p99", "noop p99", "denied", "CPU/check")
 	for _, row := range s.Rows {
 		r.printf("%-5d %-8s %10.0f %10.0f %7.2f %10s %10s %7.1f%% %5.1f/%.1fµs\n", row.Concurrency, row.Workload, row.ServerRPS, row.NoopRPS,
-			row.Ratio, fmtUS(row.Server.P99), fmtUS(row.Noop.P99), 100*row.DeniedShare, row.ServerCPUUS, row.NoopCPUUS)
+			row.Ratio, loadresult.Micros(row.Server.P99), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare, row.ServerCPUUS, row.NoopCPUUS)
 	}
 	for _, row := range s.Rows {
 		if row.Concurrency == 64 && row.Workload == "allowed" {
@@ -182,7 +183,7 @@ func (r *runner) single(ctx context.Context) error {
 			continue
 		}
 		r.printf("\nfixed rate %.0f/s (%.0f%% of the no-op's c=64 rate), up to 64 in flight:\n", rate, 100*share)
-		fixed := map[string][]*loadResult{}
+		fixed := map[string][]*loadRun{}
 		for _, t := range targets {
 			res, err := measure(fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t, r.checkArgs(t.addr, 64, rate, t.w))
 			if err != nil {
@@ -191,7 +192,7 @@ func (r *runner) single(ctx context.Context) error {
 			fixed[t.name] = append(fixed[t.name], res)
 			s.Runs = append(s.Runs, runOf(1, 64, t.name, rate, res))
 			r.printf("%-8s %10.0f/s  p50 %s  p99 %s  p99.9 %s  late %d\n", t.name, res.RPS,
-				fmtUS(res.Latency.P50), fmtUS(res.Latency.P99), fmtUS(res.Latency.P999), res.Late)
+				loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Late)
 		}
 		for _, w := range []string{"allowed", "denied"} {
 			row := compare(64, w, fixed[w], fixed["noop"])
@@ -210,15 +211,15 @@ func (r *runner) single(ctx context.Context) error {
 
 func shippedConfigPath(root string) string { return root + "/" + shippedConfig }
 
-func runOf(round, c int, target string, rate float64, res *loadResult) SingleRun {
+func runOf(round, c int, target string, rate float64, res *loadRun) SingleRun {
 	return SingleRun{Round: round, Concurrency: c, Target: target, Rate: rate, RPS: round1(res.RPS),
 		Allowed: res.Allowed, Denied: res.Denied, Errors: res.Errors, Latency: latOf(res),
-		ServerCPUUS: res.ServerCPUUS, ClientCPUUS: round1(res.clientCPUUS())}
+		ServerCPUUS: res.ServerCPUUS, ClientCPUUS: round1(res.ClientCPUUS())}
 }
 
 // compare summarises one workload against the floor: medians over the
 // rounds, and the ratio of each round's pair.
-func compare(c int, w string, server, noop []*loadResult) SingleRow {
+func compare(c int, w string, server, noop []*loadRun) SingleRow {
 	row := SingleRow{Concurrency: c, Workload: w}
 	var srps, nrps, ratios, scpu, ncpu, sclient, nclient []float64
 	var slat, nlat []Lat
@@ -226,7 +227,7 @@ func compare(c int, w string, server, noop []*loadResult) SingleRow {
 	for i, s := range server {
 		srps = append(srps, s.RPS)
 		slat = append(slat, latOf(s))
-		scpu, sclient = append(scpu, s.ServerCPUUS), append(sclient, s.clientCPUUS())
+		scpu, sclient = append(scpu, s.ServerCPUUS), append(sclient, s.ClientCPUUS())
 		requests += s.Requests
 		denied += s.Denied
 		row.Errors += s.Errors
@@ -237,7 +238,7 @@ func compare(c int, w string, server, noop []*loadResult) SingleRow {
 	for _, n := range noop {
 		nrps = append(nrps, n.RPS)
 		nlat = append(nlat, latOf(n))
-		ncpu, nclient = append(ncpu, n.ServerCPUUS), append(nclient, n.clientCPUUS())
+		ncpu, nclient = append(ncpu, n.ServerCPUUS), append(nclient, n.ClientCPUUS())
 	}
 	row.ServerRPS, row.NoopRPS = round1(median(srps)), round1(median(nrps))
 	row.Ratio = round(median(ratios), 3)
@@ -253,9 +254,9 @@ func compare(c int, w string, server, noop []*loadResult) SingleRow {
 }
 
 // medianRun returns the run with the median throughput (for plots).
-func medianRun(rs []*loadResult) *loadResult {
+func medianRun(rs []*loadRun) *loadRun {
 	if len(rs) == 0 {
-		return &loadResult{}
+		return &loadRun{}
 	}
 	best := rs[0]
 	var xs []float64
@@ -279,21 +280,3 @@ func abs(x float64) float64 {
 }
 
 func round1(x float64) float64 { return round(x, 1) }
-
-func deniedPct(r *loadResult) float64 {
-	if r.Requests == 0 {
-		return 0
-	}
-	return 100 * float64(r.Denied) / float64(r.Requests)
-}
-
-// fmtUS prints a latency given in µs.
-func fmtUS(us float64) string {
-	switch {
-	case us < 1000:
-		return fmt.Sprintf("%.0fµs", us)
-	case us < 1e6:
-		return fmt.Sprintf("%.2fms", us/1e3)
-	}
-	return fmt.Sprintf("%.2fs", us/1e6)
-}

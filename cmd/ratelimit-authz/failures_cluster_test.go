@@ -25,7 +25,7 @@ func TestServeClusterSharesFailures(t *testing.T) {
 	a.waitReady(t)
 	b.waitReady(t)
 
-	login := func(n *clusterNode, ip, account string) bool {
+	login := func(n *servedNode, ip, account string) bool {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -217,17 +217,16 @@ static_resources:
 	}
 }
 
-// clusterNode is a `serve` running in this process, alone or as one
+// servedNode is a `serve` running in this process, alone or as one
 // node of a cluster, with the addresses its node bound.
-type clusterNode struct {
-	id             string
-	node           *node.Node
-	grpc, http     string
-	logs           *logbuf.Buffer
-	stop           func() error // cancels serve and returns its error
-	client         authv3.AuthorizationClient
-	conn           *grpc.ClientConn
-	checksAdmitted int
+type servedNode struct {
+	id         string
+	node       *node.Node
+	grpc, http string
+	logs       *logbuf.Buffer
+	stop       func() error // cancels serve and returns its error
+	client     authv3.AuthorizationClient
+	conn       *grpc.ClientConn
 }
 
 // startServe runs `serve` on free loopback ports (see serveReady) and
@@ -241,7 +240,7 @@ func startServe(t *testing.T, vars map[string]string) (grpcAddr, httpAddr string
 // serveReady runs `serve` with the flags of vars (its environment) and
 // args on free loopback ports, with the shipped configuration unless they
 // name another, and returns once the node is ready.
-func serveReady(t *testing.T, vars map[string]string, args ...string) *clusterNode {
+func serveReady(t *testing.T, vars map[string]string, args ...string) *servedNode {
 	t.Helper()
 	n := launch(t, vars, args...)
 	n.waitReady(t)
@@ -251,7 +250,7 @@ func serveReady(t *testing.T, vars map[string]string, args ...string) *clusterNo
 // launch runs `serve` as serveReady does, and returns once the node
 // serves HTTP: readiness may still wait (a cluster's warm start). The
 // addresses come from the node itself, never from its log.
-func launch(t *testing.T, vars map[string]string, args ...string) *clusterNode {
+func launch(t *testing.T, vars map[string]string, args ...string) *servedNode {
 	t.Helper()
 	all := map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
@@ -262,7 +261,7 @@ func launch(t *testing.T, vars map[string]string, args ...string) *clusterNode {
 	for k, v := range vars {
 		all[k] = v
 	}
-	n := &clusterNode{id: all["RATELIMIT_AUTHZ_NODE_ID"], logs: &logbuf.Buffer{}}
+	n := &servedNode{id: all["RATELIMIT_AUTHZ_NODE_ID"], logs: &logbuf.Buffer{}}
 	if n.id == "" {
 		n.id = "serve"
 	}

@@ -3,14 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +16,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 )
 
 func TestClusterFlagErrors(t *testing.T) {
@@ -92,7 +87,7 @@ routes:
 
 // startNode runs `serve` with the cluster backend on free ports (see
 // launch); the test waits for its readiness.
-func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]string) *clusterNode {
+func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]string) *servedNode {
 	t.Helper()
 	vars := map[string]string{
 		"RATELIMIT_AUTHZ_DRAIN_DELAY":   "100ms",
@@ -110,13 +105,13 @@ func startNode(t *testing.T, id, configPath, natsURL string, extra map[string]st
 	return launch(t, vars, args...)
 }
 
-func (n *clusterNode) readyz(t *testing.T) int {
+func (n *servedNode) readyz(t *testing.T) int {
 	t.Helper()
 	code, _ := scrape.Page(t, "http://"+n.http+"/readyz")
 	return code
 }
 
-func (n *clusterNode) waitReady(t *testing.T) {
+func (n *servedNode) waitReady(t *testing.T) {
 	t.Helper()
 	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if c := n.readyz(t); c != 200 {
@@ -127,7 +122,7 @@ func (n *clusterNode) waitReady(t *testing.T) {
 }
 
 // metrics reads the node's /metrics page.
-func (n *clusterNode) metrics(t *testing.T) scrape.Samples {
+func (n *servedNode) metrics(t *testing.T) scrape.Samples {
 	t.Helper()
 	_, body := scrape.Page(t, "http://"+n.http+"/metrics")
 	page, err := scrape.Parse(strings.NewReader(body))
@@ -138,7 +133,7 @@ func (n *clusterNode) metrics(t *testing.T) scrape.Samples {
 }
 
 // metric reads one unlabelled sample from /metrics; the series must exist.
-func (n *clusterNode) metric(t *testing.T, name string) float64 {
+func (n *servedNode) metric(t *testing.T, name string) float64 {
 	t.Helper()
 	v, ok := n.metrics(t).Get(name)
 	if !ok {
@@ -147,7 +142,7 @@ func (n *clusterNode) metric(t *testing.T, name string) float64 {
 	return v
 }
 
-func (n *clusterNode) check(t *testing.T, tenant string) bool {
+func (n *servedNode) check(t *testing.T, tenant string) bool {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -160,7 +155,7 @@ func (n *clusterNode) check(t *testing.T, tenant string) bool {
 
 // synced waits until from has published all its changes and to has
 // merged every batch from has sent.
-func synced(t *testing.T, from, to *clusterNode) {
+func synced(t *testing.T, from, to *servedNode) {
 	t.Helper()
 	// Twice in a row, 10 ms apart: a tick caught between clearing the
 	// pending entries and counting its batch as sent must not pass.
@@ -177,7 +172,7 @@ func synced(t *testing.T, from, to *clusterNode) {
 	})
 }
 
-func syncedOnce(t *testing.T, from, to *clusterNode) error {
+func syncedOnce(t *testing.T, from, to *servedNode) error {
 	if p := from.metric(t, "ratelimit_authz_replicate_pending_entries"); p != 0 {
 		return fmt.Errorf("%s: %v entries pending", from.id, p)
 	}
@@ -205,7 +200,7 @@ func TestServeCluster(t *testing.T) {
 	b := startNode(t, "b", cfg, srv.ClientURL(), nil)
 	a.waitReady(t)
 	b.waitReady(t)
-	for _, n := range []*clusterNode{a, b} {
+	for _, n := range []*servedNode{a, b} {
 		if !strings.Contains(n.logs.String(), "counter backend: cluster") {
 			t.Errorf("%s: no backend line in the log:\n%s", n.id, n.logs)
 		}
@@ -233,7 +228,7 @@ func TestServeCluster(t *testing.T) {
 	if a.check(t, "acme") {
 		t.Error("a admits over the cluster's budget")
 	}
-	for _, n := range []*clusterNode{a, b} {
+	for _, n := range []*servedNode{a, b} {
 		if err := n.stop(); err != nil {
 			t.Errorf("%s: serve returned %v", n.id, err)
 		}
@@ -267,211 +262,6 @@ func TestServeReadyAfterWarmStart(t *testing.T) {
 	if !strings.Contains(a.logs.String(), `outcome=deadline`) {
 		t.Errorf("warm start did not end at its deadline:\n%s", a.logs)
 	}
-}
-
-var loadTest = flag.Bool("load", false, "run TestServeClusterLoad: three nodes, 1000 checks/s for 20 s, NATS stopped midway (the issue's \"done when\")")
-
-// TestServeClusterLoad is the acceptance run of the cluster backend
-// (opt-in: go test ./cmd/ratelimit-authz -run TestServeClusterLoad -load -v).
-// Three nodes on one NATS server each get a third of a steady 1000 checks/s
-// against the shipped activity_create limit of 100/s: 10 s with NATS up,
-// 5 s with NATS stopped, 5 s after it is back. It reports the admitted
-// checks per window, per node and in all, and the batches each node
-// published per second.
-func TestServeClusterLoad(t *testing.T) {
-	if !*loadTest {
-		t.Skip("opt-in: -load")
-	}
-	const (
-		nodes      = 3
-		perNode    = 3 * time.Millisecond // 333 checks/s each, 1000 in all
-		upFor      = 10 * time.Second
-		downFor    = 5 * time.Second
-		backFor    = 5 * time.Second
-		limitPerWn = 100
-	)
-	p := testnats.StartProcess(t)
-	var ns []*clusterNode
-	for i := range nodes {
-		// The shipped config: activity_create is 100/s per tenant. The
-		// default sync interval, 100 ms.
-		ns = append(ns, startNode(t, fmt.Sprintf("node-%d", i), "", p.URL(), map[string]string{
-			"RATELIMIT_AUTHZ_SYNC_INTERVAL": replicate.DefaultSyncInterval.String(),
-			"RATELIMIT_AUTHZ_CONFIG":        "../../config/ratelimit.yaml",
-		}))
-	}
-	for _, n := range ns {
-		n.waitReady(t)
-	}
-	// Messages each node publishes on the batch subject: batches
-	// (early ones included) and heartbeats, from its own metrics.
-	published := func() []int {
-		out := make([]int, len(ns))
-		for i, n := range ns {
-			out[i] = int(n.metric(t, "ratelimit_authz_replicate_batches_sent_total") + n.metric(t, "ratelimit_authz_replicate_heartbeats_sent_total"))
-		}
-		return out
-	}
-	atStart := published()
-
-	type hit struct {
-		node    int
-		window  int64
-		allowed bool
-	}
-	var (
-		mu   sync.Mutex
-		hits []hit
-	)
-	start := time.Now()
-	end := start.Add(upFor + downFor + backFor)
-	var wg sync.WaitGroup
-	for i, n := range ns {
-		wg.Go(func() {
-			ctx := context.Background()
-			next := start.Add(time.Duration(i) * time.Millisecond) // interleave the nodes
-			for k := 0; ; k++ {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				if time.Now().After(end) {
-					return
-				}
-				sent := time.Now()
-				resp, err := n.client.Check(ctx, activity("acme"))
-				if err != nil {
-					t.Errorf("%s: Check: %v", n.id, err)
-					return
-				}
-				mu.Lock()
-				hits = append(hits, hit{i, sent.UnixMilli() / 1000, resp.GetStatus().GetCode() == int32(codes.OK)})
-				mu.Unlock()
-				next = next.Add(perNode)
-			}
-		})
-	}
-	// NATS up for upFor, then stopped, then back.
-	time.Sleep(time.Until(start.Add(upFor)))
-	upBatches := published()
-	for i := range upBatches {
-		upBatches[i] -= atStart[i]
-	}
-	upElapsed := time.Since(start)
-	stopAt := time.Now()
-	p.Stop()
-	poll.Until(t, 20*time.Second, 20*time.Millisecond, func() error {
-		for _, n := range ns {
-			if n.metric(t, "ratelimit_authz_replicate_connected") != 0 {
-				return fmt.Errorf("%s still connected", n.id)
-			}
-		}
-		return nil
-	})
-	time.Sleep(time.Until(stopAt.Add(downFor)))
-	restartAt := time.Now()
-	p.Start()
-	// The nodes reconnect within nats.go's reconnect wait (and jitter);
-	// until then they still count alone.
-	poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
-		for _, n := range ns {
-			if n.metric(t, "ratelimit_authz_replicate_connected") != 1 {
-				return fmt.Errorf("%s not reconnected", n.id)
-			}
-		}
-		return nil
-	})
-	backAt := time.Now()
-	t.Logf("NATS stopped %v after the start, restarted after %v; all nodes reconnected %v after the restart",
-		stopAt.Sub(start).Round(time.Millisecond), restartAt.Sub(stopAt).Round(time.Millisecond), backAt.Sub(restartAt).Round(time.Millisecond))
-	wg.Wait()
-
-	// Per window: admitted per node and in all.
-	first, last := start.UnixMilli()/1000, end.UnixMilli()/1000
-	per := map[int64][]int{}
-	for _, h := range hits {
-		if per[h.window] == nil {
-			per[h.window] = make([]int, nodes)
-		}
-		if h.allowed {
-			per[h.window][h.node]++
-		}
-	}
-	phase := func(w int64) string {
-		ws, we := w*1000, (w+1)*1000
-		switch {
-		case w == first || w == last:
-			return "partial"
-		case we <= stopAt.UnixMilli():
-			return "up"
-		case ws >= stopAt.UnixMilli() && we <= restartAt.UnixMilli():
-			return "down"
-		case ws >= backAt.UnixMilli():
-			return "back"
-		}
-		return "transition"
-	}
-	var up, down, back []int
-	var b strings.Builder
-	fmt.Fprintf(&b, "window  phase       %s  total\n", strings.Repeat("node ", nodes))
-	ws := make([]int64, 0, len(per))
-	for w := range per {
-		ws = append(ws, w)
-	}
-	slices.Sort(ws)
-	downOK := true
-	for _, w := range ws {
-		tot := 0
-		for _, c := range per[w] {
-			tot += c
-		}
-		ph := phase(w)
-		fmt.Fprintf(&b, "%6d  %-10s  %v  %d\n", w-first, ph, per[w], tot)
-		switch ph {
-		case "up":
-			up = append(up, tot)
-		case "down":
-			down = append(down, tot)
-			for _, c := range per[w] {
-				// The window is the client's send time; a check sent just
-				// before a window's end may be decided just after it.
-				if c > limitPerWn+2 {
-					downOK = false
-				}
-			}
-		case "back":
-			back = append(back, tot)
-		}
-	}
-	t.Logf("admitted per 1 s window (client-side window of each check's send time):\n%s", b.String())
-	t.Logf("NATS up, steady state: %s", dist(up))
-	t.Logf("NATS stopped:          %s", dist(down))
-	t.Logf("NATS back:             %s", dist(back))
-	for i, c := range upBatches {
-		t.Logf("batches published by node-%d with NATS up: %d in %v = %.1f/s", i, c, upElapsed.Round(time.Millisecond), float64(c)/upElapsed.Seconds())
-	}
-	if len(up) == 0 || slices.Max(up) > 110 {
-		t.Errorf("steady state with NATS up: %s; want at most 110 per window", dist(up))
-	}
-	if len(down) == 0 || !downOK || slices.Min(down) < nodes*limitPerWn*9/10 {
-		t.Errorf("with NATS stopped: %s; want each node at its own %d (about %d in all)", dist(down), limitPerWn, nodes*limitPerWn)
-	}
-	if len(back) > 0 && slices.Max(back) > 110 {
-		t.Errorf("after NATS came back: %s; want at most 110 per window", dist(back))
-	}
-	if os.Getenv("LOAD_REPORT") != "" {
-		os.WriteFile(os.Getenv("LOAD_REPORT"), []byte(b.String()), 0o644)
-	}
-}
-
-// dist summarises per-window totals: n, min, median, p90, max.
-func dist(xs []int) string {
-	if len(xs) == 0 {
-		return "no windows"
-	}
-	s := slices.Clone(xs)
-	sort.Ints(s)
-	q := func(p float64) int { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return fmt.Sprintf("%d windows: min %d, median %d, p90 %d, max %d", len(s), s[0], q(0.5), q(0.9), s[len(s)-1])
 }
 
 func TestClusterKeyAndSecretFiles(t *testing.T) {
@@ -551,7 +341,7 @@ func TestServeClusterSealed(t *testing.T) {
 	a := startNode(t, "a", cfg, srv.ClientURL(), key)
 	b := startNode(t, "b", cfg, srv.ClientURL(), key)
 	x := startNode(t, "x", cfg, srv.ClientURL(), other)
-	for _, n := range []*clusterNode{a, b, x} {
+	for _, n := range []*servedNode{a, b, x} {
 		n.waitReady(t)
 		if strings.Contains(n.logs.String(), "no cluster key") {
 			t.Errorf("%s warns of no key although it has one", n.id)
@@ -600,7 +390,7 @@ func TestServeClusterWarnsWithoutKey(t *testing.T) {
 
 // metricLabel reads the first sample of name whose labels include the
 // name/value pairs; -1 when there is none yet.
-func (n *clusterNode) metricLabel(t *testing.T, name string, labels ...string) float64 {
+func (n *servedNode) metricLabel(t *testing.T, name string, labels ...string) float64 {
 	t.Helper()
 	if v, ok := n.metrics(t).Match(name, labels...); ok {
 		return v

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func TestIntendedTimeDealsTheScheduleToWorkers(t *testing.T) {
@@ -165,7 +167,7 @@ func TestSummariseWindows(t *testing.T) {
 	sec := int64(time.Second)
 	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
 	res := summarise(rec, cfg)
-	want := []WindowResult{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}, {StartMS: 1_700_000_001_000, Allowed: 5, Denied: 100}}
+	want := []loadresult.Window{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}, {StartMS: 1_700_000_001_000, Allowed: 5, Denied: 100}}
 	if !slices.Equal(res.Windows, want) || res.WindowMS != 1000 || res.MaxInSpan != 3 {
 		t.Errorf("windows %+v (window %d ms, busiest %d), want %+v", res.Windows, res.WindowMS, res.MaxInSpan, want)
 	}

@@ -4,8 +4,9 @@
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
 // ext_authz server (the floor every figure is compared with), the real
-// Check path in process with /debug/pprof (for profiles), and a minimal
-// upstream application for Envoy.
+// Check path in process with Go's profiles on their own address, and a
+// minimal upstream application for Envoy. --json writes a run's result in
+// the one schema of internal/loadresult, which the runner reads.
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
@@ -17,7 +18,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func main() {
@@ -216,12 +218,12 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		res.Connections = max(conns, len(list))
 	}
 	if jsonOut != "" {
-		if err := writeJSON(jsonOut, res, stdout); err != nil {
+		if err := writeJSON(jsonOut, &res, stdout); err != nil {
 			return err
 		}
 	}
 	if jsonOut != "-" && !quiet {
-		printText(stdout, res)
+		printText(stdout, &res)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
@@ -262,12 +264,11 @@ func preflight(ctx context.Context, c caller, cfg loadConfig, targets []string) 
 	return nil
 }
 
-func writeJSON(path string, res Result, stdout io.Writer) error {
-	b, err := json.MarshalIndent(res, "", "  ")
+func writeJSON(path string, res *loadresult.Result, stdout io.Writer) error {
+	b, err := res.Marshal()
 	if err != nil {
 		return err
 	}
-	b = append(b, '\n')
 	if path == "-" {
 		_, err = stdout.Write(b)
 		return err

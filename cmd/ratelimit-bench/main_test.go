@@ -20,6 +20,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 )
 
@@ -105,13 +107,13 @@ func startServer(t *testing.T, svc authv3.AuthorizationServer) string {
 	return srv.GRPCAddr().String()
 }
 
-func runCLI(t *testing.T, args ...string) (Result, string, error) {
+func runCLI(t *testing.T, args ...string) (loadresult.Result, string, error) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := run(ctx, args, &stdout, &stderr)
-	var res Result
+	var res loadresult.Result
 	if err == nil && strings.Contains(strings.Join(args, " "), "--json -") {
 		if jerr := json.Unmarshal(stdout.Bytes(), &res); jerr != nil {
 			t.Fatalf("JSON output: %v\n%s", jerr, stdout.String())
@@ -198,6 +200,43 @@ func TestUpstreamAnswersOK(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(body), `"ok":true`) {
 		t.Errorf("%d %s", resp.StatusCode, body)
+	}
+}
+
+// The authz server serves Go's profiles on --pprof-addr only, as serve
+// does: the profile the bench fetches, and no command line.
+func TestAuthzServesProfiles(t *testing.T) {
+	addrs, err := freeport.Addrs(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"authz", "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2], "--lifetime", "30s"}, io.Discard, io.Discard)
+	}()
+	get := func(url string) int {
+		resp, err := http.Get(url)
+		if err != nil {
+			return -1
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	poll.UntilTrue(t, 20*time.Second, 20*time.Millisecond, func() bool { return get("http://"+addrs[1]+"/readyz") == 200 })
+	for path, want := range map[string]int{"/debug/pprof/": 200, "/debug/pprof/profile?seconds=1": 200, "/debug/pprof/cmdline": 404} {
+		if got := get("http://" + addrs[2] + path); got != want {
+			t.Errorf("pprof %s: %d, want %d", path, got, want)
+		}
+	}
+	if got := get("http://" + addrs[1] + "/debug/pprof/"); got == 200 {
+		t.Errorf("profiles on the HTTP address too")
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Errorf("authz: %v", err)
 	}
 }
 

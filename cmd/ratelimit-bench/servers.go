@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -57,11 +55,12 @@ func (c serveConfig) validate() error {
 }
 
 // serveAuthz runs svc behind the product's own gRPC and HTTP stack
-// (pkg/server: the same listeners, options and metrics endpoint) until ctx
-// ends or the lifetime is over, with /debug/pprof on pprofAddr when set.
-// extra runs alongside (the counter's sweeper).
+// (pkg/server: the same listeners, options and metrics endpoint, and Go's
+// profiles on pprofAddr when set, as serve --pprof-addr serves them) until
+// ctx ends or the lifetime is over. extra runs alongside (the counter's
+// sweeper).
 func serveAuthz(ctx context.Context, c serveConfig, svc authv3.AuthorizationServer, reg *prometheus.Registry, log *slog.Logger, extra func(context.Context) error) error {
-	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, ShutdownTimeout: 5 * time.Second},
+	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: 5 * time.Second},
 		server.Services{Authz: svc}, reg, log)
 	if err != nil {
 		return err
@@ -73,40 +72,9 @@ func serveAuthz(ctx context.Context, c serveConfig, svc authv3.AuthorizationServ
 	if extra != nil {
 		g.Go(func() error { return extra(gctx) })
 	}
-	if c.pprofAddr != "" {
-		lis, err := net.Listen("tcp", c.pprofAddr)
-		if err != nil {
-			cancel()
-			g.Wait()
-			srv.Close()
-			return fmt.Errorf("listen pprof on %s: %w", c.pprofAddr, err)
-		}
-		log.Info("pprof", "addr", lis.Addr().String())
-		ps := &http.Server{Handler: pprofMux(), ReadHeaderTimeout: 5 * time.Second}
-		g.Go(func() error {
-			if err := ps.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
-		g.Go(func() error {
-			<-gctx.Done()
-			return ps.Close()
-		})
-	}
 	err = g.Wait()
 	srv.Close()
 	return err
-}
-
-func pprofMux() *http.ServeMux {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
 }
 
 func newRegistry() *prometheus.Registry {

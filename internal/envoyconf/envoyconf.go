@@ -1,21 +1,32 @@
 // Package envoyconf renders the shipped Envoy bootstrap,
 // envoy/ratelimit-authz.yaml, with the addresses of one run: the end-to-end
-// tests and the demo run exactly the file users copy, with only its four
-// addresses changed (and the ratelimit_authz cluster given one endpoint
-// per node).
+// tests, the demo and the benchmarks run exactly the file users copy, with
+// only its four addresses changed (and the ratelimit_authz cluster given
+// one endpoint per node). It is the only place that writes a bootstrap.
 //
-// The rendering is textual, on purpose: each shipped address must occur
-// exactly once, so a bootstrap whose addresses are edited, added or
-// reformatted makes Render fail loudly instead of leaving a fixed port
-// behind.
+// Options edit a rendering for what one run needs and nothing else: trust
+// in proxies ahead (WithTrustedHops), headers stripped before the check
+// (WithHeaderStrip), a second check cluster (WithAuthzCluster) and several
+// copies of the listener that differ in their check cluster or have no
+// ext_authz filter at all (WithListeners), which is how a benchmark
+// compares Envoy with and without the filter.
+//
+// The rendering is textual, on purpose: each shipped address and each
+// line an option edits must occur exactly once, so a bootstrap whose
+// addresses are edited, added or reformatted makes Render or the option
+// fail loudly (ErrPlaceholder) instead of leaving a fixed port or an
+// unedited listener behind. Names it writes are quoted: Envoy's YAML
+// reads a plain on or off as a boolean.
 package envoyconf
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 )
@@ -141,6 +152,17 @@ func RenderFile(src, dst string, a Addrs) error {
 	}
 	if err := os.WriteFile(dst, out, 0o644); err != nil {
 		return fmt.Errorf("envoyconf: %w", err)
+	}
+	return nil
+}
+
+// Validate runs the Envoy binary envoy in validate mode on the bootstrap
+// at path: what Envoy itself makes of a rendering, beyond what rendering
+// checks. Its error carries Envoy's output.
+func Validate(ctx context.Context, envoy, path string) error {
+	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", path, "--log-level", "error").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("envoyconf: envoy --mode validate -c %s: %w\n%s", path, err, out)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -236,9 +235,22 @@ func validate(t *testing.T, envoy, config string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, envoy, "--mode", "validate", "-c", config, "--log-level", "error").CombinedOutput()
-	if err != nil {
-		t.Fatalf("envoy --mode validate -c %s: %v\n%s", config, err, out)
+	if err := Validate(ctx, envoy, config); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Validate reports what Envoy says of a bootstrap it refuses.
+func TestValidateRefuses(t *testing.T) {
+	envoy := binaries.InstalledEnvoy(t)
+	bad := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(bad, []byte("static_resources: {listeners: [{name: on}]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := Validate(ctx, envoy, bad); err == nil || !strings.Contains(err.Error(), "listeners") {
+		t.Errorf("Validate of a bad bootstrap: %v, want Envoy's complaint", err)
 	}
 }
 
