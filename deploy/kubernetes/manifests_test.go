@@ -204,7 +204,7 @@ func TestCopiesMatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	for copyPath, orig := range map[string]string{
-		"base/ratelimit.yaml":      "config/ratelimit.yaml",
+		"base/ratelimit.yaml":       "config/ratelimit.yaml",
 		"nats/ratelimit-authz.conf": "deploy/nats/nats-server.conf",
 	} {
 		a, err := os.ReadFile(copyPath)
