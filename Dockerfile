@@ -24,7 +24,20 @@ RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}"
       --layout "" --tarball "" --layer-tar /out/rootfs.tar \
  && mkdir /rootfs && tar -xpf /out/rootfs.tar -C /rootfs
 
-FROM scratch
+# The example application behind Envoy in docker-compose.yaml.
+FROM golang:1.26 AS exampleapp-build
+WORKDIR /src
+COPY --from=build /src /src
+RUN CGO_ENABLED=0 go -C deploy build -trimpath -o /out/exampleapp ./cmd/exampleapp
+
+FROM scratch AS exampleapp
+COPY --from=exampleapp-build /out/exampleapp /exampleapp
+USER 65532:65532
+EXPOSE 8080/tcp
+ENTRYPOINT ["/exampleapp", "--addr", "0.0.0.0:8080"]
+
+# The server: the default target (the last stage).
+FROM scratch AS server
 ARG VERSION=dev
 ARG REVISION=unknown
 ARG LICENSE=NOASSERTION
@@ -44,15 +57,3 @@ WORKDIR /
 EXPOSE 9001/tcp 9090/tcp
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/ratelimit-authz", "serve"]
-
-# The example application behind Envoy in docker-compose.yaml.
-FROM golang:1.26 AS exampleapp-build
-WORKDIR /src
-COPY --from=build /src /src
-RUN CGO_ENABLED=0 go -C deploy build -trimpath -o /out/exampleapp ./cmd/exampleapp
-
-FROM scratch AS exampleapp
-COPY --from=exampleapp-build /out/exampleapp /exampleapp
-USER 65532:65532
-EXPOSE 8080/tcp
-ENTRYPOINT ["/exampleapp", "--addr", "0.0.0.0:8080"]

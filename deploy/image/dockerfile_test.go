@@ -13,9 +13,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/deploy/internal/serverbin"
 )
 
-// TestDockerfileMatchesImage: the Dockerfile's server stage (the one
-// `docker build` without --target produces: FROM scratch with the
-// ENTRYPOINT of the server) declares the entrypoint, user, environment and
+// TestDockerfileMatchesImage: the Dockerfile's server stage (FROM scratch
+// with the server's ENTRYPOINT, the last stage, so the one `docker build`
+// without --target produces) declares the entrypoint, user, environment and
 // ports of the image `make image` builds, and copies the root filesystem
 // build-image writes.
 func TestDockerfileMatchesImage(t *testing.T) {
@@ -65,8 +65,11 @@ func TestDockerfileMatchesImage(t *testing.T) {
 			}
 		}
 	}
-	if server == nil || server.from != "scratch" {
+	if server == nil || !strings.HasPrefix(server.from, "scratch") {
 		t.Fatalf("no FROM scratch stage with the server's ENTRYPOINT")
+	}
+	if stages[len(stages)-1] != server {
+		t.Errorf("the server stage is not the last one: docker build without --target builds another")
 	}
 	var env []string
 	var exposed []string
