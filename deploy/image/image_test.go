@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -67,6 +68,24 @@ func testConfig(t *testing.T) image.Config {
 	}
 	return image.Config{Binary: bin, Settings: settings, Version: "v0.0.0-test", Revision: "0123abc",
 		Source: "https://github.com/ratelimit-authz/ratelimit-authz", License: "NOASSERTION", Arch: runtime.GOARCH}
+}
+
+// The image of testConfig, built once for the tests that only read it:
+// its layer is compressed once (compression dominates the cost under -race).
+var (
+	sharedOnce sync.Once
+	sharedImg  v1.Image
+	sharedErr  error
+)
+
+func shared(t *testing.T) v1.Image {
+	t.Helper()
+	cfg := testConfig(t)
+	sharedOnce.Do(func() { sharedImg, sharedErr = image.Build(cfg) })
+	if sharedErr != nil {
+		t.Fatal(sharedErr)
+	}
+	return sharedImg
 }
 
 func build(t *testing.T, cfg image.Config) v1.Image {
@@ -125,7 +144,7 @@ func fileHash(t *testing.T, p string) string {
 // input changes the digest.
 func TestBuildIsReproducible(t *testing.T) {
 	cfg := testConfig(t)
-	a, b := build(t, cfg), build(t, cfg)
+	a, b := shared(t), build(t, cfg)
 	if da, db := digest(t, a), digest(t, b); da != db {
 		t.Fatalf("two builds: %s and %s", da, db)
 	}
@@ -225,7 +244,7 @@ func layerEntries(t *testing.T, img v1.Image) []entry {
 // OCI labels, and an environment the binary understands.
 func TestImageContents(t *testing.T) {
 	cfg := testConfig(t)
-	img := build(t, cfg)
+	img := shared(t)
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +391,7 @@ func TestUnpackedImageServes(t *testing.T) {
 	cfg := testConfig(t)
 	dir := t.TempDir()
 	lp := filepath.Join(dir, "layout")
-	if err := image.WriteLayout(lp, cfg.Version, build(t, cfg), image.Labels(cfg)); err != nil {
+	if err := image.WriteLayout(lp, cfg.Version, shared(t), image.Labels(cfg)); err != nil {
 		t.Fatal(err)
 	}
 	idx, err := layout.ImageIndexFromPath(lp)
