@@ -30,14 +30,28 @@ func main() {
 	}
 }
 
+// resetEvery bounds the app's per-path hit counts (kept for the tests that
+// embed it): a client sending distinct paths (say, one channel per
+// request) grows them by at most what it sends in this long.
+const resetEvery = 10 * time.Second
+
 func serve(ctx context.Context, addr string) error {
-	srv := &http.Server{Addr: addr, Handler: exampleapp.New(), ReadHeaderTimeout: 5 * time.Second}
+	app := exampleapp.New()
+	srv := &http.Server{Addr: addr, Handler: app, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServe() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
+	tick := time.NewTicker(resetEvery)
+	defer tick.Stop()
+	for running := true; running; {
+		select {
+		case err := <-errc:
+			return err
+		case <-tick.C:
+			app.Reset()
+		case <-ctx.Done():
+			running = false
+		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
