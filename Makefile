@@ -8,6 +8,9 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X main.version=$(VERSION)
 BIN      := bin/ratelimit-authz
 PKGS     := ./...
+# The packaging module (image builder, manifest and dashboard validators):
+# its own go.mod, so its dependencies stay out of the server's.
+DEPLOY   := deploy
 # Whole suite under the race detector; every test has its own timeouts too.
 TESTFLAGS ?= -race -count=1 -shuffle=on -timeout 10m
 
@@ -30,8 +33,9 @@ tools: ## install what the tests need: Envoy and nats-server (into .tools/), Pos
 	@scripts/install-nats.sh >/dev/null
 
 .PHONY: test
-test: lint tools ## vet, format and tidy checks, every test under -race, then a short run of every fuzz target
+test: lint tools ## vet, format and tidy checks, every test under -race (server and deploy/), then a short run of every fuzz target
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) -C $(DEPLOY) test $(TESTFLAGS) ./...
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 # Inputs each fuzz target runs in `make test` (a count: see scripts/fuzz.sh);
@@ -62,6 +66,7 @@ lint: fmt-check vet tidy-check ## gofmt, go vet, go mod tidy checks
 .PHONY: vet
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) -C $(DEPLOY) vet ./...
 
 .PHONY: fmt-check
 fmt-check:
@@ -71,6 +76,24 @@ fmt-check:
 .PHONY: tidy-check
 tidy-check:
 	$(GO) mod tidy -diff
+	$(GO) -C $(DEPLOY) mod tidy -diff
+
+# The image is built without a container engine: the static binary on an
+# empty base, written reproducibly (same commit, same digest) as an OCI
+# layout (bin/image: skopeo copy oci:bin/image:$(VERSION) docker://…) and a
+# tarball for `docker load`. IMAGE_LICENSE is the SPDX licence label.
+IMAGE_LICENSE ?= NOASSERTION
+IMAGE_ARCH    ?= $(shell $(GO) env GOARCH)
+
+.PHONY: image
+image: ## build the container image without an engine: bin/image (OCI layout) and bin/ratelimit-authz-image.tar
+	CGO_ENABLED=0 GOARCH=$(IMAGE_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/image-$(IMAGE_ARCH)/ratelimit-authz ./cmd/ratelimit-authz
+	rm -rf bin/image bin/ratelimit-authz-image.tar
+	$(GO) -C $(DEPLOY) run ./cmd/build-image \
+		--binary $(CURDIR)/bin/image-$(IMAGE_ARCH)/ratelimit-authz --config $(CURDIR)/config/ratelimit.yaml \
+		--version $(VERSION) --revision $$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--license '$(IMAGE_LICENSE)' --arch $(IMAGE_ARCH) \
+		--layout $(CURDIR)/bin/image --tarball $(CURDIR)/bin/ratelimit-authz-image.tar
 
 .PHONY: check-config
 check-config: build ## validate config/ratelimit.yaml
