@@ -289,7 +289,7 @@ HTTP stack as ratelimit-authz (pkg/server): the floor of an ext_authz check on
 this machine. /metrics carries the process metrics.`
 	if mode == "authz" {
 		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
-wiring of ratelimit-authz serve) in this process, with /debug/pprof on
+node of ratelimit-authz serve, assembled by pkg/node) in this process, with /debug/pprof on
 --pprof-addr, so that the Check path can be profiled under load.`
 	}
 	fs := newFlagSet(mode, summary)
@@ -313,18 +313,13 @@ wiring of ratelimit-authz serve) in this process, with /debug/pprof on
 		return usageError{err.Error()}
 	}
 	log := newLogger(stderr)
-	reg := newRegistry()
 	if mode == "noop" {
-		return serveAuthz(ctx, c, newNoopAuthz(), reg, log, nil)
+		return serveNoop(ctx, c, log)
 	}
 	if sweep <= 0 {
 		return usageError{"--sweep-interval must be positive"}
 	}
-	svc, store, err := newAuthzService(configPath, reg, log)
-	if err != nil {
-		return err
-	}
-	return serveAuthz(ctx, c, svc, reg, log, func(ctx context.Context) error { return store.Run(ctx, sweep) })
+	return serveNode(ctx, c, configPath, sweep, log)
 }
 
 func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -16,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -90,8 +91,7 @@ func TestCheckRequestIsWhatEnvoySends(t *testing.T) {
 // its gRPC address.
 func startServer(t *testing.T, svc authv3.AuthorizationServer) string {
 	t.Helper()
-	reg := newRegistry()
-	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, server.Services{Authz: svc}, reg, slog.New(slog.DiscardHandler))
+	srv, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}, server.Services{Authz: svc}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,12 +135,21 @@ func TestCheckAgainstTheNoopServer(t *testing.T) {
 }
 
 func TestCheckAgainstTheRealService(t *testing.T) {
-	reg := newRegistry()
-	svc, _, err := newAuthzService("", reg, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	n, err := newNode(ctx, serveConfig{grpcAddr: "127.0.0.1:0", httpAddr: "127.0.0.1:0"}, "", time.Second, slog.New(slog.DiscardHandler))
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
-	addr := startServer(t, svc)
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node: %v", err)
+		}
+	})
+	addr := n.GRPCAddr().String()
 	// One tenant, 300 activity writes: the shipped 100/s denies most of
 	// them (fewer if the run straddles a second boundary).
 	res, out, err := runCLI(t, "check", "--target", addr, "--routes", "activities", "--tenants", "1",

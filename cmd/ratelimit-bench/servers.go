@@ -12,17 +12,12 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"golang.org/x/sync/errgroup"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // noopAuthz answers every Check with OK at once, from one shared response:
@@ -54,40 +49,33 @@ func (c serveConfig) validate() error {
 	return nil
 }
 
-// serveAuthz runs svc behind the product's own gRPC and HTTP stack
-// (pkg/server: the same listeners, options and metrics endpoint, and Go's
-// profiles on pprofAddr when set, as serve --pprof-addr serves them) until
-// ctx ends or the lifetime is over. extra runs alongside (the counter's
-// sweeper).
-func serveAuthz(ctx context.Context, c serveConfig, svc authv3.AuthorizationServer, reg *prometheus.Registry, log *slog.Logger, extra func(context.Context) error) error {
-	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: 5 * time.Second},
-		server.Services{Authz: svc}, reg, log)
+// serveNoop runs the no-op Check behind the product's own gRPC and HTTP
+// stack (pkg/server: the same listeners, options and metrics endpoint, and
+// Go's profiles on pprofAddr when set, as serve --pprof-addr serves them)
+// until ctx ends or the lifetime is over.
+func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: shutdownTimeout},
+		server.Services{Authz: newNoopAuthz()}, reg, log)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.lifetime)
 	defer cancel()
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
-	if extra != nil {
-		g.Go(func() error { return extra(gctx) })
-	}
-	err = g.Wait()
+	err = srv.Run(ctx)
 	srv.Close()
 	return err
 }
 
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
+// shutdownTimeout bounds the graceful stop of the servers this tool runs.
+const shutdownTimeout = 5 * time.Second
 
-// newAuthzService wires the Check service as cmd/ratelimit-authz serve
-// does (rules → descriptors, counter → authz), so a profile of this
-// process is a profile of the product's Check path. configPath "" means
-// the shipped configuration.
-func newAuthzService(configPath string, reg *prometheus.Registry, log *slog.Logger) (*authz.Service, *counter.Store, error) {
+// newNode assembles a node as ratelimit-authz serve does (pkg/node, the
+// local backend, no database), so a profile of this process is a profile
+// of the product's Check path. configPath "" means the shipped
+// configuration.
+func newNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) (*node.Node, error) {
 	var (
 		r   *rules.Rules
 		err error
@@ -98,25 +86,24 @@ func newAuthzService(configPath string, reg *prometheus.Registry, log *slog.Logg
 		r, err = rules.LoadFile(configPath)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("load configuration: %w", err)
+		return nil, fmt.Errorf("load configuration: %w", err)
 	}
-	store, err := counter.New(r.Counter)
+	return node.New(ctx, node.Config{
+		Rules: r, Version: "bench",
+		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr,
+		ShutdownTimeout: shutdownTimeout, SweepInterval: sweep,
+	}, log)
+}
+
+// serveNode runs newNode's node until ctx ends or the lifetime is over.
+func serveNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) error {
+	n, err := newNode(ctx, c, configPath, sweep, log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("create counter: %w", err)
+		return err
 	}
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: "ratelimit_authz", Subsystem: "counter", Name: "live_keys",
-		Help: "(bucket, key) pairs held in memory.",
-	}, func() float64 { return float64(store.Len()) }))
-	m, err := descriptors.New(r.Descriptors())
-	if err != nil {
-		return nil, nil, fmt.Errorf("compile routes: %w", err)
-	}
-	svc, err := authz.New(wiring.Authz(r), m, store, tenantlimits.NewResolver(wiring.Limits(r), nil), reg, log, authz.Options{})
-	if err != nil {
-		return nil, nil, err
-	}
-	return svc, store, nil
+	ctx, cancel := context.WithTimeout(ctx, c.lifetime)
+	defer cancel()
+	return n.Run(ctx)
 }
 
 // upstreamHandler is the application behind Envoy: 200 and a small JSON
