@@ -34,9 +34,15 @@ tools: ## install what the tests need: Envoy and nats-server (into .tools/), Pos
 
 .PHONY: test
 test: lint tools ## vet, format and tidy checks, every test under -race (server and deploy/), then a short run of every fuzz target
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -vx '$(E2EPKG)')
+	$(GO) test $(TESTFLAGS) ./test/e2e/
 	$(GO) -C $(DEPLOY) test $(TESTFLAGS) ./...
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
+
+# The end-to-end tests run alone, after the others: they judge admissions
+# per second through real Envoy, NATS and Postgres processes, which a
+# machine also running the race-enabled unit tests can starve.
+E2EPKG := github.com/ratelimit-authz/ratelimit-authz/test/e2e
 
 # Inputs each fuzz target runs in `make test` (a count: see scripts/fuzz.sh);
 # `make fuzz FUZZTIME=5m` for a longer run.

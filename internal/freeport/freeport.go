@@ -78,6 +78,16 @@ func TestAddr(t TB) string {
 	return addr
 }
 
+// TestAddrs is Addrs for a test: n distinct addresses, or the test stops.
+func TestAddrs(t TB, n int) []string {
+	t.Helper()
+	addrs, err := Addrs(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addrs
+}
+
 // TestPort is Port for a test: it stops the test when no port is free.
 func TestPort(t TB) int {
 	t.Helper()

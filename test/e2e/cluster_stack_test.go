@@ -15,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -77,11 +76,11 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.db = c.pg.URL()
 	c.cli(t, "migrate")
 
-	c.natsAddr = freeport.TestAddr(t)
+	c.natsAddr = c.spare[0]
 	c.startNATS(t)
 
 	for i := range n {
-		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: freeport.TestAddr(t)}
+		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: c.spare[1+i]}
 		c.nodes = append(c.nodes, nd)
 		c.startNode(t, nd)
 	}

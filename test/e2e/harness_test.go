@@ -325,10 +325,13 @@ type stack struct {
 	logs     *logs
 	addrs    envoyconf.Addrs
 	httpAddr string // the server's HTTP (readyz, metrics) address
-	up       *upstream
-	envoy    *process
-	server   *process
-	client   *http.Client
+	// spare are addresses picked with the others, for a cluster's NATS
+	// server and its nodes' HTTP ports.
+	spare  []string
+	up     *upstream
+	envoy  *process
+	server *process
+	client *http.Client
 	// envoyEdit, when set, changes the rendered bootstrap before Envoy
 	// starts (e.g. envoyconf.WithTrustedHops).
 	envoyEdit func([]byte) ([]byte, error)
@@ -352,11 +355,11 @@ func prepareStack(t *testing.T, nodes int) *stack {
 	t.Helper()
 	s := &stack{t: t, envoyBin: envoyBinary(t), logs: newLogs(t)}
 	s.up = startUpstream(t)
-	s.addrs = envoyconf.Addrs{Admin: freeport.TestAddr(t), Listener: freeport.TestAddr(t), App: s.up.addr}
-	for range nodes {
-		s.addrs.Authz = append(s.addrs.Authz, freeport.TestAddr(t))
-	}
-	s.httpAddr = freeport.TestAddr(t)
+	// One call, so that no two of the stack's addresses share a port.
+	addrs := freeport.TestAddrs(t, 3+nodes+1+nodes)
+	s.addrs = envoyconf.Addrs{Admin: addrs[0], Listener: addrs[1], App: s.up.addr, Authz: addrs[3 : 3+nodes]}
+	s.httpAddr = addrs[2]
+	s.spare = addrs[3+nodes:]
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16},
