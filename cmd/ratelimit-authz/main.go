@@ -5,6 +5,7 @@
 //	ratelimit-authz check-config [flags]   validate a configuration file
 //	ratelimit-authz limits COMMAND …       per-tenant limit overrides in Postgres
 //	ratelimit-authz migrate [flags]        create or upgrade the Postgres schema
+//	ratelimit-authz probe [flags]          GET /readyz once: exit 0 on 200 (health checks)
 //	ratelimit-authz version                print the version
 package main
 
@@ -55,6 +56,7 @@ Usage:
   ratelimit-authz check-config [flags]   validate a configuration file; exit 1 on problems
   ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit, owner
   ratelimit-authz migrate [flags]        create or upgrade the Postgres schema of the overrides
+  ratelimit-authz probe [flags]          GET a node's /readyz once: exit 0 on 200, 1 otherwise (health checks)
   ratelimit-authz version                print the version
   ratelimit-authz help [command]         show help
 
@@ -78,6 +80,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runLimits(ctx, rest, getenv, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
+	case "probe":
+		return runProbe(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "ratelimit-authz", version)
 		return nil

@@ -69,6 +69,14 @@ func TestUsage(t *testing.T) {
 		t.Errorf("bad env duration: %v", err)
 	}
 	out.Reset()
+	if err := run(ctx, []string{"help"}, env(nil), &out, &errOut); err != nil || !strings.Contains(out.String(), "ratelimit-authz probe [flags]") {
+		t.Errorf("help does not list probe: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(ctx, []string{"help", "probe"}, env(nil), &out, &errOut); err != nil || !strings.Contains(out.String(), "-timeout") {
+		t.Errorf("help probe: %v\n%s", err, out.String())
+	}
+	out.Reset()
 	if err := run(ctx, []string{"version"}, env(nil), &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "ratelimit-authz ") {
 		t.Errorf("version: %v %q", err, out.String())
 	}

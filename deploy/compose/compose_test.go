@@ -3,6 +3,8 @@ package compose_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -213,6 +215,7 @@ func TestComposeMatchesBinary(t *testing.T) {
 			a := settings[f]
 			listen[a[strings.LastIndex(a, ":")+1:]] = true
 		}
+		checkProbe(t, ctx, s, settings["http-addr"])
 		for _, e := range s.Expose {
 			if !listen[e] {
 				t.Errorf("%s: exposes %s, the node listens on %v", s.Name, e, listen)
@@ -241,5 +244,53 @@ func TestComposeMatchesBinary(t *testing.T) {
 	}
 	if checked != 2 {
 		t.Errorf("%d services run the ratelimit-authz image: want the nodes and the migration", checked)
+	}
+}
+
+// checkProbe: a node's healthcheck runs the binary's own probe (the image
+// has no shell) with flags `probe --help` lists, on the node's HTTP port
+// over loopback, and the probe gives up before compose's timeout does.
+func checkProbe(t *testing.T, ctx context.Context, s types.ServiceConfig, httpAddr string) {
+	t.Helper()
+	hc := s.HealthCheck
+	if hc == nil || len(hc.Test) < 3 || hc.Test[0] != "CMD" || hc.Test[1] != "/ratelimit-authz" || hc.Test[2] != "probe" {
+		t.Errorf("%s: healthcheck %v, want [CMD /ratelimit-authz probe …]", s.Name, hc)
+		return
+	}
+	surface, err := serverbin.Help(ctx, serverBin, "probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, f := range surface.Flags {
+		settings[f.Name] = strings.Trim(f.Default, `"`)
+	}
+	args := hc.Test[3:]
+	for i := 0; i < len(args); i++ {
+		name, val, has := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if _, ok := surface.Flags[name]; !ok || !strings.HasPrefix(args[i], "-") {
+			t.Errorf("%s: ratelimit-authz probe has no flag %q", s.Name, args[i])
+			continue
+		}
+		if !has && i+1 < len(args) {
+			i++
+			val = args[i]
+		}
+		settings[name] = val
+	}
+	u, err := url.Parse(settings["url"])
+	if err != nil {
+		t.Fatalf("%s: probe URL: %v", s.Name, err)
+	}
+	_, port, err := net.SplitHostPort(httpAddr)
+	if err != nil {
+		t.Fatalf("%s: HTTP address %q: %v", s.Name, httpAddr, err)
+	}
+	if u.Hostname() != "127.0.0.1" || u.Port() != port || u.Path != "/readyz" {
+		t.Errorf("%s: probe URL %s, want http://127.0.0.1:%s/readyz (the node's HTTP address)", s.Name, u, port)
+	}
+	probeTimeout, err := time.ParseDuration(settings["timeout"])
+	if err != nil || hc.Timeout == nil || probeTimeout >= time.Duration(*hc.Timeout) {
+		t.Errorf("%s: probe timeout %q must be below the healthcheck's timeout %v", s.Name, settings["timeout"], hc.Timeout)
 	}
 }

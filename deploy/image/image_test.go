@@ -378,8 +378,9 @@ func unpack(t *testing.T, img v1.Image, root string) {
 // back from the OCI layout, unpacks its layers into a root filesystem and
 // runs its entrypoint there (chroot) as the image's user with the image's
 // environment (the listen addresses moved to free loopback ports, as
-// `docker run -e` would): /readyz and /healthz answer, and Checks are
-// decided — allowed, then denied with 429 and Retry-After.
+// `docker run -e` would): /readyz and /healthz answer, the binary's own
+// probe run in the image answers for a container health check, and
+// Checks are decided — allowed, then denied with 429 and Retry-After.
 func TestUnpackedImageServes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		msg := "chroot and setuid need root (uid %d)"
@@ -494,6 +495,34 @@ func TestUnpackedImageServes(t *testing.T) {
 	}
 	if want := fmt.Sprintf("Uid:\t%d\t%d\t%d\t%d", uid, uid, uid, uid); !strings.Contains(string(status), want) {
 		t.Errorf("the server does not run as the image's user: want %q in\n%s", want, status)
+	}
+
+	// The health check of a container without a shell: the binary's own
+	// probe, run inside the image as its user (as Docker's CMD check is).
+	probe := func(url string) (int, string) {
+		t.Helper()
+		var out bytes.Buffer
+		pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer pcancel()
+		pc := exec.CommandContext(pctx, cf.Config.Entrypoint[0], "probe", "--url", url) // resolved inside the chroot
+		pc.Env, pc.Dir, pc.Stdout, pc.Stderr = env, cf.Config.WorkingDir, &out, &out
+		pc.SysProcAttr = &syscall.SysProcAttr{
+			Chroot:     root,
+			Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}},
+			Pdeathsig:  syscall.SIGKILL,
+		}
+		err := pc.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("probe in the image: %v", err)
+		}
+		return pc.ProcessState.ExitCode(), out.String()
+	}
+	if code, out := probe("http://" + httpAddr + "/readyz"); code != 0 || !strings.Contains(out, "200 OK") {
+		t.Errorf("probe of the ready node in the image: exit %d %q", code, out)
+	}
+	if code, out := probe("http://" + grpcAddr + "/readyz"); code != 1 || !strings.Contains(out, "ratelimit-authz probe: GET") {
+		t.Errorf("probe of the gRPC port (no /readyz there) in the image: exit %d %q, want 1 and a reason", code, out)
 	}
 
 	serverbin.AwayFromMinuteEdge()

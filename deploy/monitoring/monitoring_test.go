@@ -54,8 +54,7 @@ const (
 
 // External metrics the rules may use: not the node's own, each with why.
 var external = map[string]string{
-	"up":                    "Prometheus's own: the scrape of the node failed",
-	"kube_pod_status_ready": "kube-state-metrics: the node does not export its readiness as a metric (it serves /readyz)",
+	"up": "Prometheus's own: the scrape of the node failed",
 }
 
 var promql = parser.NewParser(parser.Options{})
@@ -173,7 +172,7 @@ func loadDashboard(t *testing.T) *dashboard {
 }
 
 // Grafana's variables, as a query would see them.
-var dashboardVars = strings.NewReplacer("$__rate_interval", "1m", "$job", "ratelimit-authz", "$max_keys", "1000000")
+var dashboardVars = strings.NewReplacer("$__rate_interval", "1m", "$job", "ratelimit-authz")
 
 // dashboardExprs returns every PromQL expression of the dashboard, with
 // Grafana's variables substituted.
@@ -190,6 +189,38 @@ func dashboardExprs(t *testing.T, d *dashboard) map[string]string {
 		}
 	}
 	return out
+}
+
+// TestAlertsUseTheNodesOwnFigures: the alerts that depend on a node's
+// configuration or state read it from the node's own metrics, not from a
+// number copied out of the shipped configuration or from another
+// exporter.
+func TestAlertsUseTheNodesOwnFigures(t *testing.T) {
+	want := map[string][]string{
+		"RatelimitAuthzKeyTableNearFull": {"ratelimit_authz_counter_live_keys", "ratelimit_authz_counter_max_keys"},
+		"RatelimitAuthzNotReady":         {"ratelimit_authz_ready"},
+	}
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			names, ok := want[r.Alert]
+			if !ok {
+				continue
+			}
+			delete(want, r.Alert)
+			used := metricNames(t, r.Alert, r.Expr)
+			for _, n := range names {
+				if !slices.Contains(used, n) {
+					t.Errorf("%s does not read %s: %s", r.Alert, n, r.Expr)
+				}
+			}
+			if regexp.MustCompile(`\d{4,}`).MatchString(r.Expr) {
+				t.Errorf("%s has a hard-coded bound: %s", r.Alert, r.Expr)
+			}
+		}
+	}
+	for a := range want {
+		t.Errorf("no alert %s", a)
+	}
 }
 
 // TestDashboard: the dashboard decodes strictly, its panels fit Grafana's
@@ -257,6 +288,7 @@ func TestDashboard(t *testing.T) {
 		"skew":                          "ratelimit_authz_replicate_clock_skew_seconds",
 		"overrides state":               "ratelimit_authz_overrides_degraded",
 		"key-table fill":                "ratelimit_authz_counter_live_keys",
+		"key-table bound":               "ratelimit_authz_counter_max_keys",
 	} {
 		if !strings.Contains(all, metric) {
 			t.Errorf("the dashboard does not show %s (%s)", what, metric)

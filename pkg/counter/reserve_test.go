@@ -78,6 +78,9 @@ func TestReservedKeysConfig(t *testing.T) {
 	if r := s.shards[0].reserve; r != 100 {
 		t.Fatalf("default reserve %d, want 100", r)
 	}
+	if s.MaxKeys() != 1000 || s.ReservedKeys() != 100 {
+		t.Errorf("MaxKeys %d ReservedKeys %d, want 1000 and 100", s.MaxKeys(), s.ReservedKeys())
+	}
 	// Without reserved buckets every key may use the whole table.
 	s, err = New(Config{MaxKeys: 1000, Shards: 1, ReservedKeys: 500})
 	if err != nil {
@@ -85,5 +88,19 @@ func TestReservedKeysConfig(t *testing.T) {
 	}
 	if r := s.shards[0].reserve; r != 0 {
 		t.Fatalf("reserve without reserved buckets %d, want 0", r)
+	}
+	if s.ReservedKeys() != 0 {
+		t.Errorf("ReservedKeys %d without reserved buckets, want 0", s.ReservedKeys())
+	}
+	// The configured bound, not the per-shard rounding (8 shards of 2).
+	s, err = New(Config{MaxKeys: 10, Shards: 8, Reserved: []Bucket{0}, ReservedKeys: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MaxKeys() != 10 || s.ReservedKeys() != 3 {
+		t.Errorf("MaxKeys %d ReservedKeys %d, want 10 and 3", s.MaxKeys(), s.ReservedKeys())
+	}
+	if s, err = New(Config{}); err != nil || s.MaxKeys() != DefaultMaxKeys {
+		t.Errorf("default MaxKeys: %v %v", s, err)
 	}
 }

@@ -29,6 +29,9 @@ type Store struct {
 	track       bool   // note changed local counts for Changes
 	maxPeers    int    // peer counts kept per key by Merge
 	reserved    []bool // by bucket: may use the shards' reserve (Config.Reserved)
+	// maxKeys and reservedKeys are Config.MaxKeys and Config.ReservedKeys
+	// with their defaults, for MaxKeys and ReservedKeys.
+	maxKeys, reservedKeys int
 	// near, buffered(1), gets a value (without blocking) when a tracked
 	// local count leaves a key near its limit; nil unless track. See
 	// [Store.NearLimit].
@@ -133,6 +136,9 @@ func New(cfg Config) (*Store, error) {
 		maxKeyBytes: cfg.MaxKeyBytes,
 		track:       cfg.Track,
 		maxPeers:    cfg.MaxPeersPerKey,
+
+		maxKeys:      cfg.MaxKeys,
+		reservedKeys: cfg.ReservedKeys,
 	}
 	if cfg.Track {
 		s.near = make(chan struct{}, 1)
@@ -619,6 +625,15 @@ func (s *Store) Len() int {
 	}
 	return n
 }
+
+// MaxKeys is the configured bound on live keys (Config.MaxKeys, default
+// DefaultMaxKeys). The bound is enforced per shard, so refusals may begin
+// slightly below it.
+func (s *Store) MaxKeys() int { return s.maxKeys }
+
+// ReservedKeys is the room within MaxKeys kept for the reserved buckets
+// (Config.ReservedKeys with its default); 0 without reserved buckets.
+func (s *Store) ReservedKeys() int { return s.reservedKeys }
 
 // Refused returns how many new keys were refused at the key bound since
 // the Store was created.

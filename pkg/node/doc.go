@@ -4,7 +4,8 @@
 // tenant-override cache (with a database URL), the replicator (with a
 // Cluster), the listeners of package server, and the Prometheus registry
 // every component reports to (with build_info, the Go and process
-// collectors, and the counter's live_keys and keys_refused_total).
+// collectors, and the counter's live_keys, max_keys, reserved_keys and
+// keys_refused_total).
 //
 // # Lifecycle
 //

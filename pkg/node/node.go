@@ -234,13 +234,22 @@ func counterConfig(cfg counter.Config, cluster bool) counter.Config {
 }
 
 // registerCounterMetrics exports the counter's own figures, read at scrape
-// time so that the counter needs no metrics library.
+// time so that the counter needs no metrics library. max_keys and
+// reserved_keys let a dashboard or an alert divide by the bound in force.
 func registerCounterMetrics(reg prometheus.Registerer, s *counter.Store) error {
 	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "live_keys",
 			Help: "(bucket, key) pairs held in memory.",
 		}, func() float64 { return float64(s.Len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "max_keys",
+			Help: "The configured counter.max_keys: the bound on live_keys.",
+		}, func() float64 { return float64(s.MaxKeys()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "reserved_keys",
+			Help: "The room within max_keys kept for the reserved (failure) buckets; the others may fill max_keys minus this.",
+		}, func() float64 { return float64(s.ReservedKeys()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "keys_refused_total",
 			Help: "New keys not tracked because the counter was at counter.max_keys; the bucket's on_overflow decided.",

@@ -183,6 +183,8 @@ func TestLocalNode(t *testing.T) {
 	for series, want := range map[string]float64{
 		`ratelimit_authz_build_info{version="v-test"}`:                              1,
 		"ratelimit_authz_counter_live_keys":                                         1,
+		"ratelimit_authz_counter_max_keys":                                          1_000_000, // the shipped counter.max_keys
+		"ratelimit_authz_counter_reserved_keys":                                     100_000,   // its default tenth
 		"ratelimit_authz_counter_keys_refused_total":                                0,
 		`ratelimit_authz_checks_total{bucket="activity_create",decision="allowed"}`: 1,
 	} {
@@ -298,6 +300,35 @@ func TestNewRefuses(t *testing.T) {
 			if err := listenable(a); err != nil {
 				t.Errorf("%s: %s held after New failed: %v", name, a, err)
 			}
+		}
+	}
+}
+
+// The key table's bounds are exported as configured, so that a dashboard
+// or an alert divides live_keys by the bound in force; without failure
+// buckets nothing is reserved.
+func TestCounterBoundsExported(t *testing.T) {
+	for _, c := range []struct {
+		counter, buckets  string
+		maxKeys, reserved float64
+	}{
+		{"counter: {max_keys: 5000, reserved_keys: 123}\n", "  login_ip: {key: ip, count: failures}\n", 5000, 123},
+		{"counter: {max_keys: 5000}\n", "  login_ip: {key: ip, count: failures}\n", 5000, 500},
+		{"counter: {max_keys: 777}\n", "", 777, 0},
+	} {
+		r := parseRules(t, "keys: {tenant_header: x-tenant-id}\n"+c.counter+
+			"buckets:\n  activity_create: {limit: 10, per: 1h, key: tenant}\n"+c.buckets+
+			"routes:\n  - {method: POST, path: /a, buckets: [activity_create]}\n")
+		n, err := New(context.Background(), local(r), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Close()
+		if got := scrape.Must(t, n.Gatherer(), "ratelimit_authz_counter_max_keys"); got != c.maxKeys {
+			t.Errorf("%q: max_keys %v, want %v", c.counter, got, c.maxKeys)
+		}
+		if got := scrape.Must(t, n.Gatherer(), "ratelimit_authz_counter_reserved_keys"); got != c.reserved {
+			t.Errorf("%q %q: reserved_keys %v, want %v", c.counter, c.buckets, got, c.reserved)
 		}
 	}
 }

@@ -402,6 +402,19 @@ func (s *Server) adminMux(reg prometheus.Gatherer) *http.ServeMux {
 }
 
 func (s *Server) registerMetrics(reg prometheus.Registerer) error {
+	// ready follows s.ready, which /readyz and gRPC health answer from,
+	// so the gauge and the probes never disagree.
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "ratelimit_authz", Name: "ready",
+		Help: "1 while /readyz answers 200 and gRPC health is SERVING; 0 while warming up (ReadyAfter) and from the start of the drain.",
+	}, func() float64 {
+		if s.ready.Load() {
+			return 1
+		}
+		return 0
+	})); err != nil {
+		return fmt.Errorf("server: register metrics: %w", err)
+	}
 	for _, g := range s.grpcs {
 		labels := prometheus.Labels{"listener": g.name}
 		for _, c := range []prometheus.Collector{

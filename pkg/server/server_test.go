@@ -60,11 +60,12 @@ func (s *streams) CloseStreams() { s.once.Do(func() { close(s.closing) }) }
 // so that the graceful stop completes instead of running into its timeout.
 func TestShutdownOrder(t *testing.T) {
 	logs := &logbuf.Buffer{}
+	reg := prometheus.NewRegistry()
 	srv, err := server.New(server.Config{
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		DrainDelay: 200 * time.Millisecond, ShutdownTimeout: 30 * time.Second,
+		DrainDelay: 2 * time.Second, ShutdownTimeout: 30 * time.Second,
 	}, server.Services{Authz: allowAll{}, AccessLog: &streams{closing: make(chan struct{})}},
-		prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
+		reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +88,9 @@ func TestShutdownOrder(t *testing.T) {
 	if code := get(t, "http://"+srv.HTTPAddr().String()+"/readyz"); code != 200 {
 		t.Fatalf("readyz %d before shutdown", code)
 	}
+	if v := scrape.Must(t, reg, "ratelimit_authz_ready"); v != 1 {
+		t.Errorf("ready %v while serving, want 1", v)
+	}
 	stream, err := alsv3.NewAccessLogServiceClient(conn).StreamAccessLogs(rctx)
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +106,10 @@ func TestShutdownOrder(t *testing.T) {
 	})
 	if _, err := authv3.NewAuthorizationClient(conn).Check(rctx, &authv3.CheckRequest{}); err != nil {
 		t.Errorf("check during drain: %v", err)
+	}
+	// The metrics are still served during the drain, and say not ready.
+	if _, page := scrape.Page(t, "http://"+srv.HTTPAddr().String()+"/metrics"); !strings.Contains(page, "\nratelimit_authz_ready 0\n") {
+		t.Errorf("/metrics during the drain has no ratelimit_authz_ready 0:\n%s", page)
 	}
 	if _, err := stream.CloseAndRecv(); status.Code(err) != codes.Unavailable {
 		t.Errorf("access-log stream at shutdown: %v, want UNAVAILABLE", err)
@@ -359,7 +367,7 @@ func TestPprof(t *testing.T) {
 // change the status code.
 func TestReadyDetail(t *testing.T) {
 	warm := make(chan struct{})
-	srv, _ := start(t, server.Config{
+	srv, reg := start(t, server.Config{
 		ReadyAfter:  []<-chan struct{}{warm},
 		ReadyDetail: func() string { return "overrides: from snapshot, Postgres unreachable" },
 	}, server.Services{Authz: allowAll{}})
@@ -367,8 +375,14 @@ func TestReadyDetail(t *testing.T) {
 	if code, body := scrape.Page(t, url); code != 503 || body != "not ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("before ready: %d %q", code, body)
 	}
+	if v := scrape.Must(t, reg, "ratelimit_authz_ready"); v != 0 {
+		t.Errorf("ready %v while warming up, want 0", v)
+	}
 	close(warm)
 	waitFor(t, func() bool { return get(t, url) == 200 })
+	if v := scrape.Must(t, reg, "ratelimit_authz_ready"); v != 1 {
+		t.Errorf("ready %v once /readyz answers 200, want 1", v)
+	}
 	if _, body := scrape.Page(t, url); body != "ready\noverrides: from snapshot, Postgres unreachable\n" {
 		t.Errorf("ready: %q", body)
 	}
