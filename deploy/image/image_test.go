@@ -35,22 +35,7 @@ import (
 // serverBin is the static server, built once for this test binary.
 var serverBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "image-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	serverBin, err = serverbin.TestBinary(context.Background(), dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { serverbin.Main(m, &serverBin) }
 
 func testConfig(t *testing.T) image.Config {
 	t.Helper()

@@ -31,22 +31,7 @@ import (
 // serverBin is the server, built once for this test binary.
 var serverBin string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kubernetes-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	serverBin, err = serverbin.TestBinary(context.Background(), dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { serverbin.Main(m, &serverBin) }
 
 // The kustomizations users apply.
 var kustomizations = []string{"overlays/single", "overlays/cluster", "envoy"}

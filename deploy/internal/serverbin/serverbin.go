@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -179,6 +180,26 @@ func TestBinary(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	return bin, nil
+}
+
+// Main is the TestMain of a test binary whose tests run the server: it
+// builds the server once (TestBinary) into a temporary folder, sets *bin
+// to its path, runs the tests, removes the folder and exits with their
+// code. A failed build fails the whole test binary.
+func Main(m *testing.M, bin *string) {
+	dir, err := os.MkdirTemp("", "serverbin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if *bin, err = TestBinary(context.Background(), dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // Decision is what one Check answered.
