@@ -12,12 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
 // runProbeCmd runs `probe args…` with vars as its environment and returns
@@ -59,17 +56,8 @@ func readyGauge(t *testing.T, n *servedNode) float64 {
 // silent peer never completes, ready, then draining. The probe and the
 // ready gauge follow /readyz at each stage.
 func TestProbeRealNode(t *testing.T) {
-	srv := testnats.Run(t)
-	silent, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer silent.Close()
-	if _, err := silent.Subscribe("ratelimit.sync", func(*nats.Msg) {}); err != nil {
-		t.Fatal(err)
-	}
-	silent.Flush()
-	n := startNode(t, "probed", writeConfig(t, clusterTestConfig), srv.ClientURL(), map[string]string{
+	natsURL := silentPeer(t)
+	n := startNode(t, "probed", writeConfig(t, clusterTestConfig), natsURL, map[string]string{
 		"RATELIMIT_AUTHZ_WARM_START_TIMEOUT": "3s",
 		"RATELIMIT_AUTHZ_DRAIN_DELAY":        "3s",
 	})

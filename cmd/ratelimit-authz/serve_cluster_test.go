@@ -238,20 +238,31 @@ func TestServeCluster(t *testing.T) {
 	}
 }
 
-// TestServeReadyAfterWarmStart: a peer that never finishes answering holds
-// readiness back until the warm-start deadline, not longer.
-func TestServeReadyAfterWarmStart(t *testing.T) {
+// silentPeer starts a NATS server with a peer that takes sync requests and
+// never answers them, so that a node's warm start waits its whole timeout.
+// It returns the server's client URL.
+func silentPeer(t *testing.T) string {
+	t.Helper()
 	srv := testnats.Run(t)
 	silent, err := nats.Connect(srv.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer silent.Close()
+	t.Cleanup(silent.Close)
 	if _, err := silent.Subscribe("ratelimit.sync", func(*nats.Msg) {}); err != nil {
 		t.Fatal(err)
 	}
-	silent.Flush()
-	a := startNode(t, "a", writeConfig(t, clusterTestConfig), srv.ClientURL(), map[string]string{"RATELIMIT_AUTHZ_WARM_START_TIMEOUT": "3s"})
+	if err := silent.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return srv.ClientURL()
+}
+
+// TestServeReadyAfterWarmStart: a peer that never finishes answering holds
+// readiness back until the warm-start deadline, not longer.
+func TestServeReadyAfterWarmStart(t *testing.T) {
+	url := silentPeer(t)
+	a := startNode(t, "a", writeConfig(t, clusterTestConfig), url, map[string]string{"RATELIMIT_AUTHZ_WARM_START_TIMEOUT": "3s"})
 	if c := a.readyz(t); c != 503 {
 		t.Errorf("readyz %d during the warm start, want 503", c)
 	}
