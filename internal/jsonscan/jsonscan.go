@@ -13,7 +13,6 @@
 package jsonscan
 
 import (
-	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -268,27 +267,30 @@ func hex4[T ~string | ~[]byte](s T, i int) (rune, bool) {
 
 // Unescape decodes the contents of a well-formed JSON string (as String
 // bounds them) as encoding/json does: a lone surrogate becomes U+FFFD.
-func Unescape(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
+func Unescape(s string) string { return string(AppendUnescape(make([]byte, 0, len(s)), s)) }
+
+// AppendUnescape is Unescape appending to dst: with a dst of enough
+// capacity on the caller's stack, it does not allocate.
+func AppendUnescape(dst []byte, s string) []byte {
+	b := dst
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c != '\\' || i+1 >= len(s) {
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
 			continue
 		}
 		switch s[i+1] {
 		case 'b':
-			b.WriteByte('\b')
+			b = append(b, '\b')
 		case 'f':
-			b.WriteByte('\f')
+			b = append(b, '\f')
 		case 'n':
-			b.WriteByte('\n')
+			b = append(b, '\n')
 		case 'r':
-			b.WriteByte('\r')
+			b = append(b, '\r')
 		case 't':
-			b.WriteByte('\t')
+			b = append(b, '\t')
 		case 'u':
 			r, _ := hex4(s, i+2)
 			i += 6
@@ -296,7 +298,7 @@ func Unescape(s string) string {
 				if i+6 <= len(s) && s[i] == '\\' && s[i+1] == 'u' {
 					if r2, ok := hex4(s, i+2); ok {
 						if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
-							b.WriteRune(d)
+							b = utf8.AppendRune(b, d)
 							i += 6
 							continue
 						}
@@ -304,12 +306,12 @@ func Unescape(s string) string {
 				}
 				r = utf8.RuneError
 			}
-			b.WriteRune(r)
+			b = utf8.AppendRune(b, r)
 			continue
 		default: // '"', '\\', '/'
-			b.WriteByte(s[i+1])
+			b = append(b, s[i+1])
 		}
 		i += 2
 	}
-	return b.String()
+	return b
 }

@@ -1,6 +1,7 @@
 package descriptors
 
 import (
+	"bytes"
 	"net/url"
 	"strconv"
 	"strings"
@@ -272,11 +273,20 @@ func jsonAccount(body, field string) (string, bool) {
 	return pick.result()
 }
 
+// jsonKeyIs reports whether the key raw (escaped: it holds escapes) is
+// field, ignoring case, without allocating for a decoy key: each rune of a
+// match stands for one rune of field and takes at most twelve bytes of raw
+// (a surrogate pair), so a longer key cannot match, and a shorter one is
+// unescaped into a buffer on the stack.
 func jsonKeyIs(raw string, escaped bool, field string) bool {
-	if escaped {
-		raw = jsonscan.Unescape(raw)
+	if !escaped {
+		return strings.EqualFold(raw, field)
 	}
-	return strings.EqualFold(raw, field)
+	if len(raw) > 12*len(field) {
+		return false
+	}
+	var buf [256]byte
+	return bytes.EqualFold(jsonscan.AppendUnescape(buf[:0], raw), []byte(field))
 }
 
 // NormalizeAccount returns an account as Describe reports it: trimmed and

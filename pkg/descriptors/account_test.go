@@ -241,3 +241,25 @@ func FuzzJSONAccount(f *testing.F) {
 		}
 	})
 }
+
+// A body of many escaped decoy keys costs no more allocations than the
+// same login without them: a key too long to be the field is not unescaped.
+func TestJSONDecoyKeysDoNotAllocate(t *testing.T) {
+	plain := `{"email":"alice@example.com"}`
+	var b strings.Builder
+	b.WriteString("{")
+	for i := range 1000 {
+		fmt.Fprintf(&b, `"\u0065mail-decoy-%04d-padding-padding-padding":0,`, i)
+	}
+	b.WriteString(`"email":"alice@example.com"}`)
+	decoys := b.String()
+	for _, body := range []string{plain, decoys} {
+		if got, ok := jsonAccount(body, "email"); !ok || got != "alice@example.com" {
+			t.Fatalf("jsonAccount = %q, %v", got, ok)
+		}
+	}
+	base := testing.AllocsPerRun(20, func() { jsonAccount(plain, "email") })
+	if got := testing.AllocsPerRun(20, func() { jsonAccount(decoys, "email") }); got > base {
+		t.Errorf("%v allocations with 1000 escaped decoy keys, %v without", got, base)
+	}
+}

@@ -107,7 +107,7 @@ func parseTemplate(t string) (template, string) {
 	return tp, ""
 }
 
-// validParamName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+// ValidParamName reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
 func ValidParamName(s string) bool {
 	if s == "" {
 		return false
