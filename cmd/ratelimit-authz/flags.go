@@ -195,19 +195,29 @@ func secretFromEnv(getenv func(string) string, env string) (secret, source strin
 	case path == "":
 		return "", "", nil
 	}
+	if secret, err = readSecretFile(path); err != nil {
+		return "", "", fmt.Errorf("%s: %w", fileEnv, err)
+	}
+	return secret, fileEnv + " " + path, nil
+}
+
+// readSecretFile is parseSecret of the file at path, of which it reads at
+// most maxSecretFileBytes+1 bytes.
+func readSecretFile(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", fileEnv, err)
+		return "", err
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxSecretFileBytes+1))
 	if err != nil {
-		return "", "", fmt.Errorf("%s: read %s: %w", fileEnv, path, err)
+		return "", fmt.Errorf("read %s: %w", path, err)
 	}
-	if secret, err = parseSecret(b); err != nil {
-		return "", "", fmt.Errorf("%s: %s: %w", fileEnv, path, err)
+	s, err := parseSecret(b)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return secret, fileEnv + " " + path, nil
+	return s, nil
 }
 
 // parseSecret is a secret file's content without its trailing line ends

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -128,8 +127,7 @@ func (c *clusterConfig) resolve(getenv func(string) string) error {
 }
 
 // secret reads a secret from the environment variable env or from file
-// (named by flag), not both. A file's content is trimmed of surrounding
-// white space.
+// (named by flag), not both; a file as readSecretFile reads it.
 func secret(getenv func(string) string, env, flag, file string) (string, error) {
 	v := getenv(env)
 	if file == "" {
@@ -138,13 +136,9 @@ func secret(getenv func(string) string, env, flag, file string) (string, error) 
 	if v != "" {
 		return "", fmt.Errorf("%s and %s exclude each other", env, flag)
 	}
-	b, err := os.ReadFile(file)
+	v, err := readSecretFile(file)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", flag, err)
-	}
-	v = strings.TrimSpace(string(b))
-	if v == "" {
-		return "", fmt.Errorf("%s %s: empty file", flag, file)
 	}
 	return v, nil
 }
