@@ -81,6 +81,10 @@
 //     Existing keys keep working. Whether an overflowing request is let
 //     through (fail open) or denied (fail closed) is the caller's decision,
 //     made in one place there; this package only reports it.
+//   - Config.ReservedKeys of that room is kept for the Config.Reserved
+//     buckets (those that fail closed when full): the keys of every other
+//     bucket are refused once a shard holds its share of MaxKeys −
+//     ReservedKeys, so a flood of other keys never fills the reserve.
 //
 // Because the bound is per shard, refusals can start slightly before MaxKeys
 // keys are live in total (hashing is not perfectly even), and the total never

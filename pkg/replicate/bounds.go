@@ -4,7 +4,7 @@ import "github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 
 // Bounds says what a real peer can report for a bucket, so that a count
 // from the wire is merged only when this node could have made it too.
-// cmd wires it from the configuration (and the window lengths tenant
+// Package node wires it from the configuration (and the window lengths tenant
 // overrides can have); Config.Bounds nil accepts every window length and
 // count the counter accepts.
 type Bounds interface {

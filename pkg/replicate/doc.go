@@ -83,7 +83,9 @@
 //   - when the limit is reached right at a tick (a steady load filling a
 //     1 s window in a multiple of 100 ms) the overshoot is close to zero.
 //
-// bench/results/REPORT.md reports the overshoot under load. With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
+// bench/results/REPORT.md reports the overshoot under load.
+//
+// With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
 // delivery delay). Clocks must be NTP-synchronised: a skewed node maps its
 // hits to the wrong window at the edges. The largest skew over peers is
 // exported.

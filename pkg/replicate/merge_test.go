@@ -149,17 +149,6 @@ func sumReasons(t testing.TB, rs []reason) float64 {
 	return s
 }
 
-// series counts the series a collector has.
-func series(c prometheus.Collector) int {
-	ch := make(chan prometheus.Metric, 64)
-	go func() { c.Collect(ch); close(ch) }()
-	n := 0
-	for range ch {
-		n++
-	}
-	return n
-}
-
 var sec100 = counter.Limit{Limit: 100, ScaleMS: 1000}
 
 func TestBatchesShareOneBudget(t *testing.T) {

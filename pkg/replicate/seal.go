@@ -50,8 +50,6 @@ var (
 	// errUnauthentic: the key id matched but the message does not open
 	// (altered, truncated, sealed for another kind or cluster, or forged).
 	errUnauthentic = errors.New("replicate: message does not authenticate")
-	// errSealedNoKey: a sealed message reached a node without any key.
-	errSealedNoKey = errors.New("replicate: sealed message but no cluster key configured")
 )
 
 // sealKey is one cluster key, ready to use.

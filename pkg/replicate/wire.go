@@ -440,7 +440,6 @@ type splitter struct {
 	size      int // encoded size without the varint counts of the tables and entries
 	buf       []byte
 	emit      func([]byte) error
-	emitted   int // messages emitted since start
 }
 
 func newSplitter(max int, emit func([]byte) error) *splitter {
@@ -451,7 +450,6 @@ func newSplitter(max int, emit func([]byte) error) *splitter {
 // first message's).
 func (s *splitter) start(h header) {
 	s.msg.header = h
-	s.emitted = 0
 	s.clearBody()
 }
 
@@ -527,7 +525,6 @@ func (s *splitter) flush(last bool) error {
 	s.msg.Last = last
 	s.buf = s.msg.encode(s.buf[:0])
 	err := s.emit(s.buf)
-	s.emitted++
 	s.msg.Seq++
 	s.msg.Last = false
 	s.clearBody()
