@@ -217,8 +217,14 @@ func TestComposeMatchesBinary(t *testing.T) {
 		if s.StopGracePeriod == nil {
 			t.Errorf("%s: no stop_grace_period", s.Name)
 		} else {
-			drain, _ := time.ParseDuration(settings["drain-delay"])
-			stop, _ := time.ParseDuration(settings["shutdown-timeout"])
+			drain, err := time.ParseDuration(settings["drain-delay"])
+			if err != nil {
+				t.Errorf("%s: drain delay: %v", s.Name, err)
+			}
+			stop, err := time.ParseDuration(settings["shutdown-timeout"])
+			if err != nil {
+				t.Errorf("%s: shutdown timeout: %v", s.Name, err)
+			}
 			if time.Duration(*s.StopGracePeriod) <= drain+stop {
 				t.Errorf("%s: stop_grace_period %v is not above drain %v + shutdown %v", s.Name, time.Duration(*s.StopGracePeriod), drain, stop)
 			}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kjson "sigs.k8s.io/json"
@@ -552,7 +553,10 @@ func TestManifestsMatchBinary(t *testing.T) {
 						servers++
 						drain := duration(t, settings["drain-delay"])
 						stop := duration(t, settings["shutdown-timeout"])
-						grace := time.Duration(*p.spec.TerminationGracePeriodSeconds) * time.Second
+						grace := 30 * time.Second // Kubernetes' default
+						if g := p.spec.TerminationGracePeriodSeconds; g != nil {
+							grace = time.Duration(*g) * time.Second
+						}
 						if grace <= drain+stop {
 							c.errorf("%s: terminationGracePeriodSeconds %v is not above drain %v + shutdown %v", p.name, grace, drain, stop)
 						}
@@ -663,17 +667,31 @@ func TestNetworkPolicyAdmitsOnlyEnvoy(t *testing.T) {
 		t.Fatal("missing the policy, the server or Envoy")
 	}
 	grpcPort := containerPort(server.Spec.Template.Spec.Containers[0], intstr.FromString("grpc"))
+	// admitted follows NetworkPolicy's semantics: a rule without ports
+	// (or with a port entry that names none) admits every port, one
+	// without peers every source; an ipBlock, or a namespace selector
+	// without a pod selector, admits pods whatever their labels.
 	admitted := func(podLabels map[string]string) bool {
 		for _, in := range policy.Spec.Ingress {
-			portOK := false
+			portOK := len(in.Ports) == 0
 			for _, p := range in.Ports {
-				portOK = portOK || containerPort(server.Spec.Template.Spec.Containers[0], *p.Port) == grpcPort
+				portOK = portOK || p.Port == nil || containerPort(server.Spec.Template.Spec.Containers[0], *p.Port) == grpcPort
 			}
 			if !portOK {
 				continue
 			}
+			if len(in.From) == 0 {
+				return true
+			}
 			for _, from := range in.From {
-				if from.PodSelector != nil && labels.SelectorFromSet(from.PodSelector.MatchLabels).Matches(labels.Set(podLabels)) {
+				if from.IPBlock != nil || from.PodSelector == nil {
+					return true
+				}
+				sel, err := metav1.LabelSelectorAsSelector(from.PodSelector)
+				if err != nil {
+					t.Fatalf("the policy's pod selector: %v", err)
+				}
+				if sel.Matches(labels.Set(podLabels)) {
 					return true
 				}
 			}

@@ -144,7 +144,7 @@ func (r *Resolver) Configured(b counter.Bucket) (counter.Limit, bool) {
 // configuration's per and an override's WINDOW alike: a unit name, in any
 // case — 1s, s, sec, second; 1m, m, min, minute; 1h, h, hour; 1d, d, day —
 // or a Go duration of whole milliseconds (500ms, 90s, 2h), from 1 ms to
-// counter.MaxScaleMS. Overrides narrow it further with OverrideWindow.
+// counter.MaxScaleMS. Overrides narrow it further with isOverrideWindow.
 func ParseWindow(s string) (ms int64, err error) {
 	switch strings.ToLower(s) {
 	case "1s", "s", "sec", "second":
