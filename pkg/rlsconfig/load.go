@@ -28,7 +28,7 @@ const (
 	// MaxDirDepth bounds how deep Load descends below ConfigDir.
 	MaxDirDepth = 16
 	// MaxTotalBytes bounds the bytes of all files read.
-	MaxTotalBytes = 64 << 20
+	MaxTotalBytes = 16 << 20
 )
 
 func (l Layout) appDir() string {

@@ -17,8 +17,13 @@ import (
 // Bounds on what one Parse accepts, so that a hostile or mistaken file
 // costs bounded memory and time. Each is far above any real configuration.
 const (
-	// MaxFileBytes bounds one file.
-	MaxFileBytes = 4 << 20
+	// MaxFileBytes bounds one file. The YAML tree of a file is built
+	// whole before it is checked and costs a large multiple of the file's
+	// size when the file is nothing but tiny nodes, so this bound is what
+	// bounds the memory of a parse.
+	MaxFileBytes = 1 << 20
+	// MaxProblems bounds the problems reported; past it one more says so.
+	MaxProblems = 100
 	// MaxDescriptors bounds the descriptors of all files together.
 	MaxDescriptors = 100_000
 	// MaxDepth bounds how deep descriptors nest (Envoy sends one entry per
@@ -57,6 +62,9 @@ func Parse(files []File, opts Options) (*Config, error) {
 		composites:  map[*level]map[string]bool{},
 	}
 	for _, f := range sorted {
+		if b.capped {
+			break
+		}
 		b.file(f)
 	}
 	if len(b.problems) > 0 {
@@ -83,9 +91,18 @@ type builder struct {
 	domain string
 	budget int
 	full   bool // budget or MaxDescriptors exhausted: reported once, stop
+	// capped: MaxProblems reached; nothing more is read.
+	capped bool
 }
 
 func (b *builder) errorf(n *yaml.Node, format string, args ...any) {
+	if len(b.problems) > MaxProblems {
+		return
+	}
+	if len(b.problems) == MaxProblems {
+		format, args = "config error, more than %d problems: fix these first", []any{MaxProblems}
+		b.capped = true
+	}
 	pr := rules.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		pr.Line, pr.Column = n.Line, n.Column
@@ -103,7 +120,7 @@ func (b *builder) visit(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	if n == nil || b.full {
+	if n == nil || b.full || b.capped {
 		return nil
 	}
 	b.budget--
@@ -247,7 +264,7 @@ func (b *builder) level(n *yaml.Node, lv *level, parentKey string, path []string
 		return
 	}
 	for _, e := range elems {
-		if b.full {
+		if b.full || b.capped {
 			return
 		}
 		b.descriptors++
