@@ -84,7 +84,18 @@ func Load(l Layout, opts Options) (*Config, error) {
 		}
 		return cfg, ErrNoSubdirectory
 	}
-	r := &reader{layout: l, root: l.ConfigDir()}
+	return load(l, l.ConfigDir(), opts)
+}
+
+// LoadDir reads every regular file below dir, as Load does with
+// WatchRoot false and dir as its ConfigDir (upstream's config_check
+// -config_dir, which reads the same files).
+func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
+	return load(Layout{IgnoreDotfiles: ignoreDotfiles}, dir, opts)
+}
+
+func load(l Layout, dir string, opts Options) (*Config, error) {
+	r := &reader{layout: l, root: dir}
 	r.walk(r.root, "", nil)
 	if len(r.problems) > 0 {
 		return nil, r.problems
