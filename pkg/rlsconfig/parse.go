@@ -440,7 +440,7 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 		r.Unit = u
 		if ms := u.Seconds() * 1000; ms > counter.MaxScaleMS {
 			b.errorf(nodes.unit, "unit %s (%d s) is longer than the longest window ratelimit-authz counts (%d ms, about %d days: counter.MaxScaleMS)", u, u.Seconds(), int64(counter.MaxScaleMS), int64(counter.MaxScaleMS)/86_400_000)
-		} else if r.RequestsPerUnit > counter.MaxLimit {
+		} else if int64(r.RequestsPerUnit) > counter.MaxLimit {
 			b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit)", r.RequestsPerUnit, counter.MaxLimit)
 		} else if l, ok := r.Limit(); ok {
 			if err := l.Validate(); err != nil {
