@@ -48,7 +48,8 @@ var (
 
 // Parse parses and validates configuration files, each one domain. On any
 // problem it returns a nil *Config and a rules.Problems listing every one
-// (file:line:column: upstream's message), files in name order.
+// (file:line:column: upstream's message), files in name order. An invalid
+// Options.DefaultAlgorithm is a plain error: the caller's, not the files'.
 func Parse(files []File, opts Options) (*Config, error) {
 	if opts.DefaultAlgorithm != counter.Fixed && opts.DefaultAlgorithm != counter.Sliding {
 		return nil, fmt.Errorf("rlsconfig: unknown default algorithm %d", opts.DefaultAlgorithm)
