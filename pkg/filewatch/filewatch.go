@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
@@ -190,9 +191,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 
 	// Arm, then compare with New's fingerprint: a change made between New
-	// and now is reported rather than lost.
-	last := w.baseline.fp
+	// and now is reported rather than lost. From then on a poll reports a
+	// change when the fingerprint moved since the scan before it (one
+	// change is marked once, not at every poll until it is notified).
 	res := r.rescan()
+	last := res.fp
 	close(w.armed)
 	var pending bool
 	var first time.Time
@@ -204,7 +207,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		debounce.Reset(min(w.opts.Debounce, first.Add(w.opts.MaxDelay).Sub(now)))
 		w.log.Debug("filewatch: change seen", "why", why)
 	}
-	if res.fp != last {
+	if res.fp != w.baseline.fp {
 		mark("changed before the watch started")
 	}
 
@@ -237,6 +240,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			res := r.rescan()
 			w.polls.Add(1)
 			if res.fp != last {
+				last = res.fp
 				mark("poll: fingerprint changed")
 			}
 		case <-debounce.C:
@@ -271,7 +275,9 @@ type run struct {
 func (r *run) rescan() scanResult {
 	res := scan(r.w.paths, r.w.lim)
 	r.watches = res.watches
-	r.arm()
+	for _, p := range r.arm() {
+		res.addProblem(p)
+	}
 	if p := res.problemText(); p != r.problems {
 		r.problems = p
 		if p == "" {
@@ -285,10 +291,10 @@ func (r *run) rescan() scanResult {
 
 // arm adds the watches the last scan asked for and removes the others. A
 // directory whose identity changed under the same path (swapped, removed
-// and recreated) is watched anew.
-func (r *run) arm() {
+// and recreated) is watched anew. It returns what it could not watch.
+func (r *run) arm() (problems []string) {
 	if r.fsw == nil {
-		return
+		return nil
 	}
 	for dir, a := range r.armed {
 		want, ok := r.watches[dir]
@@ -303,13 +309,17 @@ func (r *run) arm() {
 			continue
 		}
 		if err := r.fsw.Add(dir); err != nil {
-			// Removed since the scan, or out of inotify watches: the poll
+			// Removed since the scan (the next event or poll tells), or out
+			// of inotify watches (fs.inotify.max_user_watches): the poll
 			// covers it, and the next scan tries again.
-			r.w.log.Debug("filewatch: cannot watch directory", "dir", dir, "err", err)
+			if !errors.Is(err, fs.ErrNotExist) {
+				problems = append(problems, fmt.Sprintf("inotify watch on %s: %v: left to the poll", dir, err))
+			}
 			continue
 		}
 		r.armed[dir] = armedDir{dev: want.dev, ino: want.ino}
 	}
+	return problems
 }
 
 // relevant reports whether an inotify event concerns the watched paths:

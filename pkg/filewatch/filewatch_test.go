@@ -98,12 +98,17 @@ func (h *harness) expectChange(t *testing.T, what string) {
 	}
 }
 
-// expectQuiet waits until the watcher has looked n more times (polls, or
-// ignored events) and asserts that nothing was notified meanwhile.
-func (h *harness) expectQuiet(t *testing.T, what string, looked func() int64, n int64) {
+// expectQuiet waits until the watcher has looked target times (polls, or
+// ignored events; the caller reads the count before its changes) and
+// asserts that nothing was notified meanwhile.
+func (h *harness) expectQuiet(t *testing.T, what string, looked func() int64, target int64) {
 	t.Helper()
-	target := looked() + n
-	poll.UntilTrue(t, notifyTimeout, 5*time.Millisecond, func() bool { return looked() >= target })
+	poll.Until(t, notifyTimeout, 5*time.Millisecond, func() error {
+		if got := looked(); got < target && h.w.notified.Load() == 0 {
+			return fmt.Errorf("%s: the watcher looked %d times, want %d", what, got, target)
+		}
+		return nil
+	})
 	// Past the debounce of anything the last look may have started.
 	time.Sleep(3 * h.w.opts.Debounce)
 	select {
@@ -378,7 +383,7 @@ func TestQuietWhenNothingChanges(t *testing.T) {
 	write(t, filepath.Join(root, "plain", "x", "y.yaml"), "y\n")
 	paths := []string{filepath.Join(root, "cm"), filepath.Join(root, "rt", "current"), filepath.Join(root, "plain"), filepath.Join(root, "missing")}
 	h := start(t, paths, Options{Debounce: 5 * time.Millisecond, MaxDelay: 50 * time.Millisecond, PollInterval: 5 * time.Millisecond})
-	h.expectQuiet(t, "three polls of an unchanged tree", h.polls, 3)
+	h.expectQuiet(t, "three polls of an unchanged tree", h.polls, h.polls()+3)
 }
 
 // A change beside the watched paths does not notify: not a sibling of a
@@ -393,15 +398,16 @@ func TestQuietForSiblings(t *testing.T) {
 			write(t, filepath.Join(root, "other", "x.yaml"), "x\n")
 			cm := newConfigMap(t, filepath.Join(root, "cm"), map[string]string{"watched.yaml": "a\n", "unwatched.yaml": "b\n"})
 			h := start(t, []string{f, filepath.Join(root, "cm", "watched.yaml")}, m.opts)
+			polls, ignored := h.polls(), h.ignored()
 			writeInPlace(t, filepath.Join(root, "conf", "sibling.yaml"), "y\n")
 			write(t, filepath.Join(root, "conf", "new.yaml"), "z\n")
 			must(t, os.Rename(filepath.Join(root, "conf", "new.yaml"), filepath.Join(root, "conf", "renamed.yaml")))
 			writeInPlace(t, filepath.Join(root, "other", "x.yaml"), "y\n")
 			writeInPlace(t, filepath.Join(root, "cm", cm.ts, "unwatched.yaml"), "c\n")
 			if m.opts.noInotify {
-				h.expectQuiet(t, "siblings changed", h.polls, 3)
+				h.expectQuiet(t, "siblings changed", h.polls, polls+3)
 			} else {
-				h.expectQuiet(t, "siblings changed", h.ignored, 4)
+				h.expectQuiet(t, "siblings changed", h.ignored, ignored+4)
 			}
 			// The watch is alive: the watched file still notifies.
 			writeInPlace(t, f, "limit: 2\n")
@@ -413,7 +419,7 @@ func TestQuietForSiblings(t *testing.T) {
 // A burst of events gives one notification once it is quiet.
 func TestDebounceCoalescesABurst(t *testing.T) {
 	dir := t.TempDir()
-	h := start(t, []string{dir}, Options{Debounce: 300 * time.Millisecond, MaxDelay: 10 * time.Second, PollInterval: -1})
+	h := start(t, []string{dir}, Options{Debounce: 150 * time.Millisecond, MaxDelay: 10 * time.Second, PollInterval: -1})
 	for i := range 50 {
 		write(t, filepath.Join(dir, fmt.Sprintf("f%d.yaml", i)), "x\n")
 	}
@@ -440,7 +446,7 @@ func TestMaxDelayBoundsAnEndlessBurst(t *testing.T) {
 	dir := t.TempDir()
 	f := filepath.Join(dir, "busy.yaml")
 	write(t, f, "0000\n")
-	h := start(t, []string{dir}, Options{Debounce: 200 * time.Millisecond, MaxDelay: 400 * time.Millisecond, PollInterval: -1})
+	h := start(t, []string{dir}, Options{Debounce: 100 * time.Millisecond, MaxDelay: 150 * time.Millisecond, PollInterval: -1})
 	stop := make(chan struct{})
 	writing := make(chan struct{})
 	go func() {

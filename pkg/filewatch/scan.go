@@ -3,11 +3,11 @@ package filewatch
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -56,6 +56,7 @@ type fingerprint struct {
 type scanResult struct {
 	watches  map[string]*dirWatch
 	fp       fingerprint
+	entries  int      // directory entries looked at
 	problems []string // at most maxProblems
 	dropped  int      // problems past maxProblems
 }
@@ -92,15 +93,25 @@ func scan(paths []string, lim limits) scanResult {
 	for _, p := range paths {
 		s.path(p)
 	}
+	s.res.entries = s.entries
 	return s.res
 }
 
 func (s *scanner) problem(format string, args ...any) {
-	if len(s.res.problems) < maxProblems {
-		s.res.problems = append(s.res.problems, fmt.Sprintf(format, args...))
+	s.res.addProblem(fmt.Sprintf(format, args...))
+}
+
+// addProblem notes what could not be watched; a repeat (a looping path
+// met again through a walk) is noted once.
+func (r *scanResult) addProblem(p string) {
+	if slices.Contains(r.problems, p) {
 		return
 	}
-	s.res.dropped++
+	if len(r.problems) < maxProblems {
+		r.problems = append(r.problems, p)
+		return
+	}
+	r.dropped++
 }
 
 // path scans one of the watched paths.
@@ -168,10 +179,13 @@ func (s *scanner) resolve(p string) (string, fs.FileInfo, error) {
 			rest = append(strings.Split(target, "/"), rest...)
 			continue
 		}
-		if len(rest) == 0 || onlyDots(rest) {
+		last := onlyDots(rest)
+		if last || !fi.IsDir() {
+			// The final name, or a file where a directory is needed: a
+			// change to this entry changes what p names.
 			s.watch(cur, curFI, name)
 		}
-		if !fi.IsDir() && !onlyDots(rest) {
+		if !last && !fi.IsDir() {
 			return next, nil, syscall.ENOTDIR
 		}
 		cur, curFI = next, fi
@@ -286,25 +300,27 @@ func (s *scanner) entry(p string, e fs.DirEntry, depth int) {
 
 // record adds one entry to the fingerprint; fi nil records its absence.
 func (s *scanner) record(p string, fi fs.FileInfo) {
-	h := fnv.New64a()
-	var b [8 * 6]byte
+	h := uint64(fnvOffset)
+	for i := 0; i < len(p); i++ {
+		h = (h ^ uint64(p[i])) * fnvPrime
+	}
+	h = (h ^ 0) * fnvPrime // ends the path: "a" + 0x01… differs from "a\x01"…
 	if fi != nil {
 		dev, ino, ctime := statID(fi)
-		put := func(i int, v uint64) {
-			for j := 0; j < 8; j++ {
-				b[i*8+j] = byte(v >> (8 * j))
+		for _, v := range [...]uint64{uint64(fi.Mode()), uint64(fi.Size()), uint64(fi.ModTime().UnixNano()), uint64(ctime), dev, ino} {
+			for j := 0; j < 64; j += 8 {
+				h = (h ^ (v>>j)&0xff) * fnvPrime
 			}
 		}
-		put(0, uint64(fi.Mode()))
-		put(1, uint64(fi.Size()))
-		put(2, uint64(fi.ModTime().UnixNano()))
-		put(3, uint64(ctime))
-		put(4, dev)
-		put(5, ino)
 	}
-	_, _ = h.Write([]byte(p))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write(b[:])
-	s.res.fp.sum += h.Sum64()
+	s.res.fp.sum += h
 	s.res.fp.n++
 }
+
+// FNV-1a, 64 bits: the fingerprint only has to change when metadata
+// does, within one process; nothing here is an adversary's collision
+// target worth more than the poll interval (inotify still reports).
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
