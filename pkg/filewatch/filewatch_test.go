@@ -124,7 +124,7 @@ func (h *harness) expectQuiet(t *testing.T, what string, looked func() int64, ta
 func (h *harness) polls() int64   { return h.w.polls.Load() }
 func (h *harness) ignored() int64 { return h.w.ignored.Load() }
 
-func write(t *testing.T, path, data string) {
+func write(t testing.TB, path, data string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func write(t *testing.T, path, data string) {
 	}
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func must(t *testing.T, err error) {
 
 // writeInPlace rewrites an existing file through the same inode, keeping
 // its size: only the content and the times change.
-func writeInPlace(t *testing.T, path, data string) {
+func writeInPlace(t testing.TB, path, data string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	must(t, err)
@@ -156,12 +156,12 @@ func writeInPlace(t *testing.T, path, data string) {
 // each key a symlink "key -> ..data/key", "..data" a symlink to a
 // timestamped directory holding the files.
 type configMap struct {
-	t   *testing.T
+	t   testing.TB
 	dir string
 	ts  string // the current timestamped directory's name
 }
 
-func newConfigMap(t *testing.T, dir string, files map[string]string) *configMap {
+func newConfigMap(t testing.TB, dir string, files map[string]string) *configMap {
 	t.Helper()
 	c := &configMap{t: t, dir: dir}
 	must(t, os.MkdirAll(dir, 0o755))

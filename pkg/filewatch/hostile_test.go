@@ -15,7 +15,7 @@ const hugeDirEntries = 100_000
 
 // within runs fn and fails the test if it does not return in time: the
 // hostile cases must never hang the watcher.
-func within(t *testing.T, what string, fn func()) {
+func within(t testing.TB, what string, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() { defer close(done); fn() }()
@@ -112,7 +112,13 @@ func TestHugeDirectory(t *testing.T) {
 // hugeDir makes a directory of hugeDirEntries FIFOs (the cheapest entry to
 // make), on tmpfs when the machine has one: the test is about the
 // watcher's bounds, not the disk's speed.
-func hugeDir(t *testing.T) string {
+func hugeDir(t testing.TB) string {
+	t.Helper()
+	return fifoDir(t, hugeDirEntries)
+}
+
+// fifoDir makes a directory of n FIFOs.
+func fifoDir(t testing.TB, n int) string {
 	t.Helper()
 	base := ""
 	var st syscall.Statfs_t
@@ -124,11 +130,11 @@ func hugeDir(t *testing.T) string {
 	must(t, err)
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	b := []byte(dir + "/f000000")
-	for i := range hugeDirEntries {
-		n := i
+	for i := range n {
+		v := i
 		for j := len(b) - 1; j >= len(b)-6; j-- {
-			b[j] = byte('0' + n%10)
-			n /= 10
+			b[j] = byte('0' + v%10)
+			v /= 10
 		}
 		if err := syscall.Mknod(string(b), syscall.S_IFIFO|0o644, 0); err != nil {
 			t.Fatalf("mknod %s: %v", b, err)

@@ -143,9 +143,12 @@ func (s *scanner) path(p string) {
 // the first missing one: exactly the entries whose change changes what p
 // names. Each symlink met is recorded in the fingerprint.
 func (s *scanner) resolve(p string) (string, fs.FileInfo, error) {
-	rest := strings.Split(p, "/")
-	cur := "/"
-	var curFI fs.FileInfo // of cur, when known: the identity of its watch
+	return s.follow("/", nil, strings.Split(p, "/"))
+}
+
+// follow resolves the components rest from the real directory cur (whose
+// FileInfo is curFI, when known: the identity of its watch), as resolve.
+func (s *scanner) follow(cur string, curFI fs.FileInfo, rest []string) (string, fs.FileInfo, error) {
 	links := 0
 	for len(rest) > 0 {
 		name := rest[0]
@@ -259,7 +262,7 @@ func (s *scanner) walk(dir string, fi fs.FileInfo, depth int) {
 				return
 			}
 			s.entries++
-			s.entry(filepath.Join(dir, e.Name()), e, depth)
+			s.entry(dir, fi, e, depth)
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
@@ -270,11 +273,12 @@ func (s *scanner) walk(dir string, fi fs.FileInfo, depth int) {
 	}
 }
 
-// entry records one directory entry and descends into directories,
-// following symlinks.
-func (s *scanner) entry(p string, e fs.DirEntry, depth int) {
+// entry records one entry of the real directory dir (whose FileInfo is
+// dirFI) and descends into directories, following symlinks.
+func (s *scanner) entry(dir string, dirFI fs.FileInfo, e fs.DirEntry, depth int) {
+	p := filepath.Join(dir, e.Name())
 	if e.Type()&fs.ModeSymlink != 0 {
-		real, fi, err := s.resolve(p)
+		real, fi, err := s.follow(dir, dirFI, []string{e.Name()})
 		if err != nil {
 			if !errors.Is(err, fs.ErrNotExist) {
 				s.problem("%s: %v", p, err)
@@ -304,7 +308,7 @@ func (s *scanner) record(p string, fi fs.FileInfo) {
 	for i := 0; i < len(p); i++ {
 		h = (h ^ uint64(p[i])) * fnvPrime
 	}
-	h = (h ^ 0) * fnvPrime // ends the path: "a" + 0x01… differs from "a\x01"…
+	h *= fnvPrime // a NUL byte, which no path holds, ends the path
 	if fi != nil {
 		dev, ino, ctime := statID(fi)
 		for _, v := range [...]uint64{uint64(fi.Mode()), uint64(fi.Size()), uint64(fi.ModTime().UnixNano()), uint64(ctime), dev, ino} {
