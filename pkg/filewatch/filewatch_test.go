@@ -2,7 +2,9 @@ package filewatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -152,9 +154,9 @@ func writeInPlace(t testing.TB, path, data string) {
 	must(t, f.Close())
 }
 
-// configMap lays out a directory as the kubelet's AtomicWriter does:
-// each key a symlink "key -> ..data/key", "..data" a symlink to a
-// timestamped directory holding the files.
+// configMap is a directory written as the kubelet's AtomicWriter writes
+// a ConfigMap volume: each key a symlink "key -> ..data/key", "..data" a
+// symlink to a timestamped directory holding the files.
 type configMap struct {
 	t   testing.TB
 	dir string
@@ -163,34 +165,47 @@ type configMap struct {
 
 func newConfigMap(t testing.TB, dir string, files map[string]string) *configMap {
 	t.Helper()
-	c := &configMap{t: t, dir: dir}
 	must(t, os.MkdirAll(dir, 0o755))
-	c.ts = "..2026_12_02_00_00_00.123456789"
-	c.writeTS(c.ts, files)
-	must(t, os.Symlink(c.ts, filepath.Join(dir, "..data")))
-	for name := range files {
-		must(t, os.Symlink(filepath.Join("..data", name), filepath.Join(dir, name)))
-	}
+	c := &configMap{t: t, dir: dir}
+	c.update(files)
 	return c
 }
 
-func (c *configMap) writeTS(ts string, files map[string]string) {
-	must(c.t, os.Mkdir(filepath.Join(c.dir, ts), 0o755))
+// update is AtomicWriter.Write, step by step: write the payload into a new
+// timestamped directory (os.MkdirTemp with the writer's pattern), create
+// the user-visible symlinks of new keys, create "..data_tmp" pointing at
+// the new directory and rename it over "..data", remove the symlinks of
+// keys that are gone, remove the old timestamped directory.
+func (c *configMap) update(files map[string]string) {
+	t := c.t
+	t.Helper()
+	ts, err := os.MkdirTemp(c.dir, time.Now().UTC().Format("..2006_01_02_15_04_05."))
+	must(t, err)
+	must(t, os.Chmod(ts, 0o755))
 	for name, data := range files {
-		write(c.t, filepath.Join(c.dir, ts, name), data)
+		must(t, os.WriteFile(filepath.Join(ts, name), []byte(data), 0o644))
+		must(t, os.Chmod(filepath.Join(ts, name), 0o644))
 	}
-}
-
-// update is the AtomicWriter's update: write the new timestamped
-// directory, create "..data_tmp" pointing at it, rename it over "..data",
-// then remove the old directory. The key symlinks are untouched.
-func (c *configMap) update(ts string, files map[string]string) {
-	c.writeTS(ts, files)
+	for name := range files {
+		link := filepath.Join(c.dir, name)
+		if _, err := os.Readlink(link); errors.Is(err, fs.ErrNotExist) {
+			must(t, os.Symlink(filepath.Join("..data", name), link))
+		}
+	}
 	tmp := filepath.Join(c.dir, "..data_tmp")
-	must(c.t, os.Symlink(ts, tmp))
-	must(c.t, os.Rename(tmp, filepath.Join(c.dir, "..data")))
-	must(c.t, os.RemoveAll(filepath.Join(c.dir, c.ts)))
-	c.ts = ts
+	must(t, os.Symlink(filepath.Base(ts), tmp))
+	must(t, os.Rename(tmp, filepath.Join(c.dir, "..data")))
+	if c.ts != "" {
+		old, err := os.ReadDir(filepath.Join(c.dir, c.ts))
+		must(t, err)
+		for _, e := range old {
+			if _, ok := files[e.Name()]; !ok {
+				must(t, os.Remove(filepath.Join(c.dir, e.Name())))
+			}
+		}
+		must(t, os.RemoveAll(filepath.Join(c.dir, c.ts)))
+	}
+	c.ts = filepath.Base(ts)
 }
 
 // swapSymlink is `ln -sfn target link`: a symlink made at a temporary name
@@ -250,20 +265,17 @@ func TestNotifies(t *testing.T) {
 			dir := filepath.Join(root, "etc", "ratelimit")
 			c := newConfigMap(t, dir, map[string]string{"ratelimit.yaml": "limit: 1\n", "other.yaml": "x\n"})
 			return []string{dir}, []func(){
-				func() {
-					c.update("..2026_12_02_00_01_00.000000001", map[string]string{"ratelimit.yaml": "limit: 2\n", "other.yaml": "x\n"})
-				},
-				func() {
-					c.update("..2026_12_02_00_02_00.000000002", map[string]string{"ratelimit.yaml": "limit: 3\n", "other.yaml": "x\n"})
-				},
+				func() { c.update(map[string]string{"ratelimit.yaml": "limit: 2\n", "other.yaml": "x\n"}) },
+				func() { c.update(map[string]string{"ratelimit.yaml": "limit: 2\n", "new.yaml": "y\n"}) },
+				func() { c.update(map[string]string{"ratelimit.yaml": "limit: 3\n"}) },
 			}
 		}},
 		{"ConfigMap, key file watched", func(t *testing.T, root string) ([]string, []func()) {
 			dir := filepath.Join(root, "etc", "ratelimit")
 			c := newConfigMap(t, dir, map[string]string{"ratelimit.yaml": "limit: 1\n"})
 			return []string{filepath.Join(dir, "ratelimit.yaml")}, []func(){
-				func() { c.update("..2026_12_02_00_01_00.000000001", map[string]string{"ratelimit.yaml": "limit: 2\n"}) },
-				func() { c.update("..2026_12_02_00_02_00.000000002", map[string]string{"ratelimit.yaml": "limit: 3\n"}) },
+				func() { c.update(map[string]string{"ratelimit.yaml": "limit: 2\n"}) },
+				func() { c.update(map[string]string{"ratelimit.yaml": "limit: 3\n", "other.yaml": "x\n"}) },
 			}
 		}},
 		{"RUNTIME_WATCH_ROOT: current swapped", func(t *testing.T, root string) ([]string, []func()) {
