@@ -100,7 +100,7 @@ type Watcher struct {
 	running  atomic.Bool
 
 	// For tests: closed once Run has armed its first watches; counts of
-	// scans, events ignored and notifications sent.
+	// polls, events ignored and notifications sent.
 	armed    chan struct{}
 	polls    atomic.Int64
 	ignored  atomic.Int64
@@ -157,8 +157,9 @@ func (w *Watcher) Changes() <-chan struct{} { return w.changes }
 
 // Run watches until ctx ends, then releases its inotify instance and
 // returns nil. When inotify cannot be used (no instances left, not
-// supported) it logs a warning and relies on polling alone; trouble with
-// a single path is logged, never returned.
+// supported) it logs a warning and relies on polling alone, or returns
+// the error when polling is off; trouble with a single path is logged,
+// never returned.
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("filewatch: Run called twice")
@@ -197,15 +198,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 	res := r.rescan()
 	last := res.fp
 	close(w.armed)
-	var pending bool
-	var first time.Time
+	// A burst: from its first change to its notification. Its log is one
+	// line at the notification, whatever the number of events.
+	var (
+		pending    bool
+		first      time.Time
+		firstWhy   string
+		seen       int
+		overflowed bool
+	)
 	mark := func(why string) {
 		now := time.Now()
 		if !pending {
-			pending, first = true, now
+			pending, first, firstWhy, seen = true, now, why, 0
 		}
+		seen++
 		debounce.Reset(min(w.opts.Debounce, first.Add(w.opts.MaxDelay).Sub(now)))
-		w.log.Debug("filewatch: change seen", "why", why)
 	}
 	if res.fp != w.baseline.fp {
 		mark("changed before the watch started")
@@ -231,7 +239,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 				continue
 			}
 			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				w.log.Warn("filewatch: inotify queue overflowed; events were lost, reloading")
+				if !overflowed {
+					w.log.Warn("filewatch: inotify queue overflowed: events were lost, reading everything again")
+					overflowed = true
+				}
 				mark("inotify overflow")
 				continue
 			}
@@ -244,7 +255,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				mark("poll: fingerprint changed")
 			}
 		case <-debounce.C:
-			pending = false
+			pending, overflowed = false, false
 			res := r.rescan()
 			last = res.fp
 			w.notified.Add(1)
@@ -252,7 +263,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			case w.changes <- struct{}{}:
 			default: // one is waiting already
 			}
-			w.log.Debug("filewatch: notified")
+			w.log.Debug("filewatch: changed", "first", firstWhy, "seen", seen, "after", time.Since(first))
 		}
 	}
 }

@@ -550,3 +550,23 @@ func TestRunTwice(t *testing.T) {
 		t.Fatalf("second Run: %v", err)
 	}
 }
+
+// A watched directory moved away is forgotten: its inotify watch, which
+// follows the inode, no longer reports, and its new name is not watched.
+func TestMovedAwayDirectoryIsForgotten(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "config")
+	write(t, filepath.Join(dir, "a.yaml"), "a\n")
+	h := start(t, []string{dir}, modes[0].opts)
+	must(t, os.Rename(dir, filepath.Join(root, "config.old")))
+	h.expectChange(t, "the directory moved away")
+	writeInPlace(t, filepath.Join(root, "config.old", "a.yaml"), "b\n")
+	time.Sleep(10 * h.w.opts.Debounce)
+	select {
+	case <-h.w.Changes():
+		t.Fatal("a write in the moved-away directory notified")
+	default:
+	}
+	write(t, filepath.Join(dir, "a.yaml"), "c\n")
+	h.expectChange(t, "the directory recreated")
+}

@@ -208,13 +208,14 @@ func onlyDots(rest []string) bool {
 }
 
 // watch asks for an inotify watch on dir (whose FileInfo is fi, when
-// known) for entry name, or for every entry when name is "".
-func (s *scanner) watch(dir string, fi fs.FileInfo, name string) {
+// known) for entry name, or for every entry when name is "". It reports
+// false when the bound on directories refuses a new one.
+func (s *scanner) watch(dir string, fi fs.FileInfo, name string) bool {
 	w, ok := s.res.watches[dir]
 	if !ok {
 		if len(s.res.watches) >= s.lim.maxDirs {
-			s.problem("more than %d directories to watch: %s is left to the poll", s.lim.maxDirs, dir)
-			return
+			s.problem("more than %d directories to watch: %s and what is below it are not watched", s.lim.maxDirs, dir)
+			return false
 		}
 		w = &dirWatch{}
 		s.res.watches[dir] = w
@@ -224,15 +225,16 @@ func (s *scanner) watch(dir string, fi fs.FileInfo, name string) {
 	}
 	if name == "" {
 		w.all, w.names = true, nil
-		return
+		return true
 	}
 	if w.all {
-		return
+		return true
 	}
 	if w.names == nil {
 		w.names = make(map[string]struct{}, 1)
 	}
 	w.names[name] = struct{}{}
+	return true
 }
 
 // walk watches dir and everything below it, depth levels below a
@@ -247,7 +249,9 @@ func (s *scanner) walk(dir string, fi fs.FileInfo, depth int) {
 		return
 	}
 	s.walked[dir] = true
-	s.watch(dir, fi, "")
+	if !s.watch(dir, fi, "") {
+		return
+	}
 	f, err := os.OpenFile(dir, os.O_RDONLY|openDirFlags, 0)
 	if err != nil {
 		s.problem("read directory %s: %v", dir, err)
