@@ -291,6 +291,23 @@ func TestNotifies(t *testing.T) {
 				func() { swapSymlink(t, filepath.Join(rt, "v3"), cur) },
 			}
 		}},
+		{"RUNTIME_WATCH_ROOT: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY watched", func(t *testing.T, root string) ([]string, []func()) {
+			rt := filepath.Join(root, "srv", "runtime_data")
+			write(t, filepath.Join(rt, "v1", "ratelimit", "config", "a.yaml"), "domain: a\n")
+			cur := filepath.Join(rt, "current")
+			must(t, os.Symlink("v1", cur))
+			return []string{filepath.Join(cur, "ratelimit")}, []func(){
+				func() {
+					write(t, filepath.Join(rt, "v2", "ratelimit", "config", "a.yaml"), "domain: b\n")
+					swapSymlink(t, "v2", cur)
+				},
+				func() {
+					write(t, filepath.Join(rt, "v3", "ratelimit", "config", "a.yaml"), "domain: c\n")
+					swapSymlink(t, "v3", cur)
+					must(t, os.RemoveAll(filepath.Join(rt, "v1")))
+				},
+			}
+		}},
 		{"RUNTIME_WATCH_ROOT=false: config directory through current", func(t *testing.T, root string) ([]string, []func()) {
 			rt := filepath.Join(root, "srv", "runtime_data")
 			write(t, filepath.Join(rt, "v1", "ratelimit", "config", "a.yaml"), "domain: a\n")
@@ -569,4 +586,27 @@ func TestMovedAwayDirectoryIsForgotten(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "a.yaml"), "c\n")
 	h.expectChange(t, "the directory recreated")
+}
+
+// envoyproxy/ratelimit's layout: writing the next version beside the
+// current one is not a change; the swap of "current" is.
+func TestQuietWhileANewVersionIsStaged(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			rt := filepath.Join(t.TempDir(), "runtime_data")
+			write(t, filepath.Join(rt, "v1", "ratelimit", "config", "a.yaml"), "domain: a\n")
+			cur := filepath.Join(rt, "current")
+			must(t, os.Symlink("v1", cur))
+			h := start(t, []string{filepath.Join(cur, "ratelimit")}, m.opts)
+			polls, ignored := h.polls(), h.ignored()
+			write(t, filepath.Join(rt, "v2", "ratelimit", "config", "a.yaml"), "domain: b\n")
+			if m.opts.noInotify {
+				h.expectQuiet(t, "v2 staged", h.polls, polls+3)
+			} else {
+				h.expectQuiet(t, "v2 staged", h.ignored, ignored+1)
+			}
+			swapSymlink(t, "v2", cur)
+			h.expectChange(t, "current swapped to v2")
+		})
+	}
 }
