@@ -180,7 +180,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 			events, errs = fsw.Events, fsw.Errors
 		}
 	}
+	return w.loop(ctx, r, events, errs)
+}
 
+// loop is Run's body: it arms the watches, then turns events, errors,
+// polls and the debounce timer into notifications until ctx ends.
+func (w *Watcher) loop(ctx context.Context, r *run, events <-chan fsnotify.Event, errs <-chan error) error {
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
@@ -609,4 +611,44 @@ func TestQuietWhileANewVersionIsStaged(t *testing.T) {
 			h.expectChange(t, "current swapped to v2")
 		})
 	}
+}
+
+// The loop's handling of what inotify reports, fed by hand: an overflow
+// (events were lost) notifies; an unrelated event does not; another
+// error is logged and changes nothing.
+func TestLoopOverflowAndErrors(t *testing.T) {
+	root := t.TempDir()
+	f := filepath.Join(root, "a.yaml")
+	write(t, f, "a\n")
+	logs := &logbuf.Buffer{}
+	w, err := New([]string{f}, Options{Debounce: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, PollInterval: -1},
+		slog.New(slog.NewTextHandler(logs, nil)))
+	must(t, err)
+	events := make(chan fsnotify.Event)
+	errs := make(chan error)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.loop(ctx, &run{w: w, armed: map[string]armedDir{}}, events, errs) }()
+	defer func() { cancel(); <-done }()
+	<-w.armed
+	h := &harness{w: w, logs: logs}
+
+	events <- fsnotify.Event{Name: filepath.Join(root, "other.yaml"), Op: fsnotify.Write}
+	errs <- errors.New("some inotify trouble")
+	time.Sleep(5 * w.opts.Debounce)
+	if got := w.notified.Load(); got != 0 {
+		t.Fatalf("notified %d times for an unrelated event and an error", got)
+	}
+	if !strings.Contains(logs.String(), "some inotify trouble") {
+		t.Errorf("the error was not logged:\n%s", logs.String())
+	}
+	errs <- fsnotify.ErrEventOverflow
+	h.expectChange(t, "an inotify queue overflow")
+	errs <- fsnotify.ErrEventOverflow
+	h.expectChange(t, "a second overflow")
+	if n := countLines(logs.String(), "overflowed"); n != 2 {
+		t.Errorf("overflow warnings: %d, want one per burst (2)", n)
+	}
+	events <- fsnotify.Event{Name: f, Op: fsnotify.Write}
+	h.expectChange(t, "an event on the watched file")
 }
