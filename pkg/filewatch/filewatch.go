@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -173,6 +174,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case err != nil && w.opts.PollInterval < 0:
 			return fmt.Errorf("filewatch: inotify, with polling off: %w", err)
 		case err != nil:
+			// EMFILE here is the per-user instance limit,
+			// fs.inotify.max_user_instances.
 			w.log.Warn("filewatch: inotify unavailable, polling only", "interval", w.opts.PollInterval, "err", err)
 		default:
 			r.fsw = fsw
@@ -328,7 +331,11 @@ func (r *run) arm() (problems []string) {
 			// Removed since the scan (the next event or poll tells), or out
 			// of inotify watches (fs.inotify.max_user_watches): the poll
 			// covers it, and the next scan tries again.
-			if !errors.Is(err, fs.ErrNotExist) {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+			case errors.Is(err, syscall.ENOSPC):
+				problems = append(problems, fmt.Sprintf("inotify watch on %s: out of watches (sysctl fs.inotify.max_user_watches): left to the poll", dir))
+			default:
 				problems = append(problems, fmt.Sprintf("inotify watch on %s: %v: left to the poll", dir, err))
 			}
 			continue
