@@ -32,7 +32,7 @@ var t0 = time.Unix(1764547200, 0).UTC()
 // harness is a Service over a real counter.Store and a test clock, with
 // the limits of overridable rules resolved by tenantlimits.Resolver.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	clock  *testclock.Clock
 	store  *counter.Store
 	reg    *prometheus.Registry
@@ -97,12 +97,12 @@ func resolver(c *rlsconfig.Config, over tenantlimits.Overrides) *tenantlimits.Re
 	return tenantlimits.NewResolver(bs, over)
 }
 
-func newHarness(t *testing.T, set rls.Settings, specs ...string) *harness {
+func newHarness(t testing.TB, set rls.Settings, specs ...string) *harness {
 	t.Helper()
 	return newHarnessStore(t, set, counter.Config{}, specs...)
 }
 
-func newHarnessStore(t *testing.T, set rls.Settings, sc counter.Config, specs ...string) *harness {
+func newHarnessStore(t testing.TB, set rls.Settings, sc counter.Config, specs ...string) *harness {
 	t.Helper()
 	c, err := rlsconfig.Parse(files(t, specs...), rlsconfig.Options{})
 	if err != nil {
