@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -48,7 +49,11 @@ func newRLS(c *RLS, r *rules.Rules, log *slog.Logger) (*rlsNode, error) {
 		return nil, nil
 	}
 	cfg, err := rlsconfig.Load(c.Layout, c.Options)
-	if err != nil {
+	switch {
+	case errors.Is(err, rlsconfig.ErrNoSubdirectory) && cfg != nil:
+		// upstream's nil loader: no files, every domain unknown
+		log.Warn("no RLS configuration: every ShouldRateLimit domain is unknown", "err", err)
+	case err != nil:
 		return nil, fmt.Errorf("load the RLS configuration in %s: %w", c.Layout.ConfigDir(), err)
 	}
 	for _, rule := range cfg.Rules() {
