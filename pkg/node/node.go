@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
@@ -107,6 +107,16 @@ type Node struct {
 	runOverrides func(context.Context) error
 	srv          *server.Server
 	running      atomic.Bool
+
+	// What Reload swaps; see reload.go.
+	svc     *authz.Service
+	rec     *failures.Recorder
+	over    tenantlimits.Overrides // nil: no database
+	cache   *tenantlimits.Cache    // nil: no database
+	ids     *wiring.IDs
+	reloads *reloadMetrics
+	mu      sync.Mutex  // serialises reloads; guards cur
+	cur     *generation // the configuration served
 }
 
 // New assembles a node and binds its listeners; the caller must call Run
@@ -119,31 +129,39 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := cfg.Rules
 	reg := newRegistry(cfg.Version)
-	store, err := newCounter(r, cfg.Cluster != nil, reg)
+	ids := new(wiring.IDs)
+	g, err := planGeneration(cfg.Rules, ids)
 	if err != nil {
 		return nil, err
 	}
-	matcher, err := descriptors.New(r.Descriptors())
-	if err != nil {
-		return nil, fmt.Errorf("compile routes: %w", err)
-	}
-	overrides, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, r, reg, log)
+	r := g.rules
+	store, err := newCounter(r, g.reserved, cfg.Cluster != nil, reg)
 	if err != nil {
 		return nil, err
 	}
-	limits := tenantlimits.NewResolver(wiring.Limits(r), overrides)
-	svc, err := authz.New(wiring.Authz(r), matcher, store, limits, reg, log, authz.Options{})
+	overrides, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, g.buckets, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	repl, err := newReplicator(cfg.Cluster, r, store, reg, log)
+	g.build(overrides)
+	svc, err := authz.New(g.authz, g.matcher, store, g.limits, reg, log, authz.Options{})
 	if err != nil {
 		return nil, err
 	}
-	rec, err := failures.New(wiring.Failures(r), store, limits, reg, log, failures.Options{Token: cfg.FailuresToken})
+	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
+		return nil, err
+	}
+	rec, err := failures.New(g.failures, store, g.limits, reg, log, failures.Options{Token: cfg.FailuresToken})
+	if err != nil {
+		return nil, err
+	}
+	rm, err := newReloadMetrics(reg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := ids.Commit(g.ids); err != nil {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{
@@ -159,7 +177,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv}, nil
+	return &Node{
+		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
+		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
+	}, nil
 }
 
 // Run serves until ctx ends, then shuts down in the order of the package
@@ -215,8 +236,10 @@ func newRegistry(version string) *prometheus.Registry {
 
 // newCounter is the node's counter and its metrics; a cluster node tracks
 // its changes for replication.
-func newCounter(r *rules.Rules, cluster bool, reg prometheus.Registerer) (*counter.Store, error) {
-	store, err := counter.New(counterConfig(r.Counter, cluster))
+func newCounter(r *rules.Rules, reserved []counter.Bucket, cluster bool, reg prometheus.Registerer) (*counter.Store, error) {
+	cfg := counterConfig(r.Counter, cluster)
+	cfg.Reserved = reserved // by id
+	store, err := counter.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create counter: %w", err)
 	}
