@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestArithmeticAtLongestWindows checks admits and estimate against exact
+// TestArithmeticAtLongestWindows checks admits, admitsN and estimate against exact
 // big-integer arithmetic at the bounds: windows up to MaxScaleMS, limits
 // up to MaxLimitFor, previous counts on both sides of the fast path and up
 // to the saturated sum 2×MaxCount.
@@ -49,6 +49,14 @@ func TestArithmeticAtLongestWindows(t *testing.T) {
 		q.Add(q, big.NewInt(cur))
 		if got := estimate(lim, el, prev, cur); !q.IsInt64() || got != q.Int64() {
 			t.Fatalf("estimate(%+v, el %d, prev %d, cur %d) = %d, want %s", lim, el, prev, cur, got, q)
+		}
+		// admitsN: prev×d + (cur+n)×s ≤ limit×s, for n hits at once.
+		n := 1 + rng.Int64N(lim.Limit)
+		lhsN := new(big.Int).Mul(big.NewInt(prev), big.NewInt(d))
+		lhsN.Add(lhsN, new(big.Int).Mul(new(big.Int).Add(big.NewInt(cur), big.NewInt(n)), big.NewInt(s)))
+		wantN := cur+n <= lim.Limit && lhsN.Cmp(rhs) <= 0
+		if got := admitsN(lim, el, prev, cur, n); got != wantN {
+			t.Fatalf("admitsN(%+v, el %d, prev %d, cur %d, n %d) = %v, want %v", lim, el, prev, cur, n, got, wantN)
 		}
 		if !want {
 			if r := retryAfter(lim, el, prev, cur); r < 1 {
