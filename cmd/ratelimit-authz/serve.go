@@ -135,7 +135,11 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	defer stopHUP()
 	_, statErr := os.Stat(c.configPath)
 	fromFile := c.configExplicit || statErr == nil
-	watcher, err := newWatcher(c.watchConfig, c.configPath, fromFile, log)
+	var watched []string
+	if fromFile {
+		watched = append(watched, c.configPath)
+	}
+	watcher, err := newWatcher(c.watchConfig, watched, log)
 	if err != nil {
 		return err
 	}
@@ -161,17 +165,18 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if c.started != nil {
 		c.started(n)
 	}
-	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*rules.Rules, error) {
+	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (node.Sources, error) {
 		if !fromFile {
-			return nil, errNoReloadSource
+			return node.Sources{}, errNoReloadSource
 		}
 		r, err := rules.LoadFile(c.configPath)
-		if err == nil {
-			for _, w := range trustWarnings(r, "", nil) {
-				log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
-			}
+		if err != nil {
+			return node.Sources{}, err
 		}
-		return r, err
+		for _, w := range trustWarnings(r, "", nil) {
+			log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
+		}
+		return node.Sources{Rules: r}, nil
 	}}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

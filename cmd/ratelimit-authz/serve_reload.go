@@ -23,19 +23,20 @@ import (
 // configuration. It never stops the node.
 type reloader struct {
 	node    *node.Node
-	load    func() (*rules.Rules, error)
+	load    func() (node.Sources, error) // every format, read and validated as at start
 	watcher *filewatch.Watcher // nil: --watch-config off, or no file to watch
 	log     *slog.Logger
 }
 
-// newWatcher watches the configuration file when it came from one and
-// watch is on; nil otherwise. It is made before the file is read, so an
-// edit made while the node starts is not missed.
-func newWatcher(watch bool, path string, fromFile bool, log *slog.Logger) (*filewatch.Watcher, error) {
-	if !watch || !fromFile {
+// newWatcher watches the configuration files (the --config file when the
+// configuration came from one, and any other format's paths) when watch
+// is on; nil otherwise. It is made before the files are read, so an edit
+// made while the node starts is not missed.
+func newWatcher(watch bool, paths []string, log *slog.Logger) (*filewatch.Watcher, error) {
+	if !watch || len(paths) == 0 {
 		return nil, nil
 	}
-	w, err := filewatch.New([]string{path}, filewatch.Options{}, log.With("component", "filewatch"))
+	w, err := filewatch.New(paths, filewatch.Options{}, log.With("component", "filewatch"))
 	if err != nil {
 		return nil, fmt.Errorf("watch the configuration: %w", err)
 	}

@@ -14,7 +14,9 @@ package wiring
 import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
@@ -112,4 +114,46 @@ func Reserved(r *rules.Rules, ids []counter.Bucket) []counter.Bucket {
 		out = append(out, ids[b])
 	}
 	return out
+}
+
+// RLSKeys are the identities of an RLS configuration's buckets for the
+// IDs allocator: its rules, by rule index (the window of a rule without a
+// limit, unlimited or 0 per unit, still names its unit), then its buckets
+// of descriptor-supplied limits, by LimitBuckets index (fixed windows).
+// Their names never collide with ext_authz bucket names, so one plan
+// holds both.
+func RLSKeys(c *rlsconfig.Config) []BucketKey {
+	rs, lbs := c.Rules(), c.LimitBuckets()
+	ks := make([]BucketKey, 0, len(rs)+len(lbs))
+	for i := range rs {
+		k := BucketKey{Name: rs[i].Bucket, Algorithm: rs[i].Algorithm}
+		if !rs[i].Unlimited {
+			k.ScaleMS = rs[i].Unit.Seconds() * 1000
+		}
+		ks = append(ks, k)
+	}
+	for _, lb := range lbs {
+		ks = append(ks, BucketKey{Name: lb.Bucket, ScaleMS: lb.Unit.Seconds() * 1000, Algorithm: counter.Fixed})
+	}
+	return ks
+}
+
+// RLSOverridable are the overridable RLS rules as tenant-override buckets
+// (keyed by tenant: the descriptor's first value), by the rule ids given,
+// for the one override cache both formats share: an override of a rule
+// is filed under the rule's name and found by its id.
+func RLSOverridable(c *rlsconfig.Config, ruleIDs []counter.Bucket) tenantlimits.Buckets {
+	var bs tenantlimits.Buckets
+	for i, r := range c.Rules() {
+		if !r.Overridable {
+			continue
+		}
+		l, ok := r.Limit()
+		bs = append(bs, tenantlimits.Bucket{
+			Name: r.Name, ID: ruleIDs[i], IDSet: true, Overridable: true,
+			Key:   descriptors.KeySpec{Kind: descriptors.KeyTenant},
+			Limit: l, HasLimit: ok,
+		})
+	}
+	return bs
 }

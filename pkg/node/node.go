@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
@@ -117,6 +118,10 @@ type Node struct {
 	reloads *reloadMetrics
 	mu      sync.Mutex  // serialises reloads; guards cur
 	cur     *generation // the configuration served
+	// rlsSvc serves ShouldRateLimit with the RLS part of each generation
+	// under rlsSettings; nil: the node serves no RLS rules.
+	rlsSvc      *rls.Service
+	rlsSettings rls.Settings
 }
 
 // New assembles a node and binds its listeners; the caller must call Run
@@ -131,7 +136,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	reg := newRegistry(cfg.Version)
 	ids := new(wiring.IDs)
-	g, err := planGeneration(cfg.Rules, ids)
+	g, err := planGeneration(Sources{Rules: cfg.Rules}, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +145,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	overrides, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, g.buckets, reg, log)
+	overrides, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, g.overridable, reg, log)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -16,18 +17,30 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
+// Sources are the configurations of one generation: the ext_authz rules
+// and the envoyproxy/ratelimit rules ShouldRateLimit serves, each read
+// from its own files and reloaded together.
+type Sources struct {
+	Rules *rules.Rules      // required
+	RLS   *rlsconfig.Config // nil: no RLS rules
+}
+
 // generation is one configuration made into every component's Config,
 // with the counter ids of its buckets. It is built whole before anything
 // is swapped, so a configuration that cannot be served changes nothing.
-// A second configuration format joins as more keys in the one ids plan
-// (so that no two buckets of either share an id) and one more Update.
+// Each format is a part of it: its buckets' keys go into the one ids plan
+// (so no two buckets of either share an id), its buckets into the one
+// replication table and the one override cache, and its component takes
+// it with one more Update.
 type generation struct {
 	rules    *rules.Rules
-	ids      wiring.Assignment
+	ids      wiring.Assignment // the ext_authz buckets, then the RLS rules, then the RLS limit buckets
 	matcher  *descriptors.Engine
 	buckets  tenantlimits.Buckets // with ids
 	limits   *tenantlimits.Resolver
@@ -35,15 +48,26 @@ type generation struct {
 	failures failures.Config
 	table    replicate.Table
 	reserved []counter.Bucket
+
+	// The RLS part; rls nil: none.
+	rls                   *rlsconfig.Config
+	rlsRuleIDs, rlsLimIDs []counter.Bucket
+	overridable           tenantlimits.Buckets // every overridable bucket of both formats, for the cache
 }
 
-// planGeneration assigns the ids of r's buckets and compiles its routes;
-// build completes it once the overrides are known.
-func planGeneration(r *rules.Rules, ids *wiring.IDs) (*generation, error) {
+// planGeneration assigns the ids of the sources' buckets and compiles the
+// routes; build completes it once the overrides are known.
+func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
+	r := s.Rules
 	if r == nil {
 		return nil, errors.New("node: no rules")
 	}
-	as, err := ids.Plan(wiring.Keys(r))
+	keys := wiring.Keys(r)
+	var rlsKeys []wiring.BucketKey
+	if s.RLS != nil {
+		rlsKeys = wiring.RLSKeys(s.RLS)
+	}
+	as, err := ids.Plan(append(slices.Clone(keys), rlsKeys...))
 	if err != nil {
 		return nil, fmt.Errorf("assign bucket ids: %w", err)
 	}
@@ -51,23 +75,83 @@ func planGeneration(r *rules.Rules, ids *wiring.IDs) (*generation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile routes: %w", err)
 	}
+	own := as.IDs[:len(r.Buckets):len(r.Buckets)]
 	g := &generation{rules: r, ids: as, matcher: m}
-	g.buckets = wiring.Limits(r, as.IDs)
-	g.authz = wiring.Authz(r, as.IDs)
-	g.failures = wiring.Failures(r, as.IDs)
-	g.reserved = wiring.Reserved(r, as.IDs)
-	keys := wiring.Keys(r)
-	g.table = replicate.Table{Buckets: make([]string, len(r.Buckets)), IDs: as.IDs, Algorithms: make([]counter.Algorithm, len(r.Buckets)), Bounds: peerBounds(r)}
+	g.buckets = wiring.Limits(r, own)
+	g.authz = wiring.Authz(r, own)
+	g.failures = wiring.Failures(r, own)
+	g.reserved = wiring.Reserved(r, own)
+	bounds := peerBounds(r)
+	g.table = replicate.Table{IDs: as.IDs}
 	for i, b := range r.Buckets {
-		g.table.Buckets[i], g.table.Algorithms[i] = b.Name, keys[i].Algorithm
+		g.table.Buckets = append(g.table.Buckets, b.Name)
+		g.table.Algorithms = append(g.table.Algorithms, keys[i].Algorithm)
 	}
+	g.overridable = g.buckets
+	if s.RLS != nil {
+		g.rls = s.RLS
+		nr := len(s.RLS.Rules())
+		g.rlsRuleIDs = as.IDs[len(own) : len(own)+nr]
+		g.rlsLimIDs = as.IDs[len(own)+nr:]
+		g.overridable = append(slices.Clone(g.buckets), wiring.RLSOverridable(s.RLS, g.rlsRuleIDs)...)
+		for _, k := range rlsKeys {
+			g.table.Buckets = append(g.table.Buckets, k.Name)
+			g.table.Algorithms = append(g.table.Algorithms, k.Algorithm)
+		}
+		bounds = append(bounds, rlsPeerBounds(s.RLS)...)
+	}
+	g.table.Bounds = bounds
 	return g, nil
+}
+
+// rlsPeerBounds is what a peer may report of the RLS buckets, in
+// RLSKeys' order: a rule's window with its limit × PeerCountFactor (and,
+// overridable, every override window with any count); a bucket of
+// descriptor-supplied limits its unit's window with any count (the
+// request names the limit).
+func rlsPeerBounds(c *rlsconfig.Config) replicate.BucketWindows {
+	var w replicate.BucketWindows
+	for _, r := range c.Rules() {
+		m := map[int64]int64{}
+		if l, ok := r.Limit(); ok {
+			m[l.ScaleMS] = replicate.BoundFor(l.Limit)
+		}
+		if r.Overridable {
+			for _, sc := range tenantlimits.Scales {
+				m[sc.MS] = replicate.BoundFor(counter.MaxLimitFor(sc.MS))
+			}
+		}
+		w = append(w, m)
+	}
+	for _, lb := range c.LimitBuckets() {
+		ms := lb.Unit.Seconds() * 1000
+		w = append(w, map[int64]int64{ms: replicate.BoundFor(counter.MaxLimitFor(ms))})
+	}
+	return w
 }
 
 // build makes the generation's resolver over the node's overrides.
 func (g *generation) build(over tenantlimits.Overrides) {
 	g.limits = tenantlimits.NewResolver(g.buckets, over)
 }
+
+// rlsConfig is the RLS service's configuration of the generation.
+func (g *generation) rlsConfig(settings rls.Settings) rls.Config {
+	return rls.Config{Rules: g.rls, RuleIDs: g.rlsRuleIDs, LimitIDs: g.rlsLimIDs, Settings: settings}
+}
+
+// rlsLimits resolves an overridable RLS rule's limit by its counter id:
+// the tenant override, if any (the cache files them by id).
+type rlsLimits struct{ over tenantlimits.Overrides }
+
+func (l rlsLimits) Limit(id counter.Bucket, tenant string) (counter.Limit, bool) {
+	if l.over == nil || tenant == "" {
+		return counter.Limit{}, false
+	}
+	return l.over.OverrideFor(id, tenant)
+}
+
+var _ rls.Limits = rlsLimits{}
 
 // Reload makes r the configuration of the node: it builds every part of
 // the new generation first (any error: nothing changes, and the error
@@ -78,43 +162,61 @@ func (g *generation) build(over tenantlimits.Overrides) {
 // limit from the next check; one whose window or algorithm changed starts
 // from zero. Settings that only a restart applies (the counter's bounds)
 // must be unchanged, or the reload is refused. Reloads are serialised.
+// The RLS rules in force stay (see ReloadSources).
 func (n *Node) Reload(ctx context.Context, r *rules.Rules) error {
 	start := time.Now()
-	err := n.reload(ctx, r)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.reload(ctx, Sources{Rules: r, RLS: n.cur.rls})
 	n.reloads.record(err, start)
 	return err
 }
 
-// ReloadFrom loads a configuration with load (the same reading and
-// validation as at start) and reloads it; a load error is a refused
-// reload too, counted alike.
-func (n *Node) ReloadFrom(ctx context.Context, load func() (*rules.Rules, error)) error {
+// ReloadSources is Reload of both formats at once, as one generation.
+func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 	start := time.Now()
-	r, err := load()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	err := n.reload(ctx, s)
+	n.reloads.record(err, start)
+	return err
+}
+
+// ReloadFrom loads the sources with load (the same reading and validation
+// as at start) and reloads them; a load error is a refused reload too,
+// counted alike.
+func (n *Node) ReloadFrom(ctx context.Context, load func() (Sources, error)) error {
+	start := time.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	s, err := load()
 	if err == nil {
-		err = n.reload(ctx, r)
+		err = n.reload(ctx, s)
 	}
 	n.reloads.record(err, start)
 	return err
 }
 
-func (n *Node) reload(ctx context.Context, r *rules.Rules) error {
+// reload swaps in the generation of s. n.mu must be held.
+func (n *Node) reload(ctx context.Context, s Sources) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	old := n.cur
-	if r == nil {
+	if s.Rules == nil {
 		return errors.New("node: reload: no rules")
 	}
-	if err := restartOnly(old.rules, r); err != nil {
+	if s.RLS != nil && n.rlsSvc == nil {
+		return errors.New("node: reload: RLS rules given, but this node does not serve ShouldRateLimit")
+	}
+	if err := restartOnly(old.rules, s.Rules); err != nil {
 		return err
 	}
-	g, err := planGeneration(r, n.ids)
+	g, err := planGeneration(s, n.ids)
 	if err != nil {
 		return err
 	}
+	r := g.rules
 	g.build(n.over)
 	// Swap. Each Update validates before it swaps; one that fails puts the
 	// parts already swapped back, so that the node serves one generation.
@@ -126,10 +228,10 @@ func (n *Node) reload(ctx context.Context, r *rules.Rules) error {
 		return err
 	}
 	if n.cache != nil {
-		if err := n.cache.Update(g.buckets); err != nil {
+		if err := n.cache.Update(g.overridable); err != nil {
 			return fail(fmt.Errorf("tenant overrides: %w", err))
 		}
-		undo = append(undo, func() { _ = n.cache.Update(old.buckets) })
+		undo = append(undo, func() { _ = n.cache.Update(old.overridable) })
 	}
 	if n.repl != nil {
 		if err := n.repl.Update(g.table); err != nil {
@@ -145,14 +247,26 @@ func (n *Node) reload(ctx context.Context, r *rules.Rules) error {
 		return fail(fmt.Errorf("check: %w", err))
 	}
 	undo = append(undo, func() { _ = n.svc.Update(old.authz, old.matcher, old.limits) })
+	if n.rlsSvc != nil {
+		if g.rls == nil {
+			return fail(errors.New("ShouldRateLimit: no RLS rules: this node serves ShouldRateLimit"))
+		}
+		if err := n.rlsSvc.Update(g.rlsConfig(n.rlsSettings)); err != nil {
+			return fail(fmt.Errorf("ShouldRateLimit: %w", err))
+		}
+		undo = append(undo, func() { _ = n.rlsSvc.Update(old.rlsConfig(n.rlsSettings)) })
+	}
 	if err := n.ids.Commit(g.ids); err != nil {
 		return fail(err)
 	}
 	n.store.SetReserved(g.reserved)
 	n.cur = g
 	dropped := n.store.DropBuckets(g.ids.Dropped)
-	n.reloads.log.Info("configuration reloaded", "buckets", len(r.Buckets), "routes", len(r.Routes),
-		"buckets_reset", len(g.ids.Dropped), "keys_dropped", dropped)
+	attrs := []any{"buckets", len(r.Buckets), "routes", len(r.Routes), "buckets_reset", len(g.ids.Dropped), "keys_dropped", dropped}
+	if g.rls != nil {
+		attrs = append(attrs, "rls_rules", len(g.rls.Rules()))
+	}
+	n.reloads.log.Info("configuration reloaded", attrs...)
 	return nil
 }
 
