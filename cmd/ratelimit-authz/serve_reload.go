@@ -24,7 +24,7 @@ import (
 type reloader struct {
 	node    *node.Node
 	load    func() (node.Sources, error) // every format, read and validated as at start
-	watcher *filewatch.Watcher // nil: --watch-config off, or no file to watch
+	watcher *filewatch.Watcher           // nil: --watch-config off, or no file to watch
 	log     *slog.Logger
 }
 

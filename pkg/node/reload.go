@@ -67,7 +67,7 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 	if s.RLS != nil {
 		rlsKeys = wiring.RLSKeys(s.RLS)
 	}
-	as, err := ids.Plan(append(slices.Clone(keys), rlsKeys...))
+	as, err := ids.Plan(append(slices.Clone(keys), rlsKeys...), time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("assign bucket ids: %w", err)
 	}
@@ -218,6 +218,9 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 	}
 	r := g.rules
 	g.build(n.over)
+	// A reused id's previous bucket was dropped long ago, but a late write
+	// of it must not count in the new one.
+	n.store.DropBuckets(g.ids.Reused)
 	// Swap. Each Update validates before it swaps; one that fails puts the
 	// parts already swapped back, so that the node serves one generation.
 	var undo []func()
