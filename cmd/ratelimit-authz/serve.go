@@ -26,6 +26,7 @@ type serveConfig struct {
 	grpcMaxStreams int
 	overrides      overridesConfig // tenant overrides; no database = configured limits only
 	cluster        clusterConfig
+	rls            rlsConfig // Envoy's ratelimit filter; off without a configuration directory
 	// started, when set, is handed the node once it is assembled (its
 	// listeners bound) and before it runs: tests learn its addresses so.
 	started func(*node.Node)
@@ -35,7 +36,8 @@ type serveConfig struct {
 // before it runs (see serveConfig.started).
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
 	c := serveConfig{started: started}
-	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP.\nSIGINT or SIGTERM shuts down gracefully; SIGHUP reloads the configuration file.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
+	getenv, c.rls.upstream = upstreamEnv(getenv) // envoyproxy/ratelimit's variables as aliases of ours
+	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP;\nwith --rls-config-dir (or envoyproxy/ratelimit's RUNTIME_* layout), also Envoy's\nratelimit filter (ShouldRateLimit) on the gRPC port. Our variables win over\nenvoyproxy/ratelimit's names.\nSIGINT or SIGTERM shuts down gracefully; SIGHUP reloads the configuration files.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
 	f.Bool(&c.watchConfig, "watch-config", "RATELIMIT_AUTHZ_WATCH_CONFIG", true, "reload the configuration file when it changes (SIGHUP reloads it either way); a change that does not validate is refused and the last good configuration keeps serving")
 	f.String(&c.node.GRPCAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1, and the access-log service unless --access-log-addr is set)")
@@ -58,6 +60,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
+	c.rls.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
@@ -81,6 +84,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.cluster.resolve(getenv); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
+	if err := c.rls.resolve(f, c.node.TLS); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
 	if c.node.SweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
 	}
@@ -91,6 +97,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if tokenSource != "" {
 		log.Info("failure reports over HTTP enabled", "token_from", tokenSource)
 	}
+	c.rls.warn(log)
 	return serve(ctx, c, log)
 }
 
@@ -139,6 +146,9 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if fromFile {
 		watched = append(watched, c.configPath)
 	}
+	if l := c.rls.nodeRLS(); l != nil {
+		watched = append(watched, l.Layout.WatchPaths()...)
+	}
 	watcher, err := newWatcher(c.watchConfig, watched, log)
 	if err != nil {
 		return err
@@ -165,18 +175,17 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if c.started != nil {
 		c.started(n)
 	}
-	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (node.Sources, error) {
-		if !fromFile {
-			return node.Sources{}, errNoReloadSource
-		}
-		r, err := rules.LoadFile(c.configPath)
+	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*rules.Rules, error) {
+		// The same reading as at start: the file, or the shipped
+		// configuration when the default path is missing.
+		r, _, err := loadRules(c.configPath, c.configExplicit, log)
 		if err != nil {
-			return node.Sources{}, err
+			return nil, err
 		}
 		for _, w := range trustWarnings(r, "", nil) {
 			log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
 		}
-		return node.Sources{Rules: r}, nil
+		return r, nil
 	}}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -198,6 +207,7 @@ func (c *serveConfig) nodeConfig(r *rules.Rules) (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg.Overrides = node.Overrides{DatabaseURL: url, SnapshotFile: c.overrides.snapshot}
+	cfg.RLS = c.rls.nodeRLS()
 	if cfg.Cluster, err = c.cluster.nodeCluster(); err != nil {
 		return node.Config{}, err
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -23,7 +22,7 @@ import (
 // configuration. It never stops the node.
 type reloader struct {
 	node    *node.Node
-	load    func() (node.Sources, error) // every format, read and validated as at start
+	load    func() (*rules.Rules, error) // read and validated as at start; the node reads its RLS rules itself
 	watcher *filewatch.Watcher           // nil: --watch-config off, or no file to watch
 	log     *slog.Logger
 }
@@ -96,7 +95,3 @@ func notifyHUP() (hup <-chan os.Signal, stop func()) {
 	signal.Notify(c, syscall.SIGHUP)
 	return c, func() { signal.Stop(c) }
 }
-
-// errNoReloadSource is a reload of the shipped configuration: it is in
-// the binary and cannot change.
-var errNoReloadSource = errors.New("the shipped configuration is in use (no --config file): nothing to reload")

@@ -83,13 +83,6 @@ func metricOf(t *testing.T, n *servedNode, series string) float64 {
 	return v
 }
 
-func writeFile(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // A running serve follows its configuration file: an edit written in
 // place, a file renamed over it, and a Kubernetes ConfigMap's ..data
 // swap each apply within a bound; a broken edit is refused, counted, and

@@ -74,6 +74,10 @@ type Config struct {
 	// Cluster, when set, replicates the counts over NATS (the cluster
 	// backend); nil: this node's counts only (the local backend).
 	Cluster *Cluster
+	// RLS, when set, serves Envoy's ratelimit filter (ShouldRateLimit)
+	// on the gRPC port from envoyproxy/ratelimit configuration files;
+	// nil: Check only.
+	RLS *RLS
 }
 
 // DefaultSweepInterval is Config.SweepInterval's default.
@@ -135,8 +139,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	reg := newRegistry(cfg.Version)
+	rc, err := loadRLS(cfg.RLS, log)
+	if err != nil {
+		return nil, err
+	}
 	ids := new(wiring.IDs)
-	g, err := planGeneration(Sources{Rules: cfg.Rules}, ids)
+	g, err := planGeneration(Sources{Rules: cfg.Rules, RLS: rc}, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +161,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	svc, err := authz.New(g.authz, g.matcher, store, g.limits, reg, log, authz.Options{})
 	if err != nil {
 		return nil, err
+	}
+	var rlsSvc *rls.Service
+	var rlsSettings rls.Settings
+	if cfg.RLS != nil {
+		rlsSettings = cfg.RLS.Settings
+		if rlsSvc, err = rls.New(g.rlsConfig(rlsSettings), store, rlsLimits{overrides}, reg, log, rls.Options{}); err != nil {
+			return nil, err
+		}
 	}
 	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
@@ -178,13 +194,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		TLS:                     cfg.TLS,
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
 		Limits:                  cfg.Limits,
-	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
+	}, services(svc, rlsSvc, rec), reg, log)
 	if err != nil {
 		return nil, err
 	}
 	return &Node{
 		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
 		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
+		rlsSvc: rlsSvc, rlsSettings: rlsSettings,
 	}, nil
 }
 

@@ -65,6 +65,9 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 	keys := wiring.Keys(r)
 	var rlsKeys []wiring.BucketKey
 	if s.RLS != nil {
+		if err := checkRLSNames(s.RLS, r); err != nil {
+			return nil, err
+		}
 		rlsKeys = wiring.RLSKeys(s.RLS)
 	}
 	as, err := ids.Plan(append(slices.Clone(keys), rlsKeys...), time.Now())
@@ -105,27 +108,32 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 }
 
 // rlsPeerBounds is what a peer may report of the RLS buckets, in
-// RLSKeys' order: a rule's window with its limit × PeerCountFactor (and,
-// overridable, every override window with any count); a bucket of
-// descriptor-supplied limits its unit's window with any count (the
-// request names the limit).
+// RLSKeys' order: a rule's window with its limit × PeerCountFactor, and
+// every tenant override window of an overridable one; a bucket of
+// descriptor-supplied limits its unit's window with any count a
+// requests_per_unit allows. Unlimited rules and limits of 0 count
+// nothing, nor do windows the counter cannot hold: no peer count of
+// theirs is merged.
 func rlsPeerBounds(c *rlsconfig.Config) replicate.BucketWindows {
 	var w replicate.BucketWindows
 	for _, r := range c.Rules() {
 		m := map[int64]int64{}
 		if l, ok := r.Limit(); ok {
-			m[l.ScaleMS] = replicate.BoundFor(l.Limit)
-		}
-		if r.Overridable {
-			for _, sc := range tenantlimits.Scales {
-				m[sc.MS] = replicate.BoundFor(counter.MaxLimitFor(sc.MS))
+			m[l.ScaleMS] = replicate.BoundFor(min(l.Limit, counter.MaxLimitFor(l.ScaleMS)))
+			if r.Overridable {
+				for _, sc := range tenantlimits.Scales {
+					m[sc.MS] = replicate.BoundFor(counter.MaxLimitFor(sc.MS))
+				}
 			}
 		}
 		w = append(w, m)
 	}
 	for _, lb := range c.LimitBuckets() {
-		ms := lb.Unit.Seconds() * 1000
-		w = append(w, map[int64]int64{ms: replicate.BoundFor(counter.MaxLimitFor(ms))})
+		m := map[int64]int64{}
+		if ms := lb.Unit.Seconds() * 1000; ms <= counter.MaxScaleMS {
+			m[ms] = replicate.BoundFor(counter.MaxLimitFor(ms))
+		}
+		w = append(w, m)
 	}
 	return w
 }
@@ -182,16 +190,21 @@ func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 	return err
 }
 
-// ReloadFrom loads the sources with load (the same reading and validation
-// as at start) and reloads them; a load error is a refused reload too,
-// counted alike.
-func (n *Node) ReloadFrom(ctx context.Context, load func() (Sources, error)) error {
+// ReloadFrom loads the ext_authz rules with load and, when the node
+// serves ShouldRateLimit, the RLS rules from their directory (Config.RLS),
+// each read and validated as at start, and reloads both as one
+// generation; a load error is a refused reload too, counted alike.
+func (n *Node) ReloadFrom(ctx context.Context, load func() (*rules.Rules, error)) error {
 	start := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	s, err := load()
+	r, err := load()
+	var rc *rlsconfig.Config
 	if err == nil {
-		err = n.reload(ctx, s)
+		rc, err = loadRLS(n.cfg.RLS, n.reloads.log)
+	}
+	if err == nil {
+		err = n.reload(ctx, Sources{Rules: r, RLS: rc})
 	}
 	n.reloads.record(err, start)
 	return err

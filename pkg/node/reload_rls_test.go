@@ -3,58 +3,44 @@ package node
 import (
 	"context"
 	"fmt"
-	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
-func rlsRules(t *testing.T, perMinute int, unit string) *rlsconfig.Config {
-	t.Helper()
-	c, err := rlsconfig.Parse([]rlsconfig.File{{Name: "d.yaml", Data: []byte(fmt.Sprintf(`domain: d
+// rlsText is an RLS configuration of domain d: kept at perMinute a
+// minute, changed at 3 per unit.
+func rlsText(perMinute int, unit string) string {
+	return fmt.Sprintf(`domain: d
 descriptors:
   - key: kept
     rate_limit: {unit: minute, requests_per_unit: %d}
   - key: changed
     rate_limit: {unit: %s, requests_per_unit: 3}
-`, perMinute, unit))}}, rlsconfig.Options{})
+`, perMinute, unit)
+}
+
+func rlsReloadRules(t *testing.T, perMinute int, unit string) *rlsconfig.Config {
+	t.Helper()
+	c, err := rlsconfig.Parse([]rlsconfig.File{{Name: "d.yaml", Data: []byte(rlsText(perMinute, unit))}}, rlsconfig.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-// withRLS gives a node a ShouldRateLimit service over the RLS part of its
-// generation, as the node's RLS wiring does.
-func withRLS(t *testing.T, n *running, c *rlsconfig.Config) *rls.Service {
-	t.Helper()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	g, err := planGeneration(Sources{Rules: n.cur.rules, RLS: c}, n.ids)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.build(n.over)
-	svc, err := rls.New(g.rlsConfig(rls.Settings{}), n.store, rlsLimits{n.over}, prometheus.NewRegistry(), slog.New(slog.DiscardHandler), rls.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.ids.Commit(g.ids); err != nil {
-		t.Fatal(err)
-	}
-	n.cur, n.rlsSvc = g, svc
-	return svc
-}
-
-func shouldRateLimit(t *testing.T, svc *rls.Service, key string) rlsv3.RateLimitResponse_Code {
+func rlsCode(t *testing.T, svc *rls.Service, key string) rlsv3.RateLimitResponse_Code {
 	t.Helper()
 	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key}}},
@@ -68,20 +54,27 @@ func shouldRateLimit(t *testing.T, svc *rls.Service, key string) rlsv3.RateLimit
 func rlsAllowed(t *testing.T, svc *rls.Service, key string, n int) (ok int) {
 	t.Helper()
 	for range n {
-		if shouldRateLimit(t, svc, key) == rlsv3.RateLimitResponse_OK {
+		if rlsCode(t, svc, key) == rlsv3.RateLimitResponse_OK {
 			ok++
 		}
 	}
 	return ok
 }
 
-// The RLS rules are one more part of a generation: reloaded with the
-// ext_authz rules, their counts kept while a rule's bucket, unit and
-// algorithm hold, reset when its unit changes; a reload of the ext_authz
-// rules alone keeps the RLS rules in force, and their ids never meet.
+// The RLS rules are one more part of a generation, read from their own
+// directory at start and at every ReloadFrom: their counts are kept while
+// a rule's bucket, unit and algorithm hold, reset when its unit changes; a
+// reload of the ext_authz rules alone keeps the RLS rules in force, a
+// broken RLS file is refused like a broken ext_authz one, and the ids of
+// both formats never meet.
 func TestReloadRLSRules(t *testing.T) {
-	n := start(t, local(reloadRules(t, 10, 10, "1h")))
-	svc := withRLS(t, n, rlsRules(t, 5, "hour"))
+	layout := rlsLayout(t, map[string]string{"d.yaml": rlsText(5, "hour")})
+	file := filepath.Join(layout.Root, layout.Subdirectory, "config", "d.yaml")
+	cfg := local(reloadRules(t, 10, 10, "1h"))
+	cfg.RLS = &RLS{Layout: layout}
+	n := start(t, cfg)
+	svc := n.rlsSvc
+	ext := func() (*rules.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
 	if got := rlsAllowed(t, svc, "kept", 3); got != 3 {
 		t.Fatalf("kept: %d of 3", got)
 	}
@@ -95,9 +88,19 @@ func TestReloadRLSRules(t *testing.T) {
 	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
 		t.Fatal("an ext_authz reload reset an RLS rule")
 	}
+	// ReloadFrom re-reads the unchanged directory: still nothing reset.
+	if err := n.ReloadFrom(context.Background(), ext); err != nil {
+		t.Fatal(err)
+	}
+	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
+		t.Fatal("an ext_authz reload reset an RLS rule")
+	}
 	// Both: kept's limit rises (counts stay), changed counts per minute now
 	// (a new bucket: from zero).
-	if err := n.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 11, 10, "1h"), RLS: rlsRules(t, 6, "minute")}); err != nil {
+	if err := os.WriteFile(file, []byte(rlsText(6, "minute")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ReloadFrom(context.Background(), ext); err != nil {
 		t.Fatal(err)
 	}
 	if got := rlsAllowed(t, svc, "kept", 5); got != 3 {
@@ -126,9 +129,20 @@ func TestReloadRLSRules(t *testing.T) {
 	if _, ok := bounds.PeerBound(counter.Bucket(kept), 3_600_000); ok {
 		t.Error("kept accepts hour windows from peers")
 	}
+	// A broken RLS file: refused with its place, nothing changes.
+	if err := os.WriteFile(file, []byte(rlsText(6, "fortnight")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := n.ReloadFrom(context.Background(), ext)
+	if ps, ok := rules.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
+		t.Fatalf("a broken RLS file: %v, want its located problems", err)
+	}
+	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {
+		t.Fatal("a refused RLS reload changed kept's count")
+	}
 	// A node without a ShouldRateLimit service refuses RLS rules.
 	bare := start(t, local(reloadRules(t, 10, 10, "1h")))
-	if err := bare.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 10, 10, "1h"), RLS: rlsRules(t, 1, "hour")}); err == nil {
+	if err := bare.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 10, 10, "1h"), RLS: rlsReloadRules(t, 1, "hour")}); err == nil {
 		t.Fatal("RLS rules accepted by a node that does not serve them")
 	}
 	// A node serving them refuses a generation without them.

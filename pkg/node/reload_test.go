@@ -172,7 +172,7 @@ func TestReloadRefused(t *testing.T) {
 	if parseErr == nil {
 		t.Fatal("the broken configuration parses")
 	}
-	err := n.ReloadFrom(context.Background(), func() (Sources, error) { return Sources{}, parseErr })
+	err := n.ReloadFrom(context.Background(), func() (*rules.Rules, error) { return nil, parseErr })
 	if ps, ok := rules.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
 		t.Fatalf("a broken file: %v, want its located problems", err)
 	}

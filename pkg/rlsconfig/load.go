@@ -28,7 +28,7 @@ const (
 	// MaxDirDepth bounds how deep Load descends below ConfigDir.
 	MaxDirDepth = 16
 	// MaxTotalBytes bounds the bytes of all files read.
-	MaxTotalBytes = 64 << 20
+	MaxTotalBytes = 16 << 20
 )
 
 func (l Layout) appDir() string {
@@ -64,7 +64,8 @@ func (l Layout) WatchPaths() []string {
 //
 // Which files: with WatchRoot, every regular file below ConfigDir whose
 // goruntime key (its path below ConfigDir, '/' replaced by '.') starts
-// with AppDirectory + "."; without, every regular file below ConfigDir.
+// with AppDirectory + "." (directories that cannot hold such a key are not
+// read at all); without, every regular file below ConfigDir.
 // Entries whose name starts with ".." are always skipped: they are a
 // Kubernetes ConfigMap's internals (the ..data link and the ..<timestamp>
 // directory it points to), whose copies of the files would otherwise be
@@ -84,7 +85,18 @@ func Load(l Layout, opts Options) (*Config, error) {
 		}
 		return cfg, ErrNoSubdirectory
 	}
-	r := &reader{layout: l, root: l.ConfigDir()}
+	return load(l, l.ConfigDir(), opts)
+}
+
+// LoadDir reads every regular file below dir, as Load does with
+// WatchRoot false and dir as its ConfigDir (upstream's config_check
+// -config_dir, which reads the same files).
+func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
+	return load(Layout{IgnoreDotfiles: ignoreDotfiles}, dir, opts)
+}
+
+func load(l Layout, dir string, opts Options) (*Config, error) {
+	r := &reader{layout: l, root: dir}
 	r.walk(r.root, "", nil)
 	if len(r.problems) > 0 {
 		return nil, r.problems
@@ -151,7 +163,9 @@ func (r *reader) walk(dir, rel string, ancestors []os.FileInfo) {
 			continue
 		}
 		if fi.IsDir() {
-			r.walk(path, key, ancestors)
+			if r.mayHold(key) {
+				r.walk(path, key, ancestors)
+			}
 			continue
 		}
 		if r.layout.WatchRoot && !strings.HasPrefix(key, r.layout.appDir()+".") {
@@ -163,6 +177,18 @@ func (r *reader) walk(dir, rel string, ancestors []os.FileInfo) {
 		}
 		r.read(path)
 	}
+}
+
+// mayHold reports whether the directory with this key can hold a
+// configuration file: without WatchRoot every one can; with it, only the
+// directories on the way to AppDirectory and those below it, so the rest
+// of the runtime tree costs nothing.
+func (r *reader) mayHold(key string) bool {
+	if !r.layout.WatchRoot {
+		return true
+	}
+	p := r.layout.appDir() + "."
+	return strings.HasPrefix(key+".", p) || strings.HasPrefix(p, key+".")
 }
 
 // readNames lists a directory's names, sorted, at most MaxEntries over the walk.

@@ -17,8 +17,13 @@ import (
 // Bounds on what one Parse accepts, so that a hostile or mistaken file
 // costs bounded memory and time. Each is far above any real configuration.
 const (
-	// MaxFileBytes bounds one file.
-	MaxFileBytes = 4 << 20
+	// MaxFileBytes bounds one file. The YAML tree of a file is built
+	// whole before it is checked and costs a large multiple of the file's
+	// size when the file is nothing but tiny nodes, so this bound is what
+	// bounds the memory of a parse.
+	MaxFileBytes = 1 << 20
+	// MaxProblems bounds the problems reported; past it one more says so.
+	MaxProblems = 100
 	// MaxDescriptors bounds the descriptors of all files together.
 	MaxDescriptors = 100_000
 	// MaxDepth bounds how deep descriptors nest (Envoy sends one entry per
@@ -57,6 +62,9 @@ func Parse(files []File, opts Options) (*Config, error) {
 		composites:  map[*level]map[string]bool{},
 	}
 	for _, f := range sorted {
+		if b.capped {
+			break
+		}
 		b.file(f)
 	}
 	if len(b.problems) > 0 {
@@ -83,9 +91,18 @@ type builder struct {
 	domain string
 	budget int
 	full   bool // budget or MaxDescriptors exhausted: reported once, stop
+	// capped: MaxProblems reached; nothing more is read.
+	capped bool
 }
 
 func (b *builder) errorf(n *yaml.Node, format string, args ...any) {
+	if len(b.problems) > MaxProblems {
+		return
+	}
+	if len(b.problems) == MaxProblems {
+		format, args = "config error, more than %d problems: fix these first", []any{MaxProblems}
+		b.capped = true
+	}
 	pr := rules.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		pr.Line, pr.Column = n.Line, n.Column
@@ -103,7 +120,7 @@ func (b *builder) visit(n *yaml.Node) *yaml.Node {
 	for n != nil && n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	if n == nil || b.full {
+	if n == nil || b.full || b.capped {
 		return nil
 	}
 	b.budget--
@@ -247,7 +264,7 @@ func (b *builder) level(n *yaml.Node, lv *level, parentKey string, path []string
 		return
 	}
 	for _, e := range elems {
-		if b.full {
+		if b.full || b.capped {
 			return
 		}
 		b.descriptors++
@@ -321,26 +338,25 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	seen[composite] = true
 	nd := &node{rule: -1, value: value, share: share && wild}
+	if lv.byKey == nil {
+		lv.byKey = map[string]*keyed{}
+	}
+	kd := lv.byKey[key]
+	if kd == nil {
+		kd = &keyed{}
+		lv.byKey[key] = kd
+	}
 	switch {
 	case wild:
 		nd.segments = strings.Split(value, "*")
-		if lv.wild == nil {
-			lv.wild = map[string][]*node{}
-		}
-		lv.wild[key] = append(lv.wild[key], nd)
+		kd.wild = append(kd.wild, nd)
 	case value != "":
-		if lv.exact == nil {
-			lv.exact = map[string]map[string]*node{}
+		if kd.exact == nil {
+			kd.exact = map[string]*node{}
 		}
-		if lv.exact[key] == nil {
-			lv.exact[key] = map[string]*node{}
-		}
-		lv.exact[key][value] = nd
+		kd.exact[value] = nd
 	default:
-		if lv.keyOnly == nil {
-			lv.keyOnly = map[string]*node{}
-		}
-		lv.keyOnly[key] = nd
+		kd.keyOnly = nd
 	}
 	path = append(path[:len(path):len(path)], composite)
 	if rl := b.visit(rateLimit); rl != nil && !(rl.Kind == yaml.ScalarNode && rl.Tag == "!!null") {
@@ -424,7 +440,7 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 		r.Unit = u
 		if ms := u.Seconds() * 1000; ms > counter.MaxScaleMS {
 			b.errorf(nodes.unit, "unit %s (%d s) is longer than the longest window ratelimit-authz counts (%d ms, about %d days: counter.MaxScaleMS)", u, u.Seconds(), int64(counter.MaxScaleMS), int64(counter.MaxScaleMS)/86_400_000)
-		} else if r.RequestsPerUnit > counter.MaxLimit {
+		} else if int64(r.RequestsPerUnit) > counter.MaxLimit {
 			b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit)", r.RequestsPerUnit, counter.MaxLimit)
 		} else if l, ok := r.Limit(); ok {
 			if err := l.Validate(); err != nil {
