@@ -1,6 +1,7 @@
 // Command ratelimit-bench is the load tool of the ratelimit-authz
 // benchmarks (bench/, `make bench`). It drives Envoy's ext_authz Check over
-// gRPC, or the example API over HTTP through Envoy, with the example API's
+// gRPC, Envoy's rate limit service call ShouldRateLimit over gRPC, or the
+// example API over HTTP through Envoy, with the example API's
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
 // ext_authz server (the floor every figure is compared with), the real
@@ -9,6 +10,7 @@
 // the one schema of internal/loadresult, which the runner reads.
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
+//	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz server
 //	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
@@ -59,6 +61,7 @@ const usage = `ratelimit-bench: load and reference servers for the ratelimit-aut
 
 Usage:
   ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
+  ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
   ratelimit-bench noop [flags]      serve a no-op ext_authz server that answers OK at once: the floor
   ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
@@ -76,7 +79,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "check", "http":
+	case "check", "http", "rls":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
 	case "noop", "authz":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
@@ -137,6 +140,12 @@ flight), normally through Envoy, then print requests/s, latency percentiles and
 outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		defTarget = "127.0.0.1:10000"
 	}
+	if mode == "rls" {
+		summary = `Drive ShouldRateLimit over gRPC with the descriptors Envoy's rate limit filter
+would send for the example API's requests (domain "bench"; --descriptors of:
+remote_address; generic_key=<route> and tenant; path), then print requests/s,
+latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
+	}
 	fs := newFlagSet(mode, summary)
 	var (
 		cfg         loadConfig
@@ -144,6 +153,7 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		mixSpec     string
 		conns       int
 		jsonOut     string
+		descriptors int
 		quiet       bool
 		populations struct{ tenants, channels, ips, accounts uint64 }
 	)
@@ -165,7 +175,10 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	fs.StringVar(&cfg.keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "random seed: the same seed gives the same requests")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	if mode == "check" {
+	if mode == "rls" {
+		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3 (see above)")
+	}
+	if mode == "check" || mode == "rls" {
 		fs.IntVar(&conns, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
 	}
 	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
@@ -191,14 +204,20 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	if len(list) == 0 {
 		return usageError{"--target: no address"}
 	}
-	if mode == "check" && (conns < 1 || conns > 1000) {
+	if (mode == "check" || mode == "rls") && (conns < 1 || conns > 1000) {
 		return usageError{fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
 	}
 
 	var c caller
-	if mode == "check" {
+	switch mode {
+	case "check":
 		c, err = newGRPCCaller(list, conns)
-	} else {
+	case "rls":
+		c, err = newRLSCaller(list, conns, descriptors)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+	default:
 		c, err = newHTTPCaller(list, cfg.concurrency)
 	}
 	if err != nil {
@@ -214,8 +233,11 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	}
 	res := summarise(rec, cfg)
 	res.Mode, res.Targets = mode, list
-	if mode == "check" {
+	if mode == "check" || mode == "rls" {
 		res.Connections = max(conns, len(list))
+	}
+	if mode == "rls" {
+		res.Mix = describeRLS(descriptors) + "; " + res.Mix
 	}
 	if jsonOut != "" {
 		if err := writeJSON(jsonOut, &res, stdout); err != nil {
