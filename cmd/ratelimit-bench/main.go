@@ -15,6 +15,7 @@
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz server
 //	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
+//	ratelimit-bench rls-config        print the descriptor file the rls load matches
 //	ratelimit-bench routes            list the example API's routes
 package main
 
@@ -67,6 +68,7 @@ Usage:
   ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
+  ratelimit-bench rls-config [flags] print the descriptor file (envoyproxy/ratelimit format) the rls load matches
 
 Run 'ratelimit-bench COMMAND --help' for a command's flags. make bench
 (bench/run.sh) runs every scenario and writes bench/results/REPORT.md.
@@ -88,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "routes":
 		printRoutes(stdout)
 		return nil
+	case "rls-config":
+		return runRLSConfigCmd(rest, stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		if len(rest) > 0 && rest[0] != "help" {
 			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)
@@ -355,6 +359,26 @@ func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{fmt.Sprintf("--lifetime %v: must be positive and at most 24h", *lifetime)}
 	}
 	return serveUpstream(ctx, *addr, *lifetime, newLogger(stderr))
+}
+
+func runRLSConfigCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("rls-config", `Print the envoyproxy/ratelimit descriptor file (domain "bench") with one rule
+for each descriptor 'ratelimit-bench rls' sends, each at --limit per --unit.`)
+	limit := fs.Uint64("limit", 2_000_000_000, "requests_per_unit of every rule (0 blocks everything)")
+	unit := fs.String("unit", "second", "unit of every rule: second, minute, hour or day")
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	if *limit > 1<<32-1 {
+		return usageError{fmt.Sprintf("--limit %d: must fit in 32 bits", *limit)}
+	}
+	switch *unit {
+	case "second", "minute", "hour", "day":
+	default:
+		return usageError{fmt.Sprintf("--unit %q: want second, minute, hour or day", *unit)}
+	}
+	_, err := io.WriteString(stdout, rlsBenchConfig(uint32(*limit), *unit))
+	return err
 }
 
 func printRoutes(w io.Writer) {

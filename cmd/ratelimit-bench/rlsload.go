@@ -38,9 +38,8 @@ const (
 	rlsProbeDomain = "ratelimit-bench-preflight"
 )
 
-// RLSBenchConfig returns the descriptor file of domain "bench" with every
-// rule at perSecond requests a second, or, with window "minute", a
-// minute.
+// rlsBenchConfig returns the descriptor file of domain "bench" with every
+// rule at perUnit requests per unit ("second", "minute", …).
 func rlsBenchConfig(perUnit uint32, unit string) string {
 	rl := fmt.Sprintf("{unit: %s, requests_per_unit: %d}", unit, perUnit)
 	return "domain: " + rlsBenchDomain + "\ndescriptors:\n" +

@@ -166,3 +166,15 @@ func TestRLSAgainstAFakeService(t *testing.T) {
 		t.Error("--descriptors 4 accepted")
 	}
 }
+
+func TestRLSConfigCommand(t *testing.T) {
+	_, out, err := runCLI(t, "rls-config", "--limit", "7", "--unit", "minute")
+	if err != nil || out != rlsBenchConfig(7, "minute") {
+		t.Errorf("rls-config: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--unit", "fortnight"}, {"--limit", "4294967296"}, {"extra"}} {
+		if _, _, err := runCLI(t, append([]string{"rls-config"}, args...)...); err == nil {
+			t.Errorf("rls-config %v accepted", args)
+		}
+	}
+}
