@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,21 +10,35 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	var path, envoyPath string
+	var path, envoyPath, rlsDir string
+	var rlsMerge, rlsDotfiles bool
 	f := newEnvFlags("check-config", "Validate a configuration file: print each problem with its file:line:column,\n"+
 		"exit 1 when there is any, 0 when the file is valid. A valid file that trusts\n"+
 		"something a client can set (a header, x-forwarded-for) gets WARN lines on\n"+
-		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.", getenv)
+		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.\n"+
+		"With --rls-config-dir it validates the envoyproxy/ratelimit configuration files\n"+
+		"in that directory instead (and --config too when it is given).", getenv)
 	f.String(&path, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` to validate")
 	f.String(&envoyPath, "envoy", "RATELIMIT_AUTHZ_CHECK_ENVOY", "", "Envoy bootstrap `file` in front of the server: check what it strips and sets before ext_authz")
+	f.String(&rlsDir, "rls-config-dir", "RATELIMIT_AUTHZ_RLS_CONFIG_DIR", "", "`directory` of envoyproxy/ratelimit configuration files to validate: every regular file below it, as upstream's config_check -config_dir (Kubernetes ConfigMap internals, names starting with \"..\", are skipped)")
+	f.Bool(&rlsMerge, "rls-merge-domains", "MERGE_DOMAIN_CONFIG", false, "with --rls-config-dir: a domain in several files is one domain, as upstream's MERGE_DOMAIN_CONFIG")
+	f.Bool(&rlsDotfiles, "rls-ignore-dotfiles", "RUNTIME_IGNOREDOTFILES", false, "with --rls-config-dir: skip files and directories whose name starts with \".\", as upstream's RUNTIME_IGNOREDOTFILES")
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
-	r, source, err := loadRules(path, f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err := errors.Join(f.errs...); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz check-config: " + err.Error()}
+	}
+	explicit := f.set("config", "RATELIMIT_AUTHZ_CONFIG")
+	if rlsDir != "" {
+		return checkRLSConfig(rlsDir, rlsMerge, rlsDotfiles, path, explicit, stdout, stderr)
+	}
+	r, source, err := loadRules(path, explicit, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		if ps, ok := rules.AsProblems(err); ok {
 			for _, p := range ps {
@@ -47,6 +62,50 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		fmt.Fprintf(stderr, "%s: WARN: %s\n", source, w)
 	}
 	fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", source, len(r.Buckets), len(r.Routes))
+	return nil
+}
+
+// checkRLSConfig validates a directory of envoyproxy/ratelimit files and,
+// when one was asked for, the ext_authz configuration beside it: an
+// overridable rule's name is a bucket name in tenant overrides, so it
+// must not be one of the ext_authz buckets too.
+func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bool, stdout, stderr io.Writer) error {
+	cfg, err := rlsconfig.LoadDir(dir, dotfiles, rlsconfig.Options{MergeDomains: merge})
+	var problems rules.Problems
+	if err != nil {
+		ps, ok := rules.AsProblems(err)
+		if !ok {
+			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
+		}
+		problems = append(problems, ps...)
+	}
+	var r *rules.Rules
+	if withConfig {
+		r, err = rules.LoadFile(path)
+		if ps, ok := rules.AsProblems(err); ok {
+			problems = append(problems, ps...)
+		} else if err != nil {
+			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
+		}
+	}
+	if cfg != nil && r != nil {
+		for _, rule := range cfg.Rules() {
+			if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
+				problems = append(problems, rules.Problem{File: rule.File, Line: rule.Line, Column: rule.Column,
+					Msg: fmt.Sprintf("overridable rule %s is also a bucket of %s: tenant overrides would apply to both; rename one", rule.Name, path)})
+			}
+		}
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintln(stderr, p)
+		}
+		return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", dir, len(problems))}
+	}
+	if r != nil {
+		fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", path, len(r.Buckets), len(r.Routes))
+	}
+	fmt.Fprintf(stdout, "%s: OK (%d domains, %d rules)\n", dir, len(cfg.Domains()), len(cfg.Rules()))
 	return nil
 }
 

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// check-config --rls-config-dir validates envoyproxy/ratelimit files:
+// a one-line summary on success; every problem with file:line:column and
+// exit 1 otherwise.
+func TestCheckConfigRLS(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), "domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 5}\n  - key: j\n    rate_limit: {unit: minute, requests_per_unit: 5, overridable: true, name: upload}\n")
+	writeFile(t, filepath.Join(dir, "sub", "b.yaml"), "domain: b\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true}\n")
+	writeFile(t, filepath.Join(dir, "..2026_12_02", "a.yaml"), "domain: a\n") // a ConfigMap's copy: skipped
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"check-config", "--rls-config-dir", dir}, env(nil), &out, &errOut); err != nil {
+		t.Fatalf("valid directory: %v\n%s", err, errOut.String())
+	}
+	if want := dir + ": OK (2 domains, 3 rules)\n"; out.String() != want {
+		t.Errorf("stdout %q, want %q", out.String(), want)
+	}
+
+	// An overridable rule named like an ext_authz bucket, with --config.
+	out.Reset()
+	errOut.Reset()
+	err := run(ctx, []string{"check-config", "--rls-config-dir", dir, "--config", "../../config/ratelimit.yaml"}, env(nil), &out, &errOut)
+	if exitCode(err) != 1 || !strings.Contains(errOut.String(), filepath.Join(dir, "a.yaml")+":5:5: overridable rule upload is also a bucket of ../../config/ratelimit.yaml") {
+		t.Errorf("name clash: exit %d, stderr %q", exitCode(err), errOut.String())
+	}
+
+	// Problems of several files, each located; the directory from the environment.
+	writeFile(t, filepath.Join(dir, "c.yaml"), "domain: a\ndescriptors:\n  - key: \"\"\n  - key: x\n    ratelimit: {}\n")
+	writeFile(t, filepath.Join(dir, ".hidden"), "not yaml: [")
+	out.Reset()
+	errOut.Reset()
+	err = run(ctx, []string{"check-config"}, env(map[string]string{"RATELIMIT_AUTHZ_RLS_CONFIG_DIR": dir}), &out, &errOut)
+	if exitCode(err) != 1 {
+		t.Fatalf("bad directory: exit %d (%v)", exitCode(err), err)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+	loc := regexp.MustCompile(`^` + regexp.QuoteMeta(dir) + `/[^:]+(:\d+:\d+)?: `)
+	for _, l := range lines {
+		if !loc.MatchString(l) {
+			t.Errorf("problem without its file: %q", l)
+		}
+	}
+	for _, want := range []string{
+		"/.hidden: error loading config file: yaml: line 1: did not find expected node content",
+		"/c.yaml:1:1: duplicate domain 'a' in config file",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	if out.Len() != 0 {
+		t.Errorf("stdout %q on failure", out.String())
+	}
+
+	// --rls-ignore-dotfiles and --rls-merge-domains (MERGE_DOMAIN_CONFIG).
+	out.Reset()
+	errOut.Reset()
+	writeFile(t, filepath.Join(dir, "c.yaml"), "domain: a\ndescriptors:\n  - key: x\n    rate_limit: {unit: hour, requests_per_unit: 1}\n")
+	err = run(ctx, []string{"check-config", "--rls-config-dir", dir, "--rls-ignore-dotfiles"}, env(map[string]string{"MERGE_DOMAIN_CONFIG": "true"}), &out, &errOut)
+	if err != nil || out.String() != dir+": OK (2 domains, 4 rules)\n" {
+		t.Errorf("merged: %v %q %q", err, out.String(), errOut.String())
+	}
+	err = run(ctx, []string{"check-config", "--rls-config-dir", dir}, env(map[string]string{"MERGE_DOMAIN_CONFIG": "maybe"}), &out, &errOut)
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), `MERGE_DOMAIN_CONFIG="maybe": not a boolean`) {
+		t.Errorf("bad env: %v", err)
+	}
+
+	// A directory that is not one.
+	err = run(ctx, []string{"check-config", "--rls-config-dir", filepath.Join(dir, "a.yaml")}, env(nil), &out, &errOut)
+	if exitCode(err) != 1 {
+		t.Errorf("a file as the directory: %v", err)
+	}
+}

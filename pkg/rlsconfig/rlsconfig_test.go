@@ -1,0 +1,173 @@
+package rlsconfig_test
+
+import (
+	"encoding/binary"
+	"regexp"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
+)
+
+func TestCounterKeyEncoding(t *testing.T) {
+	c := mustParse(t, rlsconfig.Options{}, testdata(t, "basic_config.yaml", "wildcard.yaml")[:1]...)
+	// One entry: the raw value, appended to what key held.
+	_, k, _ := c.Match("test-domain", entries("key2", "some\x00value"), []byte("pre"))
+	if string(k) != "presome\x00value" {
+		t.Errorf("one entry: %q", k)
+	}
+	// Several: each value length-prefixed, so moving a byte between
+	// values changes the key.
+	_, k1, _ := c.Match("test-domain", entries("key1", "value1", "subkey1", "ab"), nil)
+	want := binary.AppendUvarint(nil, 6)
+	want = append(want, "value1"...)
+	want = binary.AppendUvarint(want, 2)
+	want = append(want, "ab"...)
+	if string(k1) != string(want) {
+		t.Errorf("two entries: %q, want %q", k1, want)
+	}
+	// The appended key reuses key's storage when it has room.
+	buf := make([]byte, 0, 64)
+	_, k2, _ := c.Match("test-domain", entries("key1", "value1", "subkey1", "ab"), buf)
+	if &k2[0] != &buf[:1][0] {
+		t.Error("Match did not append in place")
+	}
+	// A nil entry is an empty key and value, not a crash.
+	if i, _, _ := c.Match("test-domain", []*ratelimitv3.RateLimitDescriptor_Entry{nil}, nil); i != -1 {
+		t.Errorf("nil entry matched rule %d", i)
+	}
+}
+
+func TestBucketNames(t *testing.T) {
+	c := mustParse(t, rlsconfig.Options{},
+		file("1.yaml", "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("2.yaml", "domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("3.yaml", "domain: \"a/b\"\ndescriptors:\n  - key: \"c/d%\"\n    value: \"e f\\u00e9\\u0000\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("4.yaml", "domain: "+strings.Repeat("x", 300)+"\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+	)
+	seen := map[string]string{}
+	hashed := regexp.MustCompile(`^rls(-limit)?/#[0-9a-f]{32}$`)
+	check := func(name, what string) {
+		if len(name) > rlsconfig.MaxBucketName {
+			t.Errorf("%s: %d bytes", what, len(name))
+		}
+		if descriptors.ValidBucketName(name) {
+			t.Errorf("%s: %q is a valid ext_authz bucket name", what, name)
+		}
+		if prev, dup := seen[name]; dup {
+			t.Errorf("%s and %s share bucket %q", prev, what, name)
+		}
+		seen[name] = what
+		if strings.Contains(name, "#") && !hashed.MatchString(name) {
+			t.Errorf("%s: %q", what, name)
+		}
+	}
+	for _, r := range c.Rules() {
+		check(r.Bucket, r.StatsKey)
+	}
+	for _, lb := range c.LimitBuckets() {
+		check(lb.Bucket, lb.Domain+" "+lb.Unit.String())
+	}
+	names := map[string]bool{}
+	for _, r := range c.Rules() {
+		names[r.Bucket] = true
+	}
+	for _, want := range []string{"rls/a.b/c", "rls/a/b.c", "rls/a/b/c", "rls/a%2Fb/c%2Fd%25_e%20f%C3%A9%00"} {
+		if !names[want] {
+			t.Errorf("no bucket %q in %v", want, names)
+		}
+	}
+	if len(c.LimitBuckets()) != 4*7 {
+		t.Errorf("%d limit buckets, want 7 units × 4 domains", len(c.LimitBuckets()))
+	}
+	// Names are deterministic: the same files in another order name the
+	// same buckets at the same indices.
+	c2 := mustParse(t, rlsconfig.Options{},
+		file("4.yaml", "domain: "+strings.Repeat("x", 300)+"\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: k2\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("3.yaml", "domain: \"a/b\"\ndescriptors:\n  - key: \"c/d%\"\n    value: \"e f\\u00e9\\u0000\"\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("2.yaml", "domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1}\n"),
+		file("1.yaml", "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+	)
+	for i, r := range c2.Rules() {
+		if r.Bucket != c.Rules()[i].Bucket {
+			t.Errorf("rule %d: %q then %q", i, c.Rules()[i].Bucket, r.Bucket)
+		}
+	}
+}
+
+func TestExtensions(t *testing.T) {
+	c := mustParse(t, rlsconfig.Options{DefaultAlgorithm: counter.Fixed}, file("e.yaml", `domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: sliding, overridable: true, name: per_tenant}
+  - key: other
+    shadow_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 10, replaces: [{name: per_tenant}]}
+`))
+	r := c.Rules()[0]
+	if r.Algorithm != counter.Sliding || !r.Overridable || r.Name != "per_tenant" || r.File != "e.yaml" || r.Line != 3 || r.Column != 5 {
+		t.Errorf("rule 0: %+v", r)
+	}
+	r = c.Rules()[1]
+	if r.Algorithm != counter.Fixed || r.Overridable || !r.Shadow || len(r.Replaces) != 1 || r.Replaces[0] != "per_tenant" {
+		t.Errorf("rule 1: %+v", r)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky}\n", "x.yaml:4:65: rate_limit.algorithm must be fixed or sliding, not 'leaky'"},
+		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: Bad-Name}\n", "x.yaml:4:79: an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not 'Bad-Name': tenant overrides name it"},
+		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true}\n", "x.yaml:4:67: an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not '': tenant overrides name it"},
+		{"    rate_limit: {unlimited: true, overridable: true, name: x}\n", "x.yaml:4:48: an unlimited rule cannot be overridable: a tenant override sets a limit"},
+		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:79: rate_limit.name 'x' is overridable in two rules (first at x.yaml:4:79): tenant overrides could not tell them apart"},
+		{"    quota_mode: true\n", "x.yaml:4:5: quota_mode is not supported by ratelimit-authz: remove it, or set it to false (an over-limit quota descriptor would fail the request here)"},
+		{"    unit: second\n", "x.yaml:4:5: config error, key 'unit' does not belong in a descriptor (it belongs in rate_limit)"},
+		{"    rate_limit: {unit: second, shadow_mode: true}\n", "x.yaml:4:32: config error, key 'shadow_mode' does not belong in rate_limit (it belongs in a descriptor)"},
+		{"    key: again\n", "x.yaml:4:5: config error, key 'key' given twice in a descriptor"},
+		{"    metadata: [1]\n", "x.yaml:4:15: error parsing metadata: !!seq is not a mapping"},
+		{"    metadata: {1: a}\n", "x.yaml:4:16: error parsing metadata: key is not of type string: \"1\""},
+		{"    value: [a]\n", "x.yaml:4:12: error loading config file: cannot unmarshal !!seq into string"},
+		{"    rate_limit: 5\n", "x.yaml:4:17: error loading config file: cannot unmarshal !!int into rate_limit (a mapping)"},
+		{"    descriptors: {a: b}\n", "x.yaml:4:18: error loading config file: cannot unmarshal !!map into a list"},
+	} {
+		got := problemsOf(t, []rlsconfig.File{file("x.yaml", "domain: d\ndescriptors:\n  - key: k\n"+tc.yaml)}, rlsconfig.Options{})
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%q:\n got %q\nwant %q", tc.yaml, got, tc.want)
+		}
+	}
+	// Accepted as upstream: metadata of any shape inside, YAML 1.1 booleans,
+	// quota_mode false, a rule without limit or children.
+	c = mustParse(t, rlsconfig.Options{}, file("ok.yaml", `domain: d
+descriptors:
+  - key: a
+    quota_mode: false
+    value_to_metric: yes
+    metadata: {team: x, n: 1.5, list: [1, {b: c}]}
+    rate_limit: {unit: second, requests_per_unit: 1, unlimited: off}
+  - key: b
+`))
+	if len(c.Rules()) != 1 {
+		t.Errorf("%d rules", len(c.Rules()))
+	}
+}
+
+// Every problem of every file at once, files in name order.
+func TestParseReportsEveryProblem(t *testing.T) {
+	got := problemsOf(t, []rlsconfig.File{
+		file("b.yaml", "domain: b\ndescriptors:\n  - key: \"\"\n  - key: k\n    rate_limit: {unit: fortnight}\n"),
+		file("a.yaml", "domain: a\nbogus: 1\n"),
+	}, rlsconfig.Options{})
+	want := []string{
+		"a.yaml:2:1: config error, unknown key 'bogus'",
+		"b.yaml:3:5: descriptor has empty key",
+		"b.yaml:5:18: invalid rate limit unit 'fortnight'",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if _, err := rlsconfig.Parse(nil, rlsconfig.Options{DefaultAlgorithm: 9}); err == nil {
+		t.Error("an unknown default algorithm was accepted")
+	}
+}
