@@ -13,6 +13,7 @@ import (
 
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
@@ -200,6 +201,11 @@ func sameFixedAddr(a, b string) bool {
 type Services struct {
 	// Authz answers Envoy's ext_authz Check. Required.
 	Authz authv3.AuthorizationServer
+	// RateLimit, when set, answers Envoy's ratelimit filter
+	// (envoy.service.ratelimit.v3 ShouldRateLimit) on the gRPC port,
+	// beside Check: the same listener, TLS, allow-list, bounds, health and
+	// graceful stop.
+	RateLimit rlsv3.RateLimitServiceServer
 	// AccessLog, when set, receives Envoy's gRPC access log, on the gRPC
 	// port or on Config.AccessLogAddr.
 	AccessLog AccessLog
@@ -293,6 +299,9 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 		return nil, err
 	}
 	authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
+	if svc.RateLimit != nil {
+		rlsv3.RegisterRateLimitServiceServer(check.srv, svc.RateLimit)
+	}
 	if svc.AccessLog != nil {
 		als := check
 		if cfg.AccessLogAddr != "" {
@@ -305,8 +314,9 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	for _, g := range s.grpcs {
 		healthpb.RegisterHealthServer(g.srv, s.health)
 	}
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
-	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	for _, name := range s.healthNames() {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
 
 	if s.hlis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
@@ -474,8 +484,19 @@ func (s *Server) setServing(ok bool) {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
 	s.ready.Store(ok)
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(authv3.Authorization_ServiceDesc.ServiceName, st)
+	for _, name := range s.healthNames() {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// healthNames are the names gRPC health answers for: the server ("") and
+// each decision service it serves.
+func (s *Server) healthNames() []string {
+	names := []string{"", authv3.Authorization_ServiceDesc.ServiceName}
+	if s.svc.RateLimit != nil {
+		names = append(names, rlsv3.RateLimitService_ServiceDesc.ServiceName)
+	}
+	return names
 }
 
 // Run serves until ctx is done, then shuts down in order and returns nil,

@@ -1,0 +1,77 @@
+package counter
+
+import "time"
+
+// TakeN admits and counts n hits for (bucket, key) at now, atomically, iff
+// all n fit under lim: for Fixed iff count + n ≤ Limit, for Sliding iff
+// previous×(ScaleMS−elapsed) + (current+n)×ScaleMS ≤ Limit×ScaleMS. Hits
+// that do not all fit are not counted at all (none of them). n = 1 is
+// Take; n ≤ 0 counts nothing and returns what Peek would; n > Limit never
+// fits. Allowed reports that the n hits were admitted and counted;
+// RetryAfterMS of a denial is Take's (when one hit would be admitted).
+func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Time) Result {
+	if n <= 0 {
+		return s.Peek(bucket, key, lim, now)
+	}
+	if !lim.valid() {
+		return Result{}
+	}
+	// The lookup repeats Take's on purpose: a shared helper is not inlined,
+	// and Take is the hot path.
+	ms := now.UnixMilli()
+	w, el := windowSplit(ms, lim.ScaleMS)
+	k := mapKey{bucket, s.storedKey(key)}
+	sh := s.shardFor(k)
+	sh.mu.Lock()
+	e := sh.m[k]
+	if e == nil {
+		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
+			sh.mu.Unlock()
+			return overflow(lim, w, el)
+		}
+	}
+	if e.prepare(w, lim) {
+		sh.noteExpiry(e)
+	}
+	var prev int64
+	if lim.Algorithm == Sliding {
+		prev = e.total(w - 1)
+	}
+	cur := e.total(w)
+	ok := admitsN(lim, el, prev, cur, n)
+	near := false
+	if ok {
+		e.local[w&1] = satAdd(e.local[w&1], n)
+		cur += n
+		if s.track {
+			sh.mark(e, k, w)
+			near = isNear(lim, el, prev, cur)
+		}
+	}
+	sh.mu.Unlock()
+	if near {
+		s.signalNear()
+	}
+	return result(lim, w, el, prev, cur, ok)
+}
+
+// admitsN reports whether n more hits (1 ≤ n) are admitted given the totals
+// of the previous and current windows, elapsed ms into the current one:
+// admits for n hits at once.
+func admitsN(lim Limit, elapsed, prev, cur, n int64) bool {
+	// n > Limit, or cur + n > Limit, written so that nothing overflows:
+	// cur may be up to 2×MaxCount, n anything positive.
+	if n > lim.Limit || cur > lim.Limit-n {
+		return false
+	}
+	if lim.Algorithm == Fixed || prev == 0 {
+		return true
+	}
+	// prev×(scale−elapsed) + (cur+n)×scale ≤ limit×scale
+	room := (lim.Limit - cur - n) * lim.ScaleMS // < 2^62
+	d := lim.ScaleMS - elapsed                  // in [1, scale]
+	if prev < 1<<31 {
+		return prev*d <= room // < 2^62
+	}
+	return prev <= room/d
+}
