@@ -4,7 +4,7 @@
 // example API over HTTP through Envoy, with the example API's
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
-// ext_authz server (the floor every figure is compared with), the real
+// ext_authz and rate limit server (the floor every figure is compared with), the real
 // Check path in process with Go's profiles on their own address, and a
 // minimal upstream application for Envoy. --json writes a run's result in
 // the one schema of internal/loadresult, which the runner reads.
@@ -12,7 +12,7 @@
 //	ratelimit-bench check [flags]     load Check over gRPC
 //	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
-//	ratelimit-bench noop [flags]      serve a no-op ext_authz server
+//	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
 //	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
 //	ratelimit-bench rls-config        print the descriptor file the rls load matches
@@ -64,7 +64,7 @@ Usage:
   ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
   ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
-  ratelimit-bench noop [flags]      serve a no-op ext_authz server that answers OK at once: the floor
+  ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
   ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
@@ -310,9 +310,10 @@ func newLogger(w io.Writer) *slog.Logger {
 }
 
 func runServerCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
-	summary := `Serve a no-op ext_authz Check that answers OK at once, behind the same gRPC and
-HTTP stack as ratelimit-authz (pkg/server): the floor of an ext_authz check on
-this machine. /metrics carries the process metrics.`
+	summary := `Serve a no-op ext_authz Check and a no-op ShouldRateLimit that answer OK at
+once, behind the same gRPC and HTTP stack as ratelimit-authz (pkg/server): the
+floor of an ext_authz check or a rate limit call on this machine. /metrics
+carries the process metrics.`
 	if mode == "authz" {
 		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
 node of ratelimit-authz serve, assembled by pkg/node) in this process, with /debug/pprof on

@@ -2,15 +2,22 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 func TestOverallCodeReadsTheDecision(t *testing.T) {
@@ -176,5 +183,39 @@ func TestRLSConfigCommand(t *testing.T) {
 		if _, _, err := runCLI(t, append([]string{"rls-config"}, args...)...); err == nil {
 			t.Errorf("rls-config %v accepted", args)
 		}
+	}
+}
+
+// The no-op server answers ShouldRateLimit too, on the product's stack.
+func TestRLSAgainstTheNoopServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := freeport.TestAddrs(t, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- serveNoop(ctx, serveConfig{grpcAddr: addrs[0], httpAddr: addrs[1], lifetime: time.Minute}, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("noop: %v", err)
+		}
+	})
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		resp, err := http.Get("http://" + addrs[1] + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	res, out, err := runCLI(t, "rls", "--target", addrs[0], "--descriptors", "3", "--requests", "300", "--warmup", "0", "--duration", "20s", "--json", "-")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Requests != 300 || res.Allowed != 300 || res.Errors != 0 {
+		t.Errorf("result %+v", res)
 	}
 }
