@@ -24,6 +24,7 @@ type serveConfig struct {
 	grpcMaxStreams int
 	overrides      overridesConfig // tenant overrides; no database = configured limits only
 	cluster        clusterConfig
+	rls            rlsConfig // Envoy's ratelimit filter; off without a configuration directory
 	// started, when set, is handed the node once it is assembled (its
 	// listeners bound) and before it runs: tests learn its addresses so.
 	started func(*node.Node)
@@ -33,7 +34,8 @@ type serveConfig struct {
 // before it runs (see serveConfig.started).
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
 	c := serveConfig{started: started}
-	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP.\nSIGINT or SIGTERM shuts down gracefully.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
+	getenv, c.rls.upstream = upstreamEnv(getenv) // envoyproxy/ratelimit's variables as aliases of ours
+	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP;\nwith --rls-config-dir (or envoyproxy/ratelimit's RUNTIME_* layout), also Envoy's\nratelimit filter (ShouldRateLimit) on the gRPC port. Our variables win over\nenvoyproxy/ratelimit's names.\nSIGINT or SIGTERM shuts down gracefully.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
 	f.String(&c.node.GRPCAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1, and the access-log service unless --access-log-addr is set)")
 	f.String(&c.node.AccessLogAddr, "access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "", "gRPC listen `address` of Envoy's access-log service (failed logins) on its own; the gRPC port then no longer serves it; empty: on the gRPC port")
@@ -55,6 +57,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
+	c.rls.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
@@ -78,6 +81,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.cluster.resolve(getenv); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
+	if err := c.rls.resolve(f, c.node.TLS); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
 	if c.node.SweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
 	}
@@ -88,6 +94,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if tokenSource != "" {
 		log.Info("failure reports over HTTP enabled", "token_from", tokenSource)
 	}
+	c.rls.warn(log)
 	return serve(ctx, c, log)
 }
 
@@ -161,6 +168,7 @@ func (c *serveConfig) nodeConfig(r *rules.Rules) (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg.Overrides = node.Overrides{DatabaseURL: url, SnapshotFile: c.overrides.snapshot}
+	cfg.RLS = c.rls.nodeRLS()
 	if cfg.Cluster, err = c.cluster.nodeCluster(); err != nil {
 		return node.Config{}, err
 	}

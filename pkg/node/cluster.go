@@ -67,7 +67,7 @@ func (c *Cluster) setDefaults() error {
 
 // newReplicator returns the replicator of the cluster backend, or nil for
 // the local one (c nil).
-func newReplicator(c *Cluster, r *rules.Rules, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
+func newReplicator(c *Cluster, r *rules.Rules, rn *rlsNode, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
 	if c == nil {
 		log.Info("counter backend: local (this node's counts only)")
 		return nil, nil
@@ -77,9 +77,9 @@ func newReplicator(c *Cluster, r *rules.Rules, store *counter.Store, reg prometh
 		buckets[i] = b.Name
 	}
 	repl, err := replicate.New(replicate.Config{
-		URL: c.URL, Options: c.Options, Buckets: buckets, NodeID: c.NodeID,
+		URL: c.URL, Options: c.Options, Buckets: append(buckets, rn.names()...), NodeID: c.NodeID,
 		SubjectPrefix: c.SubjectPrefix, SyncInterval: c.SyncInterval, WarmStartTimeout: c.WarmStartTimeout,
-		Keys: c.Keys, Bounds: peerBounds(r),
+		Keys: c.Keys, Bounds: append(peerBounds(r), rn.bounds()...),
 	}, store, reg, log)
 	if err != nil {
 		return nil, err

@@ -73,6 +73,10 @@ type Config struct {
 	// Cluster, when set, replicates the counts over NATS (the cluster
 	// backend); nil: this node's counts only (the local backend).
 	Cluster *Cluster
+	// RLS, when set, serves Envoy's ratelimit filter (ShouldRateLimit)
+	// on the gRPC port from envoyproxy/ratelimit configuration files;
+	// nil: Check only.
+	RLS *RLS
 }
 
 // DefaultSweepInterval is Config.SweepInterval's default.
@@ -129,16 +133,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("compile routes: %w", err)
 	}
-	overrides, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, r, reg, log)
+	rn, err := newRLS(cfg.RLS, r, log)
 	if err != nil {
 		return nil, err
 	}
-	limits := tenantlimits.NewResolver(wiring.Limits(r), overrides)
+	buckets := append(wiring.Limits(r), rn.buckets()...) // the RLS buckets after the ext_authz ones
+	overrides, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, buckets, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	limits := tenantlimits.NewResolver(buckets, overrides)
 	svc, err := authz.New(wiring.Authz(r), matcher, store, limits, reg, log, authz.Options{})
 	if err != nil {
 		return nil, err
 	}
-	repl, err := newReplicator(cfg.Cluster, r, store, reg, log)
+	rlsSvc, err := rn.service(store, limits, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	repl, err := newReplicator(cfg.Cluster, r, rn, store, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +168,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		TLS:                     cfg.TLS,
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
 		Limits:                  cfg.Limits,
-	}, server.Services{Authz: svc, AccessLog: rec, Failures: rec}, reg, log)
+	}, services(svc, rlsSvc, rec), reg, log)
 	if err != nil {
 		return nil, err
 	}

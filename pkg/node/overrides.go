@@ -7,8 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
@@ -39,7 +37,7 @@ const overridesOff = "overrides: off (no database URL): the configured limits on
 // the cache and its Run, which keeps it current and closes its connection
 // when ctx ends. state describes the overrides served in one line (for the
 // /readyz body).
-func newOverrides(ctx context.Context, cfg Overrides, r *rules.Rules, reg prometheus.Registerer, log *slog.Logger) (over tenantlimits.Overrides, run func(context.Context) error, state func() string, err error) {
+func newOverrides(ctx context.Context, cfg Overrides, bs tenantlimits.Buckets, reg prometheus.Registerer, log *slog.Logger) (over tenantlimits.Overrides, run func(context.Context) error, state func() string, err error) {
 	if cfg.DatabaseURL == "" {
 		log.Info("tenant overrides off: no database URL (DATABASE_URL, DATABASE_URL_FILE or --database-url)")
 		return nil, func(context.Context) error { return nil }, func() string { return overridesOff }, nil
@@ -47,7 +45,7 @@ func newOverrides(ctx context.Context, cfg Overrides, r *rules.Rules, reg promet
 	if cfg.SnapshotFile == "" {
 		log.Warn("no --overrides-snapshot: a node started while Postgres cannot be reached serves no tenant overrides until it can")
 	}
-	cache, err := tenantlimits.NewCache(tenantlimits.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, wiring.Limits(r), reg, log.With("component", "overrides"))
+	cache, err := tenantlimits.NewCache(tenantlimits.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, bs, reg, log.With("component", "overrides"))
 	if err != nil {
 		return nil, nil, nil, err
 	}

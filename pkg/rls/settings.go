@@ -127,3 +127,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	return o, nil
 }
+
+// Validate reports what New and Update would refuse in s.
+func (s Settings) Validate() error {
+	_, err := s.withDefaults()
+	return err
+}
