@@ -35,42 +35,155 @@ descriptors:
       requests_per_unit: 10
 `
 
+// rlsReplacesExample is envoyproxy/ratelimit's
+// examples/ratelimit/config/example.yaml, the configuration its
+// integration-test/scripts/replaces.sh runs against, without the two
+// quota_mode rules (quota mode is refused here, and the script does not
+// use them).
+const rlsReplacesExample = `domain: rl
+descriptors:
+  - key: category
+    value: account
+    rate_limit:
+      replaces:
+        - name: bkthomps
+        - name: fake_name
+      unit: minute
+      requests_per_unit: 4
+  - key: source_cluster
+    value: proxy
+    descriptors:
+      - key: destination_cluster
+        value: bkthomps
+        rate_limit:
+          replaces:
+            - name: bkthomps
+          unit: minute
+          requests_per_unit: 2
+      - key: destination_cluster
+        value: mock
+        rate_limit:
+          unit: minute
+          requests_per_unit: 1
+      - key: destination_cluster
+        value: override
+        rate_limit:
+          replaces:
+            - name: banned_limit
+          unit: minute
+          requests_per_unit: 2
+      - key: destination_cluster
+        value: fake
+        rate_limit:
+          name: fake_name
+          unit: minute
+          requests_per_unit: 2
+  - key: foo
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+    descriptors:
+      - key: bar
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+      - key: bar
+        value: bkthomps
+        rate_limit:
+          name: bkthomps
+          unit: minute
+          requests_per_unit: 1
+      - key: bar
+        value: banned
+        rate_limit:
+          name: banned_limit
+          unit: minute
+          requests_per_unit: 0
+      - key: baz
+        rate_limit:
+          unit: second
+          requests_per_unit: 1
+      - key: baz
+        value: not-so-shady
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+      - key: baz
+        value: shady
+        rate_limit:
+          unit: minute
+          requests_per_unit: 3
+        shadow_mode: true
+      - key: bay
+        rate_limit:
+          unlimited: true
+  - key: unspec
+    detailed_metric: true
+    rate_limit:
+      unit: minute
+      requests_per_unit: 2
+  - key: qux
+    rate_limit:
+      unlimited: true
+`
+
+// rlsHeaders is a descriptor of request_headers actions, each header
+// giving the entry of the same name (examples/envoy/proxy.yaml's style).
+func rlsHeaders(names ...string) envoyconf.RateLimit {
+	var rl envoyconf.RateLimit
+	for _, n := range names {
+		rl.Actions = append(rl.Actions, envoyconf.RequestHeader(n, n))
+	}
+	return rl
+}
+
 // rlsRoutes are the routes the tests add to envoy/ratelimit-rls.yaml for
-// rlsHourly.
+// rlsHourly and, as envoyproxy/ratelimit's examples/envoy/proxy.yaml
+// writes them, for rlsReplacesExample.
 var rlsRoutes = []envoyconf.RateLimitRoute{
 	{Name: "hourly", Prefix: "/hourly", Domain: "rls_e2e",
 		RateLimits: []envoyconf.RateLimit{{Actions: []envoyconf.Action{envoyconf.GenericKey("", "hourly")}}}},
 	{Name: "client", Prefix: "/client", Domain: "rls_e2e",
 		RateLimits: []envoyconf.RateLimit{{Actions: []envoyconf.Action{envoyconf.RequestHeader("x-client", "client")}}}},
+	{Name: "twoheader", Prefix: "/twoheader", Domain: "rl",
+		RateLimits: []envoyconf.RateLimit{rlsHeaders("foo", "bar"), rlsHeaders("foo", "baz")}},
+	{Name: "fourheader", Prefix: "/fourheader", Domain: "rl",
+		RateLimits: []envoyconf.RateLimit{rlsHeaders("foo", "bar"), rlsHeaders("source_cluster", "destination_cluster")}},
+	{Name: "fiveheader", Prefix: "/fiveheader", Domain: "rl",
+		RateLimits: []envoyconf.RateLimit{rlsHeaders("foo", "bar"), rlsHeaders("source_cluster", "destination_cluster"), rlsHeaders("category")}},
 }
 
 // TestRLSThroughEnvoy runs envoyproxy/ratelimit's README examples through
 // the real Envoy's rate limit filter (envoy/ratelimit-rls.yaml, as
 // shipped but for its addresses, one trusted proxy hop so that the test
-// presents client addresses in x-forwarded-for, and two test routes)
-// against one ratelimit-authz serving config/rls/config as
+// presents client addresses in x-forwarded-for, and the test routes of
+// rlsRoutes) against one ratelimit-authz serving config/rls/config as
 // envoyproxy/ratelimit would: the 200/429 sequences of
-// docs/envoyproxy-ratelimit.md §6 cases 43–47, Envoy's x-ratelimit-*
-// headers (§5.3), Retry-After and x-envoy-ratelimited; then, with the
+// docs/envoyproxy-ratelimit.md §6 cases 43–47 (46: upstream's replaces.sh,
+// call by call), Envoy's x-ratelimit-* headers (§5.3), Retry-After and
+// x-envoy-ratelimited; hostile descriptor values and x-forwarded-for
+// through a second Envoy as shipped (no trusted hop); then, with the
 // server stopped, both failure modes (case 48).
 func TestRLSThroughEnvoy(t *testing.T) {
 	serverBin := serverBinary(t)
 	s := prepareStack(t, 1)
 	files := rlsExamples(t)
 	files["rls_e2e.yaml"] = rlsHourly
+	files["rl.yaml"] = rlsReplacesExample
 	runtimeRoot := writeRLSRuntime(t, files)
 
 	trust1 := func(b []byte) ([]byte, error) { return envoyconf.WithTrustedHops(b, 1) }
 	routes := func(b []byte) ([]byte, error) { return envoyconf.WithRateLimitRoutes(b, rlsRoutes...) }
 	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, s.addrs, trust1, routes))
-	// A second Envoy, the same but failing closed (failure_mode_deny).
+	// A second Envoy as shipped (no trusted proxy hop: remote_address is
+	// the TCP peer) but failing closed (failure_mode_deny).
 	more := freeport.TestAddrs(t, 2)
 	denyAddrs := envoyconf.Addrs{Admin: more[0], Listener: more[1], App: s.addrs.App, Authz: s.addrs.Authz}
 	deny := func(b []byte) ([]byte, error) {
 		return envoyconf.WithRateLimitFilter(b, envoyconf.RateLimitFilter{Domain: "edge_proxy_per_ip", Cluster: envoyconf.ShippedRLSCluster,
 			Timeout: 250 * time.Millisecond, FailureModeDeny: true, XRateLimitHeaders: true, RetryAfter: true})
 	}
-	s.startEnvoyConfig(t, "envoy-deny", denyAddrs.Admin, renderRLS(t, denyAddrs, trust1, routes, deny))
+	s.startEnvoyConfig(t, "envoy-deny", denyAddrs.Admin, renderRLS(t, denyAddrs, routes, deny))
 	s.startRLSServer(serverBin, runtimeRoot)
 	// Envoy's health checks see the node before the first request.
 	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
@@ -177,6 +290,69 @@ func TestRLSThroughEnvoy(t *testing.T) {
 		}
 	})
 
+	t.Run("46_replaces_sh", func(t *testing.T) {
+		// envoyproxy/ratelimit's integration-test/scripts/replaces.sh, call
+		// by call: curl -f, so "limited" is any status ≥ 400. Every limit is
+		// per minute: the calls must fall into one.
+		if left := time.Until(time.Now().Truncate(time.Minute).Add(time.Minute)); left < 5*time.Second {
+			time.Sleep(left + 10*time.Millisecond)
+		}
+		minute := time.Now().Truncate(time.Minute)
+		h := func(kv ...string) map[string]string {
+			m := map[string]string{"x-forwarded-for": "50.0.7.1"}
+			for i := 0; i < len(kv); i += 2 {
+				m[kv[i]] = kv[i+1]
+			}
+			return m
+		}
+		const ok, limited = true, false
+		steps := []struct {
+			path string
+			hdr  map[string]string
+			ok   bool
+		}{
+			// replaces increases the limit
+			{"/twoheader", h("foo", "bkthomps", "bar", "banned"), limited},
+			{"/fourheader", h("foo", "bkthomps", "bar", "banned", "source_cluster", "proxy", "destination_cluster", "mock"), limited},
+			{"/fourheader", h("foo", "bkthomps", "bar", "banned", "source_cluster", "proxy", "destination_cluster", "override"), ok},
+			{"/fourheader", h("foo", "bkthomps", "bar", "banned", "source_cluster", "proxy", "destination_cluster", "override"), ok},
+			{"/fourheader", h("foo", "bkthomps", "bar", "banned", "source_cluster", "proxy", "destination_cluster", "override"), limited},
+			// replaces does not affect the original limit
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "bkthomps"), ok},
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "bkthomps"), ok},
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "bkthomps"), limited},
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "not_bkthomps"), ok},
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "not_bkthomps"), limited},
+			{"/fourheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "bkthomps"), limited},
+			// replaces can replace several descriptors
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), ok},
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), ok},
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), ok},
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), ok},
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), limited},
+			{"/twoheader", h("foo", "foo_2", "bar", "bkthomps"), ok},
+			{"/twoheader", h("foo", "foo_2", "bar", "bkthomps"), limited},
+			{"/fourheader", h("foo", "foo_3", "bar", "bar_3", "source_cluster", "proxy", "destination_cluster", "fake"), ok},
+			{"/fourheader", h("foo", "foo_3", "bar", "bar_3", "source_cluster", "proxy", "destination_cluster", "fake"), ok},
+			{"/fourheader", h("foo", "foo_3", "bar", "bar_3", "source_cluster", "proxy", "destination_cluster", "fake"), limited},
+			{"/fiveheader", h("foo", "my_foo", "bar", "bkthomps", "source_cluster", "proxy", "destination_cluster", "fake", "category", "account"), limited},
+		}
+		var got, want []string
+		word := map[bool]string{true: "ok", false: "limited"}
+		for _, st := range steps {
+			r := s.mustGet(listener, st.path, st.hdr)
+			got = append(got, word[r.status < 400])
+			want = append(want, word[st.ok])
+		}
+		if time.Now().Truncate(time.Minute) != minute {
+			t.Fatal("the sequence crossed a minute boundary")
+		}
+		if strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("replaces.sh:\n got  %s\n want %s", strings.Join(got, " "), strings.Join(want, " "))
+		}
+		t.Logf("replaces.sh, %d calls: %s", len(got), strings.Join(got, " "))
+	})
+
 	t.Run("example1_generic_key", func(t *testing.T) {
 		r := s.mustGet(listener, "/example1", from("50.0.3.1", nil))
 		checkRLSAllowed(t, r, "500, 500;w=1", -1, 1)
@@ -223,12 +399,27 @@ func TestRLSThroughEnvoy(t *testing.T) {
 		if r.status != http.StatusOK {
 			t.Errorf("x-forwarded-for 50.0.0.5, 50.0.5.2: status %d, want 200 (the client is 50.0.5.2)", r.status)
 		}
+		// As shipped (no trusted hop) x-forwarded-for is the client's to
+		// write and Envoy does not use it: a client that writes a new
+		// address on every request, or the blocked one, still spends the
+		// 10 a second of its TCP address.
+		rs, ok := inOneSecond(t, 11, func(i int) *response {
+			return s.mustGet(denyAddrs.Listener, "/example3", map[string]string{"x-forwarded-for": fmt.Sprintf("50.0.0.%d", 5+i)})
+		})
+		if !ok {
+			t.Fatal("11 requests did not fit in one second twice; machine too slow")
+		}
+		for i, r := range rs[:10] {
+			checkRLSAllowed(t, r, "10, 10;w=1", 9-i, 1)
+		}
+		checkRLSDenied(t, rs[10], "10, 10;w=1", 1)
+		t.Logf("as shipped, x-forwarded-for 50.0.0.5, 50.0.0.6, … from one client: %s", statuses(rs))
 	})
 
 	t.Run("48_failure_modes", func(t *testing.T) {
 		// Both Envoys answer from the service while it is up.
 		for _, l := range []string{listener, denyAddrs.Listener} {
-			if r := s.mustGet(l, "/example3", from("50.0.6.1", nil)); r.status != http.StatusOK || r.header.Get("x-ratelimit-limit") == "" {
+			if r := s.mustGet(l, "/example1", from("50.0.6.1", nil)); r.status != http.StatusOK || r.header.Get("x-ratelimit-limit") != "500, 500;w=1" {
 				t.Fatalf("%s with the service up: status %d, x-ratelimit-limit %q", l, r.status, r.header.Get("x-ratelimit-limit"))
 			}
 		}
@@ -247,7 +438,7 @@ func TestRLSThroughEnvoy(t *testing.T) {
 			return nil
 		})
 		// failure_mode_deny: true → status_on_error, 500.
-		r := s.mustGet(denyAddrs.Listener, "/example3", from("50.0.6.2", nil))
+		r := s.mustGet(denyAddrs.Listener, "/example1", nil)
 		if r.status != http.StatusInternalServerError {
 			t.Errorf("failure_mode_deny true, service down: status %d, want 500; body %q", r.status, r.body)
 		}
