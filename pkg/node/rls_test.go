@@ -20,8 +20,11 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // rlsLayout writes envoyproxy/ratelimit configuration files in upstream's
@@ -185,5 +188,48 @@ func TestRLSCountsReplicate(t *testing.T) {
 	}
 	if r := shouldRateLimit(t, clients[2], "remote_address", "198.51.100.1"); r.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("over the cluster's limit on c: %v", r)
+	}
+}
+
+// A tenant override stored in Postgres for an overridable RLS rule, under
+// the rule's name, applies to the descriptors whose first value is that
+// tenant, and to no other.
+func TestRLSTenantOverride(t *testing.T) {
+	pg := testpg.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := testpg.Connect(t, pg.URL())
+	if _, err := tenantlimits.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	r := shipped(t)
+	rlsCfg := &RLS{Layout: rlsLayout(t, map[string]string{"edge.yaml": rlsRules})}
+	rn, err := newRLS(rlsCfg, r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := tenantlimits.NewStore(conn, append(wiring.Limits(r), rn.buckets()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Set(ctx, "big", tenantlimits.Override{Bucket: "rls_tenant", Limit: 100, ScaleMS: 3_600_000}, "test"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := local(r)
+	cfg.RLS = rlsCfg
+	cfg.Overrides = Overrides{DatabaseURL: pg.URL()}
+	n := start(t, cfg)
+	_, c := dial(t, n.GRPCAddr())
+	client := rlsv3.NewRateLimitServiceClient(c)
+	for _, tc := range []struct {
+		tenant string
+		rpu    uint32
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	}{{"big", 100, rlsv3.RateLimitResponse_RateLimit_HOUR}, {"acme", 3, rlsv3.RateLimitResponse_RateLimit_MINUTE}} {
+		l := shouldRateLimit(t, client, "tenant", tc.tenant).GetStatuses()[0].GetCurrentLimit()
+		if l.GetRequestsPerUnit() != tc.rpu || l.GetUnit() != tc.unit || l.GetName() != "rls_tenant" {
+			t.Errorf("%s: current limit %v, want %d/%v", tc.tenant, l, tc.rpu, tc.unit)
+		}
 	}
 }

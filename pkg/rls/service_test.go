@@ -407,3 +407,32 @@ func TestAllocations(t *testing.T) {
 		}
 	}
 }
+
+// Whatever a client sends, the series are the configuration's: unknown
+// domains share one label value, descriptors are labelled by the rule
+// they matched, never by their values.
+func TestHostileCardinality(t *testing.T) {
+	h := newHarness(t, rls.Settings{}, "service.yaml")
+	series := func() int {
+		mfs, err := h.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, mf := range mfs {
+			n += len(mf.GetMetric())
+		}
+		return n
+	}
+	h.call("service", 0, desc("hello", "world"), desc("nope", "x"))
+	h.call("nowhere", 0, desc("hello", "world"))
+	before := series()
+	for i := range 2000 {
+		v := fmt.Sprintf("v%d", i)
+		h.call("domain-"+v, 0, desc("hello", v))
+		h.call("service", 0, desc("hello", v), desc("k"+v, v), withLimit(desc("nope", v), 5, 1))
+	}
+	if after := series(); after != before {
+		t.Errorf("%d series after 2000 distinct domains, keys and values, %d before", after, before)
+	}
+}
