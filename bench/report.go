@@ -206,7 +206,7 @@ func (r *runner) writeReport() error {
 		}
 		w("\n")
 		if m := rl.Memory; m != nil {
-			w("Memory: %d calls, each with one descriptor `(remote_address, <an address never seen>)` against an hourly rule, so each brings one live key (%.1fs, %.0f calls/s, %d errors); `counter.max_keys` %d. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`).\n\n",
+			w("Memory: %d calls, each with one descriptor `(remote_address, <an address never seen>)` against a daily rule, so each brings one live key (%.1fs, %.0f calls/s, %d errors); `counter.max_keys` %d. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`).\n\n",
 				m.Keys, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig)
 			w("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
 			for _, row := range []struct {
