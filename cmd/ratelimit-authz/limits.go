@@ -241,7 +241,7 @@ func (c *dbCommand) withConn(ctx context.Context, fn func(context.Context, *pgx.
 // withStore runs fn with a Store on a fresh connection (see withConn).
 func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(context.Context, *tenantlimits.Store) error) error {
 	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		s, err := tenantlimits.NewStore(conn, wiring.Limits(r))
+		s, err := tenantlimits.NewStore(conn, wiring.Limits(r, nil))
 		if err != nil {
 			return c.failed(err)
 		}
@@ -251,7 +251,7 @@ func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(conte
 
 // configured describes a bucket's limit without an override.
 func configured(r *rules.Rules, bucket string) string {
-	bs := wiring.Limits(r)
+	bs := wiring.Limits(r, nil)
 	i, ok := bs.Index(bucket)
 	if !ok {
 		return "(not in the configuration)"
@@ -301,7 +301,7 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 func bucketErr(r *rules.Rules, bucket string) error {
-	_, err := tenantlimits.CheckBucket(wiring.Limits(r), bucket)
+	_, err := tenantlimits.CheckBucket(wiring.Limits(r, nil), bucket)
 	return err
 }
 
@@ -374,7 +374,7 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 
 // note flags an override the server ignores under this configuration.
 func note(r *rules.Rules, bucket string) string {
-	if _, err := tenantlimits.CheckBucket(wiring.Limits(r), bucket); err != nil {
+	if _, err := tenantlimits.CheckBucket(wiring.Limits(r, nil), bucket); err != nil {
 		return "ignored: not overridable in this configuration"
 	}
 	return ""
@@ -532,7 +532,7 @@ func ownerSet(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	name, key, tenant := pos[0], pos[1], pos[2]
-	if err := errors.Join(tenantlimits.CheckOwnerKeyName(wiring.Limits(r), name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(tenantlimits.CheckOwnerKeyName(wiring.Limits(r, nil), name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
 	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
@@ -589,7 +589,7 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 			return c.invalid(err)
 		}
 	}
-	used := tenantlimits.OwnerKeyNames(wiring.Limits(r))
+	used := tenantlimits.OwnerKeyNames(wiring.Limits(r, nil))
 	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
 		return c.table(stdout, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE", "owner", func(tw io.Writer) (n int, err error) {
 			err = s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {

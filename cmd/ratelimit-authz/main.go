@@ -1,7 +1,7 @@
 // Command ratelimit-authz is an Envoy external-authorization (ext_authz)
 // gRPC server that rate-limits HTTP requests in memory.
 //
-//	ratelimit-authz serve [flags]          serve Check on gRPC, metrics on HTTP
+//	ratelimit-authz serve [flags]          serve Check (and ShouldRateLimit) on gRPC, metrics on HTTP
 //	ratelimit-authz check-config [flags]   validate a configuration file
 //	ratelimit-authz limits COMMAND …       per-tenant limit overrides in Postgres
 //	ratelimit-authz migrate [flags]        create or upgrade the Postgres schema
@@ -52,7 +52,7 @@ func (e exitError) Error() string { return fmt.Sprintf("exit %d: %s", e.code, e.
 const usage = `ratelimit-authz: rate-limit HTTP traffic at Envoy's ext_authz filter.
 
 Usage:
-  ratelimit-authz serve [flags]          serve ext_authz Check (gRPC) and metrics (HTTP)
+  ratelimit-authz serve [flags]          serve ext_authz Check and, with an RLS configuration, ShouldRateLimit (gRPC), and metrics (HTTP)
   ratelimit-authz check-config [flags]   validate a configuration file; exit 1 on problems
   ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit, owner
   ratelimit-authz migrate [flags]        create or upgrade the Postgres schema of the overrides

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
@@ -19,6 +20,7 @@ type serveConfig struct {
 	node           node.Config // listeners, bounds, TLS, intervals; the rest is filled by nodeConfig
 	configPath     string
 	configExplicit bool
+	watchConfig    bool
 	logLevel       string
 	logFormat      string
 	grpcMaxStreams int
@@ -35,8 +37,9 @@ type serveConfig struct {
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
 	c := serveConfig{started: started}
 	getenv, c.rls.upstream = upstreamEnv(getenv) // envoyproxy/ratelimit's variables as aliases of ours
-	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP;\nwith --rls-config-dir (or envoyproxy/ratelimit's RUNTIME_* layout), also Envoy's\nratelimit filter (ShouldRateLimit) on the gRPC port. Our variables win over\nenvoyproxy/ratelimit's names.\nSIGINT or SIGTERM shuts down gracefully.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
+	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP;\nwith --rls-config-dir (or envoyproxy/ratelimit's RUNTIME_* layout), also Envoy's\nratelimit filter (ShouldRateLimit) on the gRPC port. Our variables win over\nenvoyproxy/ratelimit's names.\nSIGINT or SIGTERM shuts down gracefully; SIGHUP reloads the configuration files.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
+	f.Bool(&c.watchConfig, "watch-config", "RATELIMIT_AUTHZ_WATCH_CONFIG", true, "reload the configuration file when it changes (SIGHUP reloads it either way); a change that does not validate is refused and the last good configuration keeps serving")
 	f.String(&c.node.GRPCAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1, and the access-log service unless --access-log-addr is set)")
 	f.String(&c.node.AccessLogAddr, "access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "", "gRPC listen `address` of Envoy's access-log service (failed logins) on its own; the gRPC port then no longer serves it; empty: on the gRPC port")
 	f.String(&c.node.HTTPAddr, "http-addr", "RATELIMIT_AUTHZ_HTTP_ADDR", "127.0.0.1:9090", "HTTP listen `address` (/metrics, /healthz, /readyz, /v1/failures)")
@@ -132,6 +135,24 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 }
 
 func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	// SIGHUP is taken before anything else, so that it never ends a node
+	// that is starting; the watcher is made before the file is read, so
+	// that an edit made meanwhile is not missed.
+	hup, stopHUP := notifyHUP()
+	defer stopHUP()
+	_, statErr := os.Stat(c.configPath)
+	fromFile := c.configExplicit || statErr == nil
+	var watched []string
+	if fromFile {
+		watched = append(watched, c.configPath)
+	}
+	if l := c.rls.nodeRLS(); l != nil {
+		watched = append(watched, l.Layout.WatchPaths()...)
+	}
+	watcher, err := newWatcher(c.watchConfig, watched, log)
+	if err != nil {
+		return err
+	}
 	r, source, err := loadRules(c.configPath, c.configExplicit, log)
 	if err != nil {
 		if ps, ok := rules.AsProblems(err); ok {
@@ -154,7 +175,25 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if c.started != nil {
 		c.started(n)
 	}
-	return n.Run(ctx)
+	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*rules.Rules, error) {
+		// The same reading as at start: the file, or the shipped
+		// configuration when the default path is missing.
+		r, _, err := loadRules(c.configPath, c.configExplicit, log)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range trustWarnings(r, "", nil) {
+			log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
+		}
+		return r, nil
+	}}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); rl.run(rctx, hup) }()
+	err = n.Run(ctx)
+	cancel()
+	<-done
+	return err
 }
 
 // nodeConfig completes the node's Config: the rules, the version, and

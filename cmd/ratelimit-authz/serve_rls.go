@@ -43,7 +43,7 @@ func (c *rlsConfig) addFlags(f *envFlags) {
 	f.String(&c.subdir, "rls-runtime-subdirectory", "RATELIMIT_AUTHZ_RLS_RUNTIME_SUBDIRECTORY", "", "runtime `subdirectory` below the root (serves ShouldRateLimit); empty with --rls-runtime-watch-root: no configuration, as upstream"+alsoUpstream("RUNTIME_SUBDIRECTORY"))
 	f.String(&c.appdir, "rls-runtime-appdirectory", "RATELIMIT_AUTHZ_RLS_RUNTIME_APPDIRECTORY", "config", "`name` of the directory of configuration files below the subdirectory"+alsoUpstream("RUNTIME_APPDIRECTORY"))
 	f.Bool(&c.watchRoot, "rls-runtime-watch-root", "RATELIMIT_AUTHZ_RLS_RUNTIME_WATCH_ROOT", true, "read ROOT/SUBDIRECTORY, keeping the files under APPDIRECTORY; false: every file below ROOT/SUBDIRECTORY/APPDIRECTORY"+alsoUpstream("RUNTIME_WATCH_ROOT"))
-	f.Bool(&c.ignoreDotfiles, "rls-runtime-ignore-dotfiles", "RATELIMIT_AUTHZ_RLS_RUNTIME_IGNORE_DOTFILES", false, "skip files and directories whose name starts with '.' (names starting with '..', a ConfigMap's internals, are always skipped)"+alsoUpstream("RUNTIME_IGNOREDOTFILES"))
+	f.Bool(&c.ignoreDotfiles, "rls-ignore-dotfiles", "RATELIMIT_AUTHZ_RLS_IGNORE_DOTFILES", false, "skip files and directories whose name starts with '.' (names starting with '..', a ConfigMap's internals, are always skipped)"+alsoUpstream("RUNTIME_IGNOREDOTFILES"))
 	f.Bool(&c.mergeDomains, "rls-merge-domains", "RATELIMIT_AUTHZ_RLS_MERGE_DOMAINS", false, "a domain in several files is one domain"+alsoUpstream("MERGE_DOMAIN_CONFIG"))
 	f.String(&c.algorithm, "rls-default-algorithm", "RATELIMIT_AUTHZ_RLS_DEFAULT_ALGORITHM", "fixed", "`algorithm` of rules without rate_limit.algorithm: fixed (upstream's) or sliding")
 	f.Bool(&c.shadow, "rls-shadow-mode", "RATELIMIT_AUTHZ_RLS_SHADOW_MODE", false, "answer every ShouldRateLimit OK; the statuses still say which descriptors are over"+alsoUpstream("SHADOW_MODE"))
@@ -161,7 +161,7 @@ var upstreamAliases = []struct {
 	{"RUNTIME_SUBDIRECTORY", "RATELIMIT_AUTHZ_RLS_RUNTIME_SUBDIRECTORY", false},
 	{"RUNTIME_APPDIRECTORY", "RATELIMIT_AUTHZ_RLS_RUNTIME_APPDIRECTORY", false},
 	{"RUNTIME_WATCH_ROOT", "RATELIMIT_AUTHZ_RLS_RUNTIME_WATCH_ROOT", true},
-	{"RUNTIME_IGNOREDOTFILES", "RATELIMIT_AUTHZ_RLS_RUNTIME_IGNORE_DOTFILES", true},
+	{"RUNTIME_IGNOREDOTFILES", "RATELIMIT_AUTHZ_RLS_IGNORE_DOTFILES", true},
 	{"MERGE_DOMAIN_CONFIG", "RATELIMIT_AUTHZ_RLS_MERGE_DOMAINS", true},
 	{"SHADOW_MODE", "RATELIMIT_AUTHZ_RLS_SHADOW_MODE", true},
 	{"LIMIT_RESPONSE_HEADERS_ENABLED", "RATELIMIT_AUTHZ_RLS_RESPONSE_HEADERS", true},

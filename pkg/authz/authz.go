@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -45,8 +46,11 @@ type Limits interface {
 
 // Config is what the Service needs of the configuration.
 type Config struct {
-	// Buckets are indexed by counter.Bucket, as the matcher's.
+	// Buckets are indexed as the matcher's buckets (its dense indices).
 	Buckets []Bucket
+	// IDs are the buckets' ids in the counter, by the same index: ids
+	// that survive reloads (see counter.Bucket). nil: the index itself.
+	IDs []counter.Bucket
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
@@ -75,19 +79,16 @@ type Bucket struct {
 	DenyOverflow bool
 }
 
-// Service answers Envoy's Check calls. Create it with New.
+// Service answers Envoy's Check calls. Create it with New; Update swaps
+// its configuration while it serves.
 type Service struct {
 	authv3.UnimplementedAuthorizationServer
 
-	matcher            *descriptors.Engine
-	limiter            Limiter
-	limits             Limits
-	routes             []string
-	denyUnreadableAcct bool
-	log                *slog.Logger
-	now                func() time.Time
-	m                  *metrics
-	buckets            []bucketState
+	gen     atomic.Pointer[generation]
+	limiter Limiter
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
@@ -96,7 +97,19 @@ type Service struct {
 	allowBare, pathTooLong                *authv3.CheckResponse
 }
 
+// generation is one configuration, immutable: a Check loads it once and
+// decides wholly under it, so a check in flight during Update finishes on
+// the configuration it started with.
+type generation struct {
+	matcher            *descriptors.Engine
+	limits             Limits
+	routes             []string
+	denyUnreadableAcct bool
+	buckets            []bucketState
+}
+
 type bucketState struct {
+	id      counter.Bucket // in the counter
 	rule    Bucket
 	quoted  string // the bucket name as a Structured Field string
 	metrics bucketMetrics
@@ -112,24 +125,18 @@ type Options struct {
 // limits with limits and counting with lim. cfg must describe the buckets
 // and routes m was compiled from. Its metrics go to reg.
 func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
-	if m == nil || lim == nil || limits == nil || reg == nil || log == nil {
+	if lim == nil || reg == nil || log == nil {
 		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
 	}
-	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
-		return nil, fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
-	}
-	for _, b := range cfg.Buckets {
-		if !descriptors.ValidBucketName(b.Name) {
-			return nil, fmt.Errorf("authz: %q is not a bucket name", b.Name)
-		}
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return nil, err
 	}
 	mt, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Service{
-		matcher: m, limiter: lim, limits: limits, log: log, now: opts.Now, m: mt,
-		routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount,
+		limiter: lim, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -149,14 +156,55 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 			Body:    `{"error":"path_too_long"}` + "\n",
 		}},
 	}
+	s.gen.Store(s.newGeneration(cfg, m, limits))
+	return s, nil
+}
+
+// Update makes cfg, matched by m and limited by limits, the configuration
+// of the next Check; a Check in flight finishes on the previous one. It
+// validates first: on an error nothing changes. The metrics stay those
+// registered by New (children for new bucket names are added).
+func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error {
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return err
+	}
+	s.gen.Store(s.newGeneration(cfg, m, limits))
+	return nil
+}
+
+func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
+	if m == nil || limits == nil {
+		return errors.New("authz: the configuration needs a matcher and limits")
+	}
+	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
+		return fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
+	}
+	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
+		return fmt.Errorf("authz: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
+	}
 	for _, b := range cfg.Buckets {
-		s.buckets = append(s.buckets, bucketState{
+		if !descriptors.ValidBucketName(b.Name) {
+			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
+		}
+	}
+	return nil
+}
+
+func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
+	g := &generation{matcher: m, limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
+	for i, b := range cfg.Buckets {
+		id := counter.Bucket(i)
+		if cfg.IDs != nil {
+			id = cfg.IDs[i]
+		}
+		g.buckets = append(g.buckets, bucketState{
+			id:      id,
 			rule:    b,
 			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
-			metrics: mt.forBucket(b.Name),
+			metrics: s.m.forBucket(b.Name),
 		})
 	}
-	return s, nil
+	return g
 }
 
 // taken is a hit already counted for the current request, to give back if
@@ -203,8 +251,9 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 	if in.Body == "" && len(h.GetRawBody()) > 0 { // pack_as_bytes
 		in.Body = string(h.GetRawBody())
 	}
+	g := s.gen.Load()
 	var descBuf [maxApplied]descriptors.Descriptor
-	res := s.matcher.Describe(&in, descBuf[:0])
+	res := g.matcher.Describe(&in, descBuf[:0])
 	if res.UnknownBuckets > 0 {
 		s.m.unknown.Add(float64(res.UnknownBuckets))
 	}
@@ -227,14 +276,14 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		login      bool
 	)
 	for _, d := range res.Descriptors {
-		b := &s.buckets[d.Bucket]
-		lim, ok := s.limits.Limit(d.Bucket, d.Key)
+		b := &g.buckets[d.Bucket]
+		lim, ok := g.limits.Limit(d.Bucket, d.Key)
 		if !ok { // a bucket without a limit, named by Envoy
 			s.m.unknown.Inc()
 			continue
 		}
 		login = login || b.rule.CountFailures
-		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && s.denyUnreadableAcct {
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
 			return s.denyUnreadable(b)
@@ -249,9 +298,9 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		}
 		var r counter.Result
 		if b.rule.CountFailures {
-			r = s.limiter.Peek(d.Bucket, d.Key, lim, now)
+			r = s.limiter.Peek(b.id, d.Key, lim, now)
 		} else {
-			r = s.limiter.Take(d.Bucket, d.Key, lim, now)
+			r = s.limiter.Take(b.id, d.Key, lim, now)
 		}
 		switch {
 		case r.Overflow:
@@ -265,7 +314,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
 			if !b.rule.CountFailures {
-				hits = append(hits, taken{d.Bucket, d.Key, lim, r.Window})
+				hits = append(hits, taken{b.id, d.Key, lim, r.Window})
 			}
 		default:
 			b.metrics.exceeded.Inc()
@@ -274,7 +323,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 				s.giveBack(hits)
 				var md *structpb.Struct
 				if login {
-					md = s.loginMetadata(res)
+					md = s.loginMetadata(g, res)
 				}
 				return s.denyLimited(ctx, b, d.Key, lim, r, md)
 			}
@@ -285,7 +334,7 @@ func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time
 	}
 	var md *structpb.Struct
 	if login {
-		md = s.loginMetadata(res)
+		md = s.loginMetadata(g, res)
 	}
 	return s.allow(verdicts, md)
 }
@@ -503,7 +552,7 @@ func (sv *strValue) set(s string) *structpb.Value {
 // reports later through its access log is counted against the same keys:
 // failures maps each failure-counting bucket to its key, or to the list
 // of its keys when it has several (every account a login presents).
-func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
+func (s *Service) loginMetadata(g *generation, res descriptors.Result) *structpb.Struct {
 	// One copy of every request-derived string, so the metadata does not
 	// point into the request, made valid UTF-8 so the response marshals.
 	n := len(res.ClientIP) + len(res.Account)
@@ -533,7 +582,7 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	m.keys.Fields = make(map[string]*structpb.Value, 2)
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
-		b := &s.buckets[d.Bucket]
+		b := &g.buckets[d.Bucket]
 		if !b.rule.CountFailures || key == "" {
 			continue
 		}
@@ -556,7 +605,7 @@ func (s *Service) loginMetadata(res descriptors.Result) *structpb.Struct {
 	}
 	route := ""
 	if res.Route >= 0 {
-		route = s.routes[res.Route]
+		route = g.routes[res.Route]
 	}
 	m.keysKind.StructValue = &m.keys
 	m.keysVal.Kind = &m.keysKind

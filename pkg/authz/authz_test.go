@@ -72,8 +72,8 @@ func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *har
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
-	limits := tenantlimits.NewResolver(wiring.Limits(r), over)
-	h.svc, err = authz.New(wiring.Authz(r), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), over)
+	h.svc, err = authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,10 @@
 //   - Config.ReservedKeys of that room is kept for the Config.Reserved
 //     buckets (those that fail closed when full): the keys of every other
 //     bucket are refused once a shard holds its share of MaxKeys −
-//     ReservedKeys, so a flood of other keys never fills the reserve.
+//     ReservedKeys, so a flood of other keys never fills the reserve. The
+//     reserved set follows reloads ([Store.SetReserved]); [Store.DropBuckets]
+//     frees the keys of buckets a reload removed or changed, one shard at a
+//     time.
 //
 // Because the bound is per shard, refusals can start slightly before MaxKeys
 // keys are live in total (hashing is not perfectly even), and the total never

@@ -44,7 +44,7 @@ func (s *Store) Add(bucket Bucket, key string, lim Limit, window int64, n int64,
 		}
 	}
 	if int64(e.scale) != lim.ScaleMS {
-		e.scale = int32(lim.ScaleMS)
+		e.scale = uint32(lim.ScaleMS)
 		e.reset(window)
 		sh.noteExpiry(e)
 	}

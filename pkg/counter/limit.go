@@ -28,20 +28,28 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Bucket identifies a bucket of the configuration: its index in the
-// configured list, the same on every node that loads the same
-// configuration. Counts of one key in different buckets never mix.
+// Bucket identifies a bucket for the life of a node: the first
+// configuration's buckets are 0..n−1 in its order, and a reload keeps the
+// id of every bucket whose name, window, algorithm and reserve are
+// unchanged (see package wiring). Nodes name buckets to each other by
+// name, never by id. Counts of one key in different buckets never mix.
 type Bucket uint32
 
 // Bounds of a Limit. They are chosen so that every product the store
-// computes stays far from int64 overflow: Limit×ScaleMS < 2^62, and
-// previous×(ScaleMS−elapsed) is either computed below 2^62 or compared
-// through a division.
+// computes stays far from int64 overflow: Limit×ScaleMS ≤ MaxProduct =
+// 2^62, and previous×(ScaleMS−elapsed) is either computed below 2^62
+// (previous < 2^30, ScaleMS < 2^32) or compared through a division.
 const (
-	// MaxLimit is the largest Limit.Limit: 2^31−1 hits per window.
+	// MaxLimit is the largest Limit.Limit: 2^31−1 hits per window (in
+	// windows of at most MaxProduct/MaxLimit ms, about 24.8 days; longer
+	// windows allow MaxLimitFor(ScaleMS)).
 	MaxLimit = 1<<31 - 1
-	// MaxScaleMS is the largest Limit.ScaleMS: 2^31−1 ms, about 24.8 days.
-	MaxScaleMS = 1<<31 - 1
+	// MaxScaleMS is the largest Limit.ScaleMS: 2^32−1 ms, about 49.7 days,
+	// so that a 30-day month fits and the entry keeps its scale in 32
+	// bits. A year does not fit.
+	MaxScaleMS = 1<<32 - 1
+	// MaxProduct bounds Limit×ScaleMS.
+	MaxProduct = 1 << 62
 	// MaxCount is where stored counts saturate (each of local and remote;
 	// their sum saturates at 2×MaxCount). It is far above any Limit, so
 	// saturation never changes a decision, and far below int64 overflow.
@@ -60,7 +68,7 @@ var ErrInvalidConfig = errors.New("counter: invalid config")
 // nothing and return the zero Result (Allowed false); callers validate
 // limits when they load them, with [Limit.Validate].
 type Limit struct {
-	Limit     int64 // hits admitted per window, 1 ≤ Limit ≤ MaxLimit
+	Limit     int64 // hits admitted per window, 1 ≤ Limit ≤ MaxLimitFor(ScaleMS)
 	ScaleMS   int64 // window length in ms, 1 ≤ ScaleMS ≤ MaxScaleMS
 	Algorithm Algorithm
 }
@@ -74,16 +82,30 @@ func (l Limit) Validate() error {
 	if l.ScaleMS < 1 || l.ScaleMS > MaxScaleMS {
 		return fmt.Errorf("%w: scale %d ms is outside [1, %d]", ErrInvalidLimit, l.ScaleMS, MaxScaleMS)
 	}
+	if l.Limit > MaxProduct/l.ScaleMS {
+		return fmt.Errorf("%w: limit %d hits per window of %d ms is above the most such a window can count, %d", ErrInvalidLimit, l.Limit, l.ScaleMS, MaxLimitFor(l.ScaleMS))
+	}
 	if l.Algorithm != Fixed && l.Algorithm != Sliding {
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, uint8(l.Algorithm))
 	}
 	return nil
 }
 
+// MaxLimitFor is the largest Limit.Limit in windows of scaleMS (1 ≤
+// scaleMS ≤ MaxScaleMS): MaxLimit, or less for windows longer than about
+// 24.8 days so that Limit×ScaleMS ≤ MaxProduct.
+func MaxLimitFor(scaleMS int64) int64 {
+	if scaleMS < 1 {
+		return MaxLimit
+	}
+	return min(MaxLimit, MaxProduct/scaleMS)
+}
+
 // valid is Validate without building an error, for the hot path.
 func (l Limit) valid() bool {
 	return l.Limit >= 1 && l.Limit <= MaxLimit &&
 		l.ScaleMS >= 1 && l.ScaleMS <= MaxScaleMS &&
+		l.Limit <= MaxProduct/l.ScaleMS &&
 		l.Algorithm <= Sliding
 }
 
@@ -143,7 +165,8 @@ type Config struct {
 	// counting) are full only when their own keys filled the reserve.
 	Reserved []Bucket
 	// ReservedKeys is the room kept for the Reserved buckets, below
-	// MaxKeys; 0 means MaxKeys/10 when Reserved is set.
+	// MaxKeys; 0 means MaxKeys/10. It applies while a bucket is reserved
+	// (Config.Reserved, or later Store.SetReserved).
 	ReservedKeys int
 }
 
@@ -180,9 +203,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.ReservedKeys < 0 || cfg.ReservedKeys >= cfg.MaxKeys {
 		return cfg, fmt.Errorf("%w: ReservedKeys %d is outside [0, MaxKeys %d)", ErrInvalidConfig, cfg.ReservedKeys, cfg.MaxKeys)
 	}
-	if len(cfg.Reserved) == 0 {
-		cfg.ReservedKeys = 0
-	} else if cfg.ReservedKeys == 0 {
+	if cfg.ReservedKeys == 0 {
 		cfg.ReservedKeys = cfg.MaxKeys / 10
 	}
 	if cfg.Shards == 0 {

@@ -86,11 +86,20 @@ func TestReservedKeysConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := s.shards[0].reserve; r != 0 {
-		t.Fatalf("reserve without reserved buckets %d, want 0", r)
+	if r := s.room(&s.shards[0], 0); r != 1000 {
+		t.Fatalf("room without reserved buckets %d, want 1000", r)
 	}
 	if s.ReservedKeys() != 0 {
 		t.Errorf("ReservedKeys %d without reserved buckets, want 0", s.ReservedKeys())
+	}
+	// A reload that reserves a bucket brings the configured reserve in.
+	s.SetReserved([]Bucket{1})
+	if r0, r1 := s.room(&s.shards[0], 0), s.room(&s.shards[0], 1); r0 != 500 || r1 != 1000 || s.ReservedKeys() != 500 {
+		t.Errorf("after SetReserved: room %d and %d, ReservedKeys %d; want 500, 1000, 500", r0, r1, s.ReservedKeys())
+	}
+	s.SetReserved(nil)
+	if r := s.room(&s.shards[0], 0); r != 1000 || s.ReservedKeys() != 0 {
+		t.Errorf("after SetReserved(nil): room %d, ReservedKeys %d; want 1000, 0", r, s.ReservedKeys())
 	}
 	// The configured bound, not the per-shard rounding (8 shards of 2).
 	s, err = New(Config{MaxKeys: 10, Shards: 8, Reserved: []Bucket{0}, ReservedKeys: 3})

@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -26,9 +27,12 @@ type Store struct {
 	shards      []shard
 	shift       uint // 64 − log2(len(shards)): the shard index is the top bits of the hash
 	maxKeyBytes int
-	track       bool   // note changed local counts for Changes
-	maxPeers    int    // peer counts kept per key by Merge
-	reserved    []bool // by bucket: may use the shards' reserve (Config.Reserved)
+	track       bool // note changed local counts for Changes
+	maxPeers    int  // peer counts kept per key by Merge
+	// reserved is the set of buckets that may use the shards' reserve
+	// (Config.Reserved, then SetReserved): an immutable set swapped whole,
+	// read without a lock on every insert.
+	reserved atomic.Pointer[reservedSet]
 	// maxKeys and reservedKeys are Config.MaxKeys and Config.ReservedKeys
 	// with their defaults, for MaxKeys and ReservedKeys.
 	maxKeys, reservedKeys int
@@ -112,7 +116,7 @@ type entry struct {
 	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
 	local  [2]int64 // this node's hits (Take/Incr minus Release), saturating at MaxCount
 	remote [2]int64 // hits merged from peers (Merge), saturating at MaxCount
-	scale  int32    // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^31)
+	scale  uint32   // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^32)
 	alg    Algorithm
 	marks  uint8  // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
 	gen    uint16 // bumped by reset, so peer counts recorded before it no longer apply
@@ -143,14 +147,11 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Track {
 		s.near = make(chan struct{}, 1)
 	}
-	for _, b := range cfg.Reserved {
-		if int(b) >= len(s.reserved) {
-			s.reserved = append(s.reserved, make([]bool, int(b)+1-len(s.reserved))...)
-		}
-		s.reserved[b] = true
-	}
+	s.reserved.Store(newReservedSet(cfg.Reserved))
 	capacity := (cfg.MaxKeys + n - 1) / n
-	// At least one key of a bucket not reserved fits in every shard.
+	// At least one key of a bucket not reserved fits in every shard. The
+	// reserve is kept whether or not buckets are reserved now, so that a
+	// reload may reserve some; room ignores it while none is.
 	reserve := min((cfg.ReservedKeys+n-1)/n, capacity-1)
 	for i := range s.shards {
 		s.shards[i].m = make(map[mapKey]*entry)
@@ -241,7 +242,7 @@ func (e *entry) advance(w int64) {
 // authoritative, so e is reset to w.
 func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop bool) {
 	if int64(e.scale) != lim.ScaleMS {
-		e.scale = int32(lim.ScaleMS)
+		e.scale = uint32(lim.ScaleMS)
 		e.reset(w)
 		expiryMayDrop = true
 	} else if w < e.newest-1 {
@@ -264,12 +265,78 @@ func satAdd(a, n int64) int64 {
 	return a + n
 }
 
+// reservedSet is an immutable set of buckets, by id.
+type reservedSet struct {
+	in  []bool // by bucket
+	any bool
+}
+
+func newReservedSet(bs []Bucket) *reservedSet {
+	rs := &reservedSet{any: len(bs) > 0}
+	for _, b := range bs {
+		if int(b) >= len(rs.in) {
+			rs.in = append(rs.in, make([]bool, int(b)+1-len(rs.in))...)
+		}
+		rs.in[b] = true
+	}
+	return rs
+}
+
+// SetReserved replaces the set of reserved buckets (Config.Reserved) for
+// the keys inserted from now on; keys already held stay. Safe to call
+// while the store is in use.
+func (s *Store) SetReserved(bs []Bucket) { s.reserved.Store(newReservedSet(bs)) }
+
 // room is how many keys sh may hold when a key of bucket is added.
 func (s *Store) room(sh *shard, bucket Bucket) int {
-	if int(bucket) < len(s.reserved) && s.reserved[bucket] {
+	rs := s.reserved.Load()
+	if !rs.any || (int(bucket) < len(rs.in) && rs.in[bucket]) {
 		return sh.capacity
 	}
 	return sh.capacity - sh.reserve
+}
+
+// DropBuckets deletes every entry of the given buckets, and the peer
+// counts merged for them, so that a bucket a reload removed, or whose
+// window or algorithm changed (it then has a new id), frees its keys at
+// once. Each shard is locked in turn, for one pass over its entries; a
+// Take racing the call may recreate a key of a dropped bucket, which then
+// expires like any other. It returns how many entries it deleted.
+func (s *Store) DropBuckets(bs []Bucket) int {
+	if len(bs) == 0 {
+		return 0
+	}
+	drop := newReservedSet(bs).in
+	gone := func(b Bucket) bool { return int(b) < len(drop) && drop[b] }
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.high = max(sh.high, len(sh.m))
+		sh.peersHigh = max(sh.peersHigh, len(sh.peers))
+		d := 0
+		for k, e := range sh.m {
+			if gone(k.bucket) {
+				delete(sh.m, k)
+				e.marks = 0 // dropped from the changed list below
+				d++
+			}
+		}
+		for k := range sh.peers {
+			if gone(k.bucket) {
+				delete(sh.peers, k)
+			}
+		}
+		if d > 0 {
+			if len(sh.changed) > 0 {
+				sh.compactChanged()
+			}
+			sh.rebuild()
+		}
+		sh.mu.Unlock()
+		n += d
+	}
+	return n
 }
 
 // insert adds an entry for k in window w if the shard holds fewer than room
@@ -287,7 +354,7 @@ func (sh *shard) insert(k mapKey, lim Limit, w, ms int64, room int) *entry {
 			return nil
 		}
 	}
-	e := &entry{newest: w, scale: int32(lim.ScaleMS), alg: lim.Algorithm}
+	e := &entry{newest: w, scale: uint32(lim.ScaleMS), alg: lim.Algorithm}
 	// Clone: the caller's key may be a substring of a large header.
 	sh.m[mapKey{k.bucket, strings.Clone(k.key)}] = e
 	sh.noteExpiry(e)
@@ -379,10 +446,10 @@ func admits(lim Limit, elapsed, prev, cur int64) bool {
 		return true
 	}
 	// prev×(scale−elapsed) + (cur+1)×scale ≤ limit×scale
-	room := (lim.Limit - cur - 1) * lim.ScaleMS // < 2^62
-	d := lim.ScaleMS - elapsed                  // in [1, scale]
-	if prev < 1<<31 {
-		return prev*d <= room // < 2^62
+	room := (lim.Limit - cur - 1) * lim.ScaleMS // < MaxProduct = 2^62
+	d := lim.ScaleMS - elapsed                  // in [1, scale], < 2^32
+	if prev < 1<<30 {
+		return prev*d <= room // < 2^30 × 2^32 = 2^62
 	}
 	return prev <= room/d
 }
@@ -395,7 +462,7 @@ func estimate(lim Limit, elapsed, prev, cur int64) int64 {
 	}
 	s, d := lim.ScaleMS, lim.ScaleMS-elapsed
 	var w int64
-	if prev < 1<<31 {
+	if prev < 1<<30 { // prev×d < 2^62, as in admits
 		w = (prev*d + s - 1) / s
 	} else {
 		// prev×d may exceed 2^63: compute ceil(prev×d/s) in 128 bits. The
@@ -632,8 +699,13 @@ func (s *Store) Len() int {
 func (s *Store) MaxKeys() int { return s.maxKeys }
 
 // ReservedKeys is the room within MaxKeys kept for the reserved buckets
-// (Config.ReservedKeys with its default); 0 without reserved buckets.
-func (s *Store) ReservedKeys() int { return s.reservedKeys }
+// (Config.ReservedKeys with its default); 0 while no bucket is reserved.
+func (s *Store) ReservedKeys() int {
+	if !s.reserved.Load().any {
+		return 0
+	}
+	return s.reservedKeys
+}
 
 // Refused returns how many new keys were refused at the key bound since
 // the Store was created.

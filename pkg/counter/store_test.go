@@ -357,7 +357,9 @@ func TestSlidingRetryAfterExhaustive(t *testing.T) {
 func TestLimitValidate(t *testing.T) {
 	for _, l := range []Limit{
 		{Limit: 1, ScaleMS: 1},
-		{Limit: MaxLimit, ScaleMS: MaxScaleMS, Algorithm: Sliding},
+		{Limit: MaxLimitFor(MaxScaleMS), ScaleMS: MaxScaleMS, Algorithm: Sliding},
+		{Limit: MaxLimit, ScaleMS: MaxProduct / MaxLimit},
+		{Limit: MaxLimitFor(30 * 86_400_000), ScaleMS: 30 * 86_400_000}, // a month
 	} {
 		if err := l.Validate(); err != nil {
 			t.Errorf("%+v: %v", l, err)
@@ -370,6 +372,10 @@ func TestLimitValidate(t *testing.T) {
 		{Limit: MaxLimit + 1, ScaleMS: 1000},
 		{Limit: 1, ScaleMS: 0},
 		{Limit: 1, ScaleMS: MaxScaleMS + 1},
+		{Limit: 1, ScaleMS: 365 * 86_400_000}, // a year
+		{Limit: MaxLimit, ScaleMS: MaxScaleMS},
+		{Limit: MaxLimitFor(MaxScaleMS) + 1, ScaleMS: MaxScaleMS},
+		{Limit: MaxLimit, ScaleMS: MaxProduct/MaxLimit + 1},
 		{Limit: 1, ScaleMS: 1000, Algorithm: 2},
 	} {
 		err := l.Validate()
@@ -1001,7 +1007,7 @@ func TestClockStepBack(t *testing.T) {
 
 func TestSaturation(t *testing.T) {
 	s := newStore(t, Config{})
-	lim := Limit{Limit: MaxLimit, ScaleMS: MaxScaleMS, Algorithm: Sliding}
+	lim := Limit{Limit: MaxLimitFor(MaxScaleMS), ScaleMS: MaxScaleMS, Algorithm: Sliding}
 	now := at(t, "10:00:00.000")
 	w := now.UnixMilli() / MaxScaleMS
 	s.Incr(0, "k", lim, 1<<62, time.UnixMilli((w-1)*MaxScaleMS))
@@ -1012,8 +1018,8 @@ func TestSaturation(t *testing.T) {
 	s.Add(0, "k", lim, w-1, 1<<62, time.UnixMilli(w*MaxScaleMS))
 	late := time.UnixMilli(w*MaxScaleMS + MaxScaleMS - 1) // prev weight 1/scale
 	r := s.Peek(0, "k", lim, late)
-	// ceil(2^62 × 1 / (2^31−1)) = 2^31 + 2 (as 2^62 = (2^31−1)(2^31+1) + 1)
-	if r.Count != 1<<31+2 || r.Allowed || r.RetryAfterMS != 1 {
+	// ceil(2^62 × 1 / (2^32−1)) = 2^30 + 1 (as 2^62 = (2^32−1)·2^30 + 2^30)
+	if r.Count != 1<<30+1 || r.Allowed || r.RetryAfterMS != 1 {
 		t.Errorf("Peek with saturated previous window: %+v", r)
 	}
 	if r := s.Peek(0, "k", lim, late.Add(time.Millisecond)); !r.Allowed || r.Count != 0 {

@@ -68,10 +68,10 @@ func admitsN(lim Limit, elapsed, prev, cur, n int64) bool {
 		return true
 	}
 	// prev×(scale−elapsed) + (cur+n)×scale ≤ limit×scale
-	room := (lim.Limit - cur - n) * lim.ScaleMS // < 2^62
-	d := lim.ScaleMS - elapsed                  // in [1, scale]
-	if prev < 1<<31 {
-		return prev*d <= room // < 2^62
+	room := (lim.Limit - cur - n) * lim.ScaleMS // < MaxProduct = 2^62
+	d := lim.ScaleMS - elapsed                  // in [1, scale], < 2^32
+	if prev < 1<<30 {
+		return prev*d <= room // < 2^30 × 2^32 = 2^62
 	}
 	return prev <= room/d
 }

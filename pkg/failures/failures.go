@@ -41,6 +41,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -94,8 +95,11 @@ type Limits interface {
 
 // Config is what a Recorder needs of the configuration.
 type Config struct {
-	// Buckets are indexed by counter.Bucket, as the Check's.
+	// Buckets are indexed as the Check's (the matcher's dense indices).
 	Buckets []Bucket
+	// IDs are the buckets' ids in the counter, by the same index (see
+	// counter.Bucket). nil: the index itself.
+	IDs []counter.Bucket
 	// Routes are the route rules, for reports that name one.
 	Routes []Route
 	// StatusCodes are the response codes that count as failures
@@ -147,25 +151,34 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Recorder counts reported failures. Create it with New.
+// Recorder counts reported failures. Create it with New; Update swaps its
+// configuration while it serves.
 type Recorder struct {
 	alsv3.UnimplementedAccessLogServiceServer
 
-	cfg    Config
-	byName map[string]counter.Bucket
-	count  Counter
-	limits Limits
-	log    *slog.Logger
-	now    func() time.Time
-	token  []byte
-	m      *metrics
-	// failureBuckets are the buckets with count: failures, in config order.
-	failureBuckets []counter.Bucket
+	gen   atomic.Pointer[generation]
+	count Counter
+	log   *slog.Logger
+	now   func() time.Time
+	token []byte
+	m     *metrics
 
 	// closing ends the long-lived access-log streams at shutdown: gRPC's
 	// graceful stop would otherwise wait for Envoy to hang up.
 	closing   chan struct{}
 	closeOnce sync.Once
+}
+
+// generation is one configuration, immutable: a report is counted wholly
+// under the one it loaded.
+type generation struct {
+	cfg     Config
+	limits  Limits
+	byName  map[string]int // bucket name → index
+	ids     []counter.Bucket
+	metrics []bucketMetrics // by index
+	// failureBuckets are the buckets with count: failures, in config order.
+	failureBuckets []int
 }
 
 // CloseStreams ends every open access-log stream with UNAVAILABLE (Envoy
@@ -181,39 +194,75 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 	if c == nil || limits == nil || reg == nil || log == nil {
 		return nil, errors.New("failures: New needs a counter, limits, a registerer and a logger")
 	}
-	if len(cfg.StatusCodes) == 0 {
-		return nil, errors.New("failures: no status codes count as failures")
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
 	}
-	rec := &Recorder{cfg: cfg, byName: map[string]counter.Bucket{}, count: c, limits: limits, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	rec := &Recorder{count: c, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
-	for i, b := range cfg.Buckets {
-		if _, dup := rec.byName[b.Name]; !dup {
-			rec.byName[b.Name] = counter.Bucket(i)
-		}
-		if b.CountFailures {
-			rec.failureBuckets = append(rec.failureBuckets, counter.Bucket(i))
-		}
-	}
-	for _, rt := range cfg.Routes {
-		for _, b := range rt.Buckets {
-			if int(b) >= len(cfg.Buckets) {
-				return nil, fmt.Errorf("failures: route %q names bucket %d of %d", rt.Name+rt.Path, b, len(cfg.Buckets))
-			}
-		}
-	}
-	m, err := newMetrics(reg, cfg.Buckets)
+	m, err := newMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	rec.m = m
+	rec.gen.Store(rec.newGeneration(cfg, limits))
 	return rec, nil
 }
 
+// Update makes cfg, under limits, the configuration of the next report; a
+// report being counted finishes on the previous one. It validates first:
+// on an error nothing changes.
+func (rec *Recorder) Update(cfg Config, limits Limits) error {
+	if limits == nil {
+		return errors.New("failures: Update needs limits")
+	}
+	if err := checkConfig(cfg); err != nil {
+		return err
+	}
+	rec.gen.Store(rec.newGeneration(cfg, limits))
+	return nil
+}
+
+func checkConfig(cfg Config) error {
+	if len(cfg.StatusCodes) == 0 {
+		return errors.New("failures: no status codes count as failures")
+	}
+	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
+		return fmt.Errorf("failures: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
+	}
+	for _, rt := range cfg.Routes {
+		for _, b := range rt.Buckets {
+			if int(b) >= len(cfg.Buckets) {
+				return fmt.Errorf("failures: route %q names bucket %d of %d", rt.Name+rt.Path, b, len(cfg.Buckets))
+			}
+		}
+	}
+	return nil
+}
+
+func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
+	g := &generation{cfg: cfg, limits: limits, byName: map[string]int{}, ids: cfg.IDs, metrics: rec.m.forBuckets(cfg.Buckets)}
+	if g.ids == nil {
+		g.ids = make([]counter.Bucket, len(cfg.Buckets))
+		for i := range g.ids {
+			g.ids[i] = counter.Bucket(i)
+		}
+	}
+	for i, b := range cfg.Buckets {
+		if _, dup := g.byName[b.Name]; !dup {
+			g.byName[b.Name] = i
+		}
+		if b.CountFailures {
+			g.failureBuckets = append(g.failureBuckets, i)
+		}
+	}
+	return g
+}
+
 // isFailure reports whether an HTTP status code counts as a failure.
-func (rec *Recorder) isFailure(code uint32) bool {
-	return slices.Contains(rec.cfg.StatusCodes, code)
+func (g *generation) isFailure(code uint32) bool {
+	return slices.Contains(g.cfg.StatusCodes, code)
 }
 
 // record counts one failure of key in bucket b under lim.
@@ -221,14 +270,14 @@ func (rec *Recorder) isFailure(code uint32) bool {
 // A failure the counter cannot keep (its key table is full) is counted in
 // refused, never dropped unseen; the check then fails closed on the same
 // full table (failure buckets deny on overflow by default).
-func (rec *Recorder) record(b counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result {
-	after := rec.count.Incr(b, key, lim, 1, now)
-	bm := rec.m.bucket[b]
+func (rec *Recorder) record(g *generation, b int, key string, lim counter.Limit, now time.Time) counter.Result {
+	after := rec.count.Incr(g.ids[b], key, lim, 1, now)
+	bm := g.metrics[b]
 	if after.Overflow {
 		bm.refused.Inc()
 		// Debug: the metric is the signal; a flood must not become log volume.
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
-			slog.String("bucket", rec.cfg.Buckets[b].Name), slog.String("key", key))
+			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key))
 		return after
 	}
 	bm.failures.Inc()
@@ -238,7 +287,7 @@ func (rec *Recorder) record(b counter.Bucket, key string, lim counter.Limit, now
 	if !after.Allowed && !after.Overflow && after.Count-1 < lim.Limit {
 		bm.lockouts.Inc()
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
-			slog.String("bucket", rec.cfg.Buckets[b].Name), slog.String("key", key),
+			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key),
 			slog.Int64("limit", lim.Limit), slog.Int64("scale_ms", lim.ScaleMS),
 			slog.Int64("retry_after_ms", after.RetryAfterMS))
 	}
@@ -298,7 +347,8 @@ const (
 var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed"}
 
 func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
-	if !rec.isFailure(e.GetResponse().GetResponseCode().GetValue()) {
+	g := rec.gen.Load()
+	if !g.isFailure(e.GetResponse().GetResponseCode().GetValue()) {
 		return entryIgnored
 	}
 	md := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[MetadataNamespace]
@@ -314,19 +364,19 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	counted, bad := 0, 0
 	for name, v := range fs.GetFields() {
 		keys, ok := keyList(v)
-		b, known := rec.byName[name]
-		if !ok || !known || !rec.cfg.Buckets[b].CountFailures {
+		b, known := g.byName[name]
+		if !ok || !known || !g.cfg.Buckets[b].CountFailures {
 			bad++
 			continue
 		}
 		limited := false
 		for _, key := range keys.all() {
-			lim, ok := rec.limits.Limit(b, key)
+			lim, ok := g.limits.Limit(counter.Bucket(b), key)
 			if !ok {
 				limited = true
 				break
 			}
-			rec.record(b, key, lim, now)
+			rec.record(g, b, key, lim, now)
 		}
 		if limited {
 			bad++
@@ -468,7 +518,8 @@ func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult
 // see it: the IP canonical, the account trimmed and lower-cased.
 func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	// Keyed as a check keys it: IPv6 by its network.
-	ip, ok := descriptors.IPKey(rep.IP, rec.cfg.IPv6Prefix)
+	g := rec.gen.Load()
+	ip, ok := descriptors.IPKey(rep.IP, g.cfg.IPv6Prefix)
 	if !ok {
 		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
 	}
@@ -481,16 +532,16 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 			return ReportResult{}, errors.New("account must be valid UTF-8 text")
 		}
 	}
-	buckets := rec.failureBuckets
+	buckets := g.failureBuckets
 	if rep.Route != "" {
-		route := rec.cfg.routeIndex(rep.Route)
+		route := g.cfg.routeIndex(rep.Route)
 		if route < 0 {
 			return ReportResult{}, fmt.Errorf("route %q is not in the configuration", rep.Route)
 		}
 		buckets = nil
-		for _, b := range rec.cfg.Routes[route].Buckets {
-			if rec.cfg.Buckets[b].CountFailures {
-				buckets = append(buckets, b)
+		for _, b := range g.cfg.Routes[route].Buckets {
+			if g.cfg.Buckets[b].CountFailures {
+				buckets = append(buckets, int(b))
 			}
 		}
 	}
@@ -498,7 +549,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	res := ReportResult{Counted: map[string]BucketState{}}
 	for _, b := range buckets {
 		var key string
-		switch rec.cfg.Buckets[b].Key {
+		switch g.cfg.Buckets[b].Key {
 		case descriptors.KeyIP:
 			key = ip
 		case descriptors.KeyAccount:
@@ -507,12 +558,12 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if key == "" {
 			continue // keyed by something a report does not carry, or no account
 		}
-		lim, ok := rec.limits.Limit(b, key)
+		lim, ok := g.limits.Limit(counter.Bucket(b), key)
 		if !ok {
 			continue
 		}
-		st := rec.record(b, key, lim, now)
-		res.Counted[rec.cfg.Buckets[b].Name] = BucketState{
+		st := rec.record(g, b, key, lim, now)
+		res.Counted[g.cfg.Buckets[b].Name] = BucketState{
 			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
 			Refused: st.Overflow,
 		}

@@ -70,12 +70,12 @@ func newHarness(t *testing.T, token string) *harness {
 	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limits := tenantlimits.NewResolver(wiring.Limits(r), nil)
-	svc, err := authz.New(wiring.Authz(r), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
+	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
+	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = failures.New(wiring.Failures(r), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = failures.New(wiring.Failures(r, nil), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(wiring.Failures(r), overflowing{}, tenantlimits.NewResolver(wiring.Limits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(wiring.Failures(r, nil), overflowing{}, tenantlimits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestRouteIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := wiring.Failures(r)
+	cfg := wiring.Failures(r, nil)
 	if i := failures.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
 		t.Errorf("route login at %d", i)
 	}

@@ -58,7 +58,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := wiring.Failures(r), tenantlimits.NewResolver(wiring.Limits(r), nil)
+	cfg, limits := wiring.Failures(r, nil), tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {

@@ -19,13 +19,13 @@ type bucketMetrics struct {
 }
 
 type metrics struct {
-	bucket  []bucketMetrics // by bucket index; set for failure buckets
-	streams prometheus.Gauge
-	entries [numEntryResults]prometheus.Counter
-	reports map[reportResult]prometheus.Counter
+	failures, lockouts, refused *prometheus.CounterVec
+	streams                     prometheus.Gauge
+	entries                     [numEntryResults]prometheus.Counter
+	reports                     map[reportResult]prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, buckets []Bucket) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	const ns, sub = "ratelimit_authz", "failures"
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "counted_total",
@@ -56,16 +56,7 @@ func newMetrics(reg prometheus.Registerer, buckets []Bucket) (*metrics, error) {
 			return nil, fmt.Errorf("failures: register metrics: %w", err)
 		}
 	}
-	m := &metrics{bucket: make([]bucketMetrics, len(buckets)), streams: streams, reports: map[reportResult]prometheus.Counter{}}
-	for i, b := range buckets {
-		if b.CountFailures {
-			m.bucket[i] = bucketMetrics{
-				failures: failures.WithLabelValues(b.Name),
-				lockouts: lockouts.WithLabelValues(b.Name),
-				refused:  refused.WithLabelValues(b.Name),
-			}
-		}
-	}
+	m := &metrics{failures: failures, lockouts: lockouts, refused: refused, streams: streams, reports: map[reportResult]prometheus.Counter{}}
 	for i, name := range entryResultNames {
 		m.entries[i] = entries.WithLabelValues(name)
 	}
@@ -73,4 +64,20 @@ func newMetrics(reg prometheus.Registerer, buckets []Bucket) (*metrics, error) {
 		m.reports[r] = reports.WithLabelValues(r)
 	}
 	return m, nil
+}
+
+// forBuckets are the children of the buckets' metrics, by bucket index;
+// set for failure buckets.
+func (m *metrics) forBuckets(buckets []Bucket) []bucketMetrics {
+	bm := make([]bucketMetrics, len(buckets))
+	for i, b := range buckets {
+		if b.CountFailures {
+			bm[i] = bucketMetrics{
+				failures: m.failures.WithLabelValues(b.Name),
+				lockouts: m.lockouts.WithLabelValues(b.Name),
+				refused:  m.refused.WithLabelValues(b.Name),
+			}
+		}
+	}
+	return bm
 }

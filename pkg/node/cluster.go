@@ -67,19 +67,16 @@ func (c *Cluster) setDefaults() error {
 
 // newReplicator returns the replicator of the cluster backend, or nil for
 // the local one (c nil).
-func newReplicator(c *Cluster, r *rules.Rules, rn *rlsNode, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
+func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
 	if c == nil {
 		log.Info("counter backend: local (this node's counts only)")
 		return nil, nil
 	}
-	buckets := make([]string, len(r.Buckets))
-	for i, b := range r.Buckets {
-		buckets[i] = b.Name
-	}
 	repl, err := replicate.New(replicate.Config{
-		URL: c.URL, Options: c.Options, Buckets: append(buckets, rn.names()...), NodeID: c.NodeID,
+		URL: c.URL, Options: c.Options, NodeID: c.NodeID,
+		Buckets: t.Buckets, IDs: t.IDs, Algorithms: t.Algorithms, Bounds: t.Bounds,
 		SubjectPrefix: c.SubjectPrefix, SyncInterval: c.SyncInterval, WarmStartTimeout: c.WarmStartTimeout,
-		Keys: c.Keys, Bounds: append(peerBounds(r), rn.bounds()...),
+		Keys: c.Keys,
 	}, store, reg, log)
 	if err != nil {
 		return nil, err
@@ -106,7 +103,7 @@ func newReplicator(c *Cluster, r *rules.Rules, rn *rlsNode, store *counter.Store
 // (tenantlimits.Scales), with any count an override allows.
 func peerBounds(r *rules.Rules) replicate.BucketWindows {
 	w := make(replicate.BucketWindows, len(r.Buckets))
-	limits := tenantlimits.NewResolver(wiring.Limits(r), nil)
+	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
 	for i := range r.Buckets {
 		m := map[int64]int64{}
 		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }

@@ -42,6 +42,17 @@
 // Run the same way, and Run returns its error; options nats.go refuses
 // (an unreadable credentials file) do too.
 //
+// # Reload
+//
+// Reload (ReloadSources, ReloadFrom) swaps in a new configuration while
+// the node serves: every part of the new generation is built first (an
+// error changes nothing), then each component takes it with Update, then
+// the counts of buckets that went away are dropped. A bucket keeps its
+// counter id (package wiring's IDs) and so its counts while its name,
+// window, algorithm and reserve hold. The counter's bounds are sized at
+// start: a reload changing them is refused. Reloads are serialised, and
+// counted in config_reloads_total{result}.
+//
 // # Failure modes
 //
 // New returns an error for a Config it cannot serve (no rules, a negative

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,9 +17,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
@@ -111,6 +112,20 @@ type Node struct {
 	runOverrides func(context.Context) error
 	srv          *server.Server
 	running      atomic.Bool
+
+	// What Reload swaps; see reload.go.
+	svc     *authz.Service
+	rec     *failures.Recorder
+	over    tenantlimits.Overrides // nil: no database
+	cache   *tenantlimits.Cache    // nil: no database
+	ids     *wiring.IDs
+	reloads *reloadMetrics
+	mu      sync.Mutex  // serialises reloads; guards cur
+	cur     *generation // the configuration served
+	// rlsSvc serves ShouldRateLimit with the RLS part of each generation
+	// under rlsSettings; nil: the node serves no RLS rules.
+	rlsSvc      *rls.Service
+	rlsSettings rls.Settings
 }
 
 // New assembles a node and binds its listeners; the caller must call Run
@@ -123,40 +138,51 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := cfg.Rules
 	reg := newRegistry(cfg.Version)
-	store, err := newCounter(r, cfg.Cluster != nil, reg)
+	rc, err := loadRLS(cfg.RLS, log)
 	if err != nil {
 		return nil, err
 	}
-	matcher, err := descriptors.New(r.Descriptors())
-	if err != nil {
-		return nil, fmt.Errorf("compile routes: %w", err)
-	}
-	rn, err := newRLS(cfg.RLS, r, log)
+	ids := new(wiring.IDs)
+	g, err := planGeneration(Sources{Rules: cfg.Rules, RLS: rc}, ids)
 	if err != nil {
 		return nil, err
 	}
-	buckets := append(wiring.Limits(r), rn.buckets()...) // the RLS buckets after the ext_authz ones
-	overrides, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, buckets, reg, log)
+	r := g.rules
+	store, err := newCounter(r, g.reserved, cfg.Cluster != nil, reg)
 	if err != nil {
 		return nil, err
 	}
-	limits := tenantlimits.NewResolver(buckets, overrides)
-	svc, err := authz.New(wiring.Authz(r), matcher, store, limits, reg, log, authz.Options{})
+	overrides, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, g.overridable, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	rlsSvc, err := rn.service(store, limits, reg, log)
+	g.build(overrides)
+	svc, err := authz.New(g.authz, g.matcher, store, g.limits, reg, log, authz.Options{})
 	if err != nil {
 		return nil, err
 	}
-	repl, err := newReplicator(cfg.Cluster, r, rn, store, reg, log)
+	var rlsSvc *rls.Service
+	var rlsSettings rls.Settings
+	if cfg.RLS != nil {
+		rlsSettings = cfg.RLS.Settings
+		if rlsSvc, err = rls.New(g.rlsConfig(rlsSettings), store, rlsLimits{overrides}, reg, log, rls.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	rec, err := failures.New(wiring.Failures(r), store, limits, reg, log, failures.Options{Token: cfg.FailuresToken})
+	rec, err := failures.New(g.failures, store, g.limits, reg, log, failures.Options{Token: cfg.FailuresToken})
 	if err != nil {
+		return nil, err
+	}
+	rm, err := newReloadMetrics(reg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := ids.Commit(g.ids); err != nil {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{
@@ -172,7 +198,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv}, nil
+	return &Node{
+		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
+		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
+		rlsSvc: rlsSvc, rlsSettings: rlsSettings,
+	}, nil
 }
 
 // Run serves until ctx ends, then shuts down in the order of the package
@@ -228,8 +258,10 @@ func newRegistry(version string) *prometheus.Registry {
 
 // newCounter is the node's counter and its metrics; a cluster node tracks
 // its changes for replication.
-func newCounter(r *rules.Rules, cluster bool, reg prometheus.Registerer) (*counter.Store, error) {
-	store, err := counter.New(counterConfig(r.Counter, cluster))
+func newCounter(r *rules.Rules, reserved []counter.Bucket, cluster bool, reg prometheus.Registerer) (*counter.Store, error) {
+	cfg := counterConfig(r.Counter, cluster)
+	cfg.Reserved = reserved // by id
+	store, err := counter.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create counter: %w", err)
 	}

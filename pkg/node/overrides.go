@@ -37,22 +37,22 @@ const overridesOff = "overrides: off (no database URL): the configured limits on
 // the cache and its Run, which keeps it current and closes its connection
 // when ctx ends. state describes the overrides served in one line (for the
 // /readyz body).
-func newOverrides(ctx context.Context, cfg Overrides, bs tenantlimits.Buckets, reg prometheus.Registerer, log *slog.Logger) (over tenantlimits.Overrides, run func(context.Context) error, state func() string, err error) {
+func newOverrides(ctx context.Context, cfg Overrides, bs tenantlimits.Buckets, reg prometheus.Registerer, log *slog.Logger) (over tenantlimits.Overrides, cache *tenantlimits.Cache, run func(context.Context) error, state func() string, err error) {
 	if cfg.DatabaseURL == "" {
 		log.Info("tenant overrides off: no database URL (DATABASE_URL, DATABASE_URL_FILE or --database-url)")
-		return nil, func(context.Context) error { return nil }, func() string { return overridesOff }, nil
+		return nil, nil, func(context.Context) error { return nil }, func() string { return overridesOff }, nil
 	}
 	if cfg.SnapshotFile == "" {
 		log.Warn("no --overrides-snapshot: a node started while Postgres cannot be reached serves no tenant overrides until it can")
 	}
-	cache, err := tenantlimits.NewCache(tenantlimits.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, bs, reg, log.With("component", "overrides"))
+	cache, err = tenantlimits.NewCache(tenantlimits.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, bs, reg, log.With("component", "overrides"))
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, overridesStartWait)
 	defer cancel()
 	// A failure is logged by the cache (which then serves the snapshot
 	// file, if any) and retried by Run.
 	cache.Load(lctx)
-	return cache, cache.Run, cache.State, nil
+	return cache, cache, cache.Run, cache.State, nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
@@ -204,11 +205,15 @@ func TestRLSTenantOverride(t *testing.T) {
 	}
 	r := shipped(t)
 	rlsCfg := &RLS{Layout: rlsLayout(t, map[string]string{"edge.yaml": rlsRules})}
-	rn, err := newRLS(rlsCfg, r, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rc, err := loadRLS(rlsCfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := tenantlimits.NewStore(conn, append(wiring.Limits(r), rn.buckets()...))
+	ruleIDs := make([]counter.Bucket, len(rc.Rules()))
+	for i := range ruleIDs {
+		ruleIDs[i] = counter.Bucket(len(r.Buckets) + i)
+	}
+	store, err := tenantlimits.NewStore(conn, append(wiring.Limits(r, nil), wiring.RLSOverridable(rc, ruleIDs)...))
 	if err != nil {
 		t.Fatal(err)
 	}

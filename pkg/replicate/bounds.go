@@ -9,7 +9,7 @@ import "github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 // count the counter accepts.
 type Bounds interface {
 	// PeerBound returns the largest running count a peer may report for
-	// bucket in windows of scaleMS, and false when no limit of the bucket
+	// bucket (its index in the Table) in windows of scaleMS, and false when no limit of the bucket
 	// on this node has windows of that length (the count is dropped).
 	PeerBound(bucket counter.Bucket, scaleMS int64) (maxCount int64, ok bool)
 }

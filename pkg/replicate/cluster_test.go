@@ -212,7 +212,7 @@ func TestClusterOneMessagePerNodePerInterval(t *testing.T) {
 	a.waitReady(t)
 	b.waitReady(t)
 
-	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: counter.MaxScaleMS}
+	big := counter.Limit{Limit: counter.MaxLimitFor(counter.MaxScaleMS), ScaleMS: counter.MaxScaleMS}
 	start := time.Now()
 	var hits atomic.Int64
 	var wg sync.WaitGroup
@@ -423,7 +423,7 @@ func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 	a.waitReady(t)
 	b.waitReady(t)
 	nodes := []*live{a, b}
-	big := counter.Limit{Limit: counter.MaxLimit, ScaleMS: counter.MaxScaleMS}
+	big := counter.Limit{Limit: counter.MaxLimitFor(counter.MaxScaleMS), ScaleMS: counter.MaxScaleMS}
 	stop := make(chan struct{})
 	wait := steadyLoad(nodes, "k", big, time.Millisecond, stop)
 

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // Defaults of a zero Config field.
@@ -47,10 +49,15 @@ type Config struct {
 	// its own after them: NoEcho, RetryOnFailedConnect, unlimited
 	// reconnects, and its connection handlers.
 	Options []nats.Option
-	// Buckets are the configured bucket names, indexed like the counter's
-	// bucket numbers. Batches name buckets, so nodes whose configurations
-	// differ (during a rollout) agree on the buckets they share. Required.
+	// Buckets are the configured bucket names, by index. Batches name
+	// buckets, so nodes whose configurations differ (during a rollout)
+	// agree on the buckets they share. Required. Buckets, IDs, Algorithms
+	// and Bounds are the first Table (see Table, Replicator.Update).
 	Buckets []string
+	// IDs are the buckets' ids in the counter, by index; nil: the index.
+	IDs []counter.Bucket
+	// Algorithms are the buckets' algorithms, by index; nil: any.
+	Algorithms []counter.Algorithm
 	// NodeID names this node to its peers (metrics labels, logs); default
 	// the host name. Each process start adds a random incarnation, so two
 	// processes never share an identity.
@@ -117,16 +124,6 @@ type Config struct {
 func (c *Config) setDefaults() error {
 	if c.URL == "" {
 		return errors.New("replicate: no NATS URL")
-	}
-	if len(c.Buckets) == 0 {
-		return errors.New("replicate: no buckets")
-	}
-	seen := make(map[string]bool, len(c.Buckets))
-	for _, b := range c.Buckets {
-		if b == "" || len(b) > maxNameLen || seen[b] {
-			return fmt.Errorf("replicate: bucket name %q is empty, too long or repeated", b)
-		}
-		seen[b] = true
 	}
 	if c.NodeID == "" {
 		h, err := os.Hostname()

@@ -121,8 +121,12 @@
 // offsets are −1, 0 or +1, a message must be sent within MaxClockSkew
 // (30 s) of the receiver's clock (so a replay later than that is dropped,
 // and an earlier one merges by max under the same peer id: it changes
-// nothing), window lengths and counts are checked against Config.Bounds
-// (counts above the bound are merged at it). Sync requests are answered
+// nothing), window lengths and counts are checked against the Table's
+// Bounds (counts above the bound are merged at it), algorithms against its
+// Algorithms. The Table follows reloads (Replicator.Update): a node whose
+// configuration differs from a peer's, for a moment or for a rollout,
+// drops and counts what it does not share (reasons unknown_bucket, scale,
+// algorithm) and merges the rest. Sync requests are answered
 // only to _INBOX. subjects, at most SyncAnswersPerSecond (4) in all, from
 // a snapshot taken at most once a second. A panic in a NATS handler is
 // recovered, counted and logged.

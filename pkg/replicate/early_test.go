@@ -120,7 +120,7 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	a.waitReady(t)
 
 	// 1000 keys, each within its near-limit margin, so every hit signals.
-	lim := counter.Limit{Limit: counter.MaxLimit, ScaleMS: counter.MaxScaleMS}
+	lim := counter.Limit{Limit: counter.MaxLimitFor(counter.MaxScaleMS), ScaleMS: counter.MaxScaleMS}
 	keys := make([]string, 1000)
 	for i := range keys {
 		keys[i] = fmt.Sprint("k", i)

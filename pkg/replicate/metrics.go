@@ -19,6 +19,7 @@ type dropReasons struct {
 	tooLarge      prometheus.Counter // an own entry larger than one message
 	unknownPeer   prometheus.Counter // from a peer over the peer bound
 	scale         prometheus.Counter // a window length no limit of the bucket has on this node
+	algorithm     prometheus.Counter // counted in another algorithm than the bucket's here
 }
 
 func (d *dropReasons) reasons() []reason {
@@ -26,7 +27,7 @@ func (d *dropReasons) reasons() []reason {
 		{"stale", &d.stale}, {"stale_local", &d.staleLocal}, {"unknown_bucket", &d.unknownBucket},
 		{"mismatch", &d.mismatch}, {"refused", &d.refused}, {"invalid", &d.invalid},
 		{"deferred", &d.deferred}, {"too_large", &d.tooLarge}, {"unknown_peer", &d.unknownPeer},
-		{"scale", &d.scale},
+		{"scale", &d.scale}, {"algorithm", &d.algorithm},
 	}
 }
 

@@ -167,12 +167,14 @@ func (p *publisher) publishChanges(now time.Time, max int, send func([]byte) err
 		return nil
 	}
 	p.split.start(header{Kind: kindBatch, Node: p.self.Node, Incarnation: p.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: p.seq})
+	tab := p.tab.Load()
 	for _, c := range p.changes {
-		if int(c.Bucket) >= len(p.cfg.Buckets) {
-			p.m.dropped.invalid.Inc()
+		name := tab.name(c.Bucket)
+		if name == "" { // a bucket a reload removed
+			p.m.dropped.unknownBucket.Inc()
 			continue
 		}
-		l := wireLimit{Name: p.cfg.Buckets[c.Bucket], ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}
+		l := wireLimit{Name: name, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}
 		if err := p.split.add(l, origin{}, c.Window, c.Key, c.Count); errors.Is(err, errEntryTooLarge) {
 			p.m.dropped.tooLarge.Inc()
 		}

@@ -16,7 +16,6 @@ import (
 // own goroutine, which is why the deferred counts are behind deferMu.
 type receiver struct {
 	*shared
-	bucketIdx map[string]counter.Bucket // bucket name → this node's bucket
 
 	rx    message
 	rxBuf rxBuffers
@@ -37,11 +36,7 @@ type rxBuffers struct {
 }
 
 func newReceiver(sh *shared) *receiver {
-	rv := &receiver{shared: sh, bucketIdx: make(map[string]counter.Bucket, len(sh.cfg.Buckets))}
-	for i, b := range sh.cfg.Buckets {
-		rv.bucketIdx[b] = counter.Bucket(i)
-	}
-	return rv
+	return &receiver{shared: sh}
 }
 
 // onBatch merges a peer's batch.
@@ -141,29 +136,35 @@ func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 
 // merge merges m's entries, each under the peer id peerOf gives for its
 // origin index (counter.Self: skip the entry, it is this node's own).
-// Entries of a bucket this node does not know, or of a window length no
-// limit of the bucket has here, are dropped; counts above what a limit of
-// the bucket allows are merged at that bound.
+// Entries of a bucket this node does not know, of a window length no limit
+// of the bucket has here, or of another algorithm, are dropped and counted
+// by reason; counts above what a limit of the bucket allows are merged at
+// that bound. The configuration is loaded once for the whole message.
 func (rv *receiver) merge(m *message, peerOf func(int) counter.PeerID, now time.Time) (merged int) {
 	rv.m.entriesReceived.Add(float64(len(m.Entries)))
 	var idxBuf [16]int64
 	var boundBuf [16]int64
 	idx, bound := idxBuf[:0], boundBuf[:0]
+	tab := rv.tab.Load()
 	for _, l := range m.Limits {
-		b, ok := rv.bucketIdx[l.Name]
+		i, ok := tab.idx[l.Name]
 		if !ok {
 			idx, bound = append(idx, -1), append(bound, 0)
 			continue
 		}
+		if tab.algs != nil && tab.algs[i] != l.Algorithm {
+			idx, bound = append(idx, -3), append(bound, 0)
+			continue
+		}
 		mx := int64(counter.MaxCount)
-		if rv.cfg.Bounds != nil {
+		if tab.bounds != nil {
 			var valid bool
-			if mx, valid = rv.cfg.Bounds.PeerBound(b, l.ScaleMS); !valid {
+			if mx, valid = tab.bounds.PeerBound(counter.Bucket(i), l.ScaleMS); !valid {
 				idx, bound = append(idx, -2), append(bound, 0)
 				continue
 			}
 		}
-		idx, bound = append(idx, int64(b)), append(bound, mx)
+		idx, bound = append(idx, int64(tab.ids[i])), append(bound, mx)
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]
@@ -174,6 +175,9 @@ func (rv *receiver) merge(m *message, peerOf func(int) counter.PeerID, now time.
 			continue
 		case -2:
 			rv.m.dropped.scale.Inc()
+			continue
+		case -3:
+			rv.m.dropped.algorithm.Inc()
 			continue
 		}
 		pid := peerOf(e.Origin)

@@ -70,6 +70,9 @@ type shared struct {
 	peers     *peerTable
 	seal      *sealer // nil: no cluster key
 	hooks     hooks
+	// tab is the configuration followed (see Update); a sender or
+	// receiver loads it once per message.
+	tab atomic.Pointer[table]
 }
 
 // hooks are test seams, fixed at construction; the zero value is the
@@ -112,7 +115,11 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		peers:     newPeerTable(cfg.MaxPeers),
 		hooks:     h,
 	}
-	var err error
+	tb, err := newTable(Table{Buckets: cfg.Buckets, IDs: cfg.IDs, Algorithms: cfg.Algorithms, Bounds: cfg.Bounds})
+	if err != nil {
+		return nil, err
+	}
+	sh.tab.Store(tb)
 	if sh.seal, err = newSealer(cfg.Keys, cfg.SubjectPrefix); err != nil {
 		return nil, err
 	}

@@ -245,10 +245,12 @@ func (s *syncer) reply(max int, now time.Time) [][]byte {
 		return nil
 	}
 	sp.start(header{Kind: kindSyncReply, Node: s.self.Node, Incarnation: s.self.Incarnation, SentAtMS: now.UnixMilli()})
+	tab := s.tab.Load()
 	for i := range s.snap {
 		pc := &s.snap[i]
-		if int(pc.Bucket) >= len(s.cfg.Buckets) {
-			continue
+		name := tab.name(pc.Bucket)
+		if name == "" {
+			continue // a bucket a reload removed
 		}
 		o := s.self
 		if pc.Peer != counter.Self {
@@ -257,7 +259,7 @@ func (s *syncer) reply(max int, now time.Time) [][]byte {
 				continue // forgotten peer: its counts stay here, but cannot be named
 			}
 		}
-		l := wireLimit{Name: s.cfg.Buckets[pc.Bucket], ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
+		l := wireLimit{Name: name, ScaleMS: pc.ScaleMS, Algorithm: pc.Algorithm}
 		_ = sp.add(l, o, pc.Window, pc.Key, pc.Count) // too large for any message: left out
 	}
 	_ = sp.flush(true)

@@ -25,7 +25,7 @@
 // rule whenever the request's domain is configured, as upstream: it counts
 // in one bucket per (domain, unit) keyed by every entry's key and value,
 // with a fixed window. Its unit must be one the counter holds (SECOND to
-// DAY, and WEEK); UNKNOWN, another value, MONTH and YEAR are ignored and the
+// MONTH, and WEEK); UNKNOWN, another value and YEAR are ignored and the
 // descriptor is matched against the configuration instead.
 //
 // Overridable rules (the extension rate_limit.overridable) take their

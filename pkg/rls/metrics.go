@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain"}),
 		ignored: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "limit_overrides_ignored_total",
-			Help: "Descriptor-supplied limits ignored because of their unit (UNKNOWN, out of range, MONTH or YEAR); the descriptor was matched against the configuration.",
+			Help: "Descriptor-supplied limits ignored because of their unit (UNKNOWN, out of range, or YEAR); the descriptor was matched against the configuration.",
 		}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "duration_seconds",

@@ -189,7 +189,7 @@ func (s *Service) build(cfg Config) (*state, error) {
 			rs.current = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)}
 		}
 		if l, ok := r.Limit(); ok {
-			l.Limit = min(l.Limit, counter.MaxLimit) // 2^31−1 per window: far beyond what a window admits
+			l.Limit = min(l.Limit, counter.MaxLimitFor(l.ScaleMS)) // far beyond what a window admits
 			if err := l.Validate(); err != nil {
 				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s (%d per %s): the counter cannot hold it (windows are at most %s): %w",
 					r.File, r.Line, r.Column, r.StatsKey, r.RequestsPerUnit, r.Unit, time.Duration(counter.MaxScaleMS)*time.Millisecond, err)
@@ -418,7 +418,7 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 		sl.lim.RequestsPerUnit, sl.lim.Unit = rpu, rlsv3.RateLimitResponse_RateLimit_Unit(ls.unit)
 		t = target{m: &ls.m, bucket: ls.bucket, id: ls.id, report: int64(rpu), scaleMS: ls.scaleMS, current: &sl.lim}
 		if rpu > 0 {
-			t.lim = counter.Limit{Limit: min(int64(rpu), counter.MaxLimit), ScaleMS: ls.scaleMS}
+			t.lim = counter.Limit{Limit: min(int64(rpu), counter.MaxLimitFor(ls.scaleMS)), ScaleMS: ls.scaleMS}
 		}
 	default:
 		rs := &st.rules[m.idx]

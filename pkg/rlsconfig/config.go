@@ -26,9 +26,14 @@ type Config struct {
 // children). A request entry reaches a descriptor only under the
 // descriptor's own key, so every lookup is by the entry's key first.
 type level struct {
-	exact   map[string]map[string]*node // key → value → descriptor
-	wild    map[string][]*node          // key → wildcard descriptors in file order
-	keyOnly map[string]*node            // key → descriptor without a value
+	byKey map[string]*keyed
+}
+
+// keyed holds a level's descriptors of one key.
+type keyed struct {
+	exact   map[string]*node // value → descriptor
+	wild    []*node          // wildcard descriptors in file order
+	keyOnly *node            // the descriptor without a value
 }
 
 type node struct {
@@ -120,15 +125,19 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 }
 
 func (lv *level) find(k, v string) *node {
-	if n := lv.exact[k][v]; n != nil {
+	kd := lv.byKey[k]
+	if kd == nil {
+		return nil
+	}
+	if n := kd.exact[v]; n != nil {
 		return n
 	}
-	for _, n := range lv.wild[k] {
+	for _, n := range kd.wild {
 		if wildcardMatch(n.segments, v) {
 			return n
 		}
 	}
-	return lv.keyOnly[k]
+	return kd.keyOnly
 }
 
 // wildcardMatch is upstream's: each '*' matches any run of bytes, the

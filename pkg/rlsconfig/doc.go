@@ -38,8 +38,9 @@
 //   - quota_mode: true is refused ("not supported"); quota_mode: false is
 //     accepted.
 //   - A field in the wrong place (unit in a descriptor, shadow_mode in
-//     rate_limit) and a field given twice are problems; upstream ignores
-//     the first silently and keeps the last of the second.
+//     rate_limit) is a problem saying where it belongs (upstream checks
+//     names against one flat list and ignores a misplaced one silently),
+//     and so is a field given twice.
 //   - Booleans may be spelled as YAML 1.1 does (yes, no, on, off), as
 //     upstream's YAML 1.1 decoder reads them; YAML merge keys (<<) are not
 //     supported (an unknown key).

@@ -64,7 +64,8 @@ func (l Layout) WatchPaths() []string {
 //
 // Which files: with WatchRoot, every regular file below ConfigDir whose
 // goruntime key (its path below ConfigDir, '/' replaced by '.') starts
-// with AppDirectory + "."; without, every regular file below ConfigDir.
+// with AppDirectory + "." (directories that cannot hold such a key are not
+// read at all); without, every regular file below ConfigDir.
 // Entries whose name starts with ".." are always skipped: they are a
 // Kubernetes ConfigMap's internals (the ..data link and the ..<timestamp>
 // directory it points to), whose copies of the files would otherwise be
@@ -162,7 +163,9 @@ func (r *reader) walk(dir, rel string, ancestors []os.FileInfo) {
 			continue
 		}
 		if fi.IsDir() {
-			r.walk(path, key, ancestors)
+			if r.mayHold(key) {
+				r.walk(path, key, ancestors)
+			}
 			continue
 		}
 		if r.layout.WatchRoot && !strings.HasPrefix(key, r.layout.appDir()+".") {
@@ -174,6 +177,18 @@ func (r *reader) walk(dir, rel string, ancestors []os.FileInfo) {
 		}
 		r.read(path)
 	}
+}
+
+// mayHold reports whether the directory with this key can hold a
+// configuration file: without WatchRoot every one can; with it, only the
+// directories on the way to AppDirectory and those below it, so the rest
+// of the runtime tree costs nothing.
+func (r *reader) mayHold(key string) bool {
+	if !r.layout.WatchRoot {
+		return true
+	}
+	p := r.layout.appDir() + "."
+	return strings.HasPrefix(key+".", p) || strings.HasPrefix(p, key+".")
 }
 
 // readNames lists a directory's names, sorted, at most MaxEntries over the walk.

@@ -91,6 +91,7 @@ func TestLoadWatchRootLayout(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(v1, "ratelimit", "pipe"), 0o644); err != nil {
 		t.Fatal(err) // outside the configuration keys: never opened
 	}
+	symlink(t, "..", filepath.Join(v1, "ratelimit", "other", "loop")) // never read: no configuration key below
 	symlink(t, "v1", filepath.Join(dir, "current"))
 	l := rlsconfig.Layout{Root: filepath.Join(dir, "current"), Subdirectory: "ratelimit", WatchRoot: true}
 	c, err := load(t, l)

@@ -338,26 +338,25 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	seen[composite] = true
 	nd := &node{rule: -1, value: value, share: share && wild}
+	if lv.byKey == nil {
+		lv.byKey = map[string]*keyed{}
+	}
+	kd := lv.byKey[key]
+	if kd == nil {
+		kd = &keyed{}
+		lv.byKey[key] = kd
+	}
 	switch {
 	case wild:
 		nd.segments = strings.Split(value, "*")
-		if lv.wild == nil {
-			lv.wild = map[string][]*node{}
-		}
-		lv.wild[key] = append(lv.wild[key], nd)
+		kd.wild = append(kd.wild, nd)
 	case value != "":
-		if lv.exact == nil {
-			lv.exact = map[string]map[string]*node{}
+		if kd.exact == nil {
+			kd.exact = map[string]*node{}
 		}
-		if lv.exact[key] == nil {
-			lv.exact[key] = map[string]*node{}
-		}
-		lv.exact[key][value] = nd
+		kd.exact[value] = nd
 	default:
-		if lv.keyOnly == nil {
-			lv.keyOnly = map[string]*node{}
-		}
-		lv.keyOnly[key] = nd
+		kd.keyOnly = nd
 	}
 	path = append(path[:len(path):len(path)], composite)
 	if rl := b.visit(rateLimit); rl != nil && !(rl.Kind == yaml.ScalarNode && rl.Tag == "!!null") {
@@ -441,7 +440,7 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 		r.Unit = u
 		if ms := u.Seconds() * 1000; ms > counter.MaxScaleMS {
 			b.errorf(nodes.unit, "unit %s (%d s) is longer than the longest window ratelimit-authz counts (%d ms, about %d days: counter.MaxScaleMS)", u, u.Seconds(), int64(counter.MaxScaleMS), int64(counter.MaxScaleMS)/86_400_000)
-		} else if r.RequestsPerUnit > counter.MaxLimit {
+		} else if int64(r.RequestsPerUnit) > counter.MaxLimit {
 			b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit)", r.RequestsPerUnit, counter.MaxLimit)
 		} else if l, ok := r.Limit(); ok {
 			if err := l.Validate(); err != nil {

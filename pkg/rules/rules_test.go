@@ -373,7 +373,7 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 // limitOf resolves bucket b's configured limit as a node does: the one
 // resolver, without overrides.
 func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
-	return tenantlimits.NewResolver(wiring.Limits(r), nil).Limit(counter.Bucket(b), "")
+	return tenantlimits.NewResolver(wiring.Limits(r, nil), nil).Limit(counter.Bucket(b), "")
 }
 
 // The configuration holds windows, header names and methods to the one

@@ -122,7 +122,7 @@ func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name str
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(wiring.Authz(r), m, store, tenantlimits.NewResolver(wiring.Limits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
+			svc, err := authz.New(wiring.Authz(r, nil), m, store, tenantlimits.NewResolver(wiring.Limits(r, nil), bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -88,8 +88,11 @@ type entry struct {
 	limit  counter.Limit
 }
 
-// snapshot is immutable once published.
+// snapshot is immutable once published. It carries the view of the
+// configuration its entries were resolved against, so that a reader that
+// loads it once sees ids and owner indices that agree.
 type snapshot struct {
+	view    *view
 	shards  [shardCount]map[string][]entry
 	entries int // overrides in effect
 	// owners[i] maps a key of the owner key name i (Cache.ownerNames) to
@@ -114,8 +117,69 @@ const (
 
 // bucketInfo is what the cache needs of an overridable bucket.
 type bucketInfo struct {
-	index     counter.Bucket
+	index     counter.Bucket // the bucket's id in the counter
 	algorithm counter.Algorithm
+}
+
+// view is what the cache needs of one configuration's buckets, immutable.
+type view struct {
+	buckets map[string]bucketInfo // overridable buckets by name
+	// route and names are indexed by bucket id; ownerNames are the owner
+	// key names this configuration uses, ownerIndex their inverse.
+	route      []keyRoute
+	names      []string
+	ownerNames []string
+	ownerIndex map[string]int
+}
+
+// newView builds the view of bs, warning about overridable buckets whose
+// overrides can never apply.
+func newView(bs Buckets, log *slog.Logger) (*view, error) {
+	v := &view{buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{}}
+	maxID := -1
+	seen := map[counter.Bucket]bool{}
+	for i := range bs {
+		id := bs[i].id(i)
+		if seen[id] {
+			return nil, fmt.Errorf("tenantlimits: bucket id %d given twice", id)
+		}
+		seen[id] = true
+		maxID = max(maxID, int(id))
+	}
+	if maxID >= 1<<24 {
+		return nil, fmt.Errorf("tenantlimits: bucket id %d is implausibly large", maxID)
+	}
+	v.route = make([]keyRoute, maxID+1)
+	v.names = make([]string, maxID+1)
+	v.ownerNames = OwnerKeyNames(bs)
+	for i, n := range v.ownerNames {
+		v.ownerIndex[n] = i
+	}
+	for i, b := range bs {
+		id := b.id(i)
+		v.names[id] = b.Name
+		if !b.Overridable {
+			continue
+		}
+		// An override replaces the limit and window; the algorithm stays
+		// the bucket's.
+		v.buckets[b.Name] = bucketInfo{index: id, algorithm: b.Limit.Algorithm}
+		if b.Key.Kind == descriptors.KeyTenant {
+			v.route[id] = keyRoute{kind: routeSelf}
+		} else if n, ok := OwnerKeyName(b.Key); ok {
+			v.route[id] = keyRoute{kind: routeOwner, owner: v.ownerIndex[n]}
+		} else {
+			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.Name, "key", b.Key.Kind.String())
+		}
+	}
+	return v, nil
+}
+
+func (v *view) name(id counter.Bucket) string {
+	if int(id) < len(v.names) {
+		return v.names[id]
+	}
+	return ""
 }
 
 // Cache is a node's in-memory copy of the overrides. Create it with
@@ -127,15 +191,8 @@ type Cache struct {
 	log     *slog.Logger
 	m       *metrics
 	seed    maphash.Seed
-	buckets map[string]bucketInfo // overridable buckets by name
-	// route is indexed by bucket; ownerNames are the owner key names this
-	// configuration uses, ownerIndex their inverse.
-	route       []keyRoute
-	ownerNames  []string
-	ownerIndex  map[string]int
-	bucketNames []string
-	snap        atomic.Pointer[snapshot]
-	running     atomic.Bool
+	snap    atomic.Pointer[snapshot]
+	running atomic.Bool
 
 	started     time.Time
 	lastSuccess atomic.Int64 // unix ns of the last successful refresh; 0: none yet
@@ -177,37 +234,73 @@ func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logge
 	}
 	c := &Cache{
 		cfg: cfg, connCfg: connCfg, log: log, seed: maphash.MakeSeed(),
-		buckets: map[string]bucketInfo{}, started: time.Now(), invalid: map[string]bool{},
-		invalidOwners: map[[2]string]bool{}, ownerIndex: map[string]int{},
-		route: make([]keyRoute, len(bs)),
+		started: time.Now(), invalid: map[string]bool{},
+		invalidOwners: map[[2]string]bool{},
 	}
-	c.ownerNames = OwnerKeyNames(bs)
-	for i, n := range c.ownerNames {
-		c.ownerIndex[n] = i
-	}
-	for i, b := range bs {
-		c.bucketNames = append(c.bucketNames, b.Name)
-		if !b.Overridable {
-			continue
-		}
-		// An override replaces the limit and window; the algorithm stays
-		// the bucket's.
-		c.buckets[b.Name] = bucketInfo{index: counter.Bucket(i), algorithm: b.Limit.Algorithm}
-		if b.Key.Kind == descriptors.KeyTenant {
-			c.route[i] = keyRoute{kind: routeSelf}
-		} else if n, ok := OwnerKeyName(b.Key); ok {
-			c.route[i] = keyRoute{kind: routeOwner, owner: c.ownerIndex[n]}
-		} else {
-			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.Name, "key", b.Key.Kind.String())
-		}
+	v, err := newView(bs, log)
+	if err != nil {
+		return nil, err
 	}
 	c.degraded.Store(true) // until the first load
 	c.m, err = newMetrics(reg, c)
 	if err != nil {
 		return nil, err
 	}
-	c.snap.Store(&snapshot{owners: make([]ownerShards, len(c.ownerNames))})
+	c.snap.Store(&snapshot{view: v, owners: make([]ownerShards, len(v.ownerNames))})
 	return c, nil
+}
+
+// Update re-resolves the overrides held against the buckets of a new
+// configuration, by name: an override of a bucket that is no longer
+// overridable, or gone, stops applying and its tenant counts among the
+// invalid rows; key owners follow their key names. A lookup in flight
+// finishes on the previous configuration. The next refresh re-reads the
+// whole table (overrides skipped before for naming a bucket the new
+// configuration adds apply from then on). On an error nothing changes.
+func (c *Cache) Update(bs Buckets) error {
+	if bs == nil {
+		return errors.New("tenantlimits: Update needs the configured buckets")
+	}
+	v, err := newView(bs, c.log)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.snap.Load()
+	next := &snapshot{view: v, owners: make([]ownerShards, len(v.ownerNames))}
+	for i, sh := range old.shards {
+		next.shards[i] = make(map[string][]entry, len(sh))
+		for tenant, es := range sh {
+			kept := make([]entry, 0, len(es))
+			for _, e := range es {
+				if b, ok := v.buckets[old.view.name(e.bucket)]; ok {
+					kept = append(kept, entry{b.index, counter.Limit{Limit: e.limit.Limit, ScaleMS: e.limit.ScaleMS, Algorithm: b.algorithm}})
+				}
+			}
+			if len(kept) < len(es) {
+				c.invalid[tenant] = true
+			}
+			if len(kept) > 0 {
+				next.shards[i][tenant] = kept
+				next.entries += len(kept)
+			}
+		}
+	}
+	for i, n := range v.ownerNames {
+		if j, ok := old.view.ownerIndex[n]; ok {
+			next.owners[i] = old.owners[j] // immutable: shared
+			for _, m := range next.owners[i] {
+				next.ownerKeys += len(m)
+			}
+		}
+	}
+	c.snap.Store(next)
+	c.lastFull = time.Time{} // the next refresh is a full one
+	c.m.loaded.Set(float64(next.entries))
+	c.m.ownersLoaded.Set(float64(next.ownerKeys))
+	c.m.invalidRows.Set(float64(len(c.invalid) + len(c.invalidOwners)))
+	return nil
 }
 
 // OverrideFor returns the override of bucket (its id in the configured
@@ -218,15 +311,12 @@ func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logge
 // decides it, so no other part of a request can change the limit of a key
 // that other requests share. Like Override it reads memory only.
 func (c *Cache) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool) {
-	if int(bucket) >= len(c.route) {
-		return counter.Limit{}, false
-	}
-	r := c.route[bucket]
-	if r.kind == routeNone {
-		return counter.Limit{}, false
-	}
 	s := c.snap.Load()
-	if s.entries == 0 {
+	if int(bucket) >= len(s.view.route) {
+		return counter.Limit{}, false
+	}
+	r := s.view.route[bucket]
+	if r.kind == routeNone || s.entries == 0 {
 		return counter.Limit{}, false
 	}
 	tenant := key
@@ -513,7 +603,7 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		}
 		_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
 			owners = append(owners, ownerChange{name: keyName, key: key, owner: -1})
-			if i, ok := c.ownerIndex[keyName]; ok {
+			if i, ok := c.snap.Load().view.ownerIndex[keyName]; ok {
 				owners[len(owners)-1].owner = i
 			}
 			return nil
@@ -572,12 +662,13 @@ func (a *arena) take(n int) []entry {
 // logging what it skips (up to maxLoggedProblems per refresh).
 func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change {
 	ch := change{tenant: tenant}
+	v := c.snap.Load().view
 	// The common case: the shape jsonb prints, every entry usable.
 	var buf [maxFastEntries]fastEntry
 	if fast, ok := fastEntries(raw, &buf); ok {
 		usable := true
 		for _, e := range fast {
-			_, known := c.buckets[string(e.bucket)]
+			_, known := v.buckets[string(e.bucket)]
 			usable = usable && known && (Override{Limit: e.limit, ScaleMS: e.scaleMS}).valid()
 		}
 		if usable {
@@ -585,7 +676,7 @@ func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change
 				ch.entries = a.take(len(fast))
 			}
 			for i, e := range fast {
-				b := c.buckets[string(e.bucket)]
+				b := v.buckets[string(e.bucket)]
 				ch.entries[i] = entry{b.index, counter.Limit{Limit: e.limit, ScaleMS: e.scaleMS, Algorithm: b.algorithm}}
 			}
 			return ch
@@ -606,7 +697,7 @@ func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change
 		skip(p.Bucket, p.Err)
 	}
 	for _, o := range entries {
-		b, ok := c.buckets[o.Bucket]
+		b, ok := v.buckets[o.Bucket]
 		if !ok {
 			skip(o.Bucket, fmt.Errorf("%w: bucket %q is not an overridable bucket of this node's configuration", ErrInvalid, o.Bucket))
 			continue
@@ -624,7 +715,7 @@ func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change
 // Called with c.mu held.
 func (c *Cache) publish(full bool, changes []change, owners []ownerChange) {
 	old := c.snap.Load()
-	next := &snapshot{}
+	next := &snapshot{view: old.view}
 	copied := [shardCount]bool{}
 	if full {
 		clear(c.invalid)
@@ -674,13 +765,13 @@ func (c *Cache) publish(full bool, changes []change, owners []ownerChange) {
 // publishOwners applies owner changes to next, copying only the shards it
 // touches (all of them after a full read). Called with c.mu held.
 func (c *Cache) publishOwners(full bool, old, next *snapshot, owners []ownerChange) {
-	next.owners = make([]ownerShards, len(c.ownerNames))
+	next.owners = make([]ownerShards, len(old.view.ownerNames))
 	next.ownerKeys = 0
 	if !full {
 		copy(next.owners, old.owners)
 		next.ownerKeys = old.ownerKeys
 	}
-	copied := make([][shardCount]bool, len(c.ownerNames))
+	copied := make([][shardCount]bool, len(old.view.ownerNames))
 	for _, o := range owners {
 		k := [2]string{o.name, o.key}
 		if o.invalid {
@@ -723,7 +814,7 @@ type ownerChange struct {
 // resolveOwner checks an owner row, logging what it skips.
 func (c *Cache) resolveOwner(name, key, tenant string, logged *int) ownerChange {
 	o := ownerChange{name: name, key: key, owner: -1}
-	i, ok := c.ownerIndex[name]
+	i, ok := c.snap.Load().view.ownerIndex[name]
 	err := errors.Join(ValidateKeyValue(key), ValidateTenant(tenant))
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: no overridable bucket of this node's configuration is keyed by %q", ErrInvalid, name)

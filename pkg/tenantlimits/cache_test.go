@@ -310,12 +310,12 @@ func TestNewCacheRefusesBadConfig(t *testing.T) {
 		{URL: "postgres://127.0.0.1/x", FullRefreshInterval: 24 * time.Hour},
 		{URL: "postgres://127.0.0.1/x", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
 	} {
-		if _, err := tenantlimits.NewCache(cfg, wiring.Limits(r), newRegistry(), discardLog()); err == nil {
+		if _, err := tenantlimits.NewCache(cfg, wiring.Limits(r, nil), newRegistry(), discardLog()); err == nil {
 			t.Errorf("NewCache(%+v) accepted", cfg)
 		}
 	}
 	// The URL's password never appears in an error.
-	_, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://u:s3cret@host:notaport/db"}, wiring.Limits(r), newRegistry(), discardLog())
+	_, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://u:s3cret@host:notaport/db"}, wiring.Limits(r, nil), newRegistry(), discardLog())
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL error: %v", err)
 	}

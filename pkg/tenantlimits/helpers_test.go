@@ -99,7 +99,7 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 	}
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
-	c, err := tenantlimits.NewCache(cfg, wiring.Limits(e.rules), reg, slog.New(slog.NewTextHandler(logs, nil)))
+	c, err := tenantlimits.NewCache(cfg, wiring.Limits(e.rules, nil), reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

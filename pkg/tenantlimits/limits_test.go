@@ -55,7 +55,7 @@ func TestParseRate(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	r := shippedRules(t)
-	if got := strings.Join(tenantlimits.OverridableBuckets(wiring.Limits(r)), ","); got != "activity_create,inbound,token_generate,upload" {
+	if got := strings.Join(tenantlimits.OverridableBuckets(wiring.Limits(r, nil)), ","); got != "activity_create,inbound,token_generate,upload" {
 		t.Fatalf("overridable buckets of the shipped config: %s", got)
 	}
 	allowed := "activity_create, inbound, token_generate, upload"
@@ -70,7 +70,7 @@ func TestValidate(t *testing.T) {
 		{o: tenantlimits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}, err: "limit 0"},
 		{o: tenantlimits.Override{Bucket: "upload", Limit: 5, ScaleMS: 1500}, err: "window 1500 ms is not one of 1s, 1m, 1h, 1d"},
 	} {
-		err := tenantlimits.Validate(wiring.Limits(r), tc.o)
+		err := tenantlimits.Validate(wiring.Limits(r, nil), tc.o)
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%+v: %v", tc.o, err)
@@ -99,7 +99,7 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 func newTestCache(t testing.TB, r *rules.Rules) *tenantlimits.Cache {
 	t.Helper()
-	c, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://127.0.0.1:1/none"}, wiring.Limits(r), newRegistry(), discardLog())
+	c, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://127.0.0.1:1/none"}, wiring.Limits(r, nil), newRegistry(), discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}

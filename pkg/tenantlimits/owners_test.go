@@ -32,7 +32,7 @@ func expectFor(t *testing.T, c *running, bucket counter.Bucket, key string, want
 func TestOverridesFollowTheKeyOwner(t *testing.T) {
 	e := setup(t)
 	inb, act, tok := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("token_create"))
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestOverridesFollowTheKeyOwner(t *testing.T) {
 // TestSetOwnerValidates: bad input writes nothing and says what is wrong.
 func TestSetOwnerValidates(t *testing.T) {
 	e := setup(t)
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

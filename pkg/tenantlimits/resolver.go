@@ -10,10 +10,15 @@ import (
 )
 
 // Bucket is what limit resolution and override validation need of one
-// configured bucket. Its index in a Buckets is its counter.Bucket.
+// configured bucket. Its index in a Buckets is the index the matcher and
+// the Resolver know it by.
 type Bucket struct {
 	Name string
-	Key  descriptors.KeySpec
+	// ID is the bucket's id in the counter (see counter.Bucket), by which
+	// the Cache files its overrides; IDSet false: the bucket's index.
+	ID    counter.Bucket
+	IDSet bool
+	Key   descriptors.KeySpec
 	// Overridable buckets take tenant overrides; others never do.
 	Overridable bool
 	// Limit is the bucket's own configured limit, when HasLimit.
@@ -26,8 +31,16 @@ type Bucket struct {
 	HasDefault bool
 }
 
-// Buckets are the configured buckets, indexed by counter.Bucket.
+// Buckets are the configured buckets, in the configuration's order.
 type Buckets []Bucket
+
+// id is the bucket's id in the counter, b being at index i.
+func (b *Bucket) id(i int) counter.Bucket {
+	if b.IDSet {
+		return b.ID
+	}
+	return counter.Bucket(i)
+}
 
 // Index returns the id of the named bucket; ok is false when none has
 // that name.
@@ -72,7 +85,7 @@ func builtinLimit(name string) (counter.Limit, bool) {
 	return counter.Limit{}, false
 }
 
-// Overrides are per-tenant limits by bucket and the request's key of it
+// Overrides are per-tenant limits by bucket id (counter.Bucket) and the request's key of it
 // (see Cache.OverrideFor, which is one). They are consulted on the Check
 // path: answers come from memory, never from I/O.
 type Overrides interface {
@@ -96,6 +109,7 @@ type Resolver struct {
 }
 
 type resolved struct {
+	id          counter.Bucket // in the counter, for the overrides
 	lim         counter.Limit
 	ok          bool
 	overridable bool
@@ -107,7 +121,7 @@ func NewResolver(bs Buckets, over Overrides) *Resolver {
 	r := &Resolver{buckets: make([]resolved, len(bs)), over: over}
 	for i := range bs {
 		l, ok := bs[i].Configured()
-		r.buckets[i] = resolved{lim: l, ok: ok, overridable: bs[i].Overridable}
+		r.buckets[i] = resolved{id: bs[i].id(i), lim: l, ok: ok, overridable: bs[i].Overridable}
 	}
 	return r
 }
@@ -124,7 +138,7 @@ func (r *Resolver) Limit(b counter.Bucket, key string) (counter.Limit, bool) {
 		return counter.Limit{}, false
 	}
 	if c.overridable && key != "" && r.over != nil {
-		if l, ok := r.over.OverrideFor(b, key); ok {
+		if l, ok := r.over.OverrideFor(c.id, key); ok {
 			return l, true
 		}
 	}

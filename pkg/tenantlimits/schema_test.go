@@ -128,7 +128,7 @@ func TestNoSchema(t *testing.T) {
 	e := setup(t)
 	url := e.pg.CreateDatabase(t, "empty")
 	conn := testpg.Connect(t, url)
-	s, _ := tenantlimits.NewStore(conn, wiring.Limits(e.rules))
+	s, _ := tenantlimits.NewStore(conn, wiring.Limits(e.rules, nil))
 	_, _, err := s.Get(e.ctx, "acme")
 	if !errors.Is(err, tenantlimits.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
 		t.Errorf("get without schema: %v", err)

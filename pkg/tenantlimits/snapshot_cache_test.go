@@ -21,7 +21,7 @@ import (
 func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	e := setup(t)
 	inb, upl := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("upload"))
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -284,14 +284,14 @@ func (c *Cache) writeSnapshotFile() {
 		for _, sh := range s.shards {
 			for tenant, es := range sh {
 				for _, e := range es {
-					sw.override(tenant, Override{Bucket: c.bucketNames[e.bucket], Limit: e.limit.Limit, ScaleMS: e.limit.ScaleMS})
+					sw.override(tenant, Override{Bucket: s.view.name(e.bucket), Limit: e.limit.Limit, ScaleMS: e.limit.ScaleMS})
 				}
 			}
 		}
 		for i, o := range s.owners {
 			for _, sh := range o {
 				for key, tenant := range sh {
-					sw.owner(c.ownerNames[i], key, tenant)
+					sw.owner(s.view.ownerNames[i], key, tenant)
 				}
 			}
 		}
@@ -341,7 +341,7 @@ func (c *Cache) loadSnapshotFile() {
 	for tenant, stored := range fs.Overrides {
 		ch := change{tenant: tenant}
 		for _, o := range stored {
-			b, ok := c.buckets[o.Bucket]
+			b, ok := c.snap.Load().view.buckets[o.Bucket]
 			if !ok {
 				ch.invalid = true
 				if logged++; logged <= maxLoggedProblems {

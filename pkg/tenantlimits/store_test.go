@@ -13,7 +13,7 @@ import (
 
 func TestStoreSetGetDeleteAudit(t *testing.T) {
 	e := setup(t)
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
+	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 // database as it was, audit log included.
 func TestStoreInvalidWritesNothing(t *testing.T) {
 	e := setup(t)
-	s, _ := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules))
+	s, _ := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
 	ok := tenantlimits.Override{Bucket: "activity_create", Limit: 200, ScaleMS: 1000}
 	if _, err := s.Set(e.ctx, "acme", ok, "alice"); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,83 @@
+package tenantlimits_test
+
+import (
+	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
+)
+
+// Update re-resolves the overrides held against a new configuration by
+// bucket name, under the new ids, without waiting on Postgres: a bucket
+// gone or no longer overridable stops applying (its tenant counts as an
+// invalid row), key owners follow their key name, and the next refresh
+// re-reads the table so overrides of a bucket the reload added apply.
+func TestCacheUpdate(t *testing.T) {
+	e := setup(t)
+	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}, "upload": {"limit": 20, "scale_ms": 1000}, "inbound": {"limit": 900, "scale_ms": 1000}}')`)
+	e.exec(t, `INSERT INTO tenant_limits VALUES ('beta', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`)
+	e.exec(t, `INSERT INTO tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', 'ch-1', 'acme')`)
+	c := startCache(t, e, tenantlimits.Config{})
+	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 1 {
+		t.Fatalf("invalid rows %v before the update, want 1 (beta names a bucket not configured)", got)
+	}
+	next, err := rules.Parse([]byte(`keys:
+  tenant_header: x-tenant-id
+buckets:
+  fresh: {limit: 1, per: 1m, key: tenant, overridable: true}
+  inbound: {limit: 500, per: 1s, key: path:channel, overridable: true}
+  activity_create: {limit: 100, per: 1s, key: tenant, overridable: true, algorithm: sliding}
+  upload: {limit: 10, per: 1s, key: tenant}
+routes:
+  - {method: POST, path: /a, buckets: [activity_create, upload, fresh]}
+  - {method: POST, path: "/in/{channel}", buckets: [inbound]}
+`), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ids as the node's allocator would give them: new ones, far from the
+	// indices, so that a lookup by index would miss.
+	ids := []counter.Bucket{40, 41, 42, 43}
+	if err := c.Update(wiring.Limits(next, ids)); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := c.Override("acme", 42); !ok || got != (counter.Limit{Limit: 200, ScaleMS: 1000, Algorithm: counter.Sliding}) {
+		t.Errorf("activity_create under its new id: %+v %v, want 200/1s with the bucket's new algorithm", got, ok)
+	}
+	if got, ok := c.OverrideFor(41, "ch-1"); !ok || got.Limit != 900 {
+		t.Errorf("inbound through ch-1's owner: %+v %v", got, ok)
+	}
+	if _, ok := c.Override("acme", 43); ok {
+		t.Error("upload is no longer overridable and still has an override")
+	}
+	for _, old := range []counter.Bucket{0, 1, 2} {
+		if _, ok := c.Override("acme", old); ok {
+			t.Errorf("an override answers under the old id %d", old)
+		}
+	}
+	if got := metric(t, c.reg, "ratelimit_authz_overrides_loaded"); got != 2 {
+		t.Errorf("loaded %v after the update, want 2", got)
+	}
+	// The full refresh that follows picks up beta's override of fresh.
+	e.exec(t, `UPDATE tenant_limits SET limits = limits WHERE tenant = 'nobody'`)
+	e.exec(t, `INSERT INTO tenant_limits VALUES ('gamma', '{}')`) // a NOTIFY: refresh now
+	expectOverride(t, c, "beta", 40, counter.Limit{Limit: 7, ScaleMS: 60_000})
+	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 1 {
+		t.Errorf("invalid rows %v after the full refresh, want 1 (acme's upload)", got)
+	}
+	if got := metric(t, c.reg, "ratelimit_authz_overrides_reloads_total", "kind", "full"); got != 2 {
+		t.Errorf("%v full refreshes, want 2 (the first, and the one after Update)", got)
+	}
+	if err := c.Update(nil); err == nil {
+		t.Error("Update(nil) accepted")
+	}
+	dup := wiring.Limits(next, []counter.Bucket{1, 1, 2, 3})
+	if err := c.Update(dup); err == nil {
+		t.Error("an id given twice accepted")
+	}
+	if got, ok := c.Override("acme", 42); !ok || got.Limit != 200 {
+		t.Errorf("a refused Update changed the overrides: %+v %v", got, ok)
+	}
+}
