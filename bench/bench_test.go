@@ -357,7 +357,10 @@ func TestReportRenders(t *testing.T) {
 		Cluster: &Cluster{Skipped: "replication not available"},
 		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
 			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
-		Envoy:  &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		RLS: &RLS{Rounds: 1, Concurrency: 16, Rows: []RLSRow{{Workload: "3 descriptors, denied", Descriptors: 3, Denied: true,
+			ServerRPS: 8000, NoopRPS: 10000, Ratio: 0.8, RatioMin: 0.8, RatioMax: 0.8, ServerCPUUS: 60, NoopCPUUS: 40, CPURatio: 1.5, DeniedShare: 0.99}},
+			Memory: &RLSMemory{Keys: 1000, BytesPerKeyRSS: 250, BytesPerKeyHeap: 110, Loaded: MemPoint{RSS: 2 << 20, LiveKeys: 1000}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
 		Errors: []StepError{{"cluster", "boom\nmore"}},
 		Plots:  []string{"throughput.png"},
@@ -369,7 +372,8 @@ func TestReportRenders(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Targets", "**missed**", "Little's law", "7% of the samples", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
 		"## 4. End to end", "## 5. A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
-		"| 0 | down | 100 101 99 | 300 |", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
+		"| 0 | down | 100 101 99 | 300 |",
+		"## 1b. ShouldRateLimit", "| 3 descriptors, denied | 8000 | 10000 | 0.80 (0.80–0.80) | 60.0 / 40.0 | 1.50× |", "**250 bytes per live descriptor key resident**", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
@@ -384,12 +388,12 @@ func TestOptions(t *testing.T) {
 	if err != nil || done || !o.only["single"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
 		t.Errorf("options %+v, %v, %v", o, done, err)
 	}
-	for _, args := range [][]string{{"--only", "bogus"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--only", "bogus"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"--rls-memory-keys", "10"}, {"extra"}, {"--nope"}} {
 		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}
-	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 {
+	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 || o.rlsMemKeys != 50_000 || !o.only["rls"] {
 		t.Errorf("quick: %+v", o)
 	}
 	if v := envoyVersion("envoy  version: 0f1b9a/1.40.0/Clean/RELEASE/BoringSSL"); v != "1.40.0" {

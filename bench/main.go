@@ -8,6 +8,10 @@
 //     and 64, allowed and mostly denied, as a ratio to a no-op ext_authz
 //     server measured in the same run, alternating, so machine noise
 //     cancels; latency at fixed rates; CPU profiles of both;
+//   - rls: ShouldRateLimit (Envoy's rate limit filter's call) against a
+//     no-op rate limit service on the same gRPC stack, with one and three
+//     descriptors, allowed and denied, CPU per call and throughput as
+//     ratios; then resident memory and live heap per descriptor key;
 //   - memory: resident memory and live keys while distinct keys arrive
 //     within one window, and after they expire;
 //   - cluster: three nodes on one NATS at 2×, 10× and 100× a limit,
@@ -67,7 +71,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "memory", "cluster", "cluster-load", "envoy"}
+var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy"}
 
 type options struct {
 	out        string
@@ -79,6 +83,7 @@ type options struct {
 	memKeys    int64
 	memBuckets int
 	memWindow  time.Duration
+	rlsMemKeys int64
 	count      int
 	benchtime  string
 	budget     time.Duration
@@ -103,6 +108,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.Int64Var(&o.memKeys, "memory-keys", 1_000_000, "distinct keys of the memory scenario")
 	fs.DurationVar(&o.memWindow, "memory-window", time.Minute, "window of the memory scenario's bucket; the keys must arrive within one")
 	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
+	fs.Int64Var(&o.rlsMemKeys, "rls-memory-keys", 1_000_000, "distinct descriptor keys of the rls scenario's memory run")
 	fs.IntVar(&o.clusterWin, "cluster-windows", 20, "windows measured in the cluster scenario")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
@@ -134,6 +140,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	if o.quick {
 		o.rounds, o.run, o.warmup = 1, time.Second, 300*time.Millisecond
 		o.memKeys, o.memWindow = 100_000, 10*time.Second
+		o.rlsMemKeys = 50_000
 		o.count, o.benchtime = 1, "20ms"
 		o.clusterWin = 5
 	}
@@ -146,6 +153,8 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		return o, true, usageError{"--warmup: from 0 to 10s"}
 	case o.memKeys < 1000 || o.memKeys > 16_000_000:
 		return o, true, usageError{"--memory-keys: from 1000 to 16000000"}
+	case o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000:
+		return o, true, usageError{"--rls-memory-keys: from 1000 to 16000000"}
 	case o.memBuckets < 1 || o.memBuckets > 8:
 		return o, true, usageError{"--memory-buckets: from 1 to 8"}
 	case o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0:
@@ -242,6 +251,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opt.only["single"] {
 		r.step(ctx, "single", r.single)
 		r.step(ctx, "profile", r.profile)
+	}
+	if opt.only["rls"] {
+		r.step(ctx, "rls", r.rls)
 	}
 	// The memory scenario must start early in a window; while it waits for
 	// one, and while its keys expire, the Envoy and cluster scenarios run.

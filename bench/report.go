@@ -194,6 +194,35 @@ func (r *runner) writeReport() error {
 		r.plotRef(&b, "throughput.png", "Throughput relative to the no-op floor")
 	}
 
+	if rl := res.RLS; rl != nil {
+		w("## 1b. ShouldRateLimit against the no-op rate limit service\n\n")
+		w("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`pkg/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
+			rl.Concurrency, rl.Conns, rl.Rounds, rl.RunS, rl.WarmupS)
+		w("| workload | calls/s | no-op/s | throughput ratio | CPU µs/call server / no-op | CPU ratio | p50 | p99 | no-op p99 | denied | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, row := range rl.Rows {
+			w("| %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.1f / %.1f | %.2f× | %s | %s | %s | %.1f%% | %d |\n", row.Workload, row.ServerRPS, row.NoopRPS,
+				row.Ratio, row.RatioMin, row.RatioMax, row.ServerCPUUS, row.NoopCPUUS, row.CPURatio,
+				loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P99), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare, row.Errors)
+		}
+		w("\n")
+		if m := rl.Memory; m != nil {
+			w("Memory: %d calls, each with one descriptor `(remote_address, <an address never seen>)` against a daily rule, so each brings one live key (%.1fs, %.0f calls/s, %d errors); `counter.max_keys` %d. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`).\n\n",
+				m.Keys, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig)
+			w("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
+			for _, row := range []struct {
+				name string
+				p    MemPoint
+			}{{"before", m.Baseline}, {"all keys live", m.Loaded}} {
+				w("| %s | %s | %s | %.0f | %s |\n", row.name, mib(row.p.RSS), mib(row.p.HWM), row.p.LiveKeys, mibOrDash(row.p.LiveHeap))
+			}
+			w("\n**%.0f bytes per live descriptor key resident**, **%.0f bytes per live key of live heap**.", m.BytesPerKeyRSS, m.BytesPerKeyHeap)
+			if m.Note != "" {
+				w(" Note: %s.", m.Note)
+			}
+			w("\n\n")
+		}
+	}
+
 	if p := res.Profile; p != nil && (len(p.Shares) > 0 || p.Error != "") {
 		w("### Where the server's CPU goes\n\n")
 		w("CPU profiles of the server and of the no-op server, each for %gs under the allowed workload at a fixed %.0f checks/s (up to 64 in flight), so both answered the same checks: the server used **%.1f µs of CPU per check, the no-op %.1f µs**. Server profile: %s. Cumulative time of each part per check (a part includes the parts it calls; the rows overlap):\n\n",

@@ -21,6 +21,7 @@ type Results struct {
 	Cluster     *Cluster     `json:"cluster,omitempty"`
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
+	RLS         *RLS         `json:"rls,omitempty"`
 	Notes       []string     `json:"notes,omitempty"`
 	Timings     []StepTime   `json:"timings"`
 	Plots       []string     `json:"plots,omitempty"`
@@ -107,6 +108,51 @@ type SingleRow struct {
 	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
 	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
 	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
+}
+
+// RLS is the ShouldRateLimit scenario: the server against the no-op rate
+// limit service, then the memory of descriptor keys.
+type RLS struct {
+	Rounds      int        `json:"rounds"`
+	RunS        float64    `json:"run_s"`
+	WarmupS     float64    `json:"warmup_s"`
+	Conns       int        `json:"connections"`
+	Concurrency int        `json:"concurrency"`
+	Rows        []RLSRow   `json:"rows"`
+	Memory      *RLSMemory `json:"memory,omitempty"`
+}
+
+// RLSRow is one workload: medians over the rounds.
+type RLSRow struct {
+	Workload    string  `json:"workload"`
+	Descriptors int     `json:"descriptors"`
+	Denied      bool    `json:"denied"`
+	ServerRPS   float64 `json:"server_rps"`
+	NoopRPS     float64 `json:"noop_rps"`
+	Ratio       float64 `json:"ratio"` // median of the per-round throughput ratios
+	RatioMin    float64 `json:"ratio_min"`
+	RatioMax    float64 `json:"ratio_max"`
+	ServerCPUUS float64 `json:"server_cpu_us_per_call"`
+	NoopCPUUS   float64 `json:"noop_cpu_us_per_call"`
+	CPURatio    float64 `json:"cpu_ratio"`
+	DeniedShare float64 `json:"denied_share"`
+	Errors      int64   `json:"errors"`
+	Server      Lat     `json:"server_latency_us"`
+	Noop        Lat     `json:"noop_latency_us"`
+}
+
+// RLSMemory is the memory of descriptor-style keys.
+type RLSMemory struct {
+	Keys            int64    `json:"keys"`
+	MaxKeysConfig   int      `json:"max_keys_config"`
+	LoadS           float64  `json:"load_s"`
+	LoadRPS         float64  `json:"load_rps"`
+	Errors          int64    `json:"errors"`
+	Baseline        MemPoint `json:"baseline"`
+	Loaded          MemPoint `json:"loaded"`
+	BytesPerKeyRSS  float64  `json:"bytes_per_key_rss"`
+	BytesPerKeyHeap float64  `json:"bytes_per_key_heap"`
+	Note            string   `json:"note,omitempty"`
 }
 
 // Lat is a latency summary in µs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh — `make bench`: every benchmark scenario, about five minutes on
+# run.sh — `make bench`: every benchmark scenario, about eight minutes on
 # two cores. Writes bench/results/REPORT.md, results.json and
 # the PNG plots; raw runs and logs go to bench/results/runs and logs.
 #

@@ -1,18 +1,21 @@
 // Command ratelimit-bench is the load tool of the ratelimit-authz
 // benchmarks (bench/, `make bench`). It drives Envoy's ext_authz Check over
-// gRPC, or the example API over HTTP through Envoy, with the example API's
+// gRPC, Envoy's rate limit service call ShouldRateLimit over gRPC, or the
+// example API over HTTP through Envoy, with the example API's
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
-// ext_authz server (the floor every figure is compared with), the real
+// ext_authz and rate limit server (the floor every figure is compared with), the real
 // Check path in process with Go's profiles on their own address, and a
 // minimal upstream application for Envoy. --json writes a run's result in
 // the one schema of internal/loadresult, which the runner reads.
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
+//	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
-//	ratelimit-bench noop [flags]      serve a no-op ext_authz server
+//	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
 //	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
+//	ratelimit-bench rls-config        print the descriptor file the rls load matches
 //	ratelimit-bench routes            list the example API's routes
 package main
 
@@ -59,11 +62,13 @@ const usage = `ratelimit-bench: load and reference servers for the ratelimit-aut
 
 Usage:
   ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
+  ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
-  ratelimit-bench noop [flags]      serve a no-op ext_authz server that answers OK at once: the floor
+  ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
   ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
+  ratelimit-bench rls-config [flags] print the descriptor file (envoyproxy/ratelimit format) the rls load matches
 
 Run 'ratelimit-bench COMMAND --help' for a command's flags. make bench
 (bench/run.sh) runs every scenario and writes bench/results/REPORT.md.
@@ -76,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "check", "http":
+	case "check", "http", "rls":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
 	case "noop", "authz":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
@@ -85,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "routes":
 		printRoutes(stdout)
 		return nil
+	case "rls-config":
+		return runRLSConfigCmd(rest, stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		if len(rest) > 0 && rest[0] != "help" {
 			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)
@@ -137,6 +144,12 @@ flight), normally through Envoy, then print requests/s, latency percentiles and
 outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		defTarget = "127.0.0.1:10000"
 	}
+	if mode == "rls" {
+		summary = `Drive ShouldRateLimit over gRPC with the descriptors Envoy's rate limit filter
+would send for the example API's requests (domain "bench"; --descriptors of:
+remote_address; generic_key=<route> and tenant; path), then print requests/s,
+latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
+	}
 	fs := newFlagSet(mode, summary)
 	var (
 		cfg         loadConfig
@@ -144,6 +157,7 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 		mixSpec     string
 		conns       int
 		jsonOut     string
+		descriptors int
 		quiet       bool
 		populations struct{ tenants, channels, ips, accounts uint64 }
 	)
@@ -165,7 +179,10 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	fs.StringVar(&cfg.keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "random seed: the same seed gives the same requests")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	if mode == "check" {
+	if mode == "rls" {
+		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3 (see above)")
+	}
+	if mode == "check" || mode == "rls" {
 		fs.IntVar(&conns, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
 	}
 	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
@@ -191,14 +208,20 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	if len(list) == 0 {
 		return usageError{"--target: no address"}
 	}
-	if mode == "check" && (conns < 1 || conns > 1000) {
+	if (mode == "check" || mode == "rls") && (conns < 1 || conns > 1000) {
 		return usageError{fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
 	}
 
 	var c caller
-	if mode == "check" {
+	switch mode {
+	case "check":
 		c, err = newGRPCCaller(list, conns)
-	} else {
+	case "rls":
+		c, err = newRLSCaller(list, conns, descriptors)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+	default:
 		c, err = newHTTPCaller(list, cfg.concurrency)
 	}
 	if err != nil {
@@ -214,8 +237,11 @@ outcomes: 2xx allowed, 429 and 403 denied, anything else an error.`
 	}
 	res := summarise(rec, cfg)
 	res.Mode, res.Targets = mode, list
-	if mode == "check" {
+	if mode == "check" || mode == "rls" {
 		res.Connections = max(conns, len(list))
+	}
+	if mode == "rls" {
+		res.Mix = describeRLS(descriptors) + "; " + res.Mix
 	}
 	if jsonOut != "" {
 		if err := writeJSON(jsonOut, &res, stdout); err != nil {
@@ -284,9 +310,10 @@ func newLogger(w io.Writer) *slog.Logger {
 }
 
 func runServerCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
-	summary := `Serve a no-op ext_authz Check that answers OK at once, behind the same gRPC and
-HTTP stack as ratelimit-authz (pkg/server): the floor of an ext_authz check on
-this machine. /metrics carries the process metrics.`
+	summary := `Serve a no-op ext_authz Check and a no-op ShouldRateLimit that answer OK at
+once, behind the same gRPC and HTTP stack as ratelimit-authz (pkg/server): the
+floor of an ext_authz check or a rate limit call on this machine. /metrics
+carries the process metrics.`
 	if mode == "authz" {
 		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
 node of ratelimit-authz serve, assembled by pkg/node) in this process, with /debug/pprof on
@@ -333,6 +360,26 @@ func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return usageError{fmt.Sprintf("--lifetime %v: must be positive and at most 24h", *lifetime)}
 	}
 	return serveUpstream(ctx, *addr, *lifetime, newLogger(stderr))
+}
+
+func runRLSConfigCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("rls-config", `Print the envoyproxy/ratelimit descriptor file (domain "bench") with one rule
+for each descriptor 'ratelimit-bench rls' sends, each at --limit per --unit.`)
+	limit := fs.Uint64("limit", 2_000_000_000, "requests_per_unit of every rule (0 blocks everything)")
+	unit := fs.String("unit", "second", "unit of every rule: second, minute, hour or day")
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	if *limit > 1<<32-1 {
+		return usageError{fmt.Sprintf("--limit %d: must fit in 32 bits", *limit)}
+	}
+	switch *unit {
+	case "second", "minute", "hour", "day":
+	default:
+		return usageError{fmt.Sprintf("--unit %q: want second, minute, hour or day", *unit)}
+	}
+	_, err := io.WriteString(stdout, rlsBenchConfig(uint32(*limit), *unit))
+	return err
 }
 
 func printRoutes(w io.Writer) {

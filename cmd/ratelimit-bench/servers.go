@@ -10,6 +10,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
@@ -36,6 +37,22 @@ func (n *noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckR
 	return n.ok, nil
 }
 
+// noopRLS answers every ShouldRateLimit with OK at once, from one shared
+// response: the floor of any rate limit service on this gRPC stack, as
+// noopAuthz is of any ext_authz server.
+type noopRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	ok *rlsv3.RateLimitResponse
+}
+
+func newNoopRLS() *noopRLS {
+	return &noopRLS{ok: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}}
+}
+
+func (n *noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return n.ok, nil
+}
+
 // serveConfig are the flags shared by the noop and authz servers.
 type serveConfig struct {
 	grpcAddr, httpAddr, pprofAddr string
@@ -49,7 +66,7 @@ func (c serveConfig) validate() error {
 	return nil
 }
 
-// serveNoop runs the no-op Check behind the product's own gRPC and HTTP
+// serveNoop runs the no-op Check and ShouldRateLimit behind the product's own gRPC and HTTP
 // stack (pkg/server: the same listeners, options and metrics endpoint, and
 // Go's profiles on pprofAddr when set, as serve --pprof-addr serves them)
 // until ctx ends or the lifetime is over.
@@ -57,7 +74,7 @@ func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: shutdownTimeout},
-		server.Services{Authz: newNoopAuthz()}, reg, log)
+		server.Services{Authz: newNoopAuthz(), RateLimit: newNoopRLS()}, reg, log)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,13 @@
 // ext_authz filter at all (WithListeners), which is how a benchmark
 // compares Envoy with and without the filter.
 //
+// The same holds for envoy/ratelimit-rls.yaml (RLSPath), the bootstrap of
+// Envoy's own rate limit filter calling ShouldRateLimit: Render renders it
+// too, and WithRateLimitFilter (the filter's domain, failure mode,
+// timeout, x-ratelimit and Retry-After headers, the virtual host's
+// descriptors) and WithRateLimitRoutes (routes with their own descriptors
+// and domain) edit either bootstrap into one that calls ShouldRateLimit.
+//
 // The rendering is textual, on purpose: each shipped address and each
 // line an option edits must occur exactly once, so a bootstrap whose
 // addresses are edited, added or reformatted makes Render or the option

@@ -24,7 +24,7 @@ const Tool = "ratelimit-bench"
 // microseconds.
 type Result struct {
 	Tool        string            `json:"tool"`
-	Mode        string            `json:"mode"` // "check" (gRPC) or "http"
+	Mode        string            `json:"mode"` // "check" (ext_authz, gRPC), "rls" (ShouldRateLimit, gRPC) or "http"
 	Targets     []string          `json:"targets"`
 	Concurrency int               `json:"concurrency"`
 	Connections int               `json:"connections,omitempty"`

@@ -6,7 +6,11 @@
 // (TestClusterThroughEnvoy: three nodes behind one Envoy, faults under
 // load) also needs nats-server (scripts/install-nats.sh) and PostgreSQL
 // (scripts/install-postgres.sh). When one is missing they skip, except
-// under CI=true, where they fail. Everything listens on 127.0.0.1 with
+// under CI=true, where they fail. The RLS tests (rls_*_test.go) run
+// envoy/ratelimit-rls.yaml, Envoy's own rate limit filter, against the
+// server's ShouldRateLimit serving a runtime directory given by
+// envoyproxy/ratelimit's RUNTIME_* variables; their cluster test needs
+// nats-server too. Everything listens on 127.0.0.1 with
 // ports picked at run time; Envoy runs envoy/ratelimit-authz.yaml with
 // only its addresses rewritten (one ratelimit_authz endpoint per node),
 // so the shipped bootstrap is what is tested.

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// shouldRateLimitMethod is the full gRPC method name of Envoy's rate limit
+// service call.
+const shouldRateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// RLS load: the descriptors Envoy's rate limit filter would send for one
+// request of the example API, with a route configuration of up to three
+// rate_limits entries:
+//
+//  1. remote_address                     ("remote_address", <client IP>)
+//  2. generic_key + request_headers      ("generic_key", <route>), ("tenant", <x-tenant-id or "-">)
+//  3. request_headers :path              ("path", <path>)
+//
+// rlsBenchConfig is the envoyproxy/ratelimit configuration of domain
+// rlsBenchDomain that gives each of them one limit.
+const (
+	rlsBenchDomain  = "bench"
+	maxRLSDescripts = 3
+	// rlsProbeDomain is the preflight probe's domain: configured nowhere,
+	// so the probe is answered OK without counting against any key.
+	rlsProbeDomain = "ratelimit-bench-preflight"
+)
+
+// rlsBenchConfig returns the descriptor file of domain "bench" with every
+// rule at perUnit requests per unit ("second", "minute", …).
+func rlsBenchConfig(perUnit uint32, unit string) string {
+	rl := fmt.Sprintf("{unit: %s, requests_per_unit: %d}", unit, perUnit)
+	return "domain: " + rlsBenchDomain + "\ndescriptors:\n" +
+		"  - key: remote_address\n    rate_limit: " + rl + "\n" +
+		"  - key: generic_key\n    descriptors:\n      - key: tenant\n        rate_limit: " + rl + "\n" +
+		"  - key: path\n    rate_limit: " + rl + "\n"
+}
+
+// rlsRequest builds the RateLimitRequest for r with the first n
+// descriptors of the list above.
+func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
+	tenant := r.headers["x-tenant-id"]
+	if tenant == "" {
+		tenant = "-"
+	}
+	all := []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: r.clientIP}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "generic_key", Value: r.route}, {Key: "tenant", Value: tenant}}},
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: r.path}}},
+	}
+	domain := rlsBenchDomain
+	if r.route == "unmatched" {
+		domain = rlsProbeDomain
+	}
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: all[:n]}
+}
+
+// rlsDecision is the part of a RateLimitResponse the tool reads:
+// overall_code.
+type rlsDecision struct{ code rlsv3.RateLimitResponse_Code }
+
+// rlsCodec sends encodedCheck bytes as they are (a RateLimitRequest here)
+// and reads only overall_code of the answer; its name is "proto", so the
+// server sees an ordinary call.
+type rlsCodec struct{}
+
+func (rlsCodec) Name() string { return "proto" }
+
+func (rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
+	m, ok := v.(*encodedCheck)
+	if !ok {
+		return nil, fmt.Errorf("rlsCodec: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
+}
+
+func (rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	d, ok := v.(*rlsDecision)
+	if !ok {
+		return fmt.Errorf("rlsCodec: cannot unmarshal into %T", v)
+	}
+	var b []byte
+	if len(data) == 1 {
+		b = data[0].ReadOnlyData()
+	} else {
+		b = data.Materialize()
+	}
+	code, err := overallCode(b)
+	d.code = code
+	return err
+}
+
+// overallCode reads RateLimitResponse.overall_code (field 1, a varint)
+// from the wire form; absent is UNKNOWN (0).
+func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
+	var code rlsv3.RateLimitResponse_Code
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num == 1 && typ == protowire.VarintType {
+			v, n := protowire.ConsumeVarint(b)
+			if n < 0 {
+				return 0, protowire.ParseError(n)
+			}
+			b = b[n:]
+			code = rlsv3.RateLimitResponse_Code(int32(v))
+			continue
+		}
+		n = protowire.ConsumeFieldValue(num, typ, b)
+		if n < 0 {
+			return 0, protowire.ParseError(n)
+		}
+		b = b[n:]
+	}
+	return code, nil
+}
+
+// rlsCaller sends ShouldRateLimit calls over several connections, spread
+// over one or more targets, as grpcCaller sends Checks.
+type rlsCaller struct {
+	conns       []*grpc.ClientConn
+	descriptors int
+}
+
+func newRLSCaller(targets []string, n, descriptors int) (*rlsCaller, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("no target")
+	}
+	if descriptors < 1 || descriptors > maxRLSDescripts {
+		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
+	}
+	n = max(n, len(targets))
+	c := &rlsCaller{descriptors: descriptors}
+	for i := range n {
+		conn, err := grpc.NewClient(targets[i%len(targets)],
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rlsCodec{})),
+		)
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+func (c *rlsCaller) prepare(r request, _ uint64) (any, error) {
+	b, err := proto.Marshal(rlsRequest(r, c.descriptors))
+	if err != nil {
+		return nil, fmt.Errorf("encode RateLimitRequest: %w", err)
+	}
+	return &encodedCheck{data: b}, nil
+}
+
+// call classes an answer as Envoy does: OVER_LIMIT is a denial, any other
+// overall_code lets the request through.
+func (c *rlsCaller) call(ctx context.Context, seq uint64, p any) outcome {
+	var d rlsDecision
+	conn := c.conns[seq%uint64(len(c.conns))]
+	if err := conn.Invoke(ctx, shouldRateLimitMethod, p, &d); err != nil {
+		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
+	}
+	if d.code == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return outcome{class: classDenied, code: int(codes.ResourceExhausted)}
+	}
+	return outcome{class: classAllowed, code: 0}
+}
+
+func (c *rlsCaller) close() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// describeRLS is the "mix" a run reports: domain and descriptors.
+func describeRLS(n int) string {
+	names := []string{"remote_address", "generic_key+tenant", "path"}
+	return "rls domain=" + rlsBenchDomain + " descriptors=" + strings.Join(names[:n], ",")
+}

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+)
+
+func TestOverallCodeReadsTheDecision(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		resp *rlsv3.RateLimitResponse
+		want rlsv3.RateLimitResponse_Code
+	}{
+		{"empty", &rlsv3.RateLimitResponse{}, rlsv3.RateLimitResponse_UNKNOWN},
+		{"ok with statuses", &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OVER_LIMIT, LimitRemaining: 3, DurationUntilReset: durationpb.New(1e9)}}}, rlsv3.RateLimitResponse_OK},
+		{"over", &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT, RawBody: []byte("x")}, rlsv3.RateLimitResponse_OVER_LIMIT},
+	} {
+		b, err := proto.Marshal(tc.resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := overallCode(b)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: overallCode = %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := overallCode([]byte{0x08}); err == nil {
+		t.Error("truncated varint: no error")
+	}
+}
+
+// FuzzOverallCode: the tool reads what the protobuf library reads from
+// any answer it accepts, and never panics on one it does not.
+func FuzzOverallCode(f *testing.F) {
+	for _, r := range []*rlsv3.RateLimitResponse{
+		{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT},
+		{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: 2, LimitRemaining: 9}}},
+	} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Add([]byte{0x08, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Add([]byte{0x0a, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := overallCode(b)
+		var m rlsv3.RateLimitResponse
+		if perr := proto.Unmarshal(b, &m); perr == nil && err == nil && got != m.GetOverallCode() {
+			t.Fatalf("overallCode %v, proto reads %v", got, m.GetOverallCode())
+		}
+	})
+}
+
+func TestRLSRequestDescriptors(t *testing.T) {
+	r := request{route: "activities", path: "/api/activities", clientIP: "10.0.0.7", headers: map[string]string{"x-tenant-id": "tenant-3"}}
+	one := rlsRequest(r, 1)
+	if one.Domain != rlsBenchDomain || len(one.Descriptors) != 1 || one.Descriptors[0].Entries[0].Key != "remote_address" || one.Descriptors[0].Entries[0].Value != "10.0.0.7" {
+		t.Errorf("one descriptor: %v", one)
+	}
+	three := rlsRequest(r, 3)
+	if len(three.Descriptors) != 3 {
+		t.Fatalf("three: %v", three)
+	}
+	if e := three.Descriptors[1].Entries; len(e) != 2 || e[0].Value != "activities" || e[1].Key != "tenant" || e[1].Value != "tenant-3" {
+		t.Errorf("second descriptor %v", e)
+	}
+	if e := three.Descriptors[2].Entries; e[0].Key != "path" || e[0].Value != "/api/activities" {
+		t.Errorf("third descriptor %v", e)
+	}
+	anon := rlsRequest(request{route: "legacy_tokens", path: "/api/v1/tokens", clientIP: "10.0.0.1", headers: map[string]string{}}, 2)
+	if v := anon.Descriptors[1].Entries[1].Value; v != "-" {
+		t.Errorf("tenant of a request without one: %q, want -", v)
+	}
+	if p := rlsRequest(request{route: "unmatched"}, 1); p.Domain != rlsProbeDomain {
+		t.Errorf("probe domain %q", p.Domain)
+	}
+}
+
+// The benchmark's descriptor file is YAML of the format's shape: three
+// rules, each with the limit given.
+func TestRLSBenchConfig(t *testing.T) {
+	var doc struct {
+		Domain      string
+		Descriptors []struct {
+			Key       string
+			RateLimit *struct {
+				Unit            string
+				RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+			} `yaml:"rate_limit"`
+			Descriptors []struct {
+				Key       string
+				RateLimit *struct {
+					Unit            string
+					RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+				} `yaml:"rate_limit"`
+			}
+		}
+	}
+	if err := yaml.Unmarshal([]byte(rlsBenchConfig(7, "minute")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Domain != rlsBenchDomain || len(doc.Descriptors) != 3 {
+		t.Fatalf("%+v", doc)
+	}
+	rl := doc.Descriptors[1].Descriptors[0].RateLimit
+	if doc.Descriptors[0].Key != "remote_address" || doc.Descriptors[0].RateLimit.RequestsPerUnit != 7 ||
+		doc.Descriptors[1].Key != "generic_key" || rl == nil || rl.Unit != "minute" || doc.Descriptors[2].Key != "path" {
+		t.Errorf("%+v", doc)
+	}
+}
+
+// fakeRLS answers OVER_LIMIT for one client address, OK otherwise, and
+// records the domains and descriptor counts it saw.
+type fakeRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	mu      sync.Mutex
+	domains map[string]int
+	descs   map[int]int
+}
+
+func (f *fakeRLS) ShouldRateLimit(_ context.Context, r *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	f.mu.Lock()
+	f.domains[r.GetDomain()]++
+	f.descs[len(r.GetDescriptors())]++
+	f.mu.Unlock()
+	code := rlsv3.RateLimitResponse_OK
+	if d := r.GetDescriptors(); len(d) > 0 && d[0].GetEntries()[0].GetValue() == ipKey(0) {
+		code = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	return &rlsv3.RateLimitResponse{OverallCode: code}, nil
+}
+
+func TestRLSAgainstAFakeService(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	f := &fakeRLS{domains: map[string]int{}, descs: map[int]int{}}
+	rlsv3.RegisterRateLimitServiceServer(g, f)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	// Two client addresses, uniform: about half the calls are over.
+	res, out, err := runCLI(t, "rls", "--target", lis.Addr().String(), "--descriptors", "3", "--ips", "2", "--keys", "uniform",
+		"--requests", "400", "--warmup", "0", "--duration", "20s", "--json", "-")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Mode != "rls" || res.Requests != 400 || res.Errors != 0 || res.Allowed+res.Denied != 400 || res.Denied < 100 || res.Denied > 300 {
+		t.Errorf("result %+v", res)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.domains[rlsProbeDomain] != 1 || f.domains[rlsBenchDomain] != 400 || f.descs[3] != 401 {
+		t.Errorf("the service saw domains %v and descriptor counts %v; want one probe and 400 calls of 3", f.domains, f.descs)
+	}
+	if _, _, err := runCLI(t, "rls", "--target", lis.Addr().String(), "--descriptors", "4"); err == nil {
+		t.Error("--descriptors 4 accepted")
+	}
+}
+
+func TestRLSConfigCommand(t *testing.T) {
+	_, out, err := runCLI(t, "rls-config", "--limit", "7", "--unit", "minute")
+	if err != nil || out != rlsBenchConfig(7, "minute") {
+		t.Errorf("rls-config: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"--unit", "fortnight"}, {"--limit", "4294967296"}, {"extra"}} {
+		if _, _, err := runCLI(t, append([]string{"rls-config"}, args...)...); err == nil {
+			t.Errorf("rls-config %v accepted", args)
+		}
+	}
+}
+
+// The no-op server answers ShouldRateLimit too, on the product's stack.
+func TestRLSAgainstTheNoopServer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	addrs := freeport.TestAddrs(t, 2)
+	done := make(chan error, 1)
+	go func() {
+		done <- serveNoop(ctx, serveConfig{grpcAddr: addrs[0], httpAddr: addrs[1], lifetime: time.Minute}, slog.New(slog.DiscardHandler))
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("noop: %v", err)
+		}
+	})
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		resp, err := http.Get("http://" + addrs[1] + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	res, out, err := runCLI(t, "rls", "--target", addrs[0], "--descriptors", "3", "--requests", "300", "--warmup", "0", "--duration", "20s", "--json", "-")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if res.Requests != 300 || res.Allowed != 300 || res.Errors != 0 {
+		t.Errorf("result %+v", res)
+	}
+}
