@@ -49,15 +49,13 @@ func (l Layout) ConfigDir() string {
 	return filepath.Join(l.Root, l.Subdirectory, l.appDir())
 }
 
-// WatchPaths lists the directories a watcher must watch to see every
-// change Load would read: ConfigDir, and with WatchRoot also the parent
-// of Root, where the Root symlink is swapped.
-func (l Layout) WatchPaths() []string {
-	if l.WatchRoot {
-		return []string{l.ConfigDir(), filepath.Dir(filepath.Clean(l.Root))}
-	}
-	return []string{l.ConfigDir()}
-}
+// WatchPaths lists the paths a watcher must watch to see every change
+// Load would read: ConfigDir alone. With WatchRoot, Root is the symlink
+// that is swapped to a new version; a watcher that follows the links along
+// the path (package filewatch does) sees the swap by the name in Root's
+// parent without walking the versions staged beside it, so a staged version
+// is not a change.
+func (l Layout) WatchPaths() []string { return []string{l.ConfigDir()} }
 
 // Load reads the configuration files of the layout and parses them; the
 // files are named by their paths in problems.
