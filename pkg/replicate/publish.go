@@ -24,8 +24,12 @@ type publisher struct {
 	seq     uint64                // the next batch's number
 	changes []counter.WindowCount // scratch: this publish's counts
 	retry   []counter.WindowCount // counts of a publish that failed
-	sealBuf []byte                // scratch: the sealed message
-	sealAD  []byte                // scratch: its additional data
+	// lastTab is the bucket table retry and aeQueue were filled under:
+	// their ids are read under it, since a reload may give an id of a
+	// removed bucket to another one.
+	lastTab *table
+	sealBuf []byte // scratch: the sealed message
+	sealAD  []byte // scratch: its additional data
 	// lastSent is the time of the last batch or heartbeat.
 	lastSent time.Time
 
@@ -132,6 +136,12 @@ func (p *publisher) publishChanges(now time.Time, max int, send func([]byte) err
 	if stale > 0 {
 		p.m.dropped.staleLocal.Add(float64(stale))
 	}
+	tab := p.tab.Load()
+	if p.lastTab != nil && p.lastTab != tab {
+		p.retry = p.sameBuckets(p.retry, p.lastTab, tab)
+		p.aeQueue = p.sameBuckets(p.aeQueue, p.lastTab, tab)
+	}
+	p.lastTab = tab
 	if len(p.retry) > 0 {
 		for _, c := range p.retry {
 			if counter.Live(c.Algorithm, c.ScaleMS, c.Window, now) {
@@ -167,7 +177,6 @@ func (p *publisher) publishChanges(now time.Time, max int, send func([]byte) err
 		return nil
 	}
 	p.split.start(header{Kind: kindBatch, Node: p.self.Node, Incarnation: p.self.Incarnation, SentAtMS: now.UnixMilli(), Seq: p.seq})
-	tab := p.tab.Load()
 	for _, c := range p.changes {
 		name := tab.name(c.Bucket)
 		if name == "" { // a bucket a reload removed
@@ -192,4 +201,21 @@ func (p *publisher) publishChanges(now time.Time, max int, send func([]byte) err
 	clear(p.changes[fresh:]) // drop the anti-entropy key strings
 	p.m.publishDuration.Observe(p.now().Sub(start).Seconds())
 	return batches
+}
+
+// sameBuckets keeps the counts of cs whose id names the same bucket under
+// now as under then, the table they were taken under; the others (a bucket
+// a reload removed, or whose id it gave to another bucket) are dropped and
+// counted as unknown buckets, never sent under another bucket's name.
+func (p *publisher) sameBuckets(cs []counter.WindowCount, then, now *table) []counter.WindowCount {
+	kept := cs[:0]
+	for _, c := range cs {
+		if name := then.name(c.Bucket); name != "" && name == now.name(c.Bucket) {
+			kept = append(kept, c)
+			continue
+		}
+		p.m.dropped.unknownBucket.Inc()
+	}
+	clear(cs[len(kept):]) // drop the key strings
+	return kept
 }

@@ -249,8 +249,8 @@ func TestCase38Unlimited(t *testing.T) {
 // Case 40 (upstream's TestRedis). The cache key of upstream's Redis does
 // not apply: counts are keyed by rule and values here. Upstream counts the
 // hit that goes over (its counter reaches 11 of 10); here it is not
-// counted, so the check with an addend of 0 that follows is over only
-// once the count exceeds the limit some other way — a peer's hits.
+// counted, so a check with an addend of 0 is over once one more hit
+// would be refused: at the limit (upstream: OK there, OVER once past it).
 func TestCase40Counting(t *testing.T) {
 	h := newHarness(t, rls.Settings{}, "service.yaml")
 	h.clock.Set(time.Unix(1234, 0))
@@ -261,13 +261,13 @@ func TestCase40Counting(t *testing.T) {
 		{name: "addends 0 and 1, the second over", domain: "service",
 			descs: ds(withHits(desc("nope", "x"), 0), withHits(desc("hello", "world"), 1)),
 			want:  "OVER_LIMIT | OK - 0 -; OVER_LIMIT 10/MINUTE 0 26s"},
-		{name: "addend 0 at the limit: not over", domain: "service", descs: ds(withHits(desc("hello", "world"), 0)), want: "OK | OK 10/MINUTE 0 26s"},
+		{name: "addend 0 at the limit: over", domain: "service", descs: ds(withHits(desc("hello", "world"), 0)), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 26s"},
 	})
 	h.peer("service", desc("hello", "world"), 1) // 11 of 10
 	h.run([]step{{name: "addend 0 over the limit", domain: "service", descs: ds(withHits(desc("hello", "world"), 0)), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 26s"}})
 	b := h.bucket("service", desc("hello", "world"))
-	if got := h.metric("ratelimit_authz_rls_descriptors_total", "bucket", b, "decision", "denied"); got != 2 {
-		t.Errorf("denied: %v, want 2", got)
+	if got := h.metric("ratelimit_authz_rls_descriptors_total", "bucket", b, "decision", "denied"); got != 3 {
+		t.Errorf("denied: %v, want 3", got)
 	}
 }
 

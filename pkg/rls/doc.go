@@ -18,8 +18,10 @@
 //     included; else the request's, at least 1) are counted against the
 //     rule's limit: OK with the limit, limit_remaining and
 //     duration_until_reset, or OVER_LIMIT with limit_remaining 0. An
-//     addend of 0 counts nothing and is over iff the count already exceeds
-//     the limit. A rule in shadow_mode answers OK where it would be over.
+//     addend of 0 counts nothing and is over iff one more hit would be
+//     refused (upstream: iff the count exceeds the limit; it counts denied
+//     hits, so its key is past the limit once a hit was denied, where a
+//     key here stays at it). A rule in shadow_mode answers OK where it would be over.
 //
 // A descriptor-supplied limit (descriptor.limit) replaces the configured
 // rule whenever the request's domain is configured, as upstream: it counts
@@ -52,8 +54,11 @@
 // admitted again (what a Retry-After would say) and of an OK status the
 // end of the current window. Counts are in whole windows of the counter
 // (duration_until_reset rounded up to whole seconds, at least 1, as
-// upstream's 1..unit range). Descriptor is_negative_hits (a refill) is
-// ignored, as upstream: a client must not give budget back.
+// upstream's 1..unit range). Since denied hits are not counted, a check
+// without counting (an addend of 0) is over when one more hit would be
+// refused: a key exactly at its limit is OVER_LIMIT here and OK upstream.
+// Descriptor is_negative_hits (a refill) is ignored, as upstream: a client
+// must not give budget back.
 //
 // # Errors and failure mode
 //

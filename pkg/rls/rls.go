@@ -453,9 +453,12 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 		over, resetMS = hits > 0, untilWindowEnd(now, t.scaleMS)
 	case hits == 0:
 		r := s.limiter.Peek(t.id, keyString(key), t.lim, now)
-		// An untracked key (Overflow) has no count: 0.
+		// A check without counting is over when one more hit would be
+		// refused: a denied hit is not counted here, so "the count exceeds
+		// the limit" (upstream's test) would never hold for a key this
+		// node denied. An untracked key (Overflow) has no count: 0.
 		count, resetMS = r.Count, r.ResetMS
-		over = !r.Overflow && r.Count > t.lim.Limit
+		over = !r.Overflow && !r.Allowed
 		if over && t.lim.Algorithm == counter.Sliding {
 			resetMS = r.RetryAfterMS
 		}
