@@ -499,3 +499,31 @@ func TestTicksAlignToWallClock(t *testing.T) {
 		}
 	}
 }
+
+// A count kept for a retry is sent under the bucket its id named when it
+// was taken: after a reload gives that id to another bucket, it is
+// dropped, never sent as the other bucket's.
+func TestRetryAcrossReloadKeepsItsBucket(t *testing.T) {
+	a := newNode(t, "a", Config{Buckets: []string{"old_bucket", "inbound"}})
+	a.store.Take(0, "k", sec100, a.now) // old_bucket
+	a.store.Take(1, "k", sec100, a.now) // inbound
+	a.r.tickNoConn(a.now, 1<<20, func([]byte) error { return errors.New("boom") })
+	// A reload removes old_bucket and gives its id to new_bucket.
+	if err := a.r.Update(Table{Buckets: []string{"new_bucket", "inbound"}}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := a.publish(t, 1<<20)
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages, want 1", len(msgs))
+	}
+	var m message
+	if err := decode(msgs[0], &m); err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Entries) != 1 || m.Limits[m.Entries[0].Limit].Name != "inbound" {
+		t.Errorf("retried entries %+v with limits %+v, want inbound's alone", m.Entries, m.Limits)
+	}
+	if got := metric(t, a.r.m.dropped.unknownBucket); got != 1 {
+		t.Errorf("unknown_bucket drops %v, want 1", got)
+	}
+}
