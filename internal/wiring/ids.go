@@ -60,9 +60,13 @@ type Assignment struct {
 	// Reused are ids of earlier configurations given to new buckets here:
 	// their entries are to be dropped before it serves.
 	Reused []counter.Bucket
+	// Fresh are the ids this configuration gives to buckets the current
+	// one does not have (Reused among them): if it never comes to serve,
+	// what was counted under them meanwhile is to be dropped, since a
+	// later plan may give them to other buckets.
+	Fresh []counter.Bucket
 
 	gen  uint64 // IDs.gen when planned
-	now  time.Time
 	next counter.Bucket
 	keys map[BucketKey]counter.Bucket
 }
@@ -78,7 +82,7 @@ const maxIDs = 1 << 24
 func (a *IDs) Plan(keys []BucketKey, now time.Time) (Assignment, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	as := Assignment{IDs: make([]counter.Bucket, len(keys)), gen: a.gen, next: a.next, keys: make(map[BucketKey]counter.Bucket, len(keys)), now: now}
+	as := Assignment{IDs: make([]counter.Bucket, len(keys)), gen: a.gen, next: a.next, keys: make(map[BucketKey]counter.Bucket, len(keys))}
 	var free []counter.Bucket
 	for _, d := range a.dropped {
 		if now.Sub(d.at) >= ReuseAfter {
@@ -98,12 +102,14 @@ func (a *IDs) Plan(keys []BucketKey, now time.Time) (Assignment, error) {
 		case len(free) > 0:
 			id, free = free[0], free[1:]
 			as.Reused = append(as.Reused, id)
+			as.Fresh = append(as.Fresh, id)
 		default:
 			if as.next >= maxIDs {
 				return Assignment{}, fmt.Errorf("out of bucket ids: %d in use or dropped within %v", maxIDs, ReuseAfter)
 			}
 			id = as.next
 			as.next++
+			as.Fresh = append(as.Fresh, id)
 		}
 		as.IDs[i] = id
 		as.keys[k] = id
@@ -116,9 +122,12 @@ func (a *IDs) Plan(keys []BucketKey, now time.Time) (Assignment, error) {
 	return as, nil
 }
 
-// Commit makes as the current configuration's ids. It fails when another
-// Commit came between as's Plan and this one.
-func (a *IDs) Commit(as Assignment) error {
+// Commit makes as the current configuration's ids, serving since now. It
+// fails when another Commit came between as's Plan and this one. The ids
+// as drops wait ReuseAfter from now, not from the plan: the configuration
+// that had them serves until the swap, and its last calls are in flight
+// until then.
+func (a *IDs) Commit(as Assignment, now time.Time) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if as.gen != a.gen {
@@ -126,7 +135,7 @@ func (a *IDs) Commit(as Assignment) error {
 	}
 	dropped := slices.DeleteFunc(a.dropped, func(d droppedID) bool { return slices.Contains(as.Reused, d.id) })
 	for _, id := range as.Dropped {
-		dropped = append(dropped, droppedID{id, as.now})
+		dropped = append(dropped, droppedID{id, now})
 	}
 	a.cur, a.next, a.dropped = as.keys, as.next, dropped
 	a.gen++

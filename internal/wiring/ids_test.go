@@ -19,9 +19,9 @@ func plan(t *testing.T, a *IDs, at time.Time, keys ...BucketKey) Assignment {
 	return as
 }
 
-func commit(t *testing.T, a *IDs, as Assignment) {
+func commit(t *testing.T, a *IDs, as Assignment, at time.Time) {
 	t.Helper()
-	if err := a.Commit(as); err != nil {
+	if err := a.Commit(as, at); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -35,7 +35,7 @@ func TestIDs(t *testing.T) {
 	if !slices.Equal(first.IDs, []counter.Bucket{0, 1, 2}) || len(first.Dropped) != 0 {
 		t.Fatalf("first configuration: %v dropped %v, want 0..2 and none", first.IDs, first.Dropped)
 	}
-	commit(t, &a, first)
+	commit(t, &a, first, t0)
 	// Reordered, y's window changed, z's reserve dropped, w added.
 	y2, z2 := y, z
 	y2.ScaleMS, z2.Reserved = 1000, false
@@ -52,11 +52,11 @@ func TestIDs(t *testing.T) {
 	if again := plan(t, &a, t0.Add(time.Second), x, y, z); !slices.Equal(again.IDs, []counter.Bucket{0, 1, 2}) {
 		t.Fatalf("after an uncommitted plan: %v", again.IDs)
 	}
-	commit(t, &a, second)
+	commit(t, &a, second, t0.Add(time.Second))
 	// A plan made before a commit cannot be committed after it.
 	stale := plan(t, &a, t0.Add(2*time.Second), x)
-	commit(t, &a, plan(t, &a, t0.Add(2*time.Second), x, w, y2, z2))
-	if err := a.Commit(stale); err == nil {
+	commit(t, &a, plan(t, &a, t0.Add(2*time.Second), x, w, y2, z2), t0.Add(2*time.Second))
+	if err := a.Commit(stale, t0.Add(2*time.Second)); err == nil {
 		t.Fatal("a stale plan committed")
 	}
 	// Within ReuseAfter of their drop, 1 and 2 are not given out again: y
@@ -70,7 +70,7 @@ func TestIDs(t *testing.T) {
 	if late.IDs[4] != 1 || late.IDs[5] != 2 || !slices.Equal(late.Reused, []counter.Bucket{1, 2}) {
 		t.Fatalf("after %v: ids %v reused %v, want 1 and 2 again", ReuseAfter, late.IDs, late.Reused)
 	}
-	commit(t, &a, late)
+	commit(t, &a, late, t0.Add(time.Second+ReuseAfter))
 	// Reused ids are no longer free.
 	more := plan(t, &a, t0.Add(time.Hour), x, w, y2, z2, y.renamed("y1"), y.renamed("y2"), y.renamed("y3"))
 	if more.IDs[6] != 6 || len(more.Reused) != 0 {
@@ -99,7 +99,7 @@ func TestIDsBoundedUnderFlips(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		commit(t, &a, as)
+		commit(t, &a, as, now)
 		top = max(top, slices.Max(as.IDs))
 		now = now.Add(time.Second)
 	}
@@ -111,3 +111,21 @@ func TestIDsBoundedUnderFlips(t *testing.T) {
 }
 
 func (k BucketKey) renamed(name string) BucketKey { k.Name = name; return k }
+
+// A dropped id waits ReuseAfter from the commit that dropped it — when its
+// bucket stopped serving — however long before that it was planned.
+func TestDroppedIDsWaitFromTheCommit(t *testing.T) {
+	var a IDs
+	x, y := BucketKey{Name: "x", ScaleMS: 1000}, BucketKey{Name: "y", ScaleMS: 1000}
+	commit(t, &a, plan(t, &a, t0, x, y), t0)
+	drop := plan(t, &a, t0, x)
+	commit(t, &a, drop, t0.Add(time.Minute)) // the swap waited a minute
+	early := plan(t, &a, t0.Add(time.Minute+ReuseAfter-time.Millisecond), x, y.renamed("y2"))
+	if len(early.Reused) != 0 || !slices.Equal(early.Fresh, []counter.Bucket{2}) {
+		t.Fatalf("within %v of the commit: reused %v fresh %v, want a fresh 2", ReuseAfter, early.Reused, early.Fresh)
+	}
+	late := plan(t, &a, t0.Add(time.Minute+ReuseAfter), x, y.renamed("y2"))
+	if !slices.Equal(late.Reused, []counter.Bucket{1}) || !slices.Equal(late.Fresh, []counter.Bucket{1}) {
+		t.Fatalf("%v after the commit: reused %v fresh %v, want 1", ReuseAfter, late.Reused, late.Fresh)
+	}
+}

@@ -182,7 +182,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := ids.Commit(g.ids); err != nil {
+	if err := ids.Commit(g.ids, time.Now()); err != nil {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{

@@ -241,6 +241,9 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
+		// Checks on the parts swapped meanwhile counted under this plan's
+		// fresh ids, which a later plan may give to other buckets.
+		n.store.DropBuckets(g.ids.Fresh)
 		return err
 	}
 	if n.cache != nil {
@@ -272,7 +275,7 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 		}
 		undo = append(undo, func() { _ = n.rlsSvc.Update(old.rlsConfig(n.rlsSettings)) })
 	}
-	if err := n.ids.Commit(g.ids); err != nil {
+	if err := n.ids.Commit(g.ids, time.Now()); err != nil {
 		return fail(err)
 	}
 	n.store.SetReserved(g.reserved)

@@ -87,6 +87,10 @@ type builder struct {
 	// composites holds each level's composite keys (key, or key_value),
 	// upstream's identity of a descriptor among its siblings.
 	composites map[*level]map[string]bool
+	// tenantShared: the first level of the descriptor being read shares
+	// one counter among every value its wildcard matches (share_threshold),
+	// so the tenant, that level's value, is not in the counter key.
+	tenantShared bool
 	// per file
 	name   string
 	domain string
@@ -339,6 +343,9 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	seen[composite] = true
 	nd := &node{rule: -1, value: value, share: share && wild}
+	if depth == 1 {
+		b.tenantShared = nd.share
+	}
 	if lv.byKey == nil {
 		lv.byKey = map[string]*keyed{}
 	}
@@ -453,6 +460,8 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 		switch first, dup := b.overridable[r.Name]; {
 		case r.Unlimited:
 			b.errorf(nodes.overridable, "an unlimited rule cannot be overridable: a tenant override sets a limit")
+		case b.tenantShared:
+			b.errorf(nodes.overridable, "an overridable rule's first descriptor cannot have share_threshold: its value is the tenant, and every tenant it matches would share one count under the limit of whichever tenant a request names")
 		case !descriptors.ValidBucketName(r.Name):
 			b.errorf(cmp.Or(nodes.name, nodes.overridable), "an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not '%s': tenant overrides name it", r.Name)
 		case dup:

@@ -122,6 +122,7 @@ descriptors:
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true}\n", "x.yaml:4:67: an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not '': tenant overrides name it"},
 		{"    rate_limit: {unlimited: true, overridable: true, name: x}\n", "x.yaml:4:48: an unlimited rule cannot be overridable: a tenant override sets a limit"},
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:79: rate_limit.name 'x' is overridable in two rules (first at x.yaml:4:79): tenant overrides could not tell them apart"},
+		{"    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:67: an overridable rule's first descriptor cannot have share_threshold: its value is the tenant, and every tenant it matches would share one count under the limit of whichever tenant a request names"},
 		{"    quota_mode: true\n", "x.yaml:4:5: quota_mode is not supported by ratelimit-authz: remove it, or set it to false (an over-limit quota descriptor would fail the request here)"},
 		{"    unit: second\n", "x.yaml:4:5: config error, key 'unit' does not belong in a descriptor (it belongs in rate_limit)"},
 		{"    rate_limit: {unit: second, shadow_mode: true}\n", "x.yaml:4:32: config error, key 'shadow_mode' does not belong in rate_limit (it belongs in a descriptor)"},
