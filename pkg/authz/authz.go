@@ -168,7 +168,19 @@ func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error
 	if err := checkConfig(cfg, m, limits); err != nil {
 		return err
 	}
-	s.gen.Store(s.newGeneration(cfg, m, limits))
+	g := s.newGeneration(cfg, m, limits)
+	old := s.gen.Swap(g)
+	// The series of buckets the new configuration no longer has go: a
+	// renamed bucket must not leave a frozen one behind.
+	keep := make(map[string]bool, len(g.buckets))
+	for _, b := range g.buckets {
+		keep[b.rule.Name] = true
+	}
+	for _, b := range old.buckets {
+		if !keep[b.rule.Name] {
+			s.m.forget(b.rule.Name)
+		}
+	}
 	return nil
 }
 

@@ -77,6 +77,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// forget deletes the bucket's series.
+func (m *metrics) forget(name string) {
+	for d := range numDecisions {
+		m.checks.DeleteLabelValues(name, decisionNames[d])
+	}
+	m.exceeded.DeleteLabelValues(name)
+}
+
 func (m *metrics) forBucket(name string) bucketMetrics {
 	var bm bucketMetrics
 	for d := range numDecisions {

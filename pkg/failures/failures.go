@@ -220,7 +220,15 @@ func (rec *Recorder) Update(cfg Config, limits Limits) error {
 	if err := checkConfig(cfg); err != nil {
 		return err
 	}
-	rec.gen.Store(rec.newGeneration(cfg, limits))
+	g := rec.newGeneration(cfg, limits)
+	old := rec.gen.Swap(g)
+	// The series of failure buckets the new configuration no longer has
+	// go: a renamed bucket must not leave a frozen one behind.
+	for _, b := range old.cfg.Buckets {
+		if i, ok := g.byName[b.Name]; b.CountFailures && (!ok || !g.cfg.Buckets[i].CountFailures) {
+			rec.m.forget(b.Name)
+		}
+	}
 	return nil
 }
 

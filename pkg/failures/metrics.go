@@ -66,6 +66,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
+// forget deletes the bucket's series.
+func (m *metrics) forget(name string) {
+	m.failures.DeleteLabelValues(name)
+	m.lockouts.DeleteLabelValues(name)
+	m.refused.DeleteLabelValues(name)
+}
+
 // forBuckets are the children of the buckets' metrics, by bucket index;
 // set for failure buckets.
 func (m *metrics) forBuckets(buckets []Bucket) []bucketMetrics {

@@ -147,6 +147,13 @@ routes:
 	if v := gathered(t, n, "ratelimit_authz_counter_live_keys"); v != 1 {
 		t.Fatalf("live_keys %v after other was removed, want 1", v)
 	}
+	// Its series go with it; spend's stay.
+	if _, ok, err := scrape.Gathered(n.Gatherer(), "ratelimit_authz_checks_total", "bucket", "other"); ok || err != nil {
+		t.Errorf("checks_total{bucket=\"other\"} still exported after other was removed (err %v)", err)
+	}
+	if _, ok, err := scrape.Gathered(n.Gatherer(), "ratelimit_authz_checks_total", "bucket", "spend"); !ok || err != nil {
+		t.Errorf("checks_total{bucket=\"spend\"} gone (err %v)", err)
+	}
 	if !checkPath(t, c, "/other", "a") {
 		t.Fatal("a route the reload removed still limited")
 	}
