@@ -258,7 +258,7 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s: %v\n%s", where, err, e)
 		}
 	}
-	// What the issue asks the dashboard to show (config reloads: no metric yet).
+	// What the dashboard must show.
 	all := ""
 	for _, e := range dashboardExprs(t, d) {
 		all += e + "\n"
@@ -274,6 +274,8 @@ func TestDashboard(t *testing.T) {
 		"overrides state":               "ratelimit_authz_overrides_degraded",
 		"key-table fill":                "ratelimit_authz_counter_live_keys",
 		"key-table bound":               "ratelimit_authz_counter_max_keys",
+		"configuration reloads":         "ratelimit_authz_config_reloads_total",
+		"last reload applied":           "ratelimit_authz_config_last_reload_successful",
 	} {
 		if !strings.Contains(all, metric) {
 			t.Errorf("the dashboard does not show %s (%s)", what, metric)
