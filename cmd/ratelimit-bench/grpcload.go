@@ -104,13 +104,16 @@ func requestID(n uint64) string {
 // building messages.
 type encodedCheck struct{ data []byte }
 
-// decision is the part of a CheckResponse the tool reads: status.code.
+// decision is the part of an answer the tool reads: CheckResponse's
+// status.code, or RateLimitResponse's overall_code.
 type decision struct{ code int32 }
 
-// rawCodec sends encodedCheck bytes as they are and reads only the status
-// code of the answer. Its name is "proto", so the server sees an ordinary
-// application/grpc+proto call.
-type rawCodec struct{}
+// rawCodec sends encodedCheck bytes as they are and reads only the code
+// of the answer, with read. Its name is "proto", so the server sees an
+// ordinary application/grpc+proto call.
+type rawCodec struct {
+	read func([]byte) (int32, error)
+}
 
 func (rawCodec) Name() string { return "proto" }
 
@@ -122,7 +125,7 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
 }
 
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	d, ok := v.(*decision)
 	if !ok {
 		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
@@ -133,9 +136,38 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	} else {
 		b = data.Materialize()
 	}
-	code, err := statusCode(b)
+	code, err := c.read(b)
 	d.code = code
 	return err
+}
+
+// dial opens n connections (at least one per target), dealt to the
+// targets in turn, each with codec. Connections are established lazily,
+// on first use.
+func dial(targets []string, n int, codec rawCodec) ([]*grpc.ClientConn, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("no target")
+	}
+	n = max(n, len(targets))
+	var conns []*grpc.ClientConn
+	for i := range n {
+		conn, err := grpc.NewClient(targets[i%len(targets)],
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec)),
+		)
+		if err != nil {
+			closeAll(conns)
+			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
+		}
+		conns = append(conns, conn)
+	}
+	return conns, nil
+}
+
+func closeAll(conns []*grpc.ClientConn) {
+	for _, conn := range conns {
+		conn.Close()
+	}
 }
 
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
@@ -204,26 +236,13 @@ type grpcCaller struct {
 	now   func() time.Time
 }
 
-// newGRPCCaller opens n connections (at least one per target), dealt to
-// the targets in turn. Connections are established lazily, on first use.
+// newGRPCCaller opens n connections (see dial) to the targets.
 func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("no target")
+	conns, err := dial(targets, n, rawCodec{read: statusCode})
+	if err != nil {
+		return nil, err
 	}
-	n = max(n, len(targets))
-	c := &grpcCaller{now: time.Now}
-	for i := range n {
-		conn, err := grpc.NewClient(targets[i%len(targets)],
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})),
-		)
-		if err != nil {
-			c.close()
-			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
-		}
-		c.conns = append(c.conns, conn)
-	}
-	return c, nil
+	return &grpcCaller{conns: conns, now: time.Now}, nil
 }
 
 func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
@@ -258,8 +277,4 @@ func grpcErrKind(err error) string {
 	return s.Code().String() + ": " + msg
 }
 
-func (c *grpcCaller) close() {
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-}
+func (c *grpcCaller) close() { closeAll(c.conns) }

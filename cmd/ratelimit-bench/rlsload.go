@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -10,8 +9,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
@@ -67,41 +64,6 @@ func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: all[:n]}
 }
 
-// rlsDecision is the part of a RateLimitResponse the tool reads:
-// overall_code.
-type rlsDecision struct{ code rlsv3.RateLimitResponse_Code }
-
-// rlsCodec sends encodedCheck bytes as they are (a RateLimitRequest here)
-// and reads only overall_code of the answer; its name is "proto", so the
-// server sees an ordinary call.
-type rlsCodec struct{}
-
-func (rlsCodec) Name() string { return "proto" }
-
-func (rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*encodedCheck)
-	if !ok {
-		return nil, fmt.Errorf("rlsCodec: cannot marshal %T", v)
-	}
-	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
-}
-
-func (rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	d, ok := v.(*rlsDecision)
-	if !ok {
-		return fmt.Errorf("rlsCodec: cannot unmarshal into %T", v)
-	}
-	var b []byte
-	if len(data) == 1 {
-		b = data[0].ReadOnlyData()
-	} else {
-		b = data.Materialize()
-	}
-	code, err := overallCode(b)
-	d.code = code
-	return err
-}
-
 // overallCode reads RateLimitResponse.overall_code (field 1, a varint)
 // from the wire form; absent is UNKNOWN (0).
 func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
@@ -138,26 +100,17 @@ type rlsCaller struct {
 }
 
 func newRLSCaller(targets []string, n, descriptors int) (*rlsCaller, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("no target")
-	}
 	if descriptors < 1 || descriptors > maxRLSDescripts {
 		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
 	}
-	n = max(n, len(targets))
-	c := &rlsCaller{descriptors: descriptors}
-	for i := range n {
-		conn, err := grpc.NewClient(targets[i%len(targets)],
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rlsCodec{})),
-		)
-		if err != nil {
-			c.close()
-			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
-		}
-		c.conns = append(c.conns, conn)
+	conns, err := dial(targets, n, rawCodec{read: func(b []byte) (int32, error) {
+		code, err := overallCode(b)
+		return int32(code), err
+	}})
+	if err != nil {
+		return nil, err
 	}
-	return c, nil
+	return &rlsCaller{conns: conns, descriptors: descriptors}, nil
 }
 
 func (c *rlsCaller) prepare(r request, _ uint64) (any, error) {
@@ -171,22 +124,18 @@ func (c *rlsCaller) prepare(r request, _ uint64) (any, error) {
 // call classes an answer as Envoy does: OVER_LIMIT is a denial, any other
 // overall_code lets the request through.
 func (c *rlsCaller) call(ctx context.Context, seq uint64, p any) outcome {
-	var d rlsDecision
+	var d decision
 	conn := c.conns[seq%uint64(len(c.conns))]
 	if err := conn.Invoke(ctx, shouldRateLimitMethod, p, &d); err != nil {
 		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
 	}
-	if d.code == rlsv3.RateLimitResponse_OVER_LIMIT {
+	if rlsv3.RateLimitResponse_Code(d.code) == rlsv3.RateLimitResponse_OVER_LIMIT {
 		return outcome{class: classDenied, code: int(codes.ResourceExhausted)}
 	}
 	return outcome{class: classAllowed, code: 0}
 }
 
-func (c *rlsCaller) close() {
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-}
+func (c *rlsCaller) close() { closeAll(c.conns) }
 
 // describeRLS is the "mix" a run reports: domain and descriptors.
 func describeRLS(n int) string {
