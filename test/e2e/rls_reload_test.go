@@ -22,6 +22,12 @@ type configMap struct {
 	version int
 }
 
+
+// reloadBound is a generous bound on the time from a swap to Envoy's
+// answers under it: the watcher's debounce (200 ms) and a few checks; the
+// test logs what it measured, and a loaded machine must not fail it.
+const reloadBound = 5 * time.Second
+
 func newConfigMap(t *testing.T, dir string, files map[string]string) *configMap {
 	t.Helper()
 	m := &configMap{dir: dir}
@@ -127,8 +133,8 @@ func TestRLSReloadThroughEnvoy(t *testing.T) {
 	t.Run("to_0", func(t *testing.T) {
 		took := swap(t, reloadRule(0), "0, 0;w=60", http.StatusTooManyRequests)
 		t.Logf("..data swap to 0 a minute: Envoy answered 429 under it %v after the swap", took.Round(time.Millisecond))
-		if took > time.Second {
-			t.Errorf("the reload took %v to reach Envoy's answers, want ≤ 1s", took)
+		if took > reloadBound {
+			t.Errorf("the reload took %v to reach Envoy's answers, want ≤ %v", took, reloadBound)
 		}
 	})
 
@@ -157,8 +163,8 @@ func TestRLSReloadThroughEnvoy(t *testing.T) {
 		// polls spent of the 100 counts against the 200.
 		took := swap(t, reloadRule(200), "200, 200;w=60", 0)
 		t.Logf("..data swap to 200 a minute after the broken one: Envoy answered under it %v after the swap", took.Round(time.Millisecond))
-		if took > time.Second {
-			t.Errorf("the reload took %v to reach Envoy's answers, want ≤ 1s", took)
+		if took > reloadBound {
+			t.Errorf("the reload took %v to reach Envoy's answers, want ≤ %v", took, reloadBound)
 		}
 	})
 	if srv.PID() != pid || srv.Exited() {
