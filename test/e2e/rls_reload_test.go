@@ -22,7 +22,6 @@ type configMap struct {
 	version int
 }
 
-
 // reloadBound is a generous bound on the time from a swap to Envoy's
 // answers under it: the watcher's debounce (200 ms) and a few checks; the
 // test logs what it measured, and a loaded machine must not fail it.
