@@ -201,11 +201,14 @@ type Cache struct {
 	fileWritten atomic.Int64 // unix ms the served snapshot file was written
 	lastErr     atomic.Pointer[string]
 
-	// Refresh state, guarded by mu (only one refresh at a time).
-	mu        sync.Mutex
-	watermark string // xid8 as text: pg_snapshot_xmin of the last refresh; "": none
-	lastFull  time.Time
-	invalid   map[string]bool // tenants with a skipped row or entry
+	// refreshing serialises refreshes (Load and Run) across their queries.
+	// mu guards the state below, which refreshes publish and Update
+	// changes; a refresh holds it only to publish, never across a query.
+	refreshing sync.Mutex
+	mu         sync.Mutex
+	watermark  string // xid8 as text: pg_snapshot_xmin of the last refresh; "": none
+	lastFull   time.Time
+	invalid    map[string]bool // tenants with a skipped row or entry
 	// invalidOwners are owner rows skipped: by key name and key.
 	invalidOwners map[[2]string]bool
 }
@@ -510,19 +513,61 @@ type change struct {
 	invalid bool
 }
 
+// maxViewRaces is how many reads in a row a refresh makes while Updates
+// keep swapping the configuration under it before it gives up (the next
+// refresh tries again).
+const maxViewRaces = 3
+
 // refresh reads the table (all of it, or what changed since the watermark)
-// in one repeatable-read snapshot and publishes the result.
+// in one repeatable-read snapshot and publishes the result. The read runs
+// without c.mu, so an Update (a reload) never waits for a query; rows read
+// while an Update swapped the configuration were resolved against the old
+// buckets, so they are discarded and the table read again, whole.
 func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.watermark == "" {
-		full = true
+	c.refreshing.Lock()
+	defer c.refreshing.Unlock()
+	for race := 1; ; race++ {
+		c.mu.Lock()
+		watermark, v := c.watermark, c.snap.Load().view
+		c.mu.Unlock()
+		if watermark == "" {
+			full = true
+		}
+		start := time.Now()
+		r, err := c.read(ctx, conn, full, watermark, v)
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		if c.snap.Load().view != v {
+			c.mu.Unlock()
+			if race == maxViewRaces {
+				return fmt.Errorf("tenantlimits: refresh: the configuration changed during %d reads in a row", race)
+			}
+			full = true
+			continue
+		}
+		c.publishRead(full, r, start)
+		c.mu.Unlock()
+		return nil
 	}
+}
+
+// readResult is what one read of the table found.
+type readResult struct {
+	xmin    string
+	changes []change
+	owners  []ownerChange
+	logged  int
+}
+
+// read runs one refresh's queries, resolving rows against the buckets of
+// v. It touches no state of c but the logger and metrics.
+func (c *Cache) read(ctx context.Context, conn *pgx.Conn, full bool, watermark string, v *view) (readResult, error) {
 	kind := "incremental"
 	if full {
 		kind = "full"
 	}
-	start := time.Now()
 	timeout := c.cfg.QueryTimeout
 	if full {
 		timeout *= 4
@@ -530,11 +575,8 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var (
-		xmin    string
-		changes []change
-		owners  []ownerChange
-		logged  int
-		a       = arena{chunk: 16}
+		r readResult
+		a = arena{chunk: 16}
 	)
 	if full {
 		a.chunk = 4096
@@ -542,7 +584,7 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// Every transaction below xmin had finished when this snapshot was
 		// taken; the next refresh starts from there.
-		if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&xmin); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&r.xmin); err != nil {
 			return err
 		}
 		var rows pgx.Rows
@@ -550,7 +592,7 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		if full {
 			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
 		} else {
-			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", c.watermark)
+			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", watermark)
 		}
 		if err != nil {
 			return err
@@ -562,19 +604,19 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		// Scanned as text, decoded here: a broken value fails its row, not
 		// the query.
 		_, err = pgx.ForEachRow(rows, []any{&tenant, &raw}, func() error {
-			changes = append(changes, c.resolve(tenant, raw, &logged, &a))
+			r.changes = append(r.changes, c.resolve(v, tenant, raw, &r.logged, &a))
 			return nil
 		})
 		if err != nil {
 			return err
 		}
 		if !full {
-			rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", c.watermark)
+			rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", watermark)
 			if err != nil {
 				return err
 			}
 			_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
-				changes = append(changes, change{tenant: tenant})
+				r.changes = append(r.changes, change{tenant: tenant})
 				return nil
 			})
 			if err != nil {
@@ -585,43 +627,53 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		if full {
 			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
 		} else {
-			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", c.watermark)
+			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", watermark)
 		}
 		if err != nil {
 			return err
 		}
 		_, err = pgx.ForEachRow(rows, []any{&keyName, &key, &tenant}, func() error {
-			owners = append(owners, c.resolveOwner(keyName, key, tenant, &logged))
+			r.owners = append(r.owners, c.resolveOwner(v, keyName, key, tenant, &r.logged))
 			return nil
 		})
 		if err != nil || full {
 			return err
 		}
-		rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", c.watermark)
+		rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", watermark)
 		if err != nil {
 			return err
 		}
 		_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
-			owners = append(owners, ownerChange{name: keyName, key: key, owner: -1})
-			if i, ok := c.snap.Load().view.ownerIndex[keyName]; ok {
-				owners[len(owners)-1].owner = i
+			r.owners = append(r.owners, ownerChange{name: keyName, key: key, owner: -1})
+			if i, ok := v.ownerIndex[keyName]; ok {
+				r.owners[len(r.owners)-1].owner = i
 			}
 			return nil
 		})
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("tenantlimits: %s refresh: %w", kind, schemaError(err))
+		return readResult{}, fmt.Errorf("tenantlimits: %s refresh: %w", kind, schemaError(err))
 	}
-	if logged > maxLoggedProblems {
-		c.log.Warn("more tenant override rows skipped", "count", logged-maxLoggedProblems)
+	return r, nil
+}
+
+// publishRead publishes what read found and advances the watermark.
+// Called with c.mu held.
+func (c *Cache) publishRead(full bool, r readResult, start time.Time) {
+	kind := "incremental"
+	if full {
+		kind = "full"
 	}
-	c.publish(full, changes, owners)
+	if r.logged > maxLoggedProblems {
+		c.log.Warn("more tenant override rows skipped", "count", r.logged-maxLoggedProblems)
+	}
+	c.publish(full, r.changes, r.owners)
 	c.source.Store(SourcePostgres)
-	if full || len(changes) > 0 || len(owners) > 0 {
+	if full || len(r.changes) > 0 || len(r.owners) > 0 {
 		c.writeSnapshotFile()
 	}
-	c.watermark = xmin
+	c.watermark = r.xmin
 	now := time.Now()
 	if full {
 		c.lastFull = now
@@ -637,7 +689,6 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 			c.log.Info("tenant overrides recovered", "stale_for", now.Sub(time.Unix(0, prev)).Round(time.Millisecond))
 		}
 	}
-	return nil
 }
 
 const maxLoggedProblems = 20
@@ -660,9 +711,8 @@ func (a *arena) take(n int) []entry {
 
 // resolve turns a stored row into usable entries for this node's buckets,
 // logging what it skips (up to maxLoggedProblems per refresh).
-func (c *Cache) resolve(tenant string, raw []byte, logged *int, a *arena) change {
+func (c *Cache) resolve(v *view, tenant string, raw []byte, logged *int, a *arena) change {
 	ch := change{tenant: tenant}
-	v := c.snap.Load().view
 	// The common case: the shape jsonb prints, every entry usable.
 	var buf [maxFastEntries]fastEntry
 	if fast, ok := fastEntries(raw, &buf); ok {
@@ -812,9 +862,9 @@ type ownerChange struct {
 }
 
 // resolveOwner checks an owner row, logging what it skips.
-func (c *Cache) resolveOwner(name, key, tenant string, logged *int) ownerChange {
+func (c *Cache) resolveOwner(v *view, name, key, tenant string, logged *int) ownerChange {
 	o := ownerChange{name: name, key: key, owner: -1}
-	i, ok := c.snap.Load().view.ownerIndex[name]
+	i, ok := v.ownerIndex[name]
 	err := errors.Join(ValidateKeyValue(key), ValidateTenant(tenant))
 	if err == nil && !ok {
 		err = fmt.Errorf("%w: no overridable bucket of this node's configuration is keyed by %q", ErrInvalid, name)

@@ -2,7 +2,9 @@ package tenantlimits_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
@@ -79,5 +81,63 @@ routes:
 	}
 	if got, ok := c.Override("acme", 42); !ok || got.Limit != 200 {
 		t.Errorf("a refused Update changed the overrides: %+v %v", got, ok)
+	}
+}
+
+// An Update (a reload) does not wait for a refresh whose query is stuck:
+// the refresh reads without the cache's lock. The rows it read against the
+// old configuration are discarded and the table read again under the new
+// one, so an override of a bucket only the new configuration has applies.
+func TestCacheUpdateDuringBlockedRefresh(t *testing.T) {
+	e := setup(t)
+	c := startCache(t, e, tenantlimits.Config{QueryTimeout: 20 * time.Second})
+	// Hold the table so that the next refresh's read blocks on it.
+	locker := e.connect(t)
+	tx, err := locker.Begin(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(e.ctx)
+	if _, err := tx.Exec(e.ctx, `LOCK TABLE tenant_limits IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(e.ctx, `INSERT INTO tenant_limits VALUES ('acme', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, `SELECT pg_notify($1, '')`, tenantlimits.Channel)
+	blocked := func() bool {
+		return e.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM tenant_limits%'`) == 1
+	}
+	poll.UntilTrue(t, 10*time.Second, 10*time.Millisecond, blocked)
+
+	next, err := rules.Parse([]byte(`keys:
+  tenant_header: x-tenant-id
+buckets:
+  fresh: {limit: 1, per: 1m, key: tenant, overridable: true}
+routes:
+  - {method: POST, path: /a, buckets: [fresh]}
+`), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Update(wiring.Limits(next, []counter.Bucket{30})) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Update waited for the refresh blocked on the table")
+	}
+	if !blocked() {
+		t.Fatal("the refresh is no longer blocked: the test did not show that Update ran while it was")
+	}
+	if err := tx.Commit(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectOverride(t, c, "acme", 30, counter.Limit{Limit: 7, ScaleMS: 60_000})
+	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 0 {
+		t.Errorf("invalid rows %v, want 0: the read against the old configuration was published", got)
 	}
 }

@@ -9,7 +9,7 @@ func (c *Cache) PublishForTest(rows map[string]string) {
 	a := arena{chunk: 4096}
 	changes := make([]change, 0, len(rows))
 	for tenant, raw := range rows {
-		changes = append(changes, c.resolve(tenant, []byte(raw), &logged, &a))
+		changes = append(changes, c.resolve(c.snap.Load().view, tenant, []byte(raw), &logged, &a))
 	}
 	c.publish(true, changes, nil)
 }
@@ -22,7 +22,7 @@ func (c *Cache) PublishOwnersForTest(owners map[[2]string]string) {
 	var logged int
 	var changes []ownerChange
 	for k, tenant := range owners {
-		changes = append(changes, c.resolveOwner(k[0], k[1], tenant, &logged))
+		changes = append(changes, c.resolveOwner(c.snap.Load().view, k[0], k[1], tenant, &logged))
 	}
 	c.publish(false, nil, changes)
 }

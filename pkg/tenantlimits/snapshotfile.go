@@ -338,10 +338,11 @@ func (c *Cache) loadSnapshotFile() {
 		changes = make([]change, 0, len(fs.Overrides))
 		owners  = make([]ownerChange, 0, len(fs.Owners))
 	)
+	v := c.snap.Load().view
 	for tenant, stored := range fs.Overrides {
 		ch := change{tenant: tenant}
 		for _, o := range stored {
-			b, ok := c.snap.Load().view.buckets[o.Bucket]
+			b, ok := v.buckets[o.Bucket]
 			if !ok {
 				ch.invalid = true
 				if logged++; logged <= maxLoggedProblems {
@@ -354,7 +355,7 @@ func (c *Cache) loadSnapshotFile() {
 		changes = append(changes, ch)
 	}
 	for _, o := range fs.Owners {
-		owners = append(owners, c.resolveOwner(o.KeyName, o.Key, o.Tenant, &logged))
+		owners = append(owners, c.resolveOwner(v, o.KeyName, o.Key, o.Tenant, &logged))
 	}
 	c.publish(true, changes, owners)
 	c.source.Store(SourceSnapshotFile)
