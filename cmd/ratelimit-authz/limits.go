@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
@@ -49,7 +50,9 @@ Every command reads the database URL from DATABASE_URL, or from the file
 named by --database-url-file (env DATABASE_URL_FILE); --database-url works
 too but shows the password to anyone who can list processes. Every command
 also takes --config (env RATELIMIT_AUTHZ_CONFIG: which buckets accept
-overrides) and --timeout. Run 'ratelimit-authz limits COMMAND --help' for
+overrides), --rls-config-dir (env RATELIMIT_AUTHZ_RLS_CONFIG_DIR: the
+envoyproxy/ratelimit rules whose overridable ones accept overrides by
+name, when the server serves them) and --timeout. Run 'ratelimit-authz limits COMMAND --help' for
 its flags.
 
 Exit status: 0 done; 2 invalid input (nothing written); 1 anything else,
@@ -95,9 +98,13 @@ type dbCommand struct {
 	databaseURL string // resolved by parse
 	secret      string // the URL's password, scrubbed from every message
 	configPath  string
-	timeout     time.Duration
-	actor       string // only for commands that change something
-	limit       int    // audit only
+	// rlsDir, rlsDotfiles and rlsMerge read envoyproxy/ratelimit rules, as
+	// check-config's flags of the same names.
+	rlsDir                string
+	rlsDotfiles, rlsMerge bool
+	timeout               time.Duration
+	actor                 string // only for commands that change something
+	limit                 int    // audit only
 }
 
 func newDBCommand(name, argsUsage, summary string, getenv func(string) string, defTimeout time.Duration, withConfig bool) *dbCommand {
@@ -109,6 +116,9 @@ func newDBCommand(name, argsUsage, summary string, getenv func(string) string, d
 	c.db.addFlags(c.f)
 	if withConfig {
 		c.f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` naming the overridable buckets; when the default path is missing, the shipped configuration is used")
+		c.f.String(&c.rlsDir, "rls-config-dir", "RATELIMIT_AUTHZ_RLS_CONFIG_DIR", "", "`directory` of envoyproxy/ratelimit configuration files: their overridable rules (rate_limit.overridable, by rate_limit.name) accept overrides too")
+		c.f.Bool(&c.rlsMerge, "rls-merge-domains", "RATELIMIT_AUTHZ_RLS_MERGE_DOMAINS", false, "with --rls-config-dir: a domain in several files is one domain, as the server's flag")
+		c.f.Bool(&c.rlsDotfiles, "rls-ignore-dotfiles", "RATELIMIT_AUTHZ_RLS_IGNORE_DOTFILES", false, "with --rls-config-dir: skip files and directories whose name starts with \".\", as the server's flag")
 	}
 	c.f.fs.DurationVar(&c.timeout, "timeout", defTimeout, "give up after this long")
 	return c
@@ -184,17 +194,20 @@ func (c *dbCommand) failed(err error) error {
 
 // parseRules is parse, then rules: what every command that reads the
 // configuration starts with. done means: return err.
-func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, r *rules.Rules, done bool, err error) {
+func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, bs tenantlimits.Buckets, done bool, err error) {
 	if pos, done, err = c.parse(args, minArgs, maxArgs, stdout, stderr); done {
 		return nil, nil, true, err
 	}
-	if r, err = c.rules(); err != nil {
+	if bs, err = c.rules(); err != nil {
 		return nil, nil, true, err
 	}
-	return pos, r, false, nil
+	return pos, bs, false, nil
 }
 
-func (c *dbCommand) rules() (*rules.Rules, error) {
+// rules reads the buckets that accept overrides: those of --config, and
+// the overridable rules of --rls-config-dir when it is given (filed under
+// their names, as the server files them).
+func (c *dbCommand) rules() (tenantlimits.Buckets, error) {
 	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		if ps, ok := rules.AsProblems(err); ok {
@@ -202,7 +215,29 @@ func (c *dbCommand) rules() (*rules.Rules, error) {
 		}
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
 	}
-	return r, nil
+	bs := wiring.Limits(r, nil)
+	if c.rlsDir == "" {
+		return bs, nil
+	}
+	cfg, err := rlsconfig.LoadDir(c.rlsDir, c.rlsDotfiles, rlsconfig.Options{MergeDomains: c.rlsMerge})
+	if err != nil {
+		if ps, ok := rules.AsProblems(err); ok {
+			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: the RLS configuration in %s has %d problem(s):\n%v", c.name, c.rlsDir, len(ps), ps)}
+		}
+		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
+	}
+	// Ids after the buckets' indices, as the server gives each its own.
+	ids := make([]counter.Bucket, len(cfg.Rules()))
+	for i := range ids {
+		ids[i] = counter.Bucket(len(bs) + i)
+	}
+	for _, rb := range wiring.RLSOverridable(cfg, ids) {
+		if _, dup := bs.Index(rb.Name); dup {
+			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: the RLS rule name %q is also a bucket of %s: the server refuses this configuration", c.name, rb.Name, source)}
+		}
+		bs = append(bs, rb)
+	}
+	return bs, nil
 }
 
 // connect opens the database; the caller closes it.
@@ -239,9 +274,9 @@ func (c *dbCommand) withConn(ctx context.Context, fn func(context.Context, *pgx.
 }
 
 // withStore runs fn with a Store on a fresh connection (see withConn).
-func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(context.Context, *tenantlimits.Store) error) error {
+func (c *dbCommand) withStore(ctx context.Context, bs tenantlimits.Buckets, fn func(context.Context, *tenantlimits.Store) error) error {
 	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		s, err := tenantlimits.NewStore(conn, wiring.Limits(r, nil))
+		s, err := tenantlimits.NewStore(conn, bs)
 		if err != nil {
 			return c.failed(err)
 		}
@@ -250,8 +285,7 @@ func (c *dbCommand) withStore(ctx context.Context, r *rules.Rules, fn func(conte
 }
 
 // configured describes a bucket's limit without an override.
-func configured(r *rules.Rules, bucket string) string {
-	bs := wiring.Limits(r, nil)
+func configured(bs tenantlimits.Buckets, bucket string) string {
 	i, ok := bs.Index(bucket)
 	if !ok {
 		return "(not in the configuration)"
@@ -272,7 +306,7 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 			"in the configuration accept overrides. The change and its audit record are written in\n"+
 			"one transaction; every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, r, done, err := c.parseRules(args, 3, 3, stdout, stderr)
+	pos, bs, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
 		return err
 	}
@@ -280,28 +314,29 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 	// Everything is checked before the database is touched.
 	limit, scaleMS, rateErr := tenantlimits.ParseRate(pos[2])
 	o := tenantlimits.Override{Bucket: bucket, Limit: limit, ScaleMS: scaleMS}
-	if err := errors.Join(tenantlimits.ValidateTenant(tenant), bucketErr(r, bucket), rateErr, tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(tenantlimits.ValidateTenant(tenant), bucketErr(bs, bucket), rateErr, tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		ch, err := s.Set(ctx, tenant, o, c.actor)
 		if err != nil {
 			return c.failed(err)
 		}
-		was := "the configured " + configured(r, bucket)
+		was := "the configured " + configured(bs, bucket)
 		if ch.Old != nil {
 			was = ch.Old.Rate()
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
-		if name, ok := tenantlimits.OwnerKeyName(r.Buckets[r.BucketIndex(bucket)].Key); ok {
+		i, _ := bs.Index(bucket) // checked by bucketErr
+		if name, ok := tenantlimits.OwnerKeyName(bs[i].Key); ok {
 			fmt.Fprintf(stdout, "%s is keyed by %s: this applies to the keys %s owns ('limits owner set %s KEY %s')\n", bucket, name, tenant, name, tenant)
 		}
 		return nil
 	})
 }
 
-func bucketErr(r *rules.Rules, bucket string) error {
-	_, err := tenantlimits.CheckBucket(wiring.Limits(r, nil), bucket)
+func bucketErr(bs tenantlimits.Buckets, bucket string) error {
+	_, err := tenantlimits.CheckBucket(bs, bucket)
 	return err
 }
 
@@ -310,7 +345,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 		"Remove a tenant's override of BUCKET, or without BUCKET all of its overrides; the\n"+
 			"configured limits apply again. Exit 1 when there is nothing to remove.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, r, done, err := c.parseRules(args, 1, 2, stdout, stderr)
+	pos, bs, done, err := c.parseRules(args, 1, 2, stdout, stderr)
 	if done {
 		return err
 	}
@@ -323,7 +358,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 	if err := errors.Join(tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		changes, err := s.Delete(ctx, tenant, bucket, c.actor)
 		switch {
 		case errors.Is(err, tenantlimits.ErrNotFound) && bucket != "":
@@ -334,7 +369,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 			return c.failed(err)
 		}
 		for _, ch := range changes {
-			fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(r, ch.Bucket))
+			fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(bs, ch.Bucket))
 		}
 		return nil
 	})
@@ -342,14 +377,14 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 
 func limitsGet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits get", " TENANT", "Show a tenant's overrides next to the configured limits.", getenv, 10*time.Second, true)
-	pos, r, done, err := c.parseRules(args, 1, 1, stdout, stderr)
+	pos, bs, done, err := c.parseRules(args, 1, 1, stdout, stderr)
 	if done {
 		return err
 	}
 	if err := tenantlimits.ValidateTenant(pos[0]); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		t, ok, err := s.Get(ctx, pos[0])
 		if err != nil {
 			return c.failed(err)
@@ -361,7 +396,7 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BUCKET\tOVERRIDE\tCONFIGURED\tNOTE")
 		for _, o := range t.Overrides {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(r, o.Bucket), note(r, o.Bucket))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(bs, o.Bucket), note(bs, o.Bucket))
 		}
 		tw.Flush()
 		for _, p := range t.Problems {
@@ -373,8 +408,8 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // note flags an override the server ignores under this configuration.
-func note(r *rules.Rules, bucket string) string {
-	if _, err := tenantlimits.CheckBucket(wiring.Limits(r, nil), bucket); err != nil {
+func note(bs tenantlimits.Buckets, bucket string) string {
+	if _, err := tenantlimits.CheckBucket(bs, bucket); err != nil {
 		return "ignored: not overridable in this configuration"
 	}
 	return ""
@@ -382,17 +417,17 @@ func note(r *rules.Rules, bucket string) string {
 
 func limitsList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits list", "", "Show every tenant override, by tenant.", getenv, time.Minute, true)
-	_, r, done, err := c.parseRules(args, 0, 0, stdout, stderr)
+	_, bs, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
 		return err
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		return c.table(stdout, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE", "override", func(tw io.Writer) (n int, err error) {
 			err = s.List(ctx, func(t tenantlimits.Tenant) error {
 				updated := t.UpdatedAt.UTC().Format(time.RFC3339)
 				for _, o := range t.Overrides {
 					n++
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(r, o.Bucket), updated, note(r, o.Bucket))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(bs, o.Bucket), updated, note(bs, o.Bucket))
 				}
 				for _, p := range t.Problems {
 					fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", printable(t.Tenant), updated, printable(p))
@@ -460,11 +495,11 @@ func runAudit(ctx context.Context, name, argsUsage, help string, nargs int, args
 	if c.limit < 1 {
 		return c.usageError(stderr, "--limit must be at least 1")
 	}
-	r, err := c.rules()
+	bs, err := c.rules()
 	if err != nil {
 		return err
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error { return show(ctx, c, s, pos) })
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error { return show(ctx, c, s, pos) })
 }
 
 // printable escapes what a terminal could act on in text read from the
@@ -527,15 +562,15 @@ func ownerSet(ctx context.Context, args []string, getenv func(string) string, st
 			"buckets keyed by KEY_NAME (inbound, token_generate: channel) then take TENANT's overrides\n"+
 			"for that key. Every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, r, done, err := c.parseRules(args, 3, 3, stdout, stderr)
+	pos, bs, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
 		return err
 	}
 	name, key, tenant := pos[0], pos[1], pos[2]
-	if err := errors.Join(tenantlimits.CheckOwnerKeyName(wiring.Limits(r, nil), name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(tenantlimits.CheckOwnerKeyName(bs, name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		old, err := s.SetOwner(ctx, name, key, tenant, c.actor)
 		if err != nil {
 			return c.failed(err)
@@ -553,7 +588,7 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	c := newDBCommand("limits owner delete", " KEY_NAME KEY --actor NAME",
 		"Remove KEY's owner: its buckets get the configured limits. Exit 1 when it has none.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, r, done, err := c.parseRules(args, 2, 2, stdout, stderr)
+	pos, bs, done, err := c.parseRules(args, 2, 2, stdout, stderr)
 	if done {
 		return err
 	}
@@ -563,7 +598,7 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	if err := errors.Join(tenantlimits.ValidateKeyName(name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		old, err := s.DeleteOwner(ctx, name, key, c.actor)
 		switch {
 		case errors.Is(err, tenantlimits.ErrNotFound):
@@ -580,7 +615,7 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 	c := newDBCommand("limits owner list", "", "Show every key owner, by key name and key, or with --tenant only that tenant's keys.", getenv, time.Minute, true)
 	var tenant string
 	c.f.fs.StringVar(&tenant, "tenant", "", "show only the keys of this `tenant`")
-	_, r, done, err := c.parseRules(args, 0, 0, stdout, stderr)
+	_, bs, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
 		return err
 	}
@@ -589,8 +624,8 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 			return c.invalid(err)
 		}
 	}
-	used := tenantlimits.OwnerKeyNames(wiring.Limits(r, nil))
-	return c.withStore(ctx, r, func(ctx context.Context, s *tenantlimits.Store) error {
+	used := tenantlimits.OwnerKeyNames(bs)
+	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
 		return c.table(stdout, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE", "owner", func(tw io.Writer) (n int, err error) {
 			err = s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {
 				n++
