@@ -518,3 +518,64 @@ func TestRouteIndex(t *testing.T) {
 		t.Error("unknown route found")
 	}
 }
+
+// A reload that removes a failure bucket, or makes it count requests,
+// deletes its series, so a renamed bucket leaves no frozen one behind; the
+// buckets that stay keep theirs, and the new one counts.
+func TestUpdateForgetsRemovedBuckets(t *testing.T) {
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := counter.New(r.Counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	rec, err := failures.New(wiring.Failures(r, nil), store, tenantlimits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := func() {
+		t.Helper()
+		if _, err := rec.Report(failures.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	series := func(bucket string) bool {
+		t.Helper()
+		_, ok, err := scrape.Gathered(reg, "ratelimit_authz_failures_counted_total", "bucket", bucket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	report()
+	if !series("login_ip") || !series("login_account") {
+		t.Fatal("no series for the login buckets after a failure")
+	}
+	next, err := rules.Parse([]byte(`keys:
+  account_header: x-login-account
+buckets:
+  login_addr:    {limit: 5, per: 1m, key: ip, count: failures}
+  login_account: {limit: 5, per: 1m, key: account, count: failures}
+routes:
+  - {name: login, method: POST, paths: [/admin/login], buckets: [login_addr, login_account]}
+`), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Update(wiring.Failures(next, []counter.Bucket{20, 1}), tenantlimits.NewResolver(wiring.Limits(next, []counter.Bucket{20, 1}), nil)); err != nil {
+		t.Fatal(err)
+	}
+	if series("login_ip") {
+		t.Error("login_ip's series survived the reload that removed it")
+	}
+	if !series("login_account") {
+		t.Error("login_account's series went, though the bucket stayed")
+	}
+	report()
+	if !series("login_addr") {
+		t.Error("the new bucket counted no failure")
+	}
+}
