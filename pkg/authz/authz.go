@@ -250,22 +250,35 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 }
 
 func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time.Time) *authv3.CheckResponse {
+	g := s.gen.Load()
 	attrs := req.GetAttributes()
 	h := attrs.GetRequest().GetHttp()
+	// The lookups escape with the keys Describe returns (escape analysis
+	// does not tell a Request's fields apart): one allocation each, only
+	// when there is something to hold. The wire path (CheckWire) holds them
+	// in its pooled request instead.
 	in := descriptors.Request{
-		Method:            h.GetMethod(),
-		Path:              h.GetPath(),
-		Headers:           h.GetHeaders(),
-		PeerAddress:       attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
-		Body:              h.GetBody(),
-		ContextExtensions: attrs.GetContextExtensions(),
+		Method:      h.GetMethod(),
+		Path:        h.GetPath(),
+		PeerAddress: attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
+		Body:        h.GetBody(),
+	}
+	if names, m := g.matcher.HeaderNames(), h.GetHeaders(); len(names) > 0 && len(m) > 0 {
+		in.Headers = descriptors.AppendMap(make(descriptors.Fields, 0, len(names)), m, names)
+	}
+	if m := attrs.GetContextExtensions(); len(m) > 0 {
+		in.ContextExtensions = descriptors.AppendMap(make(descriptors.Fields, 0, 2), m, descriptors.ContextExtensionNames())
 	}
 	if in.Body == "" && len(h.GetRawBody()) > 0 { // pack_as_bytes
 		in.Body = string(h.GetRawBody())
 	}
-	g := s.gen.Load()
+	return s.decideOn(ctx, g, &in, now)
+}
+
+// decideOn decides on in under g; the generic and the wire path share it.
+func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.Request, now time.Time) *authv3.CheckResponse {
 	var descBuf [maxApplied]descriptors.Descriptor
-	res := g.matcher.Describe(&in, descBuf[:0])
+	res := g.matcher.Describe(in, descBuf[:0])
 	if res.UnknownBuckets > 0 {
 		s.m.unknown.Add(float64(res.UnknownBuckets))
 	}

@@ -513,7 +513,7 @@ func TestCheckAllocations(t *testing.T) {
 	}{
 		{"allowed activity", checkRequest(req{path: "/api/activities", headers: tenant("acme")}), 4},
 		{"inbound", checkRequest(req{path: "/api/inbound/abc"}), 4},
-		{"unmatched", checkRequest(req{path: "/nothing"}), 0},
+		{"unmatched", checkRequest(req{path: "/nothing"}), 1},
 		// The metadata Envoy's access log carries back: a few more.
 		{"login", checkRequest(req{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}}), 10},
 	} {
