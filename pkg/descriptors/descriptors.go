@@ -152,8 +152,8 @@ type Engine struct {
 	bucketByName map[string]counter.Bucket
 	routeByName  map[string][]int // in config order
 
-	headerNames   []string // every header Describe reads, each once
-	wantsBody     bool
+	headerNames []string // every header Describe reads, each once
+	wantsBody   bool
 
 	tenantHeader  string
 	accountHeader string

@@ -46,8 +46,8 @@ func FuzzDescribe(f *testing.F) {
 				{"x-tenant-id", xff},
 				{"x-login-account", ext},
 			},
-			PeerAddress:       peer,
-			Body:              body,
+			PeerAddress: peer,
+			Body:        body,
 		}
 		if buckets != "" {
 			r.ContextExtensions = r.ContextExtensions.Set(ExtBuckets, buckets)
