@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
@@ -41,11 +42,17 @@ type harness struct {
 	store  *counter.Store
 	reg    *prometheus.Registry
 	svc    *authz.Service
-	client authv3.AuthorizationClient
+	// clients call the Service through the lean path (checkwire's codec
+	// and service, as pkg/server registers it) and through the generic
+	// one (grpc-go's proto codec and the generated service), in turn:
+	// every test holds both to the same decisions, on shared counters.
+	clients [2]authv3.AuthorizationClient
+	calls   int
 }
 
-// newHarness serves the Service on a loopback gRPC listener and dials it,
-// so every check goes through the real wire format, as Envoy's do.
+// newHarness serves the Service on two loopback gRPC listeners, the lean
+// and the generic path, and dials both, so every check goes through the
+// real wire format, as Envoy's do.
 func newHarness(t testing.TB, yaml string) *harness {
 	t.Helper()
 	return newHarnessWith(t, yaml, nil)
@@ -77,20 +84,24 @@ func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *har
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lean := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
+	checkwire.Register(lean, h.svc)
+	generic := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(generic, h.svc)
+	for i, srv := range []*grpc.Server{lean, generic} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(lis)
+		t.Cleanup(srv.Stop)
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		h.clients[i] = authv3.NewAuthorizationClient(conn)
 	}
-	srv := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(srv, h.svc)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	h.client = authv3.NewAuthorizationClient(conn)
 	return h
 }
 
@@ -129,9 +140,11 @@ func (h *harness) check(r req) *authv3.CheckResponse {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := h.client.Check(ctx, checkRequest(r))
+	path := h.calls % 2
+	h.calls++
+	resp, err := h.clients[path].Check(ctx, checkRequest(r))
 	if err != nil {
-		h.t.Fatalf("Check %s %s: gRPC error %v (decisions must be answers)", r.method, r.path, err)
+		h.t.Fatalf("Check %s %s (%s path): gRPC error %v (decisions must be answers)", r.method, r.path, [2]string{"lean", "generic"}[path], err)
 	}
 	return resp
 }

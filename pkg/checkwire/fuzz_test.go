@@ -28,8 +28,8 @@ func addSeeds(f *testing.F) {
 }
 
 // FuzzDecode: Decode never panics, reads nothing outside its input (every
-// string is a view into it), keeps only the named headers, each once, and
-// allocates nothing beyond the lookups' room.
+// string is a view into it) and keeps only the named headers, each once.
+// (TestDecodeHostile and TestDecodeViews guard the allocations.)
 func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	d := NewDecoder(testNames, true)
@@ -52,9 +52,6 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("header %q twice or not a view", h.Name)
 			}
 			seen[h.Name] = true
-		}
-		if n := testing.AllocsPerRun(1, func() { d.Decode(in, &r) }); n != 0 {
-			t.Fatalf("%v allocations decoding again into the same Request", n)
 		}
 	})
 }

@@ -27,8 +27,20 @@ type Server interface {
 // those bytes). Not safe for concurrent use; the handler owns it.
 type Request struct {
 	d   *Decoder
-	buf mem.Buffer
+	buf mem.Buffer // the received message, referenced; nil after Decode
+	raw []byte     // the bytes given to Decode
 	req descriptors.Request
+}
+
+// Decode decodes b with d into r, outside gRPC (in-process benchmarks and
+// tests): b must not change while r is in use.
+func (r *Request) Decode(d *Decoder, b []byte) error {
+	if r.buf != nil {
+		r.buf.Free()
+		r.buf = nil
+	}
+	r.raw = b
+	return r.DecodeWith(d)
 }
 
 // Decoder is the decoder req was decoded with.
@@ -41,7 +53,7 @@ func (r *Request) Request() *descriptors.Request { return &r.req }
 // DecodeWith decodes the received bytes again with d.
 func (r *Request) DecodeWith(d *Decoder) error {
 	r.d = d
-	var b []byte
+	b := r.raw
 	if r.buf != nil {
 		b = r.buf.ReadOnlyData()
 	}
@@ -54,6 +66,7 @@ func (r *Request) release() {
 		r.buf.Free()
 		r.buf = nil
 	}
+	r.raw = nil
 	h, e := r.req.Headers, r.req.ContextExtensions
 	clear(h[:cap(h)])
 	clear(e[:cap(e)])
