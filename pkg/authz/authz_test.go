@@ -36,12 +36,12 @@ import (
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
-	t      testing.TB
-	rules  *rules.Rules
-	clock  *testclock.Clock
-	store  *counter.Store
-	reg    *prometheus.Registry
-	svc    *authz.Service
+	t     testing.TB
+	rules *rules.Rules
+	clock *testclock.Clock
+	store *counter.Store
+	reg   *prometheus.Registry
+	svc   *authz.Service
 	// clients call the Service through the lean path (checkwire's codec
 	// and service, as pkg/server registers it) and through the generic
 	// one (grpc-go's proto codec and the generated service), in turn:
