@@ -1,6 +1,7 @@
 package authz_test
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"testing"
@@ -81,6 +82,7 @@ func FuzzCheckWireEquivalence(f *testing.F) {
 func TestCheckWireAnswersAsCheck(t *testing.T) {
 	generic := newHarness(t, equivalenceConfig)
 	lean := newHarness(t, equivalenceConfig)
+	codec := checkwire.NewCodec()
 	ctx := context.Background()
 	for i := 0; i < 4; i++ { // past every limit: allowed, then denied
 		for _, r := range []req{
@@ -105,6 +107,18 @@ func TestCheckWireAnswersAsCheck(t *testing.T) {
 			got, _ := lean.svc.CheckWire(ctx, &cr)
 			if !proto.Equal(got.CheckResponse(), want) {
 				t.Fatalf("%s, round %d: lean %v, generic %v", r.path, i, got.CheckResponse(), want)
+			}
+			// The codec's encoding is the deterministic marshaller's.
+			enc, err := codec.Marshal(got.CheckResponse())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(enc.Materialize(), ref) {
+				t.Fatalf("%s, round %d: encoded %x, proto.Marshal %x", r.path, i, enc.Materialize(), ref)
 			}
 		}
 	}

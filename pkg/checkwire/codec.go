@@ -11,9 +11,10 @@ import (
 )
 
 // Codec is a gRPC server codec (grpc.ForceServerCodecV2) that decodes a
-// *Request with its Decoder and encodes a *Prebuilt as its bytes; every
-// other message (other CheckResponses, health, RLS, access log,
-// reflection) goes to the standard proto codec, so the codec changes
+// *Request with its Decoder, encodes a *Prebuilt as its bytes and a
+// CheckResponse of the shapes this product answers by hand (encode.go);
+// every other message (health, RLS, access log, reflection) goes to the
+// standard proto codec, so the codec changes
 // nothing for the other services. Safe for concurrent use.
 type Codec struct {
 	fallback encoding.CodecV2
@@ -44,6 +45,10 @@ func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *Prebuilt:
 		return m.data, nil // read-only: the transport only reads it, Free is a no-op
+	case *authv3.CheckResponse:
+		if encodable(m) {
+			return encodeResponse(m), nil
+		}
 	}
 	return c.fallback.Marshal(v)
 }
