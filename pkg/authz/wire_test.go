@@ -9,8 +9,11 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // equivalenceConfig has a bucket of every key kind, failure counting,
@@ -121,5 +124,62 @@ func TestCheckWireAnswersAsCheck(t *testing.T) {
 				t.Fatalf("%s, round %d: encoded %x, proto.Marshal %x", r.path, i, enc.Materialize(), ref)
 			}
 		}
+	}
+}
+
+// A request decoded before a reload is decided under the new
+// configuration with what that one reads: CheckWire decodes it again.
+func TestCheckWireAfterReload(t *testing.T) {
+	h := newHarness(t, `
+buckets:
+  by_tenant: {limit: 1, per: 1m, key: tenant}
+routes:
+  - {path: /x, buckets: [by_tenant]}`)
+	wire := marshalRequest(t, checkRequest(req{path: "/x", headers: map[string]string{"x-api-key": "k1", "x-tenant-id": "t"}}))
+	var r checkwire.Request
+	if err := r.Decode(h.svc.Decoder(), wire); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Request().Headers.Get("x-api-key"); ok {
+		t.Fatal("the first configuration does not read x-api-key, yet it was kept")
+	}
+
+	next, err := rules.Parse([]byte(`
+buckets:
+  by_key: {limit: 1, per: 1m, key: "header:x-api-key", on_missing_key: deny}
+routes:
+  - {path: /x, buckets: [by_key]}`), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := descriptors.New(next.Descriptors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Update(wiring.Authz(next, nil), m, tenantlimits.NewResolver(wiring.Limits(next, nil), nil)); err != nil {
+		t.Fatal(err)
+	}
+	// Decoded without x-api-key, the request would be refused for
+	// lacking its key (403); read again, it is allowed, then limited.
+	ctx := context.Background()
+	for i, want := range []bool{true, false} {
+		if i > 0 {
+			if err := r.Decode(h.svc.Decoder(), wire); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := h.svc.CheckWire(ctx, &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if allowed(got.CheckResponse()) != want {
+			t.Fatalf("check %d after the reload: %v", i+1, got.CheckResponse())
+		}
+		if resp := got.CheckResponse(); !want && resp.GetDeniedResponse().GetStatus().GetCode() != 429 {
+			t.Fatalf("denied with %v, want 429", resp)
+		}
+	}
+	if v, _ := r.Request().Headers.Get("x-api-key"); v != "k1" {
+		t.Fatalf("x-api-key = %q after the reload", v)
 	}
 }

@@ -59,7 +59,9 @@ func ForEngine(e *descriptors.Engine) *Decoder {
 // Decode reads b, a serialised CheckRequest, into out, whose strings are
 // then views into b: b must not change while out is in use. Headers and
 // context extensions not named are skipped; a repeated name takes its
-// last value, as a protobuf map does. On an error out holds no meaning.
+// last value, as a protobuf map does. The lookups reuse the arrays behind
+// out's Headers and ContextExtensions (so a reused Request decodes without
+// allocating). On an error out holds no meaning.
 func (d *Decoder) Decode(b []byte, out *descriptors.Request) error {
 	hdrs, exts := out.Headers[:0], out.ContextExtensions[:0]
 	*out = descriptors.Request{}
