@@ -104,11 +104,11 @@ func (w *walker) message(s *schema, b []byte, depth int) error {
 		if typ == protowire.EndGroupType {
 			return fmt.Errorf("%w: end of group outside a group in %s", ErrMalformed, s.md.FullName())
 		}
-		if n, err := w.field(s, s.field(num), num, typ, b, depth); err != nil {
+		m, err := w.field(s, s.field(num), num, typ, b, depth)
+		if err != nil {
 			return err
-		} else {
-			b = b[n:]
 		}
+		b = b[m:]
 	}
 	return nil
 }
