@@ -200,7 +200,7 @@ func TestCatalogueMatchesShippedConfig(t *testing.T) {
 		cr := checkRequest(req, 1, time.Unix(0, 0))
 		h := cr.GetAttributes().GetRequest().GetHttp()
 		in := descriptors.Request{
-			Method: h.GetMethod(), Path: h.GetPath(), Headers: h.GetHeaders(), Body: h.GetBody(),
+			Method: h.GetMethod(), Path: h.GetPath(), Headers: descriptors.AppendMap(nil, h.GetHeaders(), nil), Body: h.GetBody(),
 			PeerAddress: cr.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress(),
 		}
 		res := eng.Describe(&in, nil)

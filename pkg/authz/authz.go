@@ -17,8 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
@@ -95,13 +97,17 @@ type Service struct {
 	statusUnreadable                      *rpcstatus.Status
 	http429, http403                      *typev3.HttpStatus
 	allowBare, pathTooLong                *authv3.CheckResponse
+	allowBarePre, pathTooLongPre          *checkwire.Prebuilt
 }
+
+var _ checkwire.Server = (*Service)(nil)
 
 // generation is one configuration, immutable: a Check loads it once and
 // decides wholly under it, so a check in flight during Update finishes on
 // the configuration it started with.
 type generation struct {
 	matcher            *descriptors.Engine
+	dec                *checkwire.Decoder // reads what matcher needs
 	limits             Limits
 	routes             []string
 	denyUnreadableAcct bool
@@ -156,6 +162,12 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 			Body:    `{"error":"path_too_long"}` + "\n",
 		}},
 	}
+	if s.allowBarePre, err = checkwire.Prebuild(s.allowBare); err != nil {
+		return nil, err
+	}
+	if s.pathTooLongPre, err = checkwire.Prebuild(s.pathTooLong); err != nil {
+		return nil, err
+	}
 	s.gen.Store(s.newGeneration(cfg, m, limits))
 	return s, nil
 }
@@ -203,7 +215,7 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 }
 
 func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
-	g := &generation{matcher: m, limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
+	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for i, b := range cfg.Buckets {
 		id := counter.Bucket(i)
 		if cfg.IDs != nil {
@@ -250,22 +262,44 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 }
 
 func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time.Time) *authv3.CheckResponse {
-	attrs := req.GetAttributes()
-	h := attrs.GetRequest().GetHttp()
-	in := descriptors.Request{
-		Method:            h.GetMethod(),
-		Path:              h.GetPath(),
-		Headers:           h.GetHeaders(),
-		PeerAddress:       attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
-		Body:              h.GetBody(),
-		ContextExtensions: attrs.GetContextExtensions(),
-	}
-	if in.Body == "" && len(h.GetRawBody()) > 0 { // pack_as_bytes
-		in.Body = string(h.GetRawBody())
-	}
 	g := s.gen.Load()
+	in := g.dec.FromMessage(req)
+	return s.decideOn(ctx, g, &in, now)
+}
+
+// Decoder implements checkwire.Server: what the current configuration
+// reads of a request.
+func (s *Service) Decoder() *checkwire.Decoder { return s.gen.Load().dec }
+
+// CheckWire implements checkwire.Server: Check on the request as the lean
+// decoder read it, answering constant responses with their prebuilt
+// encodings. Like Check, it never returns an error.
+func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkwire.Response, error) {
+	now := s.now()
+	g := s.gen.Load()
+	if req.Decoder() != g.dec {
+		// The configuration changed since the request was decoded: read
+		// what this one needs. Whether bytes decode does not depend on
+		// the Decoder, so this cannot fail where the first decode did not.
+		if err := req.DecodeWith(g.dec); err != nil {
+			return checkwire.Response{}, status.Errorf(codes.Internal, "authz: decode the request again: %v", err)
+		}
+	}
+	resp := s.decideOn(ctx, g, req.Request(), now)
+	s.m.duration.Observe(s.now().Sub(now).Seconds())
+	switch resp {
+	case s.allowBare:
+		return s.allowBarePre.Response(), nil
+	case s.pathTooLong:
+		return s.pathTooLongPre.Response(), nil
+	}
+	return checkwire.Message(resp), nil
+}
+
+// decideOn decides on in under g; the generic and the wire path share it.
+func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.Request, now time.Time) *authv3.CheckResponse {
 	var descBuf [maxApplied]descriptors.Descriptor
-	res := g.matcher.Describe(&in, descBuf[:0])
+	res := g.matcher.Describe(in, descBuf[:0])
 	if res.UnknownBuckets > 0 {
 		s.m.unknown.Add(float64(res.UnknownBuckets))
 	}

@@ -18,12 +18,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
@@ -35,17 +37,23 @@ import (
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
-	t      testing.TB
-	rules  *rules.Rules
-	clock  *testclock.Clock
-	store  *counter.Store
-	reg    *prometheus.Registry
-	svc    *authz.Service
-	client authv3.AuthorizationClient
+	t     testing.TB
+	rules *rules.Rules
+	clock *testclock.Clock
+	store *counter.Store
+	reg   *prometheus.Registry
+	svc   *authz.Service
+	// clients call the Service through the lean path (checkwire's codec
+	// and service, as pkg/server registers it) and through the generic
+	// one (grpc-go's proto codec and the generated service), in turn:
+	// every test holds both to the same decisions, on shared counters.
+	clients [2]authv3.AuthorizationClient
+	calls   int
 }
 
-// newHarness serves the Service on a loopback gRPC listener and dials it,
-// so every check goes through the real wire format, as Envoy's do.
+// newHarness serves the Service on two loopback gRPC listeners, the lean
+// and the generic path, and dials both, so every check goes through the
+// real wire format, as Envoy's do.
 func newHarness(t testing.TB, yaml string) *harness {
 	t.Helper()
 	return newHarnessWith(t, yaml, nil)
@@ -77,20 +85,24 @@ func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *har
 	if err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	lean := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
+	checkwire.Register(lean, h.svc)
+	generic := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(generic, h.svc)
+	for i, srv := range []*grpc.Server{lean, generic} {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve(lis)
+		t.Cleanup(srv.Stop)
+		conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		h.clients[i] = authv3.NewAuthorizationClient(conn)
 	}
-	srv := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(srv, h.svc)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	h.client = authv3.NewAuthorizationClient(conn)
 	return h
 }
 
@@ -129,9 +141,11 @@ func (h *harness) check(r req) *authv3.CheckResponse {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := h.client.Check(ctx, checkRequest(r))
+	path := h.calls % 2
+	h.calls++
+	resp, err := h.clients[path].Check(ctx, checkRequest(r))
 	if err != nil {
-		h.t.Fatalf("Check %s %s: gRPC error %v (decisions must be answers)", r.method, r.path, err)
+		h.t.Fatalf("Check %s %s (%s path): gRPC error %v (decisions must be answers)", r.method, r.path, [2]string{"lean", "generic"}[path], err)
 	}
 	return resp
 }
@@ -503,7 +517,9 @@ routes:
 }
 
 // The in-process Check must stay cheap; the benchmark shows the figures,
-// this guards the budget.
+// this guards the budget: decoding the request's wire form with the lean
+// decoder and deciding, as the server does per call (the response's
+// encoding aside).
 func TestCheckAllocations(t *testing.T) {
 	h := newHarness(t, "")
 	for _, tc := range []struct {
@@ -511,31 +527,50 @@ func TestCheckAllocations(t *testing.T) {
 		req  *authv3.CheckRequest
 		max  float64
 	}{
-		{"allowed activity", checkRequest(req{path: "/api/activities", headers: tenant("acme")}), 4},
-		{"inbound", checkRequest(req{path: "/api/inbound/abc"}), 4},
+		// The reply and its header values.
+		{"allowed activity", checkRequest(req{path: "/api/activities", headers: tenant("acme")}), 2},
+		{"inbound", checkRequest(req{path: "/api/inbound/abc"}), 2},
 		{"unmatched", checkRequest(req{path: "/nothing"}), 0},
 		// The metadata Envoy's access log carries back: a few more.
-		{"login", checkRequest(req{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}}), 10},
+		{"login", checkRequest(req{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}}), 9},
 	} {
+		wire := marshalRequest(t, tc.req)
+		var r checkwire.Request
 		got := testing.AllocsPerRun(200, func() {
 			h.clock.Add(time.Second) // stay under the limit
-			if _, err := h.svc.Check(context.Background(), tc.req); err != nil {
+			if err := r.Decode(h.svc.Decoder(), wire); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.svc.CheckWire(context.Background(), &r); err != nil {
 				t.Fatal(err)
 			}
 		})
+		t.Logf("%s: %.1f allocs per check", tc.name, got)
 		if got > tc.max {
 			t.Errorf("%s: %.1f allocs per check, budget %.0f", tc.name, got, tc.max)
 		}
 	}
 }
 
-// BenchmarkCheck measures Check in process, without the gRPC transport:
-// the shipped routes, with limits high enough that "allowed" stays allowed.
-func BenchmarkCheck(b *testing.B) {
+func marshalRequest(t testing.TB, m *authv3.CheckRequest) []byte {
+	t.Helper()
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// benchCases are the shipped routes, with limits high enough that
+// "allowed" stays allowed.
+func benchCases() []struct {
+	name string
+	yaml string
+	req  *authv3.CheckRequest
+} {
 	shipped := string(config.Default())
 	roomy := strings.NewReplacer("limit: 500\n", "limit: 2000000000\n", "limit: 100\n", "limit: 2000000000\n").Replace(shipped)
-	ctx := context.Background()
-	for _, bc := range []struct {
+	return []struct {
 		name string
 		yaml string
 		req  *authv3.CheckRequest
@@ -545,13 +580,50 @@ func BenchmarkCheck(b *testing.B) {
 		{"denied", shipped, checkRequest(req{path: "/api/v1/tokens", peer: "198.51.100.1"})},
 		{"unmatched", shipped, checkRequest(req{path: "/static/app.js"})},
 		{"login", shipped, checkRequest(req{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}})},
-	} {
+	}
+}
+
+// BenchmarkCheck measures a check in process, without the gRPC transport,
+// as the server runs it per call: the request's wire form decoded by the
+// lean decoder, then the decision (the response's encoding aside).
+func BenchmarkCheck(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range benchCases() {
 		b.Run(bc.name, func(b *testing.B) {
 			h := newHarness(b, bc.yaml)
+			wire := marshalRequest(b, bc.req)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				var r checkwire.Request
+				for pb.Next() {
+					if err := r.Decode(h.svc.Decoder(), wire); err != nil {
+						b.Error(err)
+						return
+					}
+					h.svc.CheckWire(ctx, &r)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkCheckGeneric is BenchmarkCheck on the generic path, the
+// reference: proto.Unmarshal of the whole request, then Check.
+func BenchmarkCheckGeneric(b *testing.B) {
+	ctx := context.Background()
+	for _, bc := range benchCases() {
+		b.Run(bc.name, func(b *testing.B) {
+			h := newHarness(b, bc.yaml)
+			wire := marshalRequest(b, bc.req)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					h.svc.Check(ctx, bc.req)
+					var m authv3.CheckRequest
+					if err := proto.Unmarshal(wire, &m); err != nil {
+						b.Error(err)
+						return
+					}
+					h.svc.Check(ctx, &m)
 				}
 			})
 		})

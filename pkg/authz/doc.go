@@ -40,6 +40,12 @@
 // only; it answers from memory. A bucket it has no limit for (one only
 // Envoy's context_extensions name) is skipped and counted as unknown.
 //
+// The gRPC server calls CheckWire (checkwire.Server) on the request as
+// package checkwire decoded it, views into the received bytes; Check, on a
+// whole *authv3.CheckRequest, is the reference path and decides
+// identically. Constant answers (the bare allow, the 414) are sent from
+// encodings built once.
+//
 // Check does no I/O, takes no lock beyond the counter's shard locks and
 // starts no goroutine. Service is safe for concurrent use.
 package authz

@@ -65,9 +65,9 @@ func (a *accountSet) add(v string) {
 // set unreadable, and so does a request that names none: an attacker must
 // not escape the per-account limit by making the account unreadable to the
 // server while the application still reads one.
-func (e *Engine) accounts(headers map[string]string, body string, set *accountSet) {
+func (e *Engine) accounts(headers Fields, body string, set *accountSet) {
 	if e.accountHeader != "" {
-		if raw, ok := headers[e.accountHeader]; ok {
+		if raw, ok := headers.Get(e.accountHeader); ok {
 			// Envoy joins a repeated header with ",": which copy the
 			// application reads is unknown. An account never holds one.
 			if v := normAccount(raw); v == "" || strings.IndexByte(raw, ',') >= 0 {
@@ -92,17 +92,17 @@ func (e *Engine) accounts(headers map[string]string, body string, set *accountSe
 // bodyAccount returns the account field of a non-empty body: "" and true
 // when a well-formed body lacks the field, false when the body cannot be
 // read (see the package doc).
-func (e *Engine) bodyAccount(headers map[string]string, body string) (string, bool) {
+func (e *Engine) bodyAccount(headers Fields, body string) (string, bool) {
 	if len(body) > maxBodyBytes {
 		return "", false
 	}
 	// Envoy sets the header on every buffered body; anything but "false"
 	// (absent, "true", or a client's copy joined to Envoy's) may be a cut.
-	if v := strings.TrimSpace(headers[headerPartialBody]); !strings.EqualFold(v, "false") {
+	if v := strings.TrimSpace(headers.Value(headerPartialBody)); !strings.EqualFold(v, "false") {
 		return "", false
 	}
 	// A body shorter than its declared length was cut too.
-	if cl, ok := headers[headerContentLength]; ok {
+	if cl, ok := headers.Get(headerContentLength); ok {
 		if n, err := strconv.Atoi(cl); err != nil || n != len(body) {
 			return "", false
 		}
@@ -110,7 +110,7 @@ func (e *Engine) bodyAccount(headers map[string]string, body string) (string, bo
 	if !utf8.ValidString(body) {
 		return "", false
 	}
-	ct := headers[headerContentType]
+	ct := headers.Value(headerContentType)
 	switch {
 	case hasMediaType(ct, mediaForm):
 		return formAccount(body, e.accountField)

@@ -8,7 +8,7 @@ import (
 )
 
 func activityRequest() *Request {
-	return &Request{Method: "POST", Path: "/api/activities", Headers: typicalHeaders(), PeerAddress: "10.0.3.7"}
+	return &Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, typicalHeaders(), nil), PeerAddress: "10.0.3.7"}
 }
 
 func inboundRequest() *Request {
@@ -16,7 +16,7 @@ func inboundRequest() *Request {
 	delete(h, "x-tenant-id")
 	h[":path"] = "/api/inbound/abc123?sig=f00"
 	h["x-forwarded-for"] = "198.51.100.23, 10.0.3.7"
-	return &Request{Method: "POST", Path: "/api/inbound/abc123?sig=f00", Headers: h, PeerAddress: "10.0.3.7"}
+	return &Request{Method: "POST", Path: "/api/inbound/abc123?sig=f00", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
 }
 
 func loginRequest() *Request {
@@ -28,14 +28,14 @@ func loginRequest() *Request {
 	h["x-envoy-auth-partial-body"] = "false" // Envoy sets it on every buffered body
 	body := `{"email":"alice@example.com","password":"correct horse battery staple","remember":true}`
 	h["content-length"] = fmt.Sprint(len(body))
-	return &Request{Method: "POST", Path: "/admin/login", Headers: h, PeerAddress: "10.0.3.7", Body: body}
+	return &Request{Method: "POST", Path: "/admin/login", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7", Body: body}
 }
 
 func noMatchRequest() *Request {
 	h := typicalHeaders()
 	h[":method"] = "GET"
 	h[":path"] = "/api/activities/123"
-	return &Request{Method: "GET", Path: "/api/activities/123", Headers: h, PeerAddress: "10.0.3.7"}
+	return &Request{Method: "GET", Path: "/api/activities/123", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
 }
 
 func benchConfig() Config {

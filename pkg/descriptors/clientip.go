@@ -13,7 +13,7 @@ const (
 // clientIP returns the trusted client address of r (see Result.ClientIP).
 func (e *Engine) clientIP(r *Request) string {
 	if e.useExternal {
-		if v := r.Headers[headerExternalAddress]; v != "" {
+		if v := r.Headers.Value(headerExternalAddress); v != "" {
 			if ip, ok := canonicalIP(v); ok {
 				return ip
 			}
@@ -21,7 +21,7 @@ func (e *Engine) clientIP(r *Request) string {
 		}
 	}
 	if e.trustedHops > 0 {
-		if v, ok := xffEntry(r.Headers[headerForwardedFor], e.trustedHops); ok {
+		if v, ok := xffEntry(r.Headers.Value(headerForwardedFor), e.trustedHops); ok {
 			if ip, ok := canonicalIP(v); ok {
 				return ip
 			}

@@ -62,7 +62,7 @@ func TestClientIP(t *testing.T) {
 			if p == "-" {
 				p = ""
 			}
-			got := e.Describe(&Request{Method: "GET", Path: "/", Headers: h, PeerAddress: p}, nil)
+			got := e.Describe(&Request{Method: "GET", Path: "/", Headers: AppendMap(nil, h, nil), PeerAddress: p}, nil)
 			if got.ClientIP != tt.want {
 				t.Errorf("ClientIP = %q, want %q", got.ClientIP, tt.want)
 			}

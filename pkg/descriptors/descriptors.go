@@ -82,16 +82,17 @@ type Config struct {
 	IPv6Prefix int
 }
 
-// Request is what the caller copies out of Envoy's CheckRequest. Describe
+// Request is what the caller reads out of Envoy's CheckRequest. Describe
 // neither modifies nor retains it, but the keys it returns are substrings of
-// its fields.
+// its fields. Headers and ContextExtensions need hold only the names the
+// Engine reads (HeaderNames, ContextExtensionNames); others are ignored.
 type Request struct {
 	Method            string
-	Path              string            // raw :path as Envoy sends it: with the query string, not decoded
-	Headers           map[string]string // lowercase keys, as Envoy sends them (pseudo-headers included)
-	PeerAddress       string            // attributes.source socket address (the TCP peer)
-	Body              string            // with_request_body only; may be empty or partial
-	ContextExtensions map[string]string // Envoy per-route check_settings.context_extensions
+	Path              string // raw :path as Envoy sends it: with the query string, not decoded
+	Headers           Fields // lowercase names, as Envoy sends them (pseudo-headers included)
+	PeerAddress       string // attributes.source socket address (the TCP peer)
+	Body              string // with_request_body only; may be empty or partial; needed only when WantsBody
+	ContextExtensions Fields // Envoy per-route check_settings.context_extensions
 }
 
 // Descriptor is one bucket that applies to a request, and its key.
@@ -150,6 +151,9 @@ type Engine struct {
 	anyFirst     []int            // routes whose first segment is a capture
 	bucketByName map[string]counter.Bucket
 	routeByName  map[string][]int // in config order
+
+	headerNames []string // every header Describe reads, each once
+	wantsBody   bool
 
 	tenantHeader  string
 	accountHeader string
@@ -309,6 +313,8 @@ func New(cfg Config) (*Engine, error) {
 		return nil, errors.Join(errs...)
 	}
 
+	e.headerNames, e.wantsBody = e.reads()
+
 	// Index the routes by their first segment: a path whose first segment is
 	// "api" is only tried against routes starting with "/api/" or with a
 	// capture, still in config order.
@@ -327,6 +333,53 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return e, nil
 }
+
+// reads lists the headers Describe may read and whether it may read the
+// body, from the compiled configuration.
+func (e *Engine) reads() ([]string, bool) {
+	var names []string
+	add := func(n string) {
+		if n != "" && !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	if e.useExternal {
+		add(headerExternalAddress)
+	}
+	if e.trustedHops > 0 {
+		add(headerForwardedFor)
+	}
+	body := false
+	for _, b := range e.buckets {
+		switch b.Key.Kind {
+		case KeyTenant:
+			add(e.tenantHeader)
+		case KeyHeader:
+			add(b.Key.Name)
+		case KeyAccount:
+			add(e.accountHeader)
+			if e.accountField != "" {
+				body = true
+				add(headerPartialBody)
+				add(headerContentLength)
+				add(headerContentType)
+			}
+		}
+	}
+	return names, body
+}
+
+// HeaderNames returns the names of every header Describe may read (the
+// Engine must not modify it): a Request needs hold only these.
+func (e *Engine) HeaderNames() []string { return e.headerNames }
+
+// WantsBody reports whether Describe may read Request.Body (a bucket keys
+// by the account field of a login body): otherwise the body need not be
+// decoded at all.
+func (e *Engine) WantsBody() bool { return e.wantsBody }
+
+// ContextExtensionNames returns the context extension keys Describe reads.
+func ContextExtensionNames() []string { return []string{ExtBuckets, ExtRoute} }
 
 // NumBuckets is the number of buckets the Engine was compiled with: every
 // Descriptor.Bucket is below it.
@@ -428,10 +481,10 @@ func (e *Engine) Describe(r *Request, dst []Descriptor) Result {
 
 	path, tooLong, pathOK := routePath(r.Path)
 	res.PathTooLong = tooLong
-	list, hasList := r.ContextExtensions[ExtBuckets]
+	list, hasList := r.ContextExtensions.Get(ExtBuckets)
 
 	ri, matched := -1, false
-	if name := r.ContextExtensions[ExtRoute]; name != "" {
+	if name := r.ContextExtensions.Value(ExtRoute); name != "" {
 		if group := e.routeByName[name]; len(group) > 0 {
 			ri = group[0]
 			for _, i := range group {
@@ -521,7 +574,7 @@ func (e *Engine) find(p, method string, anyMethod bool) int {
 // those (and the caller's dst) to the heap.
 type keyer struct {
 	e        *Engine
-	headers  map[string]string
+	headers  Fields
 	body     string
 	path     string
 	rt       *route // the route whose template matched the path, if any
@@ -566,7 +619,7 @@ func (k *keyer) report(res *Result) {
 func (k *keyer) key(bi counter.Bucket, seg int) string {
 	switch spec := k.e.buckets[bi].Key; spec.Kind {
 	case KeyTenant:
-		return k.headers[k.e.tenantHeader]
+		return k.headers.Value(k.e.tenantHeader)
 	case KeyIP:
 		if !k.ipDone {
 			k.ipDone = true
@@ -579,7 +632,7 @@ func (k *keyer) key(bi counter.Bucket, seg int) string {
 		}
 		return segment(k.path, seg)
 	case KeyHeader:
-		return k.headers[spec.Name]
+		return k.headers.Value(spec.Name)
 	}
 	return ""
 }

@@ -170,7 +170,7 @@ func TestRouteMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
-			r := &Request{Method: tt.method, Path: tt.path, Headers: typicalHeaders(), PeerAddress: "192.0.2.10"}
+			r := &Request{Method: tt.method, Path: tt.path, Headers: AppendMap(nil, typicalHeaders(), nil), PeerAddress: "192.0.2.10"}
 			got := e.Describe(r, nil)
 			if got.Route != tt.want.route {
 				t.Fatalf("Route = %d, want %d", got.Route, tt.want.route)
@@ -271,7 +271,7 @@ func TestMissingKeys(t *testing.T) {
 	if got.ClientIP != "" {
 		t.Errorf("ClientIP = %q without a peer, want \"\"", got.ClientIP)
 	}
-	got = e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: map[string]string{"x-tenant-id": ""}}, nil)
+	got = e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": ""}, nil)}, nil)
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("empty tenant header: got %+v, want %+v", got.Descriptors, want)
 	}
@@ -289,7 +289,7 @@ func TestHeaderKey(t *testing.T) {
 		Buckets: []Bucket{{Name: "by_host", Key: KeySpec{Kind: KeyHeader, Name: ":authority"}}, {Name: "by_key", Key: KeySpec{Kind: KeyHeader, Name: "x-api-key"}}},
 		Routes:  []Route{{Template: "/{any}", Buckets: []counter.Bucket{0, 1}}},
 	})
-	got := e.Describe(&Request{Method: "GET", Path: "/x", Headers: map[string]string{":authority": "a.example", "X-Api-Key": "ignored"}}, nil)
+	got := e.Describe(&Request{Method: "GET", Path: "/x", Headers: AppendMap(nil, map[string]string{":authority": "a.example", "X-Api-Key": "ignored"}, nil)}, nil)
 	want := []Descriptor{{Bucket: 0, Key: "a.example"}, {Bucket: 1, Key: ""}}
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("got %+v, want %+v", got.Descriptors, want)
@@ -299,7 +299,7 @@ func TestHeaderKey(t *testing.T) {
 func TestDescriptorsAppendToDst(t *testing.T) {
 	e := mustNew(t, exampleConfig())
 	dst := []Descriptor{{Bucket: 99, Key: "keep"}}
-	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: map[string]string{"x-tenant-id": "t"}}, dst)
+	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, dst)
 	want := []Descriptor{{Bucket: 99, Key: "keep"}, {Bucket: bActivity, Key: "t"}}
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("got %+v, want %+v", got.Descriptors, want)
@@ -398,7 +398,7 @@ func TestContextExtensions(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := e.Describe(&Request{Method: tt.method, Path: tt.path, Headers: hdr, PeerAddress: "198.51.100.7", ContextExtensions: tt.ext}, nil)
+			got := e.Describe(&Request{Method: tt.method, Path: tt.path, Headers: AppendMap(nil, hdr, nil), PeerAddress: "198.51.100.7", ContextExtensions: AppendMap(nil, tt.ext, nil)}, nil)
 			if got.Route != tt.route {
 				t.Errorf("Route = %d, want %d", got.Route, tt.route)
 			}
@@ -437,7 +437,7 @@ func TestSharedRouteName(t *testing.T) {
 		{"site_login", "/sites/red/login", rPortalLogin + 1, "red"},
 		{"site_login", "/x", rPortalLogin + 1, ""},
 	} {
-		got := e.Describe(&Request{Method: "GET", Path: tt.path, ContextExtensions: map[string]string{ExtRoute: tt.name}}, nil)
+		got := e.Describe(&Request{Method: "GET", Path: tt.path, ContextExtensions: AppendMap(nil, map[string]string{ExtRoute: tt.name}, nil)}, nil)
 		if got.Route != tt.route {
 			t.Errorf("%s on %s: Route = %d, want %d", tt.name, tt.path, got.Route, tt.route)
 		}
@@ -449,7 +449,7 @@ func TestSharedRouteName(t *testing.T) {
 
 func TestAccountOnlyWhenNeeded(t *testing.T) {
 	e := mustNew(t, exampleConfig())
-	r := &Request{Method: "POST", Path: "/api/activities", Headers: map[string]string{"x-login-account": "bob"}}
+	r := &Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-login-account": "bob"}, nil)}
 	if got := e.Describe(r, nil); got.Account != "" {
 		t.Errorf("Account = %q on a route without an account bucket", got.Account)
 	}
@@ -461,7 +461,7 @@ func TestAccountOnlyWhenNeeded(t *testing.T) {
 
 func TestZeroEngine(t *testing.T) {
 	var e Engine
-	got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: "10.1.2.3", ContextExtensions: map[string]string{ExtBuckets: "a", ExtRoute: "b"}}, nil)
+	got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: "10.1.2.3", ContextExtensions: AppendMap(nil, map[string]string{ExtBuckets: "a", ExtRoute: "b"}, nil)}, nil)
 	if got.Route != -1 || len(got.Descriptors) != 0 || got.ClientIP != "10.1.2.3" || got.UnknownBuckets != 1 || !got.UnknownRoute {
 		t.Errorf("zero Engine: got %+v", got)
 	}
@@ -472,7 +472,7 @@ func TestConfigNotAliased(t *testing.T) {
 	e := mustNew(t, cfg)
 	cfg.Buckets[bActivity].Key = KeySpec{Kind: KeyIP}
 	cfg.Routes[rActivities].Buckets[0] = bUpload
-	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: map[string]string{"x-tenant-id": "t"}}, nil)
+	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, nil)
 	if want := []Descriptor{{Bucket: bActivity, Key: "t"}}; !slices.Equal(got.Descriptors, want) {
 		t.Errorf("after changing cfg: got %+v, want %+v", got.Descriptors, want)
 	}

@@ -1,6 +1,8 @@
 package descriptors
 
 import (
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,28 +27,35 @@ func FuzzDescribe(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	cfg.AccountBodyField = ""
+	cfg.AccountHeader = ""
+	cfg.Buckets = cfg.Buckets[:bLoginIP+1]
+	cfg.Routes = cfg.Routes[:rAdminLogin]
+	e3, err := New(cfg) // wants no body
+	if err != nil {
+		f.Fatal(err)
+	}
 	f.Fuzz(func(t *testing.T, method, path, xff, ext, peer, ct, body, buckets, route string) {
 		r := &Request{
 			Method: method,
 			Path:   path,
-			Headers: map[string]string{
-				"x-forwarded-for":          xff,
-				"x-envoy-external-address": ext,
-				"content-type":             ct,
-				"x-tenant-id":              xff,
-				"x-login-account":          ext,
+			Headers: Fields{
+				{"x-forwarded-for", xff},
+				{"x-envoy-external-address", ext},
+				{"content-type", ct},
+				{"x-tenant-id", xff},
+				{"x-login-account", ext},
 			},
-			PeerAddress:       peer,
-			Body:              body,
-			ContextExtensions: map[string]string{},
+			PeerAddress: peer,
+			Body:        body,
 		}
 		if buckets != "" {
-			r.ContextExtensions[ExtBuckets] = buckets
+			r.ContextExtensions = r.ContextExtensions.Set(ExtBuckets, buckets)
 		}
 		if route != "" {
-			r.ContextExtensions[ExtRoute] = route
+			r.ContextExtensions = r.ContextExtensions.Set(ExtRoute, route)
 		}
-		for _, e := range []*Engine{e, e2} {
+		for _, e := range []*Engine{e, e2, e3} {
 			res := e.Describe(r, nil)
 			if res.Route < -1 || res.Route >= len(e.routes) {
 				t.Fatalf("Route %d out of range", res.Route)
@@ -92,6 +101,21 @@ func FuzzDescribe(f *testing.F) {
 			}
 			if res.Account != strings.ToLower(strings.TrimSpace(res.Account)) {
 				t.Fatalf("Account %q is not normalised", res.Account)
+			}
+			// Only the headers the Engine names, and the body only when it
+			// wants one, decide: the decoder keeps nothing else.
+			lean := *r
+			lean.Headers = nil
+			for _, h := range r.Headers {
+				if slices.Contains(e.HeaderNames(), h.Name) {
+					lean.Headers = append(lean.Headers, h)
+				}
+			}
+			if !e.WantsBody() {
+				lean.Body = ""
+			}
+			if got := e.Describe(&lean, nil); !reflect.DeepEqual(got, res) {
+				t.Fatalf("with only HeaderNames %q: %+v, with every header %+v", e.HeaderNames(), got, res)
 			}
 			again := e.Describe(r, make([]Descriptor, 0, 4))
 			if again.Route != res.Route || again.ClientIP != res.ClientIP || again.Account != res.Account || len(again.Descriptors) != len(res.Descriptors) {

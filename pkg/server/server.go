@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 )
 
 // Config is the server's own configuration. Zero fields take defaults.
@@ -298,7 +300,11 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	if err != nil {
 		return nil, err
 	}
-	authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
+	if lean, ok := svc.Authz.(checkwire.Server); ok {
+		checkwire.Register(check.srv, lean) // decoded by the codec newGRPC installs
+	} else {
+		authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
+	}
 	if svc.RateLimit != nil {
 		rlsv3.RegisterRateLimitServiceServer(check.srv, svc.RateLimit)
 	}
@@ -372,6 +378,9 @@ func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, err
 		return nil, fmt.Errorf("server: listen %s on %s: %w", listenName(name), addr, err)
 	}
 	g.lis = newLimitListener(lis, s.cfg.Limits.MaxConnections)
+	// The Check service's lean decoder; every other message keeps the
+	// standard proto codec.
+	opts = append(opts, grpc.ForceServerCodecV2(checkwire.NewCodec()))
 	g.srv = grpc.NewServer(opts...)
 	s.grpcs = append(s.grpcs, g)
 	return g, nil

@@ -1,0 +1,72 @@
+package descriptors
+
+import "slices"
+
+// Field is one name/value pair of a Request: a header (lowercase name, as
+// Envoy sends it) or a context extension.
+type Field struct {
+	Name, Value string
+}
+
+// Fields is a small lookup of name/value pairs, names unique. The
+// CheckRequest decoder fills it with only the names the Engine reads
+// (Engine.HeaderNames, ContextExtensionNames), so a lookup is a scan of a
+// handful of entries, and the headers a request carries beyond those are
+// never materialised.
+type Fields []Field
+
+// Get returns the value named name and whether it is present.
+func (f Fields) Get(name string) (string, bool) {
+	for i := range f {
+		if f[i].Name == name {
+			return f[i].Value, true
+		}
+	}
+	return "", false
+}
+
+// Value returns the value named name, "" when absent.
+func (f Fields) Value(name string) string {
+	v, _ := f.Get(name)
+	return v
+}
+
+// Set makes value the value named name: it replaces a present one (the
+// last value of a name wins, as in a protobuf map) or appends a pair.
+func (f Fields) Set(name, value string) Fields {
+	for i := range f {
+		if f[i].Name == name {
+			f[i].Value = value
+			return f
+		}
+	}
+	return append(f, Field{name, value})
+}
+
+// AppendMap appends to dst the entries of m whose names are in names, or
+// every entry when names is nil, in the order of names (sorted by name when
+// names is nil, so the result is deterministic).
+func AppendMap(dst Fields, m map[string]string, names []string) Fields {
+	if names == nil {
+		start := len(dst)
+		for k, v := range m {
+			dst = append(dst, Field{k, v})
+		}
+		slices.SortFunc(dst[start:], func(a, b Field) int {
+			switch {
+			case a.Name < b.Name:
+				return -1
+			case a.Name > b.Name:
+				return 1
+			}
+			return 0
+		})
+		return dst
+	}
+	for _, n := range names {
+		if v, ok := m[n]; ok {
+			dst = dst.Set(n, v)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,57 @@
+package descriptors
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestFieldsLastWins(t *testing.T) {
+	var f Fields
+	f = f.Set("a", "1").Set("b", "2").Set("a", "3")
+	if len(f) != 2 || f.Value("a") != "3" || f.Value("b") != "2" {
+		t.Fatalf("Set: %v", f)
+	}
+	if v, ok := f.Get("c"); ok || v != "" {
+		t.Fatalf("Get of an absent name: %q %v", v, ok)
+	}
+	if v, ok := (Fields{{"e", ""}}).Get("e"); !ok || v != "" {
+		t.Fatal("an empty value is present")
+	}
+	m := map[string]string{"z": "1", "a": "2", "m": "3"}
+	if got := AppendMap(nil, m, nil); !slices.Equal(got, Fields{{"a", "2"}, {"m", "3"}, {"z", "1"}}) {
+		t.Fatalf("AppendMap all: %v", got)
+	}
+	if got := AppendMap(nil, m, []string{"m", "q", "a"}); !slices.Equal(got, Fields{{"m", "3"}, {"a", "2"}}) {
+		t.Fatalf("AppendMap names: %v", got)
+	}
+}
+
+func TestHeaderNames(t *testing.T) {
+	cfg := exampleConfig()
+	cfg.Buckets = append(cfg.Buckets, Bucket{Name: "by_key", Key: KeySpec{Kind: KeyHeader, Name: "x-api-key"}})
+	cfg.TrustedHops = 1
+	cfg.UseExternalAddressHeader = true
+	e := mustNew(t, cfg)
+	want := []string{"x-envoy-external-address", "x-forwarded-for", "x-tenant-id", "x-login-account", "x-envoy-auth-partial-body", "content-length", "content-type", "x-api-key"}
+	if got := e.HeaderNames(); !slices.Equal(got, want) {
+		t.Fatalf("HeaderNames = %q, want %q", got, want)
+	}
+	if !e.WantsBody() {
+		t.Fatal("an account body field: the body is wanted")
+	}
+
+	cfg = exampleConfig()
+	cfg.AccountBodyField = ""
+	cfg.Buckets = cfg.Buckets[:bLoginIP+1] // no account bucket
+	cfg.Routes = cfg.Routes[:rAdminLogin]
+	e = mustNew(t, cfg)
+	if got := e.HeaderNames(); !slices.Equal(got, []string{"x-tenant-id"}) {
+		t.Fatalf("HeaderNames = %q", got)
+	}
+	if e.WantsBody() {
+		t.Fatal("no account bucket: the body is not wanted")
+	}
+	if got := (&Engine{}).HeaderNames(); len(got) != 0 {
+		t.Fatalf("zero Engine reads %q", got)
+	}
+}
