@@ -13,9 +13,8 @@ import (
 // GOMAXPROCS is the CPUs the process may run on (its affinity), lowered
 // to the container's CPU limit rounded up (at least 2), and follows a
 // limit that changes (Go 1.25 and later; GOMAXPROCS in the environment
-// overrides it). Checks run on GOMAXPROCS stream workers per gRPC
-// listener (--grpc-stream-workers). What was chosen is logged at start,
-// since CPU per check depends on it (README, Performance).
+// overrides it). What was chosen is logged at start, since CPU per
+// check depends on it (README, Performance).
 
 // maxStreamWorkers bounds --grpc-stream-workers (as pkg/server does):
 // each worker is a goroutine held for the server's life.

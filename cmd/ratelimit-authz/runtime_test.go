@@ -87,3 +87,19 @@ func TestLogRuntime(t *testing.T) {
 }
 
 func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }
+
+// TestStreamWorkersFlag: 0 on the command line turns the workers off (the
+// server's own zero would mean its default).
+func TestStreamWorkersFlag(t *testing.T) {
+	for _, tc := range []struct{ flag, want int }{{0, -1}, {1, 1}, {64, 64}} {
+		c := serveConfig{grpcMaxStreams: 1}
+		c.node.Limits.MaxConnections, c.node.Limits.MaxRecvMsgBytes, c.node.Limits.KeepaliveMinTime = 1, 1, 1
+		c.node.StreamWorkers = tc.flag
+		if err := c.limits(); err != nil {
+			t.Fatalf("--grpc-stream-workers %d: %v", tc.flag, err)
+		}
+		if c.node.StreamWorkers != tc.want {
+			t.Errorf("--grpc-stream-workers %d: server gets %d, want %d", tc.flag, c.node.StreamWorkers, tc.want)
+		}
+	}
+}

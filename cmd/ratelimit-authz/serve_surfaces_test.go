@@ -72,7 +72,7 @@ func TestServeHelpSurfaces(t *testing.T) {
 		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
 		"-grpc-tls-allowed-clients", "-access-log-tls-allowed-clients", "-grpc-max-connections", "(default 4096)",
 		"-grpc-max-streams", "(default 1024)", "-grpc-max-recv-bytes", "(default 262144)", "-grpc-keepalive-min-time",
-		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE", "-grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS",
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE", "-grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", "(default 64)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve --help lacks %q", want)
@@ -282,7 +282,7 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 		{[]string{"--grpc-max-streams", "4294967297"}, nil, "--grpc-max-streams"},
 		{[]string{"--grpc-max-recv-bytes", "0"}, nil, "--grpc-max-recv-bytes 0"},
 		{[]string{"--grpc-keepalive-min-time", "0s"}, nil, "--grpc-keepalive-min-time"},
-		{[]string{"--grpc-stream-workers", "-2"}, nil, "--grpc-stream-workers -2"},
+		{[]string{"--grpc-stream-workers", "-1"}, nil, "--grpc-stream-workers -1"},
 		{[]string{"--grpc-stream-workers", "1000000"}, nil, "--grpc-stream-workers 1000000"},
 		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS": "many"}, "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS"},
 		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES": "lots"}, "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES"},

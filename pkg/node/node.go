@@ -62,7 +62,8 @@ type Config struct {
 	// server.Default… values.
 	Limits server.Limits
 	// StreamWorkers is the gRPC listeners' worker goroutines (see
-	// server.Config); zero: GOMAXPROCS, negative: a goroutine per call.
+	// server.Config); zero: server.DefaultStreamWorkers, negative: a
+	// goroutine per call.
 	StreamWorkers int
 
 	// SweepInterval is how often expired counters are reclaimed; default

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,11 +64,19 @@ type Config struct {
 	// listener run its calls, one call after another: a check then runs
 	// on a goroutine whose stack has already grown, instead of a new
 	// goroutine per call whose stack grows again each time. A call that
-	// finds every worker busy gets a goroutine of its own, so a slow
-	// call never holds up the others. Zero: GOMAXPROCS at New (the
-	// calls that can run at once); negative: none, a goroutine per call.
+	// finds every worker busy (running, or waiting for its request's
+	// data) gets a goroutine of its own, so a slow call never holds up
+	// the others. Zero: DefaultStreamWorkers; negative: none, a goroutine
+	// per call.
 	StreamWorkers int
 }
+
+// DefaultStreamWorkers covers the checks a node has in flight at once
+// under load (Envoy with a few workers, a few dozen each). Many more
+// would cost more than they save: grpc-go hands each call to the worker
+// idle longest, whose stack the garbage collector has shrunk meanwhile,
+// and every idle worker's stack is scanned at each collection.
+const DefaultStreamWorkers = 64
 
 // maxStreamWorkers rejects a worker count that is no count (a typo):
 // each worker is an idle goroutine held for the server's life.
@@ -199,7 +206,7 @@ func (c *Config) setDefaults() error {
 	}
 	switch {
 	case c.StreamWorkers == 0:
-		c.StreamWorkers = runtime.GOMAXPROCS(0)
+		c.StreamWorkers = DefaultStreamWorkers
 	case c.StreamWorkers > maxStreamWorkers:
 		return fmt.Errorf("server: %d gRPC stream workers: at most %d", c.StreamWorkers, maxStreamWorkers)
 	}
