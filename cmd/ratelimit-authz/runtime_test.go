@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"math"
 	"runtime"
 	"strings"
 	"testing"
@@ -102,4 +103,19 @@ func TestStreamWorkersFlag(t *testing.T) {
 			t.Errorf("--grpc-stream-workers %d: server gets %d, want %d", tc.flag, c.node.StreamWorkers, tc.want)
 		}
 	}
+}
+
+// FuzzCgroupCPULimit: whatever cpu.max holds, the limit read back is 0
+// (none) or a positive, finite count of CPUs within the bound, and never
+// a panic.
+func FuzzCgroupCPULimit(f *testing.F) {
+	for _, s := range []string{"max 100000\n", "150000 100000", "1 1", "0 0", "-1 100000", "9223372036854775807 1", " ", "100000", "1e9 1", "50000 100000 extra"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		got := cgroupCPULimit(fstest.MapFS{"sys/fs/cgroup/cpu.max": &fstest.MapFile{Data: []byte(body)}})
+		if got < 0 || got > maxCgroupCPUs || math.IsNaN(got) || (got > 0 && got < 1e-12) {
+			t.Fatalf("cpu.max %q: limit %v", body, got)
+		}
+	})
 }
