@@ -58,6 +58,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Int(&c.grpcMaxStreams, "grpc-max-streams", "RATELIMIT_AUTHZ_GRPC_MAX_STREAMS", server.DefaultMaxConcurrentStreams, "most concurrent streams per gRPC connection; more are refused (set Envoy's cluster http2_protocol_options.max_concurrent_streams to at most this)")
 	f.Int(&c.node.Limits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
+	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once; 0: a goroutine per check")
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
@@ -98,6 +99,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		log.Info("failure reports over HTTP enabled", "token_from", tokenSource)
 	}
 	c.rls.warn(log)
+	logRuntime(log, getenv, os.DirFS("/"))
 	return serve(ctx, c, log)
 }
 
@@ -114,6 +116,11 @@ func (c *serveConfig) limits() error {
 		return fmt.Errorf("--grpc-max-recv-bytes %d: must be positive", c.node.Limits.MaxRecvMsgBytes)
 	case c.node.Limits.KeepaliveMinTime <= 0:
 		return fmt.Errorf("--grpc-keepalive-min-time %v: must be positive", c.node.Limits.KeepaliveMinTime)
+	case c.node.StreamWorkers < 0 || c.node.StreamWorkers > maxStreamWorkers:
+		return fmt.Errorf("--grpc-stream-workers %d: from 0 (a goroutine per check) to %d", c.node.StreamWorkers, maxStreamWorkers)
+	}
+	if c.node.StreamWorkers == 0 {
+		c.node.StreamWorkers = -1 // none: the server's zero is its default
 	}
 	c.node.Limits.MaxConcurrentStreams = uint32(c.grpcMaxStreams)
 	return nil

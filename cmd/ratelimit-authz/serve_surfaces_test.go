@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -71,7 +72,7 @@ func TestServeHelpSurfaces(t *testing.T) {
 		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
 		"-grpc-tls-allowed-clients", "-access-log-tls-allowed-clients", "-grpc-max-connections", "(default 4096)",
 		"-grpc-max-streams", "(default 1024)", "-grpc-max-recv-bytes", "(default 262144)", "-grpc-keepalive-min-time",
-		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE",
+		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE", "-grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", "(default 64)",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("serve --help lacks %q", want)
@@ -260,11 +261,16 @@ func TestServeFailuresTokenFile(t *testing.T) {
 func TestServeGRPCLimitFlags(t *testing.T) {
 	_, _, logs, _ := startServe(t, map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_MAX_STREAMS": "7", "RATELIMIT_AUTHZ_GRPC_MAX_CONNECTIONS": "9", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES": "65536",
+		"RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS": "3",
 	})
-	for k, v := range map[string]string{"max_streams": "7", "max_connections": "9", "max_recv_bytes": "65536", "grpc_tls": "off"} {
+	for k, v := range map[string]string{"max_streams": "7", "max_connections": "9", "max_recv_bytes": "65536", "grpc_tls": "off", "stream_workers": "3"} {
 		if got := servingAttr(t, logs, k); got != v {
 			t.Errorf("%s=%s, want %s", k, got, v)
 		}
+	}
+	// The runtime's choices are logged at start, before serving.
+	if want := fmt.Sprintf("msg=runtime gomaxprocs=%d ", runtime.GOMAXPROCS(0)); !strings.Contains(logs.String(), want) {
+		t.Errorf("logs lack %q:\n%s", want, logs)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -276,6 +282,9 @@ func TestServeGRPCLimitFlags(t *testing.T) {
 		{[]string{"--grpc-max-streams", "4294967297"}, nil, "--grpc-max-streams"},
 		{[]string{"--grpc-max-recv-bytes", "0"}, nil, "--grpc-max-recv-bytes 0"},
 		{[]string{"--grpc-keepalive-min-time", "0s"}, nil, "--grpc-keepalive-min-time"},
+		{[]string{"--grpc-stream-workers", "-1"}, nil, "--grpc-stream-workers -1"},
+		{[]string{"--grpc-stream-workers", "1000000"}, nil, "--grpc-stream-workers 1000000"},
+		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS": "many"}, "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS"},
 		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES": "lots"}, "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES"},
 		{nil, map[string]string{"RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME": "often"}, "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME"},
 	} {

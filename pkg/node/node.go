@@ -61,6 +61,10 @@ type Config struct {
 	// Limits bound the gRPC listeners' clients; zero fields take the
 	// server.Default… values.
 	Limits server.Limits
+	// StreamWorkers is the gRPC listeners' worker goroutines (see
+	// server.Config); zero: server.DefaultStreamWorkers, negative: a
+	// goroutine per call.
+	StreamWorkers int
 
 	// SweepInterval is how often expired counters are reclaimed; default
 	// 10 s.
@@ -194,6 +198,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		TLS:                     cfg.TLS,
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
 		Limits:                  cfg.Limits,
+		StreamWorkers:           cfg.StreamWorkers,
 	}, services(svc, rlsSvc, rec), reg, log)
 	if err != nil {
 		return nil, err

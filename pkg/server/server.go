@@ -62,7 +62,27 @@ type Config struct {
 	AccessLogAllowedClients []string
 	// Limits bound what clients of the gRPC listeners can hold.
 	Limits Limits
+	// StreamWorkers is how many long-lived goroutines of each gRPC
+	// listener run its calls, one call after another: a check then runs
+	// on a goroutine whose stack has already grown, instead of a new
+	// goroutine per call whose stack grows again each time. A call that
+	// finds every worker busy (running, or waiting for its request's
+	// data) gets a goroutine of its own, so a slow call never holds up
+	// the others. Zero: DefaultStreamWorkers; negative: none, a goroutine
+	// per call.
+	StreamWorkers int
 }
+
+// DefaultStreamWorkers covers the checks a node has in flight at once
+// under load (Envoy with a few workers, a few dozen each). Many more
+// would cost more than they save: grpc-go hands each call to the worker
+// idle longest, whose stack the garbage collector has shrunk meanwhile,
+// and every idle worker's stack is scanned at each collection.
+const DefaultStreamWorkers = 64
+
+// maxStreamWorkers rejects a worker count that is no count (a typo):
+// each worker is an idle goroutine held for the server's life.
+const maxStreamWorkers = 1 << 12
 
 // Limits bound, per gRPC listener, what its clients can hold: a client
 // past a bound is refused, not queued without end. Zero fields take the
@@ -185,6 +205,12 @@ func (c *Config) setDefaults() error {
 	}
 	if sameFixedAddr(c.PprofAddr, c.HTTPAddr) {
 		return fmt.Errorf("server: pprof address %s is the HTTP address: profiles are served on their own address only", c.PprofAddr)
+	}
+	switch {
+	case c.StreamWorkers == 0:
+		c.StreamWorkers = DefaultStreamWorkers
+	case c.StreamWorkers > maxStreamWorkers:
+		return fmt.Errorf("server: %d gRPC stream workers: at most %d", c.StreamWorkers, maxStreamWorkers)
 	}
 	if c.AccessLogAllowedClients != nil && c.AccessLogAddr == "" {
 		return errors.New("server: access-log allowed clients need an access-log address of its own (on the gRPC port, its allowed clients apply)")
@@ -381,6 +407,9 @@ func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, err
 	// The Check service's lean decoder; every other message keeps the
 	// standard proto codec.
 	opts = append(opts, grpc.ForceServerCodecV2(checkwire.NewCodec()))
+	if s.cfg.StreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(s.cfg.StreamWorkers)))
+	}
 	g.srv = grpc.NewServer(opts...)
 	s.grpcs = append(s.grpcs, g)
 	return g, nil
@@ -558,7 +587,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	attrs = append(attrs, "grpc_tls", s.grpcs[0].tls,
 		"max_connections", s.cfg.Limits.MaxConnections, "max_streams", s.cfg.Limits.MaxConcurrentStreams,
-		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes)
+		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes, "stream_workers", max(s.cfg.StreamWorkers, 0))
 	s.log.Info("serving", attrs...)
 	g.Go(func() error {
 		<-gctx.Done()
