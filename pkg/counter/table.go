@@ -157,7 +157,7 @@ func (sh *shard) remove(i int) {
 	e := &sh.entries[i]
 	kb := sh.keyBytes(e.key)
 	tag := uint32(hashKey(sh.seed, e.bucket, unsafe.String(unsafe.SliceData(kb), len(kb))))
-	sh.liveKeyBytes -= int(uint32(len(kb))+uint32(uvarintLen(len(kb))))
+	sh.liveKeyBytes -= int(uint32(len(kb)) + uint32(uvarintLen(len(kb))))
 	mask := uint32(len(sh.slots) - 1)
 	want := uint64(tag)<<32 | uint64(i+1)
 	at := tag & mask
