@@ -48,10 +48,15 @@ func hashKey(seed maphash.Seed, bucket Bucket, key string) uint64 {
 // keyBytes returns the stored key at off in the arena.
 func (sh *shard) keyBytes(off uint32) []byte {
 	a := sh.arena[off:]
-	n, w := uint64(a[0]), 1
-	if n >= 0x80 {
-		n, w = binary.Uvarint(a)
+	if n := a[0]; n < 0x80 {
+		return a[1 : 1+int(n)] // most keys: a one-byte length
 	}
+	return longKey(a)
+}
+
+// longKey decodes a key with a length prefix of two or more bytes.
+func longKey(a []byte) []byte {
+	n, w := binary.Uvarint(a)
 	return a[w : w+int(n)]
 }
 
@@ -157,7 +162,7 @@ func (sh *shard) remove(i int) {
 	e := &sh.entries[i]
 	kb := sh.keyBytes(e.key)
 	tag := uint32(hashKey(sh.seed, e.bucket, unsafe.String(unsafe.SliceData(kb), len(kb))))
-	sh.liveKeyBytes -= int(uint32(len(kb)) + uint32(uvarintLen(len(kb))))
+	sh.liveKeyBytes -= uvarintLen(len(kb)) + len(kb)
 	mask := uint32(len(sh.slots) - 1)
 	want := uint64(tag)<<32 | uint64(i+1)
 	at := tag & mask
