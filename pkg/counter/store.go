@@ -178,7 +178,7 @@ func New(cfg Config) (*Store, error) {
 // digestLen is the length of a stored digest key: "#" + 32 hex digits.
 const digestLen = 1 + 2*16
 
-// storedKey returns the form of key the map holds: key itself, or its
+// storedKey returns the form of key the store holds: key itself, or its
 // digest when it is too long or starts with the digest marker '#'. Digesting
 // '#'-keys too makes the mapping injective (barring SHA-256 collisions): a
 // raw key can never equal the digest of another key.
@@ -381,7 +381,7 @@ func (sh *shard) noteExpiry(e *entry) {
 }
 
 // sweep deletes the entries expired at ms, makes minExpiry exact and
-// rebuilds the maps that have shrunk far below their high-water mark. The
+// rebuilds the arrays and maps that have shrunk far below their high-water mark. The
 // shard lock must be held.
 func (sh *shard) sweep(ms int64) int {
 	sh.sweeps++
@@ -415,7 +415,7 @@ func (sh *shard) sweep(ms int64) int {
 	return n
 }
 
-// A map whose high-water mark is at least rebuildFloor entries is rebuilt
+// A shard whose high-water mark is at least rebuildFloor entries is rebuilt
 // once its live entries fall below 1/rebuildFactor of that mark.
 const (
 	rebuildFloor  = 1024
