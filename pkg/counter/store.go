@@ -381,8 +381,8 @@ func (sh *shard) noteExpiry(e *entry) {
 }
 
 // sweep deletes the entries expired at ms, makes minExpiry exact and
-// rebuilds the arrays and maps that have shrunk far below their high-water mark. The
-// shard lock must be held.
+// rebuilds the arrays and maps that have shrunk far below their high-water
+// mark. The shard lock must be held.
 func (sh *shard) sweep(ms int64) int {
 	sh.sweeps++
 	sh.high = max(sh.high, sh.n)
