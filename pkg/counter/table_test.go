@@ -194,13 +194,13 @@ func TestFloodMemoryBounded(t *testing.T) {
 }
 
 // TestLongStoredKeys stores keys whose length needs a two-byte length
-// prefix in the arena, beside short ones, through a sweep that compacts.
+// prefix in the arena, beside short and empty ones, through a compaction.
 func TestLongStoredKeys(t *testing.T) {
 	s := newStore(t, Config{Shards: 1, MaxKeyBytes: 4096})
 	sh := &s.shards[0]
 	lim := Limit{Limit: 10, ScaleMS: 1000}
 	now := at(t, "10:00:00.000")
-	var keys []string
+	keys := []string{""} // an empty key: a one-byte prefix and no bytes
 	for i := range 200 {
 		keys = append(keys, strings.Repeat(string(rune('a'+i%26)), i*17%4096)+fmt.Sprint(i))
 	}
