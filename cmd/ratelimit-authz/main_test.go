@@ -265,6 +265,9 @@ func launch(t *testing.T, vars map[string]string, args ...string) *servedNode {
 		"RATELIMIT_AUTHZ_HTTP_ADDR":   "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_DRAIN_DELAY": "300ms",
 		"RATELIMIT_AUTHZ_CONFIG":      "../../config/ratelimit.yaml",
+		// The memory limit is the process's: nodes run side by side here
+		// would each set it. TestServeMemoryLimit tests it, alone.
+		"RATELIMIT_AUTHZ_MEMORY_LIMIT": "off",
 	}
 	for k, v := range vars {
 		all[k] = v

@@ -30,6 +30,8 @@ type serveConfig struct {
 	// started, when set, is handed the node once it is assembled (its
 	// listeners bound) and before it runs: tests learn its addresses so.
 	started func(*node.Node)
+
+	memory memoryConfig // the Go runtime's soft memory limit
 }
 
 // runServe is the serve command; started, when set, is handed the node
@@ -62,6 +64,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
+	c.memory.addFlags(f)
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
 		return err
 	}
@@ -86,6 +89,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if err := c.rls.resolve(f, c.node.TLS); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	if err := c.memory.resolve(getenv); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if c.node.SweepInterval <= 0 {
@@ -197,9 +203,12 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); rl.run(rctx, hup) }()
+	memDone := make(chan struct{})
+	go func() { defer close(memDone); runMemoryLimit(rctx, c.memory, n.CounterBytes, log) }()
 	err = n.Run(ctx)
 	cancel()
 	<-done
+	<-memDone
 	return err
 }
 

@@ -34,15 +34,16 @@ func (s *Store) Add(bucket Bucket, key string, lim Limit, window int64, n int64,
 		return true
 	}
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, lim, window, ms, s.room(sh, bucket)); e == nil {
+	i := sh.find(tag, bucket, k.key)
+	if i == noEntry {
+		if i = sh.insert(k, tag, lim, window, ms, s.room(sh, bucket)); i == noEntry {
 			return false
 		}
 	}
+	e := &sh.entries[i]
 	if int64(e.scale) != lim.ScaleMS {
 		e.scale = uint32(lim.ScaleMS)
 		e.reset(window)
@@ -76,12 +77,27 @@ func (s *Store) Count(bucket Bucket, key string, lim Limit, window int64) (local
 		return 0, 0
 	}
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil || int64(e.scale) != lim.ScaleMS || (window != e.newest && window != e.newest-1) {
+	i := sh.find(tag, bucket, k.key)
+	if i == noEntry {
+		return 0, 0
+	}
+	e := &sh.entries[i]
+	if int64(e.scale) != lim.ScaleMS || (window != e.newest && window != e.newest-1) {
 		return 0, 0
 	}
 	return e.local[window&1], e.local[window&1] + e.remote[window&1]
+}
+
+// storedKeys returns the live keys of sh as the table stores them.
+func (sh *shard) storedKeys() []mapKey {
+	var ks []mapKey
+	for i := range sh.entries {
+		if e := &sh.entries[i]; e.scale != 0 {
+			ks = append(ks, mapKey{e.bucket, sh.keyView(e.key)})
+		}
+	}
+	return ks
 }

@@ -76,9 +76,11 @@ func (st MergeStatus) String() string {
 	return "MergeStatus(" + strconv.Itoa(int(st)) + ")"
 }
 
-// mark notes that e's local count of window w changed. The shard lock must
-// be held; k is the lookup key (its string is copied, not kept).
-func (sh *shard) mark(e *entry, k mapKey, w int64) {
+// mark notes that the local count of window w of entry i changed. The
+// shard lock must be held; k is the lookup key (its string is copied, not
+// kept).
+func (sh *shard) mark(i int, k mapKey, w int64) {
+	e := &sh.entries[i]
 	bit := uint8(1) << (w & 1)
 	if e.marks&bit != 0 {
 		return
@@ -90,7 +92,7 @@ func (sh *shard) mark(e *entry, k mapKey, w int64) {
 	e.marks |= listed
 	off := len(sh.keys)
 	sh.keys = append(sh.keys, k.key...)
-	sh.changed = append(sh.changed, changeRef{e: e, off: off, n: int32(len(k.key)), bucket: k.bucket})
+	sh.changed = append(sh.changed, changeRef{e: uint32(i), off: off, n: int32(len(k.key)), bucket: k.bucket})
 }
 
 // compactChanged drops the changed-list references of entries that sweep
@@ -101,7 +103,7 @@ func (sh *shard) compactChanged() {
 	out := sh.changed[:0]
 	end := 0
 	for _, c := range sh.changed {
-		if c.e.marks&listed == 0 {
+		if sh.entries[c.e].marks&listed == 0 {
 			continue
 		}
 		// Keys only move left: copy is safe within the buffer.
@@ -129,7 +131,7 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 			continue
 		}
 		for _, c := range sh.changed {
-			e := c.e
+			e := &sh.entries[c.e]
 			marks := e.marks
 			e.marks = 0
 			var key string
@@ -253,16 +255,19 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		return Unchanged
 	}
 	k := mapKey{c.Bucket, s.storedKey(c.Key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); e == nil {
+	var e *entry
+	if i := sh.find(tag, c.Bucket, k.key); i != noEntry {
+		if e = &sh.entries[i]; int64(e.scale) != c.ScaleMS {
+			return Mismatch
+		}
+	} else {
+		if i = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); i == noEntry {
 			return Refused
 		}
-	} else if int64(e.scale) != c.ScaleMS {
-		return Mismatch
+		e = &sh.entries[i]
 	}
 	if c.Window < e.newest-1 {
 		return Stale
@@ -348,14 +353,25 @@ func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
+		for j := range sh.entries {
+			e := &sh.entries[j]
+			if e.scale == 0 {
+				continue
+			}
 			scale := int64(e.scale)
-			recs := sh.peers[k]
+			var recs []peerCount
+			if len(sh.peers) > 0 {
+				recs = sh.peers[mapKey{e.bucket, sh.keyView(e.key)}]
+			}
+			key := "" // a copy of the key, made once it is reported
 			for w := e.newest - 1; w <= e.newest; w++ {
 				if !Live(e.alg, scale, w, now) {
 					continue
 				}
-				wc := WindowCount{Bucket: k.bucket, Key: k.key, ScaleMS: scale, Algorithm: e.alg, Window: w}
+				if key == "" {
+					key = string(sh.keyBytes(e.key))
+				}
+				wc := WindowCount{Bucket: e.bucket, Key: key, ScaleMS: scale, Algorithm: e.alg, Window: w}
 				if n := e.local[w&1]; n > 0 {
 					wc.Count = n
 					dst = append(dst, PeerCount{Self, wc})

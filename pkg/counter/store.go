@@ -9,7 +9,6 @@ import (
 	"maps"
 	"math"
 	"math/bits"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,7 +51,17 @@ type shard struct {
 
 type shardState struct {
 	mu sync.Mutex
-	m  map[mapKey]*entry
+	// The keys: see table.go. n is the number of live entries.
+	entries []entry
+	slots   []uint64
+	arena   []byte
+	n       int
+	free    uint32 // index+1 of the first free entry, 0 if none
+	// liveKeyBytes is the arena bytes of live keys (length prefixes
+	// included); the rest are dead until compactArena.
+	liveKeyBytes     int
+	arenaCompactions uint64 // lets tests check the arena is reclaimed
+	seed             maphash.Seed
 	// capacity is the most live keys this shard may hold; keys of buckets
 	// not reserved may fill only capacity − reserve.
 	capacity, reserve int
@@ -63,11 +72,11 @@ type shardState struct {
 	minExpiry int64
 	refused   uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
 	sweeps    uint64 // passes over m; lets tests check a full shard does not sweep per insert
-	// high and peersHigh are the most entries m and peers have held since
-	// they were made: a Go map never shrinks, so this is what their
-	// buckets are sized for. Only sweep deletes from either map, so the
-	// length at the start of a sweep is the most since the previous one
-	// and Take's path does not have to track it. See rebuild.
+	// high and peersHigh are the most entries the slab and peers have held
+	// since they were made: neither the slab nor a Go map shrinks, so this
+	// is what they are sized for. Only sweep and DropBuckets delete, so the
+	// count at the start of either is the most since the previous one and
+	// Take's path does not have to track it. See rebuild.
 	high      int
 	peersHigh int
 
@@ -83,9 +92,10 @@ type shardState struct {
 	peers map[mapKey][]peerCount
 }
 
-// changeRef is one entry of shard.changed; its key is keys[off:off+n].
+// changeRef is one entry of shard.changed: the entry's index in the
+// slab; its key is keys[off:off+n].
 type changeRef struct {
-	e      *entry
+	e      uint32
 	off    int
 	n      int32
 	bucket Bucket
@@ -101,8 +111,8 @@ type peerCount struct {
 	n    [2]int64
 }
 
-// mapKey is the map key: a struct of a small int and a string, which the
-// runtime hashes and compares without allocating.
+// mapKey is the key of the peers map: a struct of a small int and a
+// string, which the runtime hashes and compares without allocating.
 type mapKey struct {
 	bucket Bucket
 	key    string
@@ -110,16 +120,18 @@ type mapKey struct {
 
 // entry holds the counts of one (bucket, key): its newest window and the one
 // before it, indexed by window&1. A window that is not held reads as zero,
-// so no "valid" flags are needed. 48 bytes (one size class), no pointers
-// (the garbage collector does not scan entries).
+// so no "valid" flags are needed. 56 bytes, no pointers (the garbage
+// collector does not scan the slab).
 type entry struct {
 	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
 	local  [2]int64 // this node's hits (Take/Incr minus Release), saturating at MaxCount
 	remote [2]int64 // hits merged from peers (Merge), saturating at MaxCount
-	scale  uint32   // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^32)
-	alg    Algorithm
-	marks  uint8  // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
+	scale  uint32   // ScaleMS the windows were counted in (≤ MaxScaleMS < 2^32); 0: a free entry
+	bucket Bucket
+	key    uint32 // offset of the key in the shard's arena; for a free entry, the next free one (index+1)
 	gen    uint16 // bumped by reset, so peer counts recorded before it no longer apply
+	alg    Algorithm
+	marks  uint8 // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
 }
 
 // listed marks an entry that is on its shard's changed list.
@@ -154,7 +166,8 @@ func New(cfg Config) (*Store, error) {
 	// reload may reserve some; room ignores it while none is.
 	reserve := min((cfg.ReservedKeys+n-1)/n, capacity-1)
 	for i := range s.shards {
-		s.shards[i].m = make(map[mapKey]*entry)
+		s.shards[i].slots = make([]uint64, minSlots)
+		s.shards[i].seed = s.seed
 		s.shards[i].capacity = capacity
 		s.shards[i].reserve = reserve
 		s.shards[i].minExpiry = math.MaxInt64
@@ -165,7 +178,7 @@ func New(cfg Config) (*Store, error) {
 // digestLen is the length of a stored digest key: "#" + 32 hex digits.
 const digestLen = 1 + 2*16
 
-// storedKey returns the form of key the map holds: key itself, or its
+// storedKey returns the form of key the store holds: key itself, or its
 // digest when it is too long or starts with the digest marker '#'. Digesting
 // '#'-keys too makes the mapping injective (barring SHA-256 collisions): a
 // raw key can never equal the digest of another key.
@@ -188,13 +201,12 @@ func digest(key string) string {
 	return string(b[:])
 }
 
-// shardFor picks the shard of k from a seeded hash of (bucket, key).
-func (s *Store) shardFor(k mapKey) *shard {
-	h := maphash.String(s.seed, k.key)
-	h ^= uint64(k.bucket) * 0x9e3779b97f4a7c15
-	h *= 0xbf58476d1ce4e5b9
+// shardFor picks the shard of k from a seeded hash of (bucket, key), and
+// returns the tag of k within it.
+func (s *Store) shardFor(k mapKey) (*shard, uint32) {
+	h := hashKey(s.seed, k.bucket, k.key)
 	// With one shard the shift is 64, and a Go shift ≥ width yields 0.
-	return &s.shards[h>>s.shift]
+	return &s.shards[h>>s.shift], uint32(h)
 }
 
 // expiry is the unix ms from which e can no longer matter: the end of its
@@ -220,7 +232,7 @@ func (e *entry) total(w int64) int64 {
 // (the entry is still on its shard's changed list) and bumps gen, which
 // invalidates the peer counts recorded for e.
 func (e *entry) reset(w int64) {
-	*e = entry{newest: w, scale: e.scale, alg: e.alg, marks: e.marks & listed, gen: e.gen + 1}
+	*e = entry{newest: w, scale: e.scale, bucket: e.bucket, key: e.key, alg: e.alg, marks: e.marks & listed, gen: e.gen + 1}
 }
 
 // advance makes w the newest window, dropping windows older than w−1.
@@ -312,13 +324,12 @@ func (s *Store) DropBuckets(bs []Bucket) int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.high = max(sh.high, len(sh.m))
+		sh.high = max(sh.high, sh.n)
 		sh.peersHigh = max(sh.peersHigh, len(sh.peers))
 		d := 0
-		for k, e := range sh.m {
-			if gone(k.bucket) {
-				delete(sh.m, k)
-				e.marks = 0 // dropped from the changed list below
+		for j := range sh.entries {
+			if e := &sh.entries[j]; e.scale != 0 && gone(e.bucket) {
+				sh.remove(j) // marks 0: dropped from the changed list below
 				d++
 			}
 		}
@@ -339,26 +350,28 @@ func (s *Store) DropBuckets(bs []Bucket) int {
 	return n
 }
 
-// insert adds an entry for k in window w if the shard holds fewer than room
-// keys, reclaiming the shard's expired entries first when it does not and
-// something can have expired. It returns nil, counting the refusal, when
-// there is no room. The shard lock must be held and k must not be in the
-// map.
-func (sh *shard) insert(k mapKey, lim Limit, w, ms int64, room int) *entry {
-	if len(sh.m) >= room {
+// insert adds an entry for k (hash tag) in window w if the shard holds
+// fewer than room keys, reclaiming the shard's expired entries first when
+// it does not and something can have expired. It returns the entry's
+// index, or noEntry, counting the refusal, when there is no room. The
+// shard lock must be held and k must not be in the table.
+func (sh *shard) insert(k mapKey, tag uint32, lim Limit, w, ms int64, room int) int {
+	if sh.n >= room {
 		if ms >= sh.minExpiry {
 			sh.sweep(ms)
 		}
-		if len(sh.m) >= room {
+		if sh.n >= room {
 			sh.refused++
-			return nil
+			return noEntry
 		}
 	}
-	e := &entry{newest: w, scale: uint32(lim.ScaleMS), alg: lim.Algorithm}
-	// Clone: the caller's key may be a substring of a large header.
-	sh.m[mapKey{k.bucket, strings.Clone(k.key)}] = e
-	sh.noteExpiry(e)
-	return e
+	i := sh.add(tag, k.key, entry{newest: w, scale: uint32(lim.ScaleMS), bucket: k.bucket, alg: lim.Algorithm})
+	if i == noEntry {
+		sh.refused++
+		return noEntry
+	}
+	sh.noteExpiry(&sh.entries[i])
+	return i
 }
 
 func (sh *shard) noteExpiry(e *entry) {
@@ -368,22 +381,25 @@ func (sh *shard) noteExpiry(e *entry) {
 }
 
 // sweep deletes the entries expired at ms, makes minExpiry exact and
-// rebuilds the maps that have shrunk far below their high-water mark. The
-// shard lock must be held.
+// rebuilds the arrays and maps that have shrunk far below their high-water
+// mark. The shard lock must be held.
 func (sh *shard) sweep(ms int64) int {
 	sh.sweeps++
-	sh.high = max(sh.high, len(sh.m))
+	sh.high = max(sh.high, sh.n)
 	sh.peersHigh = max(sh.peersHigh, len(sh.peers))
 	n := 0
 	low := int64(math.MaxInt64)
-	for k, e := range sh.m {
+	for j := range sh.entries {
+		e := &sh.entries[j]
+		if e.scale == 0 {
+			continue
+		}
 		x := e.expiry()
 		if ms >= x {
-			delete(sh.m, k)
 			if len(sh.peers) > 0 {
-				delete(sh.peers, k)
+				delete(sh.peers, mapKey{e.bucket, sh.keyView(e.key)})
 			}
-			e.marks = 0 // dropped from the changed list below
+			sh.remove(j) // marks 0: dropped from the changed list below
 			n++
 		} else if x < low {
 			low = x
@@ -399,32 +415,33 @@ func (sh *shard) sweep(ms int64) int {
 	return n
 }
 
-// A map whose high-water mark is at least rebuildFloor entries is rebuilt
+// A shard whose high-water mark is at least rebuildFloor entries is rebuilt
 // once its live entries fall below 1/rebuildFactor of that mark.
 const (
 	rebuildFloor  = 1024
 	rebuildFactor = 4
 )
 
-// rebuild copies m, and peers, into fresh maps sized for their live
-// entries when they hold fewer than a quarter of the most they held, so
-// that the buckets a flood of distinct keys grew become garbage instead of
-// staying allocated (Go maps never shrink) until the process restarts. It
-// also keeps sweeps cheap: iterating a map costs time in its bucket count,
-// not its length. The shard lock must be held.
+// rebuild copies the entries (slab, table and key arena), and peers, into
+// fresh arrays and maps sized for their live entries when they hold fewer
+// than a quarter of the most they held, so that what a flood of distinct
+// keys grew becomes garbage instead of staying allocated until the process
+// restarts. It also keeps sweeps cheap: a sweep iterates the whole slab.
+// Short of that, it compacts the key arena once its dead bytes outweigh its
+// live ones. The shard lock must be held, and the changed list must hold
+// live entries only (compactChanged).
 //
 // The cost is amortised O(1) per deleted entry: a rebuild costs O(live)
-// with live < high/4, and since the map last held high entries more than
+// with live < high/4, and since the slab last held high entries more than
 // high − live > 3 × live of them were deleted. The mark is reset to live
 // at a rebuild, so those deletions all came after the previous one and pay
-// for one rebuild only. The floor spares small maps, which cost little.
-// Entries are pointers and keys are shared, so nothing but the map itself
-// is allocated, and the changed list's entry pointers stay valid.
+// for one rebuild only. The floor spares small shards, which cost little.
 func (sh *shard) rebuild() {
-	if sh.high >= rebuildFloor && len(sh.m) < sh.high/rebuildFactor {
-		m := make(map[mapKey]*entry, len(sh.m))
-		maps.Copy(m, sh.m)
-		sh.m, sh.high = m, len(m)
+	if sh.high >= rebuildFloor && sh.n < sh.high/rebuildFactor {
+		sh.compactEntries()
+		sh.high = sh.n
+	} else {
+		sh.reclaimArena()
 	}
 	if sh.peersHigh >= rebuildFloor && len(sh.peers) < sh.peersHigh/rebuildFactor {
 		var p map[mapKey][]peerCount // nil until the next Merge, as in a new shard
@@ -529,15 +546,16 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	ms := now.UnixMilli()
 	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
+	i := sh.find(tag, bucket, k.key)
+	if i == noEntry {
+		if i = sh.insert(k, tag, lim, w, ms, s.room(sh, bucket)); i == noEntry {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
 	}
+	e := &sh.entries[i]
 	if e.prepare(w, lim) {
 		sh.noteExpiry(e)
 	}
@@ -552,7 +570,7 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 		e.local[w&1] = satAdd(e.local[w&1], 1)
 		cur++
 		if s.track {
-			sh.mark(e, k, w)
+			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur)
 		}
 	}
@@ -577,15 +595,18 @@ func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result
 	ms := now.UnixMilli()
 	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	var prev, cur int64
 	sh.mu.Lock()
-	e := sh.m[k]
-	if room := s.room(sh, bucket); e == nil && len(sh.m) >= room {
+	var e *entry
+	if i := sh.find(tag, bucket, k.key); i != noEntry {
+		e = &sh.entries[i]
+	}
+	if room := s.room(sh, bucket); e == nil && sh.n >= room {
 		if ms >= sh.minExpiry {
 			sh.sweep(ms)
 		}
-		if len(sh.m) >= room {
+		if sh.n >= room {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
@@ -616,21 +637,22 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 	ms := now.UnixMilli()
 	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
+	i := sh.find(tag, bucket, k.key)
+	if i == noEntry {
+		if i = sh.insert(k, tag, lim, w, ms, s.room(sh, bucket)); i == noEntry {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
 	}
+	e := &sh.entries[i]
 	if e.prepare(w, lim) {
 		sh.noteExpiry(e)
 	}
 	e.local[w&1] = satAdd(e.local[w&1], n)
 	if s.track {
-		sh.mark(e, k, w)
+		sh.mark(i, k, w)
 	}
 	var prev int64
 	if lim.Algorithm == Sliding {
@@ -653,11 +675,13 @@ func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
 		return
 	}
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
-	if e := sh.m[k]; e != nil && int64(e.scale) == lim.ScaleMS &&
-		(window == e.newest || window == e.newest-1) && e.local[window&1] > 0 {
-		e.local[window&1]--
+	if i := sh.find(tag, bucket, k.key); i != noEntry {
+		if e := &sh.entries[i]; int64(e.scale) == lim.ScaleMS &&
+			(window == e.newest || window == e.newest-1) && e.local[window&1] > 0 {
+			e.local[window&1]--
+		}
 	}
 	sh.mu.Unlock()
 }
@@ -687,7 +711,24 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.m)
+		n += sh.n
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// MemoryBytes returns the bytes the store's per-shard arrays hold
+// (entries, table, key arena and the changed list, at their capacities):
+// its memory, but for the per-peer counts of a cluster node, which live in
+// maps. The arrays hold no pointers, so the garbage collector marks them
+// without scanning them. Each shard is locked in turn, briefly.
+func (s *Store) MemoryBytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += int64(cap(sh.entries))*int64(unsafe.Sizeof(entry{})) + int64(cap(sh.slots))*8 + int64(cap(sh.arena)) +
+			int64(cap(sh.changed))*int64(unsafe.Sizeof(changeRef{})) + int64(cap(sh.keys))
 		sh.mu.Unlock()
 	}
 	return n

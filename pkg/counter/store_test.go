@@ -563,7 +563,7 @@ func mapID(m any) uintptr { return reflect.ValueOf(m).Pointer() }
 // returns the current ones.
 func rebuilt(s *Store, ids []uintptr) (n int, now []uintptr) {
 	for i := range s.shards {
-		now = append(now, mapID(s.shards[i].m), mapID(s.shards[i].peers))
+		now = append(now, mapID(s.shards[i].slots), mapID(s.shards[i].peers))
 	}
 	for i := range ids {
 		if ids[i] != now[i] {
@@ -699,9 +699,9 @@ func TestRebuildKeepsLiveEntries(t *testing.T) {
 	if n := s.Sweep(sweepAt); n != 4000 {
 		t.Fatalf("Sweep removed %d, want 4000", n)
 	}
-	if n, _ := rebuilt(s, ids); n != 2 || len(sh.m) != live || len(sh.peers) != live/2 || sh.high != live || sh.peersHigh != live/2 {
+	if n, _ := rebuilt(s, ids); n != 2 || sh.n != live || len(sh.peers) != live/2 || sh.high != live || sh.peersHigh != live/2 {
 		t.Fatalf("after the sweep: %d rebuilds, %d entries (mark %d), %d peer tables (mark %d); want 2, %d, %d",
-			n, len(sh.m), sh.high, len(sh.peers), sh.peersHigh, live, live/2)
+			n, sh.n, sh.high, len(sh.peers), sh.peersHigh, live, live/2)
 	}
 	if got := read(); !maps.Equal(got, wantCounts) {
 		t.Errorf("counts changed by the rebuild:\n got %v\nwant %v", got, wantCounts)
@@ -881,7 +881,7 @@ func TestLongKeysAreDigested(t *testing.T) {
 	}
 	raw := 0
 	for i := range s.shards {
-		for k := range s.shards[i].m {
+		for _, k := range s.shards[i].storedKeys() {
 			if len(k.key) > max(16, digestLen) {
 				t.Errorf("stored key of %d bytes", len(k.key))
 			}
@@ -915,7 +915,7 @@ func TestKeysAreCloned(t *testing.T) {
 	hdr := string(buf)
 	s.Take(0, hdr[:12], lim, now)
 	for i := range s.shards {
-		for k := range s.shards[i].m {
+		for _, k := range s.shards[i].storedKeys() {
 			if k.key != "203.0.113.45" || len(k.key) != 12 {
 				t.Errorf("stored key %q", k.key)
 			}

@@ -21,15 +21,16 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	ms := now.UnixMilli()
 	w, el := windowSplit(ms, lim.ScaleMS)
 	k := mapKey{bucket, s.storedKey(key)}
-	sh := s.shardFor(k)
+	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
-	e := sh.m[k]
-	if e == nil {
-		if e = sh.insert(k, lim, w, ms, s.room(sh, bucket)); e == nil {
+	i := sh.find(tag, bucket, k.key)
+	if i == noEntry {
+		if i = sh.insert(k, tag, lim, w, ms, s.room(sh, bucket)); i == noEntry {
 			sh.mu.Unlock()
 			return overflow(lim, w, el)
 		}
 	}
+	e := &sh.entries[i]
 	if e.prepare(w, lim) {
 		sh.noteExpiry(e)
 	}
@@ -44,7 +45,7 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 		e.local[w&1] = satAdd(e.local[w&1], n)
 		cur += n
 		if s.track {
-			sh.mark(e, k, w)
+			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur)
 		}
 	}

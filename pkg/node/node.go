@@ -249,6 +249,10 @@ func (n *Node) PprofAddr() net.Addr { return n.srv.PprofAddr() }
 // /metrics serves; it outlives Run.
 func (n *Node) Gatherer() prometheus.Gatherer { return n.reg }
 
+// CounterBytes is the memory the counter's arrays hold (see
+// counter.Store.MemoryBytes).
+func (n *Node) CounterBytes() int64 { return n.store.MemoryBytes() }
+
 // newRegistry is the node's registry with the process-wide collectors and
 // build_info.
 func newRegistry(version string) *prometheus.Registry {
@@ -300,6 +304,10 @@ func registerCounterMetrics(reg prometheus.Registerer, s *counter.Store) error {
 			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "reserved_keys",
 			Help: "The room within max_keys kept for the reserved (failure) buckets; the others may fill max_keys minus this.",
 		}, func() float64 { return float64(s.ReservedKeys()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "memory_bytes",
+			Help: "Bytes the counter's arrays hold (entries, hash table, key bytes); peers' counts in a cluster are not included.",
+		}, func() float64 { return float64(s.MemoryBytes()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "keys_refused_total",
 			Help: "New keys not tracked because the counter was at counter.max_keys; the bucket's on_overflow decided.",
