@@ -47,6 +47,12 @@ type Bucket struct {
 	Shadow         bool
 	DenyMissingKey bool
 	DenyOverflow   bool
+	// Participants, when HasParticipants, is the id of the bucket's
+	// participants count (see ParticipantsWindow), replicated with the
+	// other counts so that every node knows the cluster's participants;
+	// without it a node splits over its own participants only.
+	Participants    counter.Bucket
+	HasParticipants bool
 }
 
 // Config is one configuration the Service serves.
@@ -359,8 +365,12 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		if t.gen != st {
 			str.resolve(t, st)
 		}
+		var span time.Duration
+		if !t.lastReport.IsZero() {
+			span = now.Sub(t.lastReport)
+		}
 		t.lastReport = now
-		a := str.evaluate(t, allowed, now, true)
+		a := str.evaluate(t, allowed, span, now, true)
 		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
 			resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
 		}
@@ -393,7 +403,7 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 			}
 			// Mapped elsewhere or newly mapped: its next report decides.
 		}
-		a := str.evaluate(t, 0, now, false)
+		a := str.evaluate(t, 0, 0, now, false)
 		switch {
 		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
 		case a.budget && t.sent.budget && a.window != t.sent.window:
@@ -438,9 +448,9 @@ func (str *stream) resolve(t *tracked, st *state) {
 	t.gen, t.matched, t.m, t.gk = st, ok, m, gk
 }
 
-// evaluate counts reported usage of t (when fromReport) and decides what
-// t is assigned.
-func (str *stream) evaluate(t *tracked, reported int64, now time.Time, fromReport bool) action {
+// evaluate counts reported usage of t (when fromReport; the part of it in
+// the current window, see attributed) and decides what t is assigned.
+func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) action {
 	s := str.s
 	st := t.gen
 	res := func(r result) {
@@ -463,8 +473,8 @@ func (str *stream) evaluate(t *tracked, reported int64, now time.Time, fromRepor
 		return action{strat: stratAllowAll}
 	}
 	var r counter.Result
-	if reported > 0 {
-		r = s.counter.Incr(b.ID, t.m.Key, lim, reported, now)
+	if n := attributed(reported, span, now, lim.ScaleMS); n > 0 {
+		r = s.counter.Incr(b.ID, t.m.Key, lim, n, now)
 	} else {
 		r = s.counter.Peek(b.ID, t.m.Key, lim, now)
 	}
@@ -473,11 +483,24 @@ func (str *stream) evaluate(t *tracked, reported int64, now time.Time, fromRepor
 		return policy(b.DenyOverflow)
 	}
 	res(resCounted)
-	rank, n := s.reg.split(t.gk, t, r.Window, lim.ScaleMS, reported, r.Count)
+	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
+	rank, local, announce := s.reg.place(t.gk, t, pw)
+	n := local
+	if b.HasParticipants {
+		var pr counter.Result
+		if announce > 0 {
+			pr = s.counter.Incr(b.Participants, t.m.Key, ParticipantsLimit, announce, now)
+		} else {
+			pr = s.counter.Peek(b.Participants, t.m.Key, ParticipantsLimit, now)
+		}
+		if !pr.Overflow {
+			n = s.reg.participants(t.gk, pw, pr.Count, local)
+		}
+	}
 	if b.Shadow {
 		return action{strat: stratAllowAll}
 	}
-	share := shareOf(r.Remaining, n, rank)
+	share := shareOf(r.Remaining, n, local, rank)
 	if share <= 0 {
 		return action{strat: stratDenyAll, budget: true, window: r.Window}
 	}

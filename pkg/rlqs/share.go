@@ -3,54 +3,46 @@ package rlqs
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
-// MaxRemoteParticipants caps the estimate of the participants on other
-// nodes of one (bucket, key).
-const MaxRemoteParticipants = 64
-
-// shareOf is participant rank's (0 ≤ rank < n) share of remaining: an even
-// split, the remainder going one each to the lowest ranks, so that the
-// shares of the n participants add up to exactly remaining. Ranks n and
-// above (the estimated participants on other nodes) are never assigned
-// here; they stand for budget this node leaves to its peers.
-func shareOf(remaining, n, rank int64) int64 {
-	if remaining <= 0 || n <= 0 || rank < 0 || rank >= n {
+// shareOf is participant rank's (0 ≤ rank < local) share of remaining
+// split over n participants cluster-wide, local of them on this node.
+// When every participant is here (n == local) it is an even split with the
+// remainder going one each to the lowest ranks, so the shares add up to
+// exactly remaining; otherwise each node rounds down, so that the nodes'
+// shares together never exceed it.
+func shareOf(remaining, n, local, rank int64) int64 {
+	if remaining <= 0 || n <= 0 || rank < 0 || rank >= local || local > n {
 		return 0
 	}
 	s := remaining / n
-	if rank < remaining%n {
+	if n == local && rank < remaining%n {
 		s++
 	}
 	return s
 }
 
-// remoteEstimate is how many participants other nodes are taken to have
-// of a (bucket, key): none when the whole count is this node's; otherwise
-// this node's participants scaled by how much more the rest of the
-// cluster spent than this node did (so a peer spending as much as this
-// node counts as many participants as this node has), at least one and
-// at most MaxRemoteParticipants. local is what this node's streams
-// reported in the window, total the count the counter holds (replicated
-// peers' counts, and Check's hits on any node, included).
-func remoteEstimate(local, total, participants int64) int64 {
-	remote := total - local
-	if remote <= 0 {
-		return 0
-	}
-	if local <= 0 || participants <= 0 {
-		return 1
-	}
-	if remote/local >= MaxRemoteParticipants {
-		return MaxRemoteParticipants
-	}
-	// ceil(participants × remote / local); participants is bounded by the
-	// streams, remote/local by the cap: no overflow.
-	est := (participants*remote + local - 1) / local
-	return min(max(est, 1), MaxRemoteParticipants)
-}
+// ParticipantsWindow is the window of the participants counts: every node
+// adds its participants of a (bucket, key) to the count of the window once
+// (a counter bucket of its own per quota bucket, replicated like any
+// count), so that the count of a window that has ended is the cluster's
+// participants during it. It is a few Envoy reporting periods long so that
+// the count is steady, and short enough that a node gone away stops
+// counting within two of them.
+const ParticipantsWindow = 5 * time.Second
+
+// ParticipantsLimit is the limit of the participants buckets: never
+// reached, a count only.
+var ParticipantsLimit = counter.Limit{Limit: counter.MaxLimitFor(ParticipantsWindow.Milliseconds()), ScaleMS: ParticipantsWindow.Milliseconds()}
+
+// MaxIdleGroups bounds the groups kept without participants. A group
+// outlives its last participant for as long as its windows do, so that a
+// participant that comes back (Envoy reopening its stream, a bucket id
+// reported again after abandon) finds the node's state of the window.
+const MaxIdleGroups = 1 << 16
 
 // groupKey names the participants' shared count.
 type groupKey struct {
@@ -61,22 +53,11 @@ type groupKey struct {
 // group is the participants of one (bucket, key) on this node.
 type group struct {
 	members []*tracked // sorted by (stream, seq)
-	// local[w&1] is what this node's streams reported in window win[w&1]
-	// (of the bucket's window length scale).
-	win, local [2]int64
-	scale      int64
-	// est[w&1] is the estimate of remote participants made in window
-	// win[w&1]; the previous window's carries over, since a new window's
-	// peer counts arrive one sync interval late.
-	est [2]int64
+	// announced[w&1] is how many participants this node added to the
+	// participants count of window pwin[w&1]; seen[w&1] the largest
+	// count of that window read since.
+	pwin, announced, seen [2]int64
 }
-
-// MaxIdleGroups bounds the groups kept without participants. A group
-// outlives its last participant for as long as its windows do, so that a
-// participant that comes back (Envoy reopening its stream, a bucket id
-// reported again after abandon) finds this node's usage of the window
-// still counted as this node's, not taken for other nodes'.
-const MaxIdleGroups = 1 << 16
 
 // registry holds every group of the node. Safe for concurrent use.
 type registry struct {
@@ -86,29 +67,6 @@ type registry struct {
 }
 
 func newRegistry() *registry { return &registry{groups: map[groupKey]*group{}} }
-
-// sweep deletes the groups without participants whose windows have ended
-// at nowMS.
-func (r *registry) sweep(nowMS int64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for k, g := range r.groups {
-		if len(g.members) == 0 && !g.live(nowMS) {
-			delete(r.groups, k)
-			r.idle--
-		}
-	}
-}
-
-// live reports whether g holds a count of the window of nowMS or the one
-// before.
-func (g *group) live(nowMS int64) bool {
-	if g.scale <= 0 {
-		return false
-	}
-	w := nowMS / g.scale
-	return g.win[0] >= w-1 || g.win[1] >= w-1
-}
 
 // join adds t to the group of k.
 func (r *registry) join(k groupKey, t *tracked) {
@@ -125,8 +83,8 @@ func (r *registry) join(k groupKey, t *tracked) {
 	g.members = slices.Insert(g.members, i, t)
 }
 
-// leave removes t from the group of k. The group stays, idle, until
-// sweep finds its windows over, or at once when MaxIdleGroups are idle.
+// leave removes t from the group of k. The group stays, idle, until sweep
+// finds its windows over, or goes at once when MaxIdleGroups are idle.
 func (r *registry) leave(k groupKey, t *tracked) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -140,11 +98,25 @@ func (r *registry) leave(k groupKey, t *tracked) {
 	}
 	g.members = slices.Delete(g.members, i, i+1)
 	if len(g.members) == 0 {
-		if r.idle >= MaxIdleGroups || g.scale == 0 {
+		if r.idle >= MaxIdleGroups {
 			delete(r.groups, k)
 			return
 		}
 		r.idle++
+	}
+}
+
+// sweep deletes the groups without participants whose participants
+// windows have ended at nowMS.
+func (r *registry) sweep(nowMS int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := nowMS / ParticipantsLimit.ScaleMS
+	for k, g := range r.groups {
+		if len(g.members) == 0 && g.pwin[0] < w-1 && g.pwin[1] < w-1 {
+			delete(r.groups, k)
+			r.idle--
+		}
 	}
 }
 
@@ -162,33 +134,66 @@ func cmpTracked(a, b *tracked) int {
 	return 0
 }
 
-// split is t's place in the group of k after it reported reported
-// requests (0: none, or no report) in window w of length scale, the
-// counter holding total for the window: its rank among this node's
-// participants and the number of participants the remainder is split
-// over, remote estimate included.
-func (r *registry) split(k groupKey, t *tracked, w, scale, reported, total int64) (rank, n int64) {
+// place is t's rank among this node's participants of k and their number.
+// announce is how many participants this node has yet to add to the
+// participants count of window pw (0 when it has added them all).
+func (r *registry) place(k groupKey, t *tracked, pw int64) (rank, local, announce int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.groups[k]
 	if g == nil {
-		return 0, 1
-	}
-	if g.scale != scale { // a reload changed the window: start over
-		g.scale, g.win, g.local, g.est = scale, [2]int64{}, [2]int64{}, [2]int64{}
-	}
-	i := w & 1
-	if g.win[i] != w {
-		g.win[i], g.local[i], g.est[i] = w, 0, 0
-	}
-	g.local[i] += reported
-	local := int64(len(g.members))
-	e := remoteEstimate(g.local[i], total, local)
-	g.est[i] = max(g.est[i], e)
-	est := g.est[i]
-	if p := (w - 1) & 1; g.win[p] == w-1 {
-		est = max(est, g.est[p])
+		return 0, 1, 0
 	}
 	idx, _ := slices.BinarySearchFunc(g.members, t, cmpTracked)
-	return int64(idx), local + est
+	local = int64(len(g.members))
+	i := pw & 1
+	if g.pwin[i] != pw {
+		g.pwin[i], g.announced[i], g.seen[i] = pw, 0, 0
+	}
+	if local > g.announced[i] {
+		announce = local - g.announced[i]
+		g.announced[i] = local
+	}
+	return int64(idx), local, announce
+}
+
+// participants records count, the participants count of window pw read
+// after place, and returns the cluster's participants of k: the largest
+// count seen of this window and the one before (whose count is whole),
+// and at least this node's own.
+func (r *registry) participants(k groupKey, pw, count, local int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g := r.groups[k]
+	if g == nil {
+		return max(local, count)
+	}
+	i := pw & 1
+	if g.pwin[i] == pw {
+		g.seen[i] = max(g.seen[i], count)
+	}
+	n := max(local, count)
+	if p := (pw - 1) & 1; g.pwin[p] == pw-1 {
+		n = max(n, g.seen[p])
+	}
+	return n
+}
+
+// attributed is the part of n requests reported at now, after a span
+// since the previous report of the bucket id (0: none), that falls in the
+// window of length scaleMS holding now, taking them as spread evenly over
+// the span and rounding up: Envoy reports every few seconds, and usage of
+// windows that have ended no longer decides anything.
+func attributed(n int64, span time.Duration, now time.Time, scaleMS int64) int64 {
+	spanMS := span.Milliseconds()
+	in := now.UnixMilli() % scaleMS // ms of the window so far
+	if n <= 0 || spanMS <= in || spanMS <= 0 {
+		return max(n, 0)
+	}
+	// ceil(n × in / spanMS); n is bounded by math.MaxInt32, in and spanMS
+	// by a day's ms: no overflow.
+	if in == 0 {
+		in = 1 // the first ms of the window: at least a sliver
+	}
+	return (n*in + spanMS - 1) / spanMS
 }

@@ -2,106 +2,123 @@ package rlqs
 
 import (
 	"testing"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 func TestShareOf(t *testing.T) {
 	for _, tc := range []struct {
-		remaining, n int64
-		want         []int64 // by rank
+		remaining, n, local int64
+		want                []int64 // by rank
 	}{
-		{100, 1, []int64{100}},
-		{100, 2, []int64{50, 50}},
-		{100, 3, []int64{34, 33, 33}},
-		{2, 3, []int64{1, 1, 0}},
-		{0, 2, []int64{0, 0}},
-		{-5, 2, []int64{0, 0}},
-		{7, 0, nil},
+		{100, 1, 1, []int64{100}},
+		{100, 2, 2, []int64{50, 50}},
+		{100, 3, 3, []int64{34, 33, 33}},
+		{2, 3, 3, []int64{1, 1, 0}},
+		{0, 2, 2, []int64{0, 0}},
+		{-5, 2, 2, []int64{0, 0}},
+		// Participants elsewhere: round down, so that the nodes together
+		// never hand out more than remains.
+		{100, 3, 1, []int64{33}},
+		{100, 3, 2, []int64{33, 33}},
+		{2, 3, 1, []int64{0}},
+		// Inconsistent inputs give nothing.
+		{7, 0, 0, nil},
+		{7, 1, 2, []int64{0, 0}},
 	} {
 		var sum int64
 		for rank, w := range tc.want {
-			got := shareOf(tc.remaining, tc.n, int64(rank))
+			got := shareOf(tc.remaining, tc.n, tc.local, int64(rank))
 			if got != w {
-				t.Errorf("shareOf(%d, %d, %d) = %d, want %d", tc.remaining, tc.n, rank, got, w)
+				t.Errorf("shareOf(%d, %d, %d, %d) = %d, want %d", tc.remaining, tc.n, tc.local, rank, got, w)
 			}
 			sum += got
 		}
-		if tc.remaining > 0 && tc.n > 0 && sum != tc.remaining {
+		if tc.remaining > 0 && tc.n > 0 && tc.n == tc.local && sum != tc.remaining {
 			t.Errorf("shares of %d over %d add up to %d", tc.remaining, tc.n, sum)
 		}
-		// Ranks outside [0, n) (remote participants) get nothing here.
-		if s := shareOf(tc.remaining, tc.n, tc.n); s != 0 {
-			t.Errorf("rank n got %d", s)
+		if tc.remaining > 0 && tc.n > 0 && tc.local <= tc.n && sum*tc.n > tc.remaining*tc.local+tc.local*tc.n {
+			t.Errorf("local shares %d exceed this node's part of %d", sum, tc.remaining)
 		}
-		if s := shareOf(tc.remaining, tc.n, -1); s != 0 {
+		if s := shareOf(tc.remaining, tc.n, tc.local, tc.local); s != 0 {
+			t.Errorf("rank local got %d", s)
+		}
+		if s := shareOf(tc.remaining, tc.n, tc.local, -1); s != 0 {
 			t.Errorf("rank -1 got %d", s)
 		}
 	}
 }
 
-func TestRemoteEstimate(t *testing.T) {
+func TestAttributed(t *testing.T) {
+	at := func(ms int64) time.Time { return time.UnixMilli(1764547200000 + ms) }
 	for _, tc := range []struct {
-		local, total, participants, want int64
+		n      int64
+		span   time.Duration
+		now    time.Time
+		scale  int64
+		want   int64
+		reason string
 	}{
-		{10, 10, 1, 0},      // all of it ours
-		{10, 5, 1, 0},       // a peer's count arrived late: never negative
-		{10, 20, 1, 1},      // a peer spent as much as we did
-		{10, 30, 1, 2},      // two peers' worth
-		{10, 31, 1, 3},      // rounded up
-		{10, 20, 2, 2},      // two here, as much elsewhere
-		{0, 5, 1, 1},        // we spent nothing yet, someone did
-		{1, 1 << 40, 1, 64}, // capped
-		{1, 1 << 62, 1 << 20, 64},
+		{10, 0, at(300), 1000, 10, "first report: all of it"},
+		{10, 200 * time.Millisecond, at(300), 1000, 10, "the span is within the window"},
+		{500, 5 * time.Second, at(300), 1000, 30, "0.3 s of a 5 s span"},
+		{500, 5 * time.Second, at(301), 1000, 31, "rounded up"},
+		{500, 5 * time.Second, at(0), 1000, 1, "the window's first ms"},
+		{500, 5 * time.Second, at(30_000), 60_000, 500, "a long window holds the whole span"},
+		{0, 5 * time.Second, at(300), 1000, 0, "nothing reported"},
+		{1 << 31, 24 * time.Hour, at(86_399_999), 86_400_000, 1<<31 - 24, "large values do not overflow"},
 	} {
-		if got := remoteEstimate(tc.local, tc.total, tc.participants); got != tc.want {
-			t.Errorf("remoteEstimate(%d, %d, %d) = %d, want %d", tc.local, tc.total, tc.participants, got, tc.want)
+		if got := attributed(tc.n, tc.span, tc.now, tc.scale); got != tc.want {
+			t.Errorf("%s: attributed(%d, %v, +%d ms, %d) = %d, want %d", tc.reason, tc.n, tc.span, tc.now.UnixMilli()%tc.scale, tc.scale, got, tc.want)
 		}
 	}
 }
 
-// The registry's split over fixed instants: ranks follow the order the
-// streams opened, reports accumulate per window, and the previous
-// window's remote estimate carries into the next.
-func TestRegistrySplit(t *testing.T) {
+// The registry over fixed windows: ranks follow the order the streams
+// opened; each node announces its participants once per window; the count
+// of the window before holds while the current one fills.
+func TestRegistryPlace(t *testing.T) {
 	r := newRegistry()
 	k := groupKey{bucket: counter.Bucket(3), key: "acme"}
 	a := &tracked{stream: 1, seq: 1}
 	b := &tracked{stream: 2, seq: 1}
 	r.join(k, b)
+	if rank, local, ann := r.place(k, b, 100); rank != 0 || local != 1 || ann != 1 {
+		t.Errorf("b alone: rank %d of %d, announce %d", rank, local, ann)
+	}
 	r.join(k, a)
-	if rank, n := r.split(k, a, 100, 1000, 5, 5); rank != 0 || n != 2 {
-		t.Errorf("a: rank %d of %d, want 0 of 2", rank, n)
+	if rank, local, ann := r.place(k, a, 100); rank != 0 || local != 2 || ann != 1 {
+		t.Errorf("a joins: rank %d of %d, announce %d; want 0 of 2, 1 more", rank, local, ann)
 	}
-	if rank, n := r.split(k, b, 100, 1000, 5, 10); rank != 1 || n != 2 {
-		t.Errorf("b: rank %d of %d, want 1 of 2", rank, n)
+	if rank, _, ann := r.place(k, b, 100); rank != 1 || ann != 0 {
+		t.Errorf("b after a: rank %d, announce %d; want 1, 0", rank, ann)
 	}
-	// 10 of ours, 30 in all: another node spent twice as much.
-	if _, n := r.split(k, a, 100, 1000, 0, 30); n != 2+4 {
-		t.Errorf("with peers spending 20: %d participants, want 6", n)
+	// Another node has 3: the count of the window says 5.
+	if n := r.participants(k, 100, 5, 2); n != 5 {
+		t.Errorf("participants %d, want 5", n)
 	}
-	// The next window starts with no peer counts yet: the estimate holds.
-	if _, n := r.split(k, a, 101, 1000, 1, 1); n != 6 {
-		t.Errorf("next window: %d participants, want the carried 6", n)
+	// A new window: announced afresh; its count is still filling (only
+	// ours, 2), so the whole count of the window before holds.
+	if _, _, ann := r.place(k, a, 101); ann != 2 {
+		t.Errorf("new window: announce %d, want 2", ann)
 	}
-	// Two windows on, it is gone.
-	if _, n := r.split(k, a, 103, 1000, 1, 1); n != 2 {
-		t.Errorf("two windows on: %d participants, want 2", n)
+	if n := r.participants(k, 101, 2, 2); n != 5 {
+		t.Errorf("new window: %d, want the previous window's 5", n)
 	}
-	// A new window length (a reload) starts over.
-	if _, n := r.split(k, a, 103, 60000, 0, 50); n != 2+1 {
-		t.Errorf("after a scale change: %d participants, want 3", n)
+	// Two windows on, the other node having gone: ours only.
+	r.place(k, a, 103)
+	if n := r.participants(k, 103, 2, 2); n != 2 {
+		t.Errorf("two windows on: %d, want 2", n)
 	}
 	r.leave(k, b)
-	if rank, n := r.split(k, a, 103, 60000, 0, 0); rank != 0 || n != 1+1 {
-		t.Errorf("after b left: rank %d of %d", rank, n)
-	}
 	r.leave(k, a)
-	// Idle, it keeps this node's usage of the window for whoever comes back.
+	// Idle, it keeps the window's state for whoever comes back.
 	if len(r.groups) != 1 || r.idle != 1 {
 		t.Fatalf("groups %d, idle %d after the last left", len(r.groups), r.idle)
 	}
-	r.sweep(104 * 60000) // window 104 of the 1-minute scale: 103 is the previous, still live
+	pw := ParticipantsLimit.ScaleMS
+	r.sweep(104 * pw) // 103 is the window before: live
 	if len(r.groups) != 1 {
 		t.Fatal("swept a group whose window is live")
 	}
@@ -110,15 +127,8 @@ func TestRegistrySplit(t *testing.T) {
 		t.Fatalf("idle %d after a rejoin", r.idle)
 	}
 	r.leave(k, a)
-	r.sweep(105 * 60000)
+	r.sweep(105 * pw)
 	if len(r.groups) != 0 || r.idle != 0 {
 		t.Errorf("groups %d, idle %d after the sweep", len(r.groups), r.idle)
-	}
-	// A group that never counted goes at once.
-	k2 := groupKey{bucket: 1, key: "x"}
-	r.join(k2, a)
-	r.leave(k2, a)
-	if len(r.groups) != 0 || r.idle != 0 {
-		t.Errorf("groups %d, idle %d", len(r.groups), r.idle)
 	}
 }

@@ -72,6 +72,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
 		cfg.Buckets = append(cfg.Buckets, rlqs.Bucket{
 			Name: b.Name, ID: counter.Bucket(i), Shadow: b.Shadow,
 			DenyMissingKey: b.OnMissingKey == rules.Deny, DenyOverflow: b.OnOverflow == rules.Deny,
+			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true,
 		})
 	}
 	return cfg, r
@@ -176,6 +177,17 @@ func (e *envoy) quiet(d time.Duration) {
 	case m := <-e.recv:
 		e.t.Fatalf("unexpected response: %v", m)
 	case <-time.After(d):
+	}
+}
+
+// drain reads responses until none comes for a while.
+func (e *envoy) drain() {
+	for {
+		select {
+		case <-e.recv:
+		case <-time.After(50 * time.Millisecond):
+			return
+		}
 	}
 }
 
@@ -360,11 +372,12 @@ func TestStreamRefreshBeforeTTL(t *testing.T) {
 
 func TestStreamsSplitAndRelease(t *testing.T) {
 	h := start(t, testRules, 0)
-	a, b := h.open(), h.open()
+	a := h.open()
 	a.report("api", usage{id: acme, allowed: 0})
 	if got := a.one(acme); got != "tokens 10/1" {
 		t.Fatalf("a alone: %q", got)
 	}
+	b := h.open() // opened after a's was served: it ranks second
 	b.report("api", usage{id: acme, allowed: 2})
 	if got := b.one(acme); got != "tokens 4/1" { // 8 left over a and b; b ranks second
 		t.Fatalf("b: %q, want tokens 4/1", got)
@@ -388,9 +401,24 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 		t.Fatalf("b's end: %v, want EOF (the server returned OK)", err)
 	}
 	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool { return h.svc.Participants(0, "acme") == 1 })
+	// b still counts in this participants window (the count other nodes
+	// see of it only grows within a window): a's share stays the half of
+	// the remainder, rounded down.
 	a.report("api", usage{id: acme})
-	if got := a.one(acme); got != "tokens 7/1" {
-		t.Fatalf("a after b left: %q, want tokens 7/1", got)
+	if got := a.one(acme); got != "tokens 3/1" {
+		t.Fatalf("a right after b left: %q, want tokens 3/1", got)
+	}
+	// Two participants windows on, a alone has the whole budget.
+	for range 2 * rlqs.ParticipantsWindow / time.Second {
+		h.clock.Add(time.Second)
+		a.report("api", usage{id: acme})
+		a.drain()
+	}
+	h.clock.Add(time.Second)
+	a.drain()
+	a.report("api", usage{id: acme, allowed: 1})
+	if got := a.one(acme); got != "tokens 9/2" {
+		t.Fatalf("a alone again: %q, want tokens 9/2", got)
 	}
 	// A cancelled stream releases too.
 	a.cancel()
