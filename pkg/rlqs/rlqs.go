@@ -370,7 +370,13 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 			span = now.Sub(t.lastReport)
 		}
 		t.lastReport = now
-		a := str.evaluate(t, allowed, span, now, true)
+		a, exact := str.evaluate(t, allowed, span, now, true)
+		if !exact && a.strat == stratTokenBucket && t.sent.budget && t.sent.window == a.window {
+			// Part of the usage was taken for an earlier window by guess:
+			// a new, full token bucket could add to tokens already spent
+			// in this one. The share stands until the window ends.
+			a = t.sent
+		}
 		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
 			resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
 		}
@@ -406,7 +412,7 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 		if str.unchanged(t, now, q.AssignmentTTL/2) {
 			continue
 		}
-		a := str.evaluate(t, 0, 0, now, false)
+		a, _ := str.evaluate(t, 0, 0, now, false)
 		switch {
 		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
 		case a.budget && t.sent.budget && a.window != t.sent.window:
@@ -469,7 +475,9 @@ func (str *stream) resolve(t *tracked, st *state) {
 
 // evaluate counts reported usage of t (when fromReport; the part of it in
 // the current window, see attributed) and decides what t is assigned.
-func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) action {
+// exact is false when the span since the previous report began before the
+// current window, so that what counts in this window is an estimate.
+func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) (a action, exact bool) {
 	s := str.s
 	st := t.gen
 	res := func(r result) {
@@ -479,17 +487,17 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	if !t.matched {
 		res(resUnmatched)
-		return policy(st.cfg.Quota.Unmatched == rules.Deny)
+		return policy(st.cfg.Quota.Unmatched == rules.Deny), true
 	}
 	b := st.cfg.Buckets[t.m.Bucket]
 	if t.m.Key == "" {
 		res(resMissingKey)
-		return policy(b.DenyMissingKey)
+		return policy(b.DenyMissingKey), true
 	}
 	lim, ok := st.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
 	if !ok {
 		res(resCounted)
-		return action{strat: stratAllowAll}
+		return action{strat: stratAllowAll}, true
 	}
 	var r counter.Result
 	if n := attributed(reported, span, now, lim.ScaleMS); n > 0 {
@@ -499,7 +507,7 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	if r.Overflow {
 		res(resOverflow)
-		return policy(b.DenyOverflow)
+		return policy(b.DenyOverflow), true
 	}
 	res(resCounted)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
@@ -517,13 +525,14 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 		}
 	}
 	if b.Shadow {
-		return action{strat: stratAllowAll}
+		return action{strat: stratAllowAll}, true
 	}
+	exact = span <= 0 || span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS
 	share := shareOf(r.Remaining, n, local, rank)
 	if share <= 0 {
-		return action{strat: stratDenyAll, budget: true, window: r.Window}
+		return action{strat: stratDenyAll, budget: true, window: r.Window}, exact
 	}
-	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}
+	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}, exact
 }
 
 // untracked is the answer to a bucket id over quota.max_bucket_ids: its
