@@ -365,7 +365,11 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		if t.gen != st {
 			str.resolve(t, st)
 		}
-		var span time.Duration
+		// The span the usage was spent over: since this stream's previous
+		// report of the id, or, for an id new on the stream (Envoy
+		// reconnected and reports every bucket again), what Envoy says
+		// (whole seconds; 0 for a bucket's first report), within bounds.
+		span := min(max(u.GetTimeElapsed().AsDuration(), 0), st.cfg.Quota.AbandonAfter)
 		if !t.lastReport.IsZero() {
 			span = now.Sub(t.lastReport)
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
@@ -141,6 +142,7 @@ func (h *harness) open() *envoy {
 type usage struct {
 	id              map[string]string
 	allowed, denied uint64
+	elapsed         time.Duration // time_elapsed
 }
 
 func (e *envoy) report(domain string, us ...usage) {
@@ -149,6 +151,7 @@ func (e *envoy) report(domain string, us ...usage) {
 	for _, u := range us {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: u.id}, NumRequestsAllowed: u.allowed, NumRequestsDenied: u.denied,
+			TimeElapsed: durationpb.New(u.elapsed),
 		})
 	}
 	if err := e.s.Send(m); err != nil {
@@ -339,6 +342,29 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	}
 	if n := h.metric("ratelimit_authz_rlqs_requests_reported_total", "outcome", "allowed"); n != 12 {
 		t.Errorf("allowed reported %v, want 12", n)
+	}
+}
+
+// A stream's first report of a bucket id that Envoy has had for a while
+// (it reconnected, and reports every bucket again) spreads its usage over
+// the time_elapsed Envoy gives: only the part in the current window counts.
+func TestStreamReconnectReportSpreads(t *testing.T) {
+	h := start(t, testRules, 0)
+	e := h.open()
+	h.clock.Set(t0.Add(300 * time.Millisecond))
+	e.report("api", usage{id: acme, allowed: 40, elapsed: 2 * time.Second})
+	if a := e.one(acme); a != "tokens 4/1" {
+		t.Fatalf("assignment %q, want tokens 4/1 (6 of the 40 in this window's 0.3 s of 2 s)", a)
+	}
+	if c := h.count(0, "acme"); c != 6 {
+		t.Fatalf("counted %d, want 40 × 0.3/2 = 6", c)
+	}
+	// A hostile time_elapsed is bounded by abandon_after (3 s here).
+	other := map[string]string{"name": "t", "tenant": "globex"}
+	e.report("api", usage{id: other, allowed: 30, elapsed: 1000 * time.Hour})
+	e.one(other)
+	if c := h.count(0, "globex"); c != 3 {
+		t.Fatalf("counted %d, want ceil(30 × 0.3/3) = 3", c)
 	}
 }
 
