@@ -19,12 +19,14 @@
 // bucket without limit or in shadow mode.
 //
 // Invariants: within a window, the shares this node hands out at one
-// instant add up to at most what remains; a new share is sent only in
-// answer to a report whose span lies within the window (so all of the
-// window's usage is counted and Envoy's unreported usage is nil), so a
-// replaced, full token bucket never adds to tokens already spent; between
-// reports only DENY_ALL, the first budget of a new window, a refresh of
-// the unchanged assignment and abandon_action are sent. Every assignment
+// instant add up to at most what remains. A window's share goes out in a
+// full token bucket (ALLOW_ALL then the token bucket, in one message: Envoy
+// 1.40 keeps a replaced token bucket's tokens and starts one full only
+// after a blanket rule). Within the window a share only shrinks (a plain
+// replacement caps what Envoy has left) unless the participant is alone
+// and all of the window's usage is counted; between reports only DENY_ALL,
+// the first share of a new window, a refresh of the unchanged assignment
+// and abandon_action are sent. Every assignment
 // carries the configured TTL, so an Envoy that loses its server falls
 // back to its expired_assignment_behavior.
 //

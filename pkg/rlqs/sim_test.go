@@ -15,8 +15,10 @@ import (
 // simEnvoy models one Envoy 1.40 quota filter with one bucket id, as
 // docs/envoy.md records it: the first request passes (no assignment:
 // ALLOW_ALL) and is reported at once; then a report every 5 s; a token
-// bucket starts full, refills at tokens_per_fill per whole second of
-// fill_interval, and is replaced (full again) only by a different one.
+// bucket refills at tokens_per_fill per whole second of fill_interval; it
+// starts full when it is the first assignment or follows a blanket rule,
+// and a different token bucket replacing one keeps its tokens (up to the
+// new max_tokens); an equal one changes nothing.
 type simEnvoy struct {
 	str                *stream
 	id                 map[string]string
@@ -34,8 +36,12 @@ func (e *simEnvoy) apply(resp *rlqspb.RateLimitQuotaResponse, now time.Time) {
 		rs := a.GetQuotaAssignmentAction().GetRateLimitStrategy()
 		if tb := rs.GetTokenBucket(); tb != nil {
 			m, p, f := int64(tb.GetMaxTokens()), int64(tb.GetTokensPerFill().GetValue()), int64(tb.GetFillInterval().AsDuration()/time.Second)
-			if e.strat != stratTokenBucket || m != e.max || p != e.perFill || f != e.fill {
+			switch {
+			case e.strat != stratTokenBucket:
 				e.strat, e.max, e.perFill, e.fill, e.tokens, e.last = stratTokenBucket, m, p, f, float64(m), now
+			case m != e.max || p != e.perFill || f != e.fill:
+				e.refill(now)
+				e.max, e.perFill, e.fill, e.tokens = m, p, f, min(e.tokens, float64(m))
 			}
 			continue
 		}
@@ -59,6 +65,13 @@ func (e *simEnvoy) report(now time.Time) {
 	e.apply(resp, now)
 }
 
+func (e *simEnvoy) refill(now time.Time) {
+	if e.fill > 0 {
+		e.tokens = min(float64(e.max), e.tokens+now.Sub(e.last).Seconds()*float64(e.perFill)/float64(e.fill))
+	}
+	e.last = now
+}
+
 // request decides one request at now.
 func (e *simEnvoy) request(now time.Time) bool {
 	ok := true
@@ -71,10 +84,7 @@ func (e *simEnvoy) request(now time.Time) bool {
 	case e.strat == stratDenyAll:
 		ok = false
 	case e.strat == stratTokenBucket:
-		if e.fill > 0 {
-			e.tokens = min(float64(e.max), e.tokens+now.Sub(e.last).Seconds()*float64(e.perFill)/float64(e.fill))
-		}
-		e.last = now
+		e.refill(now)
 		if ok = e.tokens >= 1; ok {
 			e.tokens--
 		}
