@@ -21,7 +21,7 @@ import (
 // repeated field anywhere is a problem; every problem carries its line and
 // column):
 //
-//	config   = { keys, counter, failures, buckets (required), routes (required) }
+//	config   = { keys, counter, failures, buckets (required), routes (required), quota }
 //	keys     = { tenant_header: header-name        (default x-tenant-id)
 //	             account_header: header-name       (none)
 //	             account_body_field: field-name    (none)
@@ -47,6 +47,15 @@ import (
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
 //	             defaults: { bucket-name: { limit, per, algorithm }, … } }
 //	template = /segment/… where a segment may be {param}
+//	quota    = { domains: [ domain, … ] (required),  (Envoy RLQS; see Quota)
+//	             assignment_ttl: 1s … 24h (5s), abandon_after: 1s … 24h (1m),
+//	             unmatched: allow | deny (allow),
+//	             max_streams: 1 … 2^20 (1024), max_bucket_ids: 1 … 2^20 (1024, per stream),
+//	             buckets: [ { match: { entry: value, … }, bucket: bucket-name,
+//	                          key: entry }, … ] (required) }
+//	             (entry is [A-Za-z0-9_.-]{1,63}; a value 1 … 256 bytes; the bucket
+//	             counts requests, is keyed by tenant, path:<param> or header:<name>
+//	             and has a limit; no two entries match the same bucket ids)
 //
 // bucket-name is [a-z][a-z0-9_]{0,62} (descriptors.ValidBucketName);
 // header names are lowercase tokens, or a pseudo-header such as :authority
@@ -119,9 +128,11 @@ func (p *parser) parse(data []byte) *Rules {
 		p.errorf(top, "the configuration must be a mapping with keys, counter, buckets and routes")
 		return r
 	}
-	var bucketsNode, routesNode *yaml.Node
-	p.eachKey(top, "top level", []string{"keys", "counter", "failures", "buckets", "routes"}, func(k string, kn, v *yaml.Node) {
+	var bucketsNode, routesNode, quotaNode *yaml.Node
+	p.eachKey(top, "top level", []string{"keys", "counter", "failures", "buckets", "routes", "quota"}, func(k string, kn, v *yaml.Node) {
 		switch k {
+		case "quota":
+			quotaNode = v
 		case "failures":
 			p.parseFailures(v, &r.Failures)
 		case "keys":
@@ -155,6 +166,9 @@ func (p *parser) parse(data []byte) *Rules {
 		}
 	}
 	p.crossCheck(r)
+	if quotaNode != nil && bucketsNode != nil {
+		p.parseQuota(quotaNode, r) // after crossCheck: it reads the buckets' resolved limits
+	}
 	if len(p.problems) == 0 {
 		// The matcher has its own checks; anything it still refuses is a
 		// problem of the file as a whole.

@@ -24,6 +24,9 @@ type Rules struct {
 	Keys     Keys
 	Counter  counter.Config
 	Failures Failures
+	// Quota maps Envoy's rate limit quota (RLQS) bucket ids to buckets;
+	// nil: the file has no quota section and RLQS is not served.
+	Quota *Quota
 }
 
 // Failures says which reported responses are failures (failed logins) that
