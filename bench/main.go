@@ -71,7 +71,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy"}
+var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
 
 type options struct {
 	out        string
@@ -260,6 +260,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var pending []task
 	if opt.only["envoy"] {
 		pending = append(pending, task{"envoy", r.envoyEstimate(), r.envoy})
+	}
+	if opt.only["rlqs"] {
+		pending = append(pending, task{"rlqs", r.rlqsEstimate(), r.rlqs})
 	}
 	if opt.only["cluster"] {
 		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
