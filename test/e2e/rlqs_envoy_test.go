@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -311,6 +312,11 @@ func TestQuotaShippedBuckets(t *testing.T) {
 		// The client's own x-ratelimit-channel is replaced by the path's.
 		{"/api/inbound/ch2/status?q", map[string]string{"x-ratelimit-channel": "other"}, "channel=ch2;name=inbound;"},
 		{"/api/converger/channels/ch3/token/refresh", nil, "channel=ch3;name=token_generate;"},
+		// The matchers read the path as normalised (normalize_path,
+		// merge_slashes), so a spelling that routes to the app lands in
+		// the same bucket.
+		{"//api/./activities", map[string]string{"x-tenant-id": "acme2"}, "name=activity_create;tenant=acme2;"},
+		{"/api/inbound/x/../ch4", nil, "channel=ch4;name=inbound;"},
 	} {
 		before := q.reportsOf(nil)
 		if st := post(c.path, c.hdr); st != 200 {
@@ -323,6 +329,33 @@ func TestQuotaShippedBuckets(t *testing.T) {
 		if got := idKey(q.reportsOf(nil)[len(before)].id); got != c.want {
 			t.Errorf("POST %s %v: bucket id %s, want %s", c.path, c.hdr, got, c.want)
 		}
+	}
+	// The shipped deny response, and the tenant-less bucket id limited
+	// like any other once the server denies it.
+	q.push(t, &rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+		assign(map[string]string{"name": "activity_create", "tenant": ""}, time.Minute, blanket(typev3.RateLimitStrategy_DENY_ALL))}})
+	time.Sleep(200 * time.Millisecond)
+	r, err := s.post("/api/activities", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.status != 429 || r.header.Get("Retry-After") != "1" || r.header.Get("Content-Type") != "application/json" || string(r.body) != `{"error":"rate_limited"}` {
+		t.Errorf("without x-tenant-id, denied: %d %v %q; want the shipped 429 with retry-after 1 and the JSON body", r.status, r.header, r.body)
+	}
+	// Each new key's first request passes before its assignment can arrive
+	// (no_assignment_behavior: allow): a client that can choose its key
+	// gets one request per key it invents.
+	fresh := 0
+	for i := range 20 {
+		if post(activitiesPath, map[string]string{"x-tenant-id": fmt.Sprintf("new-%d", i)}) == 200 {
+			fresh++
+		}
+	}
+	if fresh != 20 {
+		t.Errorf("%d of 20 new tenants' first requests passed, want 20 (no assignment yet)", fresh)
+	}
+	if !q.waitFor(3*time.Second, func() bool { return len(q.reportsOf(map[string]string{"tenant": "new-19"})) > 0 }) {
+		t.Error("the new tenants' bucket ids were not reported")
 	}
 	for _, r := range q.snapshot()[0].reports {
 		if r.domain != "example-api" {
