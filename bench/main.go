@@ -387,11 +387,12 @@ func (r *runner) build(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.opt.only["envoy"] {
+	if r.opt.only["envoy"] || r.opt.only["rlqs"] {
 		out, err := r.runTool(ctx, "install-envoy", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-envoy.sh"))
 		if err != nil {
-			r.note("Envoy scenario not run: %v", err)
+			r.note("Envoy scenarios not run: %v", err)
 			delete(r.opt.only, "envoy")
+			delete(r.opt.only, "rlqs")
 		} else {
 			r.bins.envoy = lastLine(out)
 			if v, err := r.runTool(ctx, "envoy-version", time.Minute, nil, "", r.bins.envoy, "--version"); err == nil {

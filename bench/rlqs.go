@@ -14,11 +14,12 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
-// rlqsLoad is the request stream of the rlqs scenario: the envoy
-// scenario's activity writes and inbound webhooks over fewer keys, so that
-// one Envoy's bucket ids stay within the server's quota.max_bucket_ids
-// (a tenant or a channel is one bucket id).
-var rlqsLoad = []string{"--routes", "activities,inbound", "--keys", "zipf", "--tenants", "200", "--channels", "200"}
+// rlqsLoad is the request stream of the rlqs scenario: activity writes
+// over 200 tenants (zipf), so that one Envoy's bucket ids stay within the
+// server's quota.max_bucket_ids (a tenant is one bucket id). Only the
+// quota filter differs between the listeners on that route: the inbound
+// routes would add the quota bootstrap's Lua snippet as well.
+var rlqsLoad = []string{"--routes", "activities", "--keys", "zipf", "--tenants", "200"}
 
 // RLQSBench is the rlqs scenario: what Envoy's quota filter adds to a
 // request and costs the server, against ext_authz, through real Envoys.
@@ -225,7 +226,7 @@ func writeRLQSReport(b *strings.Builder, res *Results) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Envoy's quota filter (RLQS) against ext_authz\n\n")
-	w("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both on its gRPC port. Activity writes and inbound webhooks over 200 tenants and 200 channels (zipf). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
+	w("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both on its gRPC port. Activity writes over 200 tenants (zipf), so that only the rate limit filter differs (the inbound routes of the quota bootstrap also run a Lua snippet). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
 		res.Env.EnvoyVersion, q.Rounds, q.RunS)
 	w("| concurrency | off p50 / p99 | ext_authz added p50 / p99 | quota added p50 / p99 | quota/ext_authz added p50 | server CPU per 1,000 requests ext_authz / quota | CPU ratio | req/s off / ext_authz / quota | quota denied | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range q.Rows {
