@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
@@ -126,6 +127,9 @@ type Node struct {
 	// under rlsSettings; nil: the node serves no RLS rules.
 	rlsSvc      *rls.Service
 	rlsSettings rls.Settings
+	// rlqsSvc serves StreamRateLimitQuotas with the quota section of each
+	// generation; nil: the rules file has none.
+	rlqsSvc *rlqs.Service
 }
 
 // New assembles a node and binds its listeners; the caller must call Run
@@ -170,6 +174,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
+	var rlqsSvc *rlqs.Service
+	if r.Quota != nil {
+		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqs.Options{}); err != nil {
+			return nil, err
+		}
+	}
 	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
 		return nil, err
@@ -194,14 +204,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		TLS:                     cfg.TLS,
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
 		Limits:                  cfg.Limits,
-	}, services(svc, rlsSvc, rec), reg, log)
+	}, services(svc, rlsSvc, rlqsSvc, rec), reg, log)
 	if err != nil {
 		return nil, err
 	}
 	return &Node{
 		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
 		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
-		rlsSvc: rlsSvc, rlsSettings: rlsSettings,
+		rlsSvc: rlsSvc, rlsSettings: rlsSettings, rlqsSvc: rlqsSvc,
 	}, nil
 }
 
@@ -219,6 +229,9 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return runReplicator(gctx, srvDone, n.repl) }) // final batch after gRPC stops
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
+	if n.rlqsSvc != nil {
+		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // ends the RLQS streams first: a graceful stop would wait for them
+	}
 	return g.Wait()
 }
 

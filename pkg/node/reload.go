@@ -53,6 +53,9 @@ type generation struct {
 	rls                   *rlsconfig.Config
 	rlsRuleIDs, rlsLimIDs []counter.Bucket
 	overridable           tenantlimits.Buckets // every overridable bucket of both formats, for the cache
+
+	// The participants counts of the quota section's buckets (rlqs.go).
+	quotaIDs []counter.Bucket
 }
 
 // planGeneration assigns the ids of the sources' buckets and compiles the
@@ -70,7 +73,8 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 		}
 		rlsKeys = wiring.RLSKeys(s.RLS)
 	}
-	as, err := ids.Plan(append(slices.Clone(keys), rlsKeys...), time.Now())
+	quotaKeys := quotaKeys(r)
+	as, err := ids.Plan(append(append(slices.Clone(keys), rlsKeys...), quotaKeys...), time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("assign bucket ids: %w", err)
 	}
@@ -95,7 +99,7 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 		g.rls = s.RLS
 		nr := len(s.RLS.Rules())
 		g.rlsRuleIDs = as.IDs[len(own) : len(own)+nr]
-		g.rlsLimIDs = as.IDs[len(own)+nr:]
+		g.rlsLimIDs = as.IDs[len(own)+nr : len(own)+len(rlsKeys)]
 		g.overridable = append(slices.Clone(g.buckets), wiring.RLSOverridable(s.RLS, g.rlsRuleIDs)...)
 		for _, k := range rlsKeys {
 			g.table.Buckets = append(g.table.Buckets, k.Name)
@@ -103,7 +107,12 @@ func planGeneration(s Sources, ids *wiring.IDs) (*generation, error) {
 		}
 		bounds = append(bounds, rlsPeerBounds(s.RLS)...)
 	}
-	g.table.Bounds = bounds
+	g.quotaIDs = as.IDs[len(own)+len(rlsKeys):]
+	for _, k := range quotaKeys {
+		g.table.Buckets = append(g.table.Buckets, k.Name)
+		g.table.Algorithms = append(g.table.Algorithms, k.Algorithm)
+	}
+	g.table.Bounds = append(bounds, quotaPeerBounds(r)...)
 	return g, nil
 }
 
@@ -225,6 +234,9 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 	if err := restartOnly(old.rules, s.Rules); err != nil {
 		return err
 	}
+	if (n.rlqsSvc != nil) != (s.Rules.Quota != nil) {
+		return errors.New("node: reload refused: the quota section (RLQS) is added or removed only with a restart")
+	}
 	g, err := planGeneration(s, n.ids)
 	if err != nil {
 		return err
@@ -266,6 +278,12 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 		return fail(fmt.Errorf("check: %w", err))
 	}
 	undo = append(undo, func() { _ = n.svc.Update(old.authz, old.matcher, old.limits) })
+	if n.rlqsSvc != nil {
+		if err := n.rlqsSvc.Update(g.rlqsConfig()); err != nil {
+			return fail(fmt.Errorf("RLQS: %w", err))
+		}
+		undo = append(undo, func() { _ = n.rlqsSvc.Update(old.rlqsConfig()) })
+	}
 	if n.rlsSvc != nil {
 		if g.rls == nil {
 			return fail(errors.New("ShouldRateLimit: no RLS rules: this node serves ShouldRateLimit"))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
@@ -57,12 +58,16 @@ func checkRLSNames(c *rlsconfig.Config, r *rules.Rules) error {
 	return nil
 }
 
-// services are what the listeners serve; a nil rlsSvc (no RLS) leaves
-// RateLimit unset, not a nil *rls.Service in the interface.
-func services(authz *authz.Service, rlsSvc *rls.Service, rec *failures.Recorder) server.Services {
+// services are what the listeners serve; a nil rlsSvc (no RLS) or
+// rlqsSvc (no quota section) leaves its field unset, not a nil pointer in
+// the interface.
+func services(authz *authz.Service, rlsSvc *rls.Service, rlqsSvc *rlqs.Service, rec *failures.Recorder) server.Services {
 	svc := server.Services{Authz: authz, AccessLog: rec, Failures: rec}
 	if rlsSvc != nil {
 		svc.RateLimit = rlsSvc
+	}
+	if rlqsSvc != nil {
+		svc.RateLimitQuota = rlqsSvc
 	}
 	return svc
 }

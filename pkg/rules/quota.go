@@ -135,6 +135,11 @@ func (p *parser) parseQuota(n *yaml.Node, r *Rules) {
 				return
 			}
 			if key == "assignment_ttl" {
+				if d%time.Second != 0 {
+					// Envoy 1.40 reads the TTL in whole seconds, truncated.
+					p.errorf(v, "quota.assignment_ttl %v must be whole seconds: Envoy counts the TTL in whole seconds", d)
+					return
+				}
 				q.AssignmentTTL = d
 			} else {
 				q.AbandonAfter = d

@@ -125,6 +125,7 @@ func TestQuotaProblems(t *testing.T) {
 		{"account bucket", `{domains: [a], buckets: [{bucket: per_account, key: t}]}`, `bucket "per_account" is keyed by account`},
 		{"no limit", `{domains: [a], buckets: [{bucket: unlimited, key: t}]}`, `bucket "unlimited" has no limit`},
 		{"ttl too short", `{domains: [a], assignment_ttl: 10ms, buckets: [{bucket: per_tenant, key: t}]}`, `quota.assignment_ttl must be a duration between 1s and 24h0m0s`},
+		{"ttl not whole seconds", `{domains: [a], assignment_ttl: 1500ms, buckets: [{bucket: per_tenant, key: t}]}`, `quota.assignment_ttl 1.5s must be whole seconds`},
 		{"abandon not a duration", `{domains: [a], abandon_after: soon, buckets: [{bucket: per_tenant, key: t}]}`, `quota.abandon_after must be a duration`},
 		{"unmatched", `{domains: [a], unmatched: maybe, buckets: [{bucket: per_tenant, key: t}]}`, `quota.unmatched must be one of allow, deny`},
 		{"max streams", `{domains: [a], max_streams: 0, buckets: [{bucket: per_tenant, key: t}]}`, `quota.max_streams must be between 1 and`},

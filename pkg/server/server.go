@@ -13,6 +13,7 @@ import (
 
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -206,6 +207,10 @@ type Services struct {
 	// beside Check: the same listener, TLS, allow-list, bounds, health and
 	// graceful stop.
 	RateLimit rlsv3.RateLimitServiceServer
+	// RateLimitQuota, when set, serves Envoy's rate_limit_quota filter
+	// (envoy.service.rate_limit_quota.v3 StreamRateLimitQuotas) on the
+	// gRPC port, beside Check.
+	RateLimitQuota rlqsv3.RateLimitQuotaServiceServer
 	// AccessLog, when set, receives Envoy's gRPC access log, on the gRPC
 	// port or on Config.AccessLogAddr.
 	AccessLog AccessLog
@@ -301,6 +306,9 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
 	if svc.RateLimit != nil {
 		rlsv3.RegisterRateLimitServiceServer(check.srv, svc.RateLimit)
+	}
+	if svc.RateLimitQuota != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(check.srv, svc.RateLimitQuota)
 	}
 	if svc.AccessLog != nil {
 		als := check
@@ -495,6 +503,9 @@ func (s *Server) healthNames() []string {
 	names := []string{"", authv3.Authorization_ServiceDesc.ServiceName}
 	if s.svc.RateLimit != nil {
 		names = append(names, rlsv3.RateLimitService_ServiceDesc.ServiceName)
+	}
+	if s.svc.RateLimitQuota != nil {
+		names = append(names, rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName)
 	}
 	return names
 }

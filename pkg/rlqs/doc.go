@@ -1,0 +1,37 @@
+// Package rlqs serves Envoy's rate limit quota service (RLQS,
+// envoy.service.rate_limit_quota.v3 StreamRateLimitQuotas): the server of
+// the rate_limit_quota HTTP filter, which enforces locally what the server
+// assigns to each bucket id and streams its usage back every reporting
+// interval, instead of one call per request.
+//
+// Each stream is a participant of every bucket id it reports. A bucket id
+// maps to a bucket of the rules file and a counter key (Mapping, from the
+// file's quota section); the usage a report carries (num_requests_allowed)
+// is counted into that (bucket, key) with Counter.Incr — it already
+// happened, so nothing refuses it — and so replicates to the other nodes
+// like any hit. Each participant is then assigned its share of what
+// remains of the window's budget: the remainder split evenly over this
+// node's participants of the (bucket, key) plus an estimate of the other
+// nodes' (from how much of the count this node's reports do not explain),
+// as a token bucket holding the share; DENY_ALL when nothing is left;
+// ALLOW_ALL for a bucket without limit or in shadow mode.
+//
+// Invariants: within a window, the shares this node hands out at one
+// instant add up to at most what remains; a new share is sent only in
+// answer to a report (when Envoy's unreported usage is nil), so a
+// replaced token bucket never adds to tokens already spent; between
+// reports only DENY_ALL, the first budget of a new window, a refresh of
+// the unchanged assignment and abandon_action are sent. Every assignment
+// carries the configured TTL, so an Envoy that loses its server falls
+// back to its expired_assignment_behavior.
+//
+// Bounds (hostile input: bucket id values are a client's header values):
+// streams (quota.max_streams: ResourceExhausted), bucket ids per stream
+// (quota.max_bucket_ids: past it a new one is counted but not tracked, and
+// assigned its bucket's on_overflow), entries and bytes per bucket id
+// (MaxIDEntries, MaxIDBytes: DENY_ALL, not kept), the message size (the
+// gRPC server's receive bound). Each is a metric. Failure mode: an id the
+// server cannot place fails as configured (unmatched, on_missing_key,
+// on_overflow); an oversized one fails closed, since only a client's own
+// requests build it.
+package rlqs

@@ -1,0 +1,597 @@
+package rlqs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+)
+
+// Counter counts usage per (bucket, key) in windows. *counter.Store is one.
+type Counter interface {
+	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
+	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+}
+
+var _ Counter = (*counter.Store)(nil)
+
+// Limits resolves a bucket's limit (by its index in Config.Buckets) for a
+// key: tenant override ▸ configuration. *tenantlimits.Resolver is one. ok
+// false: no limit, the bucket id is allowed uncounted.
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Bucket is what the Service needs of one bucket of the rules file.
+type Bucket struct {
+	Name string
+	// ID is the bucket's id in the counter.
+	ID             counter.Bucket
+	Shadow         bool
+	DenyMissingKey bool
+	DenyOverflow   bool
+	// Participants, when HasParticipants, is the id of the bucket's
+	// participants count (see ParticipantsWindow), replicated with the
+	// other counts so that every node knows the cluster's participants;
+	// without it a node splits over its own participants only.
+	Participants    counter.Bucket
+	HasParticipants bool
+}
+
+// Config is one configuration the Service serves.
+type Config struct {
+	// Quota is the quota section of the rules file. Required.
+	Quota *rules.Quota
+	// Buckets are the rules file's buckets, by index.
+	Buckets []Bucket
+	// Limits resolves the buckets' limits, by the same index.
+	Limits Limits
+}
+
+func (c Config) validate() error {
+	if c.Quota == nil {
+		return errors.New("rlqs: no quota section")
+	}
+	if c.Limits == nil {
+		return errors.New("rlqs: no limits")
+	}
+	for i, e := range c.Quota.Buckets {
+		if int(e.Bucket) >= len(c.Buckets) {
+			return fmt.Errorf("rlqs: quota.buckets[%d] names bucket %d of %d", i, e.Bucket, len(c.Buckets))
+		}
+	}
+	if c.Quota.MaxStreams <= 0 || c.Quota.MaxBucketIDs <= 0 || c.Quota.AssignmentTTL <= 0 || c.Quota.AbandonAfter <= 0 {
+		return errors.New("rlqs: the quota section's bounds and durations must be positive")
+	}
+	return nil
+}
+
+// Options are the Service's settings that are not configuration.
+type Options struct {
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Tick is how often each stream looks at its buckets between reports
+	// (a window that rolled over, a budget spent on other nodes, an
+	// assignment to refresh, a bucket to abandon); default 100 ms.
+	Tick time.Duration
+}
+
+// DefaultTick is Options.Tick's default.
+const DefaultTick = 100 * time.Millisecond
+
+// Service serves StreamRateLimitQuotas. Create it with New; it is safe
+// for concurrent use.
+type Service struct {
+	rlqspb.UnimplementedRateLimitQuotaServiceServer
+
+	counter Counter
+	log     *slog.Logger
+	opts    Options
+	m       *metrics
+	reg     *registry
+
+	cur        atomic.Pointer[state]
+	streams    atomic.Int64
+	nextStream atomic.Uint64
+
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// state is one configuration in force, immutable.
+type state struct {
+	cfg     Config
+	mapping *Mapping
+	domains map[string]bool
+}
+
+func newState(cfg Config) (*state, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	st := &state{cfg: cfg, mapping: NewMapping(cfg.Quota.Buckets), domains: map[string]bool{}}
+	for _, d := range cfg.Quota.Domains {
+		st.domains[d] = true
+	}
+	return st, nil
+}
+
+// New returns a Service serving cfg.
+func New(cfg Config, c Counter, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if c == nil || log == nil || reg == nil {
+		return nil, errors.New("rlqs: New needs a counter, a registry and a logger")
+	}
+	st, err := newState(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Tick < 0 {
+		return nil, fmt.Errorf("rlqs: tick %v must not be negative", opts.Tick)
+	}
+	if opts.Tick == 0 {
+		opts.Tick = DefaultTick
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{counter: c, log: log, opts: opts, m: m, reg: newRegistry(), done: make(chan struct{})}
+	s.cur.Store(st)
+	return s, nil
+}
+
+// Update makes cfg the configuration served. Open streams move to it at
+// their next report or tick: a bucket id whose mapping went away is
+// abandoned, one that maps elsewhere counts there from then on.
+func (s *Service) Update(cfg Config) error {
+	st, err := newState(cfg)
+	if err != nil {
+		return err
+	}
+	s.cur.Store(st)
+	return nil
+}
+
+// SweepInterval is how often Run reclaims the idle groups.
+const SweepInterval = 10 * time.Second
+
+// Run reclaims what streams that ended left behind, until ctx ends; then
+// it closes the Service (see Close) and returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	t := time.NewTicker(SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.Close()
+			return nil
+		case <-t.C:
+			s.reg.sweep(s.opts.Now().UnixMilli())
+		}
+	}
+}
+
+// Close ends every open stream (codes.Unavailable) and refuses new ones:
+// the first step of a shutdown, since a stream never ends by itself and a
+// graceful stop would wait for it. It is idempotent.
+func (s *Service) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+
+// action is what a bucket id is told. budget: a share of a bucket's
+// budget (token bucket, or DENY_ALL with nothing left) in window window;
+// otherwise a blanket rule from a policy.
+type action struct {
+	strat  strategy
+	tokens uint32
+	budget bool
+	window int64
+}
+
+// tracked is one bucket id of one stream: a participant of its (bucket,
+// key) when matched.
+type tracked struct {
+	stream, seq uint64
+	id          *rlqspb.BucketId
+	gen         *state
+	matched     bool
+	m           Match
+	gk          groupKey
+	joined      bool
+	lastReport  time.Time
+	sent        action
+	sentAt      time.Time
+	hasSent     bool
+}
+
+// stream is the state of one StreamRateLimitQuotas call, owned by its
+// goroutine.
+type stream struct {
+	s      *Service
+	id     uint64
+	seq    uint64
+	domain string
+	ids    map[string]*tracked
+}
+
+// StreamRateLimitQuotas serves one Envoy's stream: every report's usage is
+// counted, and each bucket id reported is assigned its share.
+func (s *Service) StreamRateLimitQuotas(srv grpc.BidiStreamingServer[rlqspb.RateLimitQuotaUsageReports, rlqspb.RateLimitQuotaResponse]) error {
+	st := s.cur.Load()
+	if n := s.streams.Add(1); n > int64(st.cfg.Quota.MaxStreams) {
+		s.streams.Add(-1)
+		s.m.bounds[boundStreams].Inc()
+		return status.Errorf(codes.ResourceExhausted, "rlqs: %d streams open already (quota.max_streams)", st.cfg.Quota.MaxStreams)
+	}
+	s.m.streams.Inc()
+	str := &stream{s: s, id: s.nextStream.Add(1), ids: map[string]*tracked{}}
+	defer func() {
+		str.release()
+		s.m.streams.Dec()
+		s.streams.Add(-1)
+	}()
+
+	ctx := srv.Context()
+	reports := make(chan *rlqspb.RateLimitQuotaUsageReports)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := srv.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reports <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(s.opts.Tick)
+	defer tick.Stop()
+	for {
+		var resp *rlqspb.RateLimitQuotaResponse
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.done:
+			return status.Error(codes.Unavailable, "rlqs: the server is shutting down")
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case m := <-reports:
+			var err error
+			if resp, err = str.report(m, s.opts.Now()); err != nil {
+				return err
+			}
+		case <-tick.C:
+			resp = str.tick(s.opts.Now())
+		}
+		if resp != nil && len(resp.BucketAction) > 0 {
+			if err := srv.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// release ends the stream's participation in every group.
+func (str *stream) release() {
+	for k, t := range str.ids {
+		str.forget(k, t)
+	}
+}
+
+func (str *stream) forget(k string, t *tracked) {
+	if t.joined {
+		str.s.reg.leave(t.gk, t)
+		t.joined = false
+	}
+	delete(str.ids, k)
+	str.s.m.bucketIDs.Dec()
+}
+
+// report handles one usage report message.
+func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (*rlqspb.RateLimitQuotaResponse, error) {
+	s := str.s
+	s.m.reports.Inc()
+	st := s.cur.Load()
+	switch d := m.GetDomain(); {
+	case str.domain == "" && d == "":
+		return nil, status.Error(codes.InvalidArgument, "rlqs: the first report names no domain")
+	case str.domain == "":
+		if !st.domains[d] {
+			s.m.bounds[boundDomain].Inc()
+			return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain %q is not served (quota.domains)", clip(d))
+		}
+		str.domain = d
+	case d != "" && d != str.domain:
+		return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain %q after %q on one stream: open another stream", clip(d), str.domain)
+	case !st.domains[str.domain]:
+		s.m.bounds[boundDomain].Inc()
+		return nil, status.Errorf(codes.FailedPrecondition, "rlqs: domain %q is no longer served (quota.domains)", str.domain)
+	}
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for _, u := range m.GetBucketQuotaUsages() {
+		s.m.requests[1].Add(float64(u.GetNumRequestsAllowed()))
+		s.m.requests[0].Add(float64(u.GetNumRequestsDenied()))
+		id := u.GetBucketId().GetBucket()
+		allowed := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32))
+		if idProblem(id) != "" {
+			// Hostile or broken: refused, and told so, without keeping it.
+			s.m.bounds[boundIDSize].Inc()
+			s.m.results[resInvalid].Inc()
+			if len(id) > 0 {
+				resp.BucketAction = append(resp.BucketAction, st.encode(u.GetBucketId(), action{strat: stratDenyAll}, s.m))
+			}
+			continue
+		}
+		k := idKey(id)
+		t := str.ids[k]
+		if t == nil {
+			if len(str.ids) >= st.cfg.Quota.MaxBucketIDs {
+				s.m.bounds[boundBucketIDs].Inc()
+				s.m.results[resUntracked].Inc()
+				a := str.untracked(st, id, allowed, now)
+				resp.BucketAction = append(resp.BucketAction, st.encode(u.GetBucketId(), a, s.m))
+				continue
+			}
+			str.seq++
+			t = &tracked{stream: str.id, seq: str.seq, id: u.GetBucketId()}
+			str.ids[k] = t
+			s.m.bucketIDs.Inc()
+		}
+		if t.gen != st {
+			str.resolve(t, st)
+		}
+		var span time.Duration
+		if !t.lastReport.IsZero() {
+			span = now.Sub(t.lastReport)
+		}
+		t.lastReport = now
+		a := str.evaluate(t, allowed, span, now, true)
+		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
+			resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
+		}
+	}
+	return resp, nil
+}
+
+// tick looks at every bucket id of the stream between reports. It sends
+// only what cannot wait for the next report without harm: DENY_ALL when
+// the budget ran out (other nodes spent it), the budget of a window that
+// began, the refresh of an assignment before its TTL ends, abandon_action.
+// A new share within a window waits for a report, since one sent now would
+// give Envoy a full token bucket on top of usage not yet reported.
+func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
+	s := str.s
+	st := s.cur.Load()
+	q := st.cfg.Quota
+	resp := &rlqspb.RateLimitQuotaResponse{}
+	for k, t := range str.ids {
+		if now.Sub(t.lastReport) >= q.AbandonAfter {
+			resp.BucketAction = append(resp.BucketAction, str.abandon(k, t))
+			continue
+		}
+		if t.gen != st {
+			wasMatched := t.matched
+			if str.resolve(t, st); wasMatched && !t.matched {
+				// The reload removed its mapping.
+				resp.BucketAction = append(resp.BucketAction, str.abandon(k, t))
+				continue
+			}
+			// Mapped elsewhere or newly mapped: its next report decides.
+		}
+		a := str.evaluate(t, 0, 0, now, false)
+		switch {
+		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
+		case a.budget && t.sent.budget && a.window != t.sent.window:
+		case now.Sub(t.sentAt) >= q.AssignmentTTL/2:
+			a = t.sent // unchanged: Envoy extends it, keeps its tokens
+		default:
+			continue
+		}
+		resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
+	}
+	return resp
+}
+
+func (str *stream) abandon(k string, t *tracked) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	str.s.m.assignments[stratAbandon].Inc()
+	id := t.id
+	str.forget(k, t)
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqspb.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+		},
+	}
+}
+
+// resolve maps t under st, moving it between groups as needed.
+func (str *stream) resolve(t *tracked, st *state) {
+	m, ok := st.mapping.Lookup(t.id.GetBucket())
+	var gk groupKey
+	if ok {
+		gk = groupKey{bucket: st.cfg.Buckets[m.Bucket].ID, key: m.Key}
+	}
+	join := ok && m.Key != ""
+	if t.joined && (!join || gk != t.gk) {
+		str.s.reg.leave(t.gk, t)
+		t.joined = false
+	}
+	if join && !t.joined {
+		str.s.reg.join(gk, t)
+		t.joined = true
+	}
+	t.gen, t.matched, t.m, t.gk = st, ok, m, gk
+}
+
+// evaluate counts reported usage of t (when fromReport; the part of it in
+// the current window, see attributed) and decides what t is assigned.
+func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) action {
+	s := str.s
+	st := t.gen
+	res := func(r result) {
+		if fromReport {
+			s.m.results[r].Inc()
+		}
+	}
+	if !t.matched {
+		res(resUnmatched)
+		return policy(st.cfg.Quota.Unmatched == rules.Deny)
+	}
+	b := st.cfg.Buckets[t.m.Bucket]
+	if t.m.Key == "" {
+		res(resMissingKey)
+		return policy(b.DenyMissingKey)
+	}
+	lim, ok := st.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
+	if !ok {
+		res(resCounted)
+		return action{strat: stratAllowAll}
+	}
+	var r counter.Result
+	if n := attributed(reported, span, now, lim.ScaleMS); n > 0 {
+		r = s.counter.Incr(b.ID, t.m.Key, lim, n, now)
+	} else {
+		r = s.counter.Peek(b.ID, t.m.Key, lim, now)
+	}
+	if r.Overflow {
+		res(resOverflow)
+		return policy(b.DenyOverflow)
+	}
+	res(resCounted)
+	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
+	rank, local, announce := s.reg.place(t.gk, t, pw)
+	n := local
+	if b.HasParticipants {
+		var pr counter.Result
+		if announce > 0 {
+			pr = s.counter.Incr(b.Participants, t.m.Key, ParticipantsLimit, announce, now)
+		} else {
+			pr = s.counter.Peek(b.Participants, t.m.Key, ParticipantsLimit, now)
+		}
+		if !pr.Overflow {
+			n = s.reg.participants(t.gk, pw, pr.Count, local)
+		}
+	}
+	if b.Shadow {
+		return action{strat: stratAllowAll}
+	}
+	share := shareOf(r.Remaining, n, local, rank)
+	if share <= 0 {
+		return action{strat: stratDenyAll, budget: true, window: r.Window}
+	}
+	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}
+}
+
+// untracked is the answer to a bucket id over quota.max_bucket_ids: its
+// usage is counted, and it is told what a key the counter cannot track is
+// told (the bucket's on_overflow), or unmatched's policy.
+func (str *stream) untracked(st *state, id map[string]string, reported int64, now time.Time) action {
+	m, ok := st.mapping.Lookup(id)
+	if !ok {
+		return policy(st.cfg.Quota.Unmatched == rules.Deny)
+	}
+	b := st.cfg.Buckets[m.Bucket]
+	if m.Key == "" {
+		return policy(b.DenyMissingKey)
+	}
+	if lim, ok := st.cfg.Limits.Limit(counter.Bucket(m.Bucket), m.Key); ok && reported > 0 {
+		str.s.counter.Incr(b.ID, m.Key, lim, reported, now)
+	}
+	return policy(b.DenyOverflow)
+}
+
+func policy(deny bool) action {
+	if deny {
+		return action{strat: stratDenyAll}
+	}
+	return action{strat: stratAllowAll}
+}
+
+func (str *stream) send(t *tracked, a action, now time.Time, st *state) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	t.sent, t.sentAt, t.hasSent = a, now, true
+	return st.encode(t.id, a, str.s.m)
+}
+
+// Token bucket encoding. Envoy refills a token bucket continuously at
+// tokens_per_fill / fill_interval (in whole seconds), and replaces it
+// (full again) only when an assignment's token bucket differs. So the
+// share is max_tokens, the refill is negligible (a share lasts to the end
+// of its window, when the next one replaces it), and tokens_per_fill
+// alternates between 1 and 2 with the window's parity, so that the first
+// assignment of a window always replaces the bucket even when the share is
+// the same as in the window before.
+const fillInterval = time.Hour
+
+// encode builds the action for id.
+func (st *state) encode(id *rlqspb.BucketId, a action, m *metrics) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	m.assignments[a.strat].Inc()
+	var rs *typev3.RateLimitStrategy
+	switch a.strat {
+	case stratTokenBucket:
+		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
+			MaxTokens:     a.tokens,
+			TokensPerFill: wrapperspb.UInt32(uint32(1 + a.window&1)),
+			FillInterval:  durationpb.New(fillInterval),
+		}}}
+	case stratDenyAll:
+		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}
+	default:
+		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}}
+	}
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(st.cfg.Quota.AssignmentTTL),
+				RateLimitStrategy:    rs,
+			},
+		},
+	}
+}
+
+// clip bounds a client-supplied string quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// Streams is the number of streams open.
+func (s *Service) Streams() int { return int(s.streams.Load()) }
+
+// Participants is the number of this node's participants of (bucket, key)
+// (bucket: the counter id).
+func (s *Service) Participants(bucket counter.Bucket, key string) int {
+	s.reg.mu.Lock()
+	defer s.reg.mu.Unlock()
+	if g := s.reg.groups[groupKey{bucket, key}]; g != nil {
+		return len(g.members)
+	}
+	return 0
+}

@@ -1,0 +1,134 @@
+package rlqs
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+)
+
+func TestShareOf(t *testing.T) {
+	for _, tc := range []struct {
+		remaining, n, local int64
+		want                []int64 // by rank
+	}{
+		{100, 1, 1, []int64{100}},
+		{100, 2, 2, []int64{50, 50}},
+		{100, 3, 3, []int64{34, 33, 33}},
+		{2, 3, 3, []int64{1, 1, 0}},
+		{0, 2, 2, []int64{0, 0}},
+		{-5, 2, 2, []int64{0, 0}},
+		// Participants elsewhere: round down, so that the nodes together
+		// never hand out more than remains.
+		{100, 3, 1, []int64{33}},
+		{100, 3, 2, []int64{33, 33}},
+		{2, 3, 1, []int64{0}},
+		// Inconsistent inputs give nothing.
+		{7, 0, 0, nil},
+		{7, 1, 2, []int64{0, 0}},
+	} {
+		var sum int64
+		for rank, w := range tc.want {
+			got := shareOf(tc.remaining, tc.n, tc.local, int64(rank))
+			if got != w {
+				t.Errorf("shareOf(%d, %d, %d, %d) = %d, want %d", tc.remaining, tc.n, tc.local, rank, got, w)
+			}
+			sum += got
+		}
+		if tc.remaining > 0 && tc.n > 0 && tc.n == tc.local && sum != tc.remaining {
+			t.Errorf("shares of %d over %d add up to %d", tc.remaining, tc.n, sum)
+		}
+		if tc.remaining > 0 && tc.n > 0 && tc.local <= tc.n && sum*tc.n > tc.remaining*tc.local+tc.local*tc.n {
+			t.Errorf("local shares %d exceed this node's part of %d", sum, tc.remaining)
+		}
+		if s := shareOf(tc.remaining, tc.n, tc.local, tc.local); s != 0 {
+			t.Errorf("rank local got %d", s)
+		}
+		if s := shareOf(tc.remaining, tc.n, tc.local, -1); s != 0 {
+			t.Errorf("rank -1 got %d", s)
+		}
+	}
+}
+
+func TestAttributed(t *testing.T) {
+	at := func(ms int64) time.Time { return time.UnixMilli(1764547200000 + ms) }
+	for _, tc := range []struct {
+		n      int64
+		span   time.Duration
+		now    time.Time
+		scale  int64
+		want   int64
+		reason string
+	}{
+		{10, 0, at(300), 1000, 10, "first report: all of it"},
+		{10, 200 * time.Millisecond, at(300), 1000, 10, "the span is within the window"},
+		{500, 5 * time.Second, at(300), 1000, 30, "0.3 s of a 5 s span"},
+		{500, 5 * time.Second, at(301), 1000, 31, "rounded up"},
+		{500, 5 * time.Second, at(0), 1000, 1, "the window's first ms"},
+		{500, 5 * time.Second, at(30_000), 60_000, 500, "a long window holds the whole span"},
+		{0, 5 * time.Second, at(300), 1000, 0, "nothing reported"},
+		{1 << 31, 24 * time.Hour, at(86_399_999), 86_400_000, 1<<31 - 24, "large values do not overflow"},
+	} {
+		if got := attributed(tc.n, tc.span, tc.now, tc.scale); got != tc.want {
+			t.Errorf("%s: attributed(%d, %v, +%d ms, %d) = %d, want %d", tc.reason, tc.n, tc.span, tc.now.UnixMilli()%tc.scale, tc.scale, got, tc.want)
+		}
+	}
+}
+
+// The registry over fixed windows: ranks follow the order the streams
+// opened; each node announces its participants once per window; the count
+// of the window before holds while the current one fills.
+func TestRegistryPlace(t *testing.T) {
+	r := newRegistry()
+	k := groupKey{bucket: counter.Bucket(3), key: "acme"}
+	a := &tracked{stream: 1, seq: 1}
+	b := &tracked{stream: 2, seq: 1}
+	r.join(k, b)
+	if rank, local, ann := r.place(k, b, 100); rank != 0 || local != 1 || ann != 1 {
+		t.Errorf("b alone: rank %d of %d, announce %d", rank, local, ann)
+	}
+	r.join(k, a)
+	if rank, local, ann := r.place(k, a, 100); rank != 0 || local != 2 || ann != 1 {
+		t.Errorf("a joins: rank %d of %d, announce %d; want 0 of 2, 1 more", rank, local, ann)
+	}
+	if rank, _, ann := r.place(k, b, 100); rank != 1 || ann != 0 {
+		t.Errorf("b after a: rank %d, announce %d; want 1, 0", rank, ann)
+	}
+	// Another node has 3: the count of the window says 5.
+	if n := r.participants(k, 100, 5, 2); n != 5 {
+		t.Errorf("participants %d, want 5", n)
+	}
+	// A new window: announced afresh; its count is still filling (only
+	// ours, 2), so the whole count of the window before holds.
+	if _, _, ann := r.place(k, a, 101); ann != 2 {
+		t.Errorf("new window: announce %d, want 2", ann)
+	}
+	if n := r.participants(k, 101, 2, 2); n != 5 {
+		t.Errorf("new window: %d, want the previous window's 5", n)
+	}
+	// Two windows on, the other node having gone: ours only.
+	r.place(k, a, 103)
+	if n := r.participants(k, 103, 2, 2); n != 2 {
+		t.Errorf("two windows on: %d, want 2", n)
+	}
+	r.leave(k, b)
+	r.leave(k, a)
+	// Idle, it keeps the window's state for whoever comes back.
+	if len(r.groups) != 1 || r.idle != 1 {
+		t.Fatalf("groups %d, idle %d after the last left", len(r.groups), r.idle)
+	}
+	pw := ParticipantsLimit.ScaleMS
+	r.sweep(104 * pw) // 103 is the window before: live
+	if len(r.groups) != 1 {
+		t.Fatal("swept a group whose window is live")
+	}
+	r.join(k, a)
+	if r.idle != 0 {
+		t.Fatalf("idle %d after a rejoin", r.idle)
+	}
+	r.leave(k, a)
+	r.sweep(105 * pw)
+	if len(r.groups) != 0 || r.idle != 0 {
+		t.Errorf("groups %d, idle %d after the sweep", len(r.groups), r.idle)
+	}
+}
