@@ -32,6 +32,7 @@ type rlqsConfig struct {
 	keyPrefix  string
 	timeout    time.Duration
 	jsonPath   string
+	verbose    io.Writer // when set, every answer is written to it
 }
 
 // RLQSResult is what a run measured: reports sent, answers received, and
@@ -68,6 +69,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the key values: separate key spaces for concurrent runs")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
+	verbose := fs.Bool("verbose", false, "print every answer (bucket id and action) to stderr, as received")
 	if done, err := parse(fs, args, stdout, stderr); done {
 		return err
 	}
@@ -82,6 +84,9 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return usageError{"--duration: must be positive"}
 	case c.domain == "" || c.bucketName == "" || c.keyEntry == "":
 		return usageError{"--domain, --bucket and --key-entry must not be empty"}
+	}
+	if *verbose {
+		c.verbose = stderr
 	}
 	res, err := rlqsLoad(ctx, c)
 	if err != nil {
@@ -161,6 +166,9 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*RLQSResult, error) {
 					}
 					now := time.Now()
 					mu.Lock()
+					if c.verbose != nil {
+						fmt.Fprintf(c.verbose, "%s stream %d: %v\n", now.Format("15:04:05.000"), s, m)
+					}
 					res.Answers++
 					for _, a := range m.GetBucketAction() {
 						kind := "abandon"

@@ -80,6 +80,7 @@ func TestQuotaFilterBehaviour(t *testing.T) {
 		caseBucket("reuse", envoyconf.QuotaBucket{ReuseLast: true, ExpiredTimeout: time.Minute}),
 		caseBucket("ttl0", envoyconf.QuotaBucket{}),
 		caseBucket("abandon", envoyconf.QuotaBucket{}),
+		caseBucket("replace", envoyconf.QuotaBucket{}),
 	)
 	ttl := time.Minute
 	q.setAnswer(func(id map[string]string, first bool) *rlqsv3.RateLimitQuotaResponse_BucketAction {
@@ -104,10 +105,14 @@ func TestQuotaFilterBehaviour(t *testing.T) {
 			}
 		case "ttl0":
 			return assign(id, 0, blanket(typev3.RateLimitStrategy_DENY_ALL))
+		case "replace":
+			if first {
+				return assign(id, ttl, tokenBucket(10, 1, time.Hour))
+			}
 		}
 		return nil
 	})
-	cases := []string{"tenant", "deny", "token", "per_unit", "sub_second", "no_assignment", "expire", "expire_no_timeout", "reuse", "ttl0", "abandon"}
+	cases := []string{"tenant", "deny", "token", "per_unit", "sub_second", "no_assignment", "expire", "expire_no_timeout", "reuse", "ttl0", "abandon", "replace"}
 
 	time.Sleep(500 * time.Millisecond)
 	if n := len(q.snapshot()); n != 0 {
@@ -190,6 +195,29 @@ func TestQuotaFilterBehaviour(t *testing.T) {
 		}
 		if st := s.burst("ttl0", 3, nil); st != "200 200 200" {
 			t.Errorf("DENY_ALL with TTL 0: %s; it expires at once (all pass)", st)
+		}
+	})
+
+	t.Run("token bucket replaced", func(t *testing.T) {
+		id := map[string]string{"case": "replace"}
+		send := func(as ...*rlqsv3.RateLimitQuotaResponse_BucketAction) {
+			q.push(t, &rlqsv3.RateLimitQuotaResponse{BucketAction: as})
+			time.Sleep(200 * time.Millisecond)
+		}
+		if st := s.burst("replace", 3, nil); st != "200 200 200" {
+			t.Fatalf("10 tokens: %s", st)
+		}
+		send(assign(id, ttl, tokenBucket(10, 2, time.Hour)))
+		if st := s.burst("replace", 9, nil); st != "200 200 200 200 200 200 200 429 429" {
+			t.Errorf("another token bucket of 10 with 7 left: %s; Envoy keeps the 7 (7 pass)", st)
+		}
+		send(assign(id, ttl, tokenBucket(20, 1, time.Hour)))
+		if st := s.burst("replace", 2, nil); st != "429 429" {
+			t.Errorf("an empty bucket given max 20: %s; still empty", st)
+		}
+		send(assign(id, ttl, blanket(typev3.RateLimitStrategy_ALLOW_ALL)), assign(id, ttl, tokenBucket(5, 1, time.Hour)))
+		if st := s.burst("replace", 7, nil); st != "200 200 200 200 200 429 429" {
+			t.Errorf("a blanket rule and a token bucket of 5 in one message: %s; the bucket starts full (5 pass)", st)
 		}
 	})
 
