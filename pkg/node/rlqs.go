@@ -48,11 +48,13 @@ func quotaKeys(r *rules.Rules) []wiring.BucketKey {
 }
 
 // quotaPeerBounds is what a peer may report of the participants counts: at
-// most one participant per stream it may serve.
+// most one participant per stream, and a node serves at most max_streams
+// (the nodes of a cluster share one rules file). A larger count is
+// clamped: a forged one can shrink shares, never enlarge them.
 func quotaPeerBounds(r *rules.Rules) replicate.BucketWindows {
 	var w replicate.BucketWindows
 	for range quotaBuckets(r) {
-		w = append(w, map[int64]int64{rlqs.ParticipantsLimit.ScaleMS: replicate.BoundFor(int64(r.Quota.MaxStreams))})
+		w = append(w, map[int64]int64{rlqs.ParticipantsLimit.ScaleMS: int64(r.Quota.MaxStreams)})
 	}
 	return w
 }

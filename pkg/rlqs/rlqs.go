@@ -403,6 +403,9 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 			}
 			// Mapped elsewhere or newly mapped: its next report decides.
 		}
+		if str.unchanged(t, now, q.AssignmentTTL/2) {
+			continue
+		}
 		a := str.evaluate(t, 0, 0, now, false)
 		switch {
 		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
@@ -415,6 +418,22 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 		resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
 	}
 	return resp
+}
+
+// unchanged reports, at the cost of one counter lookup, that t's token
+// bucket stands: same window, budget left, no refresh due. Most ticks of
+// most bucket ids end here.
+func (str *stream) unchanged(t *tracked, now time.Time, refresh time.Duration) bool {
+	if !t.matched || t.m.Key == "" || t.sent.strat != stratTokenBucket || !t.sent.budget || now.Sub(t.sentAt) >= refresh {
+		return false
+	}
+	b := t.gen.cfg.Buckets[t.m.Bucket]
+	lim, ok := t.gen.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
+	if !ok {
+		return false
+	}
+	r := str.s.counter.Peek(b.ID, t.m.Key, lim, now)
+	return !r.Overflow && r.Window == t.sent.window && r.Remaining > 0
 }
 
 func (str *stream) abandon(k string, t *tracked) *rlqspb.RateLimitQuotaResponse_BucketAction {

@@ -50,7 +50,7 @@ import (
 //	quota    = { domains: [ domain, … ] (required),  (Envoy RLQS; see Quota)
 //	             assignment_ttl: 1s … 24h (5s), abandon_after: 1s … 24h (1m),
 //	             unmatched: allow | deny (allow),
-//	             max_streams: 1 … 2^20 (1024), max_bucket_ids: 1 … 2^20 (1024, per stream),
+//	             max_streams: 1 … 2^20 (256), max_bucket_ids: 1 … 2^20 (1024, per stream),
 //	             buckets: [ { match: { entry: value, … }, bucket: bucket-name,
 //	                          key: entry }, … ] (required) }
 //	             (entry is [A-Za-z0-9_.-]{1,63}; a value 1 … 256 bytes; the bucket

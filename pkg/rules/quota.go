@@ -67,7 +67,7 @@ type QuotaBucket struct {
 const (
 	DefaultQuotaAssignmentTTL = 5 * time.Second
 	DefaultQuotaAbandonAfter  = time.Minute
-	DefaultQuotaMaxStreams    = 1024
+	DefaultQuotaMaxStreams    = 256
 	DefaultQuotaMaxBucketIDs  = 1024
 	// MaxQuotaEntryBytes bounds a bucket id entry name and a match value
 	// in the file.
