@@ -2,17 +2,14 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
@@ -69,15 +66,37 @@ func quotaWindows(t *testing.T, up *upstream, ls []*load, tenant string, from ti
 	return ws, offered
 }
 
-// quotaBound is the documented bound of a window's admissions through
-// Envoy's quota filter once assignments are in place (README, "Envoy's
-// rate limit quota filter"): each Envoy enforces a token bucket of its
-// share, full at the start, refilled at the share per window, and the
-// server learns of its usage only every 5 s; so a window admits at most
-// the limit's refill plus the tokens left over, at most twice the limit,
-// and at least 80% of it while more than the limit is offered.
+// quotaBound is the bound of one window's admissions through Envoy's quota
+// filter, once the tenant's bucket ids have their assignments (README,
+// "Envoy's rate limit quota filter", Accuracy): each window's shares add
+// up to at most the limit and each Envoy spends at most its share, so a
+// window admits at most the limit, plus 10% for requests admitted at the
+// very end of a window that reach the app in the next one. It undershoots
+// while more than the limit is offered: each window's shares arrive a few
+// milliseconds into it, and a window in which a report (every 5 s) counts
+// usage that happened in earlier windows hands out less; so at least 60%
+// in any window, and at least 85% over the windows measured.
 func quotaBound(limit int) func(offered int) (lo, hi int) {
-	return func(offered int) (lo, hi int) { return min(offered, limit*4/5), 2 * limit }
+	return func(offered int) (lo, hi int) { return min(offered, limit*3/5), limit + limit/10 }
+}
+
+// checkQuotaWindows fails t unless every window admitted what quotaBound
+// allows for what was offered in it, and the windows together at least
+// 85% of the limit each (or of what was offered, when less).
+func checkQuotaWindows(t *testing.T, what string, ws []window, offered []int, limit int) {
+	t.Helper()
+	t.Logf("%s: admitted/offered per window (second=admitted/offered): %s; admitted %s", what, windowsLine(ws, offered), distribution(ws))
+	admitted, floor := 0, 0
+	for i, w := range ws {
+		if lo, hi := quotaBound(limit)(offered[i]); w.admitted < lo || w.admitted > hi {
+			t.Errorf("%s: window %s admitted %d (offered %d), want %d…%d", what, w.start.Format("15:04:05"), w.admitted, offered[i], lo, hi)
+		}
+		admitted += w.admitted
+		floor += min(offered[i], limit) * 85 / 100
+	}
+	if admitted < floor {
+		t.Errorf("%s: %d admitted over %d windows, want at least %d (85%% of the limit a window)", what, admitted, len(ws), floor)
+	}
 }
 
 func TestQuotaThroughEnvoy(t *testing.T) {
@@ -99,7 +118,7 @@ func TestQuotaThroughEnvoy(t *testing.T) {
 			// assignment one round trip later.
 			ws, off := quotaWindows(t, s.up, []*load{l}, c.tenant, start, 6)
 			t.Logf("%s: the first 6 windows of the tenant's load: %s", c.name, windowsLine(ws, off))
-			checkWindows(t, c.name+" at "+fmt.Sprint(c.rate)+"/s, from the second window", ws[1:], off[1:], quotaBound(limit))
+			checkQuotaWindows(t, c.name+" at "+fmt.Sprint(c.rate)+"/s, from the second window", ws[1:], off[1:], limit)
 			l.checkNoFailures(t, c.name, start, start.Add(6*time.Second))
 		})
 	}
@@ -118,8 +137,8 @@ func TestQuotaThroughEnvoy(t *testing.T) {
 		// While the last assignment lives (quota.assignment_ttl), the
 		// tenant stays limited; once it expired, the bootstrap's expired
 		// behaviour (ALLOW_ALL) lets everything through.
-		if ws[0].admitted > 2*limit {
-			t.Errorf("the window the server stopped in admitted %d, want the assignment still held (≤ %d)", ws[0].admitted, 2*limit)
+		if _, hi := quotaBound(limit)(off[0]); ws[0].admitted > hi {
+			t.Errorf("the window the server stopped in admitted %d, want the assignment still held (≤ %d)", ws[0].admitted, hi)
 		}
 		last := ws[len(ws)-1]
 		if lo := off[len(off)-1] * 9 / 10; last.admitted < lo {
@@ -160,27 +179,19 @@ func TestQuotaClusterTwoEnvoys(t *testing.T) {
 	start := nextWindow()
 	ws, off := quotaWindows(t, c.up, []*load{l1, l2}, tenant, start, 8)
 	t.Logf("two Envoys, 3 nodes, %d/s each: %s", limit, windowsLine(ws, off))
-	checkWindows(t, "one 100/s budget across two Envoys and three nodes, from the third window", ws[2:], off[2:], quotaBound(limit))
+	checkQuotaWindows(t, "one 100/s budget across two Envoys and three nodes, from the third window", ws[2:], off[2:], limit)
 	l1.checkNoFailures(t, "envoy-1", start, start.Add(8*time.Second))
 	l2.checkNoFailures(t, "envoy-2", start, start.Add(8*time.Second))
+	// Each Envoy holds one stream, to whichever node it picked; the nodes
+	// share the counts over NATS.
+	streams, perNode := 0.0, ""
 	for _, nd := range c.nodes {
-		t.Logf("%s: quota metrics %s", nd.name, metricsMatching(t, nd.httpAddr, "ratelimit_authz_rlqs"))
+		n := nd.metric(t, "ratelimit_authz_rlqs_streams")
+		streams += n
+		perNode += fmt.Sprintf(" %s=%v", nd.name, n)
 	}
-}
-
-// metricsMatching formats the series of the node's /metrics whose names
-// start with prefix, for a log.
-func metricsMatching(t *testing.T, httpAddr, prefix string) string {
-	t.Helper()
-	page, err := scrape.Get(&http.Client{Timeout: 5 * time.Second}, "http://"+httpAddr+"/metrics")
-	if err != nil {
-		return err.Error()
+	t.Logf("RLQS streams per node:%s", perNode)
+	if streams != 2 {
+		t.Errorf("%v RLQS streams over the nodes, want 2 (one per Envoy)", streams)
 	}
-	var b strings.Builder
-	for _, x := range page {
-		if strings.HasPrefix(x.Name, prefix) {
-			fmt.Fprintf(&b, "\n  %s %v", x.Series, x.Value)
-		}
-	}
-	return b.String()
 }
