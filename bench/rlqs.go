@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,25 @@ type RLQSBench struct {
 	Rows   []RLQSRow `json:"rows"`
 	Notes  []string  `json:"notes,omitempty"`
 	Runs   []RLQSRun `json:"runs"`
+	// Streams is the server alone under simulated Envoys' streams.
+	Streams *RLQSStreams `json:"streams,omitempty"`
+}
+
+// RLQSStreams is `ratelimit-bench rlqs` against the server: streams
+// reporting their bucket ids every interval, and the server's CPU.
+type RLQSStreams struct {
+	Streams     int              `json:"streams"`
+	BucketIDs   int              `json:"bucket_ids_per_stream"`
+	IntervalS   float64          `json:"interval_s"`
+	ElapsedS    float64          `json:"elapsed_s"`
+	Usages      int64            `json:"usages"`
+	Answers     int64            `json:"answers"`
+	ServerCPUMS float64          `json:"server_cpu_ms"`
+	CPUUSPerUse float64          `json:"server_cpu_us_per_usage"`
+	FirstP50US  float64          `json:"first_assignment_p50_us"`
+	FirstP99US  float64          `json:"first_assignment_p99_us"`
+	Errors      int64            `json:"errors"`
+	ErrorKinds  map[string]int64 `json:"error_kinds,omitempty"`
 }
 
 // RLQSRow is one client concurrency: the three listeners' latency, what
@@ -215,6 +235,43 @@ func (r *runner) rlqs(ctx context.Context) error {
 			return fmt.Errorf("c=%d: no request went through the quota listener", row.Concurrency)
 		}
 	}
+	return r.rlqsStreams(ctx, res, srv, grpcAddr)
+}
+
+// rlqsStreams runs `ratelimit-bench rlqs` against the server: 16 streams
+// (Envoys) of 200 bucket ids each, reporting every second (five times
+// Envoy 1.40.0's rate), and reads the server's CPU around it.
+func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *proc, grpcAddr string) error {
+	st := &RLQSStreams{Streams: 16, BucketIDs: 200, IntervalS: 1}
+	res.Streams = st
+	d := 2 * r.opt.run
+	c0, err0 := cpuTimeOf(srv.pid())
+	out, err := r.runTool(ctx, "q-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", grpcAddr,
+		"--streams", strconv.Itoa(st.Streams), "--buckets", strconv.Itoa(st.BucketIDs), "--interval", "1s",
+		"--duration", d.String(), "--key-prefix", "streams-", "--json", "-")
+	if err != nil {
+		return err
+	}
+	c1, err1 := cpuTimeOf(srv.pid())
+	var got struct {
+		ElapsedS    float64            `json:"elapsed_s"`
+		Usages      int64              `json:"usages"`
+		Answers     int64              `json:"answers"`
+		FirstAssign map[string]float64 `json:"first_assignment_us"`
+		Errors      int64              `json:"errors"`
+		ErrorKinds  map[string]int64   `json:"error_kinds"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		return fmt.Errorf("rlqs streams: %w", err)
+	}
+	st.ElapsedS, st.Usages, st.Answers, st.Errors, st.ErrorKinds = round(got.ElapsedS, 2), got.Usages, got.Answers, got.Errors, got.ErrorKinds
+	st.FirstP50US, st.FirstP99US = got.FirstAssign["p50"], got.FirstAssign["p99"]
+	if err0 == nil && err1 == nil && got.Usages > 0 {
+		st.ServerCPUMS = round(float64((c1-c0).Microseconds())/1000, 1)
+		st.CPUUSPerUse = round(float64((c1-c0).Microseconds())/float64(got.Usages), 2)
+	}
+	r.printf("%d streams × %d bucket ids, a report a second each for %.1fs: %d usages, %d answers, server CPU %.1f ms (%.2f µs a usage); first assignment p50 %.0fµs p99 %.0fµs; %d errors\n",
+		st.Streams, st.BucketIDs, st.ElapsedS, st.Usages, st.Answers, st.ServerCPUMS, st.CPUUSPerUse, st.FirstP50US, st.FirstP99US, st.Errors)
 	return nil
 }
 
@@ -236,6 +293,11 @@ func writeRLQSReport(b *strings.Builder, res *Results) {
 			loadresult.Micros(row.QuotaAddedP50), loadresult.Micros(row.QuotaAddedP99),
 			row.AddedRatio, row.AuthzCPUMSPer1000, row.QuotaCPUMSPer1000, row.CPURatio,
 			row.OffRPS, row.AuthzRPS, row.QuotaRPS, 100*row.QuotaDenied, row.Errors)
+	}
+	if st := q.Streams; st != nil {
+		w("\nThe server alone under `ratelimit-bench rlqs`: %d streams (simulated Envoys) of %d bucket ids each, a report of every bucket id each second (five times Envoy 1.40.0's cadence) for %.1fs: %d bucket usages, %d answers, server CPU %.1f ms, **%.2f µs per bucket usage**; a new bucket id's first assignment p50 %s, p99 %s; %d errors.\n",
+			st.Streams, st.BucketIDs, st.ElapsedS, st.Usages, st.Answers, st.ServerCPUMS, st.CPUUSPerUse,
+			loadresult.Micros(st.FirstP50US), loadresult.Micros(st.FirstP99US), st.Errors)
 	}
 	w("\nTargets: quota's added p50 ≤ 10%% of ext_authz's, and its server CPU per 1,000 requests ≤ 5%% of ext_authz's. An added latency within the run-to-run noise of *off* reads as ~0 (it can come out negative).\n\n")
 }
