@@ -9,19 +9,24 @@
 // file's quota section); the usage a report carries (num_requests_allowed)
 // is counted into that (bucket, key) with Counter.Incr — it already
 // happened, so nothing refuses it — and so replicates to the other nodes
-// like any hit. Each participant is then assigned its share of what
-// remains of the window's budget: the remainder split evenly over this
-// node's participants of the (bucket, key) plus an estimate of the other
-// nodes' (from how much of the count this node's reports do not explain),
-// as a token bucket holding the share; DENY_ALL when nothing is left;
-// ALLOW_ALL for a bucket without limit or in shadow mode.
+// like any hit (Envoy reports every few seconds: the requests are taken as
+// spread over the span since the previous report, and the part in the
+// current window is counted). Each participant is then assigned its share
+// of what remains of the window's budget: the remainder split evenly over
+// the cluster's participants of the (bucket, key) — each node adds its own
+// to a replicated participants count (ParticipantsWindow) — as a token
+// bucket holding the share; DENY_ALL when nothing is left; ALLOW_ALL for a
+// bucket without limit or in shadow mode.
 //
 // Invariants: within a window, the shares this node hands out at one
-// instant add up to at most what remains; a new share is sent only in
-// answer to a report (when Envoy's unreported usage is nil), so a
-// replaced token bucket never adds to tokens already spent; between
-// reports only DENY_ALL, the first budget of a new window, a refresh of
-// the unchanged assignment and abandon_action are sent. Every assignment
+// instant add up to at most what remains. A window's share goes out in a
+// full token bucket (ALLOW_ALL then the token bucket, in one message: Envoy
+// 1.40 keeps a replaced token bucket's tokens and starts one full only
+// after a blanket rule). Within the window a share only shrinks (a plain
+// replacement caps what Envoy has left) unless the participant is alone
+// and all of the window's usage is counted; between reports only DENY_ALL,
+// the first share of a new window, a refresh of the unchanged assignment
+// and abandon_action are sent. Every assignment
 // carries the configured TTL, so an Envoy that loses its server falls
 // back to its expired_assignment_behavior.
 //

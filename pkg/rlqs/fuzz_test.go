@@ -175,7 +175,7 @@ func check(t *testing.T, m *rlqspb.RateLimitQuotaUsageReports, resp *rlqspb.Rate
 		if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil && (tb.GetMaxTokens() == 0 || tb.GetMaxTokens() > 10) {
 			t.Fatalf("token bucket of %d tokens, limits at most 10", tb.GetMaxTokens())
 		}
-		if a.GetQuotaAssignmentAction() != nil && a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration() != rules.DefaultQuotaAssignmentTTL {
+		if d := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); a.GetQuotaAssignmentAction() != nil && d != rules.DefaultQuotaAssignmentTTL && (d != time.Second || a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != 0) {
 			t.Fatalf("TTL %v", a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration())
 		}
 	}

@@ -365,14 +365,26 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		if t.gen != st {
 			str.resolve(t, st)
 		}
-		var span time.Duration
+		// The span the usage was spent over: since this stream's previous
+		// report of the id, or, for an id new on the stream (Envoy
+		// reconnected and reports every bucket again), what Envoy says
+		// (whole seconds; 0 for a bucket's first report), within bounds.
+		span := min(max(u.GetTimeElapsed().AsDuration(), 0), st.cfg.Quota.AbandonAfter)
 		if !t.lastReport.IsZero() {
 			span = now.Sub(t.lastReport)
 		}
 		t.lastReport = now
-		a := str.evaluate(t, allowed, span, now, true)
+		a, exact := str.evaluate(t, allowed, span, now, true)
+		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens {
+			// Not all of the window's usage is counted (part of it was
+			// guessed, or other participants have some unreported): a
+			// larger share could not be handed out safely, and Envoy
+			// would not add it to the tokens left anyway. A smaller one
+			// is sent: it caps what is left.
+			a = t.sent
+		}
 		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
-			resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
+			resp.BucketAction = str.send(resp.BucketAction, t, a, now, st, exact)
 		}
 	}
 	return resp, nil
@@ -406,16 +418,18 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 		if str.unchanged(t, now, q.AssignmentTTL/2) {
 			continue
 		}
-		a := str.evaluate(t, 0, 0, now, false)
+		a, _ := str.evaluate(t, 0, 0, now, false)
+		fresh := false
 		switch {
 		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
 		case a.budget && t.sent.budget && a.window != t.sent.window:
+			fresh = true // the window's budget, in a full bucket
 		case now.Sub(t.sentAt) >= q.AssignmentTTL/2:
 			a = t.sent // unchanged: Envoy extends it, keeps its tokens
 		default:
 			continue
 		}
-		resp.BucketAction = append(resp.BucketAction, str.send(t, a, now, st))
+		resp.BucketAction = str.send(resp.BucketAction, t, a, now, st, fresh)
 	}
 	return resp
 }
@@ -469,7 +483,9 @@ func (str *stream) resolve(t *tracked, st *state) {
 
 // evaluate counts reported usage of t (when fromReport; the part of it in
 // the current window, see attributed) and decides what t is assigned.
-func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) action {
+// exact is true when all of the window's usage is counted and t is its
+// only participant: then a full bucket of its share is safe mid-window.
+func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) (a action, exact bool) {
 	s := str.s
 	st := t.gen
 	res := func(r result) {
@@ -479,17 +495,17 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	if !t.matched {
 		res(resUnmatched)
-		return policy(st.cfg.Quota.Unmatched == rules.Deny)
+		return policy(st.cfg.Quota.Unmatched == rules.Deny), true
 	}
 	b := st.cfg.Buckets[t.m.Bucket]
 	if t.m.Key == "" {
 		res(resMissingKey)
-		return policy(b.DenyMissingKey)
+		return policy(b.DenyMissingKey), true
 	}
 	lim, ok := st.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
 	if !ok {
 		res(resCounted)
-		return action{strat: stratAllowAll}
+		return action{strat: stratAllowAll}, true
 	}
 	var r counter.Result
 	if n := attributed(reported, span, now, lim.ScaleMS); n > 0 {
@@ -499,7 +515,7 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	if r.Overflow {
 		res(resOverflow)
-		return policy(b.DenyOverflow)
+		return policy(b.DenyOverflow), true
 	}
 	res(resCounted)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
@@ -517,13 +533,17 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 		}
 	}
 	if b.Shadow {
-		return action{strat: stratAllowAll}
+		return action{strat: stratAllowAll}, true
 	}
+	// A full bucket mid-window is safe only when this participant is the
+	// only one (others' unreported usage is not counted yet) and all of
+	// the window's usage is counted.
+	exact = n == 1 && (span <= 0 || span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
 	share := shareOf(r.Remaining, n, local, rank)
 	if share <= 0 {
-		return action{strat: stratDenyAll, budget: true, window: r.Window}
+		return action{strat: stratDenyAll, budget: true, window: r.Window}, exact
 	}
-	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}
+	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}, exact
 }
 
 // untracked is the answer to a bucket id over quota.max_bucket_ids: its
@@ -551,20 +571,43 @@ func policy(deny bool) action {
 	return action{strat: stratAllowAll}
 }
 
-func (str *stream) send(t *tracked, a action, now time.Time, st *state) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// send appends a for t to actions. fresh asks for a full token bucket:
+// Envoy 1.40 keeps a token bucket's tokens when a different one replaces
+// it (only the cap and the rate change), and starts one full only when it
+// is the bucket id's first assignment or follows a blanket rule; so a
+// fresh one replacing a token bucket is preceded, in the same message, by
+// ALLOW_ALL for the id (Envoy applies a message's actions in order before
+// any request sees them). A replacement that is not fresh keeps at most
+// the tokens Envoy has left: it never adds to them.
+func (str *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction, t *tracked, a action, now time.Time, st *state, fresh bool) []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	if fresh && a.strat == stratTokenBucket && t.hasSent && t.sent.strat == stratTokenBucket {
+		actions = append(actions, st.encodeRestart(t.id))
+	}
 	t.sent, t.sentAt, t.hasSent = a, now, true
-	return st.encode(t.id, a, str.s.m)
+	return append(actions, st.encode(t.id, a, str.s.m))
 }
 
 // Token bucket encoding. Envoy refills a token bucket continuously at
-// tokens_per_fill / fill_interval (in whole seconds), and replaces it
-// (full again) only when an assignment's token bucket differs. So the
-// share is max_tokens, the refill is negligible (a share lasts to the end
-// of its window, when the next one replaces it), and tokens_per_fill
-// alternates between 1 and 2 with the window's parity, so that the first
-// assignment of a window always replaces the bucket even when the share is
-// the same as in the window before.
+// tokens_per_fill / fill_interval (in whole seconds). The share is
+// max_tokens, and the refill negligible (one token an hour): a share lasts
+// to the end of its window, when the next window's fresh bucket takes
+// over (see send).
 const fillInterval = time.Hour
+
+// encodeRestart is the ALLOW_ALL that makes the token bucket after it in
+// the same message start full. Its TTL is the shortest Envoy reads, in
+// case the message were ever cut after it.
+func (st *state) encodeRestart(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	return &rlqspb.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
+			QuotaAssignmentAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(time.Second),
+				RateLimitStrategy:    &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_ALLOW_ALL}},
+			},
+		},
+	}
+}
 
 // encode builds the action for id.
 func (st *state) encode(id *rlqspb.BucketId, a action, m *metrics) *rlqspb.RateLimitQuotaResponse_BucketAction {
@@ -574,7 +617,7 @@ func (st *state) encode(id *rlqspb.BucketId, a action, m *metrics) *rlqspb.RateL
 	case stratTokenBucket:
 		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens:     a.tokens,
-			TokensPerFill: wrapperspb.UInt32(uint32(1 + a.window&1)),
+			TokensPerFill: wrapperspb.UInt32(1),
 			FillInterval:  durationpb.New(fillInterval),
 		}}}
 	case stratDenyAll:

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
@@ -141,6 +142,7 @@ func (h *harness) open() *envoy {
 type usage struct {
 	id              map[string]string
 	allowed, denied uint64
+	elapsed         time.Duration // time_elapsed
 }
 
 func (e *envoy) report(domain string, us ...usage) {
@@ -149,6 +151,7 @@ func (e *envoy) report(domain string, us ...usage) {
 	for _, u := range us {
 		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{
 			BucketId: &rlqspb.BucketId{Bucket: u.id}, NumRequestsAllowed: u.allowed, NumRequestsDenied: u.denied,
+			TimeElapsed: durationpb.New(u.elapsed),
 		})
 	}
 	if err := e.s.Send(m); err != nil {
@@ -203,7 +206,7 @@ func (e *envoy) end() error {
 	return nil
 }
 
-// got is one action, as a short text: "tokens 9/1" (max_tokens/tokens_per_fill),
+// got is one action, as a short text: "tokens 9" (max_tokens/tokens_per_fill),
 // "ALLOW_ALL", "DENY_ALL", "abandon".
 func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.Duration) string {
 	t.Helper()
@@ -222,7 +225,10 @@ func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.D
 		if tb.GetFillInterval().AsDuration() < time.Minute {
 			t.Errorf("fill_interval %v: a refill within the window would add to the share", tb.GetFillInterval().AsDuration())
 		}
-		return "tokens " + itoa(int64(tb.GetMaxTokens())) + "/" + itoa(int64(tb.GetTokensPerFill().GetValue()))
+		if tb.GetTokensPerFill().GetValue() != 1 {
+			t.Errorf("tokens_per_fill %d, want 1", tb.GetTokensPerFill().GetValue())
+		}
+		return "tokens " + itoa(int64(tb.GetMaxTokens()))
 	}
 	if _, ok := rs.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok {
 		t.Fatalf("no strategy: %v", a)
@@ -234,10 +240,21 @@ func itoa(n int64) string {
 	return strings.TrimSpace(strings.ReplaceAll(time.Duration(n).String(), "ns", ""))
 }
 
-// one returns the only action of the next response, for id.
+// one returns the only action of the next response, for id: "fresh …"
+// when an ALLOW_ALL for the id precedes it (Envoy then starts the token
+// bucket after it full).
 func (e *envoy) one(id map[string]string) string {
 	e.t.Helper()
 	m := e.next()
+	prefix := ""
+	if len(m.BucketAction) == 2 {
+		r := m.BucketAction[0]
+		if !sameID(r.GetBucketId().GetBucket(), id) || got(e.t, r, time.Second) != "ALLOW_ALL" || m.BucketAction[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() == nil {
+			e.t.Fatalf("two actions, not a restart: %v", m)
+		}
+		prefix = "fresh "
+		m.BucketAction = m.BucketAction[1:]
+	}
 	if len(m.BucketAction) != 1 {
 		e.t.Fatalf("want one action, got %v", m)
 	}
@@ -245,7 +262,7 @@ func (e *envoy) one(id map[string]string) string {
 	if !sameID(a.GetBucketId().GetBucket(), id) {
 		e.t.Fatalf("action for %v, want %v", a.GetBucketId().GetBucket(), id)
 	}
-	return got(e.t, a, 4*time.Second)
+	return prefix + got(e.t, a, 4*time.Second)
 }
 
 func sameID(a, b map[string]string) bool {
@@ -300,7 +317,7 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	h.clock.Add(100 * time.Millisecond)
 	// Envoy's first report of a bucket: the request that created it.
 	e.report("api", usage{id: acme, allowed: 1})
-	if a := e.one(acme); a != "tokens 9/1" {
+	if a := e.one(acme); a != "tokens 9" {
 		t.Fatalf("first assignment %q, want tokens 9/1 (10 − 1, window parity even)", a)
 	}
 	if c := h.count(0, "acme"); c != 1 {
@@ -311,7 +328,7 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	e.quiet(50 * time.Millisecond)
 	// Usage shrinks the share.
 	e.report("api", usage{id: acme, allowed: 4})
-	if a := e.one(acme); a != "tokens 5/1" {
+	if a := e.one(acme); a != "fresh tokens 5" {
 		t.Fatalf("after 5 of 10: %q, want tokens 5/1", a)
 	}
 	// Usage over the budget (Envoy's tokens plus requests in flight) is
@@ -326,12 +343,12 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	// The next window's budget is pushed without waiting for a report, with
 	// the other parity so that Envoy replaces its bucket.
 	h.clock.Set(t0.Add(time.Second))
-	if a := e.one(acme); a != "tokens 10/2" {
+	if a := e.one(acme); a != "tokens 10" {
 		t.Fatalf("new window: %q, want tokens 10/2", a)
 	}
 	// Two windows on: window 3's budget, odd parity again.
 	h.clock.Add(2 * time.Second)
-	if a := e.one(acme); a != "tokens 10/2" {
+	if a := e.one(acme); a != "fresh tokens 10" {
 		t.Fatalf("at t0+3s: %q, want tokens 10/2", a)
 	}
 	if n := h.metric("ratelimit_authz_rlqs_assignments_total", "strategy", "token_bucket"); n != 4 {
@@ -342,17 +359,40 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	}
 }
 
+// A stream's first report of a bucket id that Envoy has had for a while
+// (it reconnected, and reports every bucket again) spreads its usage over
+// the time_elapsed Envoy gives: only the part in the current window counts.
+func TestStreamReconnectReportSpreads(t *testing.T) {
+	h := start(t, testRules, 0)
+	e := h.open()
+	h.clock.Set(t0.Add(300 * time.Millisecond))
+	e.report("api", usage{id: acme, allowed: 40, elapsed: 2 * time.Second})
+	if a := e.one(acme); a != "tokens 4" {
+		t.Fatalf("assignment %q, want tokens 4/1 (6 of the 40 in this window's 0.3 s of 2 s)", a)
+	}
+	if c := h.count(0, "acme"); c != 6 {
+		t.Fatalf("counted %d, want 40 × 0.3/2 = 6", c)
+	}
+	// A hostile time_elapsed is bounded by abandon_after (3 s here).
+	other := map[string]string{"name": "t", "tenant": "globex"}
+	e.report("api", usage{id: other, allowed: 30, elapsed: 1000 * time.Hour})
+	e.one(other)
+	if c := h.count(0, "globex"); c != 3 {
+		t.Fatalf("counted %d, want ceil(30 × 0.3/3) = 3", c)
+	}
+}
+
 func TestStreamRefreshBeforeTTL(t *testing.T) {
 	h := start(t, testRules, 0)
 	e := h.open()
 	id := map[string]string{"name": "c", "channel": "ch1"} // a one-minute window
 	e.report("api", usage{id: id, allowed: 2})
-	if a := e.one(id); a != "tokens 4/1" {
+	if a := e.one(id); a != "tokens 4" {
 		t.Fatalf("first: %q", a)
 	}
 	// Half the TTL (2 s) on: the same assignment again, unprompted.
 	h.clock.Add(2 * time.Second)
-	if a := e.one(id); a != "tokens 4/1" {
+	if a := e.one(id); a != "tokens 4" {
 		t.Fatalf("refresh: %q, want the same tokens 4/1", a)
 	}
 	// Idle past abandon_after (3 s since its last report): abandoned.
@@ -365,7 +405,7 @@ func TestStreamRefreshBeforeTTL(t *testing.T) {
 	}
 	// Reported again: a new subscription.
 	e.report("api", usage{id: id, allowed: 1})
-	if a := e.one(id); a != "tokens 3/1" {
+	if a := e.one(id); a != "tokens 3" {
 		t.Fatalf("again: %q", a)
 	}
 }
@@ -374,23 +414,23 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 	h := start(t, testRules, 0)
 	a := h.open()
 	a.report("api", usage{id: acme, allowed: 0})
-	if got := a.one(acme); got != "tokens 10/1" {
+	if got := a.one(acme); got != "tokens 10" {
 		t.Fatalf("a alone: %q", got)
 	}
 	b := h.open() // opened after a's was served: it ranks second
 	b.report("api", usage{id: acme, allowed: 2})
-	if got := b.one(acme); got != "tokens 4/1" { // 8 left over a and b; b ranks second
+	if got := b.one(acme); got != "tokens 4" { // 8 left over a and b; b ranks second
 		t.Fatalf("b: %q, want tokens 4/1", got)
 	}
 	if n := h.svc.Participants(0, "acme"); n != 2 {
 		t.Fatalf("participants %d", n)
 	}
 	a.report("api", usage{id: acme, allowed: 1})
-	if got := a.one(acme); got != "tokens 4/1" { // 7 left: a 4, b 3
+	if got := a.one(acme); got != "tokens 4" { // 7 left: a 4, b 3
 		t.Fatalf("a with b: %q, want tokens 4/1", got)
 	}
 	b.report("api", usage{id: acme})
-	if got := b.one(acme); got != "tokens 3/1" {
+	if got := b.one(acme); got != "tokens 3" {
 		t.Fatalf("b with a: %q, want tokens 3/1", got)
 	}
 	// b ends its stream: a is the only participant again.
@@ -405,7 +445,7 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 	// see of it only grows within a window): a's share stays the half of
 	// the remainder, rounded down.
 	a.report("api", usage{id: acme})
-	if got := a.one(acme); got != "tokens 3/1" {
+	if got := a.one(acme); got != "tokens 3" {
 		t.Fatalf("a right after b left: %q, want tokens 3/1", got)
 	}
 	// Two participants windows on, a alone has the whole budget.
@@ -415,10 +455,25 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 		a.drain()
 	}
 	h.clock.Add(time.Second)
-	a.drain()
+	if got := a.one(acme); got != "fresh tokens 10" {
+		t.Fatalf("a alone, window 11 pushed: %q, want fresh tokens 10", got)
+	}
+	// A report whose span began in the window before: its usage in this
+	// window is a guess. A smaller share is sent as a plain replacement
+	// (Envoy keeps at most the tokens it has left), never a full bucket.
 	a.report("api", usage{id: acme, allowed: 1})
-	if got := a.one(acme); got != "tokens 9/2" {
-		t.Fatalf("a alone again: %q, want tokens 9/2", got)
+	if got := a.one(acme); got != "tokens 9" {
+		t.Fatalf("after a report spanning the window's start: %q, want tokens 9 (not fresh)", got)
+	}
+	// The next reports' spans lie in the window and a is alone: its share
+	// may come in a full bucket, all of the window's usage being counted.
+	h.clock.Add(100 * time.Millisecond)
+	a.report("api", usage{id: acme})
+	a.quiet(30 * time.Millisecond) // the same share: nothing to send
+	h.clock.Add(100 * time.Millisecond)
+	a.report("api", usage{id: acme, allowed: 2})
+	if got := a.one(acme); got != "fresh tokens 7" {
+		t.Fatalf("a alone, exact: %q, want fresh tokens 7", got)
 	}
 	// A cancelled stream releases too.
 	a.cancel()
@@ -578,7 +633,7 @@ func TestStreamOverflow(t *testing.T) {
 	h := start(t, testRules, 1) // the counter holds one key
 	e := h.open()
 	e.report("api", usage{id: acme, allowed: 1})
-	if got := e.one(acme); got != "tokens 9/1" {
+	if got := e.one(acme); got != "tokens 9" {
 		t.Fatalf("first key: %q", got)
 	}
 	other := map[string]string{"name": "t", "tenant": "globex"}
@@ -608,7 +663,7 @@ func TestReloadAbandonsRemovedMapping(t *testing.T) {
 		t.Fatalf("removed mapping: %q, want abandon", got)
 	}
 	e.report("api", usage{id: acme})
-	if got := e.one(acme); got != "tokens 4/1" {
+	if got := e.one(acme); got != "fresh tokens 4" {
 		t.Fatalf("new limit: %q, want tokens 4/1", got)
 	}
 	// A configuration without a quota section is refused.
