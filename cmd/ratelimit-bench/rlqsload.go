@@ -13,7 +13,9 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -159,8 +161,12 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*RLQSResult, error) {
 				for {
 					m, err := st.Recv()
 					if err != nil {
-						if runCtx.Err() == nil && !errors.Is(err, io.EOF) {
-							fail("recv")
+						// The run's end: its deadline (gRPC's own timer can
+						// fire just before the context's) or the server's
+						// answer to the half-close.
+						code := status.Code(err)
+						if runCtx.Err() == nil && !errors.Is(err, io.EOF) && code != codes.DeadlineExceeded && code != codes.Canceled {
+							fail("recv: " + code.String())
 						}
 						return
 					}
