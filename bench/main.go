@@ -71,7 +71,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy"}
+var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
 
 type options struct {
 	out        string
@@ -261,6 +261,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opt.only["envoy"] {
 		pending = append(pending, task{"envoy", r.envoyEstimate(), r.envoy})
 	}
+	if opt.only["rlqs"] {
+		pending = append(pending, task{"rlqs", r.rlqsEstimate(), r.rlqs})
+	}
 	if opt.only["cluster"] {
 		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
 	}
@@ -384,11 +387,12 @@ func (r *runner) build(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.opt.only["envoy"] {
+	if r.opt.only["envoy"] || r.opt.only["rlqs"] {
 		out, err := r.runTool(ctx, "install-envoy", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-envoy.sh"))
 		if err != nil {
-			r.note("Envoy scenario not run: %v", err)
+			r.note("Envoy scenarios not run: %v", err)
 			delete(r.opt.only, "envoy")
+			delete(r.opt.only, "rlqs")
 		} else {
 			r.bins.envoy = lastLine(out)
 			if v, err := r.runTool(ctx, "envoy-version", time.Minute, nil, "", r.bins.envoy, "--version"); err == nil {

@@ -299,6 +299,8 @@ func (r *runner) writeReport() error {
 		r.plotRef(&b, "latency-cdf-envoy.png", "Latency CDF through Envoy, filter off, on with the no-op server, on")
 	}
 
+	writeRLQSReport(&b, res)
+
 	if c := res.ClusterLoad; c != nil {
 		w("## 5. A cluster through a NATS outage\n\n")
 		if c.Skipped != "" {

@@ -22,6 +22,7 @@ type Results struct {
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
 	RLS         *RLS         `json:"rls,omitempty"`
+	RLQS        *RLQSBench   `json:"rlqs,omitempty"`
 	Notes       []string     `json:"notes,omitempty"`
 	Timings     []StepTime   `json:"timings"`
 	Plots       []string     `json:"plots,omitempty"`

@@ -17,6 +17,7 @@
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
 //	ratelimit-bench rls-config        print the descriptor file the rls load matches
 //	ratelimit-bench routes            list the example API's routes
+//	ratelimit-bench rlqs [flags]      act as Envoys' quota filters (RLQS streams)
 package main
 
 import (
@@ -69,6 +70,7 @@ Usage:
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
   ratelimit-bench rls-config [flags] print the descriptor file (envoyproxy/ratelimit format) the rls load matches
+  ratelimit-bench rlqs [flags]      act as Envoys' quota filters on StreamRateLimitQuotas streams and report the assignments
 
 Run 'ratelimit-bench COMMAND --help' for a command's flags. make bench
 (bench/run.sh) runs every scenario and writes bench/results/REPORT.md.
@@ -92,6 +94,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	case "rls-config":
 		return runRLSConfigCmd(rest, stdout, stderr)
+	case "rlqs":
+		return runRLQSCmd(ctx, rest, stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		if len(rest) > 0 && rest[0] != "help" {
 			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)

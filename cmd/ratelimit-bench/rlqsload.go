@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// rlqsConfig is one `ratelimit-bench rlqs` run: streams acting as Envoys'
+// quota filters, each reporting its own bucket ids.
+type rlqsConfig struct {
+	target     string
+	streams    int
+	buckets    int
+	interval   time.Duration
+	duration   time.Duration
+	perReport  uint64
+	domain     string
+	bucketName string
+	keyEntry   string
+	keyPrefix  string
+	timeout    time.Duration
+	jsonPath   string
+	verbose    io.Writer // when set, every answer is written to it
+}
+
+// RLQSResult is what a run measured: reports sent, answers received, and
+// how long an answer took after its report.
+type RLQSResult struct {
+	Tool        string             `json:"tool"`
+	Mode        string             `json:"mode"` // "rlqs"
+	Target      string             `json:"target"`
+	Streams     int                `json:"streams"`
+	Buckets     int                `json:"buckets_per_stream"`
+	IntervalS   float64            `json:"interval_s"`
+	ElapsedS    float64            `json:"elapsed_s"`
+	Reports     int64              `json:"reports"` // messages sent, initial ones included
+	Usages      int64              `json:"usages"`  // bucket usages in them
+	Answers     int64              `json:"answers"` // response messages received
+	Actions     map[string]int64   `json:"actions"` // bucket actions by kind
+	FirstAssign map[string]float64 `json:"first_assignment_us"`
+	Errors      int64              `json:"errors"`
+	ErrorKinds  map[string]int64   `json:"error_kinds,omitempty"`
+}
+
+func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var c rlqsConfig
+	fs := newFlagSet("rlqs", "Act as Envoys' rate_limit_quota filters: open --streams StreamRateLimitQuotas\nstreams, report --buckets bucket ids on each the way Envoy 1.40.0 does (one\nmessage per new bucket id at once, then all of them every --interval), and\nprint the reports sent, the assignments received and how long the first\nassignment of a bucket id took.")
+	fs.StringVar(&c.target, "target", "127.0.0.1:9001", "the RLQS server's gRPC `address`")
+	fs.IntVar(&c.streams, "streams", 4, "streams, one per simulated Envoy")
+	fs.IntVar(&c.buckets, "buckets", 100, "bucket ids each stream reports")
+	fs.DurationVar(&c.interval, "interval", 5*time.Second, "time between a stream's periodic reports (Envoy 1.40.0: 5s)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run")
+	fs.Uint64Var(&c.perReport, "per-report", 10, "num_requests_allowed each bucket id reports per periodic report")
+	fs.StringVar(&c.domain, "domain", "example-api", "the filter's domain")
+	fs.StringVar(&c.bucketName, "bucket", "activity_create", "the bucket id's name entry")
+	fs.StringVar(&c.keyEntry, "key-entry", "tenant", "the bucket id's key entry; its values are <key-prefix>k<N>")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the key values: separate key spaces for concurrent runs")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
+	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
+	verbose := fs.Bool("verbose", false, "print every answer (bucket id and action) to stderr, as received")
+	if done, err := parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	switch {
+	case c.streams < 1 || c.streams > 10000:
+		return usageError{"--streams: from 1 to 10000"}
+	case c.buckets < 1 || c.buckets > 100000:
+		return usageError{"--buckets: from 1 to 100000"}
+	case c.interval < 100*time.Millisecond:
+		return usageError{"--interval: at least 100ms"}
+	case c.duration <= 0:
+		return usageError{"--duration: must be positive"}
+	case c.domain == "" || c.bucketName == "" || c.keyEntry == "":
+		return usageError{"--domain, --bucket and --key-entry must not be empty"}
+	}
+	if *verbose {
+		c.verbose = stderr
+	}
+	res, err := rlqsLoad(ctx, c)
+	if err != nil {
+		return err
+	}
+	if c.jsonPath != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if c.jsonPath == "-" {
+			_, err := stdout.Write(append(b, '\n'))
+			return err
+		}
+		if err := os.WriteFile(c.jsonPath, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(stdout, "%d streams × %d bucket ids, reports every %v for %.1fs: %d reports (%d usages), %d answers %v; first assignment p50 %.0fµs p99 %.0fµs max %.0fµs; %d errors %v\n",
+		res.Streams, res.Buckets, c.interval, res.ElapsedS, res.Reports, res.Usages, res.Answers, res.Actions,
+		res.FirstAssign["p50"], res.FirstAssign["p99"], res.FirstAssign["max"], res.Errors, res.ErrorKinds)
+	return nil
+}
+
+// rlqsLoad runs c and returns its result. A stream that fails counts one
+// error and is not reopened: the run measures a steady server.
+func rlqsLoad(ctx context.Context, c rlqsConfig) (*RLQSResult, error) {
+	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	conn, err := grpc.NewClient(c.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", c.target, err)
+	}
+	defer conn.Close()
+	conn.Connect()
+	for s := conn.GetState(); s.String() != "READY"; s = conn.GetState() {
+		if !conn.WaitForStateChange(dctx, s) {
+			return nil, fmt.Errorf("connect %s: %w", c.target, dctx.Err())
+		}
+	}
+	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
+	res := &RLQSResult{Tool: "ratelimit-bench", Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
+		IntervalS: c.interval.Seconds(), Actions: map[string]int64{}, ErrorKinds: map[string]int64{}}
+	var mu sync.Mutex
+	var firsts []time.Duration
+	fail := func(kind string) {
+		mu.Lock()
+		res.Errors++
+		res.ErrorKinds[kind]++
+		mu.Unlock()
+	}
+	runCtx, stop := context.WithTimeout(ctx, c.duration)
+	defer stop()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for s := range c.streams {
+		wg.Go(func() {
+			st, err := client.StreamRateLimitQuotas(runCtx)
+			if err != nil {
+				fail("open")
+				return
+			}
+			ids := make([]*rlqsv3.BucketId, c.buckets)
+			sentAt := make(map[string]time.Time, c.buckets)
+			for i := range ids {
+				key := fmt.Sprintf("%sk%d", c.keyPrefix, s*c.buckets+i)
+				ids[i] = &rlqsv3.BucketId{Bucket: map[string]string{"name": c.bucketName, c.keyEntry: key}}
+			}
+			// The receiver: answers, and the first assignment of each id.
+			recvDone := make(chan struct{})
+			go func() {
+				defer close(recvDone)
+				for {
+					m, err := st.Recv()
+					if err != nil {
+						// The run's end: its deadline (gRPC's own timer can
+						// fire just before the context's) or the server's
+						// answer to the half-close.
+						code := status.Code(err)
+						if runCtx.Err() == nil && !errors.Is(err, io.EOF) && code != codes.DeadlineExceeded && code != codes.Canceled {
+							fail("recv: " + code.String())
+						}
+						return
+					}
+					now := time.Now()
+					mu.Lock()
+					if c.verbose != nil {
+						fmt.Fprintf(c.verbose, "%s stream %d: %v\n", now.Format("15:04:05.000"), s, m)
+					}
+					res.Answers++
+					for _, a := range m.GetBucketAction() {
+						kind := "abandon"
+						if qa := a.GetQuotaAssignmentAction(); qa != nil {
+							switch {
+							case qa.GetRateLimitStrategy().GetTokenBucket() != nil:
+								kind = "token_bucket"
+							case qa.GetRateLimitStrategy().GetRequestsPerTimeUnit() != nil:
+								kind = "requests_per_time_unit"
+							default:
+								kind = qa.GetRateLimitStrategy().GetBlanketRule().String()
+							}
+						}
+						res.Actions[kind]++
+						k := a.GetBucketId().GetBucket()[c.keyEntry]
+						if t, ok := sentAt[k]; ok {
+							firsts = append(firsts, now.Sub(t))
+							delete(sentAt, k)
+						}
+					}
+					mu.Unlock()
+				}
+			}()
+			send := func(m *rlqsv3.RateLimitQuotaUsageReports) bool {
+				if err := st.Send(m); err != nil {
+					if runCtx.Err() == nil {
+						fail("send")
+					}
+					return false
+				}
+				mu.Lock()
+				res.Reports++
+				res.Usages += int64(len(m.GetBucketQuotaUsages()))
+				mu.Unlock()
+				return true
+			}
+			// As Envoy: each new id reported alone, at once.
+			for _, id := range ids {
+				mu.Lock()
+				sentAt[id.Bucket[c.keyEntry]] = time.Now()
+				mu.Unlock()
+				if !send(&rlqsv3.RateLimitQuotaUsageReports{Domain: c.domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+					{BucketId: id, NumRequestsAllowed: 1, TimeElapsed: durationpb.New(0)}}}) {
+					return
+				}
+			}
+			tick := time.NewTicker(c.interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-runCtx.Done():
+					st.CloseSend()
+					<-recvDone
+					return
+				case <-tick.C:
+					m := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.domain}
+					for _, id := range ids {
+						m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+							BucketId: id, NumRequestsAllowed: c.perReport, TimeElapsed: durationpb.New(c.interval.Truncate(time.Second))})
+					}
+					if !send(m) {
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.ElapsedS = time.Since(start).Seconds()
+	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	res.FirstAssign = map[string]float64{}
+	if n := len(firsts); n > 0 {
+		q := func(p float64) float64 { return float64(firsts[min(n-1, int(p*float64(n)))].Microseconds()) }
+		res.FirstAssign = map[string]float64{"p50": q(0.5), "p99": q(0.99), "max": float64(firsts[n-1].Microseconds()), "n": float64(n)}
+	}
+	if len(res.ErrorKinds) == 0 {
+		res.ErrorKinds = nil
+	}
+	return res, nil
+}
