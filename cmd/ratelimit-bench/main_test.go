@@ -266,6 +266,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"check", "--bogus"}, true, "flag provided but not defined"},
 		{[]string{"check", "extra"}, true, `unexpected argument "extra"`},
 		{[]string{"noop", "--lifetime", "0s"}, true, "--lifetime"},
+		{[]string{"noop-grpc", "--lifetime", "0s"}, true, "--lifetime"},
 		{[]string{"check", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 		{[]string{"http", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 	} {
@@ -282,7 +283,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"authz", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"authz", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)
