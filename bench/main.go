@@ -4,6 +4,10 @@
 //
 //   - micro: the Go microbenchmarks of the hot path and a benchstat
 //     summary, compared with the previous run's when its settings match;
+//   - floor: CPU per check with the server bound to one CPU and the load
+//     tool to the other, at saturation and at 10% and 40% of it, against a
+//     default-configured grpc-go no-op, the no-op on this tree's stack and
+//     the server of --baseline-ref built in the run; CPU profiles of each;
 //   - single: one node's Check throughput and latency at concurrency 1, 16
 //     and 64, allowed and mostly denied, as a ratio to a no-op ext_authz
 //     server measured in the same run, alternating, so machine noise
@@ -71,7 +75,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy"}
+var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "cluster-load", "envoy"}
 
 type options struct {
 	out        string
@@ -90,7 +94,14 @@ type options struct {
 	plot       bool
 	clusterWin int
 	reportOnly bool
+	// baselineRef is the commit whose server the floor scenario measures
+	// as "today's"; empty: none.
+	baselineRef string
 }
+
+// defaultBaselineRef is main when the floor work began: the server the
+// floor scenario's "today's" figures come from.
+const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
 
 func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
 	var o options
@@ -114,6 +125,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
+	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -247,6 +259,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["micro"] {
 		r.step(ctx, "micro", r.micro)
+	}
+	if opt.only["floor"] {
+		r.step(ctx, "floor", r.floor)
 	}
 	if opt.only["single"] {
 		r.step(ctx, "single", r.single)
