@@ -354,8 +354,12 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		if err != nil {
 			return err
 		}
+		cum, err := r.runTool(ctx, "pprof-floor-cum-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
+		if err != nil {
+			return err
+		}
 		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Seconds: float64(secs), RPS: round1(ld.res.RPS),
-			File: filepath.Base(path), Top: trimPprof(string(top))})
+			File: filepath.Base(path), Top: trimPprof(string(top)), Shares: shares(string(cum), ld.res.RPS*float64(secs))})
 		r.printf("profiled %s at saturation (%.0f checks/s): %s\n", name, ld.res.RPS, filepath.Base(path))
 	}
 	return nil

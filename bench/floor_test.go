@@ -179,7 +179,8 @@ func TestFloorReportRenders(t *testing.T) {
 	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37},
 		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6})
 	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
-	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex"}}
+	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
+		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}}}
 	r := &runner{out: out, res: res}
 	r.res.Targets = targets(r.res)
 	if err := r.writeReport(); err != nil {
@@ -188,7 +189,7 @@ func TestFloorReportRenders(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Floor: CPU per check against a default grpc-go no-op", "servers on CPU 0, load tool on CPU 1",
 		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |",
-		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof",
+		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) |", "| " + profileParts[1].part + " | — |",
 		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)

@@ -511,8 +511,29 @@ func (r *runner) writeFloor(b *strings.Builder) {
 			strings.Trim(fmt.Sprint(x.PerRound), "[]"), x.P99Ratio)
 	}
 	w("\n")
+	if len(f.Profiles) > 0 {
+		w("CPU profiles at saturation, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
+		for _, p := range f.Profiles {
+			w(" %s |", p.Target)
+		}
+		w("\n|---|%s\n", strings.Repeat("---:|", len(f.Profiles)))
+		for _, pp := range profileParts {
+			w("| %s |", pp.part)
+			for _, p := range f.Profiles {
+				cell := "—"
+				for _, sh := range p.Shares {
+					if sh.Part == pp.part {
+						cell = fmt.Sprintf("%.2f µs (%.0f%%)", sh.PerCheckUS, 100*sh.Share)
+					}
+				}
+				w(" %s |", cell)
+			}
+			w("\n")
+		}
+		w("\n")
+	}
 	for _, p := range f.Profiles {
-		w("<details><summary>CPU profile at saturation: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.Target, p.RPS, p.Seconds, p.File, p.Top)
+		w("<details><summary>pprof -top at saturation: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.Target, p.RPS, p.Seconds, p.File, p.Top)
 	}
 }
 

@@ -179,6 +179,9 @@ type FloorProfile struct {
 	RPS     float64 `json:"rps"`
 	File    string  `json:"file"`
 	Top     string  `json:"top"`
+	// Shares are the profile parts' cumulative time per check, at the
+	// rate the load achieved.
+	Shares []ProfileShare `json:"shares"`
 }
 
 // RLS is the ShouldRateLimit scenario: the server against the no-op rate
