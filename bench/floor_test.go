@@ -196,3 +196,22 @@ func TestFloorReportRenders(t *testing.T) {
 		}
 	}
 }
+
+// A baseline ref that is not a commit, or that looks like an option, is a
+// clear error before anything is built.
+func TestBuildBaselineRejectsBadRefs(t *testing.T) {
+	dir := t.TempDir()
+	r := &runner{root: root(t), tmp: dir, logDir: dir}
+	for _, ref := range []string{"no-such-ref-anywhere", "--output=" + filepath.Join(dir, "x"), ""} {
+		b, err := r.buildBaseline(t.Context(), ref)
+		if err == nil || !strings.Contains(err.Error(), "git rev-parse") {
+			t.Errorf("ref %q: %v", ref, err)
+		}
+		if b == nil || b.Commit != "" || b.bin != "" {
+			t.Errorf("ref %q: baseline %+v", ref, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
+		t.Error("an option-like ref wrote a file")
+	}
+}
