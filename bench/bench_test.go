@@ -399,6 +399,9 @@ func TestOptions(t *testing.T) {
 	if o, _, _ := parseOptions(nil, io.Discard, io.Discard); !o.only["floor"] || o.baselineRef != defaultBaselineRef {
 		t.Errorf("defaults: floor %v, baseline %q", o.only["floor"], o.baselineRef)
 	}
+	if o, _, err := parseOptions([]string{"--server-args", " --a=1  --b 2 "}, io.Discard, io.Discard); err != nil || strings.Join(o.serverArgs, "|") != "--a=1|--b|2" {
+		t.Errorf("server args %q, %v", o.serverArgs, err)
+	}
 	if o, _, err := parseOptions([]string{"--baseline-ref", ""}, io.Discard, io.Discard); err != nil || o.baselineRef != "" {
 		t.Errorf("no baseline: %q, %v", o.baselineRef, err)
 	}

@@ -93,10 +93,13 @@ func (r *runner) floor(ctx context.Context) error {
 	if err := add(floorNoop, r.bins.bench, allowedLoad, "noop", "--lifetime", life); err != nil {
 		return err
 	}
-	if err := add("allowed", r.bins.server, allowedLoad, "serve", "--config", r.allowedCfg, "--log-level", "warn", "--drain-delay", "0s"); err != nil {
+	serve := func(config string) []string {
+		return append([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
+	}
+	if err := add("allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
 		return err
 	}
-	if err := add("denied", r.bins.server, deniedLoad, "serve", "--config", shippedConfigPath(r.root), "--log-level", "warn", "--drain-delay", "0s"); err != nil {
+	if err := add("denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
 		return err
 	}
 	if r.opt.baselineRef != "" {

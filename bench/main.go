@@ -97,6 +97,9 @@ type options struct {
 	// baselineRef is the commit whose server the floor scenario measures
 	// as "today's"; empty: none.
 	baselineRef string
+	// serverArgs are extra flags for every `ratelimit-authz serve` of this
+	// tree the run starts (not the baseline's).
+	serverArgs []string
 }
 
 // defaultBaselineRef is main when the floor work began: the server the
@@ -126,6 +129,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
+	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -141,6 +145,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	if fs.NArg() > 0 {
 		return o, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	o.serverArgs = strings.Fields(*serverArgs)
 	o.only = map[string]bool{}
 	for s := range strings.SplitSeq(*only, ",") {
 		s = strings.TrimSpace(s)
@@ -250,6 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.res = &Results{Schema: 1, StartedAt: time.Now().UTC()}
 	r.res.Env = environment(ctx, root)
 	r.res.Env.Quick = opt.quick
+	r.res.Env.ServerArgs = opt.serverArgs
 	r.printf("ratelimit-authz benchmarks: %d cores, %s, load average %.2f %.2f %.2f%s\n",
 		r.res.Env.Cores, r.res.Env.CPU, r.res.Env.LoadBefore[0], r.res.Env.LoadBefore[1], r.res.Env.LoadBefore[2],
 		map[bool]string{true: " (quick: pipeline check only)"}[opt.quick])

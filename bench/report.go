@@ -258,6 +258,9 @@ func (r *runner) writeReport() error {
 	w("| load average (1/5/15 min) | %.2f %.2f %.2f before, %.2f %.2f %.2f after |\n",
 		res.Env.LoadBefore[0], res.Env.LoadBefore[1], res.Env.LoadBefore[2], res.Env.LoadAfter[0], res.Env.LoadAfter[1], res.Env.LoadAfter[2])
 	w("| Go | %s |\n| commit | %s |\n", res.Env.GoVersion, res.Env.Git)
+	if len(res.Env.ServerArgs) > 0 {
+		w("| server flags (`--server-args`) | `%s` |\n", strings.Join(res.Env.ServerArgs, " "))
+	}
 	if res.Env.EnvoyVersion != "" {
 		w("| Envoy | %s |\n", res.Env.EnvoyVersion)
 	}

@@ -41,6 +41,7 @@ type Env struct {
 	LoadBefore   [3]float64 `json:"load_before"`
 	LoadAfter    [3]float64 `json:"load_after"`
 	Quick        bool       `json:"quick"`
+	ServerArgs   []string   `json:"server_args,omitempty"` // --server-args
 }
 
 // StepTime is how long a step took and the machine's load average as it
