@@ -127,19 +127,25 @@ func (r *runner) floor(ctx context.Context) error {
 		}
 		args = append(args, t.w.args...)
 		c0, err0 := cpuTimeOf(t.p.pid())
+		w0, werr0 := runqueueWait(t.p.pid())
+		start := time.Now()
 		res, err := r.loadOn(ctx, pin, f.LoadCPU, name, r.opt.run+r.opt.warmup, args...)
 		if err != nil {
 			return nil, err
 		}
 		c1, err1 := cpuTimeOf(t.p.pid())
+		w1, werr1 := runqueueWait(t.p.pid())
 		if err0 == nil && err1 == nil && res.Sent > 0 {
 			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
+		}
+		if werr0 == nil && werr1 == nil {
+			res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
 		}
 		return res, nil
 	}
 	level := func(name string, rate float64) (map[string][]*loadRun, error) {
-		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s\n", name, floorConcurrency, grpcConns,
-			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU")
+		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s %8s\n", name, floorConcurrency, grpcConns,
+			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU", "waited")
 		runs := map[string][]*loadRun{}
 		for round := range r.opt.rounds {
 			for i := range targets {
@@ -150,8 +156,8 @@ func (r *runner) floor(ctx context.Context) error {
 				}
 				runs[t.name] = append(runs[t.name], res)
 				f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
-				r.printf("%-18s %-6d %10.0f %9s %9s %9d %8.1fµs %8.1fµs\n", t.name, round+1, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), res.Errors, res.ServerCPUUS, res.ClientCPUUS())
+				r.printf("%-18s %-6d %10.0f %9s %9s %9d %8.1fµs %8.1fµs %7.1f%%\n", t.name, round+1, res.RPS,
+					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), res.Errors, res.ServerCPUUS, res.ClientCPUUS(), 100*res.ServerWaitShare)
 			}
 		}
 		for _, t := range targets {
@@ -257,17 +263,19 @@ func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, erro
 // and the range of its CPU per check.
 func floorRow(level string, rate float64, target string, runs []*loadRun) FloorRow {
 	row := FloorRow{Level: level, Rate: rate, Target: target}
-	var rps, cpu, client []float64
+	var rps, cpu, client, wait []float64
 	var lat []Lat
 	var requests, denied int64
 	for _, res := range runs {
 		rps, cpu, client = append(rps, res.RPS), append(cpu, res.ServerCPUUS), append(client, res.ClientCPUUS())
+		wait = append(wait, res.ServerWaitShare)
 		lat = append(lat, latOf(res))
 		requests += res.Requests
 		denied += res.Denied
 		row.Errors += res.Errors
 	}
 	row.RPS, row.CPUUS, row.ClientCPUUS = round1(median(rps)), round1(median(cpu)), round1(median(client))
+	row.WaitShare = round(median(wait), 3)
 	lo, hi := minMax(cpu)
 	row.CPUMin, row.CPUMax = round1(lo), round1(hi)
 	row.Latency = medianLat(lat)

@@ -66,6 +66,45 @@ func TestCPUsAllowedOfAMissingProcess(t *testing.T) {
 	if _, err := cpusAllowed(1 << 30); err == nil {
 		t.Error("no error for a process that does not exist")
 	}
+	if _, err := runqueueWait(1 << 30); err == nil {
+		t.Error("runqueueWait: no error for a process that does not exist")
+	}
+}
+
+// A process whose threads are kept from their CPU accumulates run-queue
+// wait: two busy children pinned to the same CPU each wait about half
+// the time.
+func TestRunqueueWaitSeesContention(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := newPinner(cpus[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.close()
+	var busy []*exec.Cmd
+	for range 2 {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := pin.on(cpus[0], cmd.Start); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		busy = append(busy, cmd)
+	}
+	w0, err := runqueueWait(busy[0].Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	w1, err := runqueueWait(busy[0].Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := w1 - w0; d < 100*time.Millisecond {
+		t.Errorf("a busy process sharing its CPU with another waited %v of 500ms", d)
+	}
 }
 
 func floorRun(cpu, p99 float64) *loadRun {
@@ -176,7 +215,7 @@ func TestFloorReportRenders(t *testing.T) {
 	res.StartedAt, res.FinishedAt = time.Unix(0, 0), time.Unix(60, 0)
 	res.Floor.Pinning = "servers on CPU 0, load tool on CPU 1"
 	res.Floor.SaturationRPS = 20000
-	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37},
+	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37, WaitShare: 0.025},
 		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6})
 	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
 	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
@@ -188,7 +227,7 @@ func TestFloorReportRenders(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Floor: CPU per check against a default grpc-go no-op", "servers on CPU 0, load tool on CPU 1",
-		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |",
+		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |", "| 0.0 | 2.5% | 0 |",
 		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) |", "| " + profileParts[1].part + " | — |",
 		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and"} {
 		if !bytes.Contains(b, []byte(want)) {

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,6 +115,33 @@ func (p *pinner) close() {
 		close(p.done)
 	}
 	p.wg.Wait()
+}
+
+// runqueueWait sums, over pid's threads, the time each spent runnable
+// but waiting for a CPU (/proc/PID/task/TID/schedstat, second field):
+// how much other work on the server's CPU held it back.
+func runqueueWait(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("/proc/%d/task: no schedstat", pid)
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, fmt.Errorf("%s: unexpected format %q", t, b)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		total += ns
+	}
+	return time.Duration(total), nil
 }
 
 // cpusAllowed reads the Cpus_allowed_list of pid ("0", "0-1").

@@ -212,6 +212,9 @@ type loadRun struct {
 	// ServerCPUUS is the server's CPU per check over the run (µs), measured
 	// by the runner from /proc; 0 when not measured.
 	ServerCPUUS float64
+	// ServerWaitShare is the time the server's threads spent waiting for a
+	// CPU over the run, as a share of the run (floor scenario only).
+	ServerWaitShare float64
 }
 
 // load runs ratelimit-bench with args (a check or http run) and returns

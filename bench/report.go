@@ -497,15 +497,16 @@ func (r *runner) writeFloor(b *strings.Builder) {
 		}
 	}
 	w("\nFixed rates are shares of the default no-op's median saturated throughput, %.0f checks/s; open loop, up to %d in flight.\n\n", f.SaturationRPS, f.Concurrency)
-	w("| level | target | checks/s | CPU µs/check (range) | p50 | p90 | p99 | p99.9 | denied | tool CPU µs/check | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("*Waited* is the time the server's threads were runnable but waiting for their CPU, as a share of the run (/proc/PID/task/*/schedstat): other work on that CPU, which makes the figures of that run less comparable.\n\n")
+	w("| level | target | checks/s | CPU µs/check (range) | p50 | p90 | p99 | p99.9 | denied | tool CPU µs/check | waited | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range f.Rows {
 		level := row.Level
 		if row.Rate > 0 {
 			level = fmt.Sprintf("%s (%.0f/s)", row.Level, row.Rate)
 		}
-		w("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
+		w("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %.1f%% | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
 			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
-			100*row.DeniedShare, row.ClientCPUUS, row.Errors)
+			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
 	}
 	w("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
 	w("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")

@@ -153,6 +153,9 @@ type FloorRow struct {
 	CPUMin      float64 `json:"cpu_us_per_check_min"`
 	CPUMax      float64 `json:"cpu_us_per_check_max"`
 	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
+	// WaitShare is the time the server's threads waited for a CPU, as a
+	// share of the run: other work on its CPU.
+	WaitShare   float64 `json:"runqueue_wait_share"`
 	Latency     Lat     `json:"latency_us"`
 	DeniedShare float64 `json:"denied_share"`
 	Errors      int64   `json:"errors"`
