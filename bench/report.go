@@ -497,7 +497,7 @@ func (r *runner) writeFloor(b *strings.Builder) {
 		}
 	}
 	w("\nFixed rates are shares of the default no-op's median saturated throughput, %.0f checks/s; open loop, up to %d in flight.\n\n", f.SaturationRPS, f.Concurrency)
-	w("*Waited* is the time the server's threads were runnable but waiting for their CPU, as a share of the run (/proc/PID/task/*/schedstat): other work on that CPU, which makes the figures of that run less comparable.\n\n")
+	w("*Waited* is the time the server's threads were runnable but waiting for their CPU, summed over its threads, as a share of the run (/proc/PID/task/*/schedstat; several threads waiting at once can pass 100%%): other work on that CPU, which makes the figures of that run less comparable.\n\n")
 	w("| level | target | checks/s | CPU µs/check (range) | p50 | p90 | p99 | p99.9 | denied | tool CPU µs/check | waited | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range f.Rows {
 		level := row.Level
