@@ -151,14 +151,20 @@ func TestCheckAgainstTheRealService(t *testing.T) {
 	})
 	addr := n.GRPCAddr().String()
 	// One tenant, 300 activity writes: the shipped 100/s denies most of
-	// them (fewer if the run straddles a second boundary).
+	// them (fewer if the run straddles a second boundary; on a machine so
+	// busy that the run spans more windows, each window still admits at
+	// most the limit, below). The deadline is generous so that a slow
+	// machine delays answers rather than losing them.
 	res, out, err := runCLI(t, "check", "--target", addr, "--routes", "activities", "--tenants", "1",
-		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--window", "1s", "--json", "-")
+		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--timeout", "10s", "--window", "1s", "--json", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if res.Allowed < 100 || res.Allowed > 200 || res.Denied != 300-res.Allowed || res.Codes["8"] != res.Denied {
-		t.Errorf("allowed %d denied %d codes %v; want 100–200 allowed, the rest RESOURCE_EXHAUSTED", res.Allowed, res.Denied, res.Codes)
+	if res.Errors != 0 || res.Allowed < 100 || res.Denied != 300-res.Allowed || res.Codes["8"] != res.Denied {
+		t.Errorf("allowed %d denied %d errors %d codes %v; want at least 100 allowed, the rest RESOURCE_EXHAUSTED", res.Allowed, res.Denied, res.Errors, res.Codes)
+	}
+	if len(res.Windows) <= 2 && res.Allowed > 200 {
+		t.Errorf("allowed %d within %d windows of 100", res.Allowed, len(res.Windows))
 	}
 	var admitted int64
 	for _, w := range res.Windows {
