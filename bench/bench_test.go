@@ -396,6 +396,15 @@ func TestOptions(t *testing.T) {
 	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 || o.rlsMemKeys != 50_000 || !o.only["rls"] {
 		t.Errorf("quick: %+v", o)
 	}
+	if o, _, _ := parseOptions(nil, io.Discard, io.Discard); !o.only["floor"] || o.baselineRef != defaultBaselineRef {
+		t.Errorf("defaults: floor %v, baseline %q", o.only["floor"], o.baselineRef)
+	}
+	if o, _, err := parseOptions([]string{"--server-args", " --a=1  --b 2 "}, io.Discard, io.Discard); err != nil || strings.Join(o.serverArgs, "|") != "--a=1|--b|2" {
+		t.Errorf("server args %q, %v", o.serverArgs, err)
+	}
+	if o, _, err := parseOptions([]string{"--baseline-ref", ""}, io.Discard, io.Discard); err != nil || o.baselineRef != "" {
+		t.Errorf("no baseline: %q, %v", o.baselineRef, err)
+	}
 	if v := envoyVersion("envoy  version: 0f1b9a/1.40.0/Clean/RELEASE/BoringSSL"); v != "1.40.0" {
 		t.Errorf("envoyVersion = %q", v)
 	}

@@ -4,6 +4,10 @@
 //
 //   - micro: the Go microbenchmarks of the hot path and a benchstat
 //     summary, compared with the previous run's when its settings match;
+//   - floor: CPU per check with the server bound to one CPU and the load
+//     tool to the other, at saturation and at 10% and 40% of it, against a
+//     default-configured grpc-go no-op, the no-op on this tree's stack and
+//     the server of --baseline-ref built in the run; CPU profiles of each;
 //   - single: one node's Check throughput and latency at concurrency 1, 16
 //     and 64, allowed and mostly denied, as a ratio to a no-op ext_authz
 //     server measured in the same run, alternating, so machine noise
@@ -71,7 +75,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
+var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
 
 type options struct {
 	out        string
@@ -90,7 +94,17 @@ type options struct {
 	plot       bool
 	clusterWin int
 	reportOnly bool
+	// baselineRef is the commit whose server the floor scenario measures
+	// as "today's"; empty: none.
+	baselineRef string
+	// serverArgs are extra flags for every `ratelimit-authz serve` of this
+	// tree the run starts (not the baseline's).
+	serverArgs []string
 }
+
+// defaultBaselineRef is main when the floor work began: the server the
+// floor scenario's "today's" figures come from.
+const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
 
 func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
 	var o options
@@ -114,6 +128,8 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
+	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
+	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -129,6 +145,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	if fs.NArg() > 0 {
 		return o, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
 	}
+	o.serverArgs = strings.Fields(*serverArgs)
 	o.only = map[string]bool{}
 	for s := range strings.SplitSeq(*only, ",") {
 		s = strings.TrimSpace(s)
@@ -238,6 +255,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r.res = &Results{Schema: 1, StartedAt: time.Now().UTC()}
 	r.res.Env = environment(ctx, root)
 	r.res.Env.Quick = opt.quick
+	r.res.Env.ServerArgs = opt.serverArgs
 	r.printf("ratelimit-authz benchmarks: %d cores, %s, load average %.2f %.2f %.2f%s\n",
 		r.res.Env.Cores, r.res.Env.CPU, r.res.Env.LoadBefore[0], r.res.Env.LoadBefore[1], r.res.Env.LoadBefore[2],
 		map[bool]string{true: " (quick: pipeline check only)"}[opt.quick])
@@ -247,6 +265,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["micro"] {
 		r.step(ctx, "micro", r.micro)
+	}
+	if opt.only["floor"] {
+		r.step(ctx, "floor", r.floor)
 	}
 	if opt.only["single"] {
 		r.step(ctx, "single", r.single)

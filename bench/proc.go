@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -31,10 +32,25 @@ type proc struct {
 // start runs bin with args for at most lifetime. env entries are added to
 // the runner's environment.
 func (r *runner) start(name string, lifetime time.Duration, env []string, bin string, args ...string) (*proc, error) {
-	p, err := iproc.Start(context.Background(), iproc.Config{
-		Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
-		LogDir: r.logDir, Lifetime: lifetime, StopGrace: stopGrace,
-	})
+	return r.startOn(nil, 0, name, lifetime, env, bin, args...)
+}
+
+// startOn is start with the process bound to cpu by pin (nil: unbound).
+func (r *runner) startOn(pin *pinner, cpu int, name string, lifetime time.Duration, env []string, bin string, args ...string) (*proc, error) {
+	var p *iproc.Process
+	start := func() (err error) {
+		p, err = iproc.Start(context.Background(), iproc.Config{
+			Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+			LogDir: r.logDir, Lifetime: lifetime, StopGrace: stopGrace,
+		})
+		return err
+	}
+	var err error
+	if pin != nil {
+		err = pin.on(cpu, start)
+	} else {
+		err = start()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +166,12 @@ func loadavg() [3]float64 {
 // runTool runs a command to completion within timeout and returns its
 // stdout; stderr goes to the named log.
 func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration, env []string, dir, bin string, args ...string) ([]byte, error) {
+	return r.runToolOn(ctx, nil, 0, name, timeout, env, dir, bin, args...)
+}
+
+// runToolOn is runTool with the command bound to cpu by pin (nil:
+// unbound).
+func (r *runner) runToolOn(ctx context.Context, pin *pinner, cpu int, name string, timeout time.Duration, env []string, dir, bin string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	logPath := filepath.Join(r.logDir, name+".log")
@@ -165,7 +187,17 @@ func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = f
-	out, err := cmd.Output()
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if pin != nil {
+		err = pin.on(cpu, cmd.Start)
+	} else {
+		err = cmd.Start()
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	out := stdout.Bytes()
 	if err != nil {
 		f.Sync()
 		return out, fmt.Errorf("%s: %w\n%s", name, err, iproc.Tail(logPath, 15))
@@ -180,15 +212,23 @@ type loadRun struct {
 	// ServerCPUUS is the server's CPU per check over the run (µs), measured
 	// by the runner from /proc; 0 when not measured.
 	ServerCPUUS float64
+	// ServerWaitShare is the time the server's threads spent waiting for a
+	// CPU over the run, as a share of the run (floor scenario only).
+	ServerWaitShare float64
 }
 
 // load runs ratelimit-bench with args (a check or http run) and returns
 // its results. The run is bounded by its own --duration; the timeout here
 // is a backstop.
 func (r *runner) load(ctx context.Context, name string, budget time.Duration, args ...string) (*loadRun, error) {
+	return r.loadOn(ctx, nil, 0, name, budget, args...)
+}
+
+// loadOn is load with the load tool bound to cpu by pin (nil: unbound).
+func (r *runner) loadOn(ctx context.Context, pin *pinner, cpu int, name string, budget time.Duration, args ...string) (*loadRun, error) {
 	path := filepath.Join(r.runsDir, name+".json")
 	args = append(args, "--json", path, "--quiet")
-	if _, err := r.runTool(ctx, "load-"+name, budget+30*time.Second, nil, "", r.bins.bench, args...); err != nil {
+	if _, err := r.runToolOn(ctx, pin, cpu, "load-"+name, budget+30*time.Second, nil, "", r.bins.bench, args...); err != nil {
 		return nil, err
 	}
 	res, err := loadresult.ReadFile(path)

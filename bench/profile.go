@@ -24,6 +24,8 @@ var profileParts = []struct{ part, fn string }{
 	{"check duration histogram (Observe)", "prometheus.(*histogram).Observe"},
 	{"decode the CheckRequest (protobuf)", "proto.UnmarshalOptions.unmarshal"},
 	{"encode the CheckResponse (protobuf)", "proto.MarshalOptions.marshal"},
+	{"decode the CheckRequest (checkwire codec)", "checkwire.(*Codec).Unmarshal"},
+	{"encode the CheckResponse (checkwire codec)", "checkwire.(*Codec).Marshal"},
 	{"HTTP/2 frames in (reader)", "transport.(*http2Server).HandleStreams"},
 	{"HTTP/2 frames out (loopy writer)", "transport.(*loopyWriter).run"},
 	{"system calls (read, write, futex)", "Syscall6"},
@@ -36,10 +38,10 @@ var profileParts = []struct{ part, fn string }{
 // profile takes CPU profiles of the server and of the no-op server under
 // the same fixed-rate load (the allowed workload, up to 64 in flight), so
 // that the difference of the two (pprof -diff_base) is what the check
-// adds per request. The server has no /debug/pprof, so unless one appears
-// on its HTTP port its profile comes from `ratelimit-bench authz`: the
-// same packages wired the same way (rules, descriptors, counter, authz,
-// pkg/server) in one process that serves pprof.
+// adds per request. The server serves its profiles on --pprof-addr; should
+// it not, its profile comes from `ratelimit-bench authz`: the same packages
+// wired the same way (rules, descriptors, counter, authz, pkg/server) in
+// one process that serves pprof.
 func (r *runner) profile(ctx context.Context) error {
 	p := &Profile{Seconds: 4, Rate: r.fixedRate}
 	if r.opt.quick {
@@ -50,18 +52,22 @@ func (r *runner) profile(ctx context.Context) error {
 	}
 	r.res.Profile = p
 
-	srv, grpcAddr, httpAddr, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil)
+	pprofAddr, err := freeport.Addr()
 	if err != nil {
 		return err
 	}
-	pprofURL := "http://" + httpAddr + "/debug/pprof/profile"
-	p.Source = "ratelimit-authz serve: /debug/pprof/profile on its HTTP port"
-	if !reachable("http://" + httpAddr + "/debug/pprof/") {
+	srv, grpcAddr, _, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil, "--pprof-addr", pprofAddr)
+	if err != nil {
+		return err
+	}
+	pprofURL := "http://" + pprofAddr + "/debug/pprof/profile"
+	p.Source = "ratelimit-authz serve --pprof-addr"
+	if !reachable("http://" + pprofAddr + "/debug/pprof/") {
 		srv.stop()
 		if srv, grpcAddr, pprofURL, err = r.startProfiled(ctx, "profile-inprocess", "authz", "--config", r.allowedCfg); err != nil {
 			return err
 		}
-		p.Source = "ratelimit-bench authz (the Check path in process: the server has no /debug/pprof)"
+		p.Source = "ratelimit-bench authz (the Check path in process: the server serves no profiles)"
 	}
 	defer srv.stop()
 	noop, noopAddr, noopURL, err := r.startProfiled(ctx, "profile-noop", "noop")

@@ -17,7 +17,124 @@ const (
 	targetP99US       = 1000.0
 	targetBytesPerKey = 150.0
 	targetOvershoot   = 1.1
+
+	// The floor issue's targets.
+	targetFloorCPU       = 0.70  // CPU per check at saturation, × the default grpc-go no-op's
+	targetFloorLowRate   = 0.6   // CPU per check at 10% of saturation, × the baseline's
+	targetFloorP99       = 1.0   // p99 at 40% of saturation, × the default no-op's
+	targetFloorRSSPerKey = 200.0 // resident bytes per live key at 1 M keys
 )
+
+// floorRatio is the floor scenario's ratio of workload w over vs at level.
+func floorRatio(f *Floor, level, w, vs string) (FloorRatio, bool) {
+	if f == nil {
+		return FloorRatio{}, false
+	}
+	for _, x := range f.Ratios {
+		if x.Level == level && x.Workload == w && x.Versus == vs {
+			return x, true
+		}
+	}
+	return FloorRatio{}, false
+}
+
+// floorRowOf is the floor scenario's row of target at level.
+func floorRowOf(f *Floor, level, target string) (FloorRow, bool) {
+	if f == nil {
+		return FloorRow{}, false
+	}
+	for _, x := range f.Rows {
+		if x.Level == level && x.Target == target {
+			return x, true
+		}
+	}
+	return FloorRow{}, false
+}
+
+// floorTargets judges the run by the floor issue's targets.
+func floorTargets(res *Results) []Target {
+	f := res.Floor
+	var out []Target
+
+	t := Target{Name: "floor-cpu", Goal: "CPU per check at saturation ≤ 0.70× the default grpc-go no-op, allowed and denied (pinned, 50 in flight)"}
+	a, okA := floorRatio(f, "saturation", "allowed", floorDefaultNoop)
+	d, okD := floorRatio(f, "saturation", "denied", floorDefaultNoop)
+	if okA && okD {
+		worst := max(a.Median, d.Median)
+		t.Value = worst
+		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f)", a.Median, a.Min, a.Max, d.Median, d.Min, d.Max)
+		if n, ok := floorRowOf(f, "saturation", floorDefaultNoop); ok {
+			sa, _ := floorRowOf(f, "saturation", "allowed")
+			sd, _ := floorRowOf(f, "saturation", "denied")
+			t.Measured += fmt.Sprintf(": %.1f and %.1f µs vs %.1f µs", sa.CPUUS, sd.CPUUS, n.CPUUS)
+		}
+		t.Met = ptr(worst <= targetFloorCPU)
+		if !*t.Met {
+			t.Margin = fmt.Sprintf("%.2f× against 0.70×", worst)
+		}
+	}
+	out = append(out, t)
+
+	lowRate := shareName(floorShares[0])
+	t = Target{Name: "floor-low-rate", Goal: "CPU per check at 10% of saturation ≤ 0.6× today's (the server of the baseline commit, same run)"}
+	a, okA = floorRatio(f, lowRate, "allowed", floorBaseline+"allowed")
+	d, okD = floorRatio(f, lowRate, "denied", floorBaseline+"denied")
+	if okA && okD {
+		worst := max(a.Median, d.Median)
+		t.Value = worst
+		sa, _ := floorRowOf(f, lowRate, "allowed")
+		ba, _ := floorRowOf(f, lowRate, floorBaseline+"allowed")
+		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f) at %.0f/s: %.1f vs %.1f µs allowed; baseline %s",
+			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(f.Baseline))
+		t.Met = ptr(worst <= targetFloorLowRate)
+		if !*t.Met {
+			t.Margin = fmt.Sprintf("%.2f× against 0.6×", worst)
+		}
+	} else if f != nil && f.Baseline != nil && f.Baseline.Error != "" {
+		t.Measured = "no baseline: " + f.Baseline.Error
+	}
+	out = append(out, t)
+
+	midRate := shareName(floorShares[1])
+	t = Target{Name: "floor-p99", Goal: "p99 at 40% of saturation ≤ the default grpc-go no-op's, allowed and denied"}
+	sa, okA2 := floorRowOf(f, midRate, "allowed")
+	sd, okD2 := floorRowOf(f, midRate, "denied")
+	n, okN := floorRowOf(f, midRate, floorDefaultNoop)
+	if okA2 && okD2 && okN && n.Latency.P99 > 0 {
+		worst := max(sa.Latency.P99, sd.Latency.P99) / n.Latency.P99
+		t.Value = round(worst, 3)
+		t.Measured = fmt.Sprintf("%s allowed, %s denied vs %s at %.0f/s (medians over the rounds)",
+			loadresult.Micros(sa.Latency.P99), loadresult.Micros(sd.Latency.P99), loadresult.Micros(n.Latency.P99), sa.Rate)
+		t.Met = ptr(worst <= targetFloorP99)
+		if !*t.Met {
+			t.Margin = fmt.Sprintf("%.2f× the default no-op's p99", worst)
+		}
+	}
+	out = append(out, t)
+
+	t = Target{Name: "floor-rss", Goal: "RSS ≤ 200 B per live key at 1 M keys"}
+	if m := res.Memory; m != nil && m.BytesPerKeyRSS > 0 {
+		t.Value = m.BytesPerKeyRSS
+		t.Measured = fmt.Sprintf("%.0f B/key resident at %.0f live keys (%.0f B/key live heap)", m.BytesPerKeyRSS, m.Loaded.LiveKeys, m.BytesPerKeyHeap)
+		t.Met = ptr(m.BytesPerKeyRSS <= targetFloorRSSPerKey)
+		if !*t.Met {
+			t.Margin = fmt.Sprintf("%.0f B/key over", m.BytesPerKeyRSS-targetFloorRSSPerKey)
+		}
+		if m.Keys < 1_000_000 {
+			t.Measured += " — fewer than 1 M keys, not the target's figure"
+			t.Met = nil
+		}
+	}
+	out = append(out, t)
+	return out
+}
+
+func shortCommit(b *FloorBaseline) string {
+	if b == nil || b.Commit == "" {
+		return "—"
+	}
+	return b.Commit[:min(len(b.Commit), 12)]
+}
 
 func ptr(b bool) *bool { return &b }
 
@@ -103,7 +220,7 @@ func targets(res *Results) []Target {
 		t.Measured = "skipped: " + c.Skipped
 	}
 	out = append(out, t)
-	return out
+	return append(out, floorTargets(res)...)
 }
 
 // part is the share of the profile part named starting with prefix; the
@@ -141,6 +258,9 @@ func (r *runner) writeReport() error {
 	w("| load average (1/5/15 min) | %.2f %.2f %.2f before, %.2f %.2f %.2f after |\n",
 		res.Env.LoadBefore[0], res.Env.LoadBefore[1], res.Env.LoadBefore[2], res.Env.LoadAfter[0], res.Env.LoadAfter[1], res.Env.LoadAfter[2])
 	w("| Go | %s |\n| commit | %s |\n", res.Env.GoVersion, res.Env.Git)
+	if len(res.Env.ServerArgs) > 0 {
+		w("| server flags (`--server-args`) | `%s` |\n", strings.Join(res.Env.ServerArgs, " "))
+	}
 	if res.Env.EnvoyVersion != "" {
 		w("| Envoy | %s |\n", res.Env.EnvoyVersion)
 	}
@@ -166,6 +286,8 @@ func (r *runner) writeReport() error {
 	}
 	w("\n")
 	r.writeAnalysis(&b)
+
+	r.writeFloor(&b)
 
 	if s := res.Single; s != nil {
 		w("## 1. One node against the no-op floor\n\n")
@@ -356,6 +478,71 @@ func (r *runner) writeReport() error {
 	return os.WriteFile(filepath.Join(r.out, "REPORT.md"), []byte(b.String()), 0o644)
 }
 
+// writeFloor writes the floor scenario's section.
+func (r *runner) writeFloor(b *strings.Builder) {
+	f := r.res.Floor
+	if f == nil {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## Floor: CPU per check against a default grpc-go no-op\n\n")
+	w("Every server bound to one CPU and the load tool (`ratelimit-bench check`) to the other (%s; each server's `Cpus_allowed_list` checked after its start, so a Go process sizes GOMAXPROCS to 1 as under `taskset`), %d checks in flight over %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the targets alternating in a rotating order within each round. CPU per check is the server process's user + system time over the run (/proc/PID/stat) divided by the checks it answered. Targets:\n\n",
+		f.Pinning, f.Concurrency, f.Conns, f.Rounds, f.RunS, f.WarmupS)
+	w("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
+	w("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`pkg/server`).\n")
+	w("- **allowed**, **denied**: `ratelimit-authz serve` of this tree, with the workloads of section 1.\n")
+	if bl := f.Baseline; bl != nil {
+		if bl.Error != "" {
+			w("- **baseline**: not measured (%s): %s.\n", bl.Ref, bl.Error)
+		} else {
+			w("- **baseline-allowed**, **baseline-denied**: `ratelimit-authz serve` built in this run from `%s` (`--baseline-ref`), \"today's\" server, on that commit's own configuration files.\n", bl.Commit)
+		}
+	}
+	w("\nFixed rates are shares of the default no-op's median saturated throughput, %.0f checks/s; open loop, up to %d in flight.\n\n", f.SaturationRPS, f.Concurrency)
+	w("*Waited* is the time the server's threads were runnable but waiting for their CPU, summed over its threads, as a share of the run (/proc/PID/task/*/schedstat; several threads waiting at once can pass 100%%): other work on that CPU, which makes the figures of that run less comparable.\n\n")
+	w("| level | target | checks/s | CPU µs/check (range) | p50 | p90 | p99 | p99.9 | denied | tool CPU µs/check | waited | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, row := range f.Rows {
+		level := row.Level
+		if row.Rate > 0 {
+			level = fmt.Sprintf("%s (%.0f/s)", row.Level, row.Rate)
+		}
+		w("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %.1f%% | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
+			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
+			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
+	}
+	w("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
+	w("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")
+	for _, x := range f.Ratios {
+		w("| %s | %s | %s | **%.3f** (%.3f–%.3f) | %s | %.2f |\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max,
+			strings.Trim(fmt.Sprint(x.PerRound), "[]"), x.P99Ratio)
+	}
+	w("\n")
+	if len(f.Profiles) > 0 {
+		w("CPU profiles at saturation, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
+		for _, p := range f.Profiles {
+			w(" %s |", p.Target)
+		}
+		w("\n|---|%s\n", strings.Repeat("---:|", len(f.Profiles)))
+		for _, pp := range profileParts {
+			w("| %s |", pp.part)
+			for _, p := range f.Profiles {
+				cell := "—"
+				for _, sh := range p.Shares {
+					if sh.Part == pp.part {
+						cell = fmt.Sprintf("%.2f µs (%.0f%%)", sh.PerCheckUS, 100*sh.Share)
+					}
+				}
+				w(" %s |", cell)
+			}
+			w("\n")
+		}
+		w("\n")
+	}
+	for _, p := range f.Profiles {
+		w("<details><summary>pprof -top at saturation: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.Target, p.RPS, p.Seconds, p.File, p.Top)
+	}
+}
+
 func (r *runner) plotRef(b *strings.Builder, name, alt string) {
 	if slices.Contains(r.res.Plots, name) {
 		fmt.Fprintf(b, "![%s](%s)\n\n", alt, name)
@@ -439,6 +626,26 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 					m.Expired.LiveKeys, mibOrDash(m.Expired.LiveHeap), mibOrDash(m.Baseline.LiveHeap), mib(m.Expired.RSS))
 			}
 			w("\n")
+		case "floor-cpu":
+			f := res.Floor
+			dn, _ := floorRowOf(f, "saturation", floorDefaultNoop)
+			on, _ := floorRowOf(f, "saturation", floorNoop)
+			sa, _ := floorRowOf(f, "saturation", "allowed")
+			sd, _ := floorRowOf(f, "saturation", "denied")
+			w("- **CPU per check at saturation** (%s). Pinned to one CPU, the default grpc-go no-op used %.1f µs per check and the no-op on this tree's stack %.1f µs (%.2f×): what the stack itself saves. The server used %.1f µs allowed and %.1f µs denied, so the check adds %.1f and %.1f µs over the stack's own no-op. The profiles in the floor section show where the rest goes.\n",
+				t.Margin, dn.CPUUS, on.CPUUS, on.CPUUS/max(dn.CPUUS, 0.1), sa.CPUUS, sd.CPUUS, sa.CPUUS-on.CPUUS, sd.CPUUS-on.CPUUS)
+		case "floor-low-rate":
+			f := res.Floor
+			lowRate := shareName(floorShares[0])
+			sa, _ := floorRowOf(f, lowRate, "allowed")
+			ss, _ := floorRowOf(f, "saturation", "allowed")
+			dn, _ := floorRowOf(f, lowRate, floorDefaultNoop)
+			w("- **CPU per check at 10%% of saturation** (%s). At %.0f/s the server used %.1f µs per check allowed, %.1f× its saturated %.1f µs, and the default no-op %.1f µs: at a low rate each check pays its own wakeups and system calls instead of sharing them with others in a batch.\n",
+				t.Margin, sa.Rate, sa.CPUUS, sa.CPUUS/max(ss.CPUUS, 0.1), ss.CPUUS, dn.CPUUS)
+		case "floor-p99":
+			w("- **p99 at 40%% of saturation** (%s). Both run pinned to the same CPU at the same fixed rate; a p99 far above the saturated p50 means the CPU was shared with other work on the machine (load average in the Steps table).\n", t.Margin)
+		case "floor-rss":
+			w("- **RSS per key at 1 M keys** (%s): see the memory section.\n", t.Margin)
 		case "cluster":
 			c := res.Cluster
 			w("- **Cluster** (%s).", t.Margin)

@@ -46,7 +46,8 @@ func (r *runner) startCheckServer(ctx context.Context, name, config string, env 
 		return nil, "", "", err
 	}
 	args := append([]string{"serve", "--config", config, "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--log-level", "warn", "--drain-delay", "0s"}, extra...)
+		"--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
+	args = append(args, extra...)
 	p, err := r.start(name, r.lifetime(), env, r.bins.server, args...)
 	if err != nil {
 		return nil, "", "", err

@@ -13,6 +13,7 @@
 //	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
+//	ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default grpc.NewServer()
 //	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
 //	ratelimit-bench rls-config        print the descriptor file the rls load matches
@@ -66,6 +67,7 @@ Usage:
   ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
   ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
+  ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default-configured grpc.NewServer(): the floor of any grpc-go server
   ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
@@ -85,7 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "check", "http", "rls":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
-	case "noop", "authz":
+	case "noop", "noop-grpc", "authz":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
 	case "upstream":
 		return runUpstreamCmd(ctx, rest, stdout, stderr)
@@ -318,6 +320,12 @@ func runServerCmd(ctx context.Context, mode string, args []string, stdout, stder
 once, behind the same gRPC and HTTP stack as ratelimit-authz (pkg/server): the
 floor of an ext_authz check or a rate limit call on this machine. /metrics
 carries the process metrics.`
+	if mode == "noop-grpc" {
+		summary = `Serve a no-op ext_authz Check that answers OK at once from one shared response,
+on a plain grpc.NewServer() with no options and the generated service code: the
+floor of a default-configured grpc-go ext_authz server. /healthz and /readyz on
+--http-addr, Go's profiles on --pprof-addr, each on a listener of its own.`
+	}
 	if mode == "authz" {
 		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
 node of ratelimit-authz serve, assembled by pkg/node) in this process, with /debug/pprof on
@@ -330,7 +338,11 @@ node of ratelimit-authz serve, assembled by pkg/node) in this process, with /deb
 		sweep      time.Duration
 	)
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:9001", "gRPC listen `address`")
-	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:9090", "HTTP listen `address` (/metrics, /healthz, /readyz)")
+	httpHelp := "HTTP listen `address` (/metrics, /healthz, /readyz)"
+	if mode == "noop-grpc" {
+		httpHelp = "HTTP listen `address` (/healthz, /readyz)"
+	}
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:9090", httpHelp)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve /debug/pprof on this `address` (empty: off)")
 	fs.DurationVar(&c.lifetime, "lifetime", time.Hour, "exit after this long even if nobody stops the server")
 	if mode == "authz" {
@@ -344,8 +356,11 @@ node of ratelimit-authz serve, assembled by pkg/node) in this process, with /deb
 		return usageError{err.Error()}
 	}
 	log := newLogger(stderr)
-	if mode == "noop" {
+	switch mode {
+	case "noop":
 		return serveNoop(ctx, c, log)
+	case "noop-grpc":
+		return serveNoopGRPC(ctx, c, log)
 	}
 	if sweep <= 0 {
 		return usageError{"--sweep-interval must be positive"}

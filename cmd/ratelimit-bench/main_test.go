@@ -151,14 +151,20 @@ func TestCheckAgainstTheRealService(t *testing.T) {
 	})
 	addr := n.GRPCAddr().String()
 	// One tenant, 300 activity writes: the shipped 100/s denies most of
-	// them (fewer if the run straddles a second boundary).
+	// them (fewer if the run straddles a second boundary; on a machine so
+	// busy that the run spans more windows, each window still admits at
+	// most the limit, below). The deadline is generous so that a slow
+	// machine delays answers rather than losing them.
 	res, out, err := runCLI(t, "check", "--target", addr, "--routes", "activities", "--tenants", "1",
-		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--window", "1s", "--json", "-")
+		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--timeout", "10s", "--window", "1s", "--json", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if res.Allowed < 100 || res.Allowed > 200 || res.Denied != 300-res.Allowed || res.Codes["8"] != res.Denied {
-		t.Errorf("allowed %d denied %d codes %v; want 100–200 allowed, the rest RESOURCE_EXHAUSTED", res.Allowed, res.Denied, res.Codes)
+	if res.Errors != 0 || res.Allowed < 100 || res.Denied != 300-res.Allowed || res.Codes["8"] != res.Denied {
+		t.Errorf("allowed %d denied %d errors %d codes %v; want at least 100 allowed, the rest RESOURCE_EXHAUSTED", res.Allowed, res.Denied, res.Errors, res.Codes)
+	}
+	if len(res.Windows) <= 2 && res.Allowed > 200 {
+		t.Errorf("allowed %d within %d windows of 100", res.Allowed, len(res.Windows))
 	}
 	var admitted int64
 	for _, w := range res.Windows {
@@ -266,6 +272,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"check", "--bogus"}, true, "flag provided but not defined"},
 		{[]string{"check", "extra"}, true, `unexpected argument "extra"`},
 		{[]string{"noop", "--lifetime", "0s"}, true, "--lifetime"},
+		{[]string{"noop-grpc", "--lifetime", "0s"}, true, "--lifetime"},
 		{[]string{"check", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 		{[]string{"http", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 	} {
@@ -282,7 +289,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"authz", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"authz", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)

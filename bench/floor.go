@@ -1,0 +1,377 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+)
+
+// The floor scenario measures CPU per check the way the floor issue does:
+// every server bound to one CPU and the load tool to the other, 50 checks
+// in flight over two connections, the CPU a server used over a run
+// (user + system, /proc/PID/stat) divided by the checks it answered. The
+// references, all measured in the same rounds, alternating:
+//
+//   - default-noop: `ratelimit-bench noop-grpc`, generated code on a plain
+//     grpc.NewServer(): what any grpc-go ext_authz server starts from;
+//   - noop: `ratelimit-bench noop`, the no-op on this tree's gRPC stack
+//     (pkg/server), so what the stack saves and what the check costs are
+//     told apart;
+//   - baseline-allowed, baseline-denied: the server built from
+//     --baseline-ref in this run ("today's" server), on that commit's own
+//     configuration files.
+//
+// Then the same at fixed rates, shares of the default no-op's saturated
+// throughput, and CPU profiles of the server, the default no-op and the
+// baseline at saturation.
+
+// floorConcurrency is the checks in flight of every floor run.
+const floorConcurrency = 50
+
+// floorShares are the fixed rates, as shares of the default no-op's
+// saturated throughput.
+var floorShares = []float64{0.1, 0.4}
+
+// Names of the floor's targets.
+const (
+	floorDefaultNoop = "default-noop"
+	floorNoop        = "noop"
+	floorBaseline    = "baseline-"
+)
+
+type floorTarget struct {
+	name     string
+	addr     string
+	w        workload
+	p        *proc
+	pprofURL string
+}
+
+func (r *runner) floor(ctx context.Context) error {
+	f := &Floor{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(),
+		Concurrency: floorConcurrency, Conns: grpcConns}
+	r.res.Floor = f
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return err
+	}
+	if len(cpus) < 2 {
+		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)
+	}
+	f.ServerCPU, f.LoadCPU = cpus[0], cpus[1]
+	pin, err := newPinner(f.ServerCPU, f.LoadCPU)
+	if err != nil {
+		return err
+	}
+	defer pin.close() // after the servers' deferred stops
+
+	var targets []*floorTarget
+	add := func(name, bin string, w workload, head ...string) error {
+		t, err := r.startFloorTarget(ctx, pin, f.ServerCPU, name, bin, head...)
+		if err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		t.w = w
+		targets = append(targets, t)
+		return nil
+	}
+	defer func() {
+		for _, t := range targets {
+			t.p.stop()
+		}
+	}()
+	life := r.lifetime().String()
+	if err := add(floorDefaultNoop, r.bins.bench, allowedLoad, "noop-grpc", "--lifetime", life); err != nil {
+		return err
+	}
+	if err := add(floorNoop, r.bins.bench, allowedLoad, "noop", "--lifetime", life); err != nil {
+		return err
+	}
+	serve := func(config string) []string {
+		return append([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
+	}
+	if err := add("allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
+		return err
+	}
+	if err := add("denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
+		return err
+	}
+	if r.opt.baselineRef != "" {
+		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
+		f.Baseline = &b.FloorBaseline
+		if err == nil {
+			if err = add(floorBaseline+"allowed", b.bin, allowedLoad, "serve", "--config", b.allowedCfg, "--log-level", "warn", "--drain-delay", "0s"); err == nil {
+				err = add(floorBaseline+"denied", b.bin, deniedLoad, "serve", "--config", b.shippedCfg, "--log-level", "warn", "--drain-delay", "0s")
+			}
+		}
+		if err != nil {
+			f.Baseline.Error = firstLine(err.Error())
+			r.note("floor: no baseline from %s: %v", r.opt.baselineRef, firstLine(err.Error()))
+		}
+	}
+	f.Pinning = fmt.Sprintf("servers on CPU %d, load tool on CPU %d", f.ServerCPU, f.LoadCPU)
+
+	// measure runs one load against t, bound to the load CPU, at rate (0:
+	// closed loop) and notes the server's CPU per check.
+	measure := func(name string, t *floorTarget, rate float64) (*loadRun, error) {
+		args := []string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
+			"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}
+		if rate > 0 {
+			args = append(args, "--rate", strconv.FormatFloat(rate, 'f', 0, 64))
+		}
+		args = append(args, t.w.args...)
+		c0, err0 := cpuTimeOf(t.p.pid())
+		w0, werr0 := runqueueWait(t.p.pid())
+		start := time.Now()
+		res, err := r.loadOn(ctx, pin, f.LoadCPU, name, r.opt.run+r.opt.warmup, args...)
+		if err != nil {
+			return nil, err
+		}
+		c1, err1 := cpuTimeOf(t.p.pid())
+		w1, werr1 := runqueueWait(t.p.pid())
+		if err0 == nil && err1 == nil && res.Sent > 0 {
+			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
+		}
+		if werr0 == nil && werr1 == nil {
+			res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
+		}
+		return res, nil
+	}
+	level := func(name string, rate float64) (map[string][]*loadRun, error) {
+		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s %8s\n", name, floorConcurrency, grpcConns,
+			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU", "waited")
+		runs := map[string][]*loadRun{}
+		for round := range r.opt.rounds {
+			for i := range targets {
+				t := targets[(i+round)%len(targets)]
+				res, err := measure(fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, rate)
+				if err != nil {
+					return nil, err
+				}
+				runs[t.name] = append(runs[t.name], res)
+				f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
+				r.printf("%-18s %-6d %10.0f %9s %9s %9d %8.1fµs %8.1fµs %7.1f%%\n", t.name, round+1, res.RPS,
+					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), res.Errors, res.ServerCPUUS, res.ClientCPUUS(), 100*res.ServerWaitShare)
+			}
+		}
+		for _, t := range targets {
+			f.Rows = append(f.Rows, floorRow(name, rate, t.name, runs[t.name]))
+		}
+		f.Ratios = append(f.Ratios, floorRatios(name, rate, runs)...)
+		return runs, nil
+	}
+
+	sat, err := level("saturation", 0)
+	if err != nil {
+		return err
+	}
+	var noopRPS []float64
+	for _, res := range sat[floorDefaultNoop] {
+		noopRPS = append(noopRPS, res.RPS)
+	}
+	f.SaturationRPS = round1(median(noopRPS))
+	for _, share := range floorShares {
+		rate := float64(int(f.SaturationRPS*share/100) * 100)
+		if rate < 100 {
+			return fmt.Errorf("the default no-op managed %.0f checks/s: too few for fixed rates", f.SaturationRPS)
+		}
+		if _, err := level(shareName(share), rate); err != nil {
+			return err
+		}
+	}
+	r.printf("\nCPU per check, ratios per round (median, range):\n")
+	for _, x := range f.Ratios {
+		r.printf("  %-10s %-8s vs %-18s %.3f (%.3f–%.3f)\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max)
+	}
+	return r.floorProfiles(ctx, pin, f, targets)
+}
+
+func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
+
+// startFloorTarget starts bin with head (a subcommand and its flags) and
+// its own gRPC, HTTP and profile addresses, bound to cpu, waits until it
+// is ready and checks that the kernel holds it to that CPU.
+func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, name, bin string, head ...string) (*floorTarget, error) {
+	addrs, err := freeport.Addrs(3)
+	if err != nil {
+		return nil, err
+	}
+	args := append(append([]string{}, head...), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
+	p, err := r.startOn(pin, cpu, "floor-"+name, r.lifetime(), nil, bin, args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
+		p.stop()
+		return nil, err
+	}
+	if got, err := cpusAllowed(p.pid()); err != nil || got != strconv.Itoa(cpu) {
+		p.stop()
+		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
+	}
+	return &floorTarget{name: name, addr: addrs[0], p: p, pprofURL: "http://" + addrs[2] + "/debug/pprof/profile"}, nil
+}
+
+// baseline is the server built from another commit, and that commit's
+// configurations.
+type baseline struct {
+	FloorBaseline
+	bin, allowedCfg, shippedCfg string
+}
+
+// buildBaseline builds the server of ref from its own tree (git archive,
+// so no worktree is added to the repository) and writes that tree's
+// allowed configuration.
+func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, error) {
+	b := &baseline{FloorBaseline: FloorBaseline{Ref: ref}}
+	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", ref+"^{commit}")
+	if err != nil {
+		return b, fmt.Errorf("git rev-parse %s: %w (not in this clone?)", ref, err)
+	}
+	b.Commit = commit
+	src := filepath.Join(r.tmp, "baseline-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return b, err
+	}
+	start := time.Now()
+	if _, err := r.runTool(ctx, "baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
+		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+		return b, err
+	}
+	b.bin = filepath.Join(r.tmp, "ratelimit-authz-baseline")
+	if _, err := r.runTool(ctx, "build-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
+		"go", "build", "-trimpath", "-o", b.bin, "./cmd/ratelimit-authz"); err != nil {
+		return b, err
+	}
+	b.BuildS = round1(time.Since(start).Seconds())
+	b.allowedCfg = filepath.Join(r.tmp, "baseline-allowed.yaml")
+	b.shippedCfg = shippedConfigPath(src)
+	if err := writeAllowedConfig(src, b.allowedCfg); err != nil {
+		return b, err
+	}
+	r.printf("baseline: the server of %s (%s), built in %.0fs\n", ref, commit, b.BuildS)
+	return b, nil
+}
+
+// floorRow summarises one target at one level: medians over the rounds,
+// and the range of its CPU per check.
+func floorRow(level string, rate float64, target string, runs []*loadRun) FloorRow {
+	row := FloorRow{Level: level, Rate: rate, Target: target}
+	var rps, cpu, client, wait []float64
+	var lat []Lat
+	var requests, denied int64
+	for _, res := range runs {
+		rps, cpu, client = append(rps, res.RPS), append(cpu, res.ServerCPUUS), append(client, res.ClientCPUUS())
+		wait = append(wait, res.ServerWaitShare)
+		lat = append(lat, latOf(res))
+		requests += res.Requests
+		denied += res.Denied
+		row.Errors += res.Errors
+	}
+	row.RPS, row.CPUUS, row.ClientCPUUS = round1(median(rps)), round1(median(cpu)), round1(median(client))
+	row.WaitShare = round(median(wait), 3)
+	lo, hi := minMax(cpu)
+	row.CPUMin, row.CPUMax = round1(lo), round1(hi)
+	row.Latency = medianLat(lat)
+	if requests > 0 {
+		row.DeniedShare = round(float64(denied)/float64(requests), 4)
+	}
+	return row
+}
+
+// floorRatios pairs each server run with the same round's run of every
+// reference: CPU per check (and p99) of the server over the reference's,
+// per round, then their median and range.
+func floorRatios(level string, rate float64, runs map[string][]*loadRun) []FloorRatio {
+	var out []FloorRatio
+	for _, w := range []string{"allowed", "denied"} {
+		for _, vs := range []string{floorDefaultNoop, floorNoop, floorBaseline + w} {
+			srv, ref := runs[w], runs[vs]
+			if len(srv) == 0 || len(ref) == 0 {
+				continue
+			}
+			x := FloorRatio{Level: level, Rate: rate, Workload: w, Versus: vs}
+			var p99 []float64
+			for i := range min(len(srv), len(ref)) {
+				if ref[i].ServerCPUUS > 0 && srv[i].ServerCPUUS > 0 {
+					x.PerRound = append(x.PerRound, round(srv[i].ServerCPUUS/ref[i].ServerCPUUS, 3))
+				}
+				if ref[i].Latency.P99 > 0 {
+					p99 = append(p99, srv[i].Latency.P99/ref[i].Latency.P99)
+				}
+			}
+			if len(x.PerRound) == 0 {
+				continue
+			}
+			x.Median = round(median(x.PerRound), 3)
+			lo, hi := minMax(x.PerRound)
+			x.Min, x.Max = round(lo, 3), round(hi, 3)
+			if len(p99) > 0 {
+				x.P99Ratio = round(median(p99), 3)
+			}
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// floorProfiles takes a CPU profile of the server (allowed), the default
+// no-op and the baseline (allowed) at saturation, each under its own
+// load, and keeps pprof -top of each.
+func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targets []*floorTarget) error {
+	secs := 4
+	if r.opt.quick {
+		secs = 2
+	}
+	for _, name := range []string{"allowed", floorDefaultNoop, floorBaseline + "allowed"} {
+		var t *floorTarget
+		for _, x := range targets {
+			if x.name == name {
+				t = x
+			}
+		}
+		if t == nil {
+			continue
+		}
+		path := filepath.Join(r.runsDir, "cpu-floor-"+name+".pprof")
+		dur := time.Duration(secs)*time.Second + 1500*time.Millisecond
+		args := append([]string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
+			"--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"}, t.w.args...)
+		type loadDone struct {
+			res *loadRun
+			err error
+		}
+		done := make(chan loadDone, 1)
+		go func() {
+			res, err := r.loadOn(ctx, pin, f.LoadCPU, "floor-profile-"+name, dur+500*time.Millisecond, args...)
+			done <- loadDone{res, err}
+		}()
+		sleepCtx(ctx, time.Second)
+		ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", t.pprofURL, secs), path, time.Duration(secs+15)*time.Second)
+		ld := <-done
+		if ld.err != nil {
+			return ld.err
+		}
+		if ferr != nil {
+			return ferr
+		}
+		top, err := r.runTool(ctx, "pprof-floor-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", path)
+		if err != nil {
+			return err
+		}
+		cum, err := r.runTool(ctx, "pprof-floor-cum-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
+		if err != nil {
+			return err
+		}
+		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Seconds: float64(secs), RPS: round1(ld.res.RPS),
+			File: filepath.Base(path), Top: trimPprof(string(top)), Shares: shares(string(cum), ld.res.RPS*float64(secs))})
+		r.printf("profiled %s at saturation (%.0f checks/s): %s\n", name, ld.res.RPS, filepath.Base(path))
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+)
+
+// A child started through the pinner runs on its CPU alone; the runner's
+// own threads keep their CPUs, and the child outlives the pinner (its
+// Pdeathsig is tied to the launcher thread, which close keeps alive).
+func TestPinnerBindsTheChildOnly(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil || len(cpus) == 0 {
+		t.Fatalf("allowedCPUs: %v %v", cpus, err)
+	}
+	own, err := cpusAllowed(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := cpus[len(cpus)-1]
+	pin, err := newPinner(cpu)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := pin.on(cpu, cmd.Start); err != nil {
+		pin.close()
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if got, err := cpusAllowed(cmd.Process.Pid); err != nil || got != strconv.Itoa(cpu) {
+		t.Errorf("child on CPUs %q (%v), want %d", got, err, cpu)
+	}
+	if err := pin.on(cpu+1024, func() error { return nil }); err == nil {
+		t.Error("a CPU without a launcher: no error")
+	}
+	pin.close()
+	pin.close() // idempotent
+	if err := pin.on(cpu, func() error { return nil }); err == nil {
+		t.Error("a closed pinner still launches")
+	}
+	tasks, _ := filepath.Glob("/proc/self/task/*")
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(filepath.Base(task))
+		if got, err := cpusAllowed(tid); err == nil && got != own {
+			t.Errorf("runner thread %d on CPUs %q after close, want %q", tid, got, own)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("child gone after the pinner closed: %v", err)
+	}
+}
+
+func TestCPUsAllowedOfAMissingProcess(t *testing.T) {
+	if _, err := cpusAllowed(1 << 30); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+	if _, err := runqueueWait(1 << 30); err == nil {
+		t.Error("runqueueWait: no error for a process that does not exist")
+	}
+}
+
+// A process whose threads are kept from their CPU accumulates run-queue
+// wait: two busy children pinned to the same CPU each wait about half
+// the time.
+func TestRunqueueWaitSeesContention(t *testing.T) {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := newPinner(cpus[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.close()
+	var busy []*exec.Cmd
+	for range 2 {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		if err := pin.on(cpus[0], cmd.Start); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		busy = append(busy, cmd)
+	}
+	w0, err := runqueueWait(busy[0].Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	w1, err := runqueueWait(busy[0].Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := w1 - w0; d < 100*time.Millisecond {
+		t.Errorf("a busy process sharing its CPU with another waited %v of 500ms", d)
+	}
+}
+
+func floorRun(cpu, p99 float64) *loadRun {
+	return &loadRun{Result: loadresult.Result{RPS: 1000, Requests: 100, Latency: loadresult.Latency{P99: p99}}, ServerCPUUS: cpu}
+}
+
+// Ratios pair the same round of the server and the reference; a round
+// without a CPU figure on either side is left out.
+func TestFloorRatiosPairRounds(t *testing.T) {
+	runs := map[string][]*loadRun{
+		floorDefaultNoop:   {floorRun(40, 100), floorRun(50, 100), floorRun(60, 0)},
+		floorNoop:          {floorRun(20, 100), floorRun(0, 100), floorRun(30, 100)},
+		"allowed":          {floorRun(20, 50), floorRun(40, 200), floorRun(30, 100)},
+		"denied":           {floorRun(40, 100), floorRun(50, 100), floorRun(66, 100)},
+		"baseline-allowed": {floorRun(40, 100), floorRun(40, 100), floorRun(40, 100)},
+	}
+	got := map[string]FloorRatio{}
+	for _, x := range floorRatios("saturation", 0, runs) {
+		got[x.Workload+"/"+x.Versus] = x
+	}
+	a := got["allowed/"+floorDefaultNoop]
+	if a.Median != 0.5 || a.Min != 0.5 || a.Max != 0.8 || len(a.PerRound) != 3 || a.PerRound[1] != 0.8 {
+		t.Errorf("allowed vs default no-op: %+v", a)
+	}
+	if a.P99Ratio != 1.25 { // 0.5, 2 (the third round's reference has no p99)
+		t.Errorf("p99 ratio %v, want 1.25", a.P99Ratio)
+	}
+	if n := got["allowed/"+floorNoop]; len(n.PerRound) != 2 || n.Median != 1 {
+		t.Errorf("allowed vs noop (one round without a figure): %+v", n)
+	}
+	if b := got["allowed/baseline-allowed"]; b.Median != 0.75 {
+		t.Errorf("allowed vs baseline: %+v", b)
+	}
+	if _, ok := got["denied/baseline-denied"]; ok {
+		t.Error("a ratio against a baseline that did not run")
+	}
+	if d := got["denied/"+floorDefaultNoop]; d.Median != 1 || d.Max != 1.1 {
+		t.Errorf("denied vs default no-op: %+v", d)
+	}
+	row := floorRow("saturation", 0, "allowed", runs["allowed"])
+	if row.CPUUS != 30 || row.CPUMin != 20 || row.CPUMax != 40 || row.Latency.P99 != 100 || row.DeniedShare != 0 {
+		t.Errorf("row %+v", row)
+	}
+}
+
+func floorResults(allowedSat, deniedSat, allowedLow, deniedLow, p99 float64) *Results {
+	f := &Floor{Baseline: &FloorBaseline{Ref: "main", Commit: "0123456789abcdef"}}
+	f.Ratios = []FloorRatio{
+		{Level: "saturation", Workload: "allowed", Versus: floorDefaultNoop, Median: allowedSat},
+		{Level: "saturation", Workload: "denied", Versus: floorDefaultNoop, Median: deniedSat},
+		{Level: "10%", Workload: "allowed", Versus: "baseline-allowed", Median: allowedLow},
+		{Level: "10%", Workload: "denied", Versus: "baseline-denied", Median: deniedLow},
+	}
+	f.Rows = []FloorRow{
+		{Level: "40%", Target: "allowed", Rate: 4000, Latency: Lat{P99: p99}},
+		{Level: "40%", Target: "denied", Rate: 4000, Latency: Lat{P99: 300}},
+		{Level: "40%", Target: floorDefaultNoop, Rate: 4000, Latency: Lat{P99: 400}},
+	}
+	return &Results{Floor: f, Memory: &Memory{Keys: 1_000_000, BytesPerKeyRSS: 190, Loaded: MemPoint{LiveKeys: 1_000_000}}}
+}
+
+func floorTargetsByName(res *Results) map[string]Target {
+	got := map[string]Target{}
+	for _, tg := range targets(res) {
+		got[tg.Name] = tg
+	}
+	return got
+}
+
+func TestFloorTargets(t *testing.T) {
+	met := floorTargetsByName(floorResults(0.6, 0.7, 0.5, 0.6, 350))
+	for _, name := range []string{"floor-cpu", "floor-low-rate", "floor-p99", "floor-rss"} {
+		if tg := met[name]; tg.Met == nil || !*tg.Met {
+			t.Errorf("%s: %+v, want met", name, tg)
+		}
+	}
+	// The worse of allowed and denied decides.
+	missed := floorTargetsByName(floorResults(0.6, 0.71, 0.5, 0.61, 401))
+	for _, name := range []string{"floor-cpu", "floor-low-rate", "floor-p99"} {
+		if tg := missed[name]; tg.Met == nil || *tg.Met || tg.Margin == "" {
+			t.Errorf("%s: %+v, want missed with a margin", name, tg)
+		}
+	}
+	if v := missed["floor-cpu"].Value; v != 0.71 {
+		t.Errorf("floor-cpu value %v, want the worse 0.71", v)
+	}
+	res := floorResults(0.6, 0.7, 0.5, 0.6, 350)
+	res.Memory.Keys, res.Memory.BytesPerKeyRSS = 100_000, 150
+	res.Floor.Ratios = res.Floor.Ratios[:2]
+	res.Floor.Baseline.Error = "git rev-parse main: exit status 128"
+	got := floorTargetsByName(res)
+	if tg := got["floor-rss"]; tg.Met != nil || !strings.Contains(tg.Measured, "fewer than 1 M keys") {
+		t.Errorf("rss at 100k keys: %+v, want not judged", tg)
+	}
+	if tg := got["floor-low-rate"]; tg.Met != nil || !strings.Contains(tg.Measured, "no baseline: git rev-parse") {
+		t.Errorf("low rate without a baseline: %+v", tg)
+	}
+	for _, tg := range targets(&Results{}) {
+		if strings.HasPrefix(tg.Name, "floor") && tg.Met != nil {
+			t.Errorf("%s judged without figures", tg.Name)
+		}
+	}
+}
+
+func TestFloorReportRenders(t *testing.T) {
+	out := t.TempDir()
+	res := floorResults(0.9, 0.95, 0.5, 0.6, 350)
+	res.StartedAt, res.FinishedAt = time.Unix(0, 0), time.Unix(60, 0)
+	res.Floor.Pinning = "servers on CPU 0, load tool on CPU 1"
+	res.Floor.SaturationRPS = 20000
+	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37, WaitShare: 0.025},
+		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6})
+	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
+	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
+		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}}}
+	r := &runner{out: out, res: res}
+	r.res.Targets = targets(r.res)
+	if err := r.writeReport(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
+	for _, want := range []string{"## Floor: CPU per check against a default grpc-go no-op", "servers on CPU 0, load tool on CPU 1",
+		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |", "| 0.0 | 2.5% | 0 |",
+		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) |", "| " + profileParts[1].part + " | — |",
+		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
+	}
+}
+
+// A baseline ref that is not a commit, or that looks like an option, is a
+// clear error before anything is built.
+func TestBuildBaselineRejectsBadRefs(t *testing.T) {
+	dir := t.TempDir()
+	r := &runner{root: root(t), tmp: dir, logDir: dir}
+	for _, ref := range []string{"no-such-ref-anywhere", "--output=" + filepath.Join(dir, "x"), ""} {
+		b, err := r.buildBaseline(t.Context(), ref)
+		if err == nil || !strings.Contains(err.Error(), "git rev-parse") {
+			t.Errorf("ref %q: %v", ref, err)
+		}
+		if b == nil || b.Commit != "" || b.bin != "" {
+			t.Errorf("ref %q: baseline %+v", ref, b)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x")); err == nil {
+		t.Error("an option-like ref wrote a file")
+	}
+}
