@@ -27,8 +27,12 @@ import (
 // memoryHeadroomFloor: the counter is exempt from GOGC's doubling, the rest
 // of the heap is not. The counter's own size is bounded by max_keys, and
 // the limit follows it, re-read every memoryLimitInterval: since it is
-// always above the live heap by the headroom, the collector never runs
-// back to back to stay under it (no death spiral). A fixed size sets that
+// above the live heap by the headroom (fragmentation counted as overhead),
+// the collector does not run back to back to stay under it (no death
+// spiral). Between two readings the counter's arrays can grow past the
+// headroom (a flood doubles every shard's arrays at about the same time):
+// the collector then runs often for up to memoryLimitInterval, its CPU
+// capped at about half by the runtime, until the limit follows. A fixed size sets that
 // limit instead (as GOMEMLIMIT would); off leaves the runtime's. A
 // GOMEMLIMIT set by the operator always wins.
 
@@ -159,7 +163,10 @@ func readMemSample(buf []metrics.Sample, counter int64) memSample {
 		}
 		return int64(buf[i].Value.Uint64())
 	}
-	heap := v(3) + v(4) + v(5)
+	// Fragmentation inside in-use spans (heap/unused) counts against the
+	// limit as the runtime sees it, and is no room for live objects: it
+	// is overhead. Free spans are room for the heap to grow into.
+	heap := v(3) + v(5)
 	return memSample{live: v(0), overhead: max(0, v(1)-v(2)-heap), counter: counter}
 }
 

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"runtime"
+	"runtime/metrics"
 )
 
 func TestParseMemoryLimit(t *testing.T) {
@@ -182,4 +184,40 @@ func TestServeMemoryLimitUsage(t *testing.T) {
 			t.Errorf("serve --help lacks %q", want)
 		}
 	}
+}
+
+// A fragmented heap (objects freed but their spans still in use) counts
+// against the limit as the runtime sees it: after a collection, auto's
+// limit leaves the runtime at least the floor of room above what is live,
+// counting everything mapped and neither released nor free.
+func TestAutoLimitCountsFragmentation(t *testing.T) {
+	const n, keep = 1 << 20, 16
+	objs := make([]*[64]byte, n)
+	for i := range objs {
+		objs[i] = new([64]byte)
+	}
+	for i := range objs {
+		if i%keep != 0 {
+			objs[i] = nil
+		}
+	}
+	runtime.GC()
+	runtime.GC()
+	buf := make([]metrics.Sample, len(memMetrics))
+	for i, name := range memMetrics {
+		buf[i].Name = name
+	}
+	s := readMemSample(buf, 0)
+	v := func(i int) int64 { return int64(buf[i].Value.Uint64()) }
+	total, released, objects, unused, free := v(1), v(2), v(3), v(4), v(5)
+	if unused <= memoryHeadroomFloor {
+		t.Fatalf("the test made only %d bytes of fragmentation, want more than the floor, %d, to show anything", unused, memoryHeadroomFloor)
+	}
+	// What the runtime counts against the limit, less the garbage a
+	// collection frees, plus the floor.
+	need := total - released - free - (objects - s.live) + memoryHeadroomFloor
+	if got := autoLimit(s, 100); got < need {
+		t.Errorf("auto limit %d with %d bytes of fragmentation: below the %d the runtime needs to keep the live heap and the floor", got, unused, need)
+	}
+	runtime.KeepAlive(objs)
 }
