@@ -2,6 +2,7 @@ package checkwire
 
 import (
 	"math"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -18,8 +19,9 @@ import (
 // bytes), without reflection and in one allocation. A message setting
 // anything else (unknown fields, status details, an error response, other
 // OK-response fields, a header's raw value or deprecated append, a map
-// too large to sort in place) is left to the standard codec: encodable
-// reports it.
+// too large to sort in place) is left to the standard codec, and so is a
+// string that is not valid UTF-8 (which the standard codec refuses, as
+// proto3 requires): encodable reports it.
 
 // maxSortedEntries bounds the Struct maps sorted in place (quadratic, no
 // allocation); larger ones take the standard codec.
@@ -36,14 +38,14 @@ func encodable(m *authv3.CheckResponse) bool {
 	if unknown(m) {
 		return false
 	}
-	if st := m.Status; st != nil && (len(st.Details) > 0 || unknown(st)) {
+	if st := m.Status; st != nil && (len(st.Details) > 0 || unknown(st) || !utf8.ValidString(st.Message)) {
 		return false
 	}
 	switch r := m.GetHttpResponse().(type) {
 	case nil:
 	case *authv3.CheckResponse_DeniedResponse:
 		d := r.DeniedResponse
-		if d == nil || unknown(d) || (d.Status != nil && unknown(d.Status)) || !headersEncodable(d.Headers) {
+		if d == nil || unknown(d) || (d.Status != nil && unknown(d.Status)) || !utf8.ValidString(d.Body) || !headersEncodable(d.Headers) {
 			return false
 		}
 	case *authv3.CheckResponse_OkResponse:
@@ -60,7 +62,8 @@ func encodable(m *authv3.CheckResponse) bool {
 
 func headersEncodable(hs []*corev3.HeaderValueOption) bool {
 	for _, h := range hs {
-		if h == nil || h.Append != nil || h.Header == nil || len(h.Header.RawValue) > 0 || unknown(h) || unknown(h.Header) {
+		if h == nil || h.Append != nil || h.Header == nil || len(h.Header.RawValue) > 0 || unknown(h) || unknown(h.Header) ||
+			!utf8.ValidString(h.Header.Key) || !utf8.ValidString(h.Header.Value) {
 			return false
 		}
 	}
@@ -71,8 +74,8 @@ func structEncodable(s *structpb.Struct, depth int) bool {
 	if depth > maxStructDepth || len(s.Fields) > maxSortedEntries || unknown(s) {
 		return false
 	}
-	for _, v := range s.Fields {
-		if !valueEncodable(v, depth) {
+	for k, v := range s.Fields {
+		if !utf8.ValidString(k) || !valueEncodable(v, depth) {
 			return false
 		}
 	}
@@ -84,7 +87,9 @@ func valueEncodable(v *structpb.Value, depth int) bool {
 		return false
 	}
 	switch k := v.GetKind().(type) {
-	case *structpb.Value_NullValue, *structpb.Value_NumberValue, *structpb.Value_StringValue, *structpb.Value_BoolValue:
+	case *structpb.Value_StringValue:
+		return utf8.ValidString(k.StringValue)
+	case *structpb.Value_NullValue, *structpb.Value_NumberValue, *structpb.Value_BoolValue:
 		return true
 	case *structpb.Value_StructValue:
 		return k.StructValue != nil && structEncodable(k.StructValue, depth+1)

@@ -95,6 +95,34 @@ func TestEncodeFallsBack(t *testing.T) {
 	}
 }
 
+// A string that is not valid UTF-8, anywhere the hand encoder writes one,
+// is left to the standard codec, which refuses it as proto.Marshal does.
+func TestEncodeRefusesInvalidUTF8(t *testing.T) {
+	c := NewCodec()
+	denied := func(d *authv3.DeniedHttpResponse) *authv3.CheckResponse {
+		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: 8}, HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: d}}
+	}
+	for name, m := range map[string]*authv3.CheckResponse{
+		"status message": {Status: &rpcstatus.Status{Message: "\xff"}},
+		"body":           denied(&authv3.DeniedHttpResponse{Body: "\xff"}),
+		"header key":     denied(&authv3.DeniedHttpResponse{Headers: []*corev3.HeaderValueOption{hvo("\xfe", "v")}}),
+		"header value":   denied(&authv3.DeniedHttpResponse{Headers: []*corev3.HeaderValueOption{hvo("k", "\xfe")}}),
+		"ok header":      {HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: []*corev3.HeaderValueOption{hvo("k", "\xfe")}}}},
+		"metadata key":   {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"\xff": structpb.NewBoolValue(true)}}},
+		"metadata value": {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("\xff")}}},
+	} {
+		if encodable(m) {
+			t.Errorf("%s: encodable by hand", name)
+		}
+		if _, want := proto.Marshal(m); want == nil {
+			t.Fatalf("%s: proto.Marshal accepts it: the case shows nothing", name)
+		}
+		if _, err := c.Marshal(m); err == nil {
+			t.Errorf("%s: the codec wrote a message proto.Marshal refuses", name)
+		}
+	}
+}
+
 func TestPrebuilt(t *testing.T) {
 	m := &authv3.CheckResponse{Status: &rpcstatus.Status{}}
 	p, err := Prebuild(m)
