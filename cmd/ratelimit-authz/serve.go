@@ -60,7 +60,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Int(&c.grpcMaxStreams, "grpc-max-streams", "RATELIMIT_AUTHZ_GRPC_MAX_STREAMS", server.DefaultMaxConcurrentStreams, "most concurrent streams per gRPC connection; more are refused (set Envoy's cluster http2_protocol_options.max_concurrent_streams to at most this)")
 	f.Int(&c.node.Limits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
-	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once; 0: a goroutine per check")
+	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once plus the long-lived streams (access log, RLQS), which hold one each; 0: a goroutine per check")
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
