@@ -383,8 +383,12 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 			// is sent: it caps what is left.
 			a = t.sent
 		}
+		// The first budget of a window goes out full, as a tick would send
+		// it, whichever comes first: a report early in a window, before the
+		// tick, must not replace the previous window's spent bucket.
+		fresh := exact || (a.budget && t.sent.budget && a.window != t.sent.window)
 		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
-			resp.BucketAction = str.send(resp.BucketAction, t, a, now, st, exact)
+			resp.BucketAction = str.send(resp.BucketAction, t, a, now, st, fresh)
 		}
 	}
 	return resp, nil

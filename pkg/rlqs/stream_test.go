@@ -81,6 +81,12 @@ func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
 
 func start(t *testing.T, yaml string, maxKeys int) *harness {
 	t.Helper()
+	return startTicking(t, yaml, maxKeys, 5*time.Millisecond)
+}
+
+// startTicking is start with the service's tick period (real time).
+func startTicking(t *testing.T, yaml string, maxKeys int, tick time.Duration) *harness {
+	t.Helper()
 	cfg, r := config(t, yaml)
 	h := &harness{t: t, clock: new(testclock.Clock), reg: prometheus.NewRegistry(), rules: r}
 	h.clock.Set(t0)
@@ -88,7 +94,7 @@ func start(t *testing.T, yaml string, maxKeys int) *harness {
 	if h.store, err = counter.New(counter.Config{MaxKeys: maxKeys, Shards: 1}); err != nil {
 		t.Fatal(err)
 	}
-	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), rlqs.Options{Now: h.clock.Now, Tick: 5 * time.Millisecond})
+	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), rlqs.Options{Now: h.clock.Now, Tick: tick})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,6 +362,28 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	}
 	if n := h.metric("ratelimit_authz_rlqs_requests_reported_total", "outcome", "allowed"); n != 12 {
 		t.Errorf("allowed reported %v, want 12", n)
+	}
+}
+
+// A report that arrives in a new window before any tick has pushed that
+// window's budget gets the budget as a fresh, full bucket (after
+// ALLOW_ALL): a plain replacement would leave Envoy the tokens it had left
+// of the window before, none when it spent them, for the whole window.
+func TestStreamReportInANewWindowRestarts(t *testing.T) {
+	h := startTicking(t, testRules, 0, time.Hour) // no tick: reports only
+	e := h.open()
+	h.clock.Add(100 * time.Millisecond)
+	e.report("api", usage{id: acme, allowed: 1})
+	if a := e.one(acme); a != "tokens 9" {
+		t.Fatalf("first assignment %q, want tokens 9", a)
+	}
+	// Envoy spends its 9 tokens; its report comes 50 ms into the next
+	// window: of the 9 requests over the 950 ms since the previous report,
+	// 1 is taken as this window's.
+	h.clock.Set(t0.Add(time.Second + 50*time.Millisecond))
+	e.report("api", usage{id: acme, allowed: 9})
+	if a := e.one(acme); a != "fresh tokens 9" {
+		t.Fatalf("a report in a new window: %q, want the window's share in a full bucket (fresh tokens 9)", a)
 	}
 }
 
