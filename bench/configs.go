@@ -112,7 +112,7 @@ func writeAllowedConfig(root, out string) error {
 // bucket (per client IP) on a window of the given length, copies of it
 // (token_create_2 …) so that the legacy token route counts each check in
 // `copies` buckets, and room for maxKeys live keys. Every (bucket, key) is
-// a live key of its own, with its own map slot, entry and key string, so
+// a live key of its own, with its own entry, table slot and key bytes, so
 // a check that brings n new keys costs the memory of n checks that bring
 // one each; it only takes fewer checks to reach a million.
 func writeMemoryConfig(root, out string, window time.Duration, copies, maxKeys int) error {

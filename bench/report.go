@@ -372,7 +372,7 @@ func (r *runner) writeReport() error {
 		case m.Buckets > 2:
 			copies = fmt.Sprintf("%d copies of it", m.Buckets-1)
 		}
-		w("`token_create` (per client IP) with its window set to %ds, and %s on the same route, so that each check brings %d new key(s): %d checks, each from a new client IP, sent within one window (%.1fs, %.0f checks/s, %d errors). A (bucket, key) pair is a live key with its own map slot, entry and key string, whichever check brought it. `counter.max_keys` %d (the bound is per shard: a store filled to exactly max_keys refuses some keys early); sweeper every %gs. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`; a burst of unmatched checks makes the server collect).\n\n",
+		w("`token_create` (per client IP) with its window set to %ds, and %s on the same route, so that each check brings %d new key(s): %d checks, each from a new client IP, sent within one window (%.1fs, %.0f checks/s, %d errors). A (bucket, key) pair is a live key with its own entry, table slot and key bytes, whichever check brought it. `counter.max_keys` %d (the bound is per shard: a store filled to exactly max_keys refuses some keys early); sweeper every %gs. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`; a burst of unmatched checks makes the server collect).\n\n",
 			m.WindowS, copies, m.Buckets, m.Checks, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig, m.SweepS)
 		w("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
 		for _, row := range []struct {
@@ -619,10 +619,10 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 			w("\n")
 		case "memory":
 			m := res.Memory
-			w("- **Memory** (%s). RSS counts the whole process, garbage not yet collected included: with GOGC=100 the heap grows to twice the live set before each collection, and here resident memory per key is %.1f× the live heap's %.0f B/key. The live heap per key is the map slot (at the map's load factor), the entry and the key string (client IPs here, 7 to 14 bytes); BenchmarkMemoryPerKey measures the same in process (below).",
+			w("- **Memory** (%s). RSS counts the whole process, garbage not yet collected included: with GOGC=100 the heap grows to twice the live set before each collection, and here resident memory per key is %.1f× the live heap's %.0f B/key. The live heap per key is the entry in its shard's slab, its slot in the shard's hash table (at most 3/4 full) and the key's bytes in the shard's arena (client IPs here, 7 to 14 bytes); BenchmarkMemoryPerKey measures the same in process (below). A server run with --memory-limit off keeps GOGC's doubling.",
 				t.Margin, m.BytesPerKeyRSS/max(m.BytesPerKeyHeap, 1), m.BytesPerKeyHeap)
 			if m.Expired.RSS > 0 {
-				w(" After expiry the keys are gone (%.0f live), but the live heap is still %s (%s before the load): Go maps do not shrink when entries are deleted, so the shards' tables stay at their largest until the process restarts; RSS stays at %s, as the runtime returns freed pages to the OS only gradually.",
+				w(" After expiry the keys are gone (%.0f live), but the live heap is still %s (%s before the load): a shard's arrays are rebuilt to their live size only once it has shrunk below a quarter of its largest; RSS stays at %s, as the runtime returns freed pages to the OS only gradually.",
 					m.Expired.LiveKeys, mibOrDash(m.Expired.LiveHeap), mibOrDash(m.Baseline.LiveHeap), mib(m.Expired.RSS))
 			}
 			w("\n")
