@@ -85,11 +85,12 @@ func cgroupCPULimit(root fs.FS) float64 {
 }
 
 // cpuRatio is quota/period in CPUs; 0 for "max", -1 (v1: none) or
-// anything that is not a positive integer pair.
+// anything the kernel would not hold: it keeps the period within 1 ms…1 s
+// and the quota at 1 ms at least (microseconds).
 func cpuRatio(quota, period string) float64 {
 	q, err1 := strconv.ParseInt(quota, 10, 64)
 	p, err2 := strconv.ParseInt(period, 10, 64)
-	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
+	if err1 != nil || err2 != nil || q < 1000 || p < 1000 || p > 1_000_000 {
 		return 0
 	}
 	if r := float64(q) / float64(p); r <= maxCgroupCPUs {

@@ -22,6 +22,8 @@ func TestCgroupCPULimit(t *testing.T) {
 		{"v2 garbage", map[string]string{"sys/fs/cgroup/cpu.max": "\x00\xff"}, 0},
 		{"v2 zero period", map[string]string{"sys/fs/cgroup/cpu.max": "100000 0"}, 0},
 		{"v2 huge", map[string]string{"sys/fs/cgroup/cpu.max": "9223372036854775807 1"}, 0},
+		{"v2 period past the kernel's 1 s", map[string]string{"sys/fs/cgroup/cpu.max": "1 1000000000001"}, 0},
+		{"v2 the least the kernel holds", map[string]string{"sys/fs/cgroup/cpu.max": "1000 1000000"}, 0.001},
 		{"v1 limit", map[string]string{"sys/fs/cgroup/cpu/cpu.cfs_quota_us": "50000\n", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"}, 0.5},
 		{"v1 cpu,cpuacct", map[string]string{"sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "200000", "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000"}, 2},
 		{"v1 unlimited", map[string]string{"sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1", "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000"}, 0},
@@ -109,12 +111,12 @@ func TestStreamWorkersFlag(t *testing.T) {
 // (none) or a positive, finite count of CPUs within the bound, and never
 // a panic.
 func FuzzCgroupCPULimit(f *testing.F) {
-	for _, s := range []string{"max 100000\n", "150000 100000", "1 1", "0 0", "-1 100000", "9223372036854775807 1", " ", "100000", "1e9 1", "50000 100000 extra"} {
+	for _, s := range []string{"max 100000\n", "150000 100000", "1 1", "0 0", "-1 100000", "9223372036854775807 1", " ", "100000", "1e9 1", "50000 100000 extra", "1 1000000000001", "1000 1000000"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
 		got := cgroupCPULimit(fstest.MapFS{"sys/fs/cgroup/cpu.max": &fstest.MapFile{Data: []byte(body)}})
-		if got < 0 || got > maxCgroupCPUs || math.IsNaN(got) || (got > 0 && got < 1e-12) {
+		if got < 0 || got > maxCgroupCPUs || math.IsNaN(got) || (got > 0 && got < 0.001) {
 			t.Fatalf("cpu.max %q: limit %v", body, got)
 		}
 	})
