@@ -60,7 +60,7 @@
 //     Stale, on both sides. Per-peer counts live in a per-shard side table
 //     keyed like the entries, only for keys peers reported, bounded by
 //     Config.MaxPeersPerKey and swept with their entries; an entry stays
-//     56 bytes and pointer-free.
+//     72 bytes and pointer-free.
 //   - [Store.Snapshot] lists every live count with the node that made it,
 //     for a peer that warm-starts; it merges them with Merge.
 //
@@ -96,7 +96,7 @@
 // # Memory per key
 //
 // Each shard keeps its keys in three flat, pointer-free arrays (table.go):
-// a slab of 56-byte entries indexed by uint32, an open-addressing table of
+// a slab of 72-byte entries indexed by uint32, an open-addressing table of
 // 8-byte slots (hash tag and index) at most 3/4 full, and an arena of the
 // key bytes. A live key costs its entry, a slot and its bytes (about 100
 // bytes for an IPv4 key at 1,000,000 keys, BenchmarkMemoryPerKey), with no

@@ -123,6 +123,7 @@ func (sh *shard) compactChanged() {
 //
 // Each shard is locked in turn, for time proportional to its changes.
 func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, stale int) {
+	ms, delay := now.UnixMilli(), int64(uint32(s.shares.Load()))
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
@@ -158,6 +159,9 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 					Bucket: c.bucket, Key: key, ScaleMS: scale, Algorithm: e.alg,
 					Window: w, Count: e.local[slot],
 				})
+				if w == e.newest {
+					e.reported(e.local[slot], ms, delay)
+				}
 			}
 		}
 		// Keep the capacity for the next interval, unless a burst of

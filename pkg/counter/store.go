@@ -39,6 +39,9 @@ type Store struct {
 	// local count leaves a key near its limit; nil unless track. See
 	// [Store.NearLimit].
 	near chan struct{}
+	// shares is the Shares in effect, packed (see packShares) so that Take
+	// reads it with one atomic load; 0: no shares.
+	shares atomic.Uint64
 }
 
 // shard owns a slice of the key space behind one mutex, padded so that
@@ -69,9 +72,10 @@ type shardState struct {
 	// m, exact right after a sweep. A full shard sweeps itself on insert
 	// only once now has reached it, so a flood of live distinct keys costs
 	// one O(n) pass per expiry instant, not one per insert.
-	minExpiry int64
-	refused   uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
-	sweeps    uint64 // passes over m; lets tests check a full shard does not sweep per insert
+	minExpiry   int64
+	refused     uint64 // keys refused at the bound; per shard so a flood does not contend on one cache line
+	shareDenied uint64 // hits denied by this node's share, not by the limit; see Store.ShareDenials
+	sweeps      uint64 // passes over m; lets tests check a full shard does not sweep per insert
 	// high and peersHigh are the most entries the slab and peers have held
 	// since they were made: neither the slab nor a Go map shrinks, so this
 	// is what they are sized for. Only sweep and DropBuckets delete, so the
@@ -120,7 +124,7 @@ type mapKey struct {
 
 // entry holds the counts of one (bucket, key): its newest window and the one
 // before it, indexed by window&1. A window that is not held reads as zero,
-// so no "valid" flags are needed. 56 bytes, no pointers (the garbage
+// so no "valid" flags are needed. 72 bytes, no pointers (the garbage
 // collector does not scan the slab).
 type entry struct {
 	newest int64    // newest window held; slot newest&1 is it, the other slot is newest−1
@@ -132,6 +136,12 @@ type entry struct {
 	gen    uint16 // bumped by reset, so peer counts recorded before it no longer apply
 	alg    Algorithm
 	marks  uint8 // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
+	// What Changes last reported of the newest window's local count
+	// (pubNew, at pubAt ms into the window) and the report before it that
+	// was already in effect (pubOld); see shares.go. Zero when the newest
+	// window has not been reported. The counts saturate at MaxLimit: a
+	// count above any limit admits nothing whatever its share.
+	pubNew, pubOld, pubAt uint32
 }
 
 // listed marks an entry that is on its shard's changed list.
@@ -242,6 +252,7 @@ func (e *entry) advance(w int64) {
 		e.local[w&1], e.remote[w&1] = 0, 0
 		e.marks &^= 1 << (w & 1)
 		e.newest = w
+		e.pubNew, e.pubOld, e.pubAt = 0, 0, 0
 	case w > e.newest+1:
 		e.reset(w)
 	}
@@ -566,13 +577,17 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	cur := e.total(w)
 	ok := admits(lim, el, prev, cur)
 	near := false
+	if s.track {
+		if sv := s.shares.Load(); sv != 0 && ok {
+			ok, near = sh.takeShare(i, k, sv, lim, w, el, prev, 1)
+		} else if ok {
+			sh.mark(i, k, w)
+			near = isNear(lim, el, prev, cur+1)
+		}
+	}
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], 1)
 		cur++
-		if s.track {
-			sh.mark(i, k, w)
-			near = isNear(lim, el, prev, cur)
-		}
 	}
 	sh.mu.Unlock()
 	if near {

@@ -302,7 +302,7 @@ func TestMemoryBytes(t *testing.T) {
 	grew := liveHeap() - before
 	full := s.MemoryBytes()
 	runtime.KeepAlive(s)
-	// Entry, slot and key bytes: at least 56+8+11 per key.
+	// Entry, slot and key bytes: at least 72+8+11 per key.
 	if full-empty < 50_000*75 || full > grew+grew/10 || full < grew-grew/10 {
 		t.Errorf("MemoryBytes %d (empty %d) for 50,000 keys whose heap grew by %d", full, empty, grew)
 	}

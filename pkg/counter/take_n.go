@@ -41,13 +41,17 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	cur := e.total(w)
 	ok := admitsN(lim, el, prev, cur, n)
 	near := false
+	if s.track {
+		if sv := s.shares.Load(); sv != 0 && ok {
+			ok, near = sh.takeShare(i, k, sv, lim, w, el, prev, n)
+		} else if ok {
+			sh.mark(i, k, w)
+			near = isNear(lim, el, prev, cur+n)
+		}
+	}
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], n)
 		cur += n
-		if s.track {
-			sh.mark(i, k, w)
-			near = isNear(lim, el, prev, cur)
-		}
 	}
 	sh.mu.Unlock()
 	if near {

@@ -325,6 +325,10 @@ func registerCounterMetrics(reg prometheus.Registerer, s *counter.Store) error {
 			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "keys_refused_total",
 			Help: "New keys not tracked because the counter was at counter.max_keys; the bucket's on_overflow decided.",
 		}, func() float64 { return float64(s.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "ratelimit_authz", Subsystem: "counter", Name: "share_denials_total",
+			Help: "Hits denied because this node had used its share of a key's budget while the cluster, as far as this node knew, was under the limit; each lasts until its report has reached the peers (see replicate_share_nodes).",
+		}, func() float64 { return float64(s.ShareDenials()) }),
 	} {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("register counter metrics: %w", err)

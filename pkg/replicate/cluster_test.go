@@ -161,13 +161,25 @@ func TestClusterSharesOneBudget(t *testing.T) {
 				}
 			}
 			allSee(t, nodes, 0, "acme", int64(30*n))
-			// What is left of the budget can be spent on any node, once.
-			admitted := 0
-			for nodes[n-1].store.Take(0, "acme", long, time.Now()).Allowed {
-				admitted++
+			// What is left of the budget can be spent on any node, once:
+			// the node takes its share of it, and once its report has
+			// reached the others, its share of what then remains, and so
+			// on until nothing remains.
+			admitted, want := 0, 100-30*n
+			last := nodes[n-1]
+			deadline := time.Now().Add(waitLong)
+			for last.total(0, "acme") < 100 && time.Now().Before(deadline) {
+				if last.store.Take(0, "acme", long, time.Now()).Allowed {
+					admitted++
+				} else {
+					time.Sleep(time.Millisecond)
+				}
 			}
-			if want := 100 - 30*n; admitted != want {
+			if admitted != want {
 				t.Errorf("the last node admitted %d, want the %d left", admitted, want)
+			}
+			if got := last.store.ShareDenials(); got == 0 {
+				t.Errorf("no share denial: the last node admitted %d at once, beyond its share", admitted)
 			}
 			allSee(t, nodes, 0, "acme", 100)
 			for _, nd := range nodes {
@@ -255,7 +267,8 @@ func TestClusterLostAndDuplicatedBatch(t *testing.T) {
 	// a ticks when the test says so; its second batch is lost on the way,
 	// its third goes out twice.
 	kick := make(chan chan struct{})
-	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour}, nodeOpts{hooks: hooks{
+	// Shares off: every hit is replicated, whatever its key's share.
+	a := startLive(t, srv.ClientURL(), "a", Config{SyncInterval: time.Hour, ShareDelay: -1}, nodeOpts{hooks: hooks{
 		kick: kick,
 		send: func(nc *nats.Conn, subj string, data []byte) error {
 			if subj != "ratelimit.batch" {

@@ -128,6 +128,19 @@ func (t *peerTable) expire(now time.Time, ttl time.Duration) {
 	}
 }
 
+// liveNodes appends to dst the node ids of the peers heard from since
+// since (a restarted node may appear once per incarnation).
+func (t *peerTable) liveNodes(dst []string, since time.Time) []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, p := range t.byKey {
+		if !p.lastSeen.Before(since) {
+			dst = append(dst, k.node)
+		}
+	}
+	return dst
+}
+
 func (t *peerTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

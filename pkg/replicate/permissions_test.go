@@ -72,7 +72,8 @@ func connectAs(t *testing.T, url, user, pass string) (*nats.Conn, *asyncErrors) 
 // cannot publish elsewhere.
 func TestShippedNATSPermissions(t *testing.T) {
 	srv, nodePass, appPass := shippedNATS(t)
-	cfg := Config{Keys: [][]byte{keyA}, Options: []nats.Option{nats.UserInfo("ratelimit-node", nodePass)}, WarmStartTimeout: waitLong}
+	// Shares off: every hit is replicated, whatever its key's share.
+	cfg := Config{Keys: [][]byte{keyA}, Options: []nats.Option{nats.UserInfo("ratelimit-node", nodePass)}, WarmStartTimeout: waitLong, ShareDelay: -1}
 	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
 	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
 	a.waitReady(t)

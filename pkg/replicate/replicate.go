@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,7 +33,17 @@ type nearLimiter interface {
 	NearLimit() <-chan struct{}
 }
 
-var _ Store = (*counter.Store)(nil)
+// sharer is the optional part of a Store that splits budgets between the
+// live nodes; *counter.Store is one (with Track set).
+type sharer interface {
+	SetShares(counter.Shares) error
+}
+
+var (
+	_ Store       = (*counter.Store)(nil)
+	_ nearLimiter = (*counter.Store)(nil)
+	_ sharer      = (*counter.Store)(nil)
+)
 
 // Replicator shares a counter store's counts with the other nodes over
 // NATS. Create it with New and run it with Run. Its methods are safe for
@@ -54,6 +65,11 @@ type Replicator struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
+
+	// Owned by Run's loop (setShares).
+	lastShares   counter.Shares
+	scratchNodes []string
+	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
 }
 
 // shared is what every part of a Replicator reads: set by New, never
@@ -161,6 +177,10 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
 			Help: "Largest absolute difference, over the known peers, between receive time and the peer's send time of its latest batch (clock skew plus delivery delay).",
 		}, func() float64 { return r.peers.maxSkew().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "share_nodes",
+			Help: "Nodes each key's budget is split between (this one and the peers heard from in the last 3 heartbeats); 0 or 1: no split, the node admits on its own view up to the whole limit.",
+		}, func() float64 { return float64(r.shareNodes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
 			Help: "Keys with changed counts not yet published (grows while NATS is away).",
@@ -288,6 +308,7 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	r.recv.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
 	r.syncer.dropReply(now)
+	r.setShares(nc.IsConnected(), now)
 	if !nc.IsConnected() {
 		return
 	}
@@ -350,5 +371,37 @@ func (s *shared) guard(what string, h nats.MsgHandler) nats.MsgHandler {
 			}
 		}()
 		h(msg)
+	}
+}
+
+// shareLive is how recently, in heartbeats, a peer must have been heard
+// from to take a share of the budgets: a peer that stopped is dropped
+// from the split within a few seconds, so the others' shares grow back.
+const shareLive = 3
+
+// setShares tells the store how many nodes split the budgets and this
+// node's rank among them, by node id: the live peers while connected, none
+// (each node on its own, up to the whole limit) while NATS is away.
+func (r *Replicator) setShares(connected bool, now time.Time) {
+	st, ok := r.store.(sharer)
+	if !ok || r.cfg.ShareDelay < 0 {
+		return
+	}
+	sh := counter.Shares{Nodes: 1}
+	if connected {
+		nodes := r.peers.liveNodes(r.scratchNodes[:0], now.Add(-shareLive*r.cfg.Heartbeat))
+		nodes = append(nodes, r.cfg.NodeID)
+		slices.Sort(nodes)
+		nodes = slices.Compact(nodes)
+		r.scratchNodes = nodes[:0]
+		sh = counter.Shares{Nodes: len(nodes), Rank: slices.Index(nodes, r.cfg.NodeID), Delay: r.cfg.ShareDelay}
+	}
+	if sh != r.lastShares {
+		if err := st.SetShares(sh); err != nil {
+			r.log.Error("setting budget shares", "err", err)
+			return
+		}
+		r.lastShares = sh
+		r.shareNodes.Store(int64(sh.Nodes))
 	}
 }

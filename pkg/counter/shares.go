@@ -1,0 +1,138 @@
+package counter
+
+import (
+	"fmt"
+	"time"
+)
+
+// Shares tells a tracking Store (Config.Track) how the nodes of a cluster
+// split each key's budget; see [Store.SetShares].
+type Shares struct {
+	// Nodes is how many live nodes count the keys, this one included. At
+	// most 1 turns shares off.
+	Nodes int
+	// Rank is this node's place among them, in [0, Nodes), in an order
+	// every node agrees on: it decides which nodes get the remainder when
+	// a budget does not divide evenly.
+	Rank int
+	// Delay is how long after [Store.Changes] reported a count the peers
+	// are taken to hold it: the time to publish and deliver a batch.
+	Delay time.Duration
+}
+
+// Bounds of a Shares.
+const (
+	MaxShareNodes = 1<<16 - 1
+	MaxShareDelay = time.Hour
+)
+
+// packShares packs sh into the Store's atomic word: nodes in bits 48–63,
+// rank in 32–47, delay in ms in 0–31. 0 means no shares.
+func packShares(sh Shares) uint64 {
+	if sh.Nodes <= 1 {
+		return 0
+	}
+	return uint64(sh.Nodes)<<48 | uint64(sh.Rank)<<32 | uint64(sh.Delay.Milliseconds())
+}
+
+// SetShares sets how this node splits budgets with its peers; Nodes ≤ 1
+// (a node alone, or cut off from its peers) turns shares off. A Store
+// without Track ignores it.
+//
+// With shares on, a Take or TakeN admits only while this node's hits that
+// its peers have not been told of stay within its share of the budget
+// that no node has been told is spent:
+//
+//	local − reported ≤ ⌊(Limit − estimate(reported + remote)) / Nodes⌋ (+1 for some ranks)
+//
+// where reported is this node's count as of a report at least Delay old,
+// remote what the peers reported, and the remainder of the division goes
+// to the ranks whose turn it is in the window; a share of 0 counts as 1,
+// so fewer than Nodes remaining hits may be admitted up to Nodes − 1 times
+// too often, as without shares. When every node holds the same reports, the
+// shares add up to exactly what remains, so the cluster admits at most the
+// limit however the traffic is spread, before any node has heard of the
+// others' hits; a node that nears its share is told to publish
+// ([Store.NearLimit]) and, once its report is Delay old, gets its share of
+// what then remains. A node that carries all the traffic thus reaches the
+// limit in a few rounds of Delay plus the early-batch gap, each taking
+// 1/Nodes of what remains.
+//
+// Only keys near their share are marked for [Store.Changes]: a key whose
+// count stays well below its share is never reported, so a flood of
+// distinct keys costs no replication. Incr is not admission and marks
+// every change as without shares.
+func (s *Store) SetShares(sh Shares) error {
+	if sh.Nodes > MaxShareNodes || (sh.Nodes > 1 && (sh.Rank < 0 || sh.Rank >= sh.Nodes)) ||
+		sh.Delay < 0 || sh.Delay > MaxShareDelay {
+		return fmt.Errorf("%w: shares %+v out of range", ErrInvalidConfig, sh)
+	}
+	s.shares.Store(packShares(sh))
+	return nil
+}
+
+// ShareDenials returns how many hits were denied because this node had
+// used its share while the cluster as this node knows it was under the
+// limit. Such a denial lasts until this node's report is Delay old.
+func (s *Store) ShareDenials() uint64 {
+	var n uint64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.shareDenied
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// takeShare decides, under the shard lock, whether n more local hits of
+// entry i in window w (its newest, already prepared) fit in this node's
+// share, given that they fit under the limit. It marks the entry for
+// Changes when the hits would bring it near its share or when they do not
+// fit and there is something unreported, and reports whether replication
+// should publish now.
+func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n int64) (ok, near bool) {
+	e := &sh.entries[i]
+	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
+	base := int64(e.pubOld)
+	if el >= int64(e.pubAt)+delay {
+		base = int64(e.pubNew)
+	}
+	share := int64(0)
+	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
+		// The remainder goes to the ranks whose turn it is in window w,
+		// which every node computes alike. A node whose share would be 0
+		// gets 1: otherwise a small limit could admit nothing at all on a
+		// node that carries all the traffic.
+		share = rem / nodes
+		if (w%nodes+nodes+rank)%nodes < rem%nodes || share == 0 {
+			share++
+		}
+	}
+	unreported := e.local[w&1] - base
+	if unreported+n <= share {
+		// Near: at least half of the share used, counting these hits.
+		if 2*(unreported+n) >= share {
+			sh.mark(i, k, w)
+			return true, true
+		}
+		return true, false
+	}
+	sh.shareDenied++
+	if e.local[w&1] > int64(e.pubNew) || e.marks&(1<<(w&1)) != 0 {
+		sh.mark(i, k, w)
+		return false, true
+	}
+	return false, false // reported: waiting for the report to take effect
+}
+
+// reported notes, under the shard lock, that Changes at ms reports count
+// as the local count of e's newest window.
+func (e *entry) reported(count, ms, delay int64) {
+	scale := int64(e.scale)
+	at := min(max(ms-e.newest*scale, 0), scale)
+	if at >= int64(e.pubAt)+delay {
+		e.pubOld = e.pubNew // in effect: the fallback while the new one is not
+	}
+	e.pubNew, e.pubAt = uint32(min(count, MaxLimit)), uint32(at)
+}
