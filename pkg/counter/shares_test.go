@@ -1,0 +1,325 @@
+package counter
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func shareStore(t *testing.T, sh Shares) *Store {
+	t.Helper()
+	s, err := New(Config{Track: true, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetShares(sh); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// admitAll takes hits at now until one is denied and returns how many were
+// admitted.
+func admitAll(s *Store, key string, lim Limit, now time.Time) int {
+	n := 0
+	for s.Take(0, key, lim, now).Allowed {
+		n++
+	}
+	return n
+}
+
+func TestSharesSplitTheBudget(t *testing.T) {
+	lim := Limit{Limit: 100, ScaleMS: 1000}
+	w0 := time.UnixMilli(1_000_000_000_000) // a window start
+	total := 0
+	for rank := range 3 {
+		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		got := admitAll(s, "k", lim, w0.Add(5*time.Millisecond))
+		// 100 = 33×3 + 1: one rank's turn for the remainder in this window.
+		if got != 33 && got != 34 {
+			t.Errorf("rank %d admitted %d alone, want its share 33 or 34", rank, got)
+		}
+		total += got
+		if d := s.ShareDenials(); d != 1 {
+			t.Errorf("rank %d: %d share denials, want 1", rank, d)
+		}
+		if r := s.Peek(0, "k", lim, w0.Add(5*time.Millisecond)); !r.Allowed {
+			t.Errorf("rank %d: Peek denies at %d of 100: shares bind admission only", rank, r.Count)
+		}
+	}
+	if total != 100 {
+		t.Errorf("the three shares add up to %d, want exactly the limit 100", total)
+	}
+}
+
+func TestSharesGrowOnceReported(t *testing.T) {
+	lim := Limit{Limit: 90, ScaleMS: 1000}
+	w0 := time.UnixMilli(1_000_000_000_000)
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	at := w0.Add(time.Millisecond)
+	if got := admitAll(s, "k", lim, at); got != 30 {
+		t.Fatalf("admitted %d, want the share 30", got)
+	}
+	// Denied, and still denied after the report until it is Delay old.
+	out, _ := s.Changes(nil, at)
+	if len(out) != 1 || out[0].Count != 30 {
+		t.Fatalf("Changes = %+v, want the key at 30 (it is near its share)", out)
+	}
+	if s.Take(0, "k", lim, at.Add(9*time.Millisecond)).Allowed {
+		t.Error("admitted beyond the share before the report reached the peers")
+	}
+	// The peers reported 15 meanwhile: 90 − 30 − 15 = 45 remain, 15 each.
+	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: w0.UnixMilli() / 1000, Count: 15}, at); st != Merged {
+		t.Fatal(st)
+	}
+	if got := admitAll(s, "k", lim, at.Add(10*time.Millisecond)); got != 15 {
+		t.Errorf("admitted %d once the report was in effect, want 15 (a third of the 45 left)", got)
+	}
+}
+
+func TestSharesFloodIsNotReplicated(t *testing.T) {
+	lim := Limit{Limit: 100, ScaleMS: 60_000}
+	now := time.UnixMilli(1_000_000_000_000)
+	on := shareStore(t, Shares{Nodes: 3, Rank: 1, Delay: 10 * time.Millisecond})
+	off := shareStore(t, Shares{Nodes: 1})
+	for i := range 1000 {
+		key := fmt.Sprintf("10.0.%d.%d", i/256, i%256)
+		if !on.Take(0, key, lim, now).Allowed || !off.Take(0, key, lim, now).Allowed {
+			t.Fatalf("a first hit on %s was denied", key)
+		}
+	}
+	if out, _ := on.Changes(nil, now); len(out) != 0 {
+		t.Errorf("with shares, %d keys hit once are reported, want none (each far below its share)", len(out))
+	}
+	if out, _ := off.Changes(nil, now); len(out) != 1000 {
+		t.Errorf("without shares, %d keys reported, want all 1000", len(out))
+	}
+	// A key hit up to half its share is reported.
+	for range 16 {
+		on.Take(0, "hot", lim, now)
+	}
+	if out, _ := on.Changes(nil, now); len(out) != 0 {
+		t.Errorf("reported at 16 of a share of 33: %+v", out)
+	}
+	on.Take(0, "hot", lim, now)
+	if out, _ := on.Changes(nil, now); len(out) != 1 || out[0].Count != 17 {
+		t.Errorf("at 17 of a share of 33, Changes = %+v, want hot at 17", out)
+	}
+}
+
+// TestSharesDenialMarks: hits admitted far below the share are not
+// reported; when the peers' reports shrink the share below them, the
+// denial has them reported, so the node's view reaches its peers instead of
+// the key staying denied here.
+func TestSharesDenialMarks(t *testing.T) {
+	lim := Limit{Limit: 90, ScaleMS: 1000}
+	w0 := time.UnixMilli(1_000_000_000_000)
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 5 * time.Millisecond})
+	at := w0.Add(time.Millisecond)
+	for range 10 {
+		if !s.Take(0, "k", lim, at).Allowed {
+			t.Fatal("denied within the share")
+		}
+	}
+	if out, _ := s.Changes(nil, at); len(out) != 0 {
+		t.Fatalf("10 of a share of 30 reported: %+v", out)
+	}
+	select {
+	case <-s.NearLimit():
+		t.Fatal("publish signal far below the share")
+	default:
+	}
+	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: w0.UnixMilli() / 1000, Count: 75}, at); st != Merged {
+		t.Fatal(st)
+	}
+	// 90 − 75 = 15 remain unreported-for: a share of 5, below the 10 here.
+	if s.Take(0, "k", lim, at).Allowed {
+		t.Error("admitted beyond the shrunk share")
+	}
+	select {
+	case <-s.NearLimit():
+	default:
+		t.Error("no publish signal on a denial by share with hits unreported")
+	}
+	if out, _ := s.Changes(nil, at); len(out) != 1 || out[0].Count != 10 {
+		t.Errorf("Changes = %+v, want k at 10", out)
+	}
+	// Once reported, 90 − 10 − 75 = 5 remain: a share of 1 or 2.
+	if got := admitAll(s, "k", lim, at.Add(5*time.Millisecond)); got < 1 || got > 2 {
+		t.Errorf("admitted %d once reported, want a third of the 5 left", got)
+	}
+}
+
+func TestSharesSmallLimit(t *testing.T) {
+	lim := Limit{Limit: 1, ScaleMS: 1000}
+	now := time.UnixMilli(1_000_000_000_000)
+	for rank := range 3 {
+		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		if got := admitAll(s, "k", lim, now); got != 1 {
+			t.Errorf("rank %d admitted %d of a limit of 1 alone, want 1", rank, got)
+		}
+	}
+}
+
+func TestSharesTakeN(t *testing.T) {
+	lim := Limit{Limit: 100, ScaleMS: 1000}
+	now := time.UnixMilli(1_000_000_000_000 + 1) // rank 0's turn: share 34 of 100
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	var turn int64
+	for r := range 3 {
+		if s2 := shareStore(t, Shares{Nodes: 3, Rank: r, Delay: time.Millisecond}); admitAll(s2, "x", lim, now) == 34 {
+			turn = int64(r)
+		}
+	}
+	want := int64(33)
+	if turn == 0 {
+		want = 34
+	}
+	if r := s.TakeN(0, "k", lim, want+1, now); r.Allowed {
+		t.Errorf("TakeN(%d) admitted beyond the share %d", want+1, want)
+	}
+	if r := s.TakeN(0, "k", lim, want, now); !r.Allowed {
+		t.Errorf("TakeN(%d) denied within the share", want)
+	}
+	if r := s.TakeN(0, "k", lim, 1, now); r.Allowed {
+		t.Error("TakeN(1) admitted with the share spent")
+	}
+}
+
+func TestSharesSliding(t *testing.T) {
+	lim := Limit{Limit: 90, ScaleMS: 1000, Algorithm: Sliding}
+	w0 := time.UnixMilli(1_000_000_000_000)
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	// The previous window held 60 of the peers' hits: at its midpoint the
+	// estimate counts 30 of them, so 60 remain, 20 per node.
+	prev := w0.UnixMilli()/1000 - 1
+	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Algorithm: Sliding, Window: prev, Count: 60}, w0); st != Merged {
+		t.Fatal(st)
+	}
+	if got := admitAll(s, "k", lim, w0.Add(500*time.Millisecond)); got != 20 {
+		t.Errorf("admitted %d, want 20 (a third of the 60 the estimate leaves)", got)
+	}
+}
+
+func TestSetSharesRejects(t *testing.T) {
+	s := shareStore(t, Shares{})
+	for _, sh := range []Shares{
+		{Nodes: 3, Rank: 3}, {Nodes: 3, Rank: -1}, {Nodes: MaxShareNodes + 1},
+		{Nodes: 2, Delay: -time.Millisecond}, {Nodes: 2, Delay: MaxShareDelay + time.Millisecond},
+	} {
+		if err := s.SetShares(sh); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("SetShares(%+v) = %v, want ErrInvalidConfig", sh, err)
+		}
+	}
+}
+
+// simCluster runs nodes stores as a cluster over a simulated network in
+// simulated time, 1 ms a step: each step every node takes its hits of the
+// key; a node publishes its Changes at every 100 ms tick and, when its
+// store signals, within a 10 ms gap of its previous early batch; a batch
+// reaches the peers 1 ms later. It returns the admitted hits per whole
+// window.
+func simCluster(t *testing.T, lim Limit, perMS []float64, windows int) []int {
+	t.Helper()
+	const tickMS, gapMS, deliverMS = 100, 10, 1
+	type msg struct {
+		at   int64
+		from PeerID
+		wcs  []WindowCount
+	}
+	nodes := len(perMS)
+	ss := make([]*Store, nodes)
+	for i := range ss {
+		ss[i] = shareStore(t, Shares{Nodes: nodes, Rank: i, Delay: gapMS * time.Millisecond})
+	}
+	start := int64(1_000_000_000_000) // a window start
+	var inflight []msg
+	lastEarly := make([]int64, nodes)
+	earlyAt := make([]int64, nodes) // 0: none pending
+	owed := make([]float64, nodes)
+	admitted := map[int64]int{}
+	publish := func(i int, ms int64) {
+		out, _ := ss[i].Changes(nil, time.UnixMilli(ms))
+		if len(out) > 0 {
+			inflight = append(inflight, msg{ms + deliverMS, PeerID(i + 1), out})
+		}
+	}
+	for ms := start; ms < start+int64(windows+1)*lim.ScaleMS; ms++ {
+		now := time.UnixMilli(ms)
+		keep := inflight[:0]
+		for _, m := range inflight {
+			if m.at > ms {
+				keep = append(keep, m)
+				continue
+			}
+			for j := range ss {
+				if PeerID(j+1) != m.from {
+					for _, wc := range m.wcs {
+						ss[j].Merge(m.from, wc, now)
+					}
+				}
+			}
+		}
+		inflight = keep
+		for i, s := range ss {
+			owed[i] += perMS[i]
+			for ; owed[i] >= 1; owed[i]-- {
+				if s.Take(0, "k", lim, now).Allowed {
+					admitted[(ms-start)/lim.ScaleMS]++
+				}
+			}
+			select {
+			case <-s.NearLimit():
+				if earlyAt[i] == 0 {
+					earlyAt[i] = max(ms, lastEarly[i]+gapMS)
+				}
+			default:
+			}
+			if earlyAt[i] != 0 && ms >= earlyAt[i] {
+				earlyAt[i], lastEarly[i] = 0, ms
+				publish(i, ms)
+			}
+			if ms%tickMS == 0 {
+				publish(i, ms)
+			}
+		}
+	}
+	out := make([]int, 0, windows)
+	first := int64(0)
+	if lim.Algorithm == Sliding {
+		first = 1 // its previous window is empty
+	}
+	for w := first; w < int64(windows); w++ {
+		out = append(out, admitted[w])
+	}
+	return out
+}
+
+// TestSharesClusterModel: three nodes on a simulated network admit close
+// to the limit in every window whether the load is just above it or a
+// thousand times it, spread evenly or 90% on one node.
+func TestSharesClusterModel(t *testing.T) {
+	const limit = 100
+	for _, alg := range []Algorithm{Fixed, Sliding} {
+		lim := Limit{Limit: limit, ScaleMS: 1000, Algorithm: alg}
+		for _, mult := range []float64{2, 10, 100, 1000} {
+			for _, skew := range []bool{false, true} {
+				perMS := []float64{mult * limit / 1000 / 3, mult * limit / 1000 / 3, mult * limit / 1000 / 3}
+				if skew {
+					perMS = []float64{mult * limit / 1000 * 0.9, mult * limit / 1000 * 0.05, mult * limit / 1000 * 0.05}
+				}
+				name := fmt.Sprintf("%s/%g×/skewed=%v", alg, mult, skew)
+				got := simCluster(t, lim, perMS, 5)
+				for w, n := range got {
+					// At most the rounding of shares (nodes−1) over; at
+					// least 95% admitted at any load of twice the limit
+					// or more.
+					if n > limit+2 || n < limit*95/100 {
+						t.Errorf("%s: window %d admitted %d of %d", name, w, n, limit)
+					}
+				}
+			}
+		}
+	}
+}
