@@ -38,6 +38,7 @@ type clusterConfig struct {
 	subjectPrefix    string
 	warmStartTimeout time.Duration
 	nodeID           string
+	budgetShares     bool
 }
 
 func (c *clusterConfig) addFlags(f *envFlags) {
@@ -56,6 +57,7 @@ func (c *clusterConfig) addFlags(f *envFlags) {
 	f.String(&c.subjectPrefix, "nats-subject-prefix", "RATELIMIT_AUTHZ_NATS_SUBJECT_PREFIX", replicate.DefaultSubjectPrefix, "NATS subject `prefix`: batches on PREFIX.batch, warm-start requests on PREFIX.sync")
 	f.Duration(&c.warmStartTimeout, "warm-start-timeout", "RATELIMIT_AUTHZ_WARM_START_TIMEOUT", replicate.DefaultWarmStartTimeout, "longest wait for peers' counts before reporting ready (cluster backend)")
 	f.String(&c.nodeID, "node-id", "RATELIMIT_AUTHZ_NODE_ID", "", "this node's `name` to its peers (metrics, logs); default the host name")
+	f.Bool(&c.budgetShares, "budget-shares", "RATELIMIT_AUTHZ_BUDGET_SHARES", true, "split each key's budget between the live nodes: a node admits up to its share without waiting for its peers' counts and replicates only keys near their share (cluster backend; false: each node admits on its own view up to the whole limit and replicates every change)")
 }
 
 // resolve reads the secrets from the environment or files (never flags:
@@ -158,7 +160,7 @@ func (c *clusterConfig) nodeCluster() (*node.Cluster, error) {
 	return &node.Cluster{
 		URL: c.natsURL, Options: opts, NodeID: c.nodeID,
 		SubjectPrefix: c.subjectPrefix, SyncInterval: c.syncInterval, WarmStartTimeout: c.warmStartTimeout,
-		Keys: c.clusterKeys,
+		Keys: c.clusterKeys, NoShares: !c.budgetShares,
 	}, nil
 }
 

@@ -114,6 +114,9 @@ type Result struct {
 	// Allowed: for Take, the hit was admitted and counted; for Peek, one
 	// more hit would be admitted; for Incr, one more hit would still be
 	// admitted after counting. Allowed is equivalent to Remaining > 0.
+	// A Take or TakeN denied by this node's budget share under the limit
+	// (see Store.SetShares) reports Remaining 0 and a RetryAfterMS of the
+	// time until the share grows.
 	Allowed bool
 	// Overflow: the key was not tracked because its shard is at the key
 	// bound with nothing reclaimable. Allowed is false, Count and Remaining

@@ -392,3 +392,32 @@ func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
 	}
 	return dst
 }
+
+// Reported appends to dst this node's own count of the newest window of
+// every key that [Store.Changes] reported in that window and that is still
+// live at now: what replication publishes again to repair a lost batch.
+// With shares on, a key never reported is one whose count stayed far below
+// its share, which the peers need not know. It makes one pass over every
+// shard, each locked in turn.
+func (s *Store) Reported(dst []WindowCount, now time.Time) []WindowCount {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j := range sh.entries {
+			e := &sh.entries[j]
+			if e.scale == 0 || e.pubNew == 0 || e.local[e.newest&1] == 0 {
+				continue
+			}
+			scale := int64(e.scale)
+			if !Live(e.alg, scale, e.newest, now) {
+				continue
+			}
+			dst = append(dst, WindowCount{
+				Bucket: e.bucket, Key: string(sh.keyBytes(e.key)), ScaleMS: scale, Algorithm: e.alg,
+				Window: e.newest, Count: e.local[e.newest&1],
+			})
+		}
+		sh.mu.Unlock()
+	}
+	return dst
+}

@@ -91,7 +91,7 @@ func (s *Store) ShareDenials() uint64 {
 // Changes when the hits would bring it near its share or when they do not
 // fit and there is something unreported, and reports whether replication
 // should publish now.
-func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n int64) (ok, near bool) {
+func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n int64) (ok, near bool, retryMS int64) {
 	e := &sh.entries[i]
 	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
 	base := int64(e.pubOld)
@@ -114,16 +114,19 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		// Near: at least half of the share used, counting these hits.
 		if 2*(unreported+n) >= share {
 			sh.mark(i, k, w)
-			return true, true
+			return true, true, 0
 		}
-		return true, false
+		return true, false, 0
 	}
 	sh.shareDenied++
+	// The share grows once the latest report is Delay old; a report still
+	// to be made goes out within about Delay (the early-batch gap) first.
+	retryMS = max(1, int64(e.pubAt)+delay-el)
 	if e.local[w&1] > int64(e.pubNew) || e.marks&(1<<(w&1)) != 0 {
 		sh.mark(i, k, w)
-		return false, true
+		return false, true, 2 * max(delay, 1)
 	}
-	return false, false // reported: waiting for the report to take effect
+	return false, false, retryMS
 }
 
 // reported notes, under the shard lock, that Changes at ms reports count
@@ -135,4 +138,31 @@ func (e *entry) reported(count, ms, delay int64) {
 		e.pubOld = e.pubNew // in effect: the fallback while the new one is not
 	}
 	e.pubNew, e.pubAt = uint32(min(count, MaxLimit)), uint32(at)
+}
+
+// MarkUnreported marks for [Store.Changes] every key whose newest window
+// holds at least min local hits not yet reported, and returns how many it
+// marked: a node that leaves the cluster publishes them last, so its
+// peers' shares grow to what it really left. A key hit once (a flood's)
+// is left out with min = 2. It makes one pass over every shard, each locked
+// in turn.
+func (s *Store) MarkUnreported(min int64) int {
+	if !s.track {
+		return 0
+	}
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for j := range sh.entries {
+			e := &sh.entries[j]
+			if e.scale == 0 || e.local[e.newest&1]-int64(e.pubNew) < max(min, 1) {
+				continue
+			}
+			sh.mark(j, mapKey{e.bucket, sh.keyView(e.key)}, e.newest)
+			n++
+		}
+		sh.mu.Unlock()
+	}
+	return n
 }

@@ -66,8 +66,8 @@ func TestSharesGrowOnceReported(t *testing.T) {
 	if len(out) != 1 || out[0].Count != 30 {
 		t.Fatalf("Changes = %+v, want the key at 30 (it is near its share)", out)
 	}
-	if s.Take(0, "k", lim, at.Add(9*time.Millisecond)).Allowed {
-		t.Error("admitted beyond the share before the report reached the peers")
+	if r := s.Take(0, "k", lim, at.Add(9*time.Millisecond)); r.Allowed || r.Remaining != 0 || r.RetryAfterMS != 1 {
+		t.Errorf("at 9 ms of a 10 ms delay: %+v, want denied, Remaining 0, RetryAfterMS 1 (not the window's end)", r)
 	}
 	// The peers reported 15 meanwhile: 90 − 30 − 15 = 45 remain, 15 each.
 	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: w0.UnixMilli() / 1000, Count: 15}, at); st != Merged {
@@ -134,8 +134,8 @@ func TestSharesDenialMarks(t *testing.T) {
 		t.Fatal(st)
 	}
 	// 90 − 75 = 15 remain unreported-for: a share of 5, below the 10 here.
-	if s.Take(0, "k", lim, at).Allowed {
-		t.Error("admitted beyond the shrunk share")
+	if r := s.Take(0, "k", lim, at); r.Allowed || r.RetryAfterMS != 10 {
+		t.Errorf("beyond the shrunk share: %+v, want denied with RetryAfterMS 10 (a report, then its delay)", r)
 	}
 	select {
 	case <-s.NearLimit():
@@ -321,5 +321,29 @@ func TestSharesClusterModel(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestReportedListsOnlyReportedKeys(t *testing.T) {
+	lim := Limit{Limit: 100, ScaleMS: 60_000}
+	now := time.UnixMilli(1_000_000_000_000)
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	for i := range 100 {
+		s.Take(0, fmt.Sprintf("flood-%d", i), lim, now)
+	}
+	for range 20 {
+		s.Take(0, "hot", lim, now)
+	}
+	if got := s.Reported(nil, now); len(got) != 0 {
+		t.Errorf("Reported before any Changes = %+v, want none", got)
+	}
+	s.Changes(nil, now)
+	s.Take(0, "hot", lim, now) // counted after the report: Reported gives the latest
+	got := s.Reported(nil, now)
+	if len(got) != 1 || got[0].Key != "hot" || got[0].Count != 21 {
+		t.Errorf("Reported = %+v, want hot at 21 alone", got)
+	}
+	if got := s.Reported(nil, now.Add(time.Minute)); len(got) != 0 {
+		t.Errorf("Reported after the window ended = %+v, want none", got)
 	}
 }

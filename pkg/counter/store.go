@@ -576,10 +576,10 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	}
 	cur := e.total(w)
 	ok := admits(lim, el, prev, cur)
-	near := false
+	near, shareRetry := false, int64(0)
 	if s.track {
 		if sv := s.shares.Load(); sv != 0 && ok {
-			ok, near = sh.takeShare(i, k, sv, lim, w, el, prev, 1)
+			ok, near, shareRetry = sh.takeShare(i, k, sv, lim, w, el, prev, 1)
 		} else if ok {
 			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur+1)
@@ -593,7 +593,11 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if near {
 		s.signalNear()
 	}
-	return result(lim, w, el, prev, cur, ok)
+	r := result(lim, w, el, prev, cur, ok)
+	if shareRetry > 0 { // denied by this node's share, under the limit
+		r.Remaining, r.RetryAfterMS = 0, shareRetry
+	}
+	return r
 }
 
 // Peek reports what Take would decide without counting anything. It never

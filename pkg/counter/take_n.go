@@ -40,10 +40,10 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	}
 	cur := e.total(w)
 	ok := admitsN(lim, el, prev, cur, n)
-	near := false
+	near, shareRetry := false, int64(0)
 	if s.track {
 		if sv := s.shares.Load(); sv != 0 && ok {
-			ok, near = sh.takeShare(i, k, sv, lim, w, el, prev, n)
+			ok, near, shareRetry = sh.takeShare(i, k, sv, lim, w, el, prev, n)
 		} else if ok {
 			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur+n)
@@ -57,7 +57,11 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	if near {
 		s.signalNear()
 	}
-	return result(lim, w, el, prev, cur, ok)
+	r := result(lim, w, el, prev, cur, ok)
+	if shareRetry > 0 { // denied by this node's share, under the limit
+		r.Remaining, r.RetryAfterMS = 0, shareRetry
+	}
+	return r
 }
 
 // admitsN reports whether n more hits (1 ≤ n) are admitted given the totals

@@ -44,6 +44,10 @@ type Cluster struct {
 	// seals, either opens); none: replication is neither authenticated
 	// nor encrypted, and the node warns.
 	Keys [][]byte
+	// NoShares turns budget shares off: each node admits on its own view
+	// up to the whole limit, and every changed count is replicated (see
+	// package replicate, "Budget shares").
+	NoShares bool
 }
 
 func (c *Cluster) setDefaults() error {
@@ -76,7 +80,7 @@ func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prom
 		URL: c.URL, Options: c.Options, NodeID: c.NodeID,
 		Buckets: t.Buckets, IDs: t.IDs, Algorithms: t.Algorithms, Bounds: t.Bounds,
 		SubjectPrefix: c.SubjectPrefix, SyncInterval: c.SyncInterval, WarmStartTimeout: c.WarmStartTimeout,
-		Keys: c.Keys,
+		Keys: c.Keys, ShareDelay: shareDelay(c.NoShares),
 	}, store, reg, log)
 	if err != nil {
 		return nil, err
@@ -146,4 +150,13 @@ func runReplicator(ctx context.Context, serverDone <-chan struct{}, repl *replic
 		cancel()
 		return <-errc
 	}
+}
+
+// shareDelay is replicate.Config.ShareDelay for Cluster.NoShares: its
+// default, or off.
+func shareDelay(noShares bool) time.Duration {
+	if noShares {
+		return -1
+	}
+	return 0
 }

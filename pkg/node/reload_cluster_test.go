@@ -41,7 +41,9 @@ func TestClusterNodesWithDifferentConfigurations(t *testing.T) {
 	nats := testnats.StartProcess(t)
 	cluster := func(id string, r *rules.Rules) Config {
 		cfg := local(r)
-		cfg.Cluster = &Cluster{URL: nats.URL(), NodeID: id, SyncInterval: 20 * time.Millisecond, WarmStartTimeout: 200 * time.Millisecond}
+		// Without budget shares every count is sent when it changes,
+		// which is what this test follows.
+		cfg.Cluster = &Cluster{URL: nats.URL(), NodeID: id, SyncInterval: 20 * time.Millisecond, WarmStartTimeout: 200 * time.Millisecond, NoShares: true}
 		return cfg
 	}
 	a := start(t, cluster("a", clusterReloadRules(t, "1h", "fixed", "extra_a")))

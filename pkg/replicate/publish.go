@@ -80,7 +80,8 @@ func (p *publisher) heartbeat(now time.Time, max int, send func([]byte) error) {
 	p.seq = p.split.msg.Seq
 }
 
-// antiEntropy appends to dst this tick's share of this node's live counts:
+// antiEntropy appends to dst this tick's share of this node's live counts
+// that were published (all of them, for a store that does not say which):
 // every AntiEntropy a snapshot of them is taken and published again over
 // the following ticks, so that a count whose batch was lost reaches the
 // peers even if its key never changes again. Counts merge by max, so a
@@ -94,14 +95,18 @@ func (p *publisher) antiEntropy(dst []counter.WindowCount, now time.Time) []coun
 			return dst
 		}
 		p.aeNext = now.Add(p.cfg.AntiEntropy)
-		p.aeSnap = p.store.Snapshot(p.aeSnap[:0], now)
 		p.aeQueue = p.aeQueue[:0]
-		for _, pc := range p.aeSnap {
-			if pc.Peer == counter.Self {
-				p.aeQueue = append(p.aeQueue, pc.WindowCount)
+		if rs, ok := p.store.(reporter); ok {
+			p.aeQueue = rs.Reported(p.aeQueue, now)
+		} else {
+			p.aeSnap = p.store.Snapshot(p.aeSnap[:0], now)
+			for _, pc := range p.aeSnap {
+				if pc.Peer == counter.Self {
+					p.aeQueue = append(p.aeQueue, pc.WindowCount)
+				}
 			}
+			clear(p.aeSnap) // drop the key strings
 		}
-		clear(p.aeSnap) // drop the key strings
 		if len(p.aeQueue) == 0 {
 			return dst
 		}

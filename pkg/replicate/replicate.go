@@ -39,10 +39,24 @@ type sharer interface {
 	SetShares(counter.Shares) error
 }
 
+// reporter is the optional part of a Store that lists the own counts it
+// reported, for anti-entropy; *counter.Store is one.
+type reporter interface {
+	Reported(dst []counter.WindowCount, now time.Time) []counter.WindowCount
+}
+
+// unreportedMarker is the optional part of a Store that marks the counts
+// its shares kept unreported, for the final batch; *counter.Store is one.
+type unreportedMarker interface {
+	MarkUnreported(min int64) int
+}
+
 var (
-	_ Store       = (*counter.Store)(nil)
-	_ nearLimiter = (*counter.Store)(nil)
-	_ sharer      = (*counter.Store)(nil)
+	_ unreportedMarker = (*counter.Store)(nil)
+	_ reporter         = (*counter.Store)(nil)
+	_ Store            = (*counter.Store)(nil)
+	_ nearLimiter      = (*counter.Store)(nil)
+	_ sharer           = (*counter.Store)(nil)
 )
 
 // Replicator shares a counter store's counts with the other nodes over
@@ -329,6 +343,9 @@ func (r *Replicator) early(nc *nats.Conn, now time.Time) {
 
 // final publishes what changed since the last batch, at shutdown.
 func (r *Replicator) final(nc *nats.Conn) {
+	if st, ok := r.store.(unreportedMarker); ok && r.cfg.ShareDelay >= 0 {
+		st.MarkUnreported(2)
+	}
 	r.tick(nc, r.now())
 	if !nc.IsConnected() {
 		return
