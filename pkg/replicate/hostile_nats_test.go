@@ -38,6 +38,9 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 		// Short, so that replayed sync requests are refused by rate too.
 		SyncAnswersPerSecond: 2,
 		WarmStartTimeout:     waitLong,
+		// Shares off: every real count is replicated, so each node's view
+		// of the real traffic is exact and a forged count would show.
+		ShareDelay: -1,
 	}
 	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
 	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{})
