@@ -51,3 +51,29 @@ func UntilTrue(t testing.TB, timeout, step time.Duration, ok func() bool) {
 		return errNotYet
 	})
 }
+
+// Count calls try for d, pausing step after each false, and returns how
+// many times it returned true: what a cluster node admits of a budget
+// within d, its denials by share (until its report reaches its peers)
+// retried.
+func Count(d, step time.Duration, try func() bool) (n int) {
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if try() {
+			n++
+		} else {
+			time.Sleep(step)
+		}
+	}
+	return n
+}
+
+// Soon calls try every step until it returns true, for at most timeout,
+// and reports whether it did.
+func Soon(timeout, step time.Duration, try func() bool) bool {
+	return Wait(timeout, step, func() error {
+		if try() {
+			return nil
+		}
+		return errNotYet
+	}) == nil
+}

@@ -84,3 +84,19 @@ func TestUntilTrue(t *testing.T) {
 		t.Fatal("UntilTrue returned without failing the test")
 	}
 }
+
+func TestCountAndSoon(t *testing.T) {
+	calls := 0
+	// True on every other call: each false pauses, so half the calls count.
+	n := poll.Count(50*time.Millisecond, time.Millisecond, func() bool { calls++; return calls%2 == 0 })
+	if n == 0 || n != calls/2 {
+		t.Errorf("Count = %d after %d calls, want half of them", n, calls)
+	}
+	calls = 0
+	if !poll.Soon(time.Second, time.Millisecond, func() bool { calls++; return calls == 3 }) || calls != 3 {
+		t.Errorf("Soon: %d calls, want true on the third", calls)
+	}
+	if poll.Soon(10*time.Millisecond, time.Millisecond, func() bool { return false }) {
+		t.Error("Soon reported a condition that never held")
+	}
+}

@@ -41,14 +41,16 @@
 // network; package replicate moves the counts. Four methods serve it:
 //
 //   - With Config.Track set, every local count a Take or Incr changes marks
-//     its (bucket, key, window); [Store.Changes] returns this node's
-//     running count of each marked window and clears the marks. Marking
+//     its (bucket, key, window) — with shares on ([Store.SetShares]), a
+//     Take or TakeN only once this node's unreported hits reach half its
+//     share; [Store.Changes] returns this node's running count of each
+//     marked window and clears the marks. Marking
 //     copies the key into a per-shard buffer that is reused between calls,
 //     so a Take on an existing key still does not allocate, and costs one
 //     predictable branch when Track is off.
 //   - With Track set, [Store.NearLimit] receives when a local Take admits
 //     a hit (or an Incr counts) that leaves the key at most half its limit
-//     remaining, so that replication can publish at once rather than at
+//     remaining — with shares on, when a Take marks the key — so that replication can publish at once rather than at
 //     its next tick. It is a buffered(1) channel sent to without blocking,
 //     after the shard lock is released: no allocation, and nothing at all
 //     when Track is off.

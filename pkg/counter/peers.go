@@ -202,8 +202,10 @@ func (s *Store) signalNear() {
 // NearLimit returns a channel that receives a value when a local Take
 // admits a hit, or an Incr counts, that leaves the key's remaining budget
 // ([Result.Remaining], which counts the hits merged from peers) at or
-// below max(1, Limit/2); nil, which never receives, unless Config.Track is
-// set. A denied Take changes nothing and does not signal. The channel has
+// below max(1, Limit/2) — with shares on ([Store.SetShares]), when a
+// Take or TakeN brings this node's unreported hits to half its share, or
+// is denied by its share with hits unreported; nil, which never receives,
+// unless Config.Track is set. A denied Take changes nothing and does not signal. The channel has
 // a buffer of one and is sent to without blocking, so signals coalesce
 // until the reader takes one: the reader (replication) is told "publish
 // now", not which key, and gets the counts from [Store.Changes] as usual.

@@ -418,7 +418,7 @@ func TestClusterFinalBatchCarriesTheDrain(t *testing.T) {
 	// NOT_SERVING: a drains, its checks are still answered.
 	waitHealth(t, aconn, healthpb.HealthCheckResponse_NOT_SERVING)
 	for i := range 4 {
-		if !admitSoon(func() bool { return allowed(t, ac, "acme") }) {
+		if !poll.Soon(2*time.Second, 2*time.Millisecond, func() bool { return allowed(t, ac, "acme") }) {
 			t.Fatalf("a: check %d during the drain denied", i)
 		}
 	}
@@ -439,7 +439,7 @@ func TestClusterFinalBatchCarriesTheDrain(t *testing.T) {
 		}
 		return nil
 	})
-	admitted := within(500*time.Millisecond, func() bool { return allowed(t, bc, "acme") })
+	admitted := poll.Count(500*time.Millisecond, 2*time.Millisecond, func() bool { return allowed(t, bc, "acme") })
 	if admitted != 3 {
 		t.Errorf("b admitted %d after a's 3 + 4 during its drain of 10, want 3", admitted)
 	}

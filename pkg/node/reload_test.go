@@ -54,33 +54,6 @@ func spendN(t *testing.T, c authv3.AuthorizationClient, path, tenant string, n i
 	return allowed
 }
 
-// within keeps calling try for d, pausing 2 ms after each denial, and
-// returns how many it admitted. In a cluster a node denies the hits beyond
-// its share of a budget until its report has reached its peers (a few
-// ms), then admits its share of what remains: what a node can spend is
-// what it admits within a short time, not at once.
-func within(d time.Duration, try func() bool) (admitted int) {
-	for end := time.Now().Add(d); time.Now().Before(end); {
-		if try() {
-			admitted++
-		} else {
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
-	return admitted
-}
-
-// admitSoon calls try until it admits, for at most 2 s, and reports
-// whether it did (see within).
-func admitSoon(try func() bool) bool {
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(2 * time.Millisecond) {
-		if try() {
-			return true
-		}
-	}
-	return false
-}
-
 // gathered is the value of series, name{label="value"} or name.
 func gathered(t *testing.T, n *running, series string) float64 {
 	t.Helper()

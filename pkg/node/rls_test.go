@@ -163,7 +163,7 @@ func TestRLSCountsReplicate(t *testing.T) {
 	// 2 hits on a, 2 on b: c, once it has heard, has 1 of 5 left.
 	for i, c := range clients[:2] {
 		for range 2 {
-			if !admitSoon(func() bool {
+			if !poll.Soon(2*time.Second, 2*time.Millisecond, func() bool {
 				return shouldRateLimit(t, c, "remote_address", "198.51.100.1").GetOverallCode() == rlsv3.RateLimitResponse_OK
 			}) {
 				t.Fatalf("node %d: a hit within the cluster's limit denied", i)

@@ -371,7 +371,8 @@ func TestClusterFinalBatchOnShutdown(t *testing.T) {
 
 func TestClusterWarmStart(t *testing.T) {
 	srv := testnats.Run(t)
-	cfg := Config{WarmStartTimeout: time.Minute}
+	// Shares off: b2's one hit is replicated, far below its share as it is.
+	cfg := Config{WarmStartTimeout: time.Minute, ShareDelay: -1}
 	a := startLive(t, srv.ClientURL(), "a", cfg, nodeOpts{})
 	// Alone, a is ready at once: nobody answers, NATS says so.
 	a.waitReady(t)
@@ -431,8 +432,9 @@ func steadyLoad(nodes []*live, key string, lim counter.Limit, tick time.Duration
 
 func TestClusterNATSStoppedAndRestartedUnderLoad(t *testing.T) {
 	p := testnats.StartProcess(t)
-	a := startLive(t, p.URL(), "a", Config{}, nodeOpts{})
-	b := startLive(t, p.URL(), "b", Config{}, nodeOpts{})
+	// Shares off: a key of a huge limit is replicated at every change.
+	a := startLive(t, p.URL(), "a", Config{ShareDelay: -1}, nodeOpts{})
+	b := startLive(t, p.URL(), "b", Config{ShareDelay: -1}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
 	nodes := []*live{a, b}

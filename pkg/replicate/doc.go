@@ -5,28 +5,45 @@
 // # What goes over the wire
 //
 // Every SyncInterval (100 ms by default; ticks are aligned to the wall
-// clock like the windows) a node publishes one message on
-// <prefix>.batch with the (bucket, key, window) counts its own hits changed
-// since its previous batch — split into several messages only when one
-// would exceed the server's max_payload; when nothing changed, a heartbeat
-// at most once a second (see below). An
-// entry carries the sender's own running count for that window, not an
-// increment.
+// clock like the windows) a node publishes one message on <prefix>.batch
+// with the (bucket, key, window) counts that its store marked since its
+// previous batch — split into several messages only when one would
+// exceed the server's max_payload; when nothing changed, a heartbeat at
+// most once a second (see below). An entry carries the sender's own
+// running count for that window, not an increment.
 //
-// A node also publishes early, between ticks, when a local hit leaves a
-// key near its limit: at or below half of it remaining, counting what
-// peers reported (counter.Store.NearLimit). The early batch is an ordinary
-// batch of everything changed since the previous one, so peers learn that
-// the key is filling up within the delivery delay rather than at the next
-// tick. Early batches are spaced by at least EarlyGap (SyncInterval/10 by
-// default, 10 ms; a hit within the gap is published at its end), and the
-// ticks still run: a node publishes at most one batch per SyncInterval
-// plus one per EarlyGap (each split only when too large for one message).
-// Only admitted hits trigger one, so a key held at its limit by denials
-// costs nothing more; a key that keeps being admitted above half its limit
-// (a sliding window under sustained overload, say) keeps its node at up to
-// one early batch per gap.
+// # Budget shares
 //
+// A node admits a key's hits, without asking anyone, only up to its
+// share of the budget that no node has been told is spent (see
+// counter.Store.SetShares): what remains of the limit after this node's
+// count as last published and its peers' published counts, split evenly
+// over the live nodes (this one and the peers heard from in the last three
+// heartbeats; the remainder of the division rotates over the nodes by
+// window). When every node holds the same published counts the shares add
+// up to what remains, so the cluster admits at most the limit before any
+// node hears of the others' new hits.
+//
+// The store marks a key for publishing only when a hit brings this node's
+// unpublished hits of it to half its share or more; a key far below its
+// share is never sent, so a flood of distinct keys costs no replication.
+// A marked key is published early, between ticks, at most once per
+// EarlyGap (SyncInterval/10 by default, 10 ms; a hit within the gap is
+// published at its end). Once the node's published count is ShareDelay old
+// (EarlyGap by default: the time a batch takes to reach the peers), its
+// share is recomputed from what then remains. A node that has used its
+// share denies (counter.Result.RetryAfterMS: until its share grows, a few
+// ms) until then. So a node carrying all of a key's traffic takes 1/N of
+// what remains every round of about 2×EarlyGap, and reaches 95% of the
+// limit within about 3N rounds (0.95 = 1 − (1 − 1/N)^3N); a node that
+// leaves publishes, in its
+// final batch, every key it counted at least twice since its last report.
+//
+// Incr (failure counting, quota reports) is not admission: every change
+// it makes is marked and published at the next tick, as without shares.
+// ShareDelay negative turns shares off: every change is marked, each node
+// admits on its own view up to the whole limit, and a key is published
+// early once a hit leaves it at most half its limit remaining.
 // Receivers keep, per peer, key and window, the highest count
 // seen, and count the sum over peers of those in their decisions (see
 // counter.Store.Merge). So:
@@ -59,41 +76,41 @@
 //
 // Admission stays local and immediate: Check never waits on NATS and this
 // package never blocks a counter operation for more than a shard lock
-// (a hit near its limit adds one non-blocking channel send to it). The
-// price is eventual consistency. Each node knows its peers' counts as of
-// their last batch, so within one window the cluster admits at most
+// (a hit near its share adds one non-blocking channel send to it). What a
+// cluster of N nodes admits of a key in one window:
 //
-//	limit + (what the other nodes admit between their last batch and the
-//	         moment they learn the limit is reached)
+//   - at most the limit, plus what a node admits on shares computed from
+//     counts that a peer's newer report (still in flight, or later than
+//     ShareDelay) would have lowered: a few hits at any load. Rounding
+//     adds at most N−1 hits when fewer than N remain (a share of 0 counts
+//     as 1, so a small limit is not left unspendable);
+//   - at least the limit less what the shares leave unspent on nodes that
+//     receive less than their share, which they give back as the others'
+//     reports shrink their share: under-admission is a matter of rounds
+//     of about 2×EarlyGap at the end of a window;
+//   - for sliding windows the estimate uses the previous window's counts
+//     as published: a node's unpublished hits of that window (below half
+//     its share) are not counted by its peers.
 //
-// For a key receiving R requests per second in all, over N nodes:
+// What shares trade: a node that alone receives a burst larger than its
+// share within a round denies the excess for that round, although the
+// cluster has budget left (ratelimit_authz_counter_share_denials_total
+// counts these); a peer's reported view of a key (Result.Remaining on
+// another node) leaves out this node's unpublished hits; and a warm start
+// gets every count its peers hold, unpublished ones included.
 //
-//   - once every node sees the key at least half used (after the first
-//     batch that shows it), each admitted hit makes its node publish
-//     within EarlyGap, so the overshoot is at most about (N−1)/N × R ×
-//     (EarlyGap + delivery delay) — a few hits at 10 ms;
-//   - before that, a node sees its own hits plus its peers' as of their
-//     last batch; the early batches start when that reaches half the limit.
-//     When one interval brings more than the limit (R × SyncInterval >
-//     limit), every node may admit up to half the limit on its own before
-//     the first batch: up to N/2 × limit in all (1.5× for 3 nodes; without
-//     early batches, up to N×). Otherwise the first tick shows the key at
-//     least half used, or it is reached with at most one interval's hits
-//     unseen, as above;
-//   - when the limit is reached right at a tick (a steady load filling a
-//     1 s window in a multiple of 100 ms) the overshoot is close to zero.
+// bench/results/REPORT.md reports what a cluster admits, 2× to 1000×
+// offered, evenly spread and skewed.
 //
-// bench/results/REPORT.md reports the overshoot under load.
-//
-// With EarlyGap negative the bound is (N−1)/N × R × (SyncInterval +
-// delivery delay). Clocks must be NTP-synchronised: a skewed node maps its
+// With EarlyGap negative, marked keys wait for the next tick, and a round
+// takes SyncInterval. Clocks must be NTP-synchronised: a skewed node maps its
 // hits to the wrong window at the edges. The largest skew over peers is
 // exported.
 //
 // When NATS is unreachable — at start or later — the node fails open to
-// per-node limits: it admits against its own counts plus what it last
-// heard, publishes nothing (not even early batches), and keeps its
-// changes marked; nats.go
+// per-node limits: shares are off (it admits against its own counts plus
+// what it last heard, up to the whole limit), it publishes nothing (not
+// even early batches), and keeps its changes marked; nats.go
 // reconnects in the background, and once connected the node publishes its
 // pending changes at their latest counts and asks its peers to sync. No
 // restart is needed.
@@ -104,7 +121,8 @@
 // batch, so its peers keep it (a peer silent for PeerExpiry, 1 min, is
 // forgotten; if it speaks again it gets its old peer id back, so its
 // counts never add twice). Every AntiEntropy (10 s) a node takes a
-// snapshot of its own live counts and publishes it again, a share with
+// snapshot of its own live counts that it published (a key kept below its
+// share stays unsent) and publishes it again, a share with
 // each tick's batch, over the next period: a lost batch of a key that
 // stopped changing is repaired within two periods. A NATS slow-consumer
 // event (messages dropped before they were read) is counted and followed
