@@ -18,7 +18,9 @@ import (
 // nats-server of this run: built from this tree, and built from the tree
 // of --shares-baseline-ref with this tree's bench/accuracy copied into it,
 // so that the counter and replication of both are measured by the same
-// program in the same run, one after the other.
+// program in the same run, this tree's first. The program must therefore
+// use only API that the baseline has too; if it cannot be built there,
+// the baseline is reported missing and this tree is still measured.
 
 // accuracyMultiples are the offered loads, as multiples of the limit.
 const accuracyMultiples = "1.1,2,10,100,1000"
@@ -353,7 +355,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
 	switch {
 	case a.Before != nil:
-		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), run just before or after this tree's in the same run.", a.Baseline.Commit)
+		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), run right after this tree's, on the same nats-server.", a.Baseline.Commit)
 	case a.Baseline != nil && a.Baseline.Error != "":
 		w(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
 	}

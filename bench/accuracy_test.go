@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -222,5 +223,18 @@ func TestAccuracyReport(t *testing.T) {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
+	}
+}
+
+func TestAccuracyOptions(t *testing.T) {
+	o, _, err := parseOptions(nil, io.Discard, io.Discard)
+	if err != nil || !o.only["accuracy"] || o.sharesBaselineRef != defaultSharesBaselineRef || o.accWindows != 8 {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	if o, _, err := parseOptions([]string{"--only", "accuracy", "--shares-baseline-ref", "", "--quick"}, io.Discard, io.Discard); err != nil || o.sharesBaselineRef != "" || o.accWindows != 3 || o.only["cluster"] {
+		t.Errorf("no baseline, quick: %+v, %v", o, err)
+	}
+	if _, done, err := parseOptions([]string{"--accuracy-windows", "1"}, io.Discard, io.Discard); !done || err == nil {
+		t.Error("--accuracy-windows 1: no error")
 	}
 }
