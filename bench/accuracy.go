@@ -18,21 +18,21 @@ import (
 // nats-server of this run: built from this tree, and built from the tree
 // of --shares-baseline-ref with this tree's bench/accuracy copied into it,
 // so that the counter and replication of both are measured by the same
-// program in the same run, this tree's first. The program must therefore
+// program in the same run, one multiple at a time, alternating. The program must therefore
 // use only API that the baseline has too; if it cannot be built there,
 // the baseline is reported missing and this tree is still measured.
 
 // accuracyMultiples are the offered loads, as multiples of the limit.
-const accuracyMultiples = "1.1,2,10,100,1000"
+var accuracyMultiples = []float64{1.1, 2, 10, 100, 1000}
 
 // accuracyDir is the program's package, relative to the repository root.
 const accuracyDir = "bench/accuracy"
 
-// accuracyRunTime is one run of the program: every multiple's phase (the
-// windows counted, up to two not counted, the wait for a boundary) and
+// accuracyRunTime bounds one run of the program at one multiple: the
+// windows counted, up to two not counted, the wait for a boundary, and
 // the nodes' start and stop.
 func (r *runner) accuracyRunTime() time.Duration {
-	return 5*time.Duration(r.opt.accWindows+3)*time.Second + 5*time.Second
+	return time.Duration(r.opt.accWindows+3)*time.Second + 5*time.Second
 }
 
 func (r *runner) accuracyEstimate() time.Duration {
@@ -40,7 +40,7 @@ func (r *runner) accuracyEstimate() time.Duration {
 	if r.opt.sharesBaselineRef != "" {
 		runs = 2
 	}
-	return time.Duration(runs)*r.accuracyRunTime() + 30*time.Second // the builds
+	return time.Duration(runs*len(accuracyMultiples))*r.accuracyRunTime() + 30*time.Second // the builds
 }
 
 func (r *runner) accuracy(ctx context.Context) error {
@@ -68,17 +68,55 @@ func (r *runner) accuracy(ctx context.Context) error {
 			r.note("accuracy: no baseline from %s: %v", ref, a.Baseline.Error)
 		}
 	}
-	if a.After, err = r.accuracyRun(ctx, "after", bin, h.natsURL); err != nil {
-		return err
-	}
-	if before != "" {
-		if a.Before, err = r.accuracyRun(ctx, "before", before, h.natsURL); err != nil {
-			a.Baseline.Error = firstLine(err.Error())
+	// One multiple at a time, this tree and the baseline alternating (in
+	// turn first), so that both meet the same load on the machine.
+	for i, m := range accuracyMultiples {
+		after := func() error {
+			run, err := r.accuracyRun(ctx, "after", bin, h.natsURL, m)
+			a.After = mergeAccuracy(a.After, run)
 			return err
+		}
+		if before == "" {
+			if err := after(); err != nil {
+				return err
+			}
+			continue
+		}
+		baseline := func() error {
+			run, err := r.accuracyRun(ctx, "before", before, h.natsURL, m)
+			if err != nil {
+				a.Baseline.Error = firstLine(err.Error())
+			}
+			a.Before = mergeAccuracy(a.Before, run)
+			return err
+		}
+		steps := []func() error{after, baseline}
+		if i%2 == 1 {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
 		}
 	}
 	r.printAccuracy(a)
 	return nil
+}
+
+// mergeAccuracy appends run's rows to into (nil: run itself); run nil
+// leaves into as it is.
+func mergeAccuracy(into, run *AccuracyRun) *AccuracyRun {
+	switch {
+	case run == nil:
+		return into
+	case into == nil:
+		return run
+	}
+	into.Rows = append(into.Rows, run.Rows...)
+	into.ElapsedS += run.ElapsedS
+	into.PeersSeen = into.PeersSeen && run.PeersSeen
+	return into
 }
 
 // buildAccuracyBaseline builds bench/accuracy of this tree against the
@@ -142,17 +180,19 @@ func copyDir(src, dst string) error {
 	return nil
 }
 
-// accuracyRun runs one build of the program on natsURL (its own subject
-// prefix, so a late message of another run is not read) and keeps its
-// output in runs/accuracy-<name>.json.
-func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string) (*AccuracyRun, error) {
-	out, err := r.runTool(ctx, "accuracy-"+name, r.accuracyRunTime()+time.Minute, nil, r.root, bin,
+// accuracyRun runs one build of the program at multiple m on natsURL (its
+// own subject prefix, so that a late message of another run is not read)
+// and keeps its output in runs/accuracy-<name>-x<m>.json.
+func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m float64) (*AccuracyRun, error) {
+	mult := strconv.FormatFloat(m, 'g', -1, 64)
+	label := "accuracy-" + name + "-x" + mult
+	out, err := r.runTool(ctx, label, r.accuracyRunTime()+time.Minute, nil, r.root, bin,
 		"--nats-url", natsURL, "--subject-prefix", "accuracy."+name, "--windows", strconv.Itoa(r.opt.accWindows),
-		"--multiples", accuracyMultiples, "--sync-interval", clusterSync.String())
+		"--multiples", mult, "--sync-interval", clusterSync.String())
 	if err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(r.runsDir, "accuracy-"+name+".json"), out, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(r.runsDir, label+".json"), out, 0o644); err != nil {
 		return nil, err
 	}
 	return parseAccuracy(out)
@@ -355,7 +395,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
 	switch {
 	case a.Before != nil:
-		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), run right after this tree's, on the same nats-server.", a.Baseline.Commit)
+		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
 	case a.Baseline != nil && a.Baseline.Error != "":
 		w(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
 	}
@@ -363,10 +403,24 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 	if !run.PeersSeen {
 		w("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
 	}
+	// A row whose pacing fell behind by more than a sync interval was
+	// offered its load in bursts (the machine did not run the process in
+	// time): its figures are marked.
+	syncMS := 100.0
+	if d, err := time.ParseDuration(run.SyncInterval); err == nil {
+		syncMS = float64(d.Milliseconds())
+	}
+	marked := false
 	cell := func(x AccuracyRow, lim int64) string {
 		l := float64(lim)
-		return fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
+		c := fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
+		if x.MaxBehindMS > syncMS {
+			c += " †"
+			marked = true
+		}
+		return c
 	}
+	behind := func(x AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
 		w("**%s**\n\n| offered | spread |", alg)
 		if a.Before != nil {
@@ -382,18 +436,25 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 				continue
 			}
 			w("| %g× | %s |", row.Multiple, row.Distribution)
+			pacing := behind(row)
 			if a.Before != nil {
 				if x, ok := a.Before.row(row.Algorithm, row.Multiple, row.Distribution); ok {
 					w(" %s |", cell(x, a.Before.Limit))
+					pacing = behind(x) + " / " + pacing
 				} else {
 					w(" — |")
+					pacing = "— / " + pacing
 				}
 			}
-			w(" **%s** | %d | %.1f ms |\n", cell(row, run.Limit), row.Windows, row.MaxBehindMS)
+			w(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
 		}
 		w("\n")
 	}
-	w("*Pacing behind* is how late, at most, a node took the oldest Take due (this tree's run): the offered rate held to within it.\n\n")
+	w("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
+	if marked {
+		w(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
+	}
+	w("\n\n")
 	w("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
 	if a.Before != nil {
 		w(" before |")

@@ -199,6 +199,7 @@ func TestAccuracyReport(t *testing.T) {
 	})
 	after.Rows[0].Admitted = []int64{97, 99}
 	after.Rows[0].Min, after.Rows[0].Median, after.Rows[0].Max = 97, 98, 99
+	after.Rows[1].MaxBehindMS = 150 // fixed 1.1× skewed: more than a sync interval
 	r := &runner{out: out, res: &Results{
 		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
 		Accuracy: &Accuracy{After: after, Before: accRows(100, func(string, float64, string) int64 { return 200 }),
@@ -219,6 +220,7 @@ func TestAccuracyReport(t *testing.T) {
 		"| 100× | even | 2.00 / 2.00 / 2.00 | **2.50 / 2.50 / 2.50** | 2 |",
 		"**sliding**\n\n", "| fixed | 1.1× | even | 200 200 | 97 99 |",
 		"**missed**: 2.50× at 10×/100× against 1.10×", "fixed 100× even max 2.50×",
+		"| 1.1× | skewed | 2.00 / 2.00 / 2.00 | **1.00 / 1.00 / 1.00 †** | 2 | 0 ms / 150 ms |", "† marks a row",
 	} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
