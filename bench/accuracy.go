@@ -82,13 +82,17 @@ func (r *runner) accuracy(ctx context.Context) error {
 			}
 			continue
 		}
+		// A baseline that fails ends the baseline's runs, not this tree's.
 		baseline := func() error {
 			run, err := r.accuracyRun(ctx, "before", before, h.natsURL, m)
 			if err != nil {
 				a.Baseline.Error = firstLine(err.Error())
+				r.note("accuracy: the baseline failed at %g×, measured no further: %v", m, a.Baseline.Error)
+				a.Before, before = nil, ""
+				return nil
 			}
 			a.Before = mergeAccuracy(a.Before, run)
-			return err
+			return nil
 		}
 		steps := []func() error{after, baseline}
 		if i%2 == 1 {
