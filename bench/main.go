@@ -20,6 +20,10 @@
 //     within one window, and after they expire;
 //   - cluster: three nodes on one NATS at 2×, 10× and 100× a limit,
 //     admitted per window, fixed and sliding;
+//   - accuracy: three replicated nodes in one process (bench/accuracy, on
+//     the public API of pkg/counter and pkg/replicate) at 1.1× to 1000× a
+//     limit, evenly and skewed, fixed and sliding: admitted per window,
+//     this tree beside --shares-baseline-ref built in the run;
 //   - cluster-load: three nodes under steady load while NATS is up, then
 //     stopped, then back: admitted per window, per node and in all;
 //   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
@@ -75,7 +79,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
+var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "accuracy", "cluster-load", "envoy", "rlqs"}
 
 type options struct {
 	out        string
@@ -93,7 +97,11 @@ type options struct {
 	budget     time.Duration
 	plot       bool
 	clusterWin int
-	reportOnly bool
+	accWindows int
+	// sharesBaselineRef is the commit whose counter and replication the
+	// accuracy scenario measures beside this tree's; empty: none.
+	sharesBaselineRef string
+	reportOnly        bool
 	// baselineRef is the commit whose server the floor scenario measures
 	// as "today's"; empty: none.
 	baselineRef string
@@ -105,6 +113,11 @@ type options struct {
 // defaultBaselineRef is main when the floor work began: the server the
 // floor scenario's "today's" figures come from.
 const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
+
+// defaultSharesBaselineRef is the commit whose counter and replication
+// the accuracy scenario measures as "before" by default: admission on
+// each node's own view of the counts, without budget shares.
+const defaultSharesBaselineRef = "fc56146"
 
 func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
 	var o options
@@ -124,6 +137,8 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
 	fs.Int64Var(&o.rlsMemKeys, "rls-memory-keys", 1_000_000, "distinct descriptor keys of the rls scenario's memory run")
 	fs.IntVar(&o.clusterWin, "cluster-windows", 20, "windows measured in the cluster scenario")
+	fs.IntVar(&o.accWindows, "accuracy-windows", 8, "whole windows counted per row in the accuracy scenario")
+	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` whose counter and replication the accuracy scenario builds and measures as before, beside this tree's (empty: none)")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
@@ -160,6 +175,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		o.rlsMemKeys = 50_000
 		o.count, o.benchtime = 1, "20ms"
 		o.clusterWin = 5
+		o.accWindows = 3
 	}
 	switch {
 	case o.rounds < 1 || o.rounds > 20:
@@ -178,6 +194,8 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		return o, true, usageError{"--memory-window: whole seconds from 1s to 10m"}
 	case o.clusterWin < 3 || o.clusterWin > 120:
 		return o, true, usageError{"--cluster-windows: from 3 to 120"}
+	case o.accWindows < 2 || o.accWindows > 60:
+		return o, true, usageError{"--accuracy-windows: from 2 to 60"}
 	case o.count < 1 || o.count > 20:
 		return o, true, usageError{"--count: from 1 to 20"}
 	case o.budget < time.Minute || o.budget > time.Hour:
@@ -287,6 +305,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["cluster"] {
 		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
+	}
+	if opt.only["accuracy"] {
+		pending = append(pending, task{"accuracy", r.accuracyEstimate(), r.accuracy})
 	}
 	if opt.only["cluster-load"] {
 		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})

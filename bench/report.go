@@ -220,6 +220,7 @@ func targets(res *Results) []Target {
 		t.Measured = "skipped: " + c.Skipped
 	}
 	out = append(out, t)
+	out = append(out, accuracyTargets(res)...)
 	return append(out, floorTargets(res)...)
 }
 
@@ -405,6 +406,8 @@ func (r *runner) writeReport() error {
 			r.plotRef(&b, "cluster-windows.png", "Admitted per window over time")
 		}
 	}
+
+	writeAccuracyReport(&b, res)
 
 	if e := res.Envoy; e != nil {
 		w("## 4. End to end through Envoy\n\n")
@@ -646,6 +649,8 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 			w("- **p99 at 40%% of saturation** (%s). Both run pinned to the same CPU at the same fixed rate; a p99 far above the saturated p50 means the CPU was shared with other work on the machine (load average in the Steps table).\n", t.Margin)
 		case "floor-rss":
 			w("- **RSS per key at 1 M keys** (%s): see the memory section.\n", t.Margin)
+		case "accuracy-overshoot", "accuracy-floor":
+			writeAccuracyAnalysis(b, res, t)
 		case "cluster":
 			c := res.Cluster
 			w("- **Cluster** (%s).", t.Margin)

@@ -20,6 +20,7 @@ type Results struct {
 	Profile     *Profile     `json:"profile,omitempty"`
 	Memory      *Memory      `json:"memory,omitempty"`
 	Cluster     *Cluster     `json:"cluster,omitempty"`
+	Accuracy    *Accuracy    `json:"accuracy,omitempty"`
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
 	RLS         *RLS         `json:"rls,omitempty"`
@@ -362,6 +363,53 @@ type ClusterRow struct {
 	Errors      int64   `json:"errors"`
 	Admitted    []int64 `json:"admitted"` // per window, in order
 	StartMS     []int64 `json:"start_ms"`
+}
+
+// Accuracy is the accuracy scenario: bench/accuracy's output for this
+// tree and for the baseline commit, measured in the same run.
+type Accuracy struct {
+	Skipped string `json:"skipped,omitempty"`
+	// After is this tree's run; Before the baseline's (nil: not measured,
+	// Baseline.Error says why when it was asked for).
+	After    *AccuracyRun   `json:"after,omitempty"`
+	Before   *AccuracyRun   `json:"before,omitempty"`
+	Baseline *FloorBaseline `json:"baseline,omitempty"`
+}
+
+// AccuracyRun is one run of bench/accuracy: its JSON output (the schema
+// of bench/accuracy's Output).
+type AccuracyRun struct {
+	Nodes        int           `json:"nodes"`
+	Limit        int64         `json:"limit"`
+	WindowMS     int64         `json:"window_ms"`
+	SyncInterval string        `json:"sync_interval"`
+	Windows      int           `json:"windows"`
+	GoVersion    string        `json:"go_version"`
+	StartedAt    time.Time     `json:"started_at"`
+	ElapsedS     float64       `json:"elapsed_s"`
+	PeersSeen    bool          `json:"peers_seen"`
+	Rows         []AccuracyRow `json:"rows"`
+}
+
+// AccuracyRow is one key of an accuracy run: an algorithm, a multiple of
+// the limit offered and a distribution over the nodes; per counted window
+// its start, the Takes offered and admitted, in all and per node.
+type AccuracyRow struct {
+	Algorithm       string    `json:"algorithm"`
+	Multiple        float64   `json:"multiple"`
+	Distribution    string    `json:"distribution"`
+	Shares          []float64 `json:"shares"`
+	Key             string    `json:"key"`
+	OfferedPerS     float64   `json:"offered_per_s"`
+	Windows         int       `json:"windows"`
+	Min             int64     `json:"min"`
+	Median          float64   `json:"median"`
+	Max             int64     `json:"max"`
+	WindowStartMS   []int64   `json:"window_start_ms"`
+	Offered         []int64   `json:"offered"`
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	MaxBehindMS     float64   `json:"max_behind_ms"`
 }
 
 // ClusterLoad is scenario 5: a cluster under steady load through a NATS

@@ -1,0 +1,504 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The accuracy scenario runs bench/accuracy, three replicated nodes in one
+// process on the public API of pkg/counter and pkg/replicate, against a
+// nats-server of this run: built from this tree, and built from the tree
+// of --shares-baseline-ref with this tree's bench/accuracy copied into it,
+// so that the counter and replication of both are measured by the same
+// program in the same run, one multiple at a time, alternating. The program must therefore
+// use only API that the baseline has too; if it cannot be built there,
+// the baseline is reported missing and this tree is still measured.
+
+// accuracyMultiples are the offered loads, as multiples of the limit.
+var accuracyMultiples = []float64{1.1, 2, 10, 100, 1000}
+
+// accuracyDir is the program's package, relative to the repository root.
+const accuracyDir = "bench/accuracy"
+
+// accuracyRunTime bounds one run of the program at one multiple: the
+// windows counted, up to two not counted, the wait for a boundary, and
+// the nodes' start and stop.
+func (r *runner) accuracyRunTime() time.Duration {
+	return time.Duration(r.opt.accWindows+3)*time.Second + 5*time.Second
+}
+
+func (r *runner) accuracyEstimate() time.Duration {
+	runs := 1
+	if r.opt.sharesBaselineRef != "" {
+		runs = 2
+	}
+	return time.Duration(runs*len(accuracyMultiples))*r.accuracyRunTime() + 30*time.Second // the builds
+}
+
+func (r *runner) accuracy(ctx context.Context) error {
+	a := &Accuracy{}
+	r.res.Accuracy = a
+	h, err := r.startCluster(ctx, "acc", 0, "", 0) // nats-server only: the nodes are the program's
+	if err != nil {
+		if errors.Is(err, errNoNATS) {
+			a.Skipped = err.Error()
+		}
+		return err
+	}
+	defer h.stop()
+
+	bin := filepath.Join(r.tmp, "accuracy")
+	if _, err := r.runTool(ctx, "build-accuracy", 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
+		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+		return err
+	}
+	var before string
+	if ref := r.opt.sharesBaselineRef; ref != "" {
+		a.Baseline = &FloorBaseline{Ref: ref}
+		if before, err = r.buildAccuracyBaseline(ctx, a.Baseline); err != nil {
+			a.Baseline.Error = firstLine(err.Error())
+			r.note("accuracy: no baseline from %s: %v", ref, a.Baseline.Error)
+		}
+	}
+	// One multiple at a time, this tree and the baseline alternating (in
+	// turn first), so that both meet the same load on the machine.
+	for i, m := range accuracyMultiples {
+		after := func() error {
+			run, err := r.accuracyRun(ctx, "after", bin, h.natsURL, m)
+			a.After = mergeAccuracy(a.After, run)
+			return err
+		}
+		if before == "" {
+			if err := after(); err != nil {
+				return err
+			}
+			continue
+		}
+		// A baseline that fails ends the baseline's runs, not this tree's.
+		baseline := func() error {
+			run, err := r.accuracyRun(ctx, "before", before, h.natsURL, m)
+			if err != nil {
+				a.Baseline.Error = firstLine(err.Error())
+				r.note("accuracy: the baseline failed at %g×, measured no further: %v", m, a.Baseline.Error)
+				a.Before, before = nil, ""
+				return nil
+			}
+			a.Before = mergeAccuracy(a.Before, run)
+			return nil
+		}
+		steps := []func() error{after, baseline}
+		if i%2 == 1 {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return err
+			}
+		}
+	}
+	r.printAccuracy(a)
+	return nil
+}
+
+// mergeAccuracy appends run's rows to into (nil: run itself); run nil
+// leaves into as it is.
+func mergeAccuracy(into, run *AccuracyRun) *AccuracyRun {
+	switch {
+	case run == nil:
+		return into
+	case into == nil:
+		return run
+	}
+	into.Rows = append(into.Rows, run.Rows...)
+	into.ElapsedS += run.ElapsedS
+	into.PeersSeen = into.PeersSeen && run.PeersSeen
+	return into
+}
+
+// buildAccuracyBaseline builds bench/accuracy of this tree against the
+// packages of b.Ref: that commit's tree (git archive, so no worktree is
+// added to the repository) with this tree's bench/accuracy copied in. The
+// tree is removed once the program is built.
+func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (string, error) {
+	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", b.Ref+"^{commit}")
+	if err != nil {
+		return "", fmt.Errorf("git rev-parse %s: %w (not in this clone?)", b.Ref, err)
+	}
+	b.Commit = commit
+	start := time.Now()
+	src := filepath.Join(r.tmp, "accuracy-baseline-src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(src)
+	if _, err := r.runTool(ctx, "accuracy-baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
+		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+		return "", err
+	}
+	if err := copyDir(filepath.Join(r.root, accuracyDir), filepath.Join(src, accuracyDir)); err != nil {
+		return "", fmt.Errorf("copy %s into the baseline tree: %w", accuracyDir, err)
+	}
+	bin := filepath.Join(r.tmp, "accuracy-baseline")
+	if _, err := r.runTool(ctx, "build-accuracy-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
+		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+		return "", err
+	}
+	b.BuildS = round1(time.Since(start).Seconds())
+	r.printf("accuracy baseline: %s (%s), built in %.0fs\n", b.Ref, commit, b.BuildS)
+	return bin, nil
+}
+
+// copyDir replaces dst with the regular files of src (not its
+// subfolders).
+func copyDir(src, dst string) error {
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// accuracyRun runs one build of the program at multiple m on natsURL (its
+// own subject prefix, so that a late message of another run is not read)
+// and keeps its output in runs/accuracy-<name>-x<m>.json.
+func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m float64) (*AccuracyRun, error) {
+	mult := strconv.FormatFloat(m, 'g', -1, 64)
+	label := "accuracy-" + name + "-x" + mult
+	out, err := r.runTool(ctx, label, r.accuracyRunTime()+time.Minute, nil, r.root, bin,
+		"--nats-url", natsURL, "--subject-prefix", "accuracy."+name, "--windows", strconv.Itoa(r.opt.accWindows),
+		"--multiples", mult, "--sync-interval", clusterSync.String())
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(r.runsDir, label+".json"), out, 0o644); err != nil {
+		return nil, err
+	}
+	return parseAccuracy(out)
+}
+
+// parseAccuracy reads the program's output and checks that it holds rows.
+func parseAccuracy(b []byte) (*AccuracyRun, error) {
+	var run AccuracyRun
+	if err := json.Unmarshal(b, &run); err != nil {
+		return nil, fmt.Errorf("accuracy output: %w", err)
+	}
+	if len(run.Rows) == 0 || run.Limit <= 0 {
+		return nil, errors.New("accuracy output: no rows")
+	}
+	return &run, nil
+}
+
+// printAccuracy prints the rows of both runs, as × of the limit.
+func (r *runner) printAccuracy(a *Accuracy) {
+	r.printf("%-8s %6s %-7s %-23s %-23s\n", "window", "load", "spread", "before min/median/max", "after min/median/max")
+	for _, row := range a.After.Rows {
+		lim := float64(a.After.Limit)
+		b := "—"
+		if x, ok := a.Before.row(row.Algorithm, row.Multiple, row.Distribution); ok {
+			b = fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/float64(a.Before.Limit), x.Median/float64(a.Before.Limit), float64(x.Max)/float64(a.Before.Limit))
+		}
+		r.printf("%-8s %5g× %-7s %-23s %.2f / %.2f / %.2f\n", row.Algorithm, row.Multiple, row.Distribution, b,
+			float64(row.Min)/lim, row.Median/lim, float64(row.Max)/lim)
+	}
+}
+
+// row is the run's row of an algorithm, multiple and distribution.
+func (run *AccuracyRun) row(alg string, mult float64, dist string) (AccuracyRow, bool) {
+	if run == nil {
+		return AccuracyRow{}, false
+	}
+	for _, x := range run.Rows {
+		if x.Algorithm == alg && x.Multiple == mult && x.Distribution == dist && x.Windows > 0 {
+			return x, true
+		}
+	}
+	return AccuracyRow{}, false
+}
+
+// The accuracy targets: admitted per window as × of the limit.
+const (
+	targetAccOvershoot     = 1.10 // max, at 10× and 100× offered
+	targetAccOvershootHigh = 1.2  // max, at 1000× offered
+	targetAccFloor         = 0.95 // median, at 2× offered
+)
+
+// accuracyAlgorithms and accuracyDistributions are the rows' algorithms
+// and distributions, in report order.
+var (
+	accuracyAlgorithms    = []string{"fixed", "sliding"}
+	accuracyDistributions = []string{"even", "skewed"}
+)
+
+// accExtreme is the largest (or, with lowest, the smallest) of a figure
+// over the rows of run at the multiples, and the row it came from; false
+// if some algorithm has no row at one of them.
+func accExtreme(run *AccuracyRun, mults []float64, lowest bool, fig func(AccuracyRow) float64) (float64, AccuracyRow, bool) {
+	var best float64
+	var at AccuracyRow
+	found := false
+	for _, alg := range accuracyAlgorithms {
+		for _, m := range mults {
+			seen := false
+			for _, dist := range accuracyDistributions {
+				row, ok := run.row(alg, m, dist)
+				if !ok {
+					continue
+				}
+				seen = true
+				x := fig(row) / float64(run.Limit)
+				if !found || (lowest && x < best) || (!lowest && x > best) {
+					best, at, found = x, row, true
+				}
+			}
+			if !seen {
+				return 0, AccuracyRow{}, false
+			}
+		}
+	}
+	return best, at, found
+}
+
+func rowMax(r AccuracyRow) float64    { return float64(r.Max) }
+func rowMedian(r AccuracyRow) float64 { return r.Median }
+
+func accRowName(r AccuracyRow) string {
+	return fmt.Sprintf("%s %g× %s", r.Algorithm, r.Multiple, r.Distribution)
+}
+
+// accuracyTargets judges this tree's accuracy run (the baseline's figures
+// are given beside it): the max per window against the overshoot goals,
+// the median per window against the floor at 2×.
+func accuracyTargets(res *Results) []Target {
+	over := Target{Name: "accuracy-overshoot", Goal: "3 nodes: admitted ≤ 1.10× the limit at 10× and 100× offered, ≤ 1.2× at 1000×; fixed and sliding, even and 90%-skewed (max per window, in process)"}
+	floor := Target{Name: "accuracy-floor", Goal: "3 nodes: ≥ 0.95× of the limit admitted at 2× offered, even and 90%-skewed, fixed and sliding (median per window, in process)"}
+	a := res.Accuracy
+	if a == nil {
+		return []Target{over, floor}
+	}
+	if a.After == nil {
+		if a.Skipped != "" {
+			over.Measured, floor.Measured = "skipped: "+a.Skipped, "skipped: "+a.Skipped
+		}
+		return []Target{over, floor}
+	}
+	before := ""
+	if a.Before != nil {
+		before = "; before (" + shortCommit(a.Baseline) + "): "
+	} else if a.Baseline != nil && a.Baseline.Error != "" {
+		before = "; no baseline: " + a.Baseline.Error
+	}
+
+	overshoot := func(run *AccuracyRun) (mid, high float64, text string, ok bool) {
+		mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
+		high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
+		if !ok1 || !ok2 {
+			return 0, 0, "no rows at 10×, 100× and 1000× for both algorithms", false
+		}
+		return mid, high, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
+	}
+	mid, high, text, ok := overshoot(a.After)
+	over.Measured = "this tree: " + text
+	if ok {
+		over.Value = round(max(mid, high), 3)
+		over.Met = ptr(mid <= targetAccOvershoot+1e-9 && high <= targetAccOvershootHigh+1e-9)
+		var miss []string
+		if mid > targetAccOvershoot+1e-9 {
+			miss = append(miss, fmt.Sprintf("%.2f× at 10×/100× against 1.10×", mid))
+		}
+		if high > targetAccOvershootHigh+1e-9 {
+			miss = append(miss, fmt.Sprintf("%.2f× at 1000× against 1.2×", high))
+		}
+		over.Margin = strings.Join(miss, ", ")
+	}
+	if a.Before != nil {
+		_, _, btext, _ := overshoot(a.Before)
+		over.Measured += before + btext
+	} else {
+		over.Measured += before
+	}
+
+	lowFloor := func(run *AccuracyRun) (float64, string, bool) {
+		lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
+		if !ok {
+			return 0, "no rows at 2× for both algorithms", false
+		}
+		text := fmt.Sprintf("lowest median %.2f× at 2× (%s)", lo, accRowName(at))
+		var just []string
+		for _, alg := range accuracyAlgorithms {
+			for _, dist := range accuracyDistributions {
+				if row, ok := run.row(alg, 1.1, dist); ok {
+					just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+				}
+			}
+		}
+		if len(just) > 0 {
+			text += "; at 1.1× (not judged) median " + strings.Join(just, ", ")
+		}
+		return lo, text, true
+	}
+	lo, text, ok := lowFloor(a.After)
+	floor.Measured = "this tree: " + text
+	if ok {
+		floor.Value = round(lo, 3)
+		floor.Met = ptr(lo >= targetAccFloor-1e-9)
+		if !*floor.Met {
+			floor.Margin = fmt.Sprintf("%.2f× against 0.95×", lo)
+		}
+	}
+	if a.Before != nil {
+		_, btext, _ := lowFloor(a.Before)
+		floor.Measured += before + btext
+	} else {
+		floor.Measured += before
+	}
+	return []Target{over, floor}
+}
+
+// writeAccuracyReport writes the accuracy scenario's section: a table
+// per algorithm, offered load × distribution, before and this tree side
+// by side.
+func writeAccuracyReport(b *strings.Builder, res *Results) {
+	a := res.Accuracy
+	if a == nil {
+		return
+	}
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
+	if a.Skipped != "" || a.After == nil {
+		w("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
+		return
+	}
+	run := a.After
+	w("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
+		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
+	switch {
+	case a.Before != nil:
+		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
+	case a.Baseline != nil && a.Baseline.Error != "":
+		w(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
+	}
+	w(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
+	if !run.PeersSeen {
+		w("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
+	}
+	// A row whose pacing fell behind by more than a sync interval was
+	// offered its load in bursts (the machine did not run the process in
+	// time): its figures are marked.
+	syncMS := 100.0
+	if d, err := time.ParseDuration(run.SyncInterval); err == nil {
+		syncMS = float64(d.Milliseconds())
+	}
+	marked := false
+	cell := func(x AccuracyRow, lim int64) string {
+		l := float64(lim)
+		c := fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
+		if x.MaxBehindMS > syncMS {
+			c += " †"
+			marked = true
+		}
+		return c
+	}
+	behind := func(x AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
+	for _, alg := range accuracyAlgorithms {
+		w("**%s**\n\n| offered | spread |", alg)
+		if a.Before != nil {
+			w(" before |")
+		}
+		w(" this tree | windows | pacing behind ≤ |\n|---:|---|")
+		if a.Before != nil {
+			w("---:|")
+		}
+		w("---:|---:|---:|\n")
+		for _, row := range run.Rows {
+			if row.Algorithm != alg {
+				continue
+			}
+			w("| %g× | %s |", row.Multiple, row.Distribution)
+			pacing := behind(row)
+			if a.Before != nil {
+				if x, ok := a.Before.row(row.Algorithm, row.Multiple, row.Distribution); ok {
+					w(" %s |", cell(x, a.Before.Limit))
+					pacing = behind(x) + " / " + pacing
+				} else {
+					w(" — |")
+					pacing = "— / " + pacing
+				}
+			}
+			w(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
+		}
+		w("\n")
+	}
+	w("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
+	if marked {
+		w(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
+	}
+	w("\n\n")
+	w("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
+	if a.Before != nil {
+		w(" before |")
+	}
+	w(" this tree |\n|---|---:|---|")
+	if a.Before != nil {
+		w("---|")
+	}
+	w("---|\n")
+	for _, row := range run.Rows {
+		w("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
+		if a.Before != nil {
+			x, _ := a.Before.row(row.Algorithm, row.Multiple, row.Distribution)
+			w(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
+		}
+		w(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
+	}
+	w("\n</details>\n\n")
+}
+
+// writeAccuracyAnalysis explains a missed accuracy target: the rows that
+// missed it.
+func writeAccuracyAnalysis(b *strings.Builder, res *Results, t Target) {
+	run := res.Accuracy.After
+	lim := float64(run.Limit)
+	var rows []string
+	for _, row := range run.Rows {
+		switch {
+		case t.Name == "accuracy-overshoot" && (row.Multiple == 10 || row.Multiple == 100) && float64(row.Max)/lim > targetAccOvershoot+1e-9,
+			t.Name == "accuracy-overshoot" && row.Multiple == 1000 && float64(row.Max)/lim > targetAccOvershootHigh+1e-9:
+			rows = append(rows, fmt.Sprintf("%s max %.2f×", accRowName(row), float64(row.Max)/lim))
+		case t.Name == "accuracy-floor" && row.Multiple == 2 && row.Median/lim < targetAccFloor-1e-9:
+			rows = append(rows, fmt.Sprintf("%s median %.2f×", accRowName(row), row.Median/lim))
+		}
+	}
+	if t.Name == "accuracy-overshoot" {
+		fmt.Fprintf(b, "- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
+			t.Margin, strings.Join(rows, ", "), float64(run.WindowMS)/100, float64(run.WindowMS)/1000)
+		return
+	}
+	fmt.Fprintf(b, "- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
+		t.Margin, strings.Join(rows, ", "))
+}

@@ -1,0 +1,547 @@
+// Command accuracy measures how closely a cluster holds a limit: three
+// nodes in this process, each with its own counter.Store, Replicator and
+// NATS connection, on one nats-server (--nats-url). Each row offers one key
+// a multiple of its limit at a fixed rate, spread over the nodes evenly or
+// skewed (one node 90%, the others 5% each), with a fixed or a sliding
+// window, and counts what the nodes admitted in each whole window, by the
+// window each Take was made in. It prints the rows as JSON on stdout.
+//
+// It uses only the public API of pkg/counter and pkg/replicate, so that
+// the same program measures another commit's code when copied into that
+// commit's tree (the bench runner's accuracy scenario does so).
+//
+//	go run ./bench/accuracy --nats-url nats://127.0.0.1:4222 > accuracy.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "accuracy:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+// nodes is the cluster's size.
+const nodes = 3
+
+// The bucket every row counts in (index 0 of the replicated table).
+const (
+	bucketName = "acc"
+	bucketID   = counter.Bucket(0)
+)
+
+// distributions are the shares of the offered load each node receives.
+var distributions = map[string][nodes]float64{
+	"even":   {1.0 / 3, 1.0 / 3, 1.0 / 3},
+	"skewed": {0.90, 0.05, 0.05},
+}
+
+var algorithms = map[string]counter.Algorithm{"fixed": counter.Fixed, "sliding": counter.Sliding}
+
+// tick is how often each node's driver takes the Takes that have come due.
+const tick = time.Millisecond
+
+// Output is what the program prints.
+type Output struct {
+	Nodes        int       `json:"nodes"`
+	Limit        int64     `json:"limit"`
+	WindowMS     int64     `json:"window_ms"`
+	SyncInterval string    `json:"sync_interval"`
+	Windows      int       `json:"windows"`
+	GoVersion    string    `json:"go_version"`
+	StartedAt    time.Time `json:"started_at"`
+	ElapsedS     float64   `json:"elapsed_s"`
+	// PeersSeen: before the load, every node counted the other two as
+	// peers (ratelimit_authz_replicate_peers). False when the metric was
+	// not there to read; the load then started a heartbeat after Ready.
+	PeersSeen bool  `json:"peers_seen"`
+	Rows      []Row `json:"rows"`
+}
+
+// Row is one key: an algorithm, a multiple of the limit offered and a
+// distribution over the nodes. The per-window slices are in window order.
+type Row struct {
+	Algorithm    string    `json:"algorithm"`
+	Multiple     float64   `json:"multiple"`
+	Distribution string    `json:"distribution"`
+	Shares       []float64 `json:"shares"` // of the offered load, per node
+	Key          string    `json:"key"`
+	OfferedPerS  float64   `json:"offered_per_s"` // over the cluster
+	Windows      int       `json:"windows"`
+	Min          int64     `json:"min"`
+	Median       float64   `json:"median"`
+	Max          int64     `json:"max"`
+	// WindowStartMS, Offered, Admitted and AdmittedPerNode are per
+	// counted window: its start (unix ms), the Takes made in it and those
+	// admitted, in all and per node.
+	WindowStartMS   []int64   `json:"window_start_ms"`
+	Offered         []int64   `json:"offered"`
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	// MaxBehindMS is how far behind its schedule any node's oldest due
+	// Take of this row was when its batch ran: the pacing's accuracy.
+	MaxBehindMS float64 `json:"max_behind_ms"`
+}
+
+type config struct {
+	natsURL       string
+	limit         int64
+	window        time.Duration
+	windows       int
+	multiples     []float64
+	algorithms    []string
+	distributions []string
+	sync          time.Duration
+	prefix        string
+	logLevel      slog.Level
+}
+
+func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
+	var c config
+	fs := flag.NewFlagSet("accuracy", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: accuracy --nats-url URL [flags] > rows.json\n\n"+
+			"Run %d replicated nodes in this process on one nats-server and measure, per whole\n"+
+			"window, how much of a limit they admit together at multiples of it, offered at\n"+
+			"a fixed rate, evenly over the nodes and skewed (one node 90%%). The rows of one\n"+
+			"multiple run at once, each on its own key; JSON on stdout, progress on stderr.\n\nFlags:\n", nodes)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.natsURL, "nats-url", "", "NATS server `URL` (required)")
+	fs.Int64Var(&c.limit, "limit", 100, "hits admitted per window")
+	fs.DurationVar(&c.window, "window", time.Second, "window length (whole milliseconds)")
+	fs.IntVar(&c.windows, "windows", 8, "whole windows counted per row")
+	mults := fs.String("multiples", "1.1,2,10,100,1000", "offered loads as multiples of the limit, comma-separated")
+	algs := fs.String("algorithms", "fixed,sliding", "window algorithms, comma-separated: fixed, sliding")
+	dists := fs.String("distributions", "even,skewed", "load distributions over the nodes, comma-separated: even (a third each), skewed (90%, 5%, 5%)")
+	fs.DurationVar(&c.sync, "sync-interval", replicate.DefaultSyncInterval, "replication sync interval")
+	fs.StringVar(&c.prefix, "subject-prefix", "accuracy", "NATS subject prefix of the nodes (another run on the same server should use another)")
+	level := fs.String("log-level", "warn", "log level of the nodes (stderr): debug, info, warn, error")
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return c, true, nil
+		}
+		fs.SetOutput(stderr)
+		fs.Usage()
+		return c, true, usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return c, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
+		return c, true, usageError{fmt.Sprintf("--log-level: %v", err)}
+	}
+	for s := range strings.SplitSeq(*mults, ",") {
+		m, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || m <= 0 || m > 10_000 {
+			return c, true, usageError{fmt.Sprintf("--multiples: %q is not a number in (0, 10000]", s)}
+		}
+		c.multiples = append(c.multiples, m)
+	}
+	var err error
+	if c.algorithms, err = names("--algorithms", *algs, algorithms); err != nil {
+		return c, true, err
+	}
+	if c.distributions, err = names("--distributions", *dists, distributions); err != nil {
+		return c, true, err
+	}
+	switch {
+	case c.natsURL == "":
+		return c, true, usageError{"--nats-url is required"}
+	case c.limit < 1 || c.limit > 1_000_000:
+		return c, true, usageError{"--limit: from 1 to 1000000"}
+	case c.window < 100*time.Millisecond || c.window > 10*time.Second || c.window%time.Millisecond != 0:
+		return c, true, usageError{"--window: whole milliseconds from 100ms to 10s"}
+	case c.windows < 1 || c.windows > 100:
+		return c, true, usageError{"--windows: from 1 to 100"}
+	case c.sync < 10*time.Millisecond || c.sync > 10*time.Second:
+		return c, true, usageError{"--sync-interval: from 10ms to 10s"}
+	}
+	for _, m := range c.multiples {
+		// Each row's Takes are made by this process: bound the rate.
+		if rate := m * float64(c.limit) / c.window.Seconds(); rate > 500_000 {
+			return c, true, usageError{fmt.Sprintf("--multiples: %g× %d per %v is %.0f Takes/s per row, more than 500000", m, c.limit, c.window, rate)}
+		}
+	}
+	return c, false, nil
+}
+
+func names[V any](flagName, list string, known map[string]V) ([]string, error) {
+	var out []string
+	for s := range strings.SplitSeq(list, ",") {
+		s = strings.TrimSpace(s)
+		if _, ok := known[s]; !ok {
+			return nil, usageError{fmt.Sprintf("%s: unknown %q", flagName, s)}
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, done, err := parse(args, stdout, stderr)
+	if done {
+		return err
+	}
+	// Bound the whole run: the phases, the start and the stop, with room.
+	perPhase := time.Duration(c.windows+3) * c.window
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(c.multiples))*perPhase+time.Minute)
+	defer cancel()
+
+	out := Output{Nodes: nodes, Limit: c.limit, WindowMS: c.window.Milliseconds(), SyncInterval: c.sync.String(),
+		Windows: c.windows, GoVersion: runtime.Version(), StartedAt: time.Now().UTC()}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
+	cl, err := startCluster(ctx, c, log)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	if out.PeersSeen, err = cl.waitPeers(ctx, 10*time.Second); err != nil {
+		return err
+	}
+	for _, m := range c.multiples {
+		rows, err := cl.phase(ctx, c, m)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			fmt.Fprintf(stderr, "%-7s %6g× %-6s admitted per window min %d median %.1f max %d (limit %d), %d windows, behind ≤ %.1f ms\n",
+				r.Algorithm, r.Multiple, r.Distribution, r.Min, r.Median, r.Max, c.limit, r.Windows, r.MaxBehindMS)
+		}
+		out.Rows = append(out.Rows, rows...)
+	}
+	if err := cl.stop(); err != nil {
+		return err
+	}
+	out.ElapsedS = time.Since(out.StartedAt).Seconds()
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// node is one member of the cluster.
+type node struct {
+	id    string
+	store *counter.Store
+	repl  *replicate.Replicator
+	reg   *prometheus.Registry
+	done  chan error // Run's result
+}
+
+// cluster is the nodes, running until stop.
+type cluster struct {
+	nodes    []*node
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// startCluster starts the nodes and waits until each is ready and
+// connected to NATS.
+func startCluster(ctx context.Context, c config, log *slog.Logger) (*cluster, error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cl := &cluster{cancel: cancel}
+	for i := range nodes {
+		n := &node{id: "n" + strconv.Itoa(i), reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+		var err error
+		if n.store, err = counter.New(counter.Config{Track: true}); err != nil {
+			cl.stop()
+			return nil, fmt.Errorf("node %s: counter: %w", n.id, err)
+		}
+		n.repl, err = replicate.New(replicate.Config{
+			URL: c.natsURL, NodeID: n.id, Buckets: []string{bucketName}, IDs: []counter.Bucket{bucketID},
+			SubjectPrefix: c.prefix, SyncInterval: c.sync,
+		}, n.store, n.reg, log.With("node", n.id))
+		if err != nil {
+			cl.stop()
+			return nil, fmt.Errorf("node %s: replicator: %w", n.id, err)
+		}
+		go func() { n.done <- n.repl.Run(rctx) }()
+		cl.nodes = append(cl.nodes, n)
+	}
+	for _, n := range cl.nodes {
+		select {
+		case <-n.repl.Ready():
+		case err := <-n.done:
+			n.done <- err // for stop
+			cl.stop()
+			return nil, fmt.Errorf("node %s: replicator stopped before it was ready: %v", n.id, err)
+		case <-ctx.Done():
+			cl.stop()
+			return nil, fmt.Errorf("waiting for node %s to be ready: %w", n.id, ctx.Err())
+		}
+	}
+	// Ready also comes when NATS cannot be reached (the node then counts
+	// alone): that would measure nothing.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, n := range cl.nodes {
+		for {
+			v, ok := gauge(n.reg, "ratelimit_authz_replicate_connected")
+			if !ok || v == 1 {
+				break
+			}
+			if time.Now().After(deadline) || !sleep(ctx, 20*time.Millisecond) {
+				cl.stop()
+				return nil, fmt.Errorf("node %s is not connected to NATS at %s", n.id, c.natsURL)
+			}
+		}
+	}
+	return cl, nil
+}
+
+// waitPeers waits until every node counts the others as peers, so that
+// none admits as if it were alone. It reports false when the peers metric
+// is not there to read; then it waits two default heartbeats instead.
+func (cl *cluster) waitPeers(ctx context.Context, timeout time.Duration) (bool, error) {
+	deadline := time.Now().Add(timeout)
+	for _, n := range cl.nodes {
+		for {
+			v, ok := gauge(n.reg, "ratelimit_authz_replicate_peers")
+			if !ok {
+				return false, sleepErr(ctx, 2*replicate.DefaultHeartbeat)
+			}
+			if v >= nodes-1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return false, fmt.Errorf("node %s knows %.0f peers after %v, want %d", n.id, v, timeout, nodes-1)
+			}
+			if err := sleepErr(ctx, 20*time.Millisecond); err != nil {
+				return false, err
+			}
+		}
+	}
+	return true, nil
+}
+
+// stop stops every node and waits for it (idempotent): an error if a
+// node's Run failed or did not return in time.
+func (cl *cluster) stop() error {
+	cl.stopOnce.Do(func() {
+		cl.cancel()
+		timeout := time.After(replicate.DefaultFlushTimeout + 5*time.Second)
+		var errs []error
+		for _, n := range cl.nodes {
+			select {
+			case err := <-n.done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					errs = append(errs, fmt.Errorf("node %s: %w", n.id, err))
+				}
+			case <-timeout:
+				errs = append(errs, fmt.Errorf("node %s: Run did not return after its context was cancelled", n.id))
+			}
+		}
+		cl.stopErr = errors.Join(errs...)
+	})
+	return cl.stopErr
+}
+
+// rowRun is a row while its phase runs. Each node's driver writes only
+// its own slices.
+type rowRun struct {
+	Row
+	lim  counter.Limit
+	rate [nodes]float64 // Takes per second, per node
+	skip int            // leading windows not counted
+	// counts[node][window of the phase] = {offered, admitted}
+	counts [nodes][][2]int64
+	behind [nodes]time.Duration
+}
+
+// phase offers every row of multiple m at once and summarises them. The
+// phase starts lead before a window boundary: that first, partial window
+// is not counted, nor for a sliding window the first whole one (its
+// previous window is empty); then c.windows whole windows are counted.
+func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]Row, error) {
+	const lead = 200 * time.Millisecond
+	wms := c.window.Milliseconds()
+	now := time.Now()
+	boundary := time.UnixMilli((now.Add(lead+50*time.Millisecond).UnixMilli()/wms + 1) * wms)
+	t0, end := boundary.Add(-lead), boundary.Add(time.Duration(c.windows+1)*c.window)
+	w0 := t0.UnixMilli() / wms
+	slots := int(end.UnixMilli()/wms - w0)
+
+	var rows []*rowRun
+	for _, alg := range c.algorithms {
+		for _, dist := range c.distributions {
+			rr := &rowRun{Row: Row{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
+				OfferedPerS: m * float64(c.limit) / c.window.Seconds()}, lim: counter.Limit{Limit: c.limit, ScaleMS: wms, Algorithm: algorithms[alg]}}
+			rr.skip = 1
+			if rr.lim.Algorithm == counter.Sliding {
+				rr.skip = 2
+			}
+			for i, s := range distributions[dist] {
+				rr.Shares = append(rr.Shares, s)
+				rr.rate[i] = s * rr.OfferedPerS
+				rr.counts[i] = make([][2]int64, slots)
+			}
+			rows = append(rows, rr)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, n := range cl.nodes {
+		wg.Go(func() { drive(ctx, n, i, rows, t0, end, wms, w0) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%g× the limit: %w", m, err)
+	}
+	out := make([]Row, 0, len(rows))
+	for _, rr := range rows {
+		out = append(out, rr.summarise(w0, wms, c.windows))
+	}
+	return out, nil
+}
+
+// drive makes node i's Takes of every row from t0 until end, at each row's
+// rate for the node: every tick it takes at once all those that have come
+// due, at that instant.
+func drive(ctx context.Context, n *node, i int, rows []*rowRun, t0, end time.Time, wms, w0 int64) {
+	if !sleep(ctx, time.Until(t0)) {
+		return
+	}
+	done := make([]int64, len(rows))
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		el := now.Sub(t0)
+		slot := int(now.UnixMilli()/wms - w0)
+		for j, rr := range rows {
+			rate := rr.rate[i]
+			due := int64(el.Seconds()*rate) - done[j]
+			if due <= 0 {
+				continue
+			}
+			// The oldest due Take was scheduled at (done+1)/rate.
+			if late := el - time.Duration(float64(done[j]+1)/rate*float64(time.Second)); late > rr.behind[i] {
+				rr.behind[i] = late
+			}
+			var admitted int64
+			for range due {
+				if n.store.Take(bucketID, rr.Key, rr.lim, now).Allowed {
+					admitted++
+				}
+			}
+			done[j] += due
+			if slot >= 0 && slot < len(rr.counts[i]) {
+				rr.counts[i][slot][0] += due
+				rr.counts[i][slot][1] += admitted
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// summarise is the row over its counted windows.
+func (rr *rowRun) summarise(w0, wms int64, windows int) Row {
+	r := rr.Row
+	for s := rr.skip; s < rr.skip+windows && s < len(rr.counts[0]); s++ {
+		var offered, admitted int64
+		per := make([]int64, nodes)
+		for i := range nodes {
+			offered += rr.counts[i][s][0]
+			admitted += rr.counts[i][s][1]
+			per[i] = rr.counts[i][s][1]
+		}
+		r.WindowStartMS = append(r.WindowStartMS, (w0+int64(s))*wms)
+		r.Offered = append(r.Offered, offered)
+		r.Admitted = append(r.Admitted, admitted)
+		r.AdmittedPerNode = append(r.AdmittedPerNode, per)
+	}
+	r.Windows = len(r.Admitted)
+	if r.Windows > 0 {
+		r.Min, r.Max = slices.Min(r.Admitted), slices.Max(r.Admitted)
+		s := slices.Clone(r.Admitted)
+		slices.Sort(s)
+		if k := len(s); k%2 == 1 {
+			r.Median = float64(s[k/2])
+		} else {
+			r.Median = float64(s[k/2-1]+s[k/2]) / 2
+		}
+	}
+	r.MaxBehindMS = float64(slices.Max(rr.behind[:]).Microseconds()) / 1000
+	return r
+}
+
+// gauge reads a gauge without labels from reg; false if it is not there.
+func gauge(reg *prometheus.Registry, name string) (float64, bool) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0, false
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			return mf.GetMetric()[0].GetGauge().GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// sleep waits d or until ctx is done; false if ctx is done.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func sleepErr(ctx context.Context, d time.Duration) error {
+	if !sleep(ctx, d) {
+		return ctx.Err()
+	}
+	return nil
+}

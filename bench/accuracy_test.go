@@ -1,0 +1,242 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+)
+
+// TestAccuracyProgram builds bench/accuracy and runs it briefly on a real
+// nats-server: the output has the schema the runner reads, and its rows
+// count whole windows in which the offered load held its rate and the
+// admitted hits are possible ones.
+func TestAccuracyProgram(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "accuracy")
+	if err := binaries.Build(ctx, root(t), "./"+accuracyDir, bin); err != nil {
+		t.Fatal(err)
+	}
+
+	// Usage errors exit 2 and say what is wrong.
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin, "--windows", "2")
+	cmd.Stderr = &stderr
+	var ee *exec.ExitError
+	if err := cmd.Run(); !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), "--nats-url is required") {
+		t.Errorf("no --nats-url: %v, %q", err, stderr.String())
+	}
+
+	srv := testnats.Run(t)
+	const limit, mult, windows = 100, 10, 2
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	cmd = exec.CommandContext(rctx, bin, "--nats-url", srv.ClientURL(), "--windows", "2", "--multiples", "10", "--limit", "100")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("accuracy: %v\n%s", err, stderr.String())
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields() // AccuracyRun mirrors the program's Output
+	var run AccuracyRun
+	if err := dec.Decode(&run); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out)
+	}
+	if _, err := parseAccuracy(out); err != nil {
+		t.Fatal(err)
+	}
+	if run.Nodes != 3 || run.Limit != limit || run.WindowMS != 1000 || run.Windows != windows || !run.PeersSeen {
+		t.Errorf("header %+v", run)
+	}
+	if len(run.Rows) != 4 {
+		t.Fatalf("%d rows, want fixed and sliding × even and skewed", len(run.Rows))
+	}
+	for _, alg := range accuracyAlgorithms {
+		for _, dist := range accuracyDistributions {
+			row, ok := run.row(alg, mult, dist)
+			if !ok {
+				t.Errorf("no row %s %s", alg, dist)
+				continue
+			}
+			checkAccuracyRow(t, row, run.Nodes, limit, mult, windows)
+		}
+	}
+}
+
+func checkAccuracyRow(t *testing.T, row AccuracyRow, nodes int, limit int64, mult float64, windows int) {
+	t.Helper()
+	name := accRowName(row)
+	if row.Windows != windows || len(row.Admitted) != windows || len(row.Offered) != windows || len(row.AdmittedPerNode) != windows || len(row.WindowStartMS) != windows {
+		t.Fatalf("%s: %d windows, %d admitted, %d offered, %d per node, want %d", name, row.Windows, len(row.Admitted), len(row.Offered), len(row.AdmittedPerNode), windows)
+	}
+	want := int64(mult * float64(limit))
+	lo, hi := row.Admitted[0], row.Admitted[0]
+	for i, adm := range row.Admitted {
+		// The Takes due in a window are made in it (a late batch catches
+		// up within milliseconds), so each whole window was offered its
+		// share of the rate.
+		if off := row.Offered[i]; off < want*8/10 || off > want*12/10 {
+			t.Errorf("%s window %d: offered %d, want about %d", name, i, off, want)
+		}
+		// A node counts its own hits and refuses at the limit, so no
+		// node admits more than the limit in a window; the cluster at 10×
+		// admits at least half of it.
+		var sum int64
+		for n, a := range row.AdmittedPerNode[i] {
+			if a < 0 || a > limit {
+				t.Errorf("%s window %d: node %d admitted %d of limit %d", name, i, n, a, limit)
+			}
+			sum += a
+		}
+		if sum != adm || len(row.AdmittedPerNode[i]) != nodes {
+			t.Errorf("%s window %d: per node %v, in all %d", name, i, row.AdmittedPerNode[i], adm)
+		}
+		if adm < limit/2 || adm > row.Offered[i] {
+			t.Errorf("%s window %d: admitted %d of %d offered, limit %d", name, i, adm, row.Offered[i], limit)
+		}
+		if i > 0 && row.WindowStartMS[i] != row.WindowStartMS[i-1]+1000 {
+			t.Errorf("%s: windows %v are not consecutive", name, row.WindowStartMS)
+		}
+		lo, hi = min(lo, adm), max(hi, adm)
+	}
+	if row.Min != lo || row.Max != hi || row.Median < float64(lo) || row.Median > float64(hi) {
+		t.Errorf("%s: min %d median %g max %d of %v", name, row.Min, row.Median, row.Max, row.Admitted)
+	}
+}
+
+// accRows fabricates a full run: every algorithm, multiple and
+// distribution, each admitting adm(alg, multiple, distribution) in each
+// of two windows.
+func accRows(limit int64, adm func(alg string, m float64, dist string) int64) *AccuracyRun {
+	run := &AccuracyRun{Nodes: 3, Limit: limit, WindowMS: 1000, SyncInterval: "100ms", Windows: 2, PeersSeen: true}
+	for _, m := range []float64{1.1, 2, 10, 100, 1000} {
+		for _, alg := range accuracyAlgorithms {
+			for _, dist := range accuracyDistributions {
+				a := adm(alg, m, dist)
+				run.Rows = append(run.Rows, AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Windows: 2,
+					Min: a, Median: float64(a), Max: a, Admitted: []int64{a, a}, Offered: []int64{int64(m * float64(limit)), int64(m * float64(limit))}})
+			}
+		}
+	}
+	return run
+}
+
+func TestAccuracyTargets(t *testing.T) {
+	exact := func(string, float64, string) int64 { return 100 }
+	judge := func(a *Accuracy) map[string]Target {
+		got := map[string]Target{}
+		for _, tg := range targets(&Results{Accuracy: a}) {
+			got[tg.Name] = tg
+		}
+		return got
+	}
+	base := &FloorBaseline{Ref: "fc56146", Commit: "fc56146abcdef0123"}
+	for name, tc := range map[string]struct {
+		adm             func(string, float64, string) int64
+		overMet, floMet bool
+		margin          string
+	}{
+		"exact":        {exact, true, true, ""},
+		"at the goals": {func(_ string, m float64, _ string) int64 { return map[bool]int64{true: 120, false: 110}[m == 1000] }, true, true, ""},
+		"over at 100× skewed": {func(_ string, m float64, d string) int64 {
+			return map[bool]int64{true: 111, false: 100}[m == 100 && d == "skewed"]
+		}, false, true, "1.11× at 10×/100×"},
+		"over at 1000× only": {func(_ string, m float64, _ string) int64 { return map[bool]int64{true: 121, false: 100}[m == 1000] }, false, true, "1.21× at 1000×"},
+		"1.1× is not judged": {func(_ string, m float64, _ string) int64 { return map[bool]int64{true: 300, false: 100}[m == 1.1] }, true, true, ""},
+		"under at 2× sliding": {func(a string, m float64, _ string) int64 {
+			return map[bool]int64{true: 94, false: 100}[m == 2 && a == "sliding"]
+		}, true, false, "0.94× against 0.95×"},
+	} {
+		got := judge(&Accuracy{After: accRows(100, tc.adm), Before: accRows(100, exact), Baseline: base})
+		over, flo := got["accuracy-overshoot"], got["accuracy-floor"]
+		if over.Met == nil || *over.Met != tc.overMet || flo.Met == nil || *flo.Met != tc.floMet {
+			t.Errorf("%s: overshoot %+v, floor %+v; want met %v, %v", name, over, flo, tc.overMet, tc.floMet)
+		}
+		if !strings.Contains(over.Margin+flo.Margin, tc.margin) || (tc.margin == "" && over.Margin+flo.Margin != "") {
+			t.Errorf("%s: margins %q, %q, want %q", name, over.Margin, flo.Margin, tc.margin)
+		}
+		if !strings.Contains(over.Measured, "before (fc56146abcde)") || !strings.Contains(flo.Measured, "at 1.1× (not judged)") {
+			t.Errorf("%s: measured %q, %q", name, over.Measured, flo.Measured)
+		}
+	}
+
+	// A run without the rows a target needs is not judged.
+	partial := accRows(100, exact)
+	partial.Rows = partial.Rows[:len(partial.Rows)-4] // no 1000×
+	got := judge(&Accuracy{After: partial})
+	if tg := got["accuracy-overshoot"]; tg.Met != nil || !strings.Contains(tg.Measured, "no rows") {
+		t.Errorf("no 1000× rows: %+v", tg)
+	}
+	if tg := got["accuracy-floor"]; tg.Met == nil || !*tg.Met {
+		t.Errorf("floor with 2× rows: %+v", tg)
+	}
+	got = judge(&Accuracy{Skipped: "nats-server not available"})
+	if tg := got["accuracy-floor"]; tg.Met != nil || !strings.Contains(tg.Measured, "skipped") {
+		t.Errorf("skipped: %+v", tg)
+	}
+}
+
+func TestAccuracyReport(t *testing.T) {
+	out := t.TempDir()
+	after := accRows(100, func(a string, m float64, d string) int64 {
+		if a == "fixed" && m == 100 && d == "even" {
+			return 250
+		}
+		return 100
+	})
+	after.Rows[0].Admitted = []int64{97, 99}
+	after.Rows[0].Min, after.Rows[0].Median, after.Rows[0].Max = 97, 98, 99
+	after.Rows[1].MaxBehindMS = 150 // fixed 1.1× skewed: more than a sync interval
+	r := &runner{out: out, res: &Results{
+		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
+		Accuracy: &Accuracy{After: after, Before: accRows(100, func(string, float64, string) int64 { return 200 }),
+			Baseline: &FloorBaseline{Ref: "fc56146", Commit: "fc56146abcdef"}},
+	}}
+	r.res.Targets = targets(r.res)
+	if err := r.writeReport(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "REPORT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"## 3b. Cluster accuracy", "against the packages of `fc56146abcdef`",
+		"**fixed**\n\n| offered | spread | before | this tree | windows | pacing behind ≤ |",
+		"| 1.1× | even | 2.00 / 2.00 / 2.00 | **0.97 / 0.98 / 0.99** | 2 |",
+		"| 100× | even | 2.00 / 2.00 / 2.00 | **2.50 / 2.50 / 2.50** | 2 |",
+		"**sliding**\n\n", "| fixed | 1.1× | even | 200 200 | 97 99 |",
+		"**missed**: 2.50× at 10×/100× against 1.10×", "fixed 100× even max 2.50×",
+		"| 1.1× | skewed | 2.00 / 2.00 / 2.00 | **1.00 / 1.00 / 1.00 †** | 2 | 0 ms / 150 ms |", "† marks a row",
+	} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
+	}
+}
+
+func TestAccuracyOptions(t *testing.T) {
+	o, _, err := parseOptions(nil, io.Discard, io.Discard)
+	if err != nil || !o.only["accuracy"] || o.sharesBaselineRef != defaultSharesBaselineRef || o.accWindows != 8 {
+		t.Errorf("defaults: %+v, %v", o, err)
+	}
+	if o, _, err := parseOptions([]string{"--only", "accuracy", "--shares-baseline-ref", "", "--quick"}, io.Discard, io.Discard); err != nil || o.sharesBaselineRef != "" || o.accWindows != 3 || o.only["cluster"] {
+		t.Errorf("no baseline, quick: %+v, %v", o, err)
+	}
+	if _, done, err := parseOptions([]string{"--accuracy-windows", "1"}, io.Discard, io.Discard); !done || err == nil {
+		t.Error("--accuracy-windows 1: no error")
+	}
+}
