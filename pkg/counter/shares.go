@@ -110,7 +110,10 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		}
 	}
 	unreported := e.local[w&1] - base
-	if unreported+n <= share {
+	// n hits that can never fit in a share (a TakeN heavier than it) are
+	// admitted on the limit alone once this node has nothing unreported:
+	// otherwise they would be denied on every node for the whole window.
+	if unreported+n <= share || (n > share && unreported <= 0) {
 		// Near: at least half of the share used, counting these hits.
 		if 2*(unreported+n) >= share {
 			sh.mark(i, k, w)

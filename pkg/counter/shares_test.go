@@ -176,14 +176,26 @@ func TestSharesTakeN(t *testing.T) {
 	if turn == 0 {
 		want = 34
 	}
-	if r := s.TakeN(0, "k", lim, want+1, now); r.Allowed {
-		t.Errorf("TakeN(%d) admitted beyond the share %d", want+1, want)
+	if r := s.TakeN(0, "k", lim, 1, now); !r.Allowed {
+		t.Error("TakeN(1) denied within the share")
 	}
-	if r := s.TakeN(0, "k", lim, want, now); !r.Allowed {
-		t.Errorf("TakeN(%d) denied within the share", want)
+	if r := s.TakeN(0, "k", lim, want, now); r.Allowed {
+		t.Errorf("TakeN(%d) after 1 admitted beyond the share %d", want, want)
+	}
+	if r := s.TakeN(0, "k", lim, want-1, now); !r.Allowed {
+		t.Errorf("TakeN(%d) after 1 denied within the share %d", want-1, want)
 	}
 	if r := s.TakeN(0, "k", lim, 1, now); r.Allowed {
 		t.Error("TakeN(1) admitted with the share spent")
+	}
+	// Heavier than any share: admitted on the limit once nothing is
+	// unreported, so it is not denied everywhere for the whole window.
+	s2 := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	if r := s2.TakeN(0, "k", lim, 60, now); !r.Allowed {
+		t.Errorf("TakeN(60) of a limit of 100 over 3 nodes denied with nothing unreported: %+v", r)
+	}
+	if r := s2.TakeN(0, "k", lim, 40, now); r.Allowed {
+		t.Error("TakeN(40) admitted with 60 unreported")
 	}
 }
 
