@@ -359,3 +359,82 @@ func TestReportedListsOnlyReportedKeys(t *testing.T) {
 		t.Errorf("Reported after the window ended = %+v, want none", got)
 	}
 }
+
+// FuzzShares runs a random sequence of operations on one node's store with
+// shares on and checks, whatever the sequence: no window ever counts more
+// local hits than the limit, and until a window's first report (or a
+// change of shares) a node admits in it at most its share of the whole
+// limit, ⌈Limit/Nodes⌉, however peers' counts arrive.
+func FuzzShares(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 1, 0, 2, 50, 0, 0, 3, 7, 0, 0})
+	f.Add([]byte{4, 5, 0, 0, 0, 0, 0, 1, 2, 200, 0, 0, 5, 9})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const limit = 20
+		lim := Limit{Limit: limit, ScaleMS: 1000}
+		s, err := New(Config{Track: true, Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes := 3
+		if err := s.SetShares(Shares{Nodes: nodes, Rank: 1, Delay: 10 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		ms := int64(1_000_000_000_000)
+		keys := []string{"a", "b"}
+		// clean[key]: the key's current window has had no report and no
+		// change of shares, so the one-share bound holds.
+		type kw struct {
+			key string
+			w   int64
+		}
+		clean := map[kw]bool{}
+		admitted := map[kw]int64{}
+		for len(ops) >= 2 {
+			op, arg := ops[0]%6, ops[1]
+			ops = ops[2:]
+			now := time.UnixMilli(ms)
+			w := ms / 1000
+			key := keys[arg%2]
+			k := kw{key, w}
+			if _, ok := clean[k]; !ok {
+				clean[k] = true
+			}
+			switch op {
+			case 0, 5: // a hit, or several
+				n := int64(1)
+				if op == 5 {
+					n = int64(arg%7) + 1
+				}
+				if s.TakeN(0, key, lim, n, now).Allowed {
+					admitted[k] += n
+					if n > (limit+int64(nodes)-1)/int64(nodes) {
+						clean[k] = false // heavier than a share: on the limit alone
+					}
+				}
+			case 1:
+				s.Changes(nil, now)
+				for kk := range clean {
+					clean[kk] = false
+				}
+			case 2:
+				ms += int64(arg) * 3
+			case 3:
+				s.Merge(1, WindowCount{Key: key, ScaleMS: 1000, Window: w, Count: int64(arg % 30)}, now)
+			case 4:
+				nodes = int(arg%5) + 1
+				if err := s.SetShares(Shares{Nodes: nodes, Rank: int(arg) % nodes, Delay: time.Duration(arg%20) * time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+				for kk := range clean {
+					clean[kk] = false
+				}
+			}
+			if got := admitted[k]; got > limit {
+				t.Fatalf("%s admitted %d in one window of a limit of %d", key, got, limit)
+			}
+			if clean[k] && nodes > 1 && admitted[k] > (limit+int64(nodes)-1)/int64(nodes) {
+				t.Fatalf("%s admitted %d before any report, over one share of %d nodes", key, admitted[k], nodes)
+			}
+		}
+	})
+}
