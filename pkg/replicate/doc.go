@@ -30,8 +30,9 @@
 // A marked key is published early, between ticks, at most once per
 // EarlyGap (SyncInterval/10 by default, 10 ms; a hit within the gap is
 // published at its end). Once the node's published count is ShareDelay old
-// (EarlyGap by default: the time a batch takes to reach the peers), its
-// share is recomputed from what then remains. A node that has used its
+// (EarlyGap by default: the time a batch takes to reach the peers; longer
+// while the peers' latest batches took longer to arrive, up to a
+// SyncInterval), its share is recomputed from what then remains. A node that has used its
 // share denies (counter.Result.RetryAfterMS: until its share grows, a few
 // ms) until then. So a node carrying all of a key's traffic takes 1/N of
 // what remains every round of about 2×EarlyGap, and reaches 95% of the
