@@ -323,6 +323,7 @@ func TestSharesClusterModel(t *testing.T) {
 				}
 				name := fmt.Sprintf("%s/%g×/skewed=%v", alg, mult, skew)
 				got := simCluster(t, lim, perMS, 5)
+				t.Logf("%s: %v", name, got)
 				for w, n := range got {
 					// At most the rounding of shares (nodes−1) over; at
 					// least 95% admitted at any load of twice the limit
