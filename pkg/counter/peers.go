@@ -265,15 +265,16 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	var e *entry
-	if i := sh.find(tag, c.Bucket, k.key); i != noEntry {
-		if e = &sh.entries[i]; int64(e.scale) != c.ScaleMS {
+	ei := sh.find(tag, c.Bucket, k.key)
+	if ei != noEntry {
+		if e = &sh.entries[ei]; int64(e.scale) != c.ScaleMS {
 			return Mismatch
 		}
 	} else {
-		if i = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); i == noEntry {
+		if ei = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); ei == noEntry {
 			return Refused
 		}
-		e = &sh.entries[i]
+		e = &sh.entries[ei]
 	}
 	if c.Window < e.newest-1 {
 		return Stale
@@ -320,6 +321,13 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
+	// With shares, a peer's report shrinks this node's share: hits it
+	// admitted unreported against the larger one are reported now, so
+	// that the peers' shares do not spend them a second time.
+	if s.track && c.Window == e.newest && e.local[slot] > int64(e.pubNew) && s.shares.Load() != 0 {
+		sh.mark(ei, k, c.Window)
+		s.signalNear()
+	}
 	return Merged
 }
 

@@ -58,9 +58,11 @@ func packShares(sh Shares) uint64 {
 // limit in a few rounds of Delay plus the early-batch gap, each taking
 // 1/Nodes of what remains.
 //
-// Only keys near their share are marked for [Store.Changes]: a key whose
-// count stays well below its share is never reported, so a flood of
-// distinct keys costs no replication. Incr is not admission and marks
+// Only keys near their share are marked for [Store.Changes], and keys a
+// peer reports ([Store.Merge]) while this node holds unreported hits of
+// them: a key whose count stays well below its share and that no peer
+// reports is never reported, so a flood of distinct keys costs no
+// replication. Incr is not admission and marks
 // every change as without shares.
 func (s *Store) SetShares(sh Shares) error {
 	if sh.Nodes > MaxShareNodes || (sh.Nodes > 1 && (sh.Rank < 0 || sh.Rank >= sh.Nodes)) ||
@@ -110,7 +112,10 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		}
 	}
 	unreported := e.local[w&1] - base
-	if unreported+n <= share {
+	// n hits that can never fit in a share (a TakeN heavier than it) are
+	// admitted on the limit alone once this node has nothing unreported:
+	// otherwise they would be denied on every node for the whole window.
+	if unreported+n <= share || (n > share && unreported <= 0) {
 		// Near: at least half of the share used, counting these hits.
 		if 2*(unreported+n) >= share {
 			sh.mark(i, k, w)

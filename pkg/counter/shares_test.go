@@ -176,14 +176,26 @@ func TestSharesTakeN(t *testing.T) {
 	if turn == 0 {
 		want = 34
 	}
-	if r := s.TakeN(0, "k", lim, want+1, now); r.Allowed {
-		t.Errorf("TakeN(%d) admitted beyond the share %d", want+1, want)
+	if r := s.TakeN(0, "k", lim, 1, now); !r.Allowed {
+		t.Error("TakeN(1) denied within the share")
 	}
-	if r := s.TakeN(0, "k", lim, want, now); !r.Allowed {
-		t.Errorf("TakeN(%d) denied within the share", want)
+	if r := s.TakeN(0, "k", lim, want, now); r.Allowed {
+		t.Errorf("TakeN(%d) after 1 admitted beyond the share %d", want, want)
+	}
+	if r := s.TakeN(0, "k", lim, want-1, now); !r.Allowed {
+		t.Errorf("TakeN(%d) after 1 denied within the share %d", want-1, want)
 	}
 	if r := s.TakeN(0, "k", lim, 1, now); r.Allowed {
 		t.Error("TakeN(1) admitted with the share spent")
+	}
+	// Heavier than any share: admitted on the limit once nothing is
+	// unreported, so it is not denied everywhere for the whole window.
+	s2 := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	if r := s2.TakeN(0, "k", lim, 60, now); !r.Allowed {
+		t.Errorf("TakeN(60) of a limit of 100 over 3 nodes denied with nothing unreported: %+v", r)
+	}
+	if r := s2.TakeN(0, "k", lim, 40, now); r.Allowed {
+		t.Error("TakeN(40) admitted with 60 unreported")
 	}
 }
 
@@ -311,6 +323,7 @@ func TestSharesClusterModel(t *testing.T) {
 				}
 				name := fmt.Sprintf("%s/%g×/skewed=%v", alg, mult, skew)
 				got := simCluster(t, lim, perMS, 5)
+				t.Logf("%s: %v", name, got)
 				for w, n := range got {
 					// At most the rounding of shares (nodes−1) over; at
 					// least 95% admitted at any load of twice the limit
@@ -346,4 +359,83 @@ func TestReportedListsOnlyReportedKeys(t *testing.T) {
 	if got := s.Reported(nil, now.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("Reported after the window ended = %+v, want none", got)
 	}
+}
+
+// FuzzShares runs a random sequence of operations on one node's store with
+// shares on and checks, whatever the sequence: no window ever counts more
+// local hits than the limit, and until a window's first report (or a
+// change of shares) a node admits in it at most its share of the whole
+// limit, ⌈Limit/Nodes⌉, however peers' counts arrive.
+func FuzzShares(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0, 1, 0, 2, 50, 0, 0, 3, 7, 0, 0})
+	f.Add([]byte{4, 5, 0, 0, 0, 0, 0, 1, 2, 200, 0, 0, 5, 9})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		const limit = 20
+		lim := Limit{Limit: limit, ScaleMS: 1000}
+		s, err := New(Config{Track: true, Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes := 3
+		if err := s.SetShares(Shares{Nodes: nodes, Rank: 1, Delay: 10 * time.Millisecond}); err != nil {
+			t.Fatal(err)
+		}
+		ms := int64(1_000_000_000_000)
+		keys := []string{"a", "b"}
+		// clean[key]: the key's current window has had no report and no
+		// change of shares, so the one-share bound holds.
+		type kw struct {
+			key string
+			w   int64
+		}
+		clean := map[kw]bool{}
+		admitted := map[kw]int64{}
+		for len(ops) >= 2 {
+			op, arg := ops[0]%6, ops[1]
+			ops = ops[2:]
+			now := time.UnixMilli(ms)
+			w := ms / 1000
+			key := keys[arg%2]
+			k := kw{key, w}
+			if _, ok := clean[k]; !ok {
+				clean[k] = true
+			}
+			switch op {
+			case 0, 5: // a hit, or several
+				n := int64(1)
+				if op == 5 {
+					n = int64(arg%7) + 1
+				}
+				if s.TakeN(0, key, lim, n, now).Allowed {
+					admitted[k] += n
+					if n > (limit+int64(nodes)-1)/int64(nodes) {
+						clean[k] = false // heavier than a share: on the limit alone
+					}
+				}
+			case 1:
+				s.Changes(nil, now)
+				for kk := range clean {
+					clean[kk] = false
+				}
+			case 2:
+				ms += int64(arg) * 3
+			case 3:
+				s.Merge(1, WindowCount{Key: key, ScaleMS: 1000, Window: w, Count: int64(arg % 30)}, now)
+			case 4:
+				nodes = int(arg%5) + 1
+				if err := s.SetShares(Shares{Nodes: nodes, Rank: int(arg) % nodes, Delay: time.Duration(arg%20) * time.Millisecond}); err != nil {
+					t.Fatal(err)
+				}
+				for kk := range clean {
+					clean[kk] = false
+				}
+			}
+			if got := admitted[k]; got > limit {
+				t.Fatalf("%s admitted %d in one window of a limit of %d", key, got, limit)
+			}
+			if clean[k] && nodes > 1 && admitted[k] > (limit+int64(nodes)-1)/int64(nodes) {
+				t.Fatalf("%s admitted %d before any report, over one share of %d nodes", key, admitted[k], nodes)
+			}
+		}
+	})
 }

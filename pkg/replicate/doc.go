@@ -25,13 +25,17 @@
 // node hears of the others' new hits.
 //
 // The store marks a key for publishing only when a hit brings this node's
-// unpublished hits of it to half its share or more; a key far below its
-// share is never sent, so a flood of distinct keys costs no replication.
+// unpublished hits of it to half its share or more, or when a peer
+// reports the key while this node holds unpublished hits of it (they were
+// admitted against a share the report shrinks); a key far below its share
+// that no peer reports is never sent, so a flood of distinct keys costs no
+// replication.
 // A marked key is published early, between ticks, at most once per
 // EarlyGap (SyncInterval/10 by default, 10 ms; a hit within the gap is
 // published at its end). Once the node's published count is ShareDelay old
-// (EarlyGap by default: the time a batch takes to reach the peers), its
-// share is recomputed from what then remains. A node that has used its
+// (EarlyGap by default: the time a batch takes to reach the peers; longer
+// while the peers' latest batches took longer to arrive, up to a
+// SyncInterval), its share is recomputed from what then remains. A node that has used its
 // share denies (counter.Result.RetryAfterMS: until its share grows, a few
 // ms) until then. So a node carrying all of a key's traffic takes 1/N of
 // what remains every round of about 2×EarlyGap, and reaches 95% of the

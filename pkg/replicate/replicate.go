@@ -84,6 +84,7 @@ type Replicator struct {
 	lastShares   counter.Shares
 	scratchNodes []string
 	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
+	shareDelayMS atomic.Int64 // lastShares.Delay, for the gauge
 }
 
 // shared is what every part of a Replicator reads: set by New, never
@@ -195,6 +196,10 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 			Namespace: ns, Subsystem: sub, Name: "share_nodes",
 			Help: "Nodes each key's budget is split between (this one and the peers heard from in the last 3 heartbeats); 0 or 1: no split, the node admits on its own view up to the whole limit.",
 		}, func() float64 { return float64(r.shareNodes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "share_delay_seconds",
+			Help: "How long after publishing a count this node takes its peers to hold it before its share grows: the configured delay, or the peers' latest delivery delay (clock skew included) when longer, up to a sync interval.",
+		}, func() float64 { return float64(r.shareDelayMS.Load()) / 1000 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
 			Help: "Keys with changed counts not yet published (grows while NATS is away).",
@@ -396,6 +401,20 @@ func (s *shared) guard(what string, h nats.MsgHandler) nats.MsgHandler {
 // from the split within a few seconds, so the others' shares grow back.
 const shareLive = 3
 
+// shareDelay is how long after publishing a count the node takes its
+// peers to hold it: ShareDelay, or the longest time the peers' latest
+// batches took to arrive (clock skew included) when that is longer, up to
+// a SyncInterval. A slow network, or a node too busy to read its
+// messages, then makes shares grow more slowly instead of handing out
+// budget its peers may already have spent.
+func (r *Replicator) shareDelay() time.Duration {
+	d := r.cfg.ShareDelay
+	if s := r.peers.maxSkew(); s > d {
+		d = min(s.Round(time.Millisecond), max(r.cfg.SyncInterval, d))
+	}
+	return d
+}
+
 // setShares tells the store how many nodes split the budgets and this
 // node's rank among them, by node id: the live peers while connected, none
 // (each node on its own, up to the whole limit) while NATS is away.
@@ -411,7 +430,7 @@ func (r *Replicator) setShares(connected bool, now time.Time) {
 		slices.Sort(nodes)
 		nodes = slices.Compact(nodes)
 		r.scratchNodes = nodes[:0]
-		sh = counter.Shares{Nodes: len(nodes), Rank: slices.Index(nodes, r.cfg.NodeID), Delay: r.cfg.ShareDelay}
+		sh = counter.Shares{Nodes: len(nodes), Rank: slices.Index(nodes, r.cfg.NodeID), Delay: r.shareDelay()}
 	}
 	if sh != r.lastShares {
 		if err := st.SetShares(sh); err != nil {
@@ -420,5 +439,6 @@ func (r *Replicator) setShares(connected bool, now time.Time) {
 		}
 		r.lastShares = sh
 		r.shareNodes.Store(int64(sh.Nodes))
+		r.shareDelayMS.Store(sh.Delay.Milliseconds())
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -121,5 +123,40 @@ func TestClusterLeavingNodePublishesUnreported(t *testing.T) {
 	allSee(t, nodes[1:], 0, "k", 10)
 	if got := nodes[1].total(0, "once"); got != 0 {
 		t.Errorf("a key hit once was published on leaving: %d", got)
+	}
+}
+
+// TestShareDelayFollowsDelivery: the delay before a node's share grows is
+// the configured one, or the peers' latest delivery delay when longer, up
+// to a sync interval.
+func TestShareDelayFollowsDelivery(t *testing.T) {
+	store, err := counter.New(counter.Config{Track: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{URL: "nats://127.0.0.1:1", NodeID: "a", Buckets: []string{"x"}}, store, prometheus.NewRegistry(), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	p := r.peers.get("b", 1, now)
+	for _, c := range []struct {
+		skewMS int64
+		want   time.Duration
+	}{
+		{3, 10 * time.Millisecond}, {40, 40 * time.Millisecond}, {-60, 60 * time.Millisecond}, {5000, 100 * time.Millisecond},
+	} {
+		p.skewMS.Store(c.skewMS)
+		if got := r.shareDelay(); got != c.want {
+			t.Errorf("delivery %d ms: share delay %v, want %v", c.skewMS, got, c.want)
+		}
+	}
+	r.setShares(true, now)
+	if got := r.lastShares; got != (counter.Shares{Nodes: 2, Rank: 0, Delay: 100 * time.Millisecond}) {
+		t.Errorf("shares %+v, want 2 nodes, a first, 100 ms", got)
+	}
+	r.setShares(false, now)
+	if got := r.lastShares; got.Nodes != 1 {
+		t.Errorf("shares while disconnected %+v, want none", got)
 	}
 }
