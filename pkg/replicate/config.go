@@ -89,12 +89,14 @@ type Config struct {
 	// at its end). Default SyncInterval/10; negative turns early batches
 	// off.
 	EarlyGap time.Duration
-	// ShareDelay is how long after publishing a count a node takes its
-	// peers to hold it: with budget shares (see doc.go) a node admits
-	// beyond its share of a key only once its report of the key is this
-	// old. Default EarlyGap, or SyncInterval/10 when early batches are
-	// off; negative turns shares off (every change is replicated, and
-	// each node admits on its own view up to the whole limit).
+	// ShareDelay is the least time after publishing a count before a
+	// node takes its peers to hold it, and their answers to it, and grows
+	// its budget shares (see doc.go). The delay in effect is the larger of
+	// this and EarlyGap (SyncInterval without early batches) plus twice
+	// the peers' delivery delay (their latest batches', at least 2.5 ms,
+	// at most a SyncInterval). Negative turns shares off: every change is
+	// replicated, and each node admits on its own view up to the whole
+	// limit.
 	ShareDelay time.Duration
 
 	// Keys are the cluster keys, KeySize bytes each: messages are sealed
@@ -167,12 +169,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.EarlyGap == 0 {
 		c.EarlyGap = c.SyncInterval / 10
-	}
-	if c.ShareDelay == 0 {
-		c.ShareDelay = c.EarlyGap
-		if c.ShareDelay <= 0 {
-			c.ShareDelay = c.SyncInterval / 10
-		}
 	}
 	if c.ShareDelay > counter.MaxShareDelay {
 		return fmt.Errorf("replicate: ShareDelay %v above %v", c.ShareDelay, counter.MaxShareDelay)

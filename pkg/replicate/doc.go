@@ -30,18 +30,21 @@
 // admitted against a share the report shrinks); a key far below its share
 // that no peer reports is never sent, so a flood of distinct keys costs no
 // replication.
+//
 // A marked key is published early, between ticks, at most once per
 // EarlyGap (SyncInterval/10 by default, 10 ms; a hit within the gap is
-// published at its end). Once the node's published count is ShareDelay old
-// (EarlyGap by default: the time a batch takes to reach the peers; longer
-// while the peers' latest batches took longer to arrive, up to a
-// SyncInterval), its share is recomputed from what then remains. A node that has used its
-// share denies (counter.Result.RetryAfterMS: until its share grows, a few
-// ms) until then. So a node carrying all of a key's traffic takes 1/N of
-// what remains every round of about 2×EarlyGap, and reaches 95% of the
-// limit within about 3N rounds (0.95 = 1 − (1 − 1/N)^3N); a node that
-// leaves publishes, in its
-// final batch, every key it counted at least twice since its last report.
+// published at its end). A peer that receives it and holds unpublished
+// hits of the key publishes those within its own gap. So once the node's
+// report is EarlyGap plus twice the delivery delay old (15 ms by default:
+// see Config.ShareDelay; longer while the peers' batches take longer to
+// arrive), it has the peers' answers, and its share is recomputed from
+// what then remains. A node that has used its share denies until then
+// (counter.Result.RetryAfterMS: until its share grows, a few ms). So a
+// node carrying all of a key's traffic takes 1/N of what remains every
+// round of about 2.5×EarlyGap, and reaches 95% of the limit within about
+// 3N rounds (0.95 ≈ 1 − (1 − 1/N)^3N). A node that leaves publishes, in
+// its final batch, every key it counted at least twice since its last
+// report.
 //
 // Incr (failure counting, quota reports) is not admission: every change
 // it makes is marked and published at the next tick, as without shares.

@@ -401,18 +401,25 @@ func (s *shared) guard(what string, h nats.MsgHandler) nats.MsgHandler {
 // from the split within a few seconds, so the others' shares grow back.
 const shareLive = 3
 
+// minDelivery is the least delivery delay shareDelay assumes of a batch.
+const minDelivery = 2500 * time.Microsecond
+
 // shareDelay is how long after publishing a count the node takes its
-// peers to hold it: ShareDelay, or the longest time the peers' latest
-// batches took to arrive (clock skew included) when that is longer, up to
-// a SyncInterval. A slow network, or a node too busy to read its
-// messages, then makes shares grow more slowly instead of handing out
-// budget its peers may already have spent.
+// peers to hold it and their answers to have arrived: a peer that holds
+// unpublished hits of the key publishes them on receipt, within an early
+// gap (a tick without early batches), so the node waits for the report's
+// delivery, that gap and the answer's delivery. The delivery delay is the
+// peers' latest (clock skew included), from minDelivery to a SyncInterval:
+// a slow network, or a node too busy to read its messages, then makes
+// shares grow more slowly instead of handing out budget its peers may
+// already have spent.
 func (r *Replicator) shareDelay() time.Duration {
-	d := r.cfg.ShareDelay
-	if s := r.peers.maxSkew(); s > d {
-		d = min(s.Round(time.Millisecond), max(r.cfg.SyncInterval, d))
+	gap := r.cfg.EarlyGap
+	if gap <= 0 {
+		gap = r.cfg.SyncInterval
 	}
-	return d
+	deliver := min(max(r.peers.maxSkew(), minDelivery), r.cfg.SyncInterval)
+	return max(r.cfg.ShareDelay, gap+2*deliver)
 }
 
 // setShares tells the store how many nodes split the budgets and this

@@ -127,8 +127,8 @@ func TestClusterLeavingNodePublishesUnreported(t *testing.T) {
 }
 
 // TestShareDelayFollowsDelivery: the delay before a node's share grows is
-// the configured one, or the peers' latest delivery delay when longer, up
-// to a sync interval.
+// the early gap plus twice the peers' latest delivery delay (2.5 ms to a
+// sync interval).
 func TestShareDelayFollowsDelivery(t *testing.T) {
 	store, err := counter.New(counter.Config{Track: true})
 	if err != nil {
@@ -144,7 +144,10 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 		skewMS int64
 		want   time.Duration
 	}{
-		{3, 10 * time.Millisecond}, {40, 40 * time.Millisecond}, {-60, 60 * time.Millisecond}, {5000, 100 * time.Millisecond},
+		// An early gap of 10 ms plus twice the delivery: at least 2.5 ms,
+		// at most a sync interval.
+		{0, 15 * time.Millisecond}, {3, 16 * time.Millisecond}, {40, 90 * time.Millisecond},
+		{-60, 130 * time.Millisecond}, {5000, 210 * time.Millisecond},
 	} {
 		p.skewMS.Store(c.skewMS)
 		if got := r.shareDelay(); got != c.want {
@@ -152,8 +155,8 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 		}
 	}
 	r.setShares(true, now)
-	if got := r.lastShares; got != (counter.Shares{Nodes: 2, Rank: 0, Delay: 100 * time.Millisecond}) {
-		t.Errorf("shares %+v, want 2 nodes, a first, 100 ms", got)
+	if got := r.lastShares; got != (counter.Shares{Nodes: 2, Rank: 0, Delay: 210 * time.Millisecond}) {
+		t.Errorf("shares %+v, want 2 nodes, a first, 210 ms", got)
 	}
 	r.setShares(false, now)
 	if got := r.lastShares; got.Nodes != 1 {
