@@ -24,7 +24,11 @@
 //     stopped, then back: admitted per window, per node and in all;
 //   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
 //     the no-op server, on), the shipped bootstrap rendered by
-//     internal/envoyconf.
+//     internal/envoyconf;
+//   - scale: pkg/replicate's BenchmarkReplicationScale (3, 10 and 30
+//     nodes, hot keys and a flood) in this tree and in the tree of
+//     --shares-baseline-ref, beside the scale model of
+//     docs/replication-scale.md, and what one nats-server fans out.
 //
 // The load is driven by cmd/ratelimit-bench, built and run as a process
 // of its own for every run; the runner reads each run's result through
@@ -75,7 +79,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs"}
+var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "cluster-load", "envoy", "rlqs", "scale"}
 
 type options struct {
 	out        string
@@ -97,6 +101,9 @@ type options struct {
 	// baselineRef is the commit whose server the floor scenario measures
 	// as "today's"; empty: none.
 	baselineRef string
+	// sharesBaselineRef is the commit the scale scenario measures as
+	// "before" budget shares; empty: none.
+	sharesBaselineRef string
 	// serverArgs are extra flags for every `ratelimit-authz serve` of this
 	// tree the run starts (not the baseline's).
 	serverArgs []string
@@ -129,6 +136,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
+	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree: the scale scenario runs this tree's replication benchmark in it (empty: none)")
 	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	fs.SetOutput(io.Discard)
@@ -290,6 +298,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["cluster-load"] {
 		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
+	}
+	if opt.only["scale"] {
+		pending = append(pending, task{"scale", r.scaleEstimate(), r.scale})
 	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })
