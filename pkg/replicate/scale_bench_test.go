@@ -51,6 +51,7 @@ type scaleNode struct {
 	baseMerge float64
 	baseSent  float64
 	baseAE    float64
+	baseSlow  float64
 }
 
 // The hot load: hotRate hits per second over the whole cluster, spread
@@ -97,8 +98,9 @@ func replicationScale(b *testing.B, nodes int, load string) {
 	}
 	// Every node has published (a heartbeat at least) and so holds its
 	// connection, and the warm-start sync requests have been answered (no
-	// node handled one for half a second): what follows is the steady
-	// state.
+	// node handled one for 1.5 s: an answer may wait up to a second for a
+	// fresh snapshot, and a node's requests are answered one at a time):
+	// what follows is the steady state.
 	handled := func() (sum float64) {
 		for _, n := range ns {
 			if n.nc.Load() == nil {
@@ -113,7 +115,7 @@ func replicationScale(b *testing.B, nodes int, load string) {
 		if h := handled(); h < 0 || h != last {
 			last, since = h, time.Now()
 		}
-		return last >= 0 && time.Since(since) > 500*time.Millisecond
+		return last >= 0 && time.Since(since) > 1500*time.Millisecond
 	})
 	for _, n := range ns {
 		n.baseOut = [2]int64{n.outBytes.Load(), n.outMsgs.Load()}
@@ -121,6 +123,7 @@ func replicationScale(b *testing.B, nodes int, load string) {
 		n.baseMerge = metric(b, n.r.m.entriesMerged)
 		n.baseSent = metric(b, n.r.m.entriesSent)
 		n.baseAE = metric(b, n.r.m.antiEntropy)
+		n.baseSlow = metric(b, n.r.m.slowConsumer)
 	}
 	var ru0 syscall.Rusage
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
@@ -176,7 +179,7 @@ func replicationScale(b *testing.B, nodes int, load string) {
 	// Batches go to every other node (no echo); sync replies to one.
 	var batchB, batchM, syncB, merged, sent, ae, slow float64
 	for _, n := range ns {
-		slow += metric(b, n.r.m.slowConsumer)
+		slow += metric(b, n.r.m.slowConsumer) - n.baseSlow
 		syncB += float64(n.syncBytes.Load() - n.baseSync)
 		batchB += float64(n.outBytes.Load()-n.baseOut[0]) - float64(n.syncBytes.Load()-n.baseSync)
 		batchM += float64(n.outMsgs.Load() - n.baseOut[1])
