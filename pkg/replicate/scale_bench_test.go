@@ -155,23 +155,32 @@ func replicationScale(b *testing.B, nodes int, load string) {
 	elapsed := b.Elapsed()
 	// Every change published and received: each node's peers merged what
 	// it sent (entries a peer already had merge as no-ops, so the wait is
-	// on what was received).
+	// on what was received). A message's entries count as received before
+	// they merge, so the wait ends only once the merges have stopped
+	// changing for mergeSettle as well.
+	const mergeSettle = 200 * time.Millisecond
+	lastMerged, settled := -1.0, time.Now()
 	poll.UntilTrue(b, waitLong, 10*time.Millisecond, func() bool {
 		for _, n := range ns {
 			if n.r.pub.pending() > 0 {
 				return false
 			}
 		}
-		var sent float64
+		var sent, merged float64
 		for _, n := range ns {
 			sent += metric(b, n.r.m.entriesSent)
+			merged += metric(b, n.r.m.entriesMerged)
 		}
 		for _, n := range ns {
 			if metric(b, n.r.m.entriesReceived) < sent-metric(b, n.r.m.entriesSent) {
 				return false
 			}
 		}
-		return true
+		if merged != lastMerged {
+			lastMerged, settled = merged, time.Now()
+			return false
+		}
+		return time.Since(settled) >= mergeSettle
 	})
 	b.StopTimer()
 	var ru1 syscall.Rusage
