@@ -172,8 +172,11 @@ func TestFitScaleCPU(t *testing.T) {
 	if fit == nil || math.Abs(fit.BaseUS-2) > 1e-3 || math.Abs(fit.PerEntryUS-3) > 1e-3 || fit.WorstResidual > 1e-3 || fit.Tree != "before" {
 		t.Fatalf("fit %+v, want 2 µs + 3 µs per entry from the before tree, no residual", fit)
 	}
-	if want := 2 + 3*mergedPerHit(10, 600); math.Abs(rows[1].Model.CPUUS-want) > 0.01 {
-		t.Errorf("hot, 10 nodes: model CPU %v, want %v", rows[1].Model.CPUUS, want)
+	if want := 2 + 3*mergedPerHit(10, 900); math.Abs(rows[4].Model.CPUUS-want) > 0.01 {
+		t.Errorf("flood, 10 nodes: model CPU %v, want %v", rows[4].Model.CPUUS, want)
+	}
+	if rows[1].Model.CPUUS != 0 {
+		t.Errorf("hot, 10 nodes: model CPU %v, want none (the fit is the flood's)", rows[1].Model.CPUUS)
 	}
 }
 

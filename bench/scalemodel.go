@@ -183,8 +183,9 @@ func predictScale(sh scaleShape, d design, nodes int, load string, rate float64,
 // function of the entries merged per hit over the cluster, fitted to the
 // flood rows of one tree, whose work is almost all entries (a flood
 // sends few messages): cpu/hit = Base + PerEntry × entries merged per hit.
-// Applied to the hot rows it leaves out what their many small messages
-// cost, so it is a lower bound there.
+// A flood entry creates its key on the receiver, a hot entry updates one
+// and comes with many small messages: the fit says nothing of the hot
+// rows, and is not applied to them.
 type ScaleCPUFit struct {
 	Tree       string  `json:"tree"`
 	BaseUS     float64 `json:"base_us"`
@@ -198,8 +199,8 @@ type ScaleCPUFit struct {
 func mergedPerHit(nodes int, merged1k float64) float64 { return float64(nodes) * merged1k / 1000 }
 
 // fitScaleCPU fits the CPU model to the before tree's flood rows (the
-// after tree's without a before) and puts its prediction in every row's
-// models.
+// after tree's without a before) and puts its prediction in the flood
+// rows' models.
 func fitScaleCPU(rows []ScaleRow) *ScaleCPUFit {
 	tree := "before"
 	pick := func(r ScaleRow) *ScaleMetrics { return r.Before }
@@ -225,6 +226,9 @@ func fitScaleCPU(rows []ScaleRow) *ScaleCPUFit {
 	}
 	fit.WorstResidual = round(fit.WorstResidual, 3)
 	for i := range rows {
+		if rows[i].Load != "flood" {
+			continue
+		}
 		for _, p := range []*ScalePrediction{&rows[i].Model, &rows[i].ModelShares} {
 			p.CPUUS = round(base+slope*mergedPerHit(rows[i].Nodes, p.Merged), 2)
 		}

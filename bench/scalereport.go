@@ -64,7 +64,7 @@ func writeScale(b *strings.Builder, res *Results) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Replication at scale: 3, 10 and 30 nodes on one NATS\n\n")
-	w("`%s`: N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). The model (docs/replication-scale.md, `bench/scalemodel.go`) is computed from the wire format and the load's shape, not from these figures; only its CPU column is fitted to them.\n\n",
+	w("`%s`: N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). The model (docs/replication-scale.md, `bench/scalemodel.go`) is computed from the wire format, the publishing rules and the load's shape, not from these figures (the flood's measured rate sets only how many ticks it spans); only its CPU column is fitted to them.\n\n",
 		s.Command, s.Benchtime)
 	trees := []*ScaleTree{s.Before, s.After}
 	for _, t := range trees {
@@ -93,13 +93,13 @@ func writeScale(b *strings.Builder, res *Results) {
 			}
 			w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", row.Load, row.Nodes, x.tree,
 				cell(x.m.value(mOutB), x.model.OutB, 0), cell(x.m.value(mInB), x.model.InB, 0), cell(x.m.value(mInMsgs), x.model.InMsgs, 2),
-				cell(x.m.value(mMerged), x.model.Merged, 1), cell(x.m.value(mInBs), x.model.InBPS, 0), cell(x.m.value(mCPU), x.model.CPUUS, 2),
+				cell(x.m.value(mMerged), x.model.Merged, 1), cell(x.m.value(mInBs), x.model.InBPS, 0), cpuCell(x.m.value(mCPU), x.model.CPUUS),
 				x.m.value(mHits), x.m.value(mSyncB), x.m.value(mSlow))
 		}
 	}
 	w("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns; a flood row that merged fewer than (N−1)/N × 1000 entries per 1k hits received entries that raised nothing (a sync reply had brought them first, or the minute ended before they arrived). The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
 	if c := s.CPU; c != nil {
-		w("CPU model (the *fit* column), fitted to the %s tree's flood rows, whose work is almost all entries: CPU per hit = %.2f µs + %.3f µs × entries merged per hit over the whole cluster (worst residual %.0f%%). It is what a merged entry costs this process, receiving and decoding included, with NATS and other work on the same cores; on the hot rows it leaves out their many small messages, so it is a lower bound there.\n\n",
+		w("CPU model (the *fit* column), fitted to the %s tree's flood rows, whose work is almost all entries: CPU per hit = %.2f µs + %.3f µs × entries merged per hit over the whole cluster (worst residual %.0f%%). It is what a merged entry that creates its key costs this process, receiving and decoding included, with NATS and other work on the same cores. A hot entry updates a key that exists and comes with many small messages: the fit is not applied to the hot rows.\n\n",
 			c.Tree, c.BaseUS, c.PerEntryUS, 100*c.WorstResidual)
 	}
 	if s.Before != nil && s.Before.Error == "" {
@@ -153,6 +153,14 @@ func satN(n int) string {
 // cell is "measured (model)".
 func cell(measured, model float64, digits int) string {
 	return fmt.Sprintf("%.*f (%.*f)", digits, measured, digits, model)
+}
+
+// cpuCell is "measured (model)", or "measured (—)" without a model.
+func cpuCell(measured, model float64) string {
+	if model == 0 {
+		return fmt.Sprintf("%.2f (—)", measured)
+	}
+	return cell(measured, model, 2)
 }
 
 // ratio is a/b, or — when b is 0.
