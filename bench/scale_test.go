@@ -180,6 +180,26 @@ func TestFitScaleCPU(t *testing.T) {
 	}
 }
 
+func TestFitScaleCPUNeverBelowZero(t *testing.T) {
+	// Noisy rows whose line crosses below the origin: the fit goes through
+	// it instead, so no prediction is negative.
+	rows := []ScaleRow{}
+	for _, x := range [][3]float64{{3, 666, 1}, {10, 900, 20}, {30, 966, 60}} {
+		rows = append(rows, ScaleRow{Nodes: int(x[0]), Load: "flood",
+			Before:      &ScaleMetrics{Values: map[string]float64{mMerged: x[1], mCPU: x[2]}},
+			ModelShares: ScalePrediction{Merged: 0}, Model: ScalePrediction{Merged: x[1]}})
+	}
+	fit := fitScaleCPU(rows)
+	if fit == nil || fit.BaseUS != 0 || fit.PerEntryUS <= 0 {
+		t.Fatalf("fit %+v, want a positive slope through the origin", fit)
+	}
+	for _, r := range rows {
+		if r.Model.CPUUS <= 0 || r.ModelShares.CPUUS != 0 {
+			t.Errorf("%d nodes: model CPU %v, shares %v", r.Nodes, r.Model.CPUUS, r.ModelShares.CPUUS)
+		}
+	}
+}
+
 // scaleResults is a fabricated run: the after tree's flood costs share
 // of the before tree's bytes.
 func scaleResults(share float64) *Results {

@@ -215,7 +215,11 @@ func fitScaleCPU(rows []ScaleRow) *ScaleCPUFit {
 		}
 	}
 	base, slope, ok := leastSquares(xs, ys)
-	if !ok {
+	if ok && base < 0 {
+		// Noise can tilt the line below the origin; a hit costs something.
+		base, slope = 0, throughOrigin(xs, ys)
+	}
+	if !ok || slope <= 0 {
 		return nil
 	}
 	fit := &ScaleCPUFit{Tree: tree, BaseUS: round(base, 3), PerEntryUS: round(slope, 4)}
@@ -318,4 +322,16 @@ func saturation(sh scaleShape, c NATSCapacity) []ScaleSaturation {
 		out = append(out, s)
 	}
 	return out
+}
+
+// throughOrigin fits y ≈ b·x.
+func throughOrigin(xs, ys []float64) float64 {
+	var sxx, sxy float64
+	for i, x := range xs {
+		sxx, sxy = sxx+x*x, sxy+x*ys[i]
+	}
+	if sxx == 0 {
+		return 0
+	}
+	return sxy / sxx
 }

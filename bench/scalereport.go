@@ -81,7 +81,7 @@ func writeScale(b *strings.Builder, res *Results) {
 		}
 	}
 	w("\nEach cell: measured (model).\n\n")
-	w("| load | nodes | tree | out-B/1k hits | in-B/1k hits | in-msgs/1k hits | merged/1k hits | in-B/node/s | CPU µs/hit (fit) | hits/s | sync-B/1k hits | slow-consumer events |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	w("| load | nodes | tree | out-B/1k hits | in-B/1k hits | in-msgs/1k hits | merged/1k hits | in-B/node/s | CPU µs/hit (fit) | hits/s | anti-entropy entries/1k hits | sync-B/1k hits | slow-consumer events |\n|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range s.Rows {
 		for _, x := range []struct {
 			tree  string
@@ -91,13 +91,13 @@ func writeScale(b *strings.Builder, res *Results) {
 			if x.m == nil {
 				continue
 			}
-			w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %.0f | %.0f |\n", row.Load, row.Nodes, x.tree,
+			w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.0f | %.2f | %.0f | %.0f |\n", row.Load, row.Nodes, x.tree,
 				cell(x.m.value(mOutB), x.model.OutB, 0), cell(x.m.value(mInB), x.model.InB, 0), cell(x.m.value(mInMsgs), x.model.InMsgs, 2),
-				cell(x.m.value(mMerged), x.model.Merged, 1), cell(x.m.value(mInBs), x.model.InBPS, 0), cpuCell(x.m.value(mCPU), x.model.CPUUS),
-				x.m.value(mHits), x.m.value(mSyncB), x.m.value(mSlow))
+				cell(x.m.value(mMerged), x.model.Merged, 1), cell(x.m.value(mInBs), x.model.InBPS, 0), cpuCell(x.m.value(mCPU), x.model.CPUUS, row.Load == "flood" && s.CPU != nil),
+				x.m.value(mHits), x.m.value(mAE), x.m.value(mSyncB), x.m.value(mSlow))
 		}
 	}
-	w("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns; a flood row that merged fewer than (N−1)/N × 1000 entries per 1k hits received entries that raised nothing (a sync reply had brought them first, or the minute ended before they arrived). The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
+	w("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns; a flood row that merged fewer than (N−1)/N × 1000 entries per 1k hits received entries that raised nothing (a sync reply had brought them first, or the minute ended before they arrived). A node's first anti-entropy round starts one period (10 s) after it started, so only a measurement that reached it shows anti-entropy entries (counted in out-B, in-B and merged too); the model leaves them out. The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
 	if c := s.CPU; c != nil {
 		w("CPU model (the *fit* column), fitted to the %s tree's flood rows, whose work is almost all entries: CPU per hit = %.2f µs + %.3f µs × entries merged per hit over the whole cluster (worst residual %.0f%%). It is what a merged entry that creates its key costs this process, receiving and decoding included, with NATS and other work on the same cores. A hot entry updates a key that exists and comes with many small messages: the fit is not applied to the hot rows.\n\n",
 			c.Tree, c.BaseUS, c.PerEntryUS, 100*c.WorstResidual)
@@ -156,8 +156,8 @@ func cell(measured, model float64, digits int) string {
 }
 
 // cpuCell is "measured (model)", or "measured (—)" without a model.
-func cpuCell(measured, model float64) string {
-	if model == 0 {
+func cpuCell(measured, model float64, modelled bool) string {
+	if !modelled {
 		return fmt.Sprintf("%.2f (—)", measured)
 	}
 	return cell(measured, model, 2)
