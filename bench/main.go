@@ -340,6 +340,9 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 	if err := json.Unmarshal(b, r.res); err != nil {
 		return fmt.Errorf("results.json: %w", err)
 	}
+	if r.res.Scale != nil {
+		r.res.Scale.build() // the model and its fits, from the measured rows
+	}
 	r.res.Targets = targets(r.res)
 	if r.opt.plot {
 		if err := os.MkdirAll(r.logDir, 0o755); err != nil {

@@ -143,14 +143,22 @@ func TestSaturation(t *testing.T) {
 	// N = 96 (95 × 94 × 110 µs < 1 s). Three: N × 110 × (N+2)/3 µs ≥ 1 s at
 	// N = 165.
 	s := saturation(benchShape, NATSCapacity{PerPublishUS: 0, PerDeliveryUS: 1})
-	if len(s) != 2 {
-		t.Fatalf("%d cases, want 2", len(s))
+	if len(s) != 3 {
+		t.Fatalf("%d cases, want 3", len(s))
 	}
-	if got := s[1]; got.OneServer != 96 || got.ThreeServers != 165 || got.BatchesPS != 110 {
-		t.Errorf("every slot: %+v, want 96 and 165 nodes at 110 batches/s", got)
+	slots := s[2]
+	if slots.OneServer != 96 || slots.ThreeServers != 165 || slots.BatchesPS != 110 {
+		t.Errorf("every slot: %+v, want 96 and 165 nodes at 110 batches/s", slots)
 	}
-	if got := s[0]; got.OneServer <= s[1].OneServer || got.ThreeServers <= got.OneServer {
-		t.Errorf("hot load: %+v; fewer batches than every slot saturate later, and three servers later than one", got)
+	for _, got := range s[:2] {
+		if got.OneServer <= slots.OneServer || got.ThreeServers <= got.OneServer {
+			t.Errorf("%+v: fewer batches than every slot saturate later, and three servers later than one", got)
+		}
+	}
+	// A fixed load spread over more nodes leaves each fewer batches than a
+	// load growing with the cluster, whose nodes keep theirs.
+	if s[0].OneServer <= s[1].OneServer || s[1].BatchesPS < 35 {
+		t.Errorf("fixed load %+v, growing load %+v", s[0], s[1])
 	}
 }
 
@@ -251,7 +259,7 @@ func TestScaleTargetAndReport(t *testing.T) {
 				t.Errorf("flood at %v of before: the report lacks %q:\n%s", c.share, want, report)
 			}
 		}
-		if len(res.Scale.Saturation) != 2 || !strings.Contains(report, "| every batch slot used") {
+		if len(res.Scale.Saturation) != 3 || !strings.Contains(report, "| every batch slot used") {
 			t.Errorf("no saturation rows: %+v", res.Scale.Saturation)
 		}
 	}

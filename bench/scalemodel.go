@@ -274,10 +274,12 @@ type ScaleSaturation struct {
 // maxSaturationNodes bounds the search: beyond it the answer is "more".
 const maxSaturationNodes = 100_000
 
-// saturation finds, for the hot load of the benchmark and for a node
-// publishing every batch it may (a tick and an early batch per gap, every
-// key always near its limit), the node counts at which one nats-server,
-// and each server of three, needs a whole core.
+// saturation finds, for the hot load of the benchmark, for that load
+// growing with the cluster (each node as busy as at 30 nodes, each key's
+// limit growing with its rate) and for a node publishing every batch it
+// may (a tick and an early batch per gap, every key always near its
+// limit), the node counts at which one nats-server, and each server of
+// three, needs a whole core.
 //
 // One server: every batch is published to it once and delivered to the
 // N−1 other nodes: cores = a·N·B + b·N(N−1)·B. Three servers in a full
@@ -294,6 +296,13 @@ func saturation(sh scaleShape, c NATSCapacity) []ScaleSaturation {
 		{"hot load (20,000 hits/s over 100 keys, 200/s per key, limit 250/s)", func(n int) (float64, float64) {
 			p := predictScale(sh, designNow, n, "hot", hotRate, 0)
 			return p.BatchesPS, (p.OutB / (1000 / hotRate)) / math.Max(p.BatchesPS, 1e-9)
+		}},
+		{"hot keys, the load growing with the cluster (" + strconv.Itoa(int(math.Round(hotRate/30))) + " hits/s per node, as at 30 nodes; 100 keys, each at 80% of its limit)", func(n int) (float64, float64) {
+			shape := sh
+			rate := hotRate / 30 * float64(n)
+			shape.HotLimit = sh.HotLimit / hotRate * rate // each key still at 80% of its limit
+			p := predictScale(shape, designNow, n, "hot", rate, 0)
+			return p.BatchesPS, (p.OutB / (1000 / rate)) / math.Max(p.BatchesPS, 1e-9)
 		}},
 		{"every batch slot used (1 tick + 1 early batch per gap: " + strconv.Itoa(int(1/sh.SyncS+1/sh.EarlyGapS)) + "/s per node)", func(n int) (float64, float64) {
 			return 1/sh.SyncS + 1/sh.EarlyGapS, messageBytes(sh, n, time.Second, 1) + entryBytes(10, 1)
