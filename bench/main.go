@@ -28,7 +28,11 @@
 //     stopped, then back: admitted per window, per node and in all;
 //   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
 //     the no-op server, on), the shipped bootstrap rendered by
-//     internal/envoyconf.
+//     internal/envoyconf;
+//   - scale: pkg/replicate's BenchmarkReplicationScale (3, 10 and 30
+//     nodes, hot keys and a flood) in this tree and in the tree of
+//     --shares-baseline-ref, beside the scale model of
+//     docs/replication-scale.md, and what one nats-server fans out.
 //
 // The load is driven by cmd/ratelimit-bench, built and run as a process
 // of its own for every run; the runner reads each run's result through
@@ -79,7 +83,7 @@ type usageError struct{ msg string }
 
 func (e usageError) Error() string { return e.msg }
 
-var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "accuracy", "cluster-load", "envoy", "rlqs"}
+var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
 
 type options struct {
 	out        string
@@ -99,7 +103,7 @@ type options struct {
 	clusterWin int
 	accWindows int
 	// sharesBaselineRef is the commit whose counter and replication the
-	// accuracy scenario measures beside this tree's; empty: none.
+	// accuracy and scale scenarios measure beside this tree's; empty: none.
 	sharesBaselineRef string
 	reportOnly        bool
 	// baselineRef is the commit whose server the floor scenario measures
@@ -114,9 +118,9 @@ type options struct {
 // floor scenario's "today's" figures come from.
 const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
 
-// defaultSharesBaselineRef is the commit whose counter and replication
-// the accuracy scenario measures as "before" by default: admission on
-// each node's own view of the counts, without budget shares.
+// defaultSharesBaselineRef is main before budget shares: the "before" of
+// the accuracy and scale scenarios (admission on each node's own view of
+// the counts, every change replicated).
 const defaultSharesBaselineRef = "fc56146"
 
 func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
@@ -138,12 +142,12 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.Int64Var(&o.rlsMemKeys, "rls-memory-keys", 1_000_000, "distinct descriptor keys of the rls scenario's memory run")
 	fs.IntVar(&o.clusterWin, "cluster-windows", 20, "windows measured in the cluster scenario")
 	fs.IntVar(&o.accWindows, "accuracy-windows", 8, "whole windows counted per row in the accuracy scenario")
-	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` whose counter and replication the accuracy scenario builds and measures as before, beside this tree's (empty: none)")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
 	fs.DurationVar(&o.budget, "budget", 12*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
+	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree, in the same run: the accuracy scenario builds its program against that commit's packages, the scale scenario runs this tree's replication benchmark there (empty: none)")
 	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	fs.SetOutput(io.Discard)
@@ -312,6 +316,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opt.only["cluster-load"] {
 		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
 	}
+	if opt.only["scale"] {
+		pending = append(pending, task{"scale", r.scaleEstimate(), r.scale})
+	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })
 	}
@@ -349,6 +356,9 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 	r.res = &Results{}
 	if err := json.Unmarshal(b, r.res); err != nil {
 		return fmt.Errorf("results.json: %w", err)
+	}
+	if r.res.Scale != nil {
+		r.res.Scale.build() // the model and its fits, from the measured rows
 	}
 	r.res.Targets = targets(r.res)
 	if r.opt.plot {

@@ -221,7 +221,8 @@ func targets(res *Results) []Target {
 	}
 	out = append(out, t)
 	out = append(out, accuracyTargets(res)...)
-	return append(out, floorTargets(res)...)
+	out = append(out, floorTargets(res)...)
+	return append(out, scaleTarget(res))
 }
 
 // part is the share of the profile part named starting with prefix; the
@@ -425,6 +426,8 @@ func (r *runner) writeReport() error {
 	}
 
 	writeRLQSReport(&b, res)
+
+	writeScale(&b, res)
 
 	if c := res.ClusterLoad; c != nil {
 		w("## 5. A cluster through a NATS outage\n\n")
@@ -647,6 +650,8 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 				t.Margin, sa.Rate, sa.CPUUS, sa.CPUUS/max(ss.CPUUS, 0.1), ss.CPUUS, dn.CPUUS)
 		case "floor-p99":
 			w("- **p99 at 40%% of saturation** (%s). Both run pinned to the same CPU at the same fixed rate; a p99 far above the saturated p50 means the CPU was shared with other work on the machine (load average in the Steps table).\n", t.Margin)
+		case "scale-flood":
+			writeScaleMissed(b, res, t)
 		case "floor-rss":
 			w("- **RSS per key at 1 M keys** (%s): see the memory section.\n", t.Margin)
 		case "accuracy-overshoot", "accuracy-floor":

@@ -25,6 +25,7 @@ type Results struct {
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
 	RLS         *RLS         `json:"rls,omitempty"`
 	RLQS        *RLQSBench   `json:"rlqs,omitempty"`
+	Scale       *Scale       `json:"scale,omitempty"`
 	Notes       []string     `json:"notes,omitempty"`
 	Timings     []StepTime   `json:"timings"`
 	Plots       []string     `json:"plots,omitempty"`
