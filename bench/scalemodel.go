@@ -10,7 +10,7 @@ import (
 // bytes and merges per node as functions of the node count N, the active
 // keys K and the keys a node changes per sync interval, for the current
 // design (every changed key goes to every node) and for budget shares
-// (only keys near their share are sent: hot keys as today, a flood of
+// (only keys near their share are sent: hot keys at most as today, a flood of
 // keys hit once costs nothing). predictScale applies it to the shape of
 // BenchmarkReplicationScale, so its figures stand beside the measured ones.
 

@@ -77,7 +77,7 @@ func writeScale(b *strings.Builder, res *Results) {
 		case t.Tree == "before":
 			w("- **before**: `%s` (`--shares-baseline-ref %s`) with this tree's `%s`, %.0fs; its model is the current design's.\n", t.Commit, t.Ref, scaleBenchFile, t.Seconds)
 		default:
-			w("- **after**: this tree, %.0fs; its model is budget shares' (only keys near their share are sent: hot keys as today, a flood nothing but heartbeats).\n", t.Seconds)
+			w("- **after**: this tree, %.0fs; its model is budget shares' (only keys near their share are sent: hot keys at most as today, an upper bound; a flood nothing but heartbeats).\n", t.Seconds)
 		}
 	}
 	w("\nEach cell: measured (model).\n\n")
@@ -140,7 +140,7 @@ func writeScaleSaturation(b *strings.Builder, s *Scale) {
 	for _, x := range s.Saturation {
 		w("| %s | %.1f | %.0f B | %s | %.0f | %.1f | %s |\n", x.Case, x.BatchesPS, x.MessageB, satN(x.OneServer), x.DeliveriesPS, x.BytesPS/1e6, satN(x.ThreeServers))
 	}
-	w("\nWith k cores for the server, N grows about as √k (deliveries grow as N²). The per-node batch rate, not the keys, sets it: budget shares leave a hot key's batches as they are, so these figures hold for both designs; they remove the flood's.\n\n")
+	w("\nWith k cores for the server, N grows about as √k (deliveries grow as N²). The per-node batch rate, not the keys, sets it: budget shares send a hot key's batches at most as today, so these figures hold for both designs; they remove the flood's.\n\n")
 }
 
 func satN(n int) string {
