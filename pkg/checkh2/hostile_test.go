@@ -467,3 +467,34 @@ func TestConnectionErrors(t *testing.T) {
 		})
 	}
 }
+
+// A response waiting for the window is dropped when its stream is reset,
+// and the others still go out when the window opens.
+func TestFlowControlResetWhileBlocked(t *testing.T) {
+	_, addr := serve(t, checkh2.Config{})
+	c := dial(t, addr, http2.Setting{ID: http2.SettingInitialWindowSize, Val: 0})
+	c.check(1)
+	c.check(3)
+	c.fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	c.check(5)
+	c.fr.WritePing(false, [8]byte{2})
+	c.until("the PING ack", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && p.IsAck() })
+	c.fr.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1 << 20})
+	done := map[uint32]bool{}
+	for len(done) < 2 {
+		f := c.read()
+		id := f.Header().StreamID
+		if id == 1 && f.Header().Type != http2.FrameSettings {
+			t.Fatalf("a frame on the reset stream: %v", f)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok && h.StreamEnded() {
+			if st := headerValue(h, "grpc-status"); st != "0" {
+				t.Fatalf("stream %d: grpc-status %q", id, st)
+			}
+			done[id] = true
+		}
+	}
+	if !done[3] || !done[5] {
+		t.Fatalf("answered %v, want 3 and 5", done)
+	}
+}

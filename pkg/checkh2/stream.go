@@ -22,6 +22,7 @@ type stream struct {
 	recv     int64  // bytes of our stream window the peer has used
 	send     int64  // the peer's window for this stream
 	out      []byte // response DATA waiting for the window, then the trailers
+	blocked  bool   // in conn.blocked
 }
 
 func (c *conn) newStream(id uint32) *stream {
@@ -39,6 +40,16 @@ func (c *conn) newStream(id uint32) *stream {
 // connection window.
 func (c *conn) closeStream(st *stream) {
 	delete(c.streams, st.id)
+	if st.blocked {
+		// Reset while waiting for the window: forget it there too, as the
+		// struct is reused for another stream.
+		for i, b := range c.blocked {
+			if b == st {
+				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				break
+			}
+		}
+	}
 	c.giveBack(st.recv)
 	// body is the stream's own buffer here: a view into the read buffer
 	// is dropped (respond, endWithHeaders) before the stream closes.
@@ -267,6 +278,7 @@ func (c *conn) respond(st *stream, msg []byte) error {
 		return c.finish(st)
 	}
 	st.out = append(st.out[:0], rest...)
+	st.blocked = true
 	c.blocked = append(c.blocked, st)
 	return nil
 }
@@ -300,27 +312,33 @@ func (c *conn) finish(st *stream) error {
 
 // unblock writes what the windows now allow of the waiting responses.
 func (c *conn) unblock() error {
-	kept := c.blocked[:0]
-	for _, st := range c.blocked {
-		if c.streams[st.id] != st {
-			continue // reset meanwhile
-		}
-		rest, err := c.sendData(st, st.out)
+	if len(c.blocked) == 0 {
+		return nil
+	}
+	waiting := c.blocked
+	c.blocked = nil
+	var kept []*stream
+	var err error
+	for _, st := range waiting {
 		if err != nil {
-			return err
-		}
-		if len(rest) == 0 {
-			if err := c.finish(st); err != nil {
-				return err
-			}
+			kept = append(kept, st)
 			continue
 		}
-		st.out = append(st.out[:0], rest...)
-		kept = append(kept, st)
+		var rest []byte
+		if rest, err = c.sendData(st, st.out); err != nil {
+			kept = append(kept, st)
+			continue
+		}
+		if len(rest) > 0 {
+			st.out = append(st.out[:0], rest...)
+			kept = append(kept, st)
+			continue
+		}
+		st.blocked = false
+		err = c.finish(st)
 	}
-	clear(c.blocked[len(kept):])
 	c.blocked = kept
-	return nil
+	return err
 }
 
 // trailersOnly answers st with status alone, resets it with NO_ERROR when
