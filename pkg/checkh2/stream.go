@@ -182,21 +182,20 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		}
 	}
 	st.endRecv = f.StreamEnded()
-	max := c.cfg.MaxRecvMsgBytes
-	if len(st.body)+len(data) > max+5 {
-		c.trailersOnly(st, errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", len(st.body)+len(data)-5, max))
+	maxBytes := c.cfg.MaxRecvMsgBytes
+	if len(st.body)+len(data) > maxBytes+5 {
+		c.trailersOnly(st, errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", len(st.body)+len(data)-5, maxBytes))
 		return nil
 	}
 	if len(st.body) == 0 && st.endRecv {
 		// The whole message in one frame: read it in place, as it is
 		// handled before the next frame is read.
 		st.body = data
-		err := c.complete(st)
-		return err
+		return c.complete(st)
 	}
 	st.body = append(st.body, data...)
 	if len(st.body) >= 5 {
-		if _, stt, ok := message(st.body[:5], max); !ok && stt.code == codes.ResourceExhausted {
+		if _, stt, ok := message(st.body[:5], maxBytes); !ok && stt.code == codes.ResourceExhausted {
 			c.trailersOnly(st, stt)
 			return nil
 		}
