@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
@@ -27,6 +28,10 @@ import (
 //     --baseline-ref in this run ("today's" server), on that commit's own
 //     configuration files.
 //
+// Beside the server on its gRPC port (allowed, denied), the same server
+// is measured on its lean Check listener (--check-addr; lean-allowed,
+// lean-denied), against the same references and the gRPC port.
+//
 // Then the same at fixed rates, shares of the default no-op's saturated
 // throughput, and CPU profiles of the server, the default no-op and the
 // baseline at saturation.
@@ -43,6 +48,7 @@ const (
 	floorDefaultNoop = "default-noop"
 	floorNoop        = "noop"
 	floorBaseline    = "baseline-"
+	floorLean        = "lean-"
 )
 
 type floorTarget struct {
@@ -73,7 +79,7 @@ func (r *runner) floor(ctx context.Context) error {
 
 	var targets []*floorTarget
 	add := func(name, bin string, w workload, head ...string) error {
-		t, err := r.startFloorTarget(ctx, pin, f.ServerCPU, name, bin, head...)
+		t, err := r.startFloorTarget(ctx, pin, f.ServerCPU, name, bin, strings.HasPrefix(name, floorLean), head...)
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
@@ -100,6 +106,12 @@ func (r *runner) floor(ctx context.Context) error {
 		return err
 	}
 	if err := add("denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
+		return err
+	}
+	if err := add(floorLean+"allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
+		return err
+	}
+	if err := add(floorLean+"denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
 		return err
 	}
 	if r.opt.baselineRef != "" {
@@ -196,13 +208,19 @@ func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
 
 // startFloorTarget starts bin with head (a subcommand and its flags) and
 // its own gRPC, HTTP and profile addresses, bound to cpu, waits until it
-// is ready and checks that the kernel holds it to that CPU.
-func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, name, bin string, head ...string) (*floorTarget, error) {
-	addrs, err := freeport.Addrs(3)
+// is ready and checks that the kernel holds it to that CPU. With lean,
+// the server also opens its lean Check listener, and the load goes there.
+func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, name, bin string, lean bool, head ...string) (*floorTarget, error) {
+	addrs, err := freeport.Addrs(4)
 	if err != nil {
 		return nil, err
 	}
 	args := append(append([]string{}, head...), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
+	target := addrs[0]
+	if lean {
+		args = append(args, "--check-addr", addrs[3])
+		target = addrs[3]
+	}
 	p, err := r.startOn(pin, cpu, "floor-"+name, r.lifetime(), nil, bin, args...)
 	if err != nil {
 		return nil, err
@@ -215,7 +233,7 @@ func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, nam
 		p.stop()
 		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
 	}
-	return &floorTarget{name: name, addr: addrs[0], p: p, pprofURL: "http://" + addrs[2] + "/debug/pprof/profile"}, nil
+	return &floorTarget{name: name, addr: target, p: p, pprofURL: "http://" + addrs[2] + "/debug/pprof/profile"}, nil
 }
 
 // baseline is the server built from another commit, and that commit's
@@ -290,8 +308,13 @@ func floorRow(level string, rate float64, target string, runs []*loadRun) FloorR
 // per round, then their median and range.
 func floorRatios(level string, rate float64, runs map[string][]*loadRun) []FloorRatio {
 	var out []FloorRatio
-	for _, w := range []string{"allowed", "denied"} {
-		for _, vs := range []string{floorDefaultNoop, floorNoop, floorBaseline + w} {
+	for _, w := range []string{"allowed", "denied", floorLean + "allowed", floorLean + "denied"} {
+		grpcPort := strings.TrimPrefix(w, floorLean)
+		versus := []string{floorDefaultNoop, floorNoop, floorBaseline + grpcPort}
+		if grpcPort != w {
+			versus = append(versus, grpcPort) // the lean listener against the gRPC port
+		}
+		for _, vs := range versus {
 			srv, ref := runs[w], runs[vs]
 			if len(srv) == 0 || len(ref) == 0 {
 				continue
@@ -329,7 +352,7 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 	if r.opt.quick {
 		secs = 2
 	}
-	for _, name := range []string{"allowed", floorDefaultNoop, floorBaseline + "allowed"} {
+	for _, name := range []string{"allowed", floorLean + "allowed", floorDefaultNoop, floorBaseline + "allowed"} {
 		var t *floorTarget
 		for _, x := range targets {
 			if x.name == name {

@@ -120,6 +120,7 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 		"allowed":          {floorRun(20, 50), floorRun(40, 200), floorRun(30, 100)},
 		"denied":           {floorRun(40, 100), floorRun(50, 100), floorRun(66, 100)},
 		"baseline-allowed": {floorRun(40, 100), floorRun(40, 100), floorRun(40, 100)},
+		"lean-allowed":     {floorRun(10, 50), floorRun(20, 100), floorRun(30, 100)},
 	}
 	got := map[string]FloorRatio{}
 	for _, x := range floorRatios("saturation", 0, runs) {
@@ -143,6 +144,16 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 	}
 	if d := got["denied/"+floorDefaultNoop]; d.Median != 1 || d.Max != 1.1 {
 		t.Errorf("denied vs default no-op: %+v", d)
+	}
+	// The lean listener against the references and the gRPC port.
+	if l := got["lean-allowed/allowed"]; l.Median != 0.5 || l.Max != 1 || l.Min != 0.5 {
+		t.Errorf("lean-allowed vs allowed: %+v", l)
+	}
+	if l := got["lean-allowed/baseline-allowed"]; l.Median != 0.5 {
+		t.Errorf("lean-allowed vs baseline-allowed: %+v", l)
+	}
+	if _, ok := got["allowed/allowed"]; ok {
+		t.Error("the gRPC port compared with itself")
 	}
 	row := floorRow("saturation", 0, "allowed", runs["allowed"])
 	if row.CPUUS != 30 || row.CPUMin != 20 || row.CPUMax != 40 || row.Latency.P99 != 100 || row.DeniedShare != 0 {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -69,7 +70,7 @@ func TestServeHelpSurfaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
+		"-access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "-check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", "-pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR",
 		"-grpc-tls-allowed-clients", "-access-log-tls-allowed-clients", "-grpc-max-connections", "(default 4096)",
 		"-grpc-max-streams", "(default 1024)", "-grpc-max-recv-bytes", "(default 262144)", "-grpc-keepalive-min-time",
 		"RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE", "-grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", "(default 64)",
@@ -80,6 +81,46 @@ func TestServeHelpSurfaces(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "-pprof ") || strings.Contains(out.String(), "RATELIMIT_AUTHZ_PPROF)") {
 		t.Errorf("serve --help still offers --pprof:\n%s", out.String())
+	}
+}
+
+// With --check-addr, Check and health are served on the lean listener too,
+// on the same counters as the gRPC port.
+func TestServeCheckAddr(t *testing.T) {
+	n := serveReady(t, map[string]string{"RATELIMIT_AUTHZ_CHECK_ADDR": "127.0.0.1:0"})
+	if n.node.CheckAddr() == nil {
+		t.Fatal("no lean Check listener")
+	}
+	checkAddr := n.node.CheckAddr().String()
+	if got := servingAttr(t, n.logs, "check"); got != checkAddr {
+		t.Errorf("serving line says check=%s, the listener is on %s", got, checkAddr)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lean := grpcConn(t, checkAddr, nil)
+	h, err := healthpb.NewHealthClient(lean).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health on the lean listener: %v, %v", h, err)
+	}
+	upload := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Method: "POST", Path: "/api/converger/uploads", Headers: map[string]string{"x-tenant-id": "lean-t"},
+		}},
+	}}
+	// Stay away from a second boundary: the upload bucket allows 10 a second.
+	if left := time.Until(time.Now().Truncate(time.Second).Add(time.Second)); left < 500*time.Millisecond {
+		time.Sleep(left + 10*time.Millisecond)
+	}
+	clients := []authv3.AuthorizationClient{authv3.NewAuthorizationClient(lean), authv3.NewAuthorizationClient(grpcConn(t, n.grpc, nil))}
+	for i := range 10 {
+		resp, err := clients[i%2].Check(ctx, upload)
+		if err != nil || resp.GetStatus().GetCode() != int32(codes.OK) {
+			t.Fatalf("upload %d: %v, %v", i+1, resp, err)
+		}
+	}
+	resp, err := clients[0].Check(ctx, upload)
+	if err != nil || resp.GetStatus().GetCode() != int32(codes.ResourceExhausted) {
+		t.Fatalf("the 11th upload on the lean listener: %v, %v (want denied: one budget across both ports)", resp, err)
 	}
 }
 

@@ -43,6 +43,9 @@ type Config struct {
 	// listener of its own and the gRPC port no longer does; empty: on the
 	// gRPC port.
 	AccessLogAddr string
+	// CheckAddr, when set, serves ext_authz Check and grpc.health.v1 on
+	// a lean HTTP/2 listener of its own (see server.Config); empty: off.
+	CheckAddr string
 	// HTTPAddr serves /metrics, /healthz, /readyz and /v1/failures;
 	// default 127.0.0.1:9090.
 	HTTPAddr string
@@ -200,7 +203,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{
-		GRPCAddr: cfg.GRPCAddr, AccessLogAddr: cfg.AccessLogAddr,
+		GRPCAddr: cfg.GRPCAddr, AccessLogAddr: cfg.AccessLogAddr, CheckAddr: cfg.CheckAddr,
 		HTTPAddr: cfg.HTTPAddr, PprofAddr: cfg.PprofAddr,
 		DrainDelay: cfg.DrainDelay, ShutdownTimeout: cfg.ShutdownTimeout,
 		ReadyAfter:              readyAfter(repl), // a cluster node warms up from its peers first
@@ -246,6 +249,10 @@ func (n *Node) Close() { n.srv.Close() }
 
 // GRPCAddr is the bound address of the gRPC (Check) listener.
 func (n *Node) GRPCAddr() net.Addr { return n.srv.GRPCAddr() }
+
+// CheckAddr is the bound address of the lean Check listener, nil when it
+// is off.
+func (n *Node) CheckAddr() net.Addr { return n.srv.CheckAddr() }
 
 // AccessLogAddr is the bound address of the access-log listener, nil when
 // the access log shares the gRPC port.

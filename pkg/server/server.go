@@ -35,7 +35,12 @@ type Config struct {
 	// longer serves it: the Check port may then be reachable by clients
 	// that must not report failed logins. Empty: the Check port serves it.
 	AccessLogAddr string
-	HTTPAddr      string // default 127.0.0.1:9090
+	// CheckAddr, when set, serves ext_authz Check and grpc.health.v1
+	// Check, and nothing else, on a lean HTTP/2 listener of its own
+	// (pkg/checkh2: one goroutine per connection reads, decides and
+	// writes), with the gRPC port's TLS, allow-list and Limits. Empty: off.
+	CheckAddr string
+	HTTPAddr  string // default 127.0.0.1:9090
 	// PprofAddr, when set, serves Go's profiles under /debug/pprof/ on a
 	// listener of its own, never on HTTPAddr. Empty: no profiles.
 	PprofAddr string
@@ -204,6 +209,9 @@ func (c *Config) setDefaults() error {
 	if sameFixedAddr(c.AccessLogAddr, c.GRPCAddr) {
 		return fmt.Errorf("server: access-log address %s is the gRPC address: leave it empty to serve both on one port", c.AccessLogAddr)
 	}
+	if sameFixedAddr(c.CheckAddr, c.GRPCAddr) || sameFixedAddr(c.CheckAddr, c.AccessLogAddr) {
+		return fmt.Errorf("server: Check address %s is taken by another gRPC listener", c.CheckAddr)
+	}
 	if sameFixedAddr(c.PprofAddr, c.HTTPAddr) {
 		return fmt.Errorf("server: pprof address %s is the HTTP address: profiles are served on their own address only", c.PprofAddr)
 	}
@@ -283,6 +291,7 @@ type Server struct {
 	svc    Services
 	log    *slog.Logger
 	grpcs  []*grpcListener // the Check port first, then the access-log port if any
+	check  *checkListener  // nil without CheckAddr
 	health *health.Server
 	http   *http.Server
 	hlis   net.Listener
@@ -353,6 +362,11 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	}
 	for _, g := range s.grpcs {
 		healthpb.RegisterHealthServer(g.srv, s.health)
+	}
+	if cfg.CheckAddr != "" {
+		if s.check, err = s.newCheck(cfg.CheckAddr, checkAllow); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range s.healthNames() {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
@@ -471,6 +485,13 @@ func (s *Server) registerMetrics(reg prometheus.Registerer) error {
 	})); err != nil {
 		return fmt.Errorf("server: register metrics: %w", err)
 	}
+	if s.check != nil {
+		for _, c := range s.check.collectors() {
+			if err := reg.Register(c); err != nil {
+				return fmt.Errorf("server: register metrics: %w", err)
+			}
+		}
+	}
 	for _, g := range s.grpcs {
 		labels := prometheus.Labels{"listener": g.name}
 		for _, c := range []prometheus.Collector{
@@ -505,6 +526,15 @@ func (s *Server) AccessLogAddr() net.Addr {
 		return nil
 	}
 	return s.grpcs[1].lis.Addr()
+}
+
+// CheckAddr is the bound address of the lean Check listener, nil when it
+// is off.
+func (s *Server) CheckAddr() net.Addr {
+	if s.check == nil {
+		return nil
+	}
+	return s.check.lis.Addr()
 }
 
 // HTTPAddr is the bound HTTP address.
@@ -561,6 +591,9 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if s.check != nil {
+		g.Go(s.check.serve)
+	}
 	serveHTTP := func(what string, hs *http.Server, lis net.Listener) {
 		g.Go(func() error {
 			if err := hs.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -596,6 +629,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if a := s.PprofAddr(); a != nil {
 		attrs = append(attrs, "pprof", a.String())
 	}
+	if a := s.CheckAddr(); a != nil {
+		attrs = append(attrs, "check", a.String(), "check_tls", s.check.tls)
+	}
 	attrs = append(attrs, "grpc_tls", s.grpcs[0].tls,
 		"max_connections", s.cfg.Limits.MaxConnections, "max_streams", s.cfg.Limits.MaxConcurrentStreams,
 		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes, "stream_workers", max(s.cfg.StreamWorkers, 0))
@@ -622,10 +658,15 @@ func (s *Server) shutdown() {
 			s.svc.AccessLog.CloseStreams()
 		}
 		stopped := make(chan struct{})
+		cctx, ccancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+		defer ccancel()
 		go func() {
 			var wg sync.WaitGroup
 			for _, gl := range s.grpcs {
 				wg.Go(gl.srv.GracefulStop)
+			}
+			if s.check != nil {
+				wg.Go(func() { s.check.shutdown(cctx) })
 			}
 			wg.Wait()
 			close(stopped)
@@ -659,6 +700,9 @@ func (s *Server) Close() {
 		for _, gl := range s.grpcs {
 			gl.srv.Stop()
 		}
+		if s.check != nil {
+			s.check.srv.Close()
+		}
 		for _, hs := range []*http.Server{s.http, s.pprof} {
 			if hs != nil {
 				hs.Close()
@@ -673,6 +717,9 @@ func (s *Server) Close() {
 func (s *Server) closeListeners() {
 	for _, gl := range s.grpcs {
 		gl.lis.Close()
+	}
+	if s.check != nil {
+		s.check.lis.Close()
 	}
 	for _, l := range []net.Listener{s.hlis, s.plis} {
 		if l != nil {

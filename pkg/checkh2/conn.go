@@ -1,0 +1,471 @@
+package checkh2
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
+)
+
+const (
+	frameHeaderLen      = 9
+	defaultWindow       = 65535
+	maxWindow           = 1<<31 - 1
+	defaultMaxFrameSize = 16384
+	readBufSize         = 32 << 10
+	writeBufSize        = 32 << 10
+	// maxResponsesPerFlush flushes a connection whose requests keep
+	// arriving, so its first answers do not wait for a lull.
+	maxResponsesPerFlush = 64
+	// maxPingStrikes pings in a row closer than PingMinInterval are let
+	// through (grpc-go's policy).
+	maxPingStrikes = 2
+	// lingerTimeout bounds reading what a peer still sends after a
+	// graceful close, so the close does not reset what was written.
+	lingerTimeout = time.Second
+)
+
+// errDone ends a connection that has nothing left to do.
+var errDone = errors.New("checkh2: connection done")
+
+// connError is a connection error: GOAWAY with code, then close.
+type connError struct {
+	code   http2.ErrCode
+	reason string
+}
+
+func (e connError) Error() string {
+	return fmt.Sprintf("checkh2: connection error %v: %s", e.code, e.reason)
+}
+
+// conn is one connection. Everything but draining is owned by the
+// connection's goroutine.
+type conn struct {
+	s   *Server
+	cfg *Config
+	raw net.Conn // the accepted connection: deadlines and close
+	rw  io.ReadWriter
+	br  *bufio.Reader
+	bw  *bufio.Writer
+	fr  *http2.Framer
+
+	henc *hpack.Encoder
+	hbuf bytes.Buffer
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// draining is set by Shutdown, before it interrupts a blocked read.
+	draining atomic.Bool
+
+	streams     map[uint32]*stream
+	free        []*stream
+	blocked     []*stream // responses waiting for the peer's window, in order
+	maxStreamID uint32    // the highest stream the peer opened (or tried to)
+	goAway      bool      // GOAWAY sent or received: no new streams; done when none are open
+	sawSettings bool
+
+	// Send side: the peer's windows and frame size.
+	connSend          int64
+	peerInitialWindow int64
+	peerMaxFrame      int
+
+	// Receive side. recvHeld is what the peer has sent of our connection
+	// window and not been given back by a WINDOW_UPDATE: at most
+	// connWindow, which bounds the request bytes a connection holds.
+	streamWindow int64
+	connWindow   int64
+	recvHeld     int64
+	refund       int64 // given back, not yet announced
+
+	unflushed int
+
+	resets      int
+	resetsSince time.Time
+	pingStrikes int
+	lastPing    time.Time
+
+	req checkwire.Request
+	out []byte
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	cfg := &s.cfg
+	sw := int64(cfg.MaxRecvMsgBytes) + 5 + defaultMaxFrameSize
+	c := &conn{
+		s: s, cfg: cfg, raw: nc, rw: nc,
+		streams:           map[uint32]*stream{},
+		connSend:          defaultWindow,
+		peerInitialWindow: defaultWindow,
+		peerMaxFrame:      defaultMaxFrameSize,
+		streamWindow:      sw,
+		connWindow:        min(max(1<<20, 2*sw), maxWindow),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c
+}
+
+// drain asks the connection to finish gracefully; safe from any goroutine.
+func (c *conn) drain() {
+	c.draining.Store(true)
+	c.raw.SetReadDeadline(time.Unix(1, 0)) // wake a blocked read
+}
+
+func (c *conn) serve() {
+	defer c.cancel()
+	err := c.run()
+	switch {
+	case err == nil || errors.Is(err, errDone):
+		c.lingerClose()
+	default:
+		var ce connError
+		if errors.As(err, &ce) && c.fr != nil {
+			c.fr.WriteGoAway(c.maxStreamID, ce.code, nil)
+			c.bw.Flush()
+			c.lingerClose()
+		} else {
+			c.raw.Close()
+		}
+		c.cfg.Log.Debug("check connection closed", "remote", c.raw.RemoteAddr().String(), "err", err)
+	}
+}
+
+// lingerClose closes the write side, reads for a while what the peer
+// still had in flight, and closes: closing with unread input would reset
+// the connection and could lose the last responses.
+func (c *conn) lingerClose() {
+	if c.bw != nil {
+		c.bw.Flush()
+	}
+	type closeWriter interface{ CloseWrite() error }
+	if cw, ok := c.raw.(closeWriter); ok && cw.CloseWrite() == nil {
+		c.raw.SetReadDeadline(time.Now().Add(lingerTimeout))
+		io.Copy(io.Discard, io.LimitReader(c.raw, 1<<20))
+	}
+	c.raw.Close()
+}
+
+func (c *conn) run() error {
+	c.raw.SetDeadline(time.Now().Add(c.cfg.HandshakeTimeout))
+	if c.draining.Load() {
+		return errDone
+	}
+	if c.cfg.TLS != nil {
+		tc := tls.Server(c.raw, c.cfg.TLS)
+		if err := tc.HandshakeContext(c.ctx); err != nil {
+			return fmt.Errorf("checkh2: TLS handshake: %w", err)
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "h2" {
+			return fmt.Errorf("checkh2: TLS client negotiated %q, not h2", p)
+		}
+		c.rw = tc
+	}
+	c.br = bufio.NewReaderSize(connReader{c}, readBufSize)
+	c.bw = bufio.NewWriterSize(deadlineWriter{c}, writeBufSize)
+	var preface [len(http2.ClientPreface)]byte
+	if _, err := io.ReadFull(c.br, preface[:]); err != nil {
+		return fmt.Errorf("checkh2: read the client preface: %w", err)
+	}
+	if string(preface[:]) != http2.ClientPreface {
+		return fmt.Errorf("checkh2: not an HTTP/2 client preface: %q", preface[:])
+	}
+	c.raw.SetWriteDeadline(time.Time{}) // deadlineWriter sets one per write
+	c.fr = http2.NewFramer(c.bw, c.br)
+	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	c.fr.MaxHeaderListSize = c.cfg.MaxHeaderListBytes
+	c.fr.SetMaxReadFrameSize(defaultMaxFrameSize)
+	c.fr.SetReuseFrames()
+	c.henc = hpack.NewEncoder(&c.hbuf)
+	if err := c.fr.WriteSettings(
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: c.cfg.MaxConcurrentStreams},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(c.streamWindow)},
+		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.cfg.MaxHeaderListBytes},
+	); err != nil {
+		return err
+	}
+	if err := c.fr.WriteWindowUpdate(0, uint32(c.connWindow-defaultWindow)); err != nil {
+		return err
+	}
+	for {
+		if err := c.beforeRead(); err != nil {
+			return err
+		}
+		f, err := c.fr.ReadFrame()
+		if err != nil {
+			if err := c.readError(err); err != nil {
+				return err
+			}
+			continue
+		}
+		if !c.sawSettings {
+			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
+				return connError{http2.ErrCodeProtocol, "the first frame is not SETTINGS"}
+			}
+			c.sawSettings = true
+		}
+		if err := c.handle(f); err != nil {
+			return err
+		}
+	}
+}
+
+// beforeRead flushes and sets the read deadline when the next frame is
+// not fully received (the read may wait), starts a graceful close asked
+// for by Shutdown, and ends the connection once it is going away with no
+// stream left.
+func (c *conn) beforeRead() error {
+	if c.draining.Load() && !c.goAway {
+		c.sendGoAway()
+	}
+	if c.goAway && len(c.streams) == 0 {
+		return errDone
+	}
+	if c.frameBuffered() && c.unflushed < maxResponsesPerFlush {
+		return nil
+	}
+	if err := c.flush(); err != nil {
+		return err
+	}
+	switch {
+	case !c.sawSettings: // the handshake deadline stands
+	case len(c.streams) == 0:
+		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
+	default:
+		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	}
+	// Shutdown sets draining before its deadline: either the read below
+	// sees its deadline, or this sees draining.
+	if c.draining.Load() && !c.goAway {
+		c.sendGoAway()
+		if len(c.streams) == 0 {
+			return errDone
+		}
+		return c.flush()
+	}
+	return nil
+}
+
+func (c *conn) flush() error {
+	c.unflushed = 0
+	if c.bw.Buffered() == 0 {
+		return nil
+	}
+	if err := c.bw.Flush(); err != nil {
+		return fmt.Errorf("checkh2: write: %w", err)
+	}
+	return nil
+}
+
+// frameBuffered reports whether the next frame is wholly in the read
+// buffer, so reading it will not wait.
+func (c *conn) frameBuffered() bool {
+	n := c.br.Buffered()
+	if n < frameHeaderLen {
+		return false
+	}
+	h, _ := c.br.Peek(frameHeaderLen)
+	return n >= frameHeaderLen+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
+}
+
+func (c *conn) sendGoAway() {
+	c.goAway = true
+	c.fr.WriteGoAway(c.maxStreamID, http2.ErrCodeNo, nil)
+}
+
+// readError handles what ReadFrame returned: a stream error resets the
+// stream and the connection goes on; an idle timeout ends it gracefully;
+// anything else ends it.
+func (c *conn) readError(err error) error {
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		if se.StreamID > c.maxStreamID && se.StreamID%2 == 1 {
+			c.maxStreamID = se.StreamID
+		}
+		c.resetStream(se.StreamID, se.Code)
+		return nil
+	}
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		return connError{http2.ErrCode(ce), fmt.Sprintf("reading a frame: %v", c.fr.ErrorDetail())}
+	}
+	if errors.Is(err, http2.ErrFrameTooLarge) {
+		return connError{http2.ErrCodeFrameSize, "a frame larger than advertised"}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() && c.sawSettings && len(c.streams) == 0 && !c.goAway {
+		c.sendGoAway()
+		return errDone
+	}
+	return fmt.Errorf("checkh2: read a frame: %w", err)
+}
+
+func (c *conn) handle(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.MetaHeadersFrame:
+		return c.onHeaders(f)
+	case *http2.DataFrame:
+		return c.onData(f)
+	case *http2.SettingsFrame:
+		return c.onSettings(f)
+	case *http2.WindowUpdateFrame:
+		return c.onWindowUpdate(f)
+	case *http2.PingFrame:
+		return c.onPing(f)
+	case *http2.RSTStreamFrame:
+		return c.onReset(f)
+	case *http2.GoAwayFrame:
+		c.goAway = true // the peer opens no more streams; finish the open ones
+		return nil
+	case *http2.PushPromiseFrame:
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+	}
+	return nil // PRIORITY and unknown frames
+}
+
+func (c *conn) onSettings(f *http2.SettingsFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	err := f.ForeachSetting(func(s http2.Setting) error {
+		if err := s.Valid(); err != nil {
+			return err
+		}
+		switch s.ID {
+		case http2.SettingInitialWindowSize:
+			delta := int64(s.Val) - c.peerInitialWindow
+			for _, st := range c.streams {
+				if st.send+delta > maxWindow {
+					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window"}
+				}
+				st.send += delta
+			}
+			c.peerInitialWindow = int64(s.Val)
+		case http2.SettingMaxFrameSize:
+			c.peerMaxFrame = int(s.Val)
+		case http2.SettingHeaderTableSize:
+			c.henc.SetMaxDynamicTableSizeLimit(s.Val)
+		}
+		return nil
+	})
+	if err != nil {
+		var ce http2.ConnectionError
+		if errors.As(err, &ce) {
+			return connError{http2.ErrCode(ce), "an invalid setting"}
+		}
+		return err
+	}
+	if err := c.fr.WriteSettingsAck(); err != nil {
+		return err
+	}
+	return c.unblock()
+}
+
+func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
+	inc := int64(f.Increment)
+	if f.StreamID == 0 {
+		if c.connSend+inc > maxWindow {
+			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+		}
+		c.connSend += inc
+		return c.unblock()
+	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.maxStreamID {
+			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream"}
+		}
+		return nil // a stream already closed
+	}
+	if st.send+inc > maxWindow {
+		c.resetStream(st.id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	st.send += inc
+	return c.unblock()
+}
+
+func (c *conn) onPing(f *http2.PingFrame) error {
+	if f.IsAck() {
+		return nil
+	}
+	now := time.Now()
+	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.cfg.PingMinInterval {
+		if c.pingStrikes++; c.pingStrikes > maxPingStrikes {
+			return connError{http2.ErrCodeEnhanceYourCalm, "too many pings"}
+		}
+	}
+	c.lastPing = now
+	return c.fr.WritePing(true, f.Data)
+}
+
+func (c *conn) onReset(f *http2.RSTStreamFrame) error {
+	if f.StreamID > c.maxStreamID {
+		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
+	}
+	now := time.Now()
+	if now.Sub(c.resetsSince) >= time.Second {
+		c.resetsSince, c.resets = now, 0
+	}
+	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
+		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets"}
+	}
+	if st := c.streams[f.StreamID]; st != nil {
+		c.closeStream(st)
+	}
+	return nil
+}
+
+// giveBack returns n received bytes to the peer's connection window,
+// announcing them once a quarter of the window is due.
+func (c *conn) giveBack(n int64) {
+	c.refund += n
+	if c.refund >= c.connWindow/4 {
+		c.fr.WriteWindowUpdate(0, uint32(c.refund))
+		c.recvHeld -= c.refund
+		c.refund = 0
+	}
+}
+
+// connReader is what the read buffer reads: the connection, where a wait
+// interrupted by Shutdown announces GOAWAY and waits on for the open
+// streams. The write buffer is empty whenever this waits (beforeRead
+// flushed), so GOAWAY is written directly.
+type connReader struct{ c *conn }
+
+func (r connReader) Read(p []byte) (int, error) {
+	c := r.c
+	for {
+		n, err := c.rw.Read(p)
+		var ne net.Error
+		if n > 0 || err == nil || !c.draining.Load() || c.goAway || c.fr == nil || !errors.As(err, &ne) || !ne.Timeout() {
+			return n, err
+		}
+		c.sendGoAway()
+		if err := c.bw.Flush(); err != nil {
+			return 0, err
+		}
+		if len(c.streams) == 0 {
+			return 0, errDone
+		}
+		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+	}
+}
+
+// deadlineWriter bounds each write to the connection by WriteTimeout.
+type deadlineWriter struct{ c *conn }
+
+func (w deadlineWriter) Write(p []byte) (int, error) {
+	w.c.raw.SetWriteDeadline(time.Now().Add(w.c.cfg.WriteTimeout))
+	return w.c.rw.Write(p)
+}

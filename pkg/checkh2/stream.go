@@ -1,0 +1,386 @@
+package checkh2
+
+import (
+	"strings"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	grpcstatus "google.golang.org/grpc/status"
+)
+
+// stream is one open request. It stays in conn.streams, counted against
+// MaxConcurrentStreams, until its response is wholly written: so the
+// responses waiting for the peer's window are bounded too.
+type stream struct {
+	id       uint32
+	m        method
+	deadline time.Time // zero: no grpc-timeout
+	endRecv  bool      // END_STREAM received
+	body     []byte
+	recv     int64  // bytes of our stream window the peer has used
+	send     int64  // the peer's window for this stream
+	out      []byte // response DATA waiting for the window, then the trailers
+	blocked  bool   // in conn.blocked
+}
+
+func (c *conn) newStream(id uint32) *stream {
+	var st *stream
+	if n := len(c.free); n > 0 {
+		st, c.free = c.free[n-1], c.free[:n-1]
+	} else {
+		st = new(stream)
+	}
+	st.id, st.send = id, c.peerInitialWindow
+	return st
+}
+
+// closeStream forgets st and gives its request bytes back to the
+// connection window.
+func (c *conn) closeStream(st *stream) {
+	delete(c.streams, st.id)
+	if st.blocked {
+		// Reset while waiting for the window: forget it there too, as the
+		// struct is reused for another stream.
+		for i, b := range c.blocked {
+			if b == st {
+				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				break
+			}
+		}
+	}
+	c.giveBack(st.recv)
+	// body is the stream's own buffer here: a view into the read buffer
+	// is dropped (respond, endWithHeaders) before the stream closes.
+	body, out := st.body[:0], st.out[:0]
+	if cap(body) > 64<<10 {
+		body = nil // keep no large buffer for the next stream
+	}
+	if cap(out) > 64<<10 {
+		out = nil
+	}
+	*st = stream{body: body, out: out}
+	c.free = append(c.free, st)
+}
+
+// resetStream sends RST_STREAM and forgets the stream if it is open.
+func (c *conn) resetStream(id uint32, code http2.ErrCode) {
+	c.fr.WriteRSTStream(id, code)
+	if st := c.streams[id]; st != nil {
+		c.closeStream(st)
+	}
+}
+
+func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	id := f.StreamID
+	if id%2 == 0 {
+		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream"}
+	}
+	if st := c.streams[id]; st != nil {
+		// Trailers of a request: they must end it.
+		if st.endRecv || !f.StreamEnded() {
+			c.resetStream(id, http2.ErrCodeProtocol)
+			return nil
+		}
+		st.endRecv = true
+		return c.complete(st)
+	}
+	if id <= c.maxStreamID {
+		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+	}
+	c.maxStreamID = id
+	if c.goAway {
+		return nil // past the GOAWAY's last stream: the peer retries it elsewhere
+	}
+	if len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
+		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		return nil
+	}
+	st := c.newStream(id)
+	st.endRecv = f.StreamEnded()
+	c.streams[id] = st
+	if f.Truncated {
+		c.trailersOnly(st, errorf(codes.ResourceExhausted, "header list larger than %d bytes", c.cfg.MaxHeaderListBytes))
+		return nil
+	}
+	var path, method, ctype, timeout, encoding string
+	for _, hf := range f.Fields {
+		switch hf.Name {
+		case ":path":
+			path = hf.Value
+		case ":method":
+			method = hf.Value
+		case "content-type":
+			ctype = hf.Value
+		case "grpc-timeout":
+			timeout = hf.Value
+		case "grpc-encoding":
+			encoding = hf.Value
+		}
+	}
+	switch {
+	case method != "POST":
+		c.httpError(st, "405", errorf(codes.Internal, "method %q: gRPC takes POST", method))
+		return nil
+	case ctype != "application/grpc" && !strings.HasPrefix(ctype, "application/grpc+") && !strings.HasPrefix(ctype, "application/grpc;"):
+		c.httpError(st, "415", errorf(codes.Internal, "content-type %q: not gRPC", ctype))
+		return nil
+	case encoding != "" && encoding != "identity":
+		c.trailersOnly(st, errorf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", encoding))
+		return nil
+	}
+	if st.m = methodOf(path); st.m == methodUnknown {
+		c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method %s", path))
+		return nil
+	}
+	if timeout != "" {
+		d, ok := parseTimeout(timeout)
+		if !ok {
+			c.trailersOnly(st, errorf(codes.Internal, "malformed grpc-timeout %q", timeout))
+			return nil
+		}
+		st.deadline = time.Now().Add(d)
+	}
+	if st.endRecv {
+		return c.complete(st)
+	}
+	return nil
+}
+
+func (c *conn) onData(f *http2.DataFrame) error {
+	n := int64(f.Header().Length) // padding included: it counts against the windows
+	if c.recvHeld+n > c.connWindow {
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+	}
+	c.recvHeld += n
+	st := c.streams[f.StreamID]
+	if st == nil {
+		if f.StreamID > c.maxStreamID {
+			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
+		}
+		c.giveBack(n) // a stream already answered or reset
+		return nil
+	}
+	if st.endRecv {
+		c.giveBack(n)
+		c.resetStream(st.id, http2.ErrCodeStreamClosed)
+		return nil
+	}
+	if st.recv+n > c.streamWindow {
+		c.giveBack(n)
+		c.resetStream(st.id, http2.ErrCodeFlowControl)
+		return nil
+	}
+	st.recv += n
+	data := f.Data()
+	if pad := n - int64(len(data)); pad > 0 {
+		st.recv -= pad
+		c.giveBack(pad)
+		if !f.StreamEnded() {
+			c.fr.WriteWindowUpdate(st.id, uint32(pad))
+		}
+	}
+	st.endRecv = f.StreamEnded()
+	maxBytes := c.cfg.MaxRecvMsgBytes
+	if len(st.body)+len(data) > maxBytes+5 {
+		c.trailersOnly(st, errorf(codes.ResourceExhausted, "grpc: received message larger than max (%d vs. %d)", len(st.body)+len(data)-5, maxBytes))
+		return nil
+	}
+	if len(st.body) == 0 && st.endRecv {
+		// The whole message in one frame: read it in place, as it is
+		// handled before the next frame is read.
+		st.body = data
+		return c.complete(st)
+	}
+	st.body = append(st.body, data...)
+	if len(st.body) >= 5 {
+		if _, stt, ok := message(st.body[:5], maxBytes); !ok && stt.code == codes.ResourceExhausted {
+			c.trailersOnly(st, stt)
+			return nil
+		}
+	}
+	if st.endRecv {
+		return c.complete(st)
+	}
+	return nil
+}
+
+// complete answers a request whose every byte has arrived.
+func (c *conn) complete(st *stream) error {
+	msg, stt, ok := message(st.body, c.cfg.MaxRecvMsgBytes)
+	if !ok {
+		c.trailersOnly(st, stt)
+		return nil
+	}
+	if !st.deadline.IsZero() && !time.Now().Before(st.deadline) {
+		c.trailersOnly(st, errorf(codes.DeadlineExceeded, "context deadline exceeded"))
+		return nil
+	}
+	switch st.m {
+	case methodHealth:
+		svc, err := decodeHealth(msg)
+		if err != nil {
+			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
+			return nil
+		}
+		if !healthKnows(svc) {
+			c.trailersOnly(st, errorf(codes.NotFound, "unknown service"))
+			return nil
+		}
+		ans := c.s.health.notServing
+		if c.cfg.Serving() {
+			ans = c.s.health.serving
+		}
+		return c.respond(st, ans)
+	case methodCheck:
+		h := c.cfg.Check
+		if err := c.req.Decode(h.Decoder(), msg); err != nil {
+			c.req.Reset()
+			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
+			return nil
+		}
+		resp, err := h.CheckWire(c.ctx, &c.req)
+		if err == nil {
+			c.out, err = resp.AppendGRPC(c.out[:0])
+		}
+		c.req.Reset()
+		if err != nil {
+			s := grpcstatus.Convert(err)
+			c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
+			return nil
+		}
+		return c.respond(st, c.out)
+	}
+	c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method"))
+	return nil
+}
+
+// respond writes the response HEADERS, as much of msg as the windows
+// allow, and the trailers once all of it is written; what the windows
+// hold back is copied and waits in c.blocked.
+func (c *conn) respond(st *stream, msg []byte) error {
+	st.body = nil // may be a view into the read buffer
+	c.pingStrikes = 0
+	c.unflushed++
+	c.hbuf.Reset()
+	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	if err := c.writeHeaders(st.id, false); err != nil {
+		return err
+	}
+	rest, err := c.sendData(st, msg)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		return c.finish(st)
+	}
+	st.out = append(st.out[:0], rest...)
+	st.blocked = true
+	c.blocked = append(c.blocked, st)
+	return nil
+}
+
+// sendData writes DATA frames of msg within the windows and the peer's
+// frame size, and returns what is left.
+func (c *conn) sendData(st *stream, msg []byte) ([]byte, error) {
+	for len(msg) > 0 {
+		n := int(min(int64(len(msg)), int64(c.peerMaxFrame), c.connSend, st.send))
+		if n <= 0 {
+			break
+		}
+		if err := c.fr.WriteData(st.id, false, msg[:n]); err != nil {
+			return nil, err
+		}
+		c.connSend -= int64(n)
+		st.send -= int64(n)
+		msg = msg[n:]
+	}
+	return msg, nil
+}
+
+// finish writes the OK trailers and closes st.
+func (c *conn) finish(st *stream) error {
+	c.hbuf.Reset()
+	c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
+	err := c.writeHeaders(st.id, true)
+	c.closeStream(st)
+	return err
+}
+
+// unblock writes what the windows now allow of the waiting responses.
+func (c *conn) unblock() error {
+	if len(c.blocked) == 0 {
+		return nil
+	}
+	waiting := c.blocked
+	c.blocked = nil
+	var kept []*stream
+	var err error
+	for _, st := range waiting {
+		if err != nil {
+			kept = append(kept, st)
+			continue
+		}
+		var rest []byte
+		if rest, err = c.sendData(st, st.out); err != nil {
+			kept = append(kept, st)
+			continue
+		}
+		if len(rest) > 0 {
+			st.out = append(st.out[:0], rest...)
+			kept = append(kept, st)
+			continue
+		}
+		st.blocked = false
+		err = c.finish(st)
+	}
+	c.blocked = kept
+	return err
+}
+
+// trailersOnly answers st with status alone, resets it with NO_ERROR when
+// the peer is still sending (so it stops), and closes it.
+func (c *conn) trailersOnly(st *stream, s grpcStatus) {
+	c.hbuf.Reset()
+	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+	c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	c.statusFields(s)
+	c.endWithHeaders(st)
+}
+
+// httpError answers st with an HTTP status that is not 200, for a request
+// that is not gRPC.
+func (c *conn) httpError(st *stream, httpStatus string, s grpcStatus) {
+	c.hbuf.Reset()
+	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: httpStatus})
+	c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	c.statusFields(s)
+	c.endWithHeaders(st)
+}
+
+func (c *conn) statusFields(s grpcStatus) {
+	c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: codeText(s.code)})
+	if s.msg != "" {
+		// Never indexed: messages vary, and would churn the table.
+		c.henc.WriteField(hpack.HeaderField{Name: "grpc-message", Value: string(appendPercentEncoded(nil, s.msg)), Sensitive: true})
+	}
+}
+
+func (c *conn) endWithHeaders(st *stream) {
+	st.body = nil
+	c.unflushed++
+	c.writeHeaders(st.id, true) // a write error surfaces at the flush
+	if !st.endRecv {
+		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+	}
+	c.closeStream(st)
+}
+
+// writeHeaders writes the block in c.hbuf as one HEADERS frame: the blocks
+// written are a few fields and a bounded message, within the smallest
+// frame size a peer may set.
+func (c *conn) writeHeaders(id uint32, end bool) error {
+	return c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: c.hbuf.Bytes(), EndHeaders: true, EndStream: end})
+}
