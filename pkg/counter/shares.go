@@ -43,13 +43,15 @@ func packShares(sh Shares) uint64 {
 // its peers have not been told of stay within its share of the budget
 // that no node has been told is spent:
 //
-//	local − reported ≤ ⌊(Limit − estimate(reported + remote)) / Nodes⌋ (+1 for some ranks)
+//	local − reported ≤ share of (Limit − estimate(reported + remote))
 //
-// where reported is this node's count as of a report at least Delay old,
-// remote what the peers reported, and the remainder of the division goes
-// to the ranks whose turn it is in the window; a share of 0 counts as 1,
-// so fewer than Nodes remaining hits may be admitted up to Nodes − 1 times
-// too often, as without shares. When every node holds the same reports, the
+// where reported is this node's count as of a report at least Delay old
+// and remote what the peers reported. The share follows the key's hits in
+// its previous window, this node's against all (see shareOf), and is an
+// even split, its remainder going to the ranks whose turn it is in the
+// window, for a key without a previous window. Shares are rounded up and a
+// share of 0 counts as 1, so up to Nodes − 1 hits more than the limit may
+// be admitted, as without shares. When every node holds the same reports, the
 // shares add up to exactly what remains, so the cluster admits at most the
 // limit however the traffic is spread, before any node has heard of the
 // others' hits; a node that nears its share is told to publish
@@ -102,14 +104,7 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 	}
 	share := int64(0)
 	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
-		// The remainder goes to the ranks whose turn it is in window w,
-		// which every node computes alike. A node whose share would be 0
-		// gets 1: otherwise a small limit could admit nothing at all on a
-		// node that carries all the traffic.
-		share = rem / nodes
-		if (w%nodes+nodes+rank)%nodes < rem%nodes || share == 0 {
-			share++
-		}
+		share = shareOf(e, lim.Limit, rem, w, nodes, rank)
 	}
 	unreported := e.local[w&1] - base
 	// n hits that can never fit in a share (a TakeN heavier than it) are
@@ -132,6 +127,34 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		return false, true, 2 * max(delay, 1)
 	}
 	return false, false, retryMS
+}
+
+// shareOf is this node's share of rem, what remains of e's budget in
+// window w. The split follows the key's traffic in the previous window,
+// as this node knows it: this node's own hits there against every node's,
+// each count smoothed by a quarter of an even share of the limit, so that
+// a node that carried 90% of a key's hits gets most of what remains and a
+// node that carried none still gets some. Every node computes the split
+// from nearly the same counts (a key's busy nodes publish theirs, and a
+// report makes the others publish), so the shares add up to about what
+// remains. Without a previous window the split is even, its remainder
+// going to the ranks whose turn it is in window w, which every node
+// computes alike. A share of 0 counts as 1: otherwise a small limit could
+// admit nothing at all on a node that carries all the traffic.
+func shareOf(e *entry, limit, rem, w, nodes, rank int64) int64 {
+	own, all := e.local[(w-1)&1], e.total(w-1) // w is e's newest window
+	if all <= 0 {
+		share := rem / nodes
+		if (w%nodes+nodes+rank)%nodes < rem%nodes || share == 0 {
+			share++
+		}
+		return share
+	}
+	// Bounded so that rem × num cannot overflow: rem ≤ MaxLimit < 2^31.
+	smooth := max(1, limit/(4*nodes))
+	own, all = min(own, 4*limit), min(all, 4*limit)
+	num, den := own+smooth, all+nodes*smooth
+	return max(1, (rem*num+den-1)/den)
 }
 
 // reported notes, under the shard lock, that Changes at ms reports count

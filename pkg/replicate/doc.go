@@ -17,12 +17,14 @@
 // A node admits a key's hits, without asking anyone, only up to its
 // share of the budget that no node has been told is spent (see
 // counter.Store.SetShares): what remains of the limit after this node's
-// count as last published and its peers' published counts, split evenly
-// over the live nodes (this one and the peers heard from in the last three
-// heartbeats; the remainder of the division rotates over the nodes by
-// window). When every node holds the same published counts the shares add
-// up to what remains, so the cluster admits at most the limit before any
-// node hears of the others' new hits.
+// count as last published and its peers' published counts, split over the
+// live nodes (this one and the peers heard from in the last three
+// heartbeats) as the key's hits were in its previous window — smoothed, so
+// a node that had none still gets some — and evenly for a key without one
+// (the remainder of the division rotating over the nodes by window). When
+// every node holds the same published counts the shares add up to what
+// remains, so the cluster admits about the limit before any node hears of
+// the others' new hits.
 //
 // The store marks a key for publishing only when a hit brings this node's
 // unpublished hits of it to half its share or more, or when a peer
