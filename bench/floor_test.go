@@ -265,3 +265,30 @@ func TestBuildBaselineRejectsBadRefs(t *testing.T) {
 		t.Error("an option-like ref wrote a file")
 	}
 }
+
+// TestFloorLeanTargets: the lean listener's rows are judged by targets of
+// their own, beside the gRPC port's.
+func TestFloorLeanTargets(t *testing.T) {
+	res := floorResults(0.9, 0.95, 0.8, 0.85, 500) // the gRPC port misses
+	f := res.Floor
+	f.Ratios = append(f.Ratios,
+		FloorRatio{Level: "saturation", Workload: floorLean + "allowed", Versus: floorDefaultNoop, Median: 0.4},
+		FloorRatio{Level: "saturation", Workload: floorLean + "denied", Versus: floorDefaultNoop, Median: 0.45},
+		FloorRatio{Level: "10%", Workload: floorLean + "allowed", Versus: "baseline-allowed", Median: 0.5},
+		FloorRatio{Level: "10%", Workload: floorLean + "denied", Versus: "baseline-denied", Median: 0.55})
+	f.Rows = append(f.Rows,
+		FloorRow{Level: "40%", Target: floorLean + "allowed", Rate: 4000, Latency: Lat{P99: 350}},
+		FloorRow{Level: "40%", Target: floorLean + "denied", Rate: 4000, Latency: Lat{P99: 390}})
+	got := floorTargetsByName(res)
+	for _, name := range []string{"floor-cpu", "floor-low-rate", "floor-p99"} {
+		if tg := got[name]; tg.Met == nil || *tg.Met {
+			t.Errorf("%s: %+v, want missed", name, tg)
+		}
+		if tg := got[name+"-lean"]; tg.Met == nil || !*tg.Met || !strings.Contains(tg.Goal, "--check-addr") {
+			t.Errorf("%s-lean: %+v, want met, naming the listener", name, tg)
+		}
+	}
+	if v := got["floor-cpu-lean"].Value; v != 0.45 {
+		t.Errorf("floor-cpu-lean value %v, want the worse 0.45", v)
+	}
+}

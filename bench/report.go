@@ -52,20 +52,27 @@ func floorRowOf(f *Floor, level, target string) (FloorRow, bool) {
 }
 
 // floorTargets judges the run by the floor issue's targets.
-func floorTargets(res *Results) []Target {
+// floorPathTargets are the floor's CPU and latency targets for one of
+// this tree's Check paths: the gRPC port (path "") or the lean listener
+// (floorLean), whose target names end in "-lean".
+func floorPathTargets(res *Results, path, label string) []Target {
+	suffix := ""
+	if path != "" {
+		suffix = "-lean"
+	}
 	f := res.Floor
 	var out []Target
 
-	t := Target{Name: "floor-cpu", Goal: "CPU per check at saturation ≤ 0.70× the default grpc-go no-op, allowed and denied (pinned, 50 in flight)"}
-	a, okA := floorRatio(f, "saturation", "allowed", floorDefaultNoop)
-	d, okD := floorRatio(f, "saturation", "denied", floorDefaultNoop)
+	t := Target{Name: "floor-cpu" + suffix, Goal: "CPU per check at saturation ≤ 0.70× the default grpc-go no-op, allowed and denied (pinned, 50 in flight)" + label}
+	a, okA := floorRatio(f, "saturation", path+"allowed", floorDefaultNoop)
+	d, okD := floorRatio(f, "saturation", path+"denied", floorDefaultNoop)
 	if okA && okD {
 		worst := max(a.Median, d.Median)
 		t.Value = worst
 		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f)", a.Median, a.Min, a.Max, d.Median, d.Min, d.Max)
 		if n, ok := floorRowOf(f, "saturation", floorDefaultNoop); ok {
-			sa, _ := floorRowOf(f, "saturation", "allowed")
-			sd, _ := floorRowOf(f, "saturation", "denied")
+			sa, _ := floorRowOf(f, "saturation", path+"allowed")
+			sd, _ := floorRowOf(f, "saturation", path+"denied")
 			t.Measured += fmt.Sprintf(": %.1f and %.1f µs vs %.1f µs", sa.CPUUS, sd.CPUUS, n.CPUUS)
 		}
 		t.Met = ptr(worst <= targetFloorCPU)
@@ -76,13 +83,13 @@ func floorTargets(res *Results) []Target {
 	out = append(out, t)
 
 	lowRate := shareName(floorShares[0])
-	t = Target{Name: "floor-low-rate", Goal: "CPU per check at 10% of saturation ≤ 0.6× today's (the server of the baseline commit, same run)"}
-	a, okA = floorRatio(f, lowRate, "allowed", floorBaseline+"allowed")
-	d, okD = floorRatio(f, lowRate, "denied", floorBaseline+"denied")
+	t = Target{Name: "floor-low-rate" + suffix, Goal: "CPU per check at 10% of saturation ≤ 0.6× today's (the server of the baseline commit, same run)" + label}
+	a, okA = floorRatio(f, lowRate, path+"allowed", floorBaseline+"allowed")
+	d, okD = floorRatio(f, lowRate, path+"denied", floorBaseline+"denied")
 	if okA && okD {
 		worst := max(a.Median, d.Median)
 		t.Value = worst
-		sa, _ := floorRowOf(f, lowRate, "allowed")
+		sa, _ := floorRowOf(f, lowRate, path+"allowed")
 		ba, _ := floorRowOf(f, lowRate, floorBaseline+"allowed")
 		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f) at %.0f/s: %.1f vs %.1f µs allowed; baseline %s",
 			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(f.Baseline))
@@ -96,9 +103,9 @@ func floorTargets(res *Results) []Target {
 	out = append(out, t)
 
 	midRate := shareName(floorShares[1])
-	t = Target{Name: "floor-p99", Goal: "p99 at 40% of saturation ≤ the default grpc-go no-op's, allowed and denied"}
-	sa, okA2 := floorRowOf(f, midRate, "allowed")
-	sd, okD2 := floorRowOf(f, midRate, "denied")
+	t = Target{Name: "floor-p99" + suffix, Goal: "p99 at 40% of saturation ≤ the default grpc-go no-op's, allowed and denied" + label}
+	sa, okA2 := floorRowOf(f, midRate, path+"allowed")
+	sd, okD2 := floorRowOf(f, midRate, path+"denied")
 	n, okN := floorRowOf(f, midRate, floorDefaultNoop)
 	if okA2 && okD2 && okN && n.Latency.P99 > 0 {
 		worst := max(sa.Latency.P99, sd.Latency.P99) / n.Latency.P99
@@ -112,7 +119,13 @@ func floorTargets(res *Results) []Target {
 	}
 	out = append(out, t)
 
-	t = Target{Name: "floor-rss", Goal: "RSS ≤ 200 B per live key at 1 M keys"}
+	return out
+}
+
+func floorTargets(res *Results) []Target {
+	out := floorPathTargets(res, "", "")
+	out = append(out, floorPathTargets(res, floorLean, " — lean Check listener (--check-addr)")...)
+	t := Target{Name: "floor-rss", Goal: "RSS ≤ 200 B per live key at 1 M keys"}
 	if m := res.Memory; m != nil && m.BytesPerKeyRSS > 0 {
 		t.Value = m.BytesPerKeyRSS
 		t.Measured = fmt.Sprintf("%.0f B/key resident at %.0f live keys (%.0f B/key live heap)", m.BytesPerKeyRSS, m.Loaded.LiveKeys, m.BytesPerKeyHeap)
@@ -648,6 +661,8 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 			dn, _ := floorRowOf(f, lowRate, floorDefaultNoop)
 			w("- **CPU per check at 10%% of saturation** (%s). At %.0f/s the server used %.1f µs per check allowed, %.1f× its saturated %.1f µs, and the default no-op %.1f µs: at a low rate each check pays its own wakeups and system calls instead of sharing them with others in a batch.\n",
 				t.Margin, sa.Rate, sa.CPUUS, sa.CPUUS/max(ss.CPUUS, 0.1), ss.CPUUS, dn.CPUUS)
+		case "floor-cpu-lean", "floor-low-rate-lean", "floor-p99-lean":
+			w("- **%s** (%s): see the floor section's lean rows.\n", t.Goal, t.Margin)
 		case "floor-p99":
 			w("- **p99 at 40%% of saturation** (%s). Both run pinned to the same CPU at the same fixed rate; a p99 far above the saturated p50 means the CPU was shared with other work on the machine (load average in the Steps table).\n", t.Margin)
 		case "scale-flood":
