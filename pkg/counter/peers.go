@@ -134,7 +134,7 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 		for _, c := range sh.changed {
 			e := &sh.entries[c.e]
 			marks := e.marks
-			e.marks = 0
+			e.marks &= published | published<<1 // off the list, nothing changed
 			var key string
 			for slot := int64(0); slot < 2; slot++ {
 				if marks&(1<<slot) == 0 {
@@ -159,6 +159,7 @@ func (s *Store) Changes(dst []WindowCount, now time.Time) (out []WindowCount, st
 					Bucket: c.bucket, Key: key, ScaleMS: scale, Algorithm: e.alg,
 					Window: w, Count: e.local[slot],
 				})
+				e.marks |= published << slot
 				if w == e.newest {
 					e.reported(e.local[slot], ms, delay)
 				}
@@ -313,7 +314,10 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		sh.setPeers(k, recs)
 	}
 	if c.Window > e.newest {
-		e.advance(c.Window)
+		if e.advance(c.Window) && s.track && s.shares.Load() != 0 {
+			sh.mark(ei, k, c.Window-1) // see advance
+			s.signalNear()
+		}
 	}
 	r := &recs[i]
 	if r.gen != e.gen {
@@ -403,29 +407,36 @@ func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
 	return dst
 }
 
-// Reported appends to dst this node's own count of the newest window of
-// every key that [Store.Changes] reported in that window and that is still
-// live at now: what replication publishes again to repair a lost batch.
-// With shares on, a key never reported is one whose count stayed far below
-// its share, which the peers need not know. It makes one pass over every
-// shard, each locked in turn.
+// Reported appends to dst this node's own count of every window, still
+// live at now, that [Store.Changes] reported: what replication publishes
+// again to repair a lost batch (for a Sliding key, the previous window
+// too, which still weighs in every estimate). With shares on, a window
+// never reported is one whose count stayed far below its share, which the
+// peers need not know. It makes one pass over every shard, each locked in
+// turn.
 func (s *Store) Reported(dst []WindowCount, now time.Time) []WindowCount {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for j := range sh.entries {
 			e := &sh.entries[j]
-			if e.scale == 0 || e.pubNew == 0 || e.local[e.newest&1] == 0 {
+			if e.scale == 0 || e.marks&(published|published<<1) == 0 {
 				continue
 			}
 			scale := int64(e.scale)
-			if !Live(e.alg, scale, e.newest, now) {
-				continue
+			key := ""
+			for w := e.newest - 1; w <= e.newest; w++ {
+				slot := w & 1
+				if e.marks&(published<<slot) == 0 || e.local[slot] == 0 || !Live(e.alg, scale, w, now) {
+					continue
+				}
+				if key == "" {
+					key = string(sh.keyBytes(e.key))
+				}
+				dst = append(dst, WindowCount{
+					Bucket: e.bucket, Key: key, ScaleMS: scale, Algorithm: e.alg, Window: w, Count: e.local[slot],
+				})
 			}
-			dst = append(dst, WindowCount{
-				Bucket: e.bucket, Key: string(sh.keyBytes(e.key)), ScaleMS: scale, Algorithm: e.alg,
-				Window: e.newest, Count: e.local[e.newest&1],
-			})
 		}
 		sh.mu.Unlock()
 	}

@@ -2,6 +2,7 @@ package counter
 
 import (
 	"fmt"
+	"math/bits"
 	"time"
 )
 
@@ -97,6 +98,14 @@ func (s *Store) ShareDenials() uint64 {
 // should publish now.
 func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n int64) (ok, near bool, retryMS int64) {
 	e := &sh.entries[i]
+	if w != e.newest {
+		// A peer's report (its clock ahead) moved the key to the next
+		// window while this node's is still w: what this node reported of
+		// w is not kept. Admit on the limit, as without shares, and have
+		// the count reported; it lasts as long as the clocks' skew.
+		sh.mark(i, k, w)
+		return true, true, 0
+	}
 	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
 	base := int64(e.pubOld)
 	if el >= int64(e.pubAt)+delay {
@@ -150,11 +159,15 @@ func shareOf(e *entry, limit, rem, w, nodes, rank int64) int64 {
 		}
 		return share
 	}
-	// Bounded so that rem × num cannot overflow: rem ≤ MaxLimit < 2^31.
 	smooth := max(1, limit/(4*nodes))
-	own, all = min(own, 4*limit), min(all, 4*limit)
-	num, den := own+smooth, all+nodes*smooth
-	return max(1, (rem*num+den-1)/den)
+	own, all = min(own, 4*limit), min(all, 4*limit) // beyond 4× the limit, only the ratio matters
+	num, den := uint64(own+smooth), uint64(all+nodes*smooth)
+	// ⌈rem × num / den⌉ in 128 bits: rem × num may exceed 2^63. num ≤ den,
+	// so the quotient is at most rem and Div64 cannot panic.
+	hi, lo := bits.Mul64(uint64(rem), num)
+	lo, c := bits.Add64(lo, den-1, 0)
+	q, _ := bits.Div64(hi+c, lo, den)
+	return max(1, int64(q))
 }
 
 // reported notes, under the shard lock, that Changes at ms reports count
@@ -169,8 +182,9 @@ func (e *entry) reported(count, ms, delay int64) {
 }
 
 // MarkUnreported marks for [Store.Changes] every key whose newest window
-// holds at least min local hits not yet reported, and returns how many it
-// marked: a node that leaves the cluster publishes them last, so its
+// holds at least min local hits not yet reported (and, for a Sliding key,
+// whose previous window holds at least min local hits), and returns how
+// many windows it marked: a node that leaves the cluster publishes them last, so its
 // peers' shares grow to what it really left. A key hit once (a flood's)
 // is left out with min = 2. It makes one pass over every shard, each locked
 // in turn.
@@ -184,11 +198,21 @@ func (s *Store) MarkUnreported(min int64) int {
 		sh.mu.Lock()
 		for j := range sh.entries {
 			e := &sh.entries[j]
-			if e.scale == 0 || e.local[e.newest&1]-int64(e.pubNew) < max(min, 1) {
+			if e.scale == 0 {
 				continue
 			}
-			sh.mark(j, mapKey{e.bucket, sh.keyView(e.key)}, e.newest)
-			n++
+			k := mapKey{e.bucket, sh.keyView(e.key)}
+			if e.local[e.newest&1]-int64(e.pubNew) >= max(min, 1) {
+				sh.mark(j, k, e.newest)
+				n++
+			}
+			// A Sliding key's previous window still weighs in the
+			// estimates; what of it was reported is not kept, and
+			// reporting it again changes nothing.
+			if e.alg == Sliding && e.local[(e.newest-1)&1] >= max(min, 1) {
+				sh.mark(j, k, e.newest-1)
+				n++
+			}
 		}
 		sh.mu.Unlock()
 	}

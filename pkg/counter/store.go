@@ -135,7 +135,7 @@ type entry struct {
 	key    uint32 // offset of the key in the shard's arena; for a free entry, the next free one (index+1)
 	gen    uint16 // bumped by reset, so peer counts recorded before it no longer apply
 	alg    Algorithm
-	marks  uint8 // bit i: local[i] changed since the last Changes; listed: on the shard's changed list
+	marks  uint8 // changed, published (per slot) and listed bits: see the constants
 	// What Changes last reported of the newest window's local count
 	// (pubNew, at pubAt ms into the window) and the report before it that
 	// was already in effect (pubOld); see shares.go. Zero when the newest
@@ -144,8 +144,14 @@ type entry struct {
 	pubNew, pubOld, pubAt uint32
 }
 
-// listed marks an entry that is on its shard's changed list.
-const listed = 1 << 7
+// Bits of entry.marks: changed<<slot, local[slot] changed since the last
+// Changes; published<<slot, Changes reported local[slot]'s window (see
+// Reported); listed, the entry is on its shard's changed list.
+const (
+	changed   = 1 << 0
+	published = 1 << 2
+	listed    = 1 << 7
+)
 
 // New returns an empty Store, or an error wrapping [ErrInvalidConfig] for a
 // negative field or too many shards.
@@ -245,17 +251,22 @@ func (e *entry) reset(w int64) {
 	*e = entry{newest: w, scale: e.scale, bucket: e.bucket, key: e.key, alg: e.alg, marks: e.marks & listed, gen: e.gen + 1}
 }
 
-// advance makes w the newest window, dropping windows older than w−1.
-func (e *entry) advance(w int64) {
+// advance makes w the newest window, dropping windows older than w−1. It
+// reports whether a Sliding entry's window before w holds local hits that
+// Changes has not reported: they still weigh in every node's estimate, so
+// the caller has them reported when shares are on.
+func (e *entry) advance(w int64) (prevUnreported bool) {
 	switch {
 	case w == e.newest+1:
+		prevUnreported = e.alg == Sliding && e.local[e.newest&1] > int64(e.pubNew)
 		e.local[w&1], e.remote[w&1] = 0, 0
-		e.marks &^= 1 << (w & 1)
+		e.marks &^= (changed | published) << (w & 1)
 		e.newest = w
 		e.pubNew, e.pubOld, e.pubAt = 0, 0, 0
 	case w > e.newest+1:
 		e.reset(w)
 	}
+	return prevUnreported
 }
 
 // prepare readies e for a local write in window w under lim and reports
@@ -263,7 +274,7 @@ func (e *entry) advance(w int64) {
 // lowered). A changed scale resets e. A window older than newest−1 means the
 // local clock stepped back by a whole window or more: the local clock is
 // authoritative, so e is reset to w.
-func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop bool) {
+func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop, prevUnreported bool) {
 	if int64(e.scale) != lim.ScaleMS {
 		e.scale = uint32(lim.ScaleMS)
 		e.reset(w)
@@ -272,13 +283,13 @@ func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop bool) {
 		e.reset(w)
 		expiryMayDrop = true
 	} else {
-		e.advance(w)
+		prevUnreported = e.advance(w)
 	}
 	if e.alg != lim.Algorithm {
 		e.alg = lim.Algorithm
 		expiryMayDrop = true
 	}
-	return expiryMayDrop
+	return expiryMayDrop, prevUnreported
 }
 
 func satAdd(a, n int64) int64 {
@@ -567,7 +578,8 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 		}
 	}
 	e := &sh.entries[i]
-	if e.prepare(w, lim) {
+	drop, prevUnreported := e.prepare(w, lim)
+	if drop {
 		sh.noteExpiry(e)
 	}
 	var prev int64
@@ -578,12 +590,17 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	ok := admits(lim, el, prev, cur)
 	near, shareRetry := false, int64(0)
 	if s.track {
-		if sv := s.shares.Load(); sv != 0 && ok {
+		sv := s.shares.Load()
+		if prevUnreported && sv != 0 {
+			sh.mark(i, k, w-1)
+		}
+		if sv != 0 && ok {
 			ok, near, shareRetry = sh.takeShare(i, k, sv, lim, w, el, prev, 1)
 		} else if ok {
 			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur+1)
 		}
+		near = near || (prevUnreported && sv != 0)
 	}
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], 1)
@@ -666,12 +683,16 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 		}
 	}
 	e := &sh.entries[i]
-	if e.prepare(w, lim) {
+	drop, prevUnreported := e.prepare(w, lim)
+	if drop {
 		sh.noteExpiry(e)
 	}
 	e.local[w&1] = satAdd(e.local[w&1], n)
 	if s.track {
 		sh.mark(i, k, w)
+		if prevUnreported && s.shares.Load() != 0 {
+			sh.mark(i, k, w-1)
+		}
 	}
 	var prev int64
 	if lim.Algorithm == Sliding {

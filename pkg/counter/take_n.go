@@ -31,7 +31,8 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 		}
 	}
 	e := &sh.entries[i]
-	if e.prepare(w, lim) {
+	drop, prevUnreported := e.prepare(w, lim)
+	if drop {
 		sh.noteExpiry(e)
 	}
 	var prev int64
@@ -42,12 +43,17 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	ok := admitsN(lim, el, prev, cur, n)
 	near, shareRetry := false, int64(0)
 	if s.track {
-		if sv := s.shares.Load(); sv != 0 && ok {
+		sv := s.shares.Load()
+		if prevUnreported && sv != 0 {
+			sh.mark(i, k, w-1)
+		}
+		if sv != 0 && ok {
 			ok, near, shareRetry = sh.takeShare(i, k, sv, lim, w, el, prev, n)
 		} else if ok {
 			sh.mark(i, k, w)
 			near = isNear(lim, el, prev, cur+n)
 		}
+		near = near || (prevUnreported && sv != 0)
 	}
 	if ok {
 		e.local[w&1] = satAdd(e.local[w&1], n)

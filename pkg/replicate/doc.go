@@ -97,9 +97,10 @@
 //     receive less than their share, which they give back as the others'
 //     reports shrink their share: under-admission is a matter of rounds
 //     of about 2×EarlyGap at the end of a window;
-//   - for sliding windows the estimate uses the previous window's counts
-//     as published: a node's unpublished hits of that window (below half
-//     its share) are not counted by its peers.
+//   - for sliding windows the previous window still weighs in the
+//     estimate: a node publishes its unpublished hits of it once the key
+//     moves to the next window (its first hit there, or a peer's report
+//     of it), so they count until then only on this node.
 //
 // What shares trade: a node that alone receives a burst larger than its
 // share within a round denies the excess for that round, although the
