@@ -268,14 +268,29 @@ func (c *conn) flush() error {
 }
 
 // frameBuffered reports whether the next frame is wholly in the read
-// buffer, so reading it will not wait.
+// buffer, so reading it will not wait: a header block's HEADERS (or
+// PUSH_PROMISE) together with every CONTINUATION up to END_HEADERS, as
+// the Framer reads them as one.
 func (c *conn) frameBuffered() bool {
-	n := c.br.Buffered()
-	if n < frameHeaderLen {
-		return false
+	b, _ := c.br.Peek(c.br.Buffered())
+	for {
+		if len(b) < frameHeaderLen {
+			return false
+		}
+		end := frameHeaderLen + (int(b[0])<<16 | int(b[1])<<8 | int(b[2]))
+		if len(b) < end {
+			return false
+		}
+		switch http2.FrameType(b[3]) {
+		case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
+			if http2.Flags(b[4]).Has(http2.FlagHeadersEndHeaders) {
+				return true
+			}
+			b = b[end:] // the block goes on in the next frame
+		default:
+			return true
+		}
 	}
-	h, _ := c.br.Peek(frameHeaderLen)
-	return n >= frameHeaderLen+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
 }
 
 func (c *conn) sendGoAway() {

@@ -9,10 +9,11 @@
 // a request is complete decodes it (pkg/checkwire), decides (the
 // checkwire.Server), and writes the response HEADERS, DATA and trailers
 // into a buffer, all before it reads the next frame. The buffer is flushed
-// when the next frame is not already fully received, so a busy connection
-// answers many checks with one write, and a check costs no hand-off
-// between goroutines. The handler must therefore not block: a check holds
-// up every later request of its connection while it runs.
+// when the next frame (a header block with all its CONTINUATIONs) is not
+// already fully received, so a busy connection answers many checks with
+// one write, and a check costs no hand-off between goroutines. The handler
+// must therefore not block: a check holds up every later request of its
+// connection while it runs.
 //
 // It speaks HTTP/2 cleartext with prior knowledge (what Envoy's gRPC
 // client speaks to a plain cluster) or TLS with ALPN h2.
