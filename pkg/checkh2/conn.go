@@ -71,6 +71,7 @@ type conn struct {
 
 	streams     map[uint32]*stream
 	free        []*stream
+	freeBytes   int       // buffer capacity held by free: at most maxFreeBytes
 	blocked     []*stream // responses waiting for the peer's window, in order
 	maxStreamID uint32    // the highest stream the peer opened (or tried to)
 	goAway      bool      // GOAWAY sent or received: no new streams; done when none are open

@@ -26,10 +26,11 @@
 // (MaxHeaderListBytes, CONTINUATION included), a request message
 // (MaxRecvMsgBytes, larger: RESOURCE_EXHAUSTED), the request bytes held per
 // connection (its receive window), the responses waiting for the peer's
-// send window (one per open stream), the time a connection may take to
-// start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
-// with streams (ReadTimeout), and take to accept our writes
-// (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
+// send window (one per open stream), the buffers a connection keeps for
+// its next streams (64 KiB, however large its requests were), the time a
+// connection may take to start (HandshakeTimeout), stay silent without
+// streams (IdleTimeout) or with streams (ReadTimeout), and take to accept
+// our writes (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
 // or pings more often than PingMinInterval (more than twice in a row) gets
 // GOAWAY ENHANCE_YOUR_CALM.
 //

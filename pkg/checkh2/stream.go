@@ -25,10 +25,20 @@ type stream struct {
 	blocked  bool   // in conn.blocked
 }
 
+// A closed stream's request and response buffers are kept for the next
+// streams only if each is at most maxFreeBuffer bytes and the
+// connection's free list then holds at most maxFreeBytes of them: so an
+// idle connection retains little, however large its requests were.
+const (
+	maxFreeBuffer = 4 << 10
+	maxFreeBytes  = 64 << 10
+)
+
 func (c *conn) newStream(id uint32) *stream {
 	var st *stream
 	if n := len(c.free); n > 0 {
 		st, c.free = c.free[n-1], c.free[:n-1]
+		c.freeBytes -= cap(st.body) + cap(st.out)
 	} else {
 		st = new(stream)
 	}
@@ -53,15 +63,19 @@ func (c *conn) closeStream(st *stream) {
 	c.giveBack(st.recv)
 	// body is the stream's own buffer here: a view into the read buffer
 	// is dropped (respond, endWithHeaders) before the stream closes.
-	body, out := st.body[:0], st.out[:0]
-	if cap(body) > 64<<10 {
-		body = nil // keep no large buffer for the next stream
-	}
-	if cap(out) > 64<<10 {
-		out = nil
-	}
+	body, out := c.keep(st.body), c.keep(st.out)
 	*st = stream{body: body, out: out}
 	c.free = append(c.free, st)
+}
+
+// keep returns b emptied for the next stream if the free list may hold
+// it, and nil otherwise.
+func (c *conn) keep(b []byte) []byte {
+	if cap(b) > maxFreeBuffer || c.freeBytes+cap(b) > maxFreeBytes {
+		return nil
+	}
+	c.freeBytes += cap(b)
+	return b[:0]
 }
 
 // resetStream sends RST_STREAM and forgets the stream if it is open.
