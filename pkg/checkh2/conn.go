@@ -69,12 +69,17 @@ type conn struct {
 	// draining is set by Shutdown, before it interrupts a blocked read.
 	draining atomic.Bool
 
-	streams     map[uint32]*stream
-	free        []*stream
-	freeBytes   int       // buffer capacity held by free: at most maxFreeBytes
-	blocked     []*stream // responses waiting for the peer's window, in order
-	maxStreamID uint32    // the highest stream the peer opened (or tried to)
-	goAway      bool      // GOAWAY sent or received: no new streams; done when none are open
+	streams   map[uint32]*stream
+	free      []*stream
+	freeBytes int // buffer capacity held by free: at most maxFreeBytes
+	// blocked holds, in order, the responses waiting for the connection
+	// window alone: each had its stream window open when queued. A
+	// response whose stream window is shut waits outside it, found by its
+	// stream's WINDOW_UPDATE or SETTINGS_INITIAL_WINDOW_SIZE; so a frame
+	// that opens no window it can use examines none of it.
+	blocked     []*stream
+	maxStreamID uint32 // the highest stream the peer opened (or tried to)
+	goAway      bool   // GOAWAY sent or received: no new streams; done when none are open
 	sawSettings bool
 
 	// Send side: the peer's windows and frame size.
@@ -360,11 +365,18 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			delta := int64(s.Val) - c.peerInitialWindow
+			if delta == 0 {
+				return nil
+			}
 			for _, st := range c.streams {
 				if st.send+delta > maxWindow {
 					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window"}
 				}
+				shut := st.send <= 0
 				st.send += delta
+				if shut && st.send > 0 && st.waiting && !st.queued {
+					c.queue(st)
+				}
 			}
 			c.peerInitialWindow = int64(s.Val)
 		case http2.SettingMaxFrameSize:
@@ -384,7 +396,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if err := c.fr.WriteSettingsAck(); err != nil {
 		return err
 	}
-	return c.unblock()
+	return c.unblock() // for the streams a larger initial window opened
 }
 
 func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
@@ -408,7 +420,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return nil
 	}
 	st.send += inc
-	return c.unblock()
+	return c.windowOpened(st)
 }
 
 func (c *conn) onPing(f *http2.PingFrame) error {

@@ -1,6 +1,7 @@
 package checkh2
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -21,8 +22,10 @@ type stream struct {
 	body     []byte
 	recv     int64  // bytes of our stream window the peer has used
 	send     int64  // the peer's window for this stream
-	out      []byte // response DATA waiting for the window, then the trailers
-	blocked  bool   // in conn.blocked
+	out      []byte // response DATA waiting for a window: out[outAt:] is unsent
+	outAt    int
+	waiting  bool // out holds DATA still to send
+	queued   bool // in conn.blocked
 }
 
 // A closed stream's request and response buffers are kept for the next
@@ -50,12 +53,12 @@ func (c *conn) newStream(id uint32) *stream {
 // connection window.
 func (c *conn) closeStream(st *stream) {
 	delete(c.streams, st.id)
-	if st.blocked {
+	if st.queued {
 		// Reset while waiting for the window: forget it there too, as the
 		// struct is reused for another stream.
 		for i, b := range c.blocked {
 			if b == st {
-				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				c.blocked = slices.Delete(c.blocked, i, i+1)
 				break
 			}
 		}
@@ -272,7 +275,7 @@ func (c *conn) complete(st *stream) error {
 
 // respond writes the response HEADERS, as much of msg as the windows
 // allow, and the trailers once all of it is written; what the windows
-// hold back is copied and waits in c.blocked.
+// hold back is copied into st.out to wait for them.
 func (c *conn) respond(st *stream, msg []byte) error {
 	st.body = nil // may be a view into the read buffer
 	c.pingStrikes = 0
@@ -290,10 +293,18 @@ func (c *conn) respond(st *stream, msg []byte) error {
 	if len(rest) == 0 {
 		return c.finish(st)
 	}
-	st.out = append(st.out[:0], rest...)
-	st.blocked = true
-	c.blocked = append(c.blocked, st)
+	st.out, st.outAt, st.waiting = append(st.out[:0], rest...), 0, true
+	if st.send > 0 {
+		c.queue(st) // the connection window ran out
+	}
 	return nil
+}
+
+// queue puts st, whose stream window is open, in line for the connection
+// window.
+func (c *conn) queue(st *stream) {
+	st.queued = true
+	c.blocked = append(c.blocked, st)
 }
 
 // sendData writes DATA frames of msg within the windows and the peer's
@@ -323,35 +334,56 @@ func (c *conn) finish(st *stream) error {
 	return err
 }
 
-// unblock writes what the windows now allow of the waiting responses.
+// unblock writes, in order, what the connection window allows of the
+// queued responses. Each one it examines is finished, or leaves the queue
+// as its stream window shut (a smaller SETTINGS_INITIAL_WINDOW_SIZE), or
+// is where the connection window ran out: so its work is bounded by the
+// bytes it writes, and nothing when the connection window is shut.
 func (c *conn) unblock() error {
-	if len(c.blocked) == 0 {
+	n := 0
+	var err error
+	for _, st := range c.blocked {
+		if c.connSend <= 0 {
+			break
+		}
+		if st.send > 0 {
+			rest, werr := c.sendData(st, st.out[st.outAt:])
+			if werr != nil {
+				err = werr
+				break
+			}
+			st.outAt = len(st.out) - len(rest)
+			if len(rest) > 0 && st.send > 0 {
+				break // the connection window ran out: st stays first
+			}
+		}
+		n++
+		st.queued = false
+		if st.outAt == len(st.out) {
+			st.waiting = false
+			if err = c.finish(st); err != nil {
+				break
+			}
+		}
+	}
+	if n == len(c.blocked) {
+		clear(c.blocked)
+		c.blocked = c.blocked[:0]
+	} else {
+		clear(c.blocked[:n])
+		c.blocked = c.blocked[n:]
+	}
+	return err
+}
+
+// windowOpened queues st's waiting response once its stream window opens,
+// and writes what the connection window allows.
+func (c *conn) windowOpened(st *stream) error {
+	if !st.waiting || st.queued || st.send <= 0 {
 		return nil
 	}
-	waiting := c.blocked
-	c.blocked = nil
-	var kept []*stream
-	var err error
-	for _, st := range waiting {
-		if err != nil {
-			kept = append(kept, st)
-			continue
-		}
-		var rest []byte
-		if rest, err = c.sendData(st, st.out); err != nil {
-			kept = append(kept, st)
-			continue
-		}
-		if len(rest) > 0 {
-			st.out = append(st.out[:0], rest...)
-			kept = append(kept, st)
-			continue
-		}
-		st.blocked = false
-		err = c.finish(st)
-	}
-	c.blocked = kept
-	return err
+	c.queue(st)
+	return c.unblock()
 }
 
 // trailersOnly answers st with status alone, resets it with NO_ERROR when
