@@ -31,6 +31,9 @@ const (
 	// maxPingStrikes pings in a row closer than PingMinInterval are let
 	// through (grpc-go's policy).
 	maxPingStrikes = 2
+	// maxRememberedResets streams this server reset are remembered per
+	// connection, for the frames still in flight on them.
+	maxRememberedResets = 1024
 	// lingerTimeout bounds reading what a peer still sends after a
 	// graceful close, so the close does not reset what was written.
 	lingerTimeout = time.Second
@@ -77,7 +80,11 @@ type conn struct {
 	// response whose stream window is shut waits outside it, found by its
 	// stream's WINDOW_UPDATE or SETTINGS_INITIAL_WINDOW_SIZE; so a frame
 	// that opens no window it can use examines none of it.
-	blocked     []*stream
+	blocked []*stream
+	// sentResets is a ring of the streams this server last reset: the
+	// peer may still have frames in flight on them, to be ignored.
+	sentResets  []uint32
+	nextReset   int
 	maxStreamID uint32 // the highest stream the peer opened (or tried to)
 	goAway      bool   // GOAWAY sent or received: no new streams; done when none are open
 	sawSettings bool

@@ -27,10 +27,12 @@
 // (MaxRecvMsgBytes, larger: RESOURCE_EXHAUSTED), the request bytes held per
 // connection (its receive window), the responses waiting for the peer's
 // send window (one per open stream), the buffers a connection keeps for
-// its next streams (64 KiB, however large its requests were), the time a
-// connection may take to start (HandshakeTimeout), stay silent without
-// streams (IdleTimeout) or with streams (ReadTimeout), and take to accept
-// our writes (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
+// its next streams (64 KiB, however large its requests were), the
+// streams it remembers having reset (1024: frames the peer still sends on
+// them are ignored, RFC 9113 §5.1), the time a connection may take to
+// start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
+// with streams (ReadTimeout), and take to accept our writes
+// (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
 // or pings more often than PingMinInterval (more than twice in a row) gets
 // GOAWAY ENHANCE_YOUR_CALM.
 //

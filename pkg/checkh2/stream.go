@@ -84,6 +84,7 @@ func (c *conn) keep(b []byte) []byte {
 // resetStream sends RST_STREAM and forgets the stream if it is open.
 func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.fr.WriteRSTStream(id, code)
+	c.rememberReset(id)
 	if st := c.streams[id]; st != nil {
 		c.closeStream(st)
 	}
@@ -104,14 +105,24 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return c.complete(st)
 	}
 	if id <= c.maxStreamID {
+		if c.wasReset(id) {
+			// Trailers the peer sent before it saw our RST_STREAM: the
+			// Framer decoded the block, which keeps HPACK in step, and
+			// the frame is ignored (RFC 9113 §5.1).
+			return nil
+		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxStreamID = id
 	if c.goAway {
-		return nil // past the GOAWAY's last stream: the peer retries it elsewhere
+		// Past the GOAWAY's last stream: the peer retries it elsewhere,
+		// and what it still sends on it is ignored.
+		c.rememberReset(id)
+		return nil
 	}
 	if len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
 		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		c.rememberReset(id)
 		return nil
 	}
 	st := c.newStream(id)
@@ -386,6 +397,26 @@ func (c *conn) windowOpened(st *stream) error {
 	return c.unblock()
 }
 
+// rememberReset notes that this server reset stream id (or refused or
+// ignored it), so the frames the peer still had in flight on it are
+// ignored; the oldest of maxRememberedResets are forgotten.
+func (c *conn) rememberReset(id uint32) {
+	if c.sentResets == nil {
+		c.sentResets = make([]uint32, maxRememberedResets)
+	}
+	c.sentResets[c.nextReset] = id
+	c.nextReset = (c.nextReset + 1) % len(c.sentResets)
+}
+
+func (c *conn) wasReset(id uint32) bool {
+	for _, r := range c.sentResets {
+		if r == id {
+			return true
+		}
+	}
+	return false
+}
+
 // trailersOnly answers st with status alone, resets it with NO_ERROR when
 // the peer is still sending (so it stops), and closes it.
 func (c *conn) trailersOnly(st *stream, s grpcStatus) {
@@ -420,6 +451,7 @@ func (c *conn) endWithHeaders(st *stream) {
 	c.writeHeaders(st.id, true) // a write error surfaces at the flush
 	if !st.endRecv {
 		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		c.rememberReset(st.id)
 	}
 	c.closeStream(st)
 }
