@@ -31,6 +31,9 @@ const (
 	// maxPingStrikes pings in a row closer than PingMinInterval are let
 	// through (grpc-go's policy).
 	maxPingStrikes = 2
+	// maxRememberedResets streams this server reset are remembered per
+	// connection, for the frames still in flight on them.
+	maxRememberedResets = 1024
 	// lingerTimeout bounds reading what a peer still sends after a
 	// graceful close, so the close does not reset what was written.
 	lingerTimeout = time.Second
@@ -69,11 +72,21 @@ type conn struct {
 	// draining is set by Shutdown, before it interrupts a blocked read.
 	draining atomic.Bool
 
-	streams     map[uint32]*stream
-	free        []*stream
-	blocked     []*stream // responses waiting for the peer's window, in order
-	maxStreamID uint32    // the highest stream the peer opened (or tried to)
-	goAway      bool      // GOAWAY sent or received: no new streams; done when none are open
+	streams   map[uint32]*stream
+	free      []*stream
+	freeBytes int // buffer capacity held by free: at most maxFreeBytes
+	// blocked holds, in order, the responses waiting for the connection
+	// window alone: each had its stream window open when queued. A
+	// response whose stream window is shut waits outside it, found by its
+	// stream's WINDOW_UPDATE or SETTINGS_INITIAL_WINDOW_SIZE; so a frame
+	// that opens no window it can use examines none of it.
+	blocked []*stream
+	// sentResets is a ring of the streams this server last reset: the
+	// peer may still have frames in flight on them, to be ignored.
+	sentResets  []uint32
+	nextReset   int
+	maxStreamID uint32 // the highest stream the peer opened (or tried to)
+	goAway      bool   // GOAWAY sent or received: no new streams; done when none are open
 	sawSettings bool
 
 	// Send side: the peer's windows and frame size.
@@ -268,14 +281,29 @@ func (c *conn) flush() error {
 }
 
 // frameBuffered reports whether the next frame is wholly in the read
-// buffer, so reading it will not wait.
+// buffer, so reading it will not wait: a header block's HEADERS (or
+// PUSH_PROMISE) together with every CONTINUATION up to END_HEADERS, as
+// the Framer reads them as one.
 func (c *conn) frameBuffered() bool {
-	n := c.br.Buffered()
-	if n < frameHeaderLen {
-		return false
+	b, _ := c.br.Peek(c.br.Buffered())
+	for {
+		if len(b) < frameHeaderLen {
+			return false
+		}
+		end := frameHeaderLen + (int(b[0])<<16 | int(b[1])<<8 | int(b[2]))
+		if len(b) < end {
+			return false
+		}
+		switch http2.FrameType(b[3]) {
+		case http2.FrameHeaders, http2.FramePushPromise, http2.FrameContinuation:
+			if http2.Flags(b[4]).Has(http2.FlagHeadersEndHeaders) {
+				return true
+			}
+			b = b[end:] // the block goes on in the next frame
+		default:
+			return true
+		}
 	}
-	h, _ := c.br.Peek(frameHeaderLen)
-	return n >= frameHeaderLen+(int(h[0])<<16|int(h[1])<<8|int(h[2]))
 }
 
 func (c *conn) sendGoAway() {
@@ -344,11 +372,18 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingInitialWindowSize:
 			delta := int64(s.Val) - c.peerInitialWindow
+			if delta == 0 {
+				return nil
+			}
 			for _, st := range c.streams {
 				if st.send+delta > maxWindow {
 					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window"}
 				}
+				shut := st.send <= 0
 				st.send += delta
+				if shut && st.send > 0 && st.waiting && !st.queued {
+					c.queue(st)
+				}
 			}
 			c.peerInitialWindow = int64(s.Val)
 		case http2.SettingMaxFrameSize:
@@ -368,7 +403,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if err := c.fr.WriteSettingsAck(); err != nil {
 		return err
 	}
-	return c.unblock()
+	return c.unblock() // for the streams a larger initial window opened
 }
 
 func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
@@ -392,7 +427,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 		return nil
 	}
 	st.send += inc
-	return c.unblock()
+	return c.windowOpened(st)
 }
 
 func (c *conn) onPing(f *http2.PingFrame) error {

@@ -9,10 +9,11 @@
 // a request is complete decodes it (pkg/checkwire), decides (the
 // checkwire.Server), and writes the response HEADERS, DATA and trailers
 // into a buffer, all before it reads the next frame. The buffer is flushed
-// when the next frame is not already fully received, so a busy connection
-// answers many checks with one write, and a check costs no hand-off
-// between goroutines. The handler must therefore not block: a check holds
-// up every later request of its connection while it runs.
+// when the next frame (a header block with all its CONTINUATIONs) is not
+// already fully received, so a busy connection answers many checks with
+// one write, and a check costs no hand-off between goroutines. The handler
+// must therefore not block: a check holds up every later request of its
+// connection while it runs.
 //
 // It speaks HTTP/2 cleartext with prior knowledge (what Envoy's gRPC
 // client speaks to a plain cluster) or TLS with ALPN h2.
@@ -25,7 +26,10 @@
 // (MaxHeaderListBytes, CONTINUATION included), a request message
 // (MaxRecvMsgBytes, larger: RESOURCE_EXHAUSTED), the request bytes held per
 // connection (its receive window), the responses waiting for the peer's
-// send window (one per open stream), the time a connection may take to
+// send window (one per open stream), the buffers a connection keeps for
+// its next streams (64 KiB, however large its requests were), the
+// streams it remembers having reset (1024: frames the peer still sends on
+// them are ignored, RFC 9113 §5.1), the time a connection may take to
 // start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
 // with streams (ReadTimeout), and take to accept our writes
 // (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond

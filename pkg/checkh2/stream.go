@@ -1,6 +1,7 @@
 package checkh2
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -21,14 +22,26 @@ type stream struct {
 	body     []byte
 	recv     int64  // bytes of our stream window the peer has used
 	send     int64  // the peer's window for this stream
-	out      []byte // response DATA waiting for the window, then the trailers
-	blocked  bool   // in conn.blocked
+	out      []byte // response DATA waiting for a window: out[outAt:] is unsent
+	outAt    int
+	waiting  bool // out holds DATA still to send
+	queued   bool // in conn.blocked
 }
+
+// A closed stream's request and response buffers are kept for the next
+// streams only if each is at most maxFreeBuffer bytes and the
+// connection's free list then holds at most maxFreeBytes of them: so an
+// idle connection retains little, however large its requests were.
+const (
+	maxFreeBuffer = 4 << 10
+	maxFreeBytes  = 64 << 10
+)
 
 func (c *conn) newStream(id uint32) *stream {
 	var st *stream
 	if n := len(c.free); n > 0 {
 		st, c.free = c.free[n-1], c.free[:n-1]
+		c.freeBytes -= cap(st.body) + cap(st.out)
 	} else {
 		st = new(stream)
 	}
@@ -40,12 +53,12 @@ func (c *conn) newStream(id uint32) *stream {
 // connection window.
 func (c *conn) closeStream(st *stream) {
 	delete(c.streams, st.id)
-	if st.blocked {
+	if st.queued {
 		// Reset while waiting for the window: forget it there too, as the
 		// struct is reused for another stream.
 		for i, b := range c.blocked {
 			if b == st {
-				c.blocked = append(c.blocked[:i], c.blocked[i+1:]...)
+				c.blocked = slices.Delete(c.blocked, i, i+1)
 				break
 			}
 		}
@@ -53,20 +66,25 @@ func (c *conn) closeStream(st *stream) {
 	c.giveBack(st.recv)
 	// body is the stream's own buffer here: a view into the read buffer
 	// is dropped (respond, endWithHeaders) before the stream closes.
-	body, out := st.body[:0], st.out[:0]
-	if cap(body) > 64<<10 {
-		body = nil // keep no large buffer for the next stream
-	}
-	if cap(out) > 64<<10 {
-		out = nil
-	}
+	body, out := c.keep(st.body), c.keep(st.out)
 	*st = stream{body: body, out: out}
 	c.free = append(c.free, st)
+}
+
+// keep returns b emptied for the next stream if the free list may hold
+// it, and nil otherwise.
+func (c *conn) keep(b []byte) []byte {
+	if cap(b) > maxFreeBuffer || c.freeBytes+cap(b) > maxFreeBytes {
+		return nil
+	}
+	c.freeBytes += cap(b)
+	return b[:0]
 }
 
 // resetStream sends RST_STREAM and forgets the stream if it is open.
 func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 	c.fr.WriteRSTStream(id, code)
+	c.rememberReset(id)
 	if st := c.streams[id]; st != nil {
 		c.closeStream(st)
 	}
@@ -87,14 +105,24 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		return c.complete(st)
 	}
 	if id <= c.maxStreamID {
+		if c.wasReset(id) {
+			// Trailers the peer sent before it saw our RST_STREAM: the
+			// Framer decoded the block, which keeps HPACK in step, and
+			// the frame is ignored (RFC 9113 §5.1).
+			return nil
+		}
 		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
 	}
 	c.maxStreamID = id
 	if c.goAway {
-		return nil // past the GOAWAY's last stream: the peer retries it elsewhere
+		// Past the GOAWAY's last stream: the peer retries it elsewhere,
+		// and what it still sends on it is ignored.
+		c.rememberReset(id)
+		return nil
 	}
 	if len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
 		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
+		c.rememberReset(id)
 		return nil
 	}
 	st := c.newStream(id)
@@ -258,7 +286,7 @@ func (c *conn) complete(st *stream) error {
 
 // respond writes the response HEADERS, as much of msg as the windows
 // allow, and the trailers once all of it is written; what the windows
-// hold back is copied and waits in c.blocked.
+// hold back is copied into st.out to wait for them.
 func (c *conn) respond(st *stream, msg []byte) error {
 	st.body = nil // may be a view into the read buffer
 	c.pingStrikes = 0
@@ -276,10 +304,18 @@ func (c *conn) respond(st *stream, msg []byte) error {
 	if len(rest) == 0 {
 		return c.finish(st)
 	}
-	st.out = append(st.out[:0], rest...)
-	st.blocked = true
-	c.blocked = append(c.blocked, st)
+	st.out, st.outAt, st.waiting = append(st.out[:0], rest...), 0, true
+	if st.send > 0 {
+		c.queue(st) // the connection window ran out
+	}
 	return nil
+}
+
+// queue puts st, whose stream window is open, in line for the connection
+// window.
+func (c *conn) queue(st *stream) {
+	st.queued = true
+	c.blocked = append(c.blocked, st)
 }
 
 // sendData writes DATA frames of msg within the windows and the peer's
@@ -309,35 +345,76 @@ func (c *conn) finish(st *stream) error {
 	return err
 }
 
-// unblock writes what the windows now allow of the waiting responses.
+// unblock writes, in order, what the connection window allows of the
+// queued responses. Each one it examines is finished, or leaves the queue
+// as its stream window shut (a smaller SETTINGS_INITIAL_WINDOW_SIZE), or
+// is where the connection window ran out: so its work is bounded by the
+// bytes it writes, and nothing when the connection window is shut.
 func (c *conn) unblock() error {
-	if len(c.blocked) == 0 {
+	n := 0
+	var err error
+	for _, st := range c.blocked {
+		if c.connSend <= 0 {
+			break
+		}
+		if st.send > 0 {
+			rest, werr := c.sendData(st, st.out[st.outAt:])
+			if werr != nil {
+				err = werr
+				break
+			}
+			st.outAt = len(st.out) - len(rest)
+			if len(rest) > 0 && st.send > 0 {
+				break // the connection window ran out: st stays first
+			}
+		}
+		n++
+		st.queued = false
+		if st.outAt == len(st.out) {
+			st.waiting = false
+			if err = c.finish(st); err != nil {
+				break
+			}
+		}
+	}
+	if n == len(c.blocked) {
+		clear(c.blocked)
+		c.blocked = c.blocked[:0]
+	} else {
+		clear(c.blocked[:n])
+		c.blocked = c.blocked[n:]
+	}
+	return err
+}
+
+// windowOpened queues st's waiting response once its stream window opens,
+// and writes what the connection window allows.
+func (c *conn) windowOpened(st *stream) error {
+	if !st.waiting || st.queued || st.send <= 0 {
 		return nil
 	}
-	waiting := c.blocked
-	c.blocked = nil
-	var kept []*stream
-	var err error
-	for _, st := range waiting {
-		if err != nil {
-			kept = append(kept, st)
-			continue
-		}
-		var rest []byte
-		if rest, err = c.sendData(st, st.out); err != nil {
-			kept = append(kept, st)
-			continue
-		}
-		if len(rest) > 0 {
-			st.out = append(st.out[:0], rest...)
-			kept = append(kept, st)
-			continue
-		}
-		st.blocked = false
-		err = c.finish(st)
+	c.queue(st)
+	return c.unblock()
+}
+
+// rememberReset notes that this server reset stream id (or refused or
+// ignored it), so the frames the peer still had in flight on it are
+// ignored; the oldest of maxRememberedResets are forgotten.
+func (c *conn) rememberReset(id uint32) {
+	if c.sentResets == nil {
+		c.sentResets = make([]uint32, maxRememberedResets)
 	}
-	c.blocked = kept
-	return err
+	c.sentResets[c.nextReset] = id
+	c.nextReset = (c.nextReset + 1) % len(c.sentResets)
+}
+
+func (c *conn) wasReset(id uint32) bool {
+	for _, r := range c.sentResets {
+		if r == id {
+			return true
+		}
+	}
+	return false
 }
 
 // trailersOnly answers st with status alone, resets it with NO_ERROR when
@@ -374,6 +451,7 @@ func (c *conn) endWithHeaders(st *stream) {
 	c.writeHeaders(st.id, true) // a write error surfaces at the flush
 	if !st.endRecv {
 		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)
+		c.rememberReset(st.id)
 	}
 	c.closeStream(st)
 }
