@@ -136,8 +136,7 @@ func TestReportedIncludesSlidingPreviousWindow(t *testing.T) {
 // TestSharesSlidingHoldsTheLimitOnNNodes: 1 to 8 nodes each take just
 // under half a share of a Sliding key's previous window, unreported, then
 // spend the next window with every report exchanged at once: the estimate
-// never passes the limit (with the previous window's hits unreported, 8
-// nodes reached 1.6× it).
+// never passes the limit, which it would if those hits stayed unreported.
 func TestSharesSlidingHoldsTheLimitOnNNodes(t *testing.T) {
 	for _, nodes := range []int{1, 2, 4, 8} {
 		lim := Limit{Limit: 1000, ScaleMS: 1000, Algorithm: Sliding}

@@ -96,7 +96,7 @@
 //   - at least the limit less what the shares leave unspent on nodes that
 //     receive less than their share, which they give back as the others'
 //     reports shrink their share: under-admission is a matter of rounds
-//     of about 2×EarlyGap at the end of a window;
+//     of about 2.5×EarlyGap at the end of a window;
 //   - for sliding windows the previous window still weighs in the
 //     estimate: a node publishes its unpublished hits of it once the key
 //     moves to the next window (its first hit there, or a peer's report

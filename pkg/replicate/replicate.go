@@ -198,7 +198,7 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		}, func() float64 { return float64(r.shareNodes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "share_delay_seconds",
-			Help: "How long after publishing a count this node takes its peers to hold it before its share grows: the configured delay, or the peers' latest delivery delay (clock skew included) when longer, up to a sync interval.",
+			Help: "How long after publishing a count this node waits before its share grows (its peers hold the count and have answered): the early gap plus twice the peers' latest delivery delay (clock skew included; 2.5 ms to a sync interval), or the configured share delay when longer.",
 		}, func() float64 { return float64(r.shareDelayMS.Load()) / 1000 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
