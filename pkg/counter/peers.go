@@ -325,12 +325,22 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
-	// With shares, a peer's report shrinks this node's share: hits it
-	// admitted unreported against the larger one are reported now, so
-	// that the peers' shares do not spend them a second time.
-	if s.track && c.Window == e.newest && e.local[slot] > int64(e.pubNew) && s.shares.Load() != 0 {
-		sh.mark(ei, k, c.Window)
-		s.signalNear()
+	// With shares, a peer's report shrinks this node's share: when its
+	// unreported hits of the key, admitted against the larger one, are now
+	// half the share or more, they are reported now, so that the peers'
+	// shares do not spend them a second time. Fewer stay within the share
+	// as a Take would leave them.
+	if sv := s.shares.Load(); s.track && sv != 0 && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) {
+		lim := Limit{Limit: int64(e.limit), ScaleMS: int64(e.scale), Algorithm: e.alg}
+		var prev int64
+		if e.alg == Sliding {
+			prev = e.total(e.newest - 1)
+		}
+		el := min(max(ms-e.newest*lim.ScaleMS, 0), lim.ScaleMS-1)
+		if share, unreported := e.share(sv, lim, e.newest, el, prev); 2*unreported >= share {
+			sh.mark(ei, k, c.Window)
+			s.signalNear()
+		}
 	}
 	return Merged
 }

@@ -62,8 +62,8 @@ func packShares(sh Shares) uint64 {
 // 1/Nodes of what remains.
 //
 // Only keys near their share are marked for [Store.Changes], and keys a
-// peer reports ([Store.Merge]) while this node holds unreported hits of
-// them: a key whose count stays well below its share and that no peer
+// peer reports ([Store.Merge]) while this node's unreported hits of them
+// are half its shrunk share or more: a key whose count stays well below its share and that no peer
 // reports is never reported, so a flood of distinct keys costs no
 // replication. Incr is not admission and marks
 // every change as without shares.
@@ -106,16 +106,8 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		sh.mark(i, k, w)
 		return true, true, 0
 	}
-	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
-	base := int64(e.pubOld)
-	if el >= int64(e.pubAt)+delay {
-		base = int64(e.pubNew)
-	}
-	share := int64(0)
-	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
-		share = shareOf(e, lim.Limit, rem, w, nodes, rank)
-	}
-	unreported := e.local[w&1] - base
+	share, unreported := e.share(sv, lim, w, el, prev)
+	delay := int64(uint32(sv))
 	// n hits that can never fit in a share (a TakeN heavier than it) are
 	// admitted on the limit alone once this node has nothing unreported:
 	// otherwise they would be denied on every node for the whole window.
@@ -136,6 +128,21 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 		return false, true, 2 * max(delay, 1)
 	}
 	return false, false, retryMS
+}
+
+// share returns this node's share of what remains of e's budget in its
+// newest window w, el ms into it (prev: the previous window's total, for a
+// Sliding lim), and its local hits of w not yet reported as in effect.
+func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (share, unreported int64) {
+	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
+	base := int64(e.pubOld)
+	if el >= int64(e.pubAt)+delay {
+		base = int64(e.pubNew)
+	}
+	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
+		share = shareOf(e, lim.Limit, rem, w, nodes, rank)
+	}
+	return share, e.local[w&1] - base
 }
 
 // shareOf is this node's share of rem, what remains of e's budget in

@@ -474,3 +474,31 @@ func FuzzShares(f *testing.F) {
 		}
 	})
 }
+
+// TestSharesReportWithinShareDoesNotMark: a peer's report that leaves this
+// node's unreported hits well within its share has nothing reported: only
+// a report that shrinks the share to twice those hits or less does.
+func TestSharesReportWithinShareDoesNotMark(t *testing.T) {
+	lim := Limit{Limit: 1000, ScaleMS: 1000}
+	w0 := time.UnixMilli(1_000_000_000_000)
+	s := shareStore(t, Shares{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
+	at := w0.Add(time.Millisecond)
+	for range 10 {
+		s.Take(0, "k", lim, at)
+	}
+	win := w0.UnixMilli() / 1000
+	// 1000 − 100 leave a share of 450: 10 unreported hits are far below.
+	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: win, Count: 100}, at); st != Merged {
+		t.Fatal(st)
+	}
+	if out, _ := s.Changes(nil, at); len(out) != 0 {
+		t.Errorf("a report far from the share had %+v reported", out)
+	}
+	// 1000 − 980 leave a share of 10: the 10 are half of it or more.
+	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: win, Count: 980}, at); st != Merged {
+		t.Fatal(st)
+	}
+	if out, _ := s.Changes(nil, at); len(out) != 1 || out[0].Count != 10 {
+		t.Errorf("a report that shrank the share to 10: Changes = %+v, want k at 10", out)
+	}
+}

@@ -142,6 +142,10 @@ type entry struct {
 	// window has not been reported. The counts saturate at MaxLimit: a
 	// count above any limit admits nothing whatever its share.
 	pubNew, pubOld, pubAt uint32
+	// limit is the Limit of the latest local write (0: none yet), so that
+	// Merge can tell whether a peer's report shrank this node's share below
+	// its unreported hits. It fills what was padding.
+	limit uint32
 }
 
 // Bits of entry.marks: changed<<slot, local[slot] changed since the last
@@ -289,6 +293,7 @@ func (e *entry) prepare(w int64, lim Limit) (expiryMayDrop, prevUnreported bool)
 		e.alg = lim.Algorithm
 		expiryMayDrop = true
 	}
+	e.limit = uint32(lim.Limit) // ≤ MaxLimit < 2^32
 	return expiryMayDrop, prevUnreported
 }
 

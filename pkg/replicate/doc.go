@@ -27,16 +27,16 @@
 // the others' new hits.
 //
 // The store marks a key for publishing only when a hit brings this node's
-// unpublished hits of it to half its share or more, or when a peer
-// reports the key while this node holds unpublished hits of it (they were
-// admitted against a share the report shrinks); a key far below its share
-// that no peer reports is never sent, so a flood of distinct keys costs no
-// replication.
+// unpublished hits of it to half its share or more, or when a peer's
+// report shrinks its share to twice its unpublished hits or less (they were
+// admitted against the larger share); a key far below its share is never
+// sent, so a flood of distinct keys costs no replication.
 //
 // A marked key is published early, between ticks, at most once per
 // EarlyGap (SyncInterval/10 by default, 10 ms; a hit within the gap is
 // published at its end). A peer that receives it and holds unpublished
-// hits of the key publishes those within its own gap. So once the node's
+// hits of the key that are now half its share or more publishes those
+// within its own gap. So once the node's
 // report is EarlyGap plus twice the delivery delay old (15 ms by default:
 // see Config.ShareDelay; longer while the peers' batches take longer to
 // arrive), it has the peers' answers, and its share is recomputed from
