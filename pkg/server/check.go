@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"net"
 	"sync/atomic"
 
@@ -59,6 +60,7 @@ func (s *Server) newCheck(addr string, allow allowList) (*checkListener, error) 
 	if cl.lis, err = net.Listen("tcp", addr); err != nil {
 		return nil, fmt.Errorf("server: listen Check on %s: %w", addr, err)
 	}
+	cl.lis = sockio.Listen(cl.lis)
 	cl.srv = srv
 	return cl, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"log/slog"
 	"net"
 	"net/http"
@@ -425,7 +426,7 @@ func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, err
 	if err != nil {
 		return nil, fmt.Errorf("server: listen %s on %s: %w", listenName(name), addr, err)
 	}
-	g.lis = newLimitListener(lis, s.cfg.Limits.MaxConnections)
+	g.lis = newLimitListener(sockio.Listen(lis), s.cfg.Limits.MaxConnections)
 	// The Check service's lean decoder; every other message keeps the
 	// standard proto codec.
 	opts = append(opts, grpc.ForceServerCodecV2(checkwire.NewCodec()))
