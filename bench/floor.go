@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -344,15 +345,29 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 	return out
 }
 
-// floorProfiles takes a CPU profile of the server (allowed), the default
-// no-op and the baseline (allowed) at saturation, each under its own
-// load, and keeps pprof -top of each.
+// floorProfiles takes a CPU profile of the server (allowed, on both
+// paths), the default no-op and the baseline (allowed) at saturation, and
+// of the lean listener and the baseline (denied) at the lowest fixed rate,
+// where a check pays its wakeups alone; each under its own load. It keeps
+// pprof -top of each.
 func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targets []*floorTarget) error {
-	secs := 4
-	if r.opt.quick {
-		secs = 2
+	type profiled struct {
+		name string
+		rate float64 // 0: saturation
 	}
-	for _, name := range []string{"allowed", floorLean + "allowed", floorDefaultNoop, floorBaseline + "allowed"} {
+	todo := []profiled{{"allowed", 0}, {floorLean + "allowed", 0}, {floorDefaultNoop, 0}, {floorBaseline + "allowed", 0}}
+	low := float64(int(f.SaturationRPS*floorShares[0]/100) * 100)
+	if low > 0 {
+		todo = append(todo, profiled{floorLean + "denied", low}, profiled{floorBaseline + "denied", low})
+	}
+	for _, pr := range todo {
+		name := pr.name
+		// At a fixed rate the process is mostly idle: a longer profile
+		// gathers enough samples.
+		secs := map[bool]int{false: 4, true: 10}[pr.rate > 0]
+		if r.opt.quick {
+			secs = 2
+		}
 		var t *floorTarget
 		for _, x := range targets {
 			if x.name == name {
@@ -362,17 +377,24 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		if t == nil {
 			continue
 		}
-		path := filepath.Join(r.runsDir, "cpu-floor-"+name+".pprof")
+		label, level := name, ""
+		if pr.rate > 0 {
+			label, level = fmt.Sprintf("%s-%.0fpct", name, 100*floorShares[0]), shareName(floorShares[0])
+		}
+		path := filepath.Join(r.runsDir, "cpu-floor-"+label+".pprof")
 		dur := time.Duration(secs)*time.Second + 1500*time.Millisecond
 		args := append([]string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
 			"--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"}, t.w.args...)
+		if pr.rate > 0 {
+			args = append(args, "--rate", strconv.FormatFloat(pr.rate, 'f', 0, 64))
+		}
 		type loadDone struct {
 			res *loadRun
 			err error
 		}
 		done := make(chan loadDone, 1)
 		go func() {
-			res, err := r.loadOn(ctx, pin, f.LoadCPU, "floor-profile-"+name, dur+500*time.Millisecond, args...)
+			res, err := r.loadOn(ctx, pin, f.LoadCPU, "floor-profile-"+label, dur+500*time.Millisecond, args...)
 			done <- loadDone{res, err}
 		}()
 		sleepCtx(ctx, time.Second)
@@ -384,17 +406,17 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		if ferr != nil {
 			return ferr
 		}
-		top, err := r.runTool(ctx, "pprof-floor-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", path)
+		top, err := r.runTool(ctx, "pprof-floor-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", path)
 		if err != nil {
 			return err
 		}
-		cum, err := r.runTool(ctx, "pprof-floor-cum-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
+		cum, err := r.runTool(ctx, "pprof-floor-cum-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
 		if err != nil {
 			return err
 		}
-		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Seconds: float64(secs), RPS: round1(ld.res.RPS),
+		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(ld.res.RPS),
 			File: filepath.Base(path), Top: trimPprof(string(top)), Shares: shares(string(cum), ld.res.RPS*float64(secs))})
-		r.printf("profiled %s at saturation (%.0f checks/s): %s\n", name, ld.res.RPS, filepath.Base(path))
+		r.printf("profiled %s at %s (%.0f checks/s): %s\n", name, cmp.Or(level, "saturation"), ld.res.RPS, filepath.Base(path))
 	}
 	return nil
 }

@@ -230,7 +230,9 @@ func TestFloorReportRenders(t *testing.T) {
 		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6})
 	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
 	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
-		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}}}
+		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}},
+		{Target: "lean-denied", Level: "10%", Rate: 2000, RPS: 2000, Seconds: 10, File: "cpu-floor-lean-denied-10pct.pprof", Top: "flat  flat%\n10ms 1% runtime.netpoll",
+			Shares: []ProfileShare{{Part: profileParts[1].part, Share: 0.25, PerCheckUS: 40}}}}
 	r := &runner{out: out, res: res}
 	r.res.Targets = targets(r.res)
 	if err := r.writeReport(); err != nil {
@@ -239,7 +241,8 @@ func TestFloorReportRenders(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Floor: CPU per check against a default grpc-go no-op", "servers on CPU 0, load tool on CPU 1",
 		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |", "| 0.0 | 2.5% | 0 |",
-		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) |", "| " + profileParts[1].part + " | — |",
+		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) | — |", "| " + profileParts[1].part + " | — | 40.00 µs (25%) |",
+		"| part | allowed at saturation | lean-denied at 10% |", "pprof -top: lean-denied at 10% (2000 checks/s, 10s, <code>runs/cpu-floor-lean-denied-10pct.pprof</code>)",
 		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)

@@ -26,6 +26,7 @@ var profileParts = []struct{ part, fn string }{
 	{"encode the CheckResponse (protobuf)", "proto.MarshalOptions.marshal"},
 	{"decode the CheckRequest (checkwire codec)", "checkwire.(*Codec).Unmarshal"},
 	{"encode the CheckResponse (checkwire codec)", "checkwire.(*Codec).Marshal"},
+	{"lean listener: a whole connection (frames, decode, handler, answer)", "checkh2.(*conn).serve"},
 	{"HTTP/2 frames in (reader)", "transport.(*http2Server).HandleStreams"},
 	{"HTTP/2 frames out (loopy writer)", "transport.(*loopyWriter).run"},
 	{"system calls (read, write, futex)", "Syscall6"},
@@ -33,6 +34,8 @@ var profileParts = []struct{ part, fn string }{
 	{"memory allocation (mallocgc)", "runtime.mallocgc"},
 	{"garbage collection (background mark)", "runtime.gcBgMarkWorker"},
 	{"scheduler (findRunnable)", "runtime.findRunnable"},
+	{"network poller (netpoll)", "runtime.netpoll"},
+	{"runtime monitor thread (sysmon)", "runtime.sysmon"},
 }
 
 // profile takes CPU profiles of the server and of the no-op server under

@@ -537,9 +537,9 @@ func (r *runner) writeFloor(b *strings.Builder) {
 	}
 	w("\n")
 	if len(f.Profiles) > 0 {
-		w("CPU profiles at saturation, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
+		w("CPU profiles at saturation and at the lowest fixed rate, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
 		for _, p := range f.Profiles {
-			w(" %s |", p.Target)
+			w(" %s |", p.title())
 		}
 		w("\n|---|%s\n", strings.Repeat("---:|", len(f.Profiles)))
 		for _, pp := range profileParts {
@@ -558,7 +558,7 @@ func (r *runner) writeFloor(b *strings.Builder) {
 		w("\n")
 	}
 	for _, p := range f.Profiles {
-		w("<details><summary>pprof -top at saturation: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.Target, p.RPS, p.Seconds, p.File, p.Top)
+		w("<details><summary>pprof -top: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.title(), p.RPS, p.Seconds, p.File, p.Top)
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -179,9 +180,12 @@ type FloorRatio struct {
 	P99Ratio float64 `json:"p99_ratio"`
 }
 
-// FloorProfile is pprof -top of one target's CPU profile at saturation.
+// FloorProfile is pprof -top of one target's CPU profile at one level:
+// saturation, or a fixed rate (Rate > 0).
 type FloorProfile struct {
 	Target  string  `json:"target"`
+	Level   string  `json:"level,omitempty"` // empty: saturation
+	Rate    float64 `json:"rate,omitempty"`
 	Seconds float64 `json:"seconds"`
 	RPS     float64 `json:"rps"`
 	File    string  `json:"file"`
@@ -189,6 +193,11 @@ type FloorProfile struct {
 	// Shares are the profile parts' cumulative time per check, at the
 	// rate the load achieved.
 	Shares []ProfileShare `json:"shares"`
+}
+
+// title names the profile by its target and level.
+func (p FloorProfile) title() string {
+	return p.Target + " at " + cmp.Or(p.Level, "saturation")
 }
 
 // RLS is the ShouldRateLimit scenario: the server against the no-op rate
