@@ -14,5 +14,15 @@
 // runtime's network poller when the socket has nothing to read or no room
 // to write, and still honours the connection's deadlines.
 //
+// What sysmon does besides (preempting a goroutine that runs for over
+// 10 ms, retaking a P from a blocking system call, waking the scavenger)
+// goes on at its next wakeup: the next timer, the next system call the
+// scheduler hears of, at most a minute. Nothing here blocks, so nothing
+// here needs it sooner.
+//
+// Under the race detector the calls go through the syscall package, so
+// the detector sees what one goroutine's write to a socket tells another's
+// read of it; `make test` also runs this package without the detector.
+//
 // On other systems than Linux, Wrap and Listen return what they are given.
 package sockio
