@@ -19,9 +19,11 @@ import (
 )
 
 const (
-	frameHeaderLen      = 9
-	defaultWindow       = 65535
-	maxWindow           = 1<<31 - 1
+	frameHeaderLen = 9
+	defaultWindow  = 65535
+	maxWindow      = 1<<31 - 1
+	// goAwayAll is the last stream of a GOAWAY that refuses none.
+	goAwayAll           = 1<<31 - 1
 	defaultMaxFrameSize = 16384
 	readBufSize         = 32 << 10
 	writeBufSize        = 32 << 10
@@ -42,10 +44,12 @@ const (
 // errDone ends a connection that has nothing left to do.
 var errDone = errors.New("checkh2: connection done")
 
-// connError is a connection error: GOAWAY with code, then close.
+// connError is a connection error: GOAWAY with code (and debug, when
+// set, as its debug data), then close.
 type connError struct {
 	code   http2.ErrCode
 	reason string
+	debug  string
 }
 
 func (e connError) Error() string {
@@ -86,7 +90,10 @@ type conn struct {
 	sentResets  []uint32
 	nextReset   int
 	maxStreamID uint32 // the highest stream the peer opened (or tried to)
-	goAway      bool   // GOAWAY sent or received: no new streams; done when none are open
+	// goAwayLast is the last stream of the GOAWAY sent (2^31-1 before
+	// any): a later GOAWAY never names a higher one (RFC 9113 §6.8).
+	goAwayLast  uint32
+	goAway      bool // GOAWAY sent or received: no new streams; done when none are open
 	sawSettings bool
 
 	// Send side: the peer's windows and frame size.
@@ -124,6 +131,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		peerMaxFrame:      defaultMaxFrameSize,
 		streamWindow:      sw,
 		connWindow:        min(max(1<<20, 2*sw), maxWindow),
+		goAwayLast:        goAwayAll,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
@@ -144,8 +152,8 @@ func (c *conn) serve() {
 	default:
 		var ce connError
 		if errors.As(err, &ce) && c.fr != nil {
-			c.fr.WriteGoAway(c.maxStreamID, ce.code, nil)
-			c.bw.Flush()
+			c.writeGoAway(ce.code, ce.debug)
+			c.bw.Flush() // best effort, bounded by WriteTimeout
 			c.lingerClose()
 		} else {
 			c.raw.Close()
@@ -223,7 +231,7 @@ func (c *conn) run() error {
 		}
 		if !c.sawSettings {
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				return connError{http2.ErrCodeProtocol, "the first frame is not SETTINGS"}
+				return connError{http2.ErrCodeProtocol, "the first frame is not SETTINGS", ""}
 			}
 			c.sawSettings = true
 		}
@@ -308,11 +316,24 @@ func (c *conn) frameBuffered() bool {
 
 func (c *conn) sendGoAway() {
 	c.goAway = true
-	c.fr.WriteGoAway(c.maxStreamID, http2.ErrCodeNo, nil)
+	c.writeGoAway(http2.ErrCodeNo, "")
+}
+
+// writeGoAway writes GOAWAY naming the last stream the peer opened, or
+// the one a GOAWAY already sent named if that is lower.
+func (c *conn) writeGoAway(code http2.ErrCode, debug string) {
+	c.goAwayLast = min(c.goAwayLast, c.maxStreamID)
+	var d []byte
+	if debug != "" {
+		d = []byte(debug)
+	}
+	c.fr.WriteGoAway(c.goAwayLast, code, d)
 }
 
 // readError handles what ReadFrame returned: a stream error resets the
 // stream and the connection goes on; an idle timeout ends it gracefully;
+// a read timeout with streams open ends it with GOAWAY NO_ERROR and the
+// debug data "read timeout", so the peer learns why its streams end;
 // anything else ends it.
 func (c *conn) readError(err error) error {
 	var se http2.StreamError
@@ -325,15 +346,18 @@ func (c *conn) readError(err error) error {
 	}
 	var ce http2.ConnectionError
 	if errors.As(err, &ce) {
-		return connError{http2.ErrCode(ce), fmt.Sprintf("reading a frame: %v", c.fr.ErrorDetail())}
+		return connError{http2.ErrCode(ce), fmt.Sprintf("reading a frame: %v", c.fr.ErrorDetail()), ""}
 	}
 	if errors.Is(err, http2.ErrFrameTooLarge) {
-		return connError{http2.ErrCodeFrameSize, "a frame larger than advertised"}
+		return connError{http2.ErrCodeFrameSize, "a frame larger than advertised", ""}
 	}
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() && c.sawSettings && len(c.streams) == 0 && !c.goAway {
-		c.sendGoAway()
-		return errDone
+	if errors.As(err, &ne) && ne.Timeout() && c.sawSettings {
+		if len(c.streams) == 0 {
+			c.sendGoAway()
+			return errDone
+		}
+		return connError{http2.ErrCodeNo, fmt.Sprintf("no frame for %v with %d streams open", c.cfg.ReadTimeout, len(c.streams)), "read timeout"}
 	}
 	return fmt.Errorf("checkh2: read a frame: %w", err)
 }
@@ -356,7 +380,7 @@ func (c *conn) handle(f http2.Frame) error {
 		c.goAway = true // the peer opens no more streams; finish the open ones
 		return nil
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client", ""}
 	}
 	return nil // PRIORITY and unknown frames
 }
@@ -377,7 +401,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			}
 			for _, st := range c.streams {
 				if st.send+delta > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window"}
+					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window", ""}
 				}
 				shut := st.send <= 0
 				st.send += delta
@@ -396,7 +420,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if err != nil {
 		var ce http2.ConnectionError
 		if errors.As(err, &ce) {
-			return connError{http2.ErrCode(ce), "an invalid setting"}
+			return connError{http2.ErrCode(ce), "an invalid setting", ""}
 		}
 		return err
 	}
@@ -410,7 +434,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
 		if c.connSend+inc > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1", ""}
 		}
 		c.connSend += inc
 		return c.unblock()
@@ -418,7 +442,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	st := c.streams[f.StreamID]
 	if st == nil {
 		if f.StreamID > c.maxStreamID {
-			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream"}
+			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream", ""}
 		}
 		return nil // a stream already closed
 	}
@@ -437,7 +461,7 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 	now := time.Now()
 	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.cfg.PingMinInterval {
 		if c.pingStrikes++; c.pingStrikes > maxPingStrikes {
-			return connError{http2.ErrCodeEnhanceYourCalm, "too many pings"}
+			return connError{http2.ErrCodeEnhanceYourCalm, "too many pings", ""}
 		}
 	}
 	c.lastPing = now
@@ -446,14 +470,14 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 
 func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxStreamID {
-		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
+		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream", ""}
 	}
 	now := time.Now()
 	if now.Sub(c.resetsSince) >= time.Second {
 		c.resetsSince, c.resets = now, 0
 	}
 	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
-		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets"}
+		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
 	}
 	if st := c.streams[f.StreamID]; st != nil {
 		c.closeStream(st)

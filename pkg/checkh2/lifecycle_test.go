@@ -40,8 +40,9 @@ func TestTimeouts(t *testing.T) {
 	t.Run("stalled request", func(t *testing.T) {
 		c := dial(t, addr)
 		c.headers(1, checkPath, false) // and never its message
-		if ga := c.closed(); ga != nil && ga.ErrCode == http2.ErrCodeNo {
-			t.Fatalf("a stalled request was ended as idle: %+v", ga)
+		ga := c.closed()
+		if ga == nil || ga.ErrCode != http2.ErrCodeNo || ga.Debug != "read timeout" || ga.LastStreamID != 1 {
+			t.Fatalf("a stalled request: GOAWAY %+v, want NO_ERROR after stream 1 saying read timeout", ga)
 		}
 	})
 }

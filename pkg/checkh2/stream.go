@@ -93,7 +93,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	if id%2 == 0 {
-		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream"}
+		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream", ""}
 	}
 	if st := c.streams[id]; st != nil {
 		// Trailers of a request: they must end it.
@@ -111,7 +111,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			// the frame is ignored (RFC 9113 §5.1).
 			return nil
 		}
-		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream", ""}
 	}
 	c.maxStreamID = id
 	if c.goAway {
@@ -179,13 +179,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 func (c *conn) onData(f *http2.DataFrame) error {
 	n := int64(f.Header().Length) // padding included: it counts against the windows
 	if c.recvHeld+n > c.connWindow {
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window", ""}
 	}
 	c.recvHeld += n
 	st := c.streams[f.StreamID]
 	if st == nil {
 		if f.StreamID > c.maxStreamID {
-			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
+			return connError{http2.ErrCodeProtocol, "DATA on an idle stream", ""}
 		}
 		c.giveBack(n) // a stream already answered or reset
 		return nil
