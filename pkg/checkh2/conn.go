@@ -39,7 +39,14 @@ const (
 	// lingerTimeout bounds reading what a peer still sends after a
 	// graceful close, so the close does not reset what was written.
 	lingerTimeout = time.Second
+	// drainAckTimeout bounds the wait for the ack of a graceful close's
+	// PING, past which its final GOAWAY is sent anyway.
+	drainAckTimeout = time.Second
 )
+
+// drainPing is the payload of a graceful close's PING, told from the
+// peer's own by its ack.
+var drainPing = [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'd'}
 
 // errDone ends a connection that has nothing left to do.
 var errDone = errors.New("checkh2: connection done")
@@ -92,8 +99,12 @@ type conn struct {
 	maxStreamID uint32 // the highest stream the peer opened (or tried to)
 	// goAwayLast is the last stream of the GOAWAY sent (2^31-1 before
 	// any): a later GOAWAY never names a higher one (RFC 9113 §6.8).
-	goAwayLast  uint32
-	goAway      bool // GOAWAY sent or received: no new streams; done when none are open
+	goAwayLast uint32
+	goAway     bool // GOAWAY sent or received: no new streams; done when none are open
+	// drainBy is zero until Shutdown's first GOAWAY (naming every stream)
+	// and its PING are sent; then, until the final GOAWAY, the time it is
+	// sent without the PING's ack.
+	drainBy     time.Time
 	sawSettings bool
 
 	// Send side: the peer's windows and frame size.
@@ -246,9 +257,7 @@ func (c *conn) run() error {
 // for by Shutdown, and ends the connection once it is going away with no
 // stream left.
 func (c *conn) beforeRead() error {
-	if c.draining.Load() && !c.goAway {
-		c.sendGoAway()
-	}
+	c.advanceDrain()
 	if c.goAway && len(c.streams) == 0 {
 		return errDone
 	}
@@ -258,23 +267,52 @@ func (c *conn) beforeRead() error {
 	if err := c.flush(); err != nil {
 		return err
 	}
+	c.setReadDeadline()
+	// Shutdown sets draining before its deadline: either the read below
+	// sees its deadline, or this sees draining.
+	if c.draining.Load() && !c.goAway && c.drainBy.IsZero() {
+		c.advanceDrain()
+		c.setReadDeadline()
+		return c.flush()
+	}
+	return nil
+}
+
+// setReadDeadline bounds the next read: by the end of the wait for a
+// graceful close's PING ack, the handshake, IdleTimeout without streams
+// or ReadTimeout with them.
+func (c *conn) setReadDeadline() {
 	switch {
+	case !c.drainBy.IsZero() && !c.goAway:
+		c.raw.SetReadDeadline(c.drainBy)
 	case !c.sawSettings: // the handshake deadline stands
 	case len(c.streams) == 0:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
 	default:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 	}
-	// Shutdown sets draining before its deadline: either the read below
-	// sees its deadline, or this sees draining.
-	if c.draining.Load() && !c.goAway {
-		c.sendGoAway()
-		if len(c.streams) == 0 {
-			return errDone
-		}
-		return c.flush()
+}
+
+// advanceDrain moves on a graceful close asked for by Shutdown, in two
+// steps as a peer may have sent streams it has not yet learnt are
+// refused. First GOAWAY naming every stream, and a PING; the streams
+// that arrive meanwhile are served. Then, on the PING's ack (onPing), or
+// drainAckTimeout after the PING, GOAWAY naming the last stream
+// received: what the peer sent before it reads that, it learns was not
+// processed, and retries elsewhere.
+func (c *conn) advanceDrain() {
+	if !c.draining.Load() || c.goAway {
+		return
 	}
-	return nil
+	if c.drainBy.IsZero() {
+		c.fr.WriteGoAway(goAwayAll, http2.ErrCodeNo, nil)
+		c.fr.WritePing(false, drainPing)
+		c.drainBy = time.Now().Add(drainAckTimeout)
+		return
+	}
+	if !time.Now().Before(c.drainBy) {
+		c.sendGoAway()
+	}
 }
 
 func (c *conn) flush() error {
@@ -456,6 +494,10 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 
 func (c *conn) onPing(f *http2.PingFrame) error {
 	if f.IsAck() {
+		if f.Data == drainPing && !c.drainBy.IsZero() && !c.goAway {
+			// The peer has read the first GOAWAY of a graceful close.
+			c.sendGoAway()
+		}
 		return nil
 	}
 	now := time.Now()
@@ -497,9 +539,10 @@ func (c *conn) giveBack(n int64) {
 }
 
 // connReader is what the read buffer reads: the connection, where a wait
-// interrupted by Shutdown announces GOAWAY and waits on for the open
+// interrupted by Shutdown, or ended by the bound on a graceful close's
+// PING ack, moves the close on (advanceDrain) and waits on for the open
 // streams. The write buffer is empty whenever this waits (beforeRead
-// flushed), so GOAWAY is written directly.
+// flushed), so what advanceDrain writes is flushed here.
 type connReader struct{ c *conn }
 
 func (r connReader) Read(p []byte) (int, error) {
@@ -510,14 +553,14 @@ func (r connReader) Read(p []byte) (int, error) {
 		if n > 0 || err == nil || !c.draining.Load() || c.goAway || c.fr == nil || !errors.As(err, &ne) || !ne.Timeout() {
 			return n, err
 		}
-		c.sendGoAway()
+		c.advanceDrain()
 		if err := c.bw.Flush(); err != nil {
 			return 0, err
 		}
-		if len(c.streams) == 0 {
+		if c.goAway && len(c.streams) == 0 {
 			return 0, errDone
 		}
-		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		c.setReadDeadline()
 	}
 }
 
