@@ -9,6 +9,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 )
 
 // stream is one open request. It stays in conn.streams, counted against
@@ -165,7 +167,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if timeout != "" {
 		d, ok := parseTimeout(timeout)
 		if !ok {
-			c.trailersOnly(st, errorf(codes.Internal, "malformed grpc-timeout %q", timeout))
+			// As grpc-go answers it: HTTP 400, INTERNAL.
+			c.httpError(st, "400", errorf(codes.Internal, "malformed grpc-timeout: %q", timeout))
 			return nil
 		}
 		st.deadline = time.Now().Add(d)
@@ -268,13 +271,18 @@ func (c *conn) complete(st *stream) error {
 			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		resp, err := h.CheckWire(c.ctx, &c.req)
+		resp, err := c.checkWire(h, st.deadline)
 		if err == nil {
 			c.out, err = resp.AppendGRPC(c.out[:0])
 		}
 		c.req.Reset()
 		if err != nil {
-			s := grpcstatus.Convert(err)
+			// grpc-go's mapping: a status, or a context's error as its
+			// code, or UNKNOWN.
+			s, ok := grpcstatus.FromError(err)
+			if !ok {
+				s = grpcstatus.FromContextError(err)
+			}
 			c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
 			return nil
 		}
@@ -283,6 +291,28 @@ func (c *conn) complete(st *stream) error {
 	c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method"))
 	return nil
 }
+
+// checkWire calls the handler on c.req with the request's deadline (zero:
+// none) in its context, and answers DEADLINE_EXCEEDED in place of what
+// it returns once the deadline has passed: the client has stopped
+// waiting. The context ends when the handler returns (callCtx); a
+// request without a deadline gets the connection's, allocating nothing.
+func (c *conn) checkWire(h checkwire.Server, deadline time.Time) (checkwire.Response, error) {
+	if deadline.IsZero() {
+		return h.CheckWire(c.ctx, &c.req)
+	}
+	ctx := newCallCtx(c.ctx, deadline)
+	resp, err := h.CheckWire(ctx, &c.req)
+	ctx.end()
+	if !time.Now().Before(deadline) {
+		return checkwire.Response{}, errDeadline
+	}
+	return resp, err
+}
+
+// errDeadline answers a request whose grpc-timeout passed before its
+// answer was written.
+var errDeadline = grpcstatus.Error(codes.DeadlineExceeded, "context deadline exceeded")
 
 // respond writes the response HEADERS, as much of msg as the windows
 // allow, and the trailers once all of it is written; what the windows
