@@ -33,6 +33,11 @@ const (
 	// maxPingStrikes pings in a row closer than PingMinInterval are let
 	// through (grpc-go's policy).
 	maxPingStrikes = 2
+	// maxWindowStrikes changes of SETTINGS_INITIAL_WINDOW_SIZE with
+	// streams open are let through in a row without a response written
+	// between them: each walks every open stream, so a flood of them
+	// would cost MaxConcurrentStreams steps per few bytes received.
+	maxWindowStrikes = 2
 	// maxRememberedResets streams this server reset are remembered per
 	// connection, for the frames still in flight on them.
 	maxRememberedResets = 1024
@@ -126,6 +131,9 @@ type conn struct {
 	resetsSince time.Time
 	pingStrikes int
 	lastPing    time.Time
+	// windowStrikes counts the changes of SETTINGS_INITIAL_WINDOW_SIZE
+	// with streams open since a response was last written.
+	windowStrikes int
 
 	req checkwire.Request
 	out []byte
@@ -427,6 +435,9 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	// Each setting is applied in turn (RFC 9113 §6.5.3), a
+	// SETTINGS_INITIAL_WINDOW_SIZE change with streams open counted
+	// against maxWindowStrikes however many one frame holds.
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
@@ -437,6 +448,13 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			if delta == 0 {
 				return nil
 			}
+			if len(c.streams) > 0 {
+				if c.windowStrikes++; c.windowStrikes > maxWindowStrikes {
+					return connError{http2.ErrCodeEnhanceYourCalm, "too many SETTINGS_INITIAL_WINDOW_SIZE changes", ""}
+				}
+			}
+			// At most MaxConcurrentStreams steps, allocating nothing once
+			// blocked has grown to the streams waiting.
 			for _, st := range c.streams {
 				if st.send+delta > maxWindow {
 					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window", ""}
