@@ -190,3 +190,33 @@ func TestShutdownDeadline(t *testing.T) {
 		t.Fatalf("%d connections open after Shutdown", s.Open())
 	}
 }
+
+// A GOAWAY after the final one of a graceful close (here the read
+// timeout's) names no later stream, though the peer opened one since.
+func TestGoAwayNeverNamesALaterStream(t *testing.T) {
+	s, addr := serve(t, checkh2.Config{ReadTimeout: 300 * time.Millisecond})
+	c := dial(t, addr)
+	c.headers(1, checkPath, false) // and never its message
+	done := shutdown(s)
+	c.goAwayFrame()
+	ping := c.until("the server's PING", func(f http2.Frame) bool { p, ok := f.(*http2.PingFrame); return ok && !p.IsAck() }).(*http2.PingFrame).Data
+	if err := c.fr.WritePing(true, ping); err != nil {
+		t.Fatal(err)
+	}
+	if ga := c.goAwayFrame(); ga.LastStreamID != 1 {
+		t.Fatalf("final GOAWAY last %d, want 1", ga.LastStreamID)
+	}
+	c.headers(3, checkPath, false) // past the GOAWAY: ignored
+	ga := c.closed()
+	if ga == nil || ga.Debug != "read timeout" || ga.LastStreamID != 1 {
+		t.Fatalf("GOAWAY %+v, want read timeout naming stream 1", ga)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+}
