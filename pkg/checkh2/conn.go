@@ -19,9 +19,11 @@ import (
 )
 
 const (
-	frameHeaderLen      = 9
-	defaultWindow       = 65535
-	maxWindow           = 1<<31 - 1
+	frameHeaderLen = 9
+	defaultWindow  = 65535
+	maxWindow      = 1<<31 - 1
+	// goAwayAll is the last stream of a GOAWAY that refuses none.
+	goAwayAll           = 1<<31 - 1
 	defaultMaxFrameSize = 16384
 	readBufSize         = 32 << 10
 	writeBufSize        = 32 << 10
@@ -31,21 +33,35 @@ const (
 	// maxPingStrikes pings in a row closer than PingMinInterval are let
 	// through (grpc-go's policy).
 	maxPingStrikes = 2
+	// maxWindowStrikes changes of SETTINGS_INITIAL_WINDOW_SIZE with
+	// streams open are let through in a row without a response written
+	// between them: each walks every open stream, so a flood of them
+	// would cost MaxConcurrentStreams steps per few bytes received.
+	maxWindowStrikes = 2
 	// maxRememberedResets streams this server reset are remembered per
 	// connection, for the frames still in flight on them.
 	maxRememberedResets = 1024
 	// lingerTimeout bounds reading what a peer still sends after a
 	// graceful close, so the close does not reset what was written.
 	lingerTimeout = time.Second
+	// drainAckTimeout bounds the wait for the ack of a graceful close's
+	// PING, past which its final GOAWAY is sent anyway.
+	drainAckTimeout = time.Second
 )
+
+// drainPing is the payload of a graceful close's PING, told from the
+// peer's own by its ack.
+var drainPing = [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'd'}
 
 // errDone ends a connection that has nothing left to do.
 var errDone = errors.New("checkh2: connection done")
 
-// connError is a connection error: GOAWAY with code, then close.
+// connError is a connection error: GOAWAY with code (and debug, when
+// set, as its debug data), then close.
 type connError struct {
 	code   http2.ErrCode
 	reason string
+	debug  string
 }
 
 func (e connError) Error() string {
@@ -86,7 +102,14 @@ type conn struct {
 	sentResets  []uint32
 	nextReset   int
 	maxStreamID uint32 // the highest stream the peer opened (or tried to)
-	goAway      bool   // GOAWAY sent or received: no new streams; done when none are open
+	// goAwayLast is the last stream of the GOAWAY sent (2^31-1 before
+	// any): a later GOAWAY never names a higher one (RFC 9113 §6.8).
+	goAwayLast uint32
+	goAway     bool // GOAWAY sent or received: no new streams; done when none are open
+	// drainBy is zero until Shutdown's first GOAWAY (naming every stream)
+	// and its PING are sent; then, until the final GOAWAY, the time it is
+	// sent without the PING's ack.
+	drainBy     time.Time
 	sawSettings bool
 
 	// Send side: the peer's windows and frame size.
@@ -108,6 +131,9 @@ type conn struct {
 	resetsSince time.Time
 	pingStrikes int
 	lastPing    time.Time
+	// windowStrikes counts the changes of SETTINGS_INITIAL_WINDOW_SIZE
+	// with streams open since a response was last written.
+	windowStrikes int
 
 	req checkwire.Request
 	out []byte
@@ -124,6 +150,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		peerMaxFrame:      defaultMaxFrameSize,
 		streamWindow:      sw,
 		connWindow:        min(max(1<<20, 2*sw), maxWindow),
+		goAwayLast:        goAwayAll,
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
@@ -144,8 +171,8 @@ func (c *conn) serve() {
 	default:
 		var ce connError
 		if errors.As(err, &ce) && c.fr != nil {
-			c.fr.WriteGoAway(c.maxStreamID, ce.code, nil)
-			c.bw.Flush()
+			c.writeGoAway(ce.code, ce.debug)
+			c.bw.Flush() // best effort, bounded by WriteTimeout
 			c.lingerClose()
 		} else {
 			c.raw.Close()
@@ -223,7 +250,7 @@ func (c *conn) run() error {
 		}
 		if !c.sawSettings {
 			if sf, ok := f.(*http2.SettingsFrame); !ok || sf.IsAck() {
-				return connError{http2.ErrCodeProtocol, "the first frame is not SETTINGS"}
+				return connError{http2.ErrCodeProtocol, "the first frame is not SETTINGS", ""}
 			}
 			c.sawSettings = true
 		}
@@ -238,9 +265,7 @@ func (c *conn) run() error {
 // for by Shutdown, and ends the connection once it is going away with no
 // stream left.
 func (c *conn) beforeRead() error {
-	if c.draining.Load() && !c.goAway {
-		c.sendGoAway()
-	}
+	c.advanceDrain()
 	if c.goAway && len(c.streams) == 0 {
 		return errDone
 	}
@@ -250,23 +275,52 @@ func (c *conn) beforeRead() error {
 	if err := c.flush(); err != nil {
 		return err
 	}
+	c.setReadDeadline()
+	// Shutdown sets draining before its deadline: either the read below
+	// sees its deadline, or this sees draining.
+	if c.draining.Load() && !c.goAway && c.drainBy.IsZero() {
+		c.advanceDrain()
+		c.setReadDeadline()
+		return c.flush()
+	}
+	return nil
+}
+
+// setReadDeadline bounds the next read: by the end of the wait for a
+// graceful close's PING ack, the handshake, IdleTimeout without streams
+// or ReadTimeout with them.
+func (c *conn) setReadDeadline() {
 	switch {
+	case !c.drainBy.IsZero() && !c.goAway:
+		c.raw.SetReadDeadline(c.drainBy)
 	case !c.sawSettings: // the handshake deadline stands
 	case len(c.streams) == 0:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
 	default:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 	}
-	// Shutdown sets draining before its deadline: either the read below
-	// sees its deadline, or this sees draining.
-	if c.draining.Load() && !c.goAway {
-		c.sendGoAway()
-		if len(c.streams) == 0 {
-			return errDone
-		}
-		return c.flush()
+}
+
+// advanceDrain moves on a graceful close asked for by Shutdown, in two
+// steps as a peer may have sent streams it has not yet learnt are
+// refused. First GOAWAY naming every stream, and a PING; the streams
+// that arrive meanwhile are served. Then, on the PING's ack (onPing), or
+// drainAckTimeout after the PING, GOAWAY naming the last stream
+// received: what the peer sent before it reads that, it learns was not
+// processed, and retries elsewhere.
+func (c *conn) advanceDrain() {
+	if !c.draining.Load() || c.goAway {
+		return
 	}
-	return nil
+	if c.drainBy.IsZero() {
+		c.fr.WriteGoAway(goAwayAll, http2.ErrCodeNo, nil)
+		c.fr.WritePing(false, drainPing)
+		c.drainBy = time.Now().Add(drainAckTimeout)
+		return
+	}
+	if !time.Now().Before(c.drainBy) {
+		c.sendGoAway()
+	}
 }
 
 func (c *conn) flush() error {
@@ -308,11 +362,24 @@ func (c *conn) frameBuffered() bool {
 
 func (c *conn) sendGoAway() {
 	c.goAway = true
-	c.fr.WriteGoAway(c.maxStreamID, http2.ErrCodeNo, nil)
+	c.writeGoAway(http2.ErrCodeNo, "")
+}
+
+// writeGoAway writes GOAWAY naming the last stream the peer opened, or
+// the one a GOAWAY already sent named if that is lower.
+func (c *conn) writeGoAway(code http2.ErrCode, debug string) {
+	c.goAwayLast = min(c.goAwayLast, c.maxStreamID)
+	var d []byte
+	if debug != "" {
+		d = []byte(debug)
+	}
+	c.fr.WriteGoAway(c.goAwayLast, code, d)
 }
 
 // readError handles what ReadFrame returned: a stream error resets the
 // stream and the connection goes on; an idle timeout ends it gracefully;
+// a read timeout with streams open ends it with GOAWAY NO_ERROR and the
+// debug data "read timeout", so the peer learns why its streams end;
 // anything else ends it.
 func (c *conn) readError(err error) error {
 	var se http2.StreamError
@@ -325,15 +392,18 @@ func (c *conn) readError(err error) error {
 	}
 	var ce http2.ConnectionError
 	if errors.As(err, &ce) {
-		return connError{http2.ErrCode(ce), fmt.Sprintf("reading a frame: %v", c.fr.ErrorDetail())}
+		return connError{http2.ErrCode(ce), fmt.Sprintf("reading a frame: %v", c.fr.ErrorDetail()), ""}
 	}
 	if errors.Is(err, http2.ErrFrameTooLarge) {
-		return connError{http2.ErrCodeFrameSize, "a frame larger than advertised"}
+		return connError{http2.ErrCodeFrameSize, "a frame larger than advertised", ""}
 	}
 	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() && c.sawSettings && len(c.streams) == 0 && !c.goAway {
-		c.sendGoAway()
-		return errDone
+	if errors.As(err, &ne) && ne.Timeout() && c.sawSettings {
+		if len(c.streams) == 0 {
+			c.sendGoAway()
+			return errDone
+		}
+		return connError{http2.ErrCodeNo, fmt.Sprintf("no frame for %v with %d streams open", c.cfg.ReadTimeout, len(c.streams)), "read timeout"}
 	}
 	return fmt.Errorf("checkh2: read a frame: %w", err)
 }
@@ -356,7 +426,7 @@ func (c *conn) handle(f http2.Frame) error {
 		c.goAway = true // the peer opens no more streams; finish the open ones
 		return nil
 	case *http2.PushPromiseFrame:
-		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client"}
+		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client", ""}
 	}
 	return nil // PRIORITY and unknown frames
 }
@@ -365,6 +435,9 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if f.IsAck() {
 		return nil
 	}
+	// Each setting is applied in turn (RFC 9113 §6.5.3), a
+	// SETTINGS_INITIAL_WINDOW_SIZE change with streams open counted
+	// against maxWindowStrikes however many one frame holds.
 	err := f.ForeachSetting(func(s http2.Setting) error {
 		if err := s.Valid(); err != nil {
 			return err
@@ -375,9 +448,16 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 			if delta == 0 {
 				return nil
 			}
+			if len(c.streams) > 0 {
+				if c.windowStrikes++; c.windowStrikes > maxWindowStrikes {
+					return connError{http2.ErrCodeEnhanceYourCalm, "too many SETTINGS_INITIAL_WINDOW_SIZE changes", ""}
+				}
+			}
+			// At most MaxConcurrentStreams steps, allocating nothing once
+			// blocked has grown to the streams waiting.
 			for _, st := range c.streams {
 				if st.send+delta > maxWindow {
-					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window"}
+					return connError{http2.ErrCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE overflows a stream window", ""}
 				}
 				shut := st.send <= 0
 				st.send += delta
@@ -396,7 +476,7 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 	if err != nil {
 		var ce http2.ConnectionError
 		if errors.As(err, &ce) {
-			return connError{http2.ErrCode(ce), "an invalid setting"}
+			return connError{http2.ErrCode(ce), "an invalid setting", ""}
 		}
 		return err
 	}
@@ -410,7 +490,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	inc := int64(f.Increment)
 	if f.StreamID == 0 {
 		if c.connSend+inc > maxWindow {
-			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1"}
+			return connError{http2.ErrCodeFlowControl, "connection window above 2^31-1", ""}
 		}
 		c.connSend += inc
 		return c.unblock()
@@ -418,7 +498,7 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 	st := c.streams[f.StreamID]
 	if st == nil {
 		if f.StreamID > c.maxStreamID {
-			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream"}
+			return connError{http2.ErrCodeProtocol, "WINDOW_UPDATE on an idle stream", ""}
 		}
 		return nil // a stream already closed
 	}
@@ -432,12 +512,16 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 
 func (c *conn) onPing(f *http2.PingFrame) error {
 	if f.IsAck() {
+		if f.Data == drainPing && !c.drainBy.IsZero() && !c.goAway {
+			// The peer has read the first GOAWAY of a graceful close.
+			c.sendGoAway()
+		}
 		return nil
 	}
 	now := time.Now()
 	if !c.lastPing.IsZero() && now.Sub(c.lastPing) < c.cfg.PingMinInterval {
 		if c.pingStrikes++; c.pingStrikes > maxPingStrikes {
-			return connError{http2.ErrCodeEnhanceYourCalm, "too many pings"}
+			return connError{http2.ErrCodeEnhanceYourCalm, "too many pings", ""}
 		}
 	}
 	c.lastPing = now
@@ -446,14 +530,14 @@ func (c *conn) onPing(f *http2.PingFrame) error {
 
 func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxStreamID {
-		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream"}
+		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream", ""}
 	}
 	now := time.Now()
 	if now.Sub(c.resetsSince) >= time.Second {
 		c.resetsSince, c.resets = now, 0
 	}
 	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
-		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets"}
+		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
 	}
 	if st := c.streams[f.StreamID]; st != nil {
 		c.closeStream(st)
@@ -473,9 +557,10 @@ func (c *conn) giveBack(n int64) {
 }
 
 // connReader is what the read buffer reads: the connection, where a wait
-// interrupted by Shutdown announces GOAWAY and waits on for the open
+// interrupted by Shutdown, or ended by the bound on a graceful close's
+// PING ack, moves the close on (advanceDrain) and waits on for the open
 // streams. The write buffer is empty whenever this waits (beforeRead
-// flushed), so GOAWAY is written directly.
+// flushed), so what advanceDrain writes is flushed here.
 type connReader struct{ c *conn }
 
 func (r connReader) Read(p []byte) (int, error) {
@@ -486,14 +571,14 @@ func (r connReader) Read(p []byte) (int, error) {
 		if n > 0 || err == nil || !c.draining.Load() || c.goAway || c.fr == nil || !errors.As(err, &ne) || !ne.Timeout() {
 			return n, err
 		}
-		c.sendGoAway()
+		c.advanceDrain()
 		if err := c.bw.Flush(); err != nil {
 			return 0, err
 		}
-		if len(c.streams) == 0 {
+		if c.goAway && len(c.streams) == 0 {
 			return 0, errDone
 		}
-		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
+		c.setReadDeadline()
 	}
 }
 

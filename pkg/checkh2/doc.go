@@ -34,11 +34,35 @@
 // with streams (ReadTimeout), and take to accept our writes
 // (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
 // or pings more often than PingMinInterval (more than twice in a row) gets
-// GOAWAY ENHANCE_YOUR_CALM.
+// GOAWAY ENHANCE_YOUR_CALM, as does one that changes
+// SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice with no
+// response written between: each change walks every open stream.
 //
 // # Deadlines
 //
-// The handler runs synchronously and does not wait, so a request's
-// grpc-timeout is checked before it is handled (an expired one is
-// answered DEADLINE_EXCEEDED) rather than carried in the context.
+// A request's grpc-timeout (up to 8 digits and a unit, as the gRPC spec
+// writes it; anything else is answered HTTP 400 and INTERNAL, as grpc-go
+// answers it) is the deadline of the handler's context, which also ends
+// when the handler returns. A request whose deadline has passed before
+// the handler is called, or before its answer is written, is answered
+// DEADLINE_EXCEEDED. The context costs one allocation, and a timer only
+// if the handler asks for Done; without a grpc-timeout the handler gets
+// the connection's context.
+//
+// # Closing
+//
+// Shutdown closes each connection in two steps, as grpc-go and net/http2
+// do: GOAWAY naming every stream and a PING, the streams that arrive
+// meanwhile (sent before the peer read the GOAWAY) served; then, on the
+// PING's ack or a second after it, GOAWAY naming the last stream
+// received, so the peer knows every later stream was not processed and
+// may retry it elsewhere. The streams in progress finish, and the
+// connection closes once none is left, or when Shutdown's context ends.
+//
+// A connection without streams silent for IdleTimeout gets GOAWAY
+// NO_ERROR and is closed; one with streams open silent for ReadTimeout
+// gets GOAWAY NO_ERROR with the debug data "read timeout" and is closed,
+// the GOAWAY written within WriteTimeout or not at all. A protocol error
+// or a flood gets GOAWAY with its code. No GOAWAY names a higher stream
+// than one sent before it.
 package checkh2

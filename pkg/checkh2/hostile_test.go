@@ -82,11 +82,18 @@ func (c *h2) until(what string, ok func(http2.Frame) bool) http2.Frame {
 	}
 }
 
-// closed reads until the connection ends and returns the GOAWAY seen, if
-// any.
-func (c *h2) closed() *http2.GoAwayFrame {
+// goAway is a GOAWAY received.
+type goAway struct {
+	LastStreamID uint32
+	ErrCode      http2.ErrCode
+	Debug        string
+}
+
+// closed reads until the connection ends and returns the last GOAWAY
+// seen, if any.
+func (c *h2) closed() *goAway {
 	c.t.Helper()
-	var ga *http2.GoAwayFrame
+	var ga *goAway
 	for {
 		f, err := c.fr.ReadFrame()
 		if err != nil {
@@ -97,7 +104,7 @@ func (c *h2) closed() *http2.GoAwayFrame {
 			return ga
 		}
 		if g, ok := f.(*http2.GoAwayFrame); ok {
-			ga = &http2.GoAwayFrame{LastStreamID: g.LastStreamID, ErrCode: g.ErrCode}
+			ga = &goAway{LastStreamID: g.LastStreamID, ErrCode: g.ErrCode, Debug: string(g.DebugData())}
 		}
 	}
 }

@@ -33,8 +33,8 @@ type Config struct {
 	MaxRecvMsgBytes      int           // one request message
 	MaxHeaderListBytes   uint32        // one request's header list, advertised
 	HandshakeTimeout     time.Duration // TLS handshake, preface and first SETTINGS
-	IdleTimeout          time.Duration // silence without open streams: GOAWAY
-	ReadTimeout          time.Duration // silence with open streams: close
+	IdleTimeout          time.Duration // silence without open streams: GOAWAY, close
+	ReadTimeout          time.Duration // silence with open streams: GOAWAY "read timeout", close
 	WriteTimeout         time.Duration // one flush
 	MaxResetsPerSecond   int           // RST_STREAMs from the peer
 	PingMinInterval      time.Duration // between the peer's pings
@@ -223,9 +223,11 @@ func (s *Server) Open() int {
 // Refused is the number of connections closed on accept at MaxConnections.
 func (s *Server) Refused() uint64 { return s.refused.Load() }
 
-// Shutdown stops accepting, sends every connection GOAWAY, lets the
-// streams in progress finish, and returns once every connection is
-// closed; when ctx ends first it closes them and returns ctx's error.
+// Shutdown stops accepting, closes every connection gracefully (GOAWAY
+// naming every stream and a PING, then on its ack, or a second on, GOAWAY
+// naming the last stream received), lets the streams in progress finish,
+// and returns once every connection is closed; when ctx ends first it
+// closes them and returns ctx's error.
 func (s *Server) Shutdown(ctx context.Context) error {
 	conns := s.beginClose()
 	for _, c := range conns {

@@ -9,6 +9,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 )
 
 // stream is one open request. It stays in conn.streams, counted against
@@ -93,7 +95,7 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	id := f.StreamID
 	if id%2 == 0 {
-		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream"}
+		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream", ""}
 	}
 	if st := c.streams[id]; st != nil {
 		// Trailers of a request: they must end it.
@@ -111,7 +113,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 			// the frame is ignored (RFC 9113 §5.1).
 			return nil
 		}
-		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream"}
+		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream", ""}
 	}
 	c.maxStreamID = id
 	if c.goAway {
@@ -165,7 +167,8 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if timeout != "" {
 		d, ok := parseTimeout(timeout)
 		if !ok {
-			c.trailersOnly(st, errorf(codes.Internal, "malformed grpc-timeout %q", timeout))
+			// As grpc-go answers it: HTTP 400, INTERNAL.
+			c.httpError(st, "400", errorf(codes.Internal, "malformed grpc-timeout: %q", timeout))
 			return nil
 		}
 		st.deadline = time.Now().Add(d)
@@ -179,13 +182,13 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 func (c *conn) onData(f *http2.DataFrame) error {
 	n := int64(f.Header().Length) // padding included: it counts against the windows
 	if c.recvHeld+n > c.connWindow {
-		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window"}
+		return connError{http2.ErrCodeFlowControl, "DATA beyond the connection window", ""}
 	}
 	c.recvHeld += n
 	st := c.streams[f.StreamID]
 	if st == nil {
 		if f.StreamID > c.maxStreamID {
-			return connError{http2.ErrCodeProtocol, "DATA on an idle stream"}
+			return connError{http2.ErrCodeProtocol, "DATA on an idle stream", ""}
 		}
 		c.giveBack(n) // a stream already answered or reset
 		return nil
@@ -268,13 +271,18 @@ func (c *conn) complete(st *stream) error {
 			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		resp, err := h.CheckWire(c.ctx, &c.req)
+		resp, err := c.checkWire(h, st.deadline)
 		if err == nil {
 			c.out, err = resp.AppendGRPC(c.out[:0])
 		}
 		c.req.Reset()
 		if err != nil {
-			s := grpcstatus.Convert(err)
+			// grpc-go's mapping: a status, or a context's error as its
+			// code, or UNKNOWN.
+			s, ok := grpcstatus.FromError(err)
+			if !ok {
+				s = grpcstatus.FromContextError(err)
+			}
 			c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
 			return nil
 		}
@@ -284,12 +292,34 @@ func (c *conn) complete(st *stream) error {
 	return nil
 }
 
+// checkWire calls the handler on c.req with the request's deadline (zero:
+// none) in its context, and answers DEADLINE_EXCEEDED in place of what
+// it returns once the deadline has passed: the client has stopped
+// waiting. The context ends when the handler returns (callCtx); a
+// request without a deadline gets the connection's, allocating nothing.
+func (c *conn) checkWire(h checkwire.Server, deadline time.Time) (checkwire.Response, error) {
+	if deadline.IsZero() {
+		return h.CheckWire(c.ctx, &c.req)
+	}
+	ctx := newCallCtx(c.ctx, deadline)
+	resp, err := h.CheckWire(ctx, &c.req)
+	ctx.end()
+	if !time.Now().Before(deadline) {
+		return checkwire.Response{}, errDeadline
+	}
+	return resp, err
+}
+
+// errDeadline answers a request whose grpc-timeout passed before its
+// answer was written.
+var errDeadline = grpcstatus.Error(codes.DeadlineExceeded, "context deadline exceeded")
+
 // respond writes the response HEADERS, as much of msg as the windows
 // allow, and the trailers once all of it is written; what the windows
 // hold back is copied into st.out to wait for them.
 func (c *conn) respond(st *stream, msg []byte) error {
 	st.body = nil // may be a view into the read buffer
-	c.pingStrikes = 0
+	c.pingStrikes, c.windowStrikes = 0, 0
 	c.unflushed++
 	c.hbuf.Reset()
 	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})

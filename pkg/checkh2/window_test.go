@@ -6,6 +6,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -203,5 +204,110 @@ func TestClosedStreamsRetainBoundedBuffers(t *testing.T) {
 	}
 	if got := retained(c); got > maxFreeBytes {
 		t.Fatalf("%d closed streams retain %d bytes of buffers, want at most %d", streams, got, maxFreeBytes)
+	}
+}
+
+// initialWindow is a SETTINGS frame setting SETTINGS_INITIAL_WINDOW_SIZE
+// to each of vals in turn.
+func initialWindow(t *testing.T, vals ...uint32) http2.Frame {
+	t.Helper()
+	var s []http2.Setting
+	for _, v := range vals {
+		s = append(s, http2.Setting{ID: http2.SettingInitialWindowSize, Val: v})
+	}
+	return frame(t, func(fr *http2.Framer) error { return fr.WriteSettings(s...) })
+}
+
+func isCalm(err error) bool {
+	ce, ok := err.(connError)
+	return ok && ce.code == http2.ErrCodeEnhanceYourCalm
+}
+
+// A SETTINGS_INITIAL_WINDOW_SIZE change walks every open stream, bounded
+// by MaxConcurrentStreams and allocating nothing; so a peer changing it
+// with streams open more than maxWindowStrikes times without a response
+// written between gets ENHANCE_YOUR_CALM, whether the changes come in
+// many frames or in one, and a flood of them is no amplification.
+func TestInitialWindowFloodBounded(t *testing.T) {
+	const n = 1000
+	up, down := initialWindow(t, 1000), initialWindow(t, 0)
+
+	c := unitConn(t, Config{})
+	blockResponses(t, c, n, make([]byte, 100))
+	c.connSend = 0
+	allocs := testing.AllocsPerRun(100, func() {
+		c.windowStrikes = 0
+		for _, f := range []http2.Frame{up, down} {
+			if err := c.handle(f); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per change of the initial window with %d streams open", allocs, n)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		frames []http2.Frame
+	}{
+		{"many frames", func() []http2.Frame {
+			var fs []http2.Frame
+			for range 500 {
+				fs = append(fs, up, down)
+			}
+			return fs
+		}()},
+		{"one frame", []http2.Frame{initialWindow(t, slices.Repeat([]uint32{1000, 0}, 500)...)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := unitConn(t, Config{})
+			blockResponses(t, c, n, make([]byte, 100))
+			c.connSend = 0
+			var err error
+			handled := 0
+			for _, f := range tc.frames {
+				if err = c.handle(f); err != nil {
+					break
+				}
+				handled++
+			}
+			if !isCalm(err) {
+				t.Fatalf("after %d frames: %v, want ENHANCE_YOUR_CALM", handled, err)
+			}
+			if handled > maxWindowStrikes {
+				t.Fatalf("%d frames changing the initial window let through, want at most %d", handled, maxWindowStrikes)
+			}
+		})
+	}
+
+	// Without streams open a change walks nothing and costs no strike; a
+	// response written between changes clears the strikes.
+	c = unitConn(t, Config{})
+	for range 100 {
+		for _, f := range []http2.Frame{up, down} {
+			if err := c.handle(f); err != nil {
+				t.Fatalf("a change with no stream open: %v", err)
+			}
+		}
+	}
+	for i := range 100 {
+		open := c.newStream(uint32(2*i + 1))
+		c.streams[open.id] = open
+		c.maxStreamID = open.id
+		f := up
+		if i%2 == 1 {
+			f = down
+		}
+		if err := c.handle(f); err != nil {
+			t.Fatalf("change %d with a response written since the last: %v", i, err)
+		}
+		answered := c.newStream(open.id + 1<<20) // any other open stream
+		c.streams[answered.id] = answered
+		answered.send = 1000
+		if err := c.respond(answered, []byte{0, 0, 0, 0, 0}); err != nil {
+			t.Fatal(err)
+		}
+		c.closeStream(open)
 	}
 }
