@@ -51,9 +51,10 @@ LABEL org.opencontainers.image.title="ratelimit-authz" \
       org.opencontainers.image.base.name="scratch"
 ENV RATELIMIT_AUTHZ_CONFIG=/etc/ratelimit-authz/ratelimit.yaml
 ENV RATELIMIT_AUTHZ_GRPC_ADDR=0.0.0.0:9001
+ENV RATELIMIT_AUTHZ_CHECK_ADDR=0.0.0.0:9002
 ENV RATELIMIT_AUTHZ_HTTP_ADDR=0.0.0.0:9090
 USER 65532:65532
 WORKDIR /
-EXPOSE 9001/tcp 9090/tcp
+EXPOSE 9001/tcp 9002/tcp 9090/tcp
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/ratelimit-authz", "serve"]

@@ -23,8 +23,8 @@ build: ## build bin/ratelimit-authz (static, version stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ratelimit-authz
 
 .PHONY: run
-run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC) and :9090 (HTTP)
-	./$(BIN) serve --config config/ratelimit.yaml --log-level $${LOG_LEVEL:-info}
+run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (lean Check listener, envoy/ratelimit-authz.yaml's ext_authz target) and :9090 (HTTP)
+	./$(BIN) serve --config config/ratelimit.yaml --check-addr 127.0.0.1:9002 --log-level $${LOG_LEVEL:-info}
 
 .PHONY: tools
 tools: ## install what the tests need: Envoy and nats-server (into .tools/), PostgreSQL (apt, when missing)

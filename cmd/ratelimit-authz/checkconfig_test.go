@@ -92,3 +92,61 @@ func TestCheckConfigRLS(t *testing.T) {
 		t.Errorf("a file as the directory: %v", err)
 	}
 }
+
+// check-config --envoy with --check-addr (or its variable, as serve
+// reads it): the shipped bootstrap, Check on the lean listener and the
+// access log on the gRPC port, passes; the same bootstrap with the access
+// log sent to the lean listener's cluster is a problem, exit 1, naming
+// the call and the cluster. Without the lean listener's address it cannot
+// be known and passes.
+func TestCheckConfigLeanListener(t *testing.T) {
+	ctx := context.Background()
+	const config = "../../config/ratelimit.yaml"
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const logTo = "grpc_service: { envoy_grpc: { cluster_name: ratelimit_authz } }"
+	if strings.Count(string(shipped), logTo) != 1 {
+		t.Fatalf("the shipped bootstrap lacks the access log's %q", logTo)
+	}
+	bad := filepath.Join(t.TempDir(), "log-to-check.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(shipped), logTo, "grpc_service: { envoy_grpc: { cluster_name: ratelimit_authz_check } }", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(vars map[string]string, args ...string) (string, error) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"check-config", "--config", config}, args...), env(vars), &out, &errOut)
+		return errOut.String(), err
+	}
+
+	if stderr, err := check(nil, "--envoy", "../../envoy/ratelimit-authz.yaml", "--check-addr", "127.0.0.1:9002"); err != nil {
+		t.Errorf("shipped bootstrap with --check-addr: %v\n%s", err, stderr)
+	}
+	want := bad + ": envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig sends to cluster ratelimit_authz_check on port 9002, the lean Check listener"
+	for name, tc := range map[string]struct {
+		vars map[string]string
+		args []string
+	}{
+		"flag":     {nil, []string{"--envoy", bad, "--check-addr", "0.0.0.0:9002"}},
+		"variable": {map[string]string{"RATELIMIT_AUTHZ_CHECK_ADDR": "0.0.0.0:9002"}, []string{"--envoy", bad}},
+	} {
+		stderr, err := check(tc.vars, tc.args...)
+		if exitCode(err) != 1 || !strings.Contains(stderr, want) {
+			t.Errorf("%s: access log on the lean listener: %v, stderr %q; want exit 1 and %q", name, err, stderr, want)
+		}
+	}
+	// Another port, or none: nothing says the access log's cluster is
+	// the lean listener.
+	for _, args := range [][]string{{"--envoy", bad}, {"--envoy", bad, "--check-addr", "127.0.0.1:9003"}} {
+		if stderr, err := check(nil, args...); err != nil {
+			t.Errorf("%v: %v\n%s", args, err, stderr)
+		}
+	}
+	for _, addr := range []string{"9002", "host:0", "host:65536", "host:x"} {
+		if _, err := check(nil, "--envoy", bad, "--check-addr", addr); exitCode(err) != 2 {
+			t.Errorf("--check-addr %q: %v, want a usage error (exit 2)", addr, err)
+		}
+	}
+}

@@ -140,8 +140,10 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 	if d.httpAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
-	d.addrs = envoyconf.Addrs{App: d.appAddr, Authz: make([]string, 1)}
-	for _, p := range []*string{&d.addrs.Admin, &d.addrs.Listener, &d.addrs.Authz[0]} {
+	// Envoy's ext_authz filter calls the lean Check listener, its access
+	// log the gRPC port, as in the shipped bootstrap.
+	d.addrs = envoyconf.Addrs{App: d.appAddr, Authz: make([]string, 1), Check: make([]string, 1)}
+	for _, p := range []*string{&d.addrs.Admin, &d.addrs.Listener, &d.addrs.Authz[0], &d.addrs.Check[0]} {
 		if *p, err = freeport.Addr(); err != nil {
 			return err
 		}
@@ -157,6 +159,7 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 		Args: []string{"serve",
 			"--config", d.o.config,
 			"--grpc-addr", d.addrs.Authz[0],
+			"--check-addr", d.addrs.Check[0],
 			"--http-addr", d.httpAddr,
 			"--drain-delay", "0s", // nothing to drain for: Envoy is stopped first
 			"--shutdown-timeout", "5s",
@@ -168,7 +171,7 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 	if err := d.ready(ctx, d.server, "http://"+d.httpAddr+"/readyz"); err != nil {
 		return err
 	}
-	d.out.linef("  ratelimit-authz  pid %-7d gRPC %s, metrics http://%s/metrics", d.server.PID(), d.addrs.Authz[0], d.httpAddr)
+	d.out.linef("  ratelimit-authz  pid %-7d gRPC %s, Check %s, metrics http://%s/metrics", d.server.PID(), d.addrs.Authz[0], d.addrs.Check[0], d.httpAddr)
 
 	envoyCfg := filepath.Join(d.logDir, "envoy.yaml")
 	if err := envoyconf.RenderFile(d.o.envoyConfig, envoyCfg, d.addrs); err != nil {

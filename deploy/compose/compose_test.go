@@ -15,6 +15,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
 
+	"github.com/ratelimit-authz/ratelimit-authz/deploy/image"
 	"github.com/ratelimit-authz/ratelimit-authz/deploy/internal/serverbin"
 )
 
@@ -185,9 +186,9 @@ func TestComposeMatchesBinary(t *testing.T) {
 		if sub != "serve" {
 			continue
 		}
-		// The image listens on 9001 and 9090 (its environment); the
-		// service's ports must be those.
-		for _, e := range []string{"RATELIMIT_AUTHZ_GRPC_ADDR=0.0.0.0:9001", "RATELIMIT_AUTHZ_HTTP_ADDR=0.0.0.0:9090"} {
+		// The image listens where its environment says; the service's
+		// ports must be those.
+		for _, e := range image.Env() {
 			name, val, _ := strings.Cut(e, "=")
 			if f, ok := surface.EnvFlag(name); ok {
 				if _, set := s.Environment[name]; !set {
@@ -196,8 +197,12 @@ func TestComposeMatchesBinary(t *testing.T) {
 			}
 		}
 		listen := map[string]bool{}
-		for _, f := range []string{"grpc-addr", "http-addr"} {
+		for _, f := range []string{"grpc-addr", "check-addr", "http-addr"} {
 			a := settings[f]
+			if a == "" {
+				t.Errorf("%s: --%s is not set", s.Name, f)
+				continue
+			}
 			listen[a[strings.LastIndex(a, ":")+1:]] = true
 		}
 		checkProbe(t, ctx, s, settings["http-addr"])

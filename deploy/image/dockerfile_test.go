@@ -94,7 +94,7 @@ func TestDockerfileMatchesImage(t *testing.T) {
 	if !slices.Equal(env, image.Env()) {
 		t.Errorf("ENV %q, want %q", env, image.Env())
 	}
-	wantPorts := []string{fmt.Sprintf("%d/tcp", image.GRPCPort), fmt.Sprintf("%d/tcp", image.HTTPPort)}
+	wantPorts := []string{fmt.Sprintf("%d/tcp", image.GRPCPort), fmt.Sprintf("%d/tcp", image.CheckPort), fmt.Sprintf("%d/tcp", image.HTTPPort)}
 	if !slices.Equal(exposed, wantPorts) {
 		t.Errorf("EXPOSE %q, want %q", exposed, wantPorts)
 	}

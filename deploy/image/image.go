@@ -48,10 +48,14 @@ const (
 	GID = 65532
 )
 
-// Ports the image listens on (set by its environment; see Env).
+// Ports the image listens on (set by its environment; see Env). Envoy's
+// ext_authz filter calls CheckPort, the lean Check listener (Check and
+// health only, cheaper per check); its access log, RLS and RLQS call
+// GRPCPort.
 const (
-	GRPCPort = 9001
-	HTTPPort = 9090
+	GRPCPort  = 9001
+	CheckPort = 9002
+	HTTPPort  = 9090
 )
 
 // Epoch is the time of every file and of the image config.
@@ -75,6 +79,7 @@ func Env() []string {
 	return []string{
 		"RATELIMIT_AUTHZ_CONFIG=" + ConfigPath,
 		fmt.Sprintf("RATELIMIT_AUTHZ_GRPC_ADDR=0.0.0.0:%d", GRPCPort),
+		fmt.Sprintf("RATELIMIT_AUTHZ_CHECK_ADDR=0.0.0.0:%d", CheckPort),
 		fmt.Sprintf("RATELIMIT_AUTHZ_HTTP_ADDR=0.0.0.0:%d", HTTPPort),
 	}
 }
@@ -157,8 +162,9 @@ func assemble(cfg Config, layer v1.Layer) (v1.Image, error) {
 		Env:        Env(),
 		WorkingDir: "/",
 		ExposedPorts: map[string]struct{}{
-			fmt.Sprintf("%d/tcp", GRPCPort): {},
-			fmt.Sprintf("%d/tcp", HTTPPort): {},
+			fmt.Sprintf("%d/tcp", GRPCPort):  {},
+			fmt.Sprintf("%d/tcp", CheckPort): {},
+			fmt.Sprintf("%d/tcp", HTTPPort):  {},
 		},
 		Labels: Labels(cfg),
 		// SIGTERM starts the graceful shutdown (drain, then stop).

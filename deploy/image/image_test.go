@@ -410,13 +410,14 @@ func TestUnpackedImageServes(t *testing.T) {
 	if _, err := fmt.Sscanf(cf.Config.User, "%d:%d", &uid, &gid); err != nil {
 		t.Fatalf("image user %q: %v", cf.Config.User, err)
 	}
-	addrs, err := freeport.Addrs(2)
+	addrs, err := freeport.Addrs(3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, httpAddr := addrs[0], addrs[1]
+	grpcAddr, checkAddr, httpAddr := addrs[0], addrs[1], addrs[2]
 	env := append(slices.Clone(cf.Config.Env),
 		"RATELIMIT_AUTHZ_GRPC_ADDR="+grpcAddr,
+		"RATELIMIT_AUTHZ_CHECK_ADDR="+checkAddr,
 		"RATELIMIT_AUTHZ_HTTP_ADDR="+httpAddr,
 		"RATELIMIT_AUTHZ_DRAIN_DELAY=100ms",
 	)
@@ -519,6 +520,16 @@ func TestUnpackedImageServes(t *testing.T) {
 		t.Errorf("%d allowed, then %+v: want some allowed, then 429 with Retry-After", allowed, denial)
 	}
 	t.Logf("unpacked image: /readyz 200, %d checks allowed, then HTTP %d Retry-After %s", allowed, denial.HTTPStatus, denial.RetryAfter)
+
+	// The lean Check listener the image opens (Envoy's ext_authz target)
+	// decides too, for another client.
+	allowed, denial, err = serverbin.DenyToken(ctx, checkAddr, "203.0.113.78", 1000)
+	if err != nil {
+		t.Fatalf("checks on the lean Check listener: %v\n%s", err, logTail())
+	}
+	if allowed == 0 || denial.HTTPStatus != 429 || denial.RetryAfter == "" {
+		t.Errorf("lean Check listener: %d allowed, then %+v: want some allowed, then 429 with Retry-After", allowed, denial)
+	}
 
 	if err := stop(); err != nil {
 		t.Errorf("graceful stop: %v\n%s", err, logTail())

@@ -401,7 +401,11 @@ func (c *checker) checkServer(ctr corev1.Container, pod corev1.PodSpec, secrets 
 		}
 	}
 	if sub == "serve" {
-		for _, f := range []string{"grpc-addr", "http-addr"} {
+		for _, f := range []string{"grpc-addr", "check-addr", "http-addr"} {
+			if settings[f] == "" {
+				c.errorf("container %s: --%s is not set", ctr.Name, f)
+				continue
+			}
 			p, _ := port(settings[f])
 			if !slices.ContainsFunc(ctr.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == p }) {
 				c.errorf("container %s: --%s %s has no container port", ctr.Name, f, settings[f])
@@ -603,8 +607,8 @@ func TestManifestsMatchBinary(t *testing.T) {
 						if sp.AppProtocol == nil {
 							c.errorf("Service %s port %s: no appProtocol", v.Name, sp.Name)
 						}
-						if sp.Name == "grpc" && (sp.AppProtocol == nil || *sp.AppProtocol != "kubernetes.io/h2c") {
-							c.errorf("Service %s: the gRPC port must say appProtocol kubernetes.io/h2c", v.Name)
+						if (sp.Name == "grpc" || sp.Name == "check") && (sp.AppProtocol == nil || *sp.AppProtocol != "kubernetes.io/h2c") {
+							c.errorf("Service %s: the %s port (HTTP/2 without TLS) must say appProtocol kubernetes.io/h2c", v.Name, sp.Name)
 						}
 					}
 				case *networkingv1.NetworkPolicy:
@@ -643,7 +647,8 @@ func metaSelector(m map[string]string) (labels.Selector, error) {
 }
 
 // TestNetworkPolicyAdmitsOnlyEnvoy: the gRPC port (Check and the access-log
-// stream) admits only pods labelled as Envoy, which the example Envoy is.
+// stream) and the lean Check listener admit only pods labelled as Envoy,
+// which the example Envoy is.
 func TestNetworkPolicyAdmitsOnlyEnvoy(t *testing.T) {
 	var policy *networkingv1.NetworkPolicy
 	var server *appsv1.Deployment
@@ -666,16 +671,15 @@ func TestNetworkPolicyAdmitsOnlyEnvoy(t *testing.T) {
 	if policy == nil || server == nil || envoy == nil {
 		t.Fatal("missing the policy, the server or Envoy")
 	}
-	grpcPort := containerPort(server.Spec.Template.Spec.Containers[0], intstr.FromString("grpc"))
 	// admitted follows NetworkPolicy's semantics: a rule without ports
 	// (or with a port entry that names none) admits every port, one
 	// without peers every source; an ipBlock, or a namespace selector
 	// without a pod selector, admits pods whatever their labels.
-	admitted := func(podLabels map[string]string) bool {
+	admitted := func(podLabels map[string]string, target int32) bool {
 		for _, in := range policy.Spec.Ingress {
 			portOK := len(in.Ports) == 0
 			for _, p := range in.Ports {
-				portOK = portOK || p.Port == nil || containerPort(server.Spec.Template.Spec.Containers[0], *p.Port) == grpcPort
+				portOK = portOK || p.Port == nil || containerPort(server.Spec.Template.Spec.Containers[0], *p.Port) == target
 			}
 			if !portOK {
 				continue
@@ -698,16 +702,23 @@ func TestNetworkPolicyAdmitsOnlyEnvoy(t *testing.T) {
 		}
 		return false
 	}
-	if !admitted(envoy.Spec.Template.Labels) {
-		t.Error("the example Envoy is not admitted to the gRPC port")
-	}
-	if admitted(map[string]string{"app.kubernetes.io/name": "app"}) || admitted(map[string]string{}) {
-		t.Error("a pod without the Envoy label is admitted to the gRPC port")
+	for _, name := range []string{"grpc", "check"} {
+		target := containerPort(server.Spec.Template.Spec.Containers[0], intstr.FromString(name))
+		if target < 0 {
+			t.Fatalf("the server has no container port %s", name)
+		}
+		if !admitted(envoy.Spec.Template.Labels, target) {
+			t.Errorf("the example Envoy is not admitted to port %s", name)
+		}
+		if admitted(map[string]string{"app.kubernetes.io/name": "app"}, target) || admitted(map[string]string{}, target) {
+			t.Errorf("a pod without the Envoy label is admitted to port %s", name)
+		}
 	}
 }
 
-// envoyDNSRefresh is the ratelimit_authz cluster's dns_refresh_rate in the
-// shipped Kubernetes bootstrap.
+// envoyDNSRefresh is the longest dns_refresh_rate of the ratelimit-authz
+// clusters (the lean Check listener's and the gRPC port's) in the shipped
+// Kubernetes bootstrap.
 func envoyDNSRefresh(t *testing.T) time.Duration {
 	t.Helper()
 	var boot struct {
@@ -725,11 +736,16 @@ func envoyDNSRefresh(t *testing.T) time.Duration {
 	if err := yaml.Unmarshal(b, &boot); err != nil {
 		t.Fatal(err)
 	}
+	var longest time.Duration
+	found := 0
 	for _, c := range boot.StaticResources.Clusters {
-		if c.Name == "ratelimit_authz" {
-			return duration(t, c.DNSRefreshRate)
+		if c.Name == "ratelimit_authz" || c.Name == "ratelimit_authz_check" {
+			found++
+			longest = max(longest, duration(t, c.DNSRefreshRate))
 		}
 	}
-	t.Fatal("envoy/envoy.yaml: no ratelimit_authz cluster")
-	return 0
+	if found != 2 {
+		t.Fatalf("envoy/envoy.yaml: %d of the clusters ratelimit_authz and ratelimit_authz_check", found)
+	}
+	return longest
 }

@@ -76,11 +76,13 @@ func TestEnvoyBootstrapMatchesShipped(t *testing.T) {
 		c := c.(map[string]any)
 		c["type"] = "STRICT_DNS"
 		c["dns_lookup_family"] = "V4_ONLY"
-		host := map[string]string{"ratelimit_authz": "ratelimit-authz", "app": "app"}[c["name"].(string)]
+		// Both ratelimit-authz clusters, the lean Check listener's and the
+		// gRPC port's, reach the same pods.
+		host := map[string]string{"ratelimit_authz_check": "ratelimit-authz", "ratelimit_authz": "ratelimit-authz", "app": "app"}[c["name"].(string)]
 		if host == "" {
 			t.Fatalf("shipped cluster %v: not one this test knows", c["name"])
 		}
-		if c["name"] == "ratelimit_authz" {
+		if host == "ratelimit-authz" {
 			c["dns_refresh_rate"] = "2s"
 			c["respect_dns_ttl"] = false
 		}

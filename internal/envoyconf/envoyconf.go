@@ -1,8 +1,15 @@
 // Package envoyconf renders the shipped Envoy bootstrap,
 // envoy/ratelimit-authz.yaml, with the addresses of one run: the end-to-end
 // tests, the demo and the benchmarks run exactly the file users copy, with
-// only its four addresses changed (and the ratelimit_authz cluster given
-// one endpoint per node). It is the only place that writes a bootstrap.
+// only its five addresses changed (and the two ratelimit-authz clusters
+// given one endpoint per node). It is the only place that writes a
+// bootstrap.
+//
+// The shipped bootstrap reaches the nodes by two clusters:
+// ratelimit_authz_check (ShippedCheckCluster), the lean Check listener
+// (serve --check-addr) that the ext_authz filter calls, and
+// ratelimit_authz (ShippedAuthzCluster), the gRPC port that the failure
+// access log calls, since the lean listener serves only Check and health.
 //
 // Options edit a rendering for what one run needs and nothing else: trust
 // in proxies ahead (WithTrustedHops), headers stripped before the check
@@ -34,6 +41,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,7 +53,8 @@ const Path = "envoy/ratelimit-authz.yaml"
 const (
 	ShippedAdmin    = "127.0.0.1:9901"  // admin interface
 	ShippedListener = "127.0.0.1:10000" // listener "ingress"
-	ShippedAuthz    = "127.0.0.1:9001"  // the endpoint of cluster ratelimit_authz
+	ShippedAuthz    = "127.0.0.1:9001"  // the endpoint of cluster ratelimit_authz (the gRPC port)
+	ShippedCheck    = "127.0.0.1:9002"  // the endpoint of cluster ratelimit_authz_check (the lean Check listener)
 	ShippedApp      = "127.0.0.1:8080"  // the endpoint of cluster app
 )
 
@@ -58,18 +67,27 @@ var ErrPlaceholder = errors.New("envoyconf: shipped address not found exactly on
 type Addrs struct {
 	Admin    string   // Envoy's admin interface
 	Listener string   // where clients connect
-	Authz    []string // the ratelimit-authz nodes (gRPC), at least one: the endpoints of cluster ratelimit_authz
-	App      string   // the application behind Envoy
+	Authz    []string // the ratelimit-authz nodes' gRPC ports, at least one: the endpoints of cluster ratelimit_authz
+	// Check are the nodes' lean Check listeners (serve --check-addr): the
+	// endpoints of cluster ratelimit_authz_check, which the ext_authz
+	// filter calls. Empty: the Authz addresses, for nodes that serve Check
+	// on their gRPC port only. Only a bootstrap with that cluster takes
+	// them.
+	Check []string
+	App   string // the application behind Envoy
 }
 
 // Render returns the bootstrap src with the shipped addresses replaced by
-// a's. With several Authz addresses, the cluster's single lb_endpoints
-// entry is repeated once per address, so Envoy balances over the nodes.
+// a's. With several Authz (or Check) addresses, the cluster's single
+// lb_endpoints entry is repeated once per address, so Envoy balances over
+// the nodes. Every shipped address is found in src before any is
+// replaced, so an address of a that equals a shipped one is no confusion.
 func Render(src []byte, a Addrs) ([]byte, error) {
 	if len(a.Authz) == 0 {
 		return nil, errors.New("envoyconf: no ratelimit-authz address")
 	}
 	cfg := string(src)
+	var edits []edit
 	for _, r := range []struct{ shipped, addr string }{
 		{ShippedAdmin, a.Admin}, {ShippedListener, a.Listener}, {ShippedApp, a.App},
 	} {
@@ -84,20 +102,64 @@ func Render(src []byte, a Addrs) ([]byte, error) {
 		if n := strings.Count(cfg, old); n != 1 {
 			return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, old, n)
 		}
-		cfg = strings.Replace(cfg, old, repl, 1)
+		i := strings.Index(cfg, old)
+		edits = append(edits, edit{i, i + len(old), repl})
 	}
-	return renderAuthz(cfg, a.Authz)
-}
-
-// renderAuthz replaces the line holding the ratelimit_authz endpoint with
-// one such line per address.
-func renderAuthz(cfg string, addrs []string) ([]byte, error) {
-	old, err := socketAddress(ShippedAuthz)
+	e, err := endpointEdit(cfg, ShippedAuthzCluster, ShippedAuthz, a.Authz)
 	if err != nil {
 		return nil, err
 	}
+	edits = append(edits, e)
+	check, err := socketAddress(ShippedCheck)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case strings.Contains(cfg, check):
+		addrs := a.Check
+		if len(addrs) == 0 {
+			addrs = a.Authz
+		}
+		e, err := endpointEdit(cfg, ShippedCheckCluster, ShippedCheck, addrs)
+		if err != nil {
+			return nil, err
+		}
+		edits = append(edits, e)
+	case len(a.Check) > 0:
+		return nil, fmt.Errorf("%w: Check addresses given, but the bootstrap has no %s endpoint %q", ErrPlaceholder, ShippedCheckCluster, check)
+	}
+	return []byte(apply(cfg, edits)), nil
+}
+
+// edit replaces cfg[start:end] by repl.
+type edit struct {
+	start, end int
+	repl       string
+}
+
+// apply makes the edits, which do not overlap, to cfg.
+func apply(cfg string, edits []edit) string {
+	slices.SortFunc(edits, func(a, b edit) int { return a.start - b.start })
+	var b strings.Builder
+	at := 0
+	for _, e := range edits {
+		b.WriteString(cfg[at:e.start])
+		b.WriteString(e.repl)
+		at = e.end
+	}
+	b.WriteString(cfg[at:])
+	return b.String()
+}
+
+// endpointEdit replaces the line holding the endpoint shipped of cluster
+// with one such line per address.
+func endpointEdit(cfg, cluster, shipped string, addrs []string) (edit, error) {
+	old, err := socketAddress(shipped)
+	if err != nil {
+		return edit{}, err
+	}
 	if n := strings.Count(cfg, old); n != 1 {
-		return nil, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, old, n)
+		return edit{}, fmt.Errorf("%w: %q occurs %d times", ErrPlaceholder, old, n)
 	}
 	i := strings.Index(cfg, old)
 	start := strings.LastIndexByte(cfg[:i], '\n') + 1
@@ -109,20 +171,18 @@ func renderAuthz(cfg string, addrs []string) ([]byte, error) {
 	if len(addrs) > 1 && !strings.HasPrefix(strings.TrimSpace(line), "- endpoint:") {
 		// Repeating the line is only right for one lb_endpoints entry
 		// written on one line.
-		return nil, fmt.Errorf("%w: the ratelimit_authz endpoint is no longer a one-line \"- endpoint:\" entry, cannot add endpoints: %q",
-			ErrPlaceholder, strings.TrimSpace(line))
+		return edit{}, fmt.Errorf("%w: the %s endpoint is no longer a one-line \"- endpoint:\" entry, cannot add endpoints: %q",
+			ErrPlaceholder, cluster, strings.TrimSpace(line))
 	}
 	var b strings.Builder
-	b.WriteString(cfg[:start])
 	for _, addr := range addrs {
 		repl, err := socketAddress(addr)
 		if err != nil {
-			return nil, err
+			return edit{}, err
 		}
 		b.WriteString(strings.Replace(line, old, repl, 1))
 	}
-	b.WriteString(cfg[end:])
-	return []byte(b.String()), nil
+	return edit{start, end, b.String()}, nil
 }
 
 // socketAddress is addr as the bootstrap writes it, up to the brace that

@@ -94,20 +94,33 @@ func TestShippedAddresses(t *testing.T) {
 	if got := bs.endpoints("ratelimit_authz"); len(got) != 1 || got[0] != ShippedAuthz {
 		t.Errorf("ratelimit_authz endpoints %v, want [%s]", got, ShippedAuthz)
 	}
+	if got := bs.endpoints("ratelimit_authz_check"); len(got) != 1 || got[0] != ShippedCheck {
+		t.Errorf("ratelimit_authz_check endpoints %v, want [%s]", got, ShippedCheck)
+	}
 	if got := bs.endpoints("app"); len(got) != 1 || got[0] != ShippedApp {
 		t.Errorf("app endpoints %v, want [%s]", got, ShippedApp)
 	}
 }
 
 func TestRender(t *testing.T) {
-	for _, authz := range [][]string{
-		{"127.0.0.1:40001"},
-		{"127.0.0.1:40001", "127.0.0.2:40002", "127.0.0.3:40003"},
+	for _, tc := range []struct{ authz, check []string }{
+		{[]string{"127.0.0.1:40001"}, nil},
+		{[]string{"127.0.0.1:40001", "127.0.0.2:40002", "127.0.0.3:40003"}, nil},
+		{[]string{"127.0.0.1:40001"}, []string{"127.0.0.1:40101"}},
+		{[]string{"127.0.0.1:40001", "127.0.0.2:40002"}, []string{"127.0.0.1:40101", "127.0.0.2:40102"}},
+		// Addresses that are shipped ones elsewhere: each is replaced once.
+		{[]string{ShippedCheck}, []string{ShippedAuthz}},
 	} {
-		a := Addrs{Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", Authz: authz, App: "127.0.0.1:43000"}
+		authz := tc.authz
+		a := Addrs{Admin: "127.0.0.1:41000", Listener: "127.0.0.1:42000", Authz: authz, Check: tc.check, App: "127.0.0.1:43000"}
 		out, err := Render(shipped(t), a)
 		if err != nil {
-			t.Fatalf("%d endpoints: %v", len(authz), err)
+			t.Fatalf("%v %v: %v", authz, tc.check, err)
+		}
+		// Without Check addresses, the checks go to the gRPC ports.
+		check := tc.check
+		if len(check) == 0 {
+			check = authz
 		}
 		bs := parse(t, out)
 		if got := bs.Admin.Address.String(); got != a.Admin {
@@ -119,17 +132,22 @@ func TestRender(t *testing.T) {
 		if got := bs.endpoints("ratelimit_authz"); strings.Join(got, " ") != strings.Join(authz, " ") {
 			t.Errorf("ratelimit_authz endpoints %v, want %v", got, authz)
 		}
+		if got := bs.endpoints("ratelimit_authz_check"); strings.Join(got, " ") != strings.Join(check, " ") {
+			t.Errorf("ratelimit_authz_check endpoints %v, want %v", got, check)
+		}
 		if got := bs.endpoints("app"); len(got) != 1 || got[0] != a.App {
 			t.Errorf("app endpoints %v, want [%s]", got, a.App)
 		}
-		for _, port := range []string{"9901", "10000", "9001", "8080"} {
-			if strings.Contains(string(out), "port_value: "+port+" ") {
-				t.Errorf("shipped port %s left in the rendering", port)
+		if authz[0] != ShippedCheck {
+			for _, port := range []string{"9901", "10000", "9001", "9002", "8080"} {
+				if strings.Contains(string(out), "port_value: "+port+" ") {
+					t.Errorf("shipped port %s left in the rendering", port)
+				}
 			}
 		}
 		// Only the addresses changed: same lines otherwise.
-		if d := strings.Count(string(out), "\n") - strings.Count(string(shipped(t)), "\n"); d != len(authz)-1 {
-			t.Errorf("rendering has %d more lines, want %d", d, len(authz)-1)
+		if d := strings.Count(string(out), "\n") - strings.Count(string(shipped(t)), "\n"); d != len(authz)-1+len(check)-1 {
+			t.Errorf("rendering has %d more lines, want %d", d, len(authz)-1+len(check)-1)
 		}
 	}
 }
@@ -150,9 +168,14 @@ func TestRenderErrors(t *testing.T) {
 	good := Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}
 	src := string(shipped(t))
 	const authzLine = "- endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9001 } } }"
-	if !strings.Contains(src, authzLine) {
-		t.Fatalf("shipped bootstrap lacks %q", authzLine)
+	const checkLine = "- endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: 9002 } } }"
+	for _, l := range []string{authzLine, checkLine} {
+		if !strings.Contains(src, l) {
+			t.Fatalf("shipped bootstrap lacks %q", l)
+		}
 	}
+	withCheck := good
+	withCheck.Check = []string{"127.0.0.1:5"}
 	for name, tc := range map[string]struct {
 		src         string
 		addrs       Addrs
@@ -168,11 +191,19 @@ func TestRenderErrors(t *testing.T) {
 			Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3", "127.0.0.1:5"}, App: "127.0.0.1:4"},
 			true,
 		},
-		"no authz":       {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", App: "127.0.0.1:4"}, false},
-		"host name":      {src, Addrs{Admin: "localhost:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
-		"no port":        {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
-		"port zero":      {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:0"}, App: "127.0.0.1:4"}, false},
-		"port too large": {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:65536"}, false},
+		"check address missing": {strings.Replace(src, "port_value: 9002 }", "port_value: 9003 }", 1), withCheck, true},
+		"check address twice":   {src + "#" + checkLine + "\n", good, true},
+		"check endpoint reformatted, several endpoints": {
+			strings.Replace(src, checkLine, "- endpoint:\n            address: { socket_address: { address: 127.0.0.1, port_value: 9002 } }", 1),
+			Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, Check: []string{"127.0.0.1:5", "127.0.0.1:6"}, App: "127.0.0.1:4"},
+			true,
+		},
+		"check port zero": {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, Check: []string{"127.0.0.1:0"}, App: "127.0.0.1:4"}, false},
+		"no authz":        {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", App: "127.0.0.1:4"}, false},
+		"host name":       {src, Addrs{Admin: "localhost:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
+		"no port":         {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}, false},
+		"port zero":       {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:0"}, App: "127.0.0.1:4"}, false},
+		"port too large":  {src, Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:65536"}, false},
 	} {
 		out, err := Render([]byte(tc.src), tc.addrs)
 		if err == nil {
@@ -371,4 +402,19 @@ func TestWithHeaderStripValidates(t *testing.T) {
 		t.Fatal(err)
 	}
 	validate(t, binaries.InstalledEnvoy(t), dst)
+}
+
+// TestRenderCheckNeedsTheCluster: the RLS bootstrap has no lean Check
+// listener cluster (ShouldRateLimit is served on the gRPC port only), so
+// it renders with the gRPC ports alone and refuses Check addresses rather
+// than dropping them.
+func TestRenderCheckNeedsTheCluster(t *testing.T) {
+	a := Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}
+	if _, err := Render(shippedRLS(t), a); err != nil {
+		t.Fatalf("RLS bootstrap with gRPC ports only: %v", err)
+	}
+	a.Check = []string{"127.0.0.1:5"}
+	if out, err := Render(shippedRLS(t), a); !errors.Is(err, ErrPlaceholder) {
+		t.Errorf("RLS bootstrap with Check addresses: %v, want ErrPlaceholder\n%s", err, out)
+	}
 }

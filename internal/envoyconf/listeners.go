@@ -11,24 +11,28 @@ import (
 // The names in the shipped bootstrap that WithListeners and
 // WithAuthzCluster copy.
 const (
-	ShippedListenerName = "ingress"         // the one listener
-	ShippedAuthzCluster = "ratelimit_authz" // the cluster of the ratelimit-authz nodes
+	ShippedListenerName = "ingress"               // the one listener
+	ShippedAuthzCluster = "ratelimit_authz"       // the ratelimit-authz nodes' gRPC port: the failure access log's cluster
+	ShippedCheckCluster = "ratelimit_authz_check" // the nodes' lean Check listener: the ext_authz filter's cluster
 )
 
 // Listener is one listener of a rendered bootstrap: a copy of the shipped
 // listener (its connection manager, routes, failure access log and HTTP
-// filters) with a name, an address and a check cluster of its own.
+// filters) with a name, an address and a check cluster of its own. The
+// failure access log keeps sending to ShippedAuthzCluster: the gRPC port
+// is the one that serves the access-log service.
 type Listener struct {
 	// Name names the listener and is its stat_prefix, so its filter's
 	// stats are http.<Name>.ext_authz.*.
 	Name string
 	// Addr is where clients connect: host:port with an IP literal host.
 	Addr string
-	// Authz is the cluster the listener's ext_authz filter and failure
-	// access log send to (ShippedAuthzCluster, or one added by
-	// WithAuthzCluster). Empty: the listener has no ext_authz filter at
-	// all, which is Envoy without rate limiting, the baseline a
-	// measurement of the filter's cost compares with.
+	// Authz is the cluster the listener's ext_authz filter sends its
+	// checks to: ShippedCheckCluster (as shipped), ShippedAuthzCluster
+	// (the gRPC port), or one added by WithAuthzCluster. Empty: the
+	// listener has no ext_authz filter at all, which is Envoy without
+	// rate limiting, the baseline a measurement of the filter's cost
+	// compares with.
 	Authz string
 }
 
@@ -96,9 +100,10 @@ func copyListener(all, shipped string, l Listener) (string, error) {
 	if out, err = replaceLine(out, listenerAddress, listenerAddress+sa+" }"); err != nil {
 		return "", err
 	}
-	ref := "cluster_name: " + ShippedAuthzCluster + " }"
-	if strings.Count(out, ref) == 0 {
-		return "", fmt.Errorf("%w: %q does not occur in the listener", ErrPlaceholder, ref)
+	// The ext_authz filter's cluster, which occurs once in the listener.
+	ref := "cluster_name: " + ShippedCheckCluster + " }"
+	if n := strings.Count(out, ref); n != 1 {
+		return "", fmt.Errorf("%w: %q occurs %d times in the listener", ErrPlaceholder, ref, n)
 	}
 	if l.Authz == "" {
 		start, end, err := block(out, extAuthzFilter)
@@ -113,10 +118,10 @@ func copyListener(all, shipped string, l Listener) (string, error) {
 	if !hasCluster(all, l.Authz) {
 		return "", fmt.Errorf("no cluster %q in the bootstrap (add it with WithAuthzCluster first)", l.Authz)
 	}
-	if l.Authz == ShippedAuthzCluster {
+	if l.Authz == ShippedCheckCluster {
 		return out, nil
 	}
-	return strings.ReplaceAll(out, ref, "cluster_name: "+quote(l.Authz)+" }"), nil
+	return strings.Replace(out, ref, "cluster_name: "+quote(l.Authz)+" }", 1), nil
 }
 
 // WithAuthzCluster returns the rendered bootstrap cfg with one more check

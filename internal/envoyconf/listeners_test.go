@@ -115,11 +115,11 @@ func TestWithListeners(t *testing.T) {
 		if strings.Join(filters, " ") != wantFilters || authz != want[i].cluster {
 			t.Errorf("%s: filters %v checking with %q; want %s checking with %q", l.Name, filters, authz, wantFilters, want[i].cluster)
 		}
-		// The failure access log goes where the checks go (the shipped
-		// cluster on a listener without the filter: it never fires there).
+		// The failure access log stays on the gRPC port, which serves the
+		// access-log service, whatever cluster the checks go to.
 		logTo := hcm.AccessLog[0].TypedConfig.CommonConfig.GRPCService.EnvoyGRPC.ClusterName
-		if wantLog := cmpOr(want[i].cluster, ShippedAuthzCluster); logTo != wantLog {
-			t.Errorf("%s: access log to %q, want %q", l.Name, logTo, wantLog)
+		if logTo != ShippedAuthzCluster {
+			t.Errorf("%s: access log to %q, want %q", l.Name, logTo, ShippedAuthzCluster)
 		}
 		// Everything else is the shipped listener: the same routes.
 		if strings.Join(routes(i), " ") != strings.Join(routes(0), " ") || len(routes(i)) < 5 {
@@ -137,7 +137,7 @@ func TestWithListeners(t *testing.T) {
 	for _, c := range bs.StaticResources.Clusters {
 		clusters = append(clusters, c.Name)
 	}
-	if strings.Join(clusters, " ") != "ratelimit_authz noop_authz app" {
+	if strings.Join(clusters, " ") != "ratelimit_authz_check ratelimit_authz noop_authz app" {
 		t.Errorf("clusters %v", clusters)
 	}
 	// The copy keeps the shipped cluster's settings: HTTP/2 and health checks.
@@ -145,13 +145,6 @@ func TestWithListeners(t *testing.T) {
 	if err != nil || !strings.Contains(c, "http2_protocol_options") || !strings.Contains(c, "grpc_health_check") {
 		t.Errorf("noop_authz is not a copy of ratelimit_authz (%v):\n%s", err, c)
 	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // cut returns the text of s from the line from up to the line to.
@@ -221,7 +214,7 @@ func TestWithListenersErrors(t *testing.T) {
 }
 
 func TestWithAuthzClusterErrors(t *testing.T) {
-	rendered, err := Render(shipped(t), Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"})
+	rendered, err := Render(shipped(t), Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, Check: []string{"127.0.0.1:7"}, App: "127.0.0.1:4"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -27,7 +28,8 @@ const (
 )
 
 // cluster is a stack with several ratelimit-authz nodes behind one Envoy
-// (one endpoint per node in the ratelimit_authz cluster), one nats-server
+// (one endpoint per node in each of the ratelimit_authz_check and
+// ratelimit_authz clusters), one nats-server
 // process and one PostgreSQL server with the overrides schema. Every node
 // runs the cluster backend and follows the overrides table.
 type cluster struct {
@@ -53,9 +55,12 @@ type cluster struct {
 type node struct {
 	name     string
 	grpcAddr string
-	httpAddr string
-	starts   int
-	proc     *process
+	// checkAddr is the lean Check listener, where Envoy's ext_authz
+	// filter sends the node's checks; empty: not opened.
+	checkAddr string
+	httpAddr  string
+	starts    int
+	proc      *process
 }
 
 // newCluster starts PostgreSQL (migrated with the CLI), nats-server, n
@@ -80,7 +85,7 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.startNATS(t)
 
 	for i := range n {
-		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: c.spare[1+i]}
+		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], checkAddr: c.check[i], httpAddr: c.spare[1+i]}
 		c.nodes = append(c.nodes, nd)
 		c.startNode(t, nd)
 	}
@@ -90,8 +95,8 @@ func newCluster(t *testing.T, n int) *cluster {
 	c.startEnvoy()
 	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
 		for _, nd := range c.nodes {
-			if h := c.authzHealth(t)[nd.grpcAddr]; h != "healthy" {
-				return fmt.Errorf("envoy: %s (%s) health %q", nd.name, nd.grpcAddr, h)
+			if h := c.checkHealth(t)[nd.checkAddr]; h != "healthy" {
+				return fmt.Errorf("envoy: %s (Check %s) health %q", nd.name, nd.checkAddr, h)
 			}
 		}
 		return nil
@@ -163,17 +168,21 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 	if nd.starts > 1 {
 		logName = fmt.Sprintf("%s-start%d", nd.name, nd.starts)
 	}
-	nd.proc = c.logs.startOwned(c.owner, t, logName, c.serverBin, "serve",
+	args := []string{"serve",
 		"--config", c.config,
 		"--grpc-addr", nd.grpcAddr,
 		"--http-addr", nd.httpAddr,
 		"--node-id", nd.name,
-		"--nats-url", "nats://"+c.natsAddr,
+		"--nats-url", "nats://" + c.natsAddr,
 		"--sync-interval", syncInterval,
 		"--database-url", c.db,
 		"--drain-delay", "100ms", // keeps the test's shutdown short
 		"--log-level", "info", // debug would log every denial
-	)
+	}
+	if nd.checkAddr != "" {
+		args = append(args, "--check-addr", nd.checkAddr)
+	}
+	nd.proc = c.logs.startOwned(c.owner, t, logName, c.serverBin, args...)
 }
 
 // metric returns the value of one series, written as in the exposition
@@ -212,9 +221,10 @@ func (c *cluster) allowed(t *testing.T) []int {
 	return out
 }
 
-// authzHealth returns Envoy's health flags per endpoint of the
-// ratelimit_authz cluster ("healthy", "/failed_active_hc", …).
-func (s *stack) authzHealth(t *testing.T) map[string]string {
+// checkHealth returns Envoy's health flags per endpoint of the
+// ratelimit_authz_check cluster, where the ext_authz filter sends its
+// checks ("healthy", "/failed_active_hc", …).
+func (s *stack) checkHealth(t *testing.T) map[string]string {
 	t.Helper()
 	resp, err := s.client.Get("http://" + s.addrs.Admin + "/clusters")
 	if err != nil {
@@ -224,9 +234,9 @@ func (s *stack) authzHealth(t *testing.T) map[string]string {
 	out := map[string]string{}
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		// ratelimit_authz::127.0.0.1:40001::health_flags::healthy
+		// ratelimit_authz_check::127.0.0.1:40001::health_flags::healthy
 		f := strings.Split(sc.Text(), "::")
-		if len(f) == 4 && f[0] == "ratelimit_authz" && f[2] == "health_flags" {
+		if len(f) == 4 && f[0] == envoyconf.ShippedCheckCluster && f[2] == "health_flags" {
 			out[f[1]] = f[3]
 		}
 	}

@@ -217,7 +217,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 			killed := time.Now()
 			victim.proc.kill(t)
 			poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
-				if h := c.authzHealth(t)[victim.grpcAddr]; !strings.Contains(h, "failed_active_hc") {
+				if h := c.checkHealth(t)[victim.checkAddr]; !strings.Contains(h, "failed_active_hc") {
 					return fmt.Errorf("envoy: %s health %q", victim.name, h)
 				}
 				return nil
@@ -238,7 +238,7 @@ func TestClusterThroughEnvoy(t *testing.T) {
 			ready := time.Since(restarted)
 			poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 				if n := victim.checks(t, "activity_create", "allowed") + victim.checks(t, "activity_create", "denied"); n == 0 {
-					return fmt.Errorf("envoy sends no checks to the restarted %s yet (health %q)", victim.name, c.authzHealth(t)[victim.grpcAddr])
+					return fmt.Errorf("envoy sends no checks to the restarted %s yet (health %q)", victim.name, c.checkHealth(t)[victim.checkAddr])
 				}
 				return nil
 			})

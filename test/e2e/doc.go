@@ -12,8 +12,12 @@
 // envoyproxy/ratelimit's RUNTIME_* variables; their cluster test needs
 // nats-server too. Everything listens on 127.0.0.1 with
 // ports picked at run time; Envoy runs envoy/ratelimit-authz.yaml with
-// only its addresses rewritten (one ratelimit_authz endpoint per node),
-// so the shipped bootstrap is what is tested.
+// only its addresses rewritten (one endpoint per node in each of its two
+// ratelimit-authz clusters), so the shipped bootstrap is what is tested:
+// the ext_authz filter calls each node's lean Check listener
+// (--check-addr) and the failure access log its gRPC port.
+// TestCheckOnGRPCPortThroughEnvoy points the ext_authz cluster at the
+// gRPC port instead, for servers without the lean listener.
 //
 // Environment:
 //

@@ -324,6 +324,12 @@ type stack struct {
 	envoyBin string
 	logs     *logs
 	addrs    envoyconf.Addrs
+	// check are the nodes' lean Check listeners (serve --check-addr):
+	// startEnvoy renders them as the endpoints of the ratelimit_authz_check
+	// cluster, which the ext_authz filter calls, as shipped. Nil: Envoy's
+	// checks go to the gRPC ports (s.addrs.Authz) and no node opens the
+	// lean listener.
+	check    []string
 	httpAddr string // the server's HTTP (readyz, metrics) address
 	// spare are addresses picked with the others, for a cluster's NATS
 	// server and its nodes' HTTP ports.
@@ -348,18 +354,20 @@ func newStack(t *testing.T) *stack {
 }
 
 // prepareStack resolves Envoy, starts the upstream and picks the addresses
-// of Envoy and of nodes ratelimit-authz nodes (the endpoints of Envoy's
-// ratelimit_authz cluster, s.addrs.Authz), but starts neither Envoy nor a
-// node.
+// of Envoy and of nodes ratelimit-authz nodes (their gRPC ports, the
+// endpoints of Envoy's ratelimit_authz cluster, s.addrs.Authz, and their
+// lean Check listeners, those of ratelimit_authz_check, s.check), but
+// starts neither Envoy nor a node.
 func prepareStack(t *testing.T, nodes int) *stack {
 	t.Helper()
 	s := &stack{t: t, envoyBin: envoyBinary(t), logs: newLogs(t)}
 	s.up = startUpstream(t)
 	// One call, so that no two of the stack's addresses share a port.
-	addrs := freeport.TestAddrs(t, 3+nodes+1+nodes)
+	addrs := freeport.TestAddrs(t, 3+2*nodes+1+nodes)
 	s.addrs = envoyconf.Addrs{Admin: addrs[0], Listener: addrs[1], App: s.up.addr, Authz: addrs[3 : 3+nodes]}
+	s.check = addrs[3+nodes : 3+2*nodes]
 	s.httpAddr = addrs[2]
-	s.spare = addrs[3+nodes:]
+	s.spare = addrs[3+2*nodes:]
 	s.client = &http.Client{
 		Timeout:   5 * time.Second,
 		Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16},
@@ -374,7 +382,9 @@ func (s *stack) startEnvoy() {
 	t := s.t
 	t.Helper()
 	cfg := filepath.Join(s.logs.dir, "envoy.yaml")
-	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, s.addrs); err != nil {
+	a := s.addrs
+	a.Check = s.check
+	if err := envoyconf.RenderFile(filepath.Join(root(t), envoyconf.Path), cfg, a); err != nil {
 		t.Fatal(err)
 	}
 	if s.envoyEdit != nil {
@@ -400,16 +410,20 @@ func (s *stack) startEnvoy() {
 	waitHTTP200(t, s.envoy, "http://"+s.addrs.Admin+"/ready")
 }
 
-// startServer starts ratelimit-authz on the stack's gRPC and HTTP
-// addresses with the shipped config and waits for /readyz.
+// startServer starts ratelimit-authz on the stack's gRPC, lean Check (if
+// any) and HTTP addresses with the shipped config and waits for /readyz.
 func (s *stack) startServer(bin, config string) *process {
 	s.t.Helper()
-	s.server = s.logs.start(s.t, "ratelimit-authz", bin, "serve",
+	args := []string{"serve",
 		"--config", config,
 		"--grpc-addr", s.addrs.Authz[0],
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
-	)
+	}
+	if len(s.check) > 0 {
+		args = append(args, "--check-addr", s.check[0])
+	}
+	s.server = s.logs.start(s.t, "ratelimit-authz", bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server
 }

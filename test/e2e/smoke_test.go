@@ -195,7 +195,7 @@ func TestAuthzDownFailsClosed(t *testing.T) {
 		}
 	}
 
-	// Not started: nothing listens on the ratelimit_authz cluster's port.
+	// Not started: nothing listens on the ext_authz cluster's port (ratelimit_authz_check).
 	expect(activitiesPath, http.StatusServiceUnavailable)
 	expect("/admin/login", http.StatusServiceUnavailable)
 	expect("/api/inbound/ch-1", http.StatusServiceUnavailable)
