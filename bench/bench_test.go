@@ -99,7 +99,7 @@ func indexOf(r *rules.Rules, name string) int {
 // the real Envoy loads it.
 func TestEnvoyConfig(t *testing.T) {
 	b, err := envoyConfig(root(t), envoyAddrs{Admin: "127.0.0.1:1", On: "127.0.0.1:2", Noop: "127.0.0.1:3", Off: "127.0.0.1:4",
-		Authz: "127.0.0.1:5", NoopAuthz: "127.0.0.1:6", App: "127.0.0.1:7"})
+		Authz: "127.0.0.1:5", Check: "127.0.0.1:8", NoopAuthz: "127.0.0.1:6", App: "127.0.0.1:7"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestEnvoyConfig(t *testing.T) {
 		t.Errorf("listeners and their filter %v, want %v", got, want)
 	}
 	for _, want := range []string{`stat_prefix: "authz_on"`, `stat_prefix: "authz_noop"`, `stat_prefix: "authz_off"`,
-		`envoy_grpc: { cluster_name: "noop_authz" }`, "port_value: 6 }", "port_value: 5 }"} {
+		`envoy_grpc: { cluster_name: "noop_authz" }`, "port_value: 6 }", "port_value: 5 }", "port_value: 8 }"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("the bootstrap lacks %q", want)
 		}

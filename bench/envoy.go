@@ -52,7 +52,11 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 	defer up.stop()
-	srv, grpcAddr, _, err := r.startCheckServer(ctx, "s4-server", r.allowedCfg, nil)
+	checkAddr, err := freeport.Addr()
+	if err != nil {
+		return err
+	}
+	srv, grpcAddr, _, err := r.startCheckServer(ctx, "s4-server", r.allowedCfg, nil, "--check-addr", checkAddr)
 	if err != nil {
 		return err
 	}
@@ -62,7 +66,7 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 	defer noop.stop()
-	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: grpcAddr, NoopAuthz: noopAddr, App: addrs[0]})
+	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: grpcAddr, Check: checkAddr, NoopAuthz: noopAddr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -141,13 +145,15 @@ func (r *runner) envoy(ctx context.Context) error {
 // envoyAddrs are the addresses of the end-to-end scenario.
 type envoyAddrs struct {
 	Admin, On, Noop, Off  string // Envoy's admin and its three listeners
-	Authz, NoopAuthz, App string // ratelimit-authz, the no-op server, the upstream
+	Authz, NoopAuthz, App string // ratelimit-authz's gRPC port, the no-op server, the upstream
+	Check                 string // ratelimit-authz's lean Check listener
 }
 
 // envoyConfig is the shipped bootstrap (envoy/ratelimit-authz.yaml, as
 // users copy it: routes, failure access log, retries, health checks)
 // with three listeners instead of its one, alike but for the ext_authz
-// filter: on with ratelimit-authz (authz_on), on with the no-op server
+// filter: on with ratelimit-authz as shipped, its lean Check listener
+// (authz_on), on with the no-op server
 // (authz_noop, a second check cluster) and left out (authz_off). on − off
 // is what the filter costs; noop − off is the part of it any ext_authz
 // server costs.
@@ -156,7 +162,7 @@ func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := envoyconf.Render(src, envoyconf.Addrs{Admin: a.Admin, Listener: a.On, Authz: []string{a.Authz}, App: a.App})
+	cfg, err := envoyconf.Render(src, envoyconf.Addrs{Admin: a.Admin, Listener: a.On, Authz: []string{a.Authz}, Check: []string{a.Check}, App: a.App})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +170,7 @@ func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
 		return nil, err
 	}
 	return envoyconf.WithListeners(cfg,
-		envoyconf.Listener{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedAuthzCluster},
+		envoyconf.Listener{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedCheckCluster},
 		envoyconf.Listener{Name: "authz_noop", Addr: a.Noop, Authz: "noop_authz"},
 		envoyconf.Listener{Name: "authz_off", Addr: a.Off})
 }

@@ -117,21 +117,26 @@ func (r *runner) rlqs(ctx context.Context) error {
 		return err
 	}
 	defer up.stop()
-	srv, grpcAddr, _, err := r.startCheckServer(ctx, "q-server", r.allowedCfg, nil)
+	checkAddr, err := freeport.Addr()
+	if err != nil {
+		return err
+	}
+	srv, grpcAddr, _, err := r.startCheckServer(ctx, "q-server", r.allowedCfg, nil, "--check-addr", checkAddr)
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
 
-	// Envoy A: ext_authz, with and without the filter.
+	// Envoy A: ext_authz as shipped (the lean Check listener), with and
+	// without the filter.
 	src, err := os.ReadFile(filepath.Join(r.root, envoyconf.Path))
 	if err != nil {
 		return err
 	}
-	cfgA, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[1], Listener: addrs[2], Authz: []string{grpcAddr}, App: addrs[0]})
+	cfgA, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[1], Listener: addrs[2], Authz: []string{grpcAddr}, Check: []string{checkAddr}, App: addrs[0]})
 	if err == nil {
 		cfgA, err = envoyconf.WithListeners(cfgA,
-			envoyconf.Listener{Name: "authz_on", Addr: addrs[2], Authz: envoyconf.ShippedAuthzCluster},
+			envoyconf.Listener{Name: "authz_on", Addr: addrs[2], Authz: envoyconf.ShippedCheckCluster},
 			envoyconf.Listener{Name: "authz_off", Addr: addrs[3]})
 	}
 	if err != nil {
