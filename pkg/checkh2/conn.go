@@ -34,9 +34,11 @@ const (
 	// through (grpc-go's policy).
 	maxPingStrikes = 2
 	// maxWindowStrikes changes of SETTINGS_INITIAL_WINDOW_SIZE with
-	// streams open are let through in a row without a response written
-	// between them: each walks every open stream, so a flood of them
-	// would cost MaxConcurrentStreams steps per few bytes received.
+	// streams open are let through per second: each walks every open
+	// stream, so a flood of them would cost MaxConcurrentStreams steps per
+	// few bytes received. Responses do not reset the count (a health
+	// check is a cheap response); clients change the window at start-up,
+	// if ever.
 	maxWindowStrikes = 2
 	// maxRememberedResets streams this server reset are remembered per
 	// connection, for the frames still in flight on them.
@@ -132,8 +134,9 @@ type conn struct {
 	pingStrikes int
 	lastPing    time.Time
 	// windowStrikes counts the changes of SETTINGS_INITIAL_WINDOW_SIZE
-	// with streams open since a response was last written.
+	// with streams open since windowSince, at most a second ago.
 	windowStrikes int
+	windowSince   time.Time
 
 	req checkwire.Request
 	out []byte
@@ -449,6 +452,9 @@ func (c *conn) onSettings(f *http2.SettingsFrame) error {
 				return nil
 			}
 			if len(c.streams) > 0 {
+				if now := time.Now(); now.Sub(c.windowSince) >= time.Second {
+					c.windowSince, c.windowStrikes = now, 0
+				}
 				if c.windowStrikes++; c.windowStrikes > maxWindowStrikes {
 					return connError{http2.ErrCodeEnhanceYourCalm, "too many SETTINGS_INITIAL_WINDOW_SIZE changes", ""}
 				}

@@ -35,8 +35,8 @@
 // (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
 // or pings more often than PingMinInterval (more than twice in a row) gets
 // GOAWAY ENHANCE_YOUR_CALM, as does one that changes
-// SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice with no
-// response written between: each change walks every open stream.
+// SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice in a
+// second: each change walks every open stream.
 //
 // # Deadlines
 //

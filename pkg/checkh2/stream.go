@@ -319,7 +319,7 @@ var errDeadline = grpcstatus.Error(codes.DeadlineExceeded, "context deadline exc
 // hold back is copied into st.out to wait for them.
 func (c *conn) respond(st *stream, msg []byte) error {
 	st.body = nil // may be a view into the read buffer
-	c.pingStrikes, c.windowStrikes = 0, 0
+	c.pingStrikes = 0
 	c.unflushed++
 	c.hbuf.Reset()
 	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
