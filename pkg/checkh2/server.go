@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
@@ -162,8 +163,7 @@ func (s *Server) Serve(l net.Listener) error {
 			if closing {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if acceptRetryable(err) {
 				// Out of descriptors and the like: wait, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
@@ -174,6 +174,22 @@ func (s *Server) Serve(l net.Listener) error {
 		backoff = 0
 		s.ServeConn(nc)
 	}
+}
+
+// acceptRetryable reports whether an Accept error passes: the process
+// or the system out of descriptors or buffers, a connection aborted
+// before it was accepted, a timeout. Any other ends Serve.
+func acceptRetryable(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // ServeConn serves nc on a goroutine of its own, or closes it when the
