@@ -52,6 +52,9 @@ func (x *callCtx) Err() error {
 	return x.errLocked()
 }
 
+// errLocked is Err under mu. Without Done's context, the first non-nil
+// answer is kept in ended, so Err never changes once it is not nil and a
+// later Done is closed.
 func (x *callCtx) errLocked() error {
 	switch {
 	case x.ended != nil:
@@ -59,11 +62,11 @@ func (x *callCtx) errLocked() error {
 	case x.timed != nil:
 		return x.timed.Err()
 	case x.conn.Err() != nil:
-		return x.conn.Err()
+		x.ended = x.conn.Err()
 	case !time.Now().Before(x.deadline):
-		return context.DeadlineExceeded
+		x.ended = context.DeadlineExceeded
 	}
-	return nil
+	return x.ended
 }
 
 // end ends the call: Err is from then on what it was, or Canceled, and

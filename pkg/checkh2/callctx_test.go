@@ -72,6 +72,27 @@ func TestCallCtx(t *testing.T) {
 			t.Fatalf("Err %v, want Canceled", x.Err())
 		}
 	})
+	t.Run("Err is kept once not nil", func(t *testing.T) {
+		conn, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		x := newCallCtx(conn, time.Now().Add(-time.Second))
+		if err := x.Err(); err != context.DeadlineExceeded {
+			t.Fatalf("Err past the deadline = %v, want DeadlineExceeded", err)
+		}
+		cancel()
+		if err := x.Err(); err != context.DeadlineExceeded {
+			t.Fatalf("Err after the connection ended = %v, want DeadlineExceeded still", err)
+		}
+		select {
+		case <-x.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Done not closed although Err is not nil")
+		}
+		x.end()
+		if err := x.Err(); err != context.DeadlineExceeded {
+			t.Fatalf("Err after the call ended = %v, want DeadlineExceeded still", err)
+		}
+	})
 }
 
 // A call's context costs one allocation and no timer while Done is not
