@@ -79,11 +79,12 @@ func (r *reader) read(fd uintptr) bool {
 
 // writer holds one Write's state for its callback, under mu.
 type writer struct {
-	mu  sync.Mutex
-	fn  func(fd uintptr) bool
-	p   []byte
-	n   int
-	err syscall.Errno
+	mu    sync.Mutex
+	fn    func(fd uintptr) bool
+	p     []byte
+	n     int
+	err   syscall.Errno
+	short bool // write(2) wrote nothing and said nothing: as net, io.ErrUnexpectedEOF
 }
 
 // write is the RawConn callback: it writes until p is all written or the
@@ -97,6 +98,10 @@ func (w *writer) write(fd uintptr) bool {
 		case syscall.EAGAIN:
 			return false
 		case 0:
+			if n == 0 {
+				w.short = true
+				return true
+			}
 			w.n += int(n)
 			w.p = w.p[n:]
 		default:
@@ -140,7 +145,7 @@ func (c *Conn) Write(p []byte) (int, error) {
 	w := &c.wr
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.p, w.n, w.err = p, 0, 0
+	w.p, w.n, w.err, w.short = p, 0, 0, false
 	err := c.rc.Write(w.fn)
 	w.p = nil
 	switch {
@@ -148,6 +153,8 @@ func (c *Conn) Write(p []byte) (int, error) {
 		return w.n, c.opError("write", err)
 	case w.err != 0:
 		return w.n, c.opError("write", os.NewSyscallError("write", w.err))
+	case w.short:
+		return w.n, c.opError("write", io.ErrUnexpectedEOF)
 	}
 	return w.n, nil
 }
