@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"net"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkh2"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 )

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"log/slog"
 	"net"
 	"net/http"
@@ -25,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/checkwire"
 )
 
