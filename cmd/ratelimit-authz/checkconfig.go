@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
@@ -55,10 +54,10 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
 	checkPort := 0
-	if checkAddr != "" {
+	if checkAddr != "" && envoyPath != "" { // only --envoy compares it
 		_, p, err := net.SplitHostPort(checkAddr)
 		if err == nil {
-			checkPort, err = strconv.Atoi(p)
+			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on
 		}
 		if err != nil || checkPort < 1 || checkPort > 65535 {
 			return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz check-config: --check-addr %q: want host:port with a port in 1…65535", checkAddr)}

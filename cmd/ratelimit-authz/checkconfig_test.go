@@ -139,7 +139,10 @@ func TestCheckConfigLeanListener(t *testing.T) {
 	}
 	// Another port, or none: nothing says the access log's cluster is
 	// the lean listener.
-	for _, args := range [][]string{{"--envoy", bad}, {"--envoy", bad, "--check-addr", "127.0.0.1:9003"}} {
+	// A service name is a port, as serve listens on it; without --envoy
+	// the address is not looked at (the image sets the variable for serve).
+	for _, args := range [][]string{{"--envoy", bad}, {"--envoy", bad, "--check-addr", "127.0.0.1:9003"},
+		{"--envoy", bad, "--check-addr", "127.0.0.1:http"}, {"--check-addr", "host:x"}} {
 		if stderr, err := check(nil, args...); err != nil {
 			t.Errorf("%v: %v\n%s", args, err, stderr)
 		}
