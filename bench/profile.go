@@ -35,7 +35,7 @@ var profileParts = []struct{ part, fn string }{
 	{"garbage collection (background mark)", "runtime.gcBgMarkWorker"},
 	{"scheduler (findRunnable)", "runtime.findRunnable"},
 	{"network poller (netpoll)", "runtime.netpoll"},
-	{"runtime monitor thread (sysmon)", "runtime.sysmon"},
+	{"waking the runtime's monitor thread (entersyscallWakeSysmon)", "runtime.entersyscallWakeSysmon"},
 }
 
 // profile takes CPU profiles of the server and of the no-op server under
