@@ -46,22 +46,24 @@ func Wrap(c net.Conn) net.Conn {
 type Conn struct {
 	*net.TCPConn
 	rc syscall.RawConn
-	rd reader
-	wr writer
+	rd op
+	wr op
 }
 
-// reader holds one Read's state for its callback, under mu.
-type reader struct {
-	mu  sync.Mutex
-	fn  func(fd uintptr) bool
-	p   []byte
-	n   int
-	err syscall.Errno
+// op holds one Read's or one Write's state for its RawConn callback
+// (fn), under mu.
+type op struct {
+	mu    sync.Mutex
+	fn    func(fd uintptr) bool
+	p     []byte
+	n     int
+	err   syscall.Errno
+	short bool // write(2) wrote nothing and said nothing: as net, io.ErrUnexpectedEOF
 }
 
-// read is the RawConn callback: false asks to wait until the socket is
-// readable (or the deadline passes) and be called again.
-func (r *reader) read(fd uintptr) bool {
+// read is the RawConn callback of a Read: false asks to wait until the
+// socket is readable (or the deadline passes) and be called again.
+func (r *op) read(fd uintptr) bool {
 	for {
 		n, e := sysRead(fd, r.p)
 		switch e {
@@ -77,19 +79,10 @@ func (r *reader) read(fd uintptr) bool {
 	}
 }
 
-// writer holds one Write's state for its callback, under mu.
-type writer struct {
-	mu    sync.Mutex
-	fn    func(fd uintptr) bool
-	p     []byte
-	n     int
-	err   syscall.Errno
-	short bool // write(2) wrote nothing and said nothing: as net, io.ErrUnexpectedEOF
-}
-
-// write is the RawConn callback: it writes until p is all written or the
-// socket has no room (false: wait until it has, and be called again).
-func (w *writer) write(fd uintptr) bool {
+// write is the RawConn callback of a Write: it writes until p is all
+// written or the socket has no room (false: wait until it has, and be
+// called again).
+func (w *op) write(fd uintptr) bool {
 	for len(w.p) > 0 {
 		n, e := sysWrite(fd, w.p)
 		switch e {
