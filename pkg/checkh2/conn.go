@@ -107,7 +107,7 @@ type conn struct {
 	// goAwayLast is the last stream of the GOAWAY sent (2^31-1 before
 	// any): a later GOAWAY never names a higher one (RFC 9113 §6.8).
 	goAwayLast uint32
-	goAway     bool // GOAWAY sent or received: no new streams; done when none are open
+	goAway     bool // GOAWAY sent: no new streams; done when none are open
 	// drainBy is zero until Shutdown's first GOAWAY (naming every stream)
 	// and its PING are sent; then, until the final GOAWAY, the time it is
 	// sent without the PING's ack.
@@ -426,7 +426,9 @@ func (c *conn) handle(f http2.Frame) error {
 	case *http2.RSTStreamFrame:
 		return c.onReset(f)
 	case *http2.GoAwayFrame:
-		c.goAway = true // the peer opens no more streams; finish the open ones
+		// A client's GOAWAY refuses streams the server would open (it
+		// opens none); it may still open its own (RFC 9113 §6.8), so they
+		// are served until it closes the connection.
 		return nil
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client", ""}

@@ -2,6 +2,7 @@ package checkh2_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -209,6 +210,26 @@ func TestPrefaceSettingsPing(t *testing.T) {
 	if _, err := io.ReadAll(raw); err != nil {
 		t.Fatalf("an HTTP/1.1 request: %v, want the connection closed", err)
 	}
+}
+
+// A client's GOAWAY refuses only streams the server would open: the
+// client's own streams after it are still served, and the server's own
+// GOAWAY on shutdown still comes.
+func TestClientGoAwayLeavesItsStreamsServed(t *testing.T) {
+	s, addr := serve(t, checkh2.Config{})
+	c := dial(t, addr)
+	c.check(1)
+	if err := c.fr.WriteGoAway(0, http2.ErrCodeNo, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.check(3)
+	for _, id := range []uint32{1, 3} {
+		if _, st := c.response(id); st != "0" {
+			t.Fatalf("stream %d after the client's GOAWAY: grpc-status %q, want 0", id, st)
+		}
+	}
+	go s.Shutdown(context.Background())
+	c.until("the server's GOAWAY", func(f http2.Frame) bool { _, ok := f.(*http2.GoAwayFrame); return ok })
 }
 
 // A peer's window of 0 holds the response back until it opens the window.
