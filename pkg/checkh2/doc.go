@@ -64,5 +64,7 @@
 // gets GOAWAY NO_ERROR with the debug data "read timeout" and is closed,
 // the GOAWAY written within WriteTimeout or not at all. A protocol error
 // or a flood gets GOAWAY with its code. No GOAWAY names a higher stream
-// than one sent before it.
+// than one sent before it. A client's GOAWAY refuses only streams a
+// server would open: the client's own, sent after it, are served until it
+// closes the connection.
 package checkh2
