@@ -42,12 +42,10 @@
 //
 // A request's grpc-timeout (up to 8 digits and a unit, as the gRPC spec
 // writes it; anything else is answered HTTP 400 and INTERNAL, as grpc-go
-// answers it) is the deadline of the handler's context, which also ends
-// when the handler returns. A request whose deadline has passed before
-// the handler is called, or before its answer is written, is answered
-// DEADLINE_EXCEEDED. The context costs one allocation, and a timer only
-// if the handler asks for Done; without a grpc-timeout the handler gets
-// the connection's context.
+// answers it) is checked when the request is complete and again when its
+// answer is written: once passed, the answer is DEADLINE_EXCEEDED. The
+// handler never waits, so its context is the connection's, with no
+// deadline of the request's.
 //
 // # Closing
 //
