@@ -32,8 +32,9 @@ const extAuthzPerRouteType = "envoy.extensions.filters.http.ext_authz.v3.ExtAuth
 // GRPCCalls reads an Envoy bootstrap (YAML or JSON) and returns every
 // envoy_grpc call it makes, wherever it is (listeners, filters, access
 // logs, routes), and the ports of the endpoints of each static cluster
-// (load_assignment), by cluster name. It reads only what it needs and
-// does not validate the rest (envoy --mode validate does).
+// (load_assignment; only what a TCP port can be), by cluster name. It
+// reads only what it needs and does not validate the rest (envoy --mode
+// validate does).
 func GRPCCalls(bootstrap []byte) ([]GRPCCall, map[string][]int, error) {
 	var doc any
 	if err := yaml.Unmarshal(bootstrap, &doc); err != nil {
@@ -46,7 +47,7 @@ func GRPCCalls(bootstrap []byte) ([]GRPCCall, map[string][]int, error) {
 		name, _ := get(c, "name").(string)
 		for _, e := range list(get(c, "load_assignment", "endpoints")) {
 			for _, lb := range list(get(e, "lb_endpoints")) {
-				if p := integer(get(lb, "endpoint", "address", "socket_address", "port_value")); p > 0 && !slices.Contains(ports[name], p) {
+				if p := integer(get(lb, "endpoint", "address", "socket_address", "port_value")); p > 0 && p <= 65535 && !slices.Contains(ports[name], p) {
 					ports[name] = append(ports[name], p)
 				}
 			}

@@ -80,3 +80,28 @@ func TestGRPCCalls(t *testing.T) {
 		t.Error("a broken bootstrap parsed")
 	}
 }
+
+// FuzzGRPCCalls: any document is read without a panic, the same document
+// gives the same calls, and every port reported is a TCP port.
+func FuzzGRPCCalls(f *testing.F) {
+	f.Add(string(shippedQuota(f)))
+	f.Add(`{"a": {"@type": "x/y", "envoy_grpc": {"cluster_name": "c"}}, "static_resources": {"clusters": [{"name": "c", "load_assignment": {"endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {"port_value": 70000}}}}]}]}}]}}`)
+	f.Add(`[{"envoy_grpc": {"cluster_name": 7}}, "@type"]`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		calls, ports, err := GRPCCalls([]byte(doc))
+		if err != nil {
+			return
+		}
+		again, _, _ := GRPCCalls([]byte(doc))
+		if !slices.Equal(calls, again) {
+			t.Fatalf("calls differ between two reads: %v, %v", calls, again)
+		}
+		for name, ps := range ports {
+			for _, p := range ps {
+				if p < 1 || p > 65535 {
+					t.Fatalf("cluster %q: port %d", name, p)
+				}
+			}
+		}
+	})
+}
