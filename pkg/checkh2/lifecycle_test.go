@@ -87,6 +87,19 @@ func shutdown(s *checkh2.Server) <-chan error {
 	return done
 }
 
+// awaitShutdown fails t unless Shutdown returns nil within 10 s.
+func awaitShutdown(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+}
+
 // Shutdown closes in two steps: GOAWAY naming every stream and a PING,
 // the streams that arrive before the PING's ack served; on the ack,
 // GOAWAY naming the last stream received, the later ones not answered;
@@ -134,14 +147,7 @@ func TestShutdownGraceful(t *testing.T) {
 			t.Fatalf("a stream past GOAWAY was answered: %v", f)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	awaitShutdown(t, done)
 }
 
 // A peer that never acks the graceful close's PING still gets the final
@@ -163,14 +169,7 @@ func TestShutdownWithoutPingAck(t *testing.T) {
 	if ga == nil || ga.LastStreamID != 1 || ga.ErrCode != http2.ErrCodeNo {
 		t.Fatalf("final GOAWAY %+v, want NO_ERROR after stream 1", ga)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	awaitShutdown(t, done)
 }
 
 // Shutdown's context bounds the wait for a stream that never completes.
@@ -211,12 +210,5 @@ func TestGoAwayNeverNamesALaterStream(t *testing.T) {
 	if ga == nil || ga.Debug != "read timeout" || ga.LastStreamID != 1 {
 		t.Fatalf("GOAWAY %+v, want read timeout naming stream 1", ga)
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	awaitShutdown(t, done)
 }
