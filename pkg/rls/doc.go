@@ -13,7 +13,8 @@
 //   - unknown domain, no matching rule, a rule another matched rule
 //     replaces, or a descriptor without entries: {code: OK};
 //   - an unlimited rule: OK, limit_remaining 4294967295, nothing counted;
-//   - requests_per_unit 0: OVER_LIMIT, nothing counted;
+//   - requests_per_unit 0 (or a descriptor-supplied limit of 0):
+//     OVER_LIMIT for every addend, 0 included, nothing counted;
 //   - otherwise the descriptor's hits (its own hits_addend when set, 0
 //     included; else the request's, at least 1) are counted against the
 //     rule's limit: OK with the limit, limit_remaining and

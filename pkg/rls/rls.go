@@ -448,9 +448,9 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 	)
 	switch {
 	case t.lim.Limit == 0:
-		// Nothing is ever counted: the count is 0, over a limit of 0 by
-		// any hit.
-		over, resetMS = hits > 0, untilWindowEnd(now, t.scaleMS)
+		// Nothing is ever counted, and any hit would be refused: over,
+		// a check without counting (hits 0) included.
+		over, resetMS = true, untilWindowEnd(now, t.scaleMS)
 	case hits == 0:
 		r := s.limiter.Peek(t.id, keyString(key), t.lim, now)
 		// A check without counting is over when one more hit would be

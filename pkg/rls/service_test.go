@@ -129,11 +129,46 @@ func TestRequestsPerUnitZero(t *testing.T) {
 	h.clock.Add(15 * time.Second)
 	h.run([]step{
 		{name: "any hit is over", domain: "service", descs: ds(desc("blocked", "a")), want: "OVER_LIMIT | OVER_LIMIT 0/MINUTE 0 45s"},
-		{name: "a check without hits sees 0, not over 0", domain: "service", descs: ds(withHits(desc("blocked", "a"), 0)), want: "OK | OK 0/MINUTE 0 45s"},
+		// One more hit would be refused: a check without counting is over.
+		{name: "a check without hits is over", domain: "service", descs: ds(withHits(desc("blocked", "b"), 0)), want: "OVER_LIMIT | OVER_LIMIT 0/MINUTE 0 45s"},
+		{name: "a descriptor-supplied 0 is over", domain: "service", descs: ds(withLimit(desc("hello", "world"), 0, 2)), want: "OVER_LIMIT | OVER_LIMIT 0/MINUTE 0 45s"},
+		{name: "and so is a check against it", domain: "service", descs: ds(withHits(withLimit(desc("nope", "x"), 0, 2), 0)), want: "OVER_LIMIT | OVER_LIMIT 0/MINUTE 0 45s"},
+		{name: "a zero addend is over in shadow mode too", domain: "service", descs: ds(withHits(desc("blocked_shadow", "a"), 0)), want: "OK | OK 0/MINUTE 0 45s"},
 	})
 	if n := h.store.Len(); n != 0 {
 		t.Errorf("the counter holds %d keys: requests_per_unit 0 must count nothing", n)
 	}
+	if got := h.metric("ratelimit_authz_rls_descriptors_total", "bucket", h.bucket("service", desc("blocked_shadow", "a")), "decision", "shadow_denied"); got != 1 {
+		t.Errorf("shadow_denied of a limit of 0: %v, want 1", got)
+	}
+}
+
+// README Example 3's block list: a client whose address has a limit of 0
+// is over however it asks, before any hit was refused and after, with or
+// without counting; the other addresses keep their 10/s.
+func TestBlockList(t *testing.T) {
+	h := newHarness(t, rls.Settings{}, "../../../config/rls/config/example3.yaml")
+	h.clock.Add(500 * time.Millisecond)
+	const domain = "edge_proxy_per_ip"
+	blocked, other := desc("remote_address", "50.0.0.5"), desc("remote_address", "10.0.0.1")
+	check := func(d *ratelimitv3.RateLimitDescriptor) *ratelimitv3.RateLimitDescriptor {
+		return withHits(desc(d.Entries[0].Key, d.Entries[0].Value), 0)
+	}
+	steps := []step{
+		{name: "blocked, checked before any hit", domain: domain, descs: ds(check(blocked)), want: "OVER_LIMIT | OVER_LIMIT 0/SECOND 0 1s"},
+		{name: "blocked, a hit", domain: domain, descs: ds(blocked), want: "OVER_LIMIT | OVER_LIMIT 0/SECOND 0 1s"},
+		{name: "blocked, checked after", domain: domain, descs: ds(check(blocked)), want: "OVER_LIMIT | OVER_LIMIT 0/SECOND 0 1s"},
+		{name: "another address, checked", domain: domain, descs: ds(check(other)), want: "OK | OK 10/SECOND 10 1s"},
+	}
+	for i := range 10 {
+		steps = append(steps, step{name: fmt.Sprintf("another address, hit %d", i+1), domain: domain, descs: ds(other), want: fmt.Sprintf("OK | OK 10/SECOND %d 1s", 9-i)})
+	}
+	steps = append(steps,
+		step{name: "another address, at its limit, checked", domain: domain, descs: ds(check(other)), want: "OVER_LIMIT | OVER_LIMIT 10/SECOND 0 1s", after: time.Second},
+		step{name: "blocked in the next window, checked", domain: domain, descs: ds(check(blocked)), want: "OVER_LIMIT | OVER_LIMIT 0/SECOND 0 1s"},
+		step{name: "another address in the next window", domain: domain, descs: ds(check(other)), want: "OK | OK 10/SECOND 10 1s"},
+	)
+	h.run(steps)
 }
 
 // A sliding window reports, when over, when one hit would be admitted
