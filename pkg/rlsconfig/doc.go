@@ -40,18 +40,30 @@
 //   - A field in the wrong place (unit in a descriptor, shadow_mode in
 //     rate_limit) is a problem saying where it belongs (upstream checks
 //     names against one flat list and ignores a misplaced one silently),
-//     and so is a field given twice.
-//   - Booleans may be spelled as YAML 1.1 does (yes, no, on, off), as
-//     upstream's YAML 1.1 decoder reads them; YAML merge keys (<<) are not
-//     supported (an unknown key).
-//   - A window longer than counter.MaxScaleMS, or requests_per_unit above
-//     counter.MaxLimit, is a problem naming the bound: the counters cannot
-//     keep it.
+//     and so is a field given twice in one mapping.
+//   - A window longer than counter.MaxScaleMS (unit: year), or
+//     requests_per_unit above counter.MaxLimit, is a problem naming the
+//     bound: the counters cannot keep it.
+//
+// docs/migrating-from-envoyproxy-ratelimit.md lists every kind of file
+// upstream loads and Parse refuses; each problem says how to fix it.
+//
+// Scalars, aliases and merge keys are read as gopkg.in/yaml.v2 v2.4.0,
+// upstream's decoder, reads them into its structs: booleans also in YAML
+// 1.1 spellings (yes, no, on, off), integers with a sign or a base prefix,
+// a !!binary value as the bytes it encodes, metadata keys of any scalar
+// (1, true). A merge key (<<) stands, where it is written, for the pairs
+// of the mapping it names, or of each mapping of a list, of which the
+// earlier wins: the pair applied last holds, so a key written after the
+// merge overrides a merged one, and a merge written after a key overrides
+// that key. A rate_limit given twice that way combines its fields (upstream
+// decodes both into one struct); a null one drops them.
 //
 // Hostile or mistaken files cost bounded memory and time: MaxFileBytes
 // per file, MaxDescriptors over all files, MaxDepth levels, YAML aliases
-// counted each time they are used (an alias bomb is refused), at most
-// MaxProblems problems reported.
+// and merged pairs counted each time they are used (an alias or merge bomb
+// is refused), merges of merges at most 64 deep, at most MaxProblems
+// problems reported.
 //
 // # Matching and counter keys
 //

@@ -46,6 +46,38 @@ var hostile = []struct {
 		}
 		return b.String()
 	}, "more than"},
+	{"billion laughs by merge keys in rate_limit", func() string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: k0\n    rate_limit: &l0 {unit: second, requests_per_unit: 1}\n")
+		for i := 1; i < 10; i++ {
+			fmt.Fprintf(&b, "  - key: k%d\n    rate_limit: &l%d {<<: [", i, i)
+			for range 9 {
+				fmt.Fprintf(&b, "*l%d, ", i-1)
+			}
+			b.WriteString("]}\n")
+		}
+		return b.String()
+	}, "the YAML expands to more than"},
+	{"billion laughs by merge keys in metadata", func() string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      l0: &l0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}\n")
+		for i := 1; i < 10; i++ {
+			fmt.Fprintf(&b, "      l%d: &l%d {<<: [", i, i)
+			for range 9 {
+				fmt.Fprintf(&b, "*l%d, ", i-1)
+			}
+			b.WriteString("]}\n")
+		}
+		return b.String()
+	}, "the YAML expands to more than"},
+	{"merges nested 100 deep", func() string {
+		var b strings.Builder
+		b.WriteString("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      m0: &m0 {a: 1}\n")
+		for i := 1; i < 100; i++ {
+			fmt.Fprintf(&b, "      m%d: &m%d {<<: *m%d}\n", i, i, i-1)
+		}
+		return b.String()
+	}, "merges (<<) nest deeper than"},
 	{"self-referencing alias", func() string { return "domain: d\ndescriptors: &a [{key: k, descriptors: *a}]\n" }, "descriptors nest deeper than"},
 	{"1M sibling descriptors", func() string {
 		return "domain: d\ndescriptors:\n" + strings.Repeat("- {key: k}\n", 1_000_000)

@@ -2,10 +2,13 @@ package rlsconfig
 
 import (
 	"cmp"
+	"encoding/base64"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
@@ -34,6 +37,8 @@ const (
 	maxNodes = 1 << 20
 	// maxMetadataDepth bounds nesting inside a metadata mapping.
 	maxMetadataDepth = 64
+	// maxMergeDepth bounds merges (<<) of mappings that merge others.
+	maxMergeDepth = 64
 )
 
 // Field names, by where they may appear. envoyproxy/ratelimit checks one
@@ -191,34 +196,95 @@ func (b *builder) file(f File) {
 	}
 }
 
-// mapping walks a mapping's keys, reporting non-string, unknown,
-// misplaced and repeated ones.
+// mapping walks a mapping's keys, merges resolved (see pairs), reporting
+// non-string, unknown, misplaced and repeated ones.
 func (b *builder) mapping(n *yaml.Node, what string, allowed []string, fn func(k string, kn, v *yaml.Node)) {
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		kn, v := b.visit(n.Content[i]), n.Content[i+1]
-		if kn == nil {
-			return
-		}
+	// A key is given twice when one mapping has it twice; a merge that
+	// brings the same pairs twice (<<: [*a, *a]) repeats no key.
+	type written struct {
+		in *yaml.Node
+		k  string
+	}
+	seen := map[written]*yaml.Node{}
+	b.pairs(n, nil, func(in, kn, v *yaml.Node) {
 		if kn.Kind != yaml.ScalarNode || kn.Tag != "!!str" {
 			b.errorf(kn, "config error, key is not of type string: %s", nodeText(kn))
-			continue
+			return
 		}
 		k := kn.Value
 		if !slices.Contains(allowed, k) {
 			if home := homeOf(k); home != "" {
-				b.errorf(kn, "config error, key '%s' does not belong in %s (it belongs in %s)", k, what, home)
+				b.errorf(kn, "config error, key '%s' does not belong in %s (envoyproxy/ratelimit ignores it there): move it to %s, or remove it", k, what, home)
 			} else {
 				b.errorf(kn, "config error, unknown key '%s'", k)
 			}
-			continue
+			return
 		}
-		if seen[k] {
-			b.errorf(kn, "config error, key '%s' given twice in %s", k, what)
-			continue
+		if first, dup := seen[written{in, k}]; dup && first != kn {
+			upstream := "uses the last"
+			if k == "rate_limit" || k == "metadata" {
+				upstream = "combines their fields"
+			}
+			b.errorf(kn, "config error, key '%s' given twice in %s (first at %s): remove one (envoyproxy/ratelimit %s)", k, what, b.where(first), upstream)
+			return
 		}
-		seen[k] = true
+		seen[written{in, k}] = kn
 		fn(k, kn, v)
+	})
+}
+
+// pairs calls fn with each key and value of mapping n in the order
+// gopkg.in/yaml.v2, upstream's decoder, applies them, so that the value
+// applied last is the one that holds: a merge key (<<) stands, where it
+// is written, for the pairs of the mapping it names (an alias or a
+// mapping written in place), or of each mapping of a list it names, the
+// last first, so that of a list the earlier mapping wins. A key written
+// after the merge therefore overrides a merged one, and a merge written
+// after a key overrides that key. in is the mapping a pair is written
+// in. stack holds the mappings being merged into, to refuse a cycle.
+func (b *builder) pairs(n *yaml.Node, stack []*yaml.Node, fn func(in, kn, v *yaml.Node)) {
+	if slices.Contains(stack, n) {
+		b.errorf(n, "error loading config file: a merge (<<) includes the mapping it is in: merge another mapping")
+		return
+	}
+	if len(stack) > maxMergeDepth {
+		b.errorf(n, "config error, merges (<<) nest deeper than %d levels: merge fewer mappings that merge others", maxMergeDepth)
+		return
+	}
+	stack = append(stack, n)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		// An alias is never a merge key, as in yaml.v2.
+		raw, v := n.Content[i], n.Content[i+1]
+		kn := b.visit(raw)
+		if kn == nil {
+			return
+		}
+		if raw.Kind != yaml.ScalarNode || raw.Tag != "!!merge" || raw.Value != "<<" {
+			fn(n, kn, v)
+			continue
+		}
+		src := b.visit(v)
+		if src == nil {
+			return
+		}
+		switch src.Kind {
+		case yaml.MappingNode:
+			b.pairs(src, stack, fn)
+		case yaml.SequenceNode:
+			for j := len(src.Content) - 1; j >= 0; j-- {
+				m := b.visit(src.Content[j])
+				if m == nil {
+					return
+				}
+				if m.Kind != yaml.MappingNode {
+					b.errorf(m, "error loading config file: yaml: map merge requires map or sequence of maps as the value, not %s: merge a mapping (<<: *anchor) or a list of them", nodeText(m))
+					continue
+				}
+				b.pairs(m, stack, fn)
+			}
+		default:
+			b.errorf(src, "error loading config file: yaml: map merge requires map or sequence of maps as the value, not %s: merge a mapping (<<: *anchor) or a list of them", nodeText(src))
+		}
 	}
 }
 
@@ -265,7 +331,7 @@ func (b *builder) level(n *yaml.Node, lv *level, parentKey string, path []string
 		return
 	}
 	if depth > MaxDepth {
-		b.errorf(elems[0], "config error, descriptors nest deeper than %d levels", MaxDepth)
+		b.errorf(elems[0], "config error, descriptors nest deeper than %d levels: Envoy sends one entry per level, so flatten them", MaxDepth)
 		return
 	}
 	for _, e := range elems {
@@ -288,7 +354,10 @@ type rateLimitNodes struct {
 
 func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []string, depth int) {
 	var key, value string
-	var keyNode, rateLimit, children, shareNode *yaml.Node
+	var keyNode, children, shareNode *yaml.Node
+	// rateLimits are every rate_limit given (by merges), in the order
+	// applied: upstream decodes each into the same struct.
+	var rateLimits []*yaml.Node
 	var shadow, share bool
 	b.mapping(e, "a descriptor", descriptorKeys, func(k string, kn, v *yaml.Node) {
 		switch k {
@@ -298,7 +367,7 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 		case "value":
 			value, _ = b.str(v)
 		case "rate_limit":
-			rateLimit = v
+			rateLimits = append(rateLimits, v)
 		case "descriptors":
 			children = v
 		case "shadow_mode":
@@ -329,7 +398,12 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	finalKey := parentKey + "." + composite
 	wild := strings.Contains(value, "*")
-	if share && !wild {
+	switch {
+	case share && !wild && strings.Contains(key, "*"):
+		// Upstream takes key_value as one pattern, so a '*' in the key
+		// passes its check there; a key is literal here (see the package doc).
+		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s': a key is matched literally here, so write the '*' in value (key: %s, value: \"*\")", composite, strings.ReplaceAll(key, "*", ""))
+	case share && !wild:
 		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)
 	}
 	seen := b.composites[lv]
@@ -367,16 +441,14 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 		kd.keyOnly = nd
 	}
 	path = append(path[:len(path):len(path)], composite)
-	if rl := b.visit(rateLimit); rl != nil && !(rl.Kind == yaml.ScalarNode && rl.Tag == "!!null") {
-		if r, ok := b.rateLimit(rl, at); ok {
-			r.StatsKey = finalKey
-			r.Shadow = shadow
-			r.Domain = b.domain
-			r.Bucket = bucketName("rls/", append([]string{r.Domain}, path...)...)
-			r.File, r.Line, r.Column = b.name, at.Line, at.Column
-			nd.rule = len(b.cfg.rules)
-			b.cfg.rules = append(b.cfg.rules, r)
-		}
+	if r, ok := b.rateLimit(rateLimits); ok {
+		r.StatsKey = finalKey
+		r.Shadow = shadow
+		r.Domain = b.domain
+		r.Bucket = bucketName("rls/", append([]string{r.Domain}, path...)...)
+		r.File, r.Line, r.Column = b.name, at.Line, at.Column
+		nd.rule = len(b.cfg.rules)
+		b.cfg.rules = append(b.cfg.rules, r)
 	}
 	if children != nil {
 		nd.children = &level{}
@@ -384,19 +456,45 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 }
 
-func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
-	if rl.Kind != yaml.MappingNode {
-		b.errorf(rl, "error loading config file: cannot unmarshal %s into rate_limit (a mapping)", kindName(rl))
-		return Rule{}, false
-	}
+// rateLimit reads a descriptor's rate_limit, given once or more (a merge
+// and an explicit one) as upstream's decoder reads it: each mapping sets
+// its fields over the ones before, a null drops them all. ok false: no
+// rule (no rate_limit, or a problem).
+func (b *builder) rateLimit(given []*yaml.Node) (Rule, bool) {
 	before := len(b.problems)
+	var rl *yaml.Node
 	r := Rule{Algorithm: b.opts.DefaultAlgorithm}
 	var nodes rateLimitNodes
 	var unitText string
+	for _, n := range given {
+		n = b.visit(n)
+		if n == nil {
+			return Rule{}, false
+		}
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+			rl, r, nodes, unitText = nil, Rule{Algorithm: b.opts.DefaultAlgorithm}, rateLimitNodes{}, ""
+			continue
+		}
+		if n.Kind != yaml.MappingNode {
+			b.errorf(n, "error loading config file: cannot unmarshal %s into rate_limit (a mapping)", kindName(n))
+			continue
+		}
+		rl = n
+		b.rateLimitFields(rl, &r, &nodes, &unitText)
+	}
+	if rl == nil {
+		return Rule{}, false
+	}
+	r, _ = b.checkRateLimit(rl, r, nodes, unitText)
+	return r, len(b.problems) == before
+}
+
+// rateLimitFields sets the fields one rate_limit mapping gives.
+func (b *builder) rateLimitFields(rl *yaml.Node, r *Rule, nodes *rateLimitNodes, unitText *string) {
 	b.mapping(rl, "rate_limit", rateLimitKeys, func(k string, kn, v *yaml.Node) {
 		switch k {
 		case "unit":
-			unitText, _ = b.str(v)
+			*unitText, _ = b.str(v)
 			nodes.unit = kn
 		case "requests_per_unit":
 			r.RequestsPerUnit, _ = b.uint32(v)
@@ -424,7 +522,13 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 			nodes.overridable = v
 		}
 	})
-	// After the mapping: name may follow replaces.
+}
+
+// checkRateLimit completes and checks a rule once every rate_limit
+// mapping of its descriptor is applied (rl is the last).
+func (b *builder) checkRateLimit(rl *yaml.Node, r Rule, nodes rateLimitNodes, unitText string) (Rule, bool) {
+	before := len(b.problems)
+	// After the mappings: name may follow replaces.
 	for _, e := range b.seq(nodes.replaces) {
 		var name string
 		b.mapping(e, "a replaces entry", replacesKeys, func(_ string, _, v *yaml.Node) { name, _ = b.str(v) })
@@ -447,9 +551,9 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 	} else {
 		r.Unit = u
 		if ms := u.Seconds() * 1000; ms > counter.MaxScaleMS {
-			b.errorf(nodes.unit, "unit %s (%d s) is longer than the longest window ratelimit-authz counts (%d ms, about %d days: counter.MaxScaleMS)", u, u.Seconds(), int64(counter.MaxScaleMS), int64(counter.MaxScaleMS)/86_400_000)
+			b.errorf(nodes.unit, "unit %s (%d s) is longer than the longest window ratelimit-authz counts (%d ms, about %d days: counter.MaxScaleMS): use month with a twelfth of the limit", u, u.Seconds(), int64(counter.MaxScaleMS), int64(counter.MaxScaleMS)/86_400_000)
 		} else if int64(r.RequestsPerUnit) > counter.MaxLimit {
-			b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit)", r.RequestsPerUnit, counter.MaxLimit)
+			b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit): lower it, or write unlimited: true (without unit) for no limit", r.RequestsPerUnit, counter.MaxLimit)
 		} else if l, ok := r.Limit(); ok {
 			if err := l.Validate(); err != nil {
 				b.errorf(rl, "%v", err)
@@ -474,7 +578,8 @@ func (b *builder) rateLimit(rl *yaml.Node, at *yaml.Node) (Rule, bool) {
 }
 
 // metadata checks a metadata mapping converts to a protobuf Struct, as
-// upstream: string keys, any values, bounded nesting.
+// upstream: scalar keys (upstream's decoder makes a string of 1, true or
+// 1.5 there), any values, merges resolved, bounded nesting.
 func (b *builder) metadata(n *yaml.Node) {
 	n = b.visit(n)
 	if n == nil || n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
@@ -484,28 +589,48 @@ func (b *builder) metadata(n *yaml.Node) {
 		b.errorf(n, "error parsing metadata: %s is not a mapping", kindName(n))
 		return
 	}
-	var walk func(n *yaml.Node, depth int) bool
-	walk = func(n *yaml.Node, depth int) bool {
+	var walk func(n *yaml.Node, depth int)
+	deep := false // reported once for the whole tree
+	value := func(v *yaml.Node, depth int) {
+		if v = b.visit(v); v != nil && !deep && (v.Kind == yaml.MappingNode || v.Kind == yaml.SequenceNode) {
+			walk(v, depth+1)
+		} else if v != nil {
+			b.metadataScalar(v)
+		}
+	}
+	walk = func(n *yaml.Node, depth int) {
 		if depth > maxMetadataDepth {
-			b.errorf(n, "error parsing metadata: nested deeper than %d levels", maxMetadataDepth)
-			return false
+			b.errorf(n, "error parsing metadata: nested deeper than %d levels: flatten it", maxMetadataDepth)
+			deep = true
+			return
 		}
-		for i, c := range n.Content {
-			c = b.visit(c)
-			if c == nil {
-				return false
+		if n.Kind == yaml.SequenceNode {
+			for _, c := range n.Content {
+				value(c, depth)
 			}
-			if n.Kind == yaml.MappingNode && i%2 == 0 && (c.Kind != yaml.ScalarNode || c.Tag != "!!str") {
-				b.errorf(c, "error parsing metadata: key is not of type string: %s", nodeText(c))
-				return false
-			}
-			if (c.Kind == yaml.MappingNode || c.Kind == yaml.SequenceNode) && !walk(c, depth+1) {
-				return false
-			}
+			return
 		}
-		return true
+		b.pairs(n, nil, func(_, kn, v *yaml.Node) {
+			if kn.Kind != yaml.ScalarNode {
+				b.errorf(kn, "error parsing metadata: invalid map key: %s: a key is a string, a number or a boolean", nodeText(kn))
+				return
+			}
+			b.metadataScalar(kn)
+			value(v, depth)
+		})
 	}
 	walk(n, 1)
+}
+
+// metadataScalar refuses a !!binary scalar in metadata that upstream
+// cannot make a protobuf string of.
+func (b *builder) metadataScalar(n *yaml.Node) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!binary" {
+		return
+	}
+	if v, ok := b.str(n); ok && !utf8.ValidString(v) {
+		b.errorf(n, "error parsing metadata: proto: invalid UTF-8 in string: %s: metadata holds text", nodeText(&yaml.Node{Kind: yaml.ScalarNode, Value: v}))
+	}
 }
 
 // str reads a scalar as upstream's YAML decoder does into a string field:
@@ -524,6 +649,15 @@ func (b *builder) str(n *yaml.Node) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
 		b.errorf(n, "error loading config file: cannot unmarshal %s into string", kindName(n))
 		return "", false
+	}
+	if n.Tag == "!!binary" {
+		// Upstream's decoder reads the bytes a !!binary value encodes.
+		v, err := base64.StdEncoding.DecodeString(n.Value)
+		if err != nil {
+			b.errorf(n, "error loading config file: yaml: !!binary value contains invalid base64 data")
+			return "", false
+		}
+		return string(v), true
 	}
 	return n.Value, true
 }
@@ -576,8 +710,9 @@ func (b *builder) uint32(n *yaml.Node) (uint32, bool) {
 		case "!!null":
 			return 0, true
 		case "!!int":
-			v, err := strconv.ParseUint(strings.ReplaceAll(n.Value, "_", ""), 0, 32)
-			if err == nil {
+			// As upstream's decoder: a sign (+5, -0) and base prefixes.
+			v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+			if err == nil && v >= 0 && v <= math.MaxUint32 {
 				return uint32(v), true
 			}
 		}

@@ -124,11 +124,12 @@ descriptors:
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:79: rate_limit.name 'x' is overridable in two rules (first at x.yaml:4:79): tenant overrides could not tell them apart"},
 		{"    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:67: an overridable rule's first descriptor cannot have share_threshold: its value is the tenant, and every tenant it matches would share one count under the limit of whichever tenant a request names"},
 		{"    quota_mode: true\n", "x.yaml:4:5: quota_mode is not supported by ratelimit-authz: remove it, or set it to false (an over-limit quota descriptor would fail the request here)"},
-		{"    unit: second\n", "x.yaml:4:5: config error, key 'unit' does not belong in a descriptor (it belongs in rate_limit)"},
-		{"    rate_limit: {unit: second, shadow_mode: true}\n", "x.yaml:4:32: config error, key 'shadow_mode' does not belong in rate_limit (it belongs in a descriptor)"},
-		{"    key: again\n", "x.yaml:4:5: config error, key 'key' given twice in a descriptor"},
+		{"    unit: second\n", "x.yaml:4:5: config error, key 'unit' does not belong in a descriptor (envoyproxy/ratelimit ignores it there): move it to rate_limit, or remove it"},
+		{"    rate_limit: {unit: second, shadow_mode: true}\n", "x.yaml:4:32: config error, key 'shadow_mode' does not belong in rate_limit (envoyproxy/ratelimit ignores it there): move it to a descriptor, or remove it"},
+		{"    key: again\n", "x.yaml:4:5: config error, key 'key' given twice in a descriptor (first at x.yaml:3:5): remove one (envoyproxy/ratelimit uses the last)"},
 		{"    metadata: [1]\n", "x.yaml:4:15: error parsing metadata: !!seq is not a mapping"},
-		{"    metadata: {1: a}\n", "x.yaml:4:16: error parsing metadata: key is not of type string: \"1\""},
+		{"    metadata: {[1]: a}\n", "x.yaml:4:16: error parsing metadata: invalid map key: !!seq: a key is a string, a number or a boolean"},
+		{"    metadata: {x: !!binary /w==}\n", "x.yaml:4:19: error parsing metadata: proto: invalid UTF-8 in string: \"\\xff\": metadata holds text"},
 		{"    value: [a]\n", "x.yaml:4:12: error loading config file: cannot unmarshal !!seq into string"},
 		{"    rate_limit: 5\n", "x.yaml:4:17: error loading config file: cannot unmarshal !!int into rate_limit (a mapping)"},
 		{"    descriptors: {a: b}\n", "x.yaml:4:18: error loading config file: cannot unmarshal !!map into a list"},
@@ -170,5 +171,70 @@ func TestParseReportsEveryProblem(t *testing.T) {
 	}
 	if _, err := rlsconfig.Parse(nil, rlsconfig.Options{DefaultAlgorithm: 9}); err == nil {
 		t.Error("an unknown default algorithm was accepted")
+	}
+}
+
+// Every kind of file envoyproxy/ratelimit loads and ratelimit-authz
+// refuses, as docs/migrating-from-envoyproxy-ratelimit.md lists them: each
+// is refused with a problem that says how to fix it. (Upstream's verdict
+// on each was checked by loading the same file with its loader, at the
+// commit docs/envoyproxy-ratelimit.md names.) The bounds on size, count
+// and nesting are TestHostileFiles' and TestLoadHostileDirectories'.
+func TestRefusedThoughUpstreamLoads(t *testing.T) {
+	const d = "domain: d\ndescriptors:\n  - key: k\n"
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"unit in a descriptor", d + "    unit: second\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"x.yaml:4:5: config error, key 'unit' does not belong in a descriptor (envoyproxy/ratelimit ignores it there): move it to rate_limit, or remove it"},
+		{"shadow_mode in rate_limit", d + "    rate_limit: {unit: second, requests_per_unit: 1, shadow_mode: true}\n",
+			"x.yaml:4:54: config error, key 'shadow_mode' does not belong in rate_limit (envoyproxy/ratelimit ignores it there): move it to a descriptor, or remove it"},
+		{"descriptors in rate_limit", d + "    rate_limit: {unit: second, requests_per_unit: 1, descriptors: [{key: b}]}\n",
+			"x.yaml:4:54: config error, key 'descriptors' does not belong in rate_limit (envoyproxy/ratelimit ignores it there): move it to a descriptor, or remove it"},
+		{"domain in a descriptor", d + "    domain: e\n",
+			"x.yaml:4:5: config error, key 'domain' does not belong in a descriptor (envoyproxy/ratelimit ignores it there): move it to the top level, or remove it"},
+		{"key at the top level", "domain: d\nkey: a\n",
+			"x.yaml:2:1: config error, key 'key' does not belong in the top level (envoyproxy/ratelimit ignores it there): move it to a descriptor, or remove it"},
+		{"unit in a replaces entry", d + "    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: m, unit: second}]}\n",
+			"x.yaml:4:75: config error, key 'unit' does not belong in a replaces entry (envoyproxy/ratelimit ignores it there): move it to rate_limit, or remove it"},
+		{"a key twice", d + "    key: again\n",
+			"x.yaml:4:5: config error, key 'key' given twice in a descriptor (first at x.yaml:3:5): remove one (envoyproxy/ratelimit uses the last)"},
+		{"rate_limit twice", d + "    rate_limit: {unit: second}\n    rate_limit: {requests_per_unit: 4}\n",
+			"x.yaml:5:5: config error, key 'rate_limit' given twice in a descriptor (first at x.yaml:4:5): remove one (envoyproxy/ratelimit combines their fields)"},
+		{"share_threshold with a '*' in the key", "domain: d\ndescriptors:\n  - key: \"k*\"\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"x.yaml:4:5: share_threshold can only be used with wildcard values (containing '*'), but found key 'k*': a key is matched literally here, so write the '*' in value (key: k, value: \"*\")"},
+		{"unit year", d + "    rate_limit: {unit: year, requests_per_unit: 12}\n",
+			"x.yaml:4:18: unit YEAR (31536000 s) is longer than the longest window ratelimit-authz counts (4294967295 ms, about 49 days: counter.MaxScaleMS): use month with a twelfth of the limit"},
+		{"quota_mode", d + "    quota_mode: true\n",
+			"x.yaml:4:5: quota_mode is not supported by ratelimit-authz: remove it, or set it to false (an over-limit quota descriptor would fail the request here)"},
+		{"requests_per_unit above counter.MaxLimit", d + "    rate_limit: {unit: second, requests_per_unit: 4294967295}\n",
+			"x.yaml:4:51: requests_per_unit 4294967295 is above the largest limit ratelimit-authz counts (2147483647: counter.MaxLimit): lower it, or write unlimited: true (without unit) for no limit"},
+		{"descriptors nested 65 deep", "domain: d\ndescriptors: " + strings.Repeat("[{key: k, descriptors: ", 65) + "[{key: k}]" + strings.Repeat("}]", 65) + "\n",
+			"x.yaml:2:1487: config error, descriptors nest deeper than 64 levels: Envoy sends one entry per level, so flatten them"},
+		{"metadata nested 65 deep", d + "    metadata: " + strings.Repeat("{a: ", 65) + "1" + strings.Repeat("}", 65) + "\n",
+			"x.yaml:4:271: error parsing metadata: nested deeper than 64 levels: flatten it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := problemsOf(t, []rlsconfig.File{file("x.yaml", tc.yaml)}, rlsconfig.Options{})
+			if len(got) != 1 || got[0] != tc.want {
+				t.Errorf("problems %q\nwant [%q]", got, tc.want)
+			}
+		})
+	}
+}
+
+// What upstream's decoder reads and ratelimit-authz refused before:
+// metadata keys that are numbers, booleans or null, a signed
+// requests_per_unit, a !!binary value (its bytes).
+func TestScalarsAsUpstreamReadsThem(t *testing.T) {
+	c := mustParse(t, rlsconfig.Options{}, file("s.yaml", `domain: d
+descriptors:
+  - key: a
+    metadata: {1: team-a, true: x, 1.5: y, ~: z, nested: {2: b, 3.5: c}}
+    rate_limit: {unit: second, requests_per_unit: +5}
+  - key: b
+    value: !!binary aGVsbG8=
+    rate_limit: {unit: second, requests_per_unit: -0}
+`))
+	if got, want := rulesText(c), "d.a: 5/SECOND\nd.b_hello: 0/SECOND"; got != want {
+		t.Errorf("rules:\n%s\nwant:\n%s", got, want)
 	}
 }
