@@ -136,7 +136,7 @@ func (b *builder) visit(n *yaml.Node) *yaml.Node {
 	b.budget--
 	if b.budget < 0 {
 		b.full = true
-		b.errorf(n, "config error, the YAML expands to more than %d nodes (aliases counted where used)", maxNodes)
+		b.errorf(n, "config error, the YAML expands to more than %d nodes (aliases and merges counted where used): use fewer aliases of large mappings or lists", maxNodes)
 		return nil
 	}
 	return n
