@@ -47,28 +47,12 @@ var hostile = []struct {
 		return b.String()
 	}, "more than"},
 	{"billion laughs by merge keys in rate_limit", func() string {
-		var b strings.Builder
-		b.WriteString("domain: d\ndescriptors:\n  - key: k0\n    rate_limit: &l0 {unit: second, requests_per_unit: 1}\n")
-		for i := 1; i < 10; i++ {
-			fmt.Fprintf(&b, "  - key: k%d\n    rate_limit: &l%d {<<: [", i, i)
-			for range 9 {
-				fmt.Fprintf(&b, "*l%d, ", i-1)
-			}
-			b.WriteString("]}\n")
-		}
-		return b.String()
+		return mergeLaughs("domain: d\ndescriptors:\n  - key: k0\n    rate_limit: &l0 {unit: second, requests_per_unit: 1}\n",
+			func(i int) string { return fmt.Sprintf("  - key: k%d\n    rate_limit: ", i) })
 	}, "the YAML expands to more than"},
 	{"billion laughs by merge keys in metadata", func() string {
-		var b strings.Builder
-		b.WriteString("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      l0: &l0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}\n")
-		for i := 1; i < 10; i++ {
-			fmt.Fprintf(&b, "      l%d: &l%d {<<: [", i, i)
-			for range 9 {
-				fmt.Fprintf(&b, "*l%d, ", i-1)
-			}
-			b.WriteString("]}\n")
-		}
-		return b.String()
+		return mergeLaughs("domain: d\ndescriptors:\n  - key: k\n    metadata:\n      l0: &l0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9}\n",
+			func(i int) string { return fmt.Sprintf("      l%d: ", i) })
 	}, "the YAML expands to more than"},
 	{"merges nested 100 deep", func() string {
 		var b strings.Builder
@@ -87,6 +71,19 @@ var hostile = []struct {
 	}, fmt.Sprintf("config error, more than %d problems: fix these first", rlsconfig.MaxProblems)},
 	{"invalid UTF-8", func() string { return "domain: d\ndescriptors:\n  - key: \xff\xfe\n" }, "error loading config file: yaml: invalid leading UTF-8 octet"},
 	{"raw NUL", func() string { return "domain: d\x00\n" }, "error loading config file: yaml: control characters are not allowed"},
+}
+
+// mergeLaughs is head (which anchors l0) and nine mappings l1…l9, each
+// after its entry text, merging the one before nine times: expanded, 9⁹
+// copies of l0's pairs.
+func mergeLaughs(head string, entry func(i int) string) string {
+	var b strings.Builder
+	b.WriteString(head)
+	for i := 1; i < 10; i++ {
+		b.WriteString(entry(i))
+		fmt.Fprintf(&b, "&l%d {<<: [%s]}\n", i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d, ", i-1), 9), ", "))
+	}
+	return b.String()
 }
 
 // MaxDescriptors bounds all files together, each file within its size.
