@@ -57,7 +57,8 @@
 // (duration_until_reset rounded up to whole seconds, at least 1, as
 // upstream's 1..unit range). Since denied hits are not counted, a check
 // without counting (an addend of 0) is over when one more hit would be
-// refused: a key exactly at its limit is OVER_LIMIT here and OK upstream.
+// refused: a key exactly at its limit is OVER_LIMIT here and OK upstream,
+// so a limit of 0 (a block list) is OVER_LIMIT from the first check.
 // Descriptor is_negative_hits (a refill) is ignored, as upstream: a client
 // must not give budget back.
 //
