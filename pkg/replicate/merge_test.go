@@ -41,6 +41,7 @@ type nodeOpts struct {
 	store *counter.Store    // nil: a new store that tracks changes
 	wrap  func(Store) Store // if set, the Replicator uses wrap(store)
 	hooks hooks
+	logs  *logbuf.Buffer // if set, a live node logs there too
 }
 
 // stores returns the node's store and the Store its Replicator uses.
