@@ -78,12 +78,12 @@
 // node's rank, from the sorted identities), sync replies and
 // anti-entropy all go by the pair, so processes that share a name —
 // started with one --node-id, or without one on one host — are nodes of
-// their own, and the cluster holds its limits as with distinct names. An
-// incarnation last heard from before another of its name was first heard
-// from is a restarted process: it takes no share from then on. Two that
-// are heard from in turns are both live: the name is logged once per
-// episode, naming both, and counted (duplicate_node_ids_total); nothing
-// else changes.
+// their own, and the cluster holds its limits as with distinct names (a
+// restarted process is two until the old one is no longer live: the
+// cluster then admits less, never more). Two processes of one name heard
+// from in turns (not one after the other, as in a restart) are logged
+// once per episode, naming both, and counted (duplicate_node_ids_total);
+// nothing else changes.
 //
 // # Warm start and catching up
 //

@@ -440,45 +440,27 @@ func (r *Replicator) members(now time.Time, connected bool) {
 
 // live returns the live processes of the cluster, this one included,
 // sorted by identity (so every node ranks them alike): the peers heard
-// from in the last shareLive heartbeats, less those superseded — heard
-// from last before another process claiming the same node id was first
-// heard from: a restarted process, whose previous incarnation is still
-// heard from within that time. Processes that claim one node id and are
-// heard from in turns are all live: each counts as a node of its own.
+// from in the last shareLive heartbeats, whatever their node ids. A
+// restarted process is two for that long, its previous incarnation
+// taking a share it no longer spends: the cluster admits less, never
+// more.
 func (r *Replicator) live(now time.Time) []member {
 	ms := r.peers.live(r.scratch[:0], now.Add(-shareLive*r.cfg.Heartbeat))
 	ms = append(ms, member{id: r.self, first: r.born, last: now})
 	slices.SortFunc(ms, func(a, b member) int {
 		return cmp.Or(strings.Compare(a.id.Node, b.id.Node), cmp.Compare(a.id.Incarnation, b.id.Incarnation))
 	})
-	out := ms[:0]
-	for i := 0; i < len(ms); {
-		j, latest := i, ms[i].first
-		for ; j < len(ms) && ms[j].id.Node == ms[i].id.Node; j++ {
-			latest = later(latest, ms[j].first)
-		}
-		for _, m := range ms[i:j] { // out's end never passes i: each is read before it is written over
-			if !m.last.Before(latest) {
-				out = append(out, m)
-			}
-		}
-		i = j
-	}
-	r.scratch = out[:0]
-	return out
-}
-
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
+	r.scratch = ms[:0]
+	return ms
 }
 
 // noteDuplicates logs and counts, once per episode, each node id that
-// several live processes claim (two started with one --node-id, or without
-// one on one host). It changes nothing else: each process is a node of its
-// own in the shares, peers and sync replies, whatever its name.
+// several live processes claim at once (two started with one --node-id,
+// or without one on one host): processes of one name each heard from
+// while the other was (a restart is not: the old process was last heard
+// from before the new one first was). It changes nothing else: each
+// process is a node of its own in the shares, peers and sync replies,
+// whatever its name.
 func (r *Replicator) noteDuplicates(live []member) {
 	cur := r.dupScratch
 	clear(cur)
@@ -487,13 +469,17 @@ func (r *Replicator) noteDuplicates(live []member) {
 		for j < len(live) && live[j].id.Node == live[i].id.Node {
 			j++
 		}
-		if name := live[i].id.Node; j-i > 1 {
+		group := live[i:j]
+		if slices.ContainsFunc(group, func(m member) bool { return overlaps(group, m) }) {
+			name := live[i].id.Node
 			cur[name] = true
 			if !r.dupNames[name] {
 				r.m.duplicateNodeIDs.Inc()
-				ids := make([]string, 0, j-i)
-				for _, m := range live[i:j] {
-					ids = append(ids, m.id.String())
+				var ids []string
+				for _, m := range group {
+					if overlaps(group, m) {
+						ids = append(ids, m.id.String())
+					}
 				}
 				// Node ids are validated printable ASCII, from authenticated messages.
 				r.log.Warn("several live processes claim one node id; each still counts as a node of its own, but logs name them alike: give each its own node id",
@@ -503,6 +489,17 @@ func (r *Replicator) noteDuplicates(live []member) {
 		i = j
 	}
 	r.dupNames, r.dupScratch = cur, r.dupNames
+}
+
+// overlaps reports whether another process of ms (one node id) was heard
+// from while m was.
+func overlaps(ms []member, m member) bool {
+	for _, o := range ms {
+		if o.id != m.id && !m.first.After(o.last) && !o.first.After(m.last) {
+			return true
+		}
+	}
+	return false
 }
 
 // setShares tells the store how many nodes split the budgets and this

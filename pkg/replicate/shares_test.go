@@ -272,9 +272,9 @@ func heartbeat(node string, inc uint64, at time.Time) []byte {
 
 // TestDuplicateNodeIDs: processes that claim one node id are each a node
 // of their own in the shares; while two of them are heard from in turns,
-// the id is logged once, naming both, and counted once; a restart (the
-// old process last heard before the new one first) is no duplicate, and
-// the old process takes no share once the new one is heard from.
+// the id is logged once, naming both, and counted once. A restart (the
+// old process last heard before the new one first) is no duplicate; the
+// old process keeps its share until it is no longer live.
 func TestDuplicateNodeIDs(t *testing.T) {
 	x := newNode(t, "x", Config{Heartbeat: 100 * time.Millisecond})
 	dups := func() float64 { return metric(t, x.r.m.duplicateNodeIDs) }
@@ -287,8 +287,16 @@ func TestDuplicateNodeIDs(t *testing.T) {
 	step()
 	x.receive(heartbeat("p", 2, x.now))
 	tick()
+	if got := x.r.lastShares.Nodes; got != 3 {
+		t.Errorf("just after a restart: %d nodes, want 3 (x, and p's old process still live)", got)
+	}
+	for range 3 {
+		step()
+		x.receive(heartbeat("p", 2, x.now))
+		tick()
+	}
 	if got := x.r.lastShares.Nodes; got != 2 {
-		t.Errorf("after a restart: %d nodes, want 2 (x and the new p)", got)
+		t.Errorf("3 heartbeats after a restart: %d nodes, want 2 (x and the new p)", got)
 	}
 	if dups() != 0 || strings.Contains(x.logs.String(), "claim one node id") {
 		t.Errorf("a restart taken for a duplicate:\n%s", x.logs.String())
