@@ -157,19 +157,8 @@ func TestClusterStallIsNotClockSkew(t *testing.T) {
 	// a counts a hit every 10 ms: a batch every sync interval.
 	big := counter.Limit{Limit: counter.MaxLimitFor(counter.MaxScaleMS), ScaleMS: counter.MaxScaleMS}
 	stop := make(chan struct{})
+	defer steadyLoad([]*live{a}, "k", big, 10*time.Millisecond, stop)()
 	defer close(stop)
-	go func() {
-		tk := time.NewTicker(10 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case now := <-tk.C:
-				a.store.Take(0, "k", big, now)
-			}
-		}
-	}()
 	seen := func() int64 {
 		_, tot := counts(b.store, 0, "k", big, time.Now())
 		return tot

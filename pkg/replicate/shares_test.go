@@ -278,22 +278,24 @@ func heartbeat(node string, inc uint64, at time.Time) []byte {
 func TestDuplicateNodeIDs(t *testing.T) {
 	x := newNode(t, "x", Config{Heartbeat: 100 * time.Millisecond})
 	dups := func() float64 { return metric(t, x.r.m.duplicateNodeIDs) }
-	tick := func() { x.r.members(x.now, true) }
-	step := func() { x.now = x.now.Add(100 * time.Millisecond) }
+	// hear moves x's clock on by a heartbeat, has x hear from the
+	// processes (node, incs) and tick.
+	hear := func(node string, incs ...uint64) {
+		x.now = x.now.Add(100 * time.Millisecond)
+		for _, inc := range incs {
+			x.receive(heartbeat(node, inc, x.now))
+		}
+		x.r.members(x.now, true)
+	}
 
 	// p restarts: p/1 last heard before p/2 first.
-	x.receive(heartbeat("p", 1, x.now))
-	tick()
-	step()
-	x.receive(heartbeat("p", 2, x.now))
-	tick()
+	hear("p", 1)
+	hear("p", 2)
 	if got := x.r.lastShares.Nodes; got != 3 {
 		t.Errorf("just after a restart: %d nodes, want 3 (x, and p's old process still live)", got)
 	}
 	for range 3 {
-		step()
-		x.receive(heartbeat("p", 2, x.now))
-		tick()
+		hear("p", 2)
 	}
 	if got := x.r.lastShares.Nodes; got != 2 {
 		t.Errorf("3 heartbeats after a restart: %d nodes, want 2 (x and the new p)", got)
@@ -303,9 +305,7 @@ func TestDuplicateNodeIDs(t *testing.T) {
 	}
 	// A second process named p (p/3) speaks in turns with p/2.
 	for range 10 {
-		step()
-		x.receive(heartbeat("p", 3, x.now), heartbeat("p", 2, x.now))
-		tick()
+		hear("p", 3, 2)
 	}
 	if got := x.r.lastShares.Nodes; got != 3 {
 		t.Errorf("two processes named p: %d nodes, want 3", got)
@@ -320,16 +320,12 @@ func TestDuplicateNodeIDs(t *testing.T) {
 	// p/3 goes: the episode ends once it is no longer live; a process
 	// named like x itself begins another.
 	for range 5 {
-		step()
-		x.receive(heartbeat("p", 2, x.now))
-		tick()
+		hear("p", 2)
 	}
 	if got := x.r.lastShares.Nodes; got != 2 {
 		t.Errorf("after p/3 left: %d nodes, want 2", got)
 	}
-	step()
-	x.receive(heartbeat("x", 9, x.now))
-	tick()
+	hear("x", 9)
 	if got, want := x.r.lastShares.Nodes, 3; got != want {
 		t.Errorf("another process named x: %d nodes, want %d", got, want)
 	}
