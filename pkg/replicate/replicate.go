@@ -100,7 +100,7 @@ type shared struct {
 	now       func() time.Time // cfg.Now
 	m         *metrics
 	self      origin    // node id and this process's incarnation: its identity
-	born      time.Time // when this process joined (New), as it is heard from
+	born      time.Time // when this process was created (New): first heard from, as a member
 	batchSubj string
 	syncSubj  string
 	peers     *peerTable
@@ -221,7 +221,8 @@ func (r *Replicator) Ready() <-chan struct{} { return r.ready }
 func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
 
 // Identity is this process's node id and incarnation. The node id is a
-// name that several processes may claim (see tick); the pair is unique.
+// name that several processes may claim (logged and counted); the pair
+// is unique, and is what the cluster tells nodes apart by.
 func (r *Replicator) Identity() (node string, incarnation uint64) {
 	return r.self.Node, r.self.Incarnation
 }
