@@ -56,7 +56,7 @@ func (c *clusterConfig) addFlags(f *envFlags) {
 	f.Duration(&c.syncInterval, "sync-interval", "RATELIMIT_AUTHZ_SYNC_INTERVAL", replicate.DefaultSyncInterval, "how often a node publishes its changed counts (cluster backend)")
 	f.String(&c.subjectPrefix, "nats-subject-prefix", "RATELIMIT_AUTHZ_NATS_SUBJECT_PREFIX", replicate.DefaultSubjectPrefix, "NATS subject `prefix`: batches on PREFIX.batch, warm-start requests on PREFIX.sync")
 	f.Duration(&c.warmStartTimeout, "warm-start-timeout", "RATELIMIT_AUTHZ_WARM_START_TIMEOUT", replicate.DefaultWarmStartTimeout, "longest wait for peers' counts before reporting ready (cluster backend)")
-	f.String(&c.nodeID, "node-id", "RATELIMIT_AUTHZ_NODE_ID", "", "this node's `name` to its peers (metrics, logs); default the host name")
+	f.String(&c.nodeID, "node-id", "RATELIMIT_AUTHZ_NODE_ID", "", "this node's `name` in its logs and its peers' (cluster backend); default the host name. Each process is told apart by a random incarnation, so nodes that share a name still split budgets; a name several live processes claim is logged and counted")
 	f.Bool(&c.budgetShares, "budget-shares", "RATELIMIT_AUTHZ_BUDGET_SHARES", true, "split each key's budget between the live nodes: a node admits up to its share without waiting for its peers' counts and replicates only keys near their share (cluster backend; false: each node admits on its own view up to the whole limit and replicates every change)")
 }
 

@@ -28,8 +28,9 @@ type Cluster struct {
 	URL string
 	// Options are nats.go's options for credentials and TLS.
 	Options []nats.Option
-	// NodeID names this node to its peers (metrics, logs); default the
-	// host name.
+	// NodeID names this node in its logs and its peers'; default the
+	// host name. Processes are told apart by a random incarnation (see
+	// replicate.Config.NodeID), so nodes may share a name.
 	NodeID string
 	// SubjectPrefix: batches on PREFIX.batch, warm-start requests on
 	// PREFIX.sync; default replicate.DefaultSubjectPrefix.

@@ -3,6 +3,7 @@ package replicate
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"runtime"
@@ -41,6 +42,14 @@ type live struct {
 	done   chan error
 }
 
+// logWriter is where testLogger writes.
+func logWriter(t testing.TB) io.Writer {
+	if testing.Verbose() {
+		return os.Stderr
+	}
+	return io.Discard
+}
+
 func testLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -61,7 +70,11 @@ func startLive(t testing.TB, url, id string, cfg Config, o nodeOpts) *live {
 		cfg.SyncInterval = 50 * time.Millisecond
 	}
 	reg := prometheus.NewRegistry()
-	r, err := newReplicator(cfg, st, reg, testLogger(t).With("test", t.Name()), o.hooks)
+	log := testLogger(t).With("test", t.Name())
+	if o.logs != nil {
+		log = slog.New(slog.NewTextHandler(io.MultiWriter(o.logs, logWriter(t)), &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	r, err := newReplicator(cfg, st, reg, log, o.hooks)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,9 +58,12 @@ type Config struct {
 	IDs []counter.Bucket
 	// Algorithms are the buckets' algorithms, by index; nil: any.
 	Algorithms []counter.Algorithm
-	// NodeID names this node to its peers (metrics labels, logs); default
-	// the host name. Each process start adds a random incarnation, so two
-	// processes never share an identity.
+	// NodeID names this node in its logs and its peers'; default the host
+	// name. A process's identity is its node id and a random incarnation,
+	// drawn at New: two processes never share one, whatever their node
+	// ids, and each takes its own budget share. Several live processes
+	// claiming one node id are logged and counted
+	// (duplicate_node_ids_total), nothing else.
 	NodeID string
 	// SubjectPrefix: batches go to <prefix>.batch, sync requests to
 	// <prefix>.sync; default "ratelimit".
@@ -74,8 +77,10 @@ type Config struct {
 	// PeerExpiry: a peer silent this long (no batch, no heartbeat) is
 	// forgotten; 1 min. If it speaks again it gets its old peer id back.
 	PeerExpiry time.Duration
-	// SkewWarning: a peer whose batches arrive with a larger clock
-	// difference is logged (at most once a minute); 500 ms.
+	// SkewWarning: a peer whose clock is further off than this (the least
+	// receive minus send time of its batches over ten heartbeats), and a
+	// batch that waited longer than this before it was read (beyond the
+	// skew), are logged, each at most once a minute per peer; 500 ms.
 	SkewWarning time.Duration
 	// MaxMessageBytes bounds messages read and written; 8 MiB (writes are
 	// also bounded by the server's max_payload).

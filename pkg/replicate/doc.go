@@ -19,7 +19,7 @@
 // counter.Store.SetShares): what remains of the limit after this node's
 // count as last published and its peers' published counts, split over the
 // live nodes (this one and the peers heard from in the last three
-// heartbeats) as the key's hits were in its previous window — smoothed, so
+// heartbeats; processes, see "Identity" below) as the key's hits were in its previous window — smoothed, so
 // a node that had none still gets some — and evenly for a key without one
 // (the remainder of the division rotating over the nodes by window). When
 // every node holds the same published counts the shares add up to what
@@ -71,6 +71,20 @@
 // The encoding is a compact versioned binary format (see wire.go);
 // connections use nats.NoEcho, so a node never reads its own batches.
 //
+// # Identity
+//
+// A node is a process: its node id (a name: Config.NodeID, or the host
+// name) and its incarnation. Peers, budget shares (their number and this
+// node's rank, from the sorted identities), sync replies and
+// anti-entropy all go by the pair, so processes that share a name —
+// started with one --node-id, or without one on one host — are nodes of
+// their own, and the cluster holds its limits as with distinct names (a
+// restarted process is two until the old one is no longer live: the
+// cluster then admits less, never more). Two processes of one name heard
+// from in turns (not one after the other, as in a restart) are logged
+// once per episode, naming both, and counted (duplicate_node_ids_total);
+// nothing else changes.
+//
 // # Warm start and catching up
 //
 // On start, and after every reconnection, a node publishes a request on
@@ -115,7 +129,10 @@
 // With EarlyGap negative, marked keys wait for the next tick, and a round
 // takes SyncInterval. Clocks must be NTP-synchronised: a skewed node maps its
 // hits to the wrong window at the edges. The largest skew over peers is
-// exported.
+// exported: a peer's is the least receive minus send time of its batches
+// over ten to twenty heartbeats, as a batch's delivery delay is never
+// negative but grows while batches wait (a stall of either node or of
+// NATS); a batch that waited is logged as such, not as skew.
 //
 // When NATS is unreachable — at start or later — the node fails open to
 // per-node limits: shares are off (it admits against its own counts plus

@@ -41,6 +41,7 @@ type nodeOpts struct {
 	store *counter.Store    // nil: a new store that tracks changes
 	wrap  func(Store) Store // if set, the Replicator uses wrap(store)
 	hooks hooks
+	logs  *logbuf.Buffer // if set, a live node logs there too
 }
 
 // stores returns the node's store and the Store its Replicator uses.
@@ -357,17 +358,91 @@ func TestPeersBoundedAndExpired(t *testing.T) {
 	}
 }
 
+// batchesAt returns a's batches sent at each of at, a hit each.
+func (a *node) batchesAt(t *testing.T, at ...time.Time) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for _, now := range at {
+		a.now = now
+		a.store.Take(0, "acme", sec100, now)
+		msgs := a.publish(t, 1<<20)
+		if len(msgs) != 1 {
+			t.Fatalf("%d messages at %v, want 1", len(msgs), now)
+		}
+		out = append(out, msgs[0])
+	}
+	return out
+}
+
+// every returns n instants d apart from start.
+func every(start time.Time, d time.Duration, n int) []time.Time {
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = start.Add(time.Duration(i) * d)
+	}
+	return out
+}
+
+// TestClockSkew: a peer whose batches all arrive 1.5 s after their send
+// time, over a clock period (ten heartbeats), has a clock 1.5 s off: it
+// is exported and logged as skew, not as waiting.
 func TestClockSkew(t *testing.T) {
-	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{SkewWarning: 500 * time.Millisecond})
-	a.store.Take(0, "acme", sec100, a.now)
-	msgs := a.publish(t, 1<<20)
-	b.now = t0.Add(1500 * time.Millisecond) // b's clock is 1.5 s ahead of a's
-	b.receive(msgs...)
+	a := newNode(t, "a", Config{})
+	b := newNode(t, "b", Config{Heartbeat: 100 * time.Millisecond, SkewWarning: 500 * time.Millisecond})
+	for _, at := range every(t0, 100*time.Millisecond, 12) {
+		msgs := a.batchesAt(t, at)
+		b.now = at.Add(1500 * time.Millisecond) // b's clock is 1.5 s ahead of a's
+		b.receive(msgs...)
+	}
 	if got := b.r.peers.maxSkew().Seconds(); got != 1.5 {
 		t.Errorf("skew %v s, want 1.5", got)
 	}
-	if !strings.Contains(b.logs.String(), "clock skew above the warning threshold") {
-		t.Errorf("no skew warning logged:\n%s", b.logs.String())
+	logs := b.logs.String()
+	if !strings.Contains(logs, "clock skew above the warning threshold") || !strings.Contains(logs, "skew=1.5s") {
+		t.Errorf("no skew warning logged:\n%s", logs)
+	}
+	if strings.Contains(logs, "waited") {
+		t.Errorf("a skewed clock logged as waiting:\n%s", logs)
+	}
+}
+
+// TestStalledBatchesAreNotSkew: a node that resumes after a stall reads
+// the batches that waited meanwhile, seconds old; that is their delivery
+// delay, logged as waiting, while the clock skew stays what the batches
+// delivered promptly show.
+func TestStalledBatchesAreNotSkew(t *testing.T) {
+	a := newNode(t, "a", Config{})
+	b := newNode(t, "b", Config{Heartbeat: 100 * time.Millisecond, SkewWarning: 500 * time.Millisecond})
+	const prompt = 2 * time.Millisecond
+	// Running: each batch read 2 ms after it was sent.
+	for _, at := range every(t0, 100*time.Millisecond, 5) {
+		msgs := a.batchesAt(t, at)
+		b.now = at.Add(prompt)
+		b.receive(msgs...)
+	}
+	// b stalls for 2.6 s (SIGSTOP): a's batches wait, and are all read
+	// when b resumes.
+	stalled := a.batchesAt(t, every(t0.Add(500*time.Millisecond), 100*time.Millisecond, 26)...)
+	b.now = a.now.Add(prompt)
+	b.receive(stalled...)
+	if got := b.r.peers.maxAge(); got != prompt {
+		t.Errorf("delivery age after the backlog %v, want %v (the latest batch's)", got, prompt)
+	}
+	// And on: promptly, for more than two clock periods.
+	for _, at := range every(a.now.Add(100*time.Millisecond), 100*time.Millisecond, 25) {
+		msgs := a.batchesAt(t, at)
+		b.now = at.Add(prompt)
+		b.receive(msgs...)
+	}
+	if got := b.r.peers.maxSkew(); got != prompt {
+		t.Errorf("skew %v, want %v: the batches that waited are not skew", got, prompt)
+	}
+	logs := b.logs.String()
+	if strings.Contains(logs, "skew") {
+		t.Errorf("a stall logged as clock skew:\n%s", logs)
+	}
+	if !strings.Contains(logs, "waited above the warning threshold") || !strings.Contains(logs, "waited=2.5s") {
+		t.Errorf("the batches that waited 2.5 s not logged as such:\n%s", logs)
 	}
 }
 

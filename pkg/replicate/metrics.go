@@ -100,6 +100,7 @@ type metrics struct {
 	slowConsumer                       prometheus.Counter
 	heartbeats                         prometheus.Counter
 	antiEntropy                        prometheus.Counter
+	duplicateNodeIDs                   prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometheus.Collector) (*metrics, error) {
@@ -130,15 +131,16 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 			Help:    "Time to collect, encode and publish one interval's batch.",
 			Buckets: prometheus.ExponentialBuckets(10e-6, 4, 10),
 		}),
-		peersRefused: counter("peers_refused_total", "Messages from a new peer dropped because max_peers peers are known."),
-		syncServed:   counter("sync_replies_sent_total", "Sync requests (warm starts, reconnects) answered."),
-		syncMerged:   counter("sync_entries_merged_total", "Counts merged from sync replies."),
-		syncFailed:   counter("sync_requests_failed_total", "Sync requests of this node that got no complete reply before their deadline."),
-		clamped:      counter("entries_clamped_total", "Received counts above what a limit of their bucket on this node allows, lowered to that bound."),
-		panics:       counter("callback_panics_total", "Panics recovered in a NATS message handler (a bug: the message is dropped, the node keeps running)."),
-		slowConsumer: counter("slow_consumer_events_total", "Messages the NATS client dropped because this node read too slowly (followed by a resync)."),
-		heartbeats:   counter("heartbeats_sent_total", "Empty batches published because nothing changed for a heartbeat interval (peers see the node alive)."),
-		antiEntropy:  counter("anti_entropy_entries_sent_total", "Unchanged live counts published again in the background (repairs a lost batch of a quiet key)."),
+		peersRefused:     counter("peers_refused_total", "Messages from a new peer dropped because max_peers peers are known."),
+		syncServed:       counter("sync_replies_sent_total", "Sync requests (warm starts, reconnects) answered."),
+		syncMerged:       counter("sync_entries_merged_total", "Counts merged from sync replies."),
+		syncFailed:       counter("sync_requests_failed_total", "Sync requests of this node that got no complete reply before their deadline."),
+		clamped:          counter("entries_clamped_total", "Received counts above what a limit of their bucket on this node allows, lowered to that bound."),
+		panics:           counter("callback_panics_total", "Panics recovered in a NATS message handler (a bug: the message is dropped, the node keeps running)."),
+		slowConsumer:     counter("slow_consumer_events_total", "Messages the NATS client dropped because this node read too slowly (followed by a resync)."),
+		heartbeats:       counter("heartbeats_sent_total", "Empty batches published because nothing changed for a heartbeat interval (peers see the node alive)."),
+		antiEntropy:      counter("anti_entropy_entries_sent_total", "Unchanged live counts published again in the background (repairs a lost batch of a quiet key)."),
+		duplicateNodeIDs: counter("duplicate_node_ids_total", "Times several live processes began to claim one node id (the same --node-id, or none on one host): logged once per episode; each still counts as a node of its own."),
 	}
 	syncRefused := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "sync_requests_refused_total",
@@ -151,7 +153,7 @@ func newMetrics(reg prometheus.Registerer, gauges func(ns, sub string) []prometh
 		m.batchesSent, m.earlyBatches, m.entriesSent, m.batchesReceived, m.entriesReceived, m.entriesMerged,
 		dropped, malformed, m.batchesMissed, m.batchesRepeated, m.publishErrors, m.publishDuration,
 		m.peersRefused, m.syncServed, m.syncMerged, m.syncFailed, syncRefused,
-		m.clamped, m.panics, m.slowConsumer, m.heartbeats, m.antiEntropy,
+		m.clamped, m.panics, m.slowConsumer, m.heartbeats, m.antiEntropy, m.duplicateNodeIDs,
 	}
 	cs = append(cs, gauges(ns, sub)...)
 	for _, c := range cs {

@@ -8,24 +8,31 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
-type peerKey struct {
-	node string
-	inc  uint64
-}
-
-// peer is one other process: a node id and its incarnation.
+// peer is one other process: a node id and its incarnation. The pair is
+// its identity everywhere (the peer table, the counter's peer ids, shares,
+// sync replies); the node id alone is a name, which processes may share.
 type peer struct {
-	id       counter.PeerID
-	key      peerKey
-	lastSeen time.Time // under peerTable.mu
+	id  counter.PeerID
+	key origin
+	// Under peerTable.mu: lastSeen is when it was last heard from or
+	// named as the origin of counts (expiry); first and last when it was
+	// first and last heard from itself (liveness).
+	lastSeen    time.Time
+	first, last time.Time
 
-	// skewMS is receive time minus send time of its latest batch.
+	// ageMS is receive time minus send time of its latest batch: the
+	// delivery delay, clock skew included.
+	ageMS atomic.Int64
+	// skewMS is the clock skew: the least ageMS over this clock period and
+	// the previous one (see receiver.observe).
 	skewMS atomic.Int64
 
 	// Read and written by the batch handler only (one goroutine).
-	lastSeq    uint64
-	haveSeq    bool
-	skewLogged time.Time
+	lastSeq                uint64
+	haveSeq                bool
+	period                 time.Time // start of this clock period
+	periodMin, prevMin     int64     // least age in this period and the previous one, ms; noAge: none
+	skewLogged, lateLogged time.Time
 }
 
 // peerTable maps peers to the counter's PeerIDs. It holds at most max
@@ -37,12 +44,12 @@ type peer struct {
 // Only authenticated, validated messages reach it.
 type peerTable struct {
 	mu      sync.Mutex
-	byKey   map[peerKey]*peer
+	byKey   map[origin]*peer
 	byID    map[counter.PeerID]*peer
 	next    counter.PeerID
 	max     int
-	retired map[peerKey]counter.PeerID
-	order   []peerKey // retired keys, oldest first
+	retired map[origin]counter.PeerID
+	order   []origin // retired keys, oldest first
 }
 
 // retiredPerPeer bounds the remembered expired peers: retiredPerPeer × max.
@@ -50,24 +57,43 @@ const retiredPerPeer = 4
 
 func newPeerTable(max int) *peerTable {
 	return &peerTable{
-		byKey: map[peerKey]*peer{}, byID: map[counter.PeerID]*peer{}, next: 1, max: max,
-		retired: map[peerKey]counter.PeerID{},
+		byKey: map[origin]*peer{}, byID: map[counter.PeerID]*peer{}, next: 1, max: max,
+		retired: map[origin]counter.PeerID{},
 	}
 }
 
 // get returns the peer (node, inc), adding it if there is room, and notes
-// it was heard from at now. It returns nil when the table is full or the
-// ids are exhausted.
-func (t *peerTable) get(node string, inc uint64, now time.Time) *peer {
+// it was seen at now: heard from, when heard (a message it sent), else
+// named as the origin of counts in another's sync reply, which keeps it
+// from expiry but not live (it may have stopped long ago). It returns nil
+// when the table is full or the ids are exhausted.
+func (t *peerTable) get(node string, inc uint64, now time.Time, heard bool) *peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := peerKey{node, inc}
-	if p := t.byKey[k]; p != nil {
-		if now.After(p.lastSeen) {
-			p.lastSeen = now
+	k := origin{node, inc}
+	p := t.byKey[k]
+	if p == nil {
+		if p = t.add(k); p == nil {
+			return nil
 		}
-		return p
 	}
+	if now.After(p.lastSeen) {
+		p.lastSeen = now
+	}
+	if heard {
+		if p.first.IsZero() {
+			p.first = now
+		}
+		if now.After(p.last) {
+			p.last = now
+		}
+	}
+	return p
+}
+
+// add adds the peer k under its old id, if it had one, else a new one. It
+// returns nil when the table is full or the ids are exhausted.
+func (t *peerTable) add(k origin) *peer {
 	if len(t.byKey) >= t.max {
 		return nil
 	}
@@ -81,7 +107,7 @@ func (t *peerTable) get(node string, inc uint64, now time.Time) *peer {
 		id = t.next
 		t.next++ // wraps to 0 after 2^32−1 peers: then no new ones
 	}
-	p := &peer{id: id, key: k, lastSeen: now}
+	p := &peer{id: id, key: k}
 	t.byKey[k] = p
 	t.byID[p.id] = p
 	return p
@@ -95,7 +121,7 @@ func (t *peerTable) identity(id counter.PeerID) (origin, bool) {
 	if p == nil {
 		return origin{}, false
 	}
-	return origin{Node: p.key.node, Incarnation: p.key.inc}, true
+	return p.key, true
 }
 
 // expire forgets the peers not heard from since now − ttl, remembering
@@ -124,18 +150,24 @@ func (t *peerTable) expire(now time.Time, ttl time.Duration) {
 				live = append(live, k)
 			}
 		}
-		t.order = append([]peerKey(nil), live...)
+		t.order = append([]origin(nil), live...)
 	}
 }
 
-// liveNodes appends to dst the node ids of the peers heard from since
-// since (a restarted node may appear once per incarnation).
-func (t *peerTable) liveNodes(dst []string, since time.Time) []string {
+// member is a process taking part in the cluster: its identity, and when
+// it was first and last heard from.
+type member struct {
+	id          origin
+	first, last time.Time
+}
+
+// live appends to dst the peers heard from since since.
+func (t *peerTable) live(dst []member, since time.Time) []member {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k, p := range t.byKey {
-		if !p.lastSeen.Before(since) {
-			dst = append(dst, k.node)
+		if !p.last.IsZero() && !p.last.Before(since) {
+			dst = append(dst, member{k, p.first, p.last})
 		}
 	}
 	return dst
@@ -147,13 +179,24 @@ func (t *peerTable) len() int {
 	return len(t.byKey)
 }
 
-// maxSkew returns the largest absolute clock skew of the known peers.
+// maxAge returns the largest absolute delivery age (ageMS) of the known
+// peers.
+func (t *peerTable) maxAge() time.Duration {
+	return t.largest(func(p *peer) int64 { return p.ageMS.Load() })
+}
+
+// maxSkew returns the largest absolute clock skew (skewMS) of the known
+// peers.
 func (t *peerTable) maxSkew() time.Duration {
+	return t.largest(func(p *peer) int64 { return p.skewMS.Load() })
+}
+
+func (t *peerTable) largest(ms func(*peer) int64) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var m int64
 	for _, p := range t.byKey {
-		s := p.skewMS.Load()
+		s := ms(p)
 		if s < 0 {
 			s = -s
 		}

@@ -2,6 +2,7 @@ package replicate
 
 import (
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ func (rv *receiver) onBatch(msg *nats.Msg) {
 	if !rv.read(msg.Data, m, kindBatch, &rv.rxBuf, now) {
 		return
 	}
-	p := rv.peers.get(m.Node, m.Incarnation, now)
+	p := rv.peers.get(m.Node, m.Incarnation, now, true)
 	if p == nil {
 		rv.m.peersRefused.Inc()
 		rv.m.dropped.unknownPeer.Add(float64(len(m.Entries)))
@@ -112,7 +113,27 @@ func (s *shared) read(data []byte, m *message, kind msgKind, buf *rxBuffers, now
 	return true
 }
 
-// observe updates the peer's sequence and clock-skew figures from a batch.
+// clockPeriod is how long, in heartbeats, a peer's batches are watched
+// to tell its clock skew from the delays of their delivery.
+const clockPeriod = 10
+
+// noAge marks a clock period without batches.
+const noAge = math.MaxInt64
+
+// observe updates the peer's sequence, delivery and clock figures from a
+// batch.
+//
+// A batch's age, receive time minus send time, is the clock skew plus its
+// delivery delay. The delay is never negative but has no bound: batches
+// wait while this node, NATS or the peer is stalled (a GC pause, CPU
+// starvation, SIGSTOP) or while this node reads slowly, and a node that
+// resumes reads them seconds old. So the skew is taken as the least age
+// of the peer's batches over the current and the previous clock period
+// (at least ten heartbeats: some batch comes promptly unless a stall or a
+// backlog lasts that long), and what a batch's age exceeds it by as the
+// time the batch waited. Each is logged under its own name, at most once
+// a minute per peer: a skew above SkewWarning at the end of a period, a
+// wait above it at once.
 func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 	switch {
 	case !p.haveSeq || m.Seq == p.lastSeq+1:
@@ -124,15 +145,39 @@ func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 	if !p.haveSeq || m.Seq > p.lastSeq {
 		p.lastSeq, p.haveSeq = m.Seq, true
 	}
-	skew := time.Duration(now.UnixMilli()-m.SentAtMS) * time.Millisecond
-	p.skewMS.Store(skew.Milliseconds())
-	if (skew > rv.cfg.SkewWarning || skew < -rv.cfg.SkewWarning) && now.Sub(p.skewLogged) >= time.Minute {
-		p.skewLogged = now
-		// The node id is validated printable ASCII, from an authenticated message.
-		rv.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
-			"peer", p.key.node, "skew", skew.String(), "threshold", rv.cfg.SkewWarning.String())
+	age := now.UnixMilli() - m.SentAtMS
+	p.ageMS.Store(age)
+	if p.period.IsZero() {
+		p.period, p.prevMin, p.periodMin = now, noAge, noAge
 	}
+	if now.Sub(p.period) >= clockPeriod*rv.cfg.Heartbeat {
+		if p.periodMin != noAge && abs(p.periodMin) > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.skewLogged) >= time.Minute {
+			p.skewLogged = now
+			// The node id is validated printable ASCII, from an authenticated message.
+			rv.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
+				"peer", p.key.String(), "skew", msDuration(p.periodMin).String(), "threshold", rv.cfg.SkewWarning.String(),
+				"period", now.Sub(p.period).Round(time.Millisecond).String())
+		}
+		p.period, p.prevMin, p.periodMin = now, p.periodMin, noAge
+	}
+	skew := min(p.prevMin, p.periodMin)
+	if waited := age - skew; skew != noAge && waited > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.lateLogged) >= time.Minute {
+		p.lateLogged = now
+		rv.log.Warn("a peer's batch waited above the warning threshold before it was read (this node, NATS or the peer stalled); its counts arrived that late",
+			"peer", p.key.String(), "waited", msDuration(waited).String(), "threshold", rv.cfg.SkewWarning.String())
+	}
+	p.periodMin = min(p.periodMin, age)
+	p.skewMS.Store(min(p.prevMin, p.periodMin))
 }
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func msDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // merge merges m's entries, each under the peer id peerOf gives for its
 // origin index (counter.Self: skip the entry, it is this node's own).

@@ -2,12 +2,15 @@ package replicate
 
 import (
 	"fmt"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -122,4 +125,60 @@ func TestClusterSlowConsumerResyncs(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// gatedStore merges only while its gate is open: a node whose batch
+// handler stalls, as a stopped process does, while NATS keeps its
+// messages.
+type gatedStore struct {
+	Store
+	gate *sync.RWMutex // write-locked: stalled
+}
+
+func (s gatedStore) Merge(p counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	return s.Store.Merge(p, c, now)
+}
+
+// TestClusterStallIsNotClockSkew: a node whose reading stalls for 2.6 s
+// then reads the batches that waited meanwhile, seconds old. That is how
+// long they waited, logged as such; the clock skew (exported, logged) is
+// what the batches read promptly show: none, on one host.
+func TestClusterStallIsNotClockSkew(t *testing.T) {
+	srv := testnats.StartProcess(t)
+	cfg := Config{ShareDelay: -1, Heartbeat: 100 * time.Millisecond} // clock periods of 1 s
+	var gate sync.RWMutex
+	logs := &logbuf.Buffer{}
+	b := startLive(t, srv.URL(), "b", cfg, nodeOpts{wrap: func(s Store) Store { return gatedStore{s, &gate} }, logs: logs})
+	a := startLive(t, srv.URL(), "a", cfg, nodeOpts{})
+	a.waitReady(t)
+	b.waitReady(t)
+	// a counts a hit every 10 ms: a batch every sync interval.
+	big := counter.Limit{Limit: counter.MaxLimitFor(counter.MaxScaleMS), ScaleMS: counter.MaxScaleMS}
+	stop := make(chan struct{})
+	defer steadyLoad([]*live{a}, "k", big, 10*time.Millisecond, stop)()
+	defer close(stop)
+	seen := func() int64 {
+		_, tot := counts(b.store, 0, "k", big, time.Now())
+		return tot
+	}
+	poll.UntilTrue(t, waitLong, step, func() bool { return seen() > 0 })
+	time.Sleep(1500 * time.Millisecond) // a clock period or more of prompt batches
+	gate.Lock()
+	time.Sleep(2600 * time.Millisecond)
+	gate.Unlock()
+	at := seen()
+	poll.UntilTrue(t, waitLong, step, func() bool { return seen() > at })
+	time.Sleep(2500 * time.Millisecond) // two clock periods of prompt batches
+	if got := b.r.peers.maxSkew(); got > 100*time.Millisecond {
+		t.Errorf("clock skew %v after a stall, on one host", got)
+	}
+	out := logs.String()
+	if strings.Contains(out, "skew") {
+		t.Errorf("a stall logged as clock skew:\n%s", out)
+	}
+	if !strings.Contains(out, "waited above the warning threshold") {
+		t.Errorf("the batches that waited through the stall not logged:\n%s", out)
+	}
 }

@@ -1,6 +1,7 @@
 package replicate
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,9 +82,11 @@ type Replicator struct {
 	readyOnce sync.Once
 	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
 
-	// Owned by Run's loop (setShares).
+	// Owned by Run's loop (tick).
 	lastShares   counter.Shares
-	scratchNodes []string
+	scratch      []member
+	dupNames     map[string]bool // node ids several live processes claimed at the last tick
+	dupScratch   map[string]bool
 	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
 	shareDelayMS atomic.Int64 // lastShares.Delay, for the gauge
 }
@@ -95,7 +99,8 @@ type shared struct {
 	log       *slog.Logger
 	now       func() time.Time // cfg.Now
 	m         *metrics
-	self      origin // node id and this process's incarnation
+	self      origin    // node id and this process's incarnation: its identity
+	born      time.Time // when this process was created (New): first heard from, as a member
 	batchSubj string
 	syncSubj  string
 	peers     *peerTable
@@ -135,12 +140,14 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 	if h.send == nil {
 		h.send = func(nc *nats.Conn, subj string, data []byte) error { return nc.Publish(subj, data) }
 	}
+	self := origin{Node: cfg.NodeID, Incarnation: rand.Uint64()}
 	sh := &shared{
 		cfg:       cfg,
 		store:     store,
-		log:       log.With("node", cfg.NodeID),
+		log:       log.With("node", self.Node, "incarnation", fmt.Sprintf("%016x", self.Incarnation)),
 		now:       cfg.Now,
-		self:      origin{Node: cfg.NodeID, Incarnation: rand.Uint64()},
+		self:      self,
+		born:      cfg.Now(),
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
 		peers:     newPeerTable(cfg.MaxPeers),
@@ -154,7 +161,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 	if sh.seal, err = newSealer(cfg.Keys, cfg.SubjectPrefix); err != nil {
 		return nil, err
 	}
-	r := &Replicator{shared: sh, ready: make(chan struct{})}
+	r := &Replicator{shared: sh, ready: make(chan struct{}), dupNames: map[string]bool{}, dupScratch: map[string]bool{}}
 	r.pub = newPublisher(sh)
 	r.recv = newReceiver(sh)
 	r.syncer = newSyncer(sh, r.recv)
@@ -190,11 +197,11 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		}, func() float64 { return float64(r.peers.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
-			Help: "Largest absolute difference, over the known peers, between receive time and the peer's send time of its latest batch (clock skew plus delivery delay).",
+			Help: "Largest absolute clock skew over the known peers: for each, the least difference between receive time and send time of its batches over the last 10 to 20 heartbeats, so that batches that waited (a stall of this node, NATS or the peer) do not count.",
 		}, func() float64 { return r.peers.maxSkew().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "share_nodes",
-			Help: "Nodes each key's budget is split between (this one and the peers heard from in the last 3 heartbeats); 0 or 1: no split, the node admits on its own view up to the whole limit.",
+			Help: "Nodes each key's budget is split between: this process and the other processes heard from in the last 3 heartbeats, each a node of its own whatever its node id; 0 or 1: no split, the node admits on its own view up to the whole limit.",
 		}, func() float64 { return float64(r.shareNodes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "share_delay_seconds",
@@ -213,7 +220,9 @@ func (r *Replicator) Ready() <-chan struct{} { return r.ready }
 
 func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
 
-// Identity is this process's node id and incarnation.
+// Identity is this process's node id and incarnation. The node id is a
+// name that several processes may claim (logged and counted); the pair
+// is unique, and is what the cluster tells nodes apart by.
 func (r *Replicator) Identity() (node string, incarnation uint64) {
 	return r.self.Node, r.self.Incarnation
 }
@@ -327,7 +336,7 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	r.recv.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
 	r.syncer.dropReply(now)
-	r.setShares(nc.IsConnected(), now)
+	r.members(now, nc.IsConnected())
 	if !nc.IsConnected() {
 		return
 	}
@@ -418,26 +427,99 @@ func (r *Replicator) shareDelay() time.Duration {
 	if gap <= 0 {
 		gap = r.cfg.SyncInterval
 	}
-	deliver := min(max(r.peers.maxSkew(), minDelivery), r.cfg.SyncInterval)
+	deliver := min(max(r.peers.maxAge(), minDelivery), r.cfg.SyncInterval)
 	return max(r.cfg.ShareDelay, gap+2*deliver)
 }
 
+// members takes stock of the live processes at a tick: duplicate node ids,
+// and the budget shares.
+func (r *Replicator) members(now time.Time, connected bool) {
+	live := r.live(now)
+	r.noteDuplicates(live)
+	r.setShares(live, connected)
+}
+
+// live returns the live processes of the cluster, this one included,
+// sorted by identity (so every node ranks them alike): the peers heard
+// from in the last shareLive heartbeats, whatever their node ids. A
+// restarted process is two for that long, its previous incarnation
+// taking a share it no longer spends: the cluster admits less, never
+// more.
+func (r *Replicator) live(now time.Time) []member {
+	ms := r.peers.live(r.scratch[:0], now.Add(-shareLive*r.cfg.Heartbeat))
+	ms = append(ms, member{id: r.self, first: r.born, last: now})
+	slices.SortFunc(ms, func(a, b member) int {
+		return cmp.Or(strings.Compare(a.id.Node, b.id.Node), cmp.Compare(a.id.Incarnation, b.id.Incarnation))
+	})
+	r.scratch = ms[:0]
+	return ms
+}
+
+// noteDuplicates logs and counts, once per episode, each node id that
+// several live processes claim at once (two started with one --node-id,
+// or without one on one host): processes of one name each heard from
+// while the other was (a restart is not: the old process was last heard
+// from before the new one first was). It changes nothing else: each
+// process is a node of its own in the shares, peers and sync replies,
+// whatever its name.
+func (r *Replicator) noteDuplicates(live []member) {
+	cur := r.dupScratch
+	clear(cur)
+	for i := 0; i < len(live); {
+		j := i + 1
+		for j < len(live) && live[j].id.Node == live[i].id.Node {
+			j++
+		}
+		group := live[i:j]
+		if slices.ContainsFunc(group, func(m member) bool { return overlaps(group, m) }) {
+			name := live[i].id.Node
+			cur[name] = true
+			if !r.dupNames[name] {
+				r.m.duplicateNodeIDs.Inc()
+				var ids []string
+				for _, m := range group {
+					if overlaps(group, m) {
+						ids = append(ids, m.id.String())
+					}
+				}
+				// Node ids are validated printable ASCII, from authenticated messages.
+				r.log.Warn("several live processes claim one node id; each still counts as a node of its own, but logs name them alike: give each its own node id",
+					"node_id", name, "processes", strings.Join(ids, ","))
+			}
+		}
+		i = j
+	}
+	r.dupNames, r.dupScratch = cur, r.dupNames
+}
+
+// overlaps reports whether another process of ms (one node id) was heard
+// from while m was.
+func overlaps(ms []member, m member) bool {
+	for _, o := range ms {
+		if o.id != m.id && !m.first.After(o.last) && !o.first.After(m.last) {
+			return true
+		}
+	}
+	return false
+}
+
 // setShares tells the store how many nodes split the budgets and this
-// node's rank among them, by node id: the live peers while connected, none
-// (each node on its own, up to the whole limit) while NATS is away.
-func (r *Replicator) setShares(connected bool, now time.Time) {
+// node's rank among them: the live processes while connected, none (each
+// node on its own, up to the whole limit) while NATS is away.
+func (r *Replicator) setShares(live []member, connected bool) {
 	st, ok := r.store.(sharer)
 	if !ok || r.cfg.ShareDelay < 0 {
 		return
 	}
 	sh := counter.Shares{Nodes: 1}
 	if connected {
-		nodes := r.peers.liveNodes(r.scratchNodes[:0], now.Add(-shareLive*r.cfg.Heartbeat))
-		nodes = append(nodes, r.cfg.NodeID)
-		slices.Sort(nodes)
-		nodes = slices.Compact(nodes)
-		r.scratchNodes = nodes[:0]
-		sh = counter.Shares{Nodes: len(nodes), Rank: slices.Index(nodes, r.cfg.NodeID), Delay: r.shareDelay()}
+		rank := 0
+		for i, m := range live {
+			if m.id == r.self {
+				rank = i
+			}
+		}
+		sh = counter.Shares{Nodes: len(live), Rank: rank, Delay: r.shareDelay()}
 	}
 	if sh != r.lastShares {
 		if err := st.SetShares(sh); err != nil {

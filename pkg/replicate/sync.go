@@ -205,12 +205,12 @@ func (s *syncer) onRequest(nc *nats.Conn, msg *nats.Msg) {
 	for _, chunk := range s.reply(s.maxOut(nc), now) {
 		if err := s.hooks.send(nc, msg.Reply, chunk); err != nil {
 			s.m.publishErrors.Inc()
-			s.log.Warn("answer a sync request", "peer", m.Node, "err", err)
+			s.log.Warn("answer a sync request", "peer", m.origin().String(), "err", err)
 			return
 		}
 	}
 	s.m.syncServed.Inc()
-	s.log.Debug("answered a sync request", "peer", m.Node)
+	s.log.Debug("answered a sync request", "peer", m.origin().String())
 }
 
 // replyWait is how long a request sent at asked (the requester's clock,
@@ -295,7 +295,7 @@ func (s *syncer) request(ctx context.Context, nc *nats.Conn, why string) {
 		broken bool
 	}
 	var (
-		replies  = map[peerKey]*progress{}
+		replies  = map[origin]*progress{}
 		complete int
 		merged   int
 		m        message
@@ -315,7 +315,7 @@ func (s *syncer) request(ctx context.Context, nc *nats.Conn, why string) {
 		if !s.read(msg.Data, &m, kindSyncReply, &buf, now) {
 			continue
 		}
-		k := peerKey{m.Node, m.Incarnation}
+		k := m.origin()
 		pr := replies[k]
 		if pr == nil {
 			if len(replies) >= s.cfg.MaxPeers {
@@ -346,8 +346,9 @@ func (s *syncer) request(ctx context.Context, nc *nats.Conn, why string) {
 		"complete", complete, "counts_merged", merged, "took", s.now().Sub(start).Round(time.Millisecond).String())
 }
 
-// mergeReply merges one chunk of a sync reply.
+// mergeReply merges one chunk of a sync reply. Its sender is heard from.
 func (s *syncer) mergeReply(m *message, now time.Time) int {
+	s.peers.get(m.Node, m.Incarnation, now, true) // over the peer bound: its counts are refused below
 	ids := s.originIDs(m, now)
 	n := s.recv.merge(m, func(i int) counter.PeerID { return ids[i] }, now)
 	s.m.syncMerged.Add(float64(n))
@@ -357,13 +358,16 @@ func (s *syncer) mergeReply(m *message, now time.Time) int {
 // originIDs maps a sync reply's origins to peer ids: this process is Self
 // (its own counts, skipped), every other origin a peer (added if there is
 // room; an origin over the peer bound maps to Self too, and is skipped).
+// An origin is not heard from: it may have stopped long ago (this node's
+// own previous incarnation, after a restart), and only a process heard
+// from is live (takes a share, or claims its node id).
 func (s *syncer) originIDs(m *message, now time.Time) []counter.PeerID {
 	ids := make([]counter.PeerID, len(m.Origins))
 	for i, o := range m.Origins {
 		if o == s.self {
 			continue
 		}
-		if p := s.peers.get(o.Node, o.Incarnation, now); p != nil {
+		if p := s.peers.get(o.Node, o.Incarnation, now, false); p != nil {
 			ids[i] = p.id
 		} else {
 			s.m.peersRefused.Inc()

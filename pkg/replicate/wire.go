@@ -87,11 +87,21 @@ type wireLimit struct {
 	Algorithm counter.Algorithm
 }
 
-// origin is the node that made a count in a sync reply.
+// origin is one process of the cluster: its node id, a name that
+// processes may share (two started with one --node-id, or on one host),
+// and its incarnation, random per process start. The pair is a node's
+// identity everywhere: peers, shares, sync replies (the node that made a
+// count), logs.
 type origin struct {
 	Node        string
 	Incarnation uint64
 }
+
+// String is the identity as logs show it: node id/incarnation in hex.
+func (o origin) String() string { return fmt.Sprintf("%s/%016x", o.Node, o.Incarnation) }
+
+// origin is the sender of the message.
+func (h *header) origin() origin { return origin{h.Node, h.Incarnation} }
 
 // entry is one count: Limit and Origin index message.Limits and
 // message.Origins.
