@@ -238,7 +238,7 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
 	if n.rlqsSvc != nil {
-		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // ends the RLQS streams first: a graceful stop would wait for them
+		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // the server ends its streams after the drain delay
 	}
 	return g.Wait()
 }

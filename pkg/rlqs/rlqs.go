@@ -176,14 +176,13 @@ func (s *Service) Update(cfg Config) error {
 const SweepInterval = 10 * time.Second
 
 // Run reclaims what streams that ended left behind, until ctx ends; then
-// it closes the Service (see Close) and returns nil.
+// it returns nil. Open streams go on being served: CloseStreams ends them.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(SweepInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.Close()
 			return nil
 		case <-t.C:
 			s.reg.sweep(s.opts.Now().UnixMilli())
@@ -191,10 +190,12 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// Close ends every open stream (codes.Unavailable) and refuses new ones:
-// the first step of a shutdown, since a stream never ends by itself and a
-// graceful stop would wait for it. It is idempotent.
-func (s *Service) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+// CloseStreams ends every open stream (codes.Unavailable) and refuses new
+// ones: the step of a shutdown after the drain delay and before the
+// graceful stop, which would wait for streams that never end by
+// themselves. Envoy keeps its assignments and opens a stream to another
+// node at its next report. It is idempotent.
+func (s *Service) CloseStreams() { s.closeOnce.Do(func() { close(s.done) }) }
 
 // action is what a bucket id is told. budget: a share of a bucket's
 // budget (token bucket, or DENY_ALL with nothing left) in window window;

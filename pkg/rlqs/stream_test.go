@@ -709,10 +709,10 @@ func TestCloseEndsStreams(t *testing.T) {
 	e := h.open()
 	e.report("api", usage{id: acme})
 	e.next()
-	h.svc.Close()
-	h.svc.Close() // idempotent
+	h.svc.CloseStreams()
+	h.svc.CloseStreams() // idempotent
 	if err := e.end(); status.Code(err) != codes.Unavailable {
-		t.Fatalf("after Close: %v, want Unavailable", err)
+		t.Fatalf("after CloseStreams: %v, want Unavailable", err)
 	}
 	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool { return h.svc.Participants(0, "acme") == 0 })
 }
