@@ -586,7 +586,7 @@ func policy(deny bool) action {
 // the tokens Envoy has left: it never adds to them.
 func (str *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction, t *tracked, a action, now time.Time, st *state, fresh bool) []*rlqspb.RateLimitQuotaResponse_BucketAction {
 	if fresh && a.strat == stratTokenBucket && t.hasSent && t.sent.strat == stratTokenBucket {
-		actions = append(actions, st.encodeRestart(t.id))
+		actions = append(actions, st.encodeRestart(t.id, str.s.m))
 	}
 	t.sent, t.sentAt, t.hasSent = a, now, true
 	return append(actions, st.encode(t.id, a, str.s.m))
@@ -602,7 +602,8 @@ const fillInterval = time.Hour
 // encodeRestart is the ALLOW_ALL that makes the token bucket after it in
 // the same message start full. Its TTL is the shortest Envoy reads, in
 // case the message were ever cut after it.
-func (st *state) encodeRestart(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *state) encodeRestart(id *rlqspb.BucketId, m *metrics) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	m.assignments[stratAllowAll].Inc()
 	return &rlqspb.RateLimitQuotaResponse_BucketAction{
 		BucketId: id,
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{

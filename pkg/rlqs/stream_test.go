@@ -362,6 +362,10 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	if n := h.metric("ratelimit_authz_rlqs_assignments_total", "strategy", "token_bucket"); n != 4 {
 		t.Errorf("token_bucket assignments %v, want 4", n)
 	}
+	// Each fresh bucket went out after an ALLOW_ALL: two of them.
+	if n := h.metric("ratelimit_authz_rlqs_assignments_total", "strategy", "allow_all"); n != 2 {
+		t.Errorf("allow_all assignments %v, want 2 (the ALLOW_ALL before each fresh bucket)", n)
+	}
 	if n := h.metric("ratelimit_authz_rlqs_requests_reported_total", "outcome", "allowed"); n != 12 {
 		t.Errorf("allowed reported %v, want 12", n)
 	}
