@@ -181,15 +181,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
-	var rlqsSvc *rlqs.Service
-	if r.Quota != nil {
-		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqs.Options{}); err != nil {
-			return nil, err
-		}
-	}
 	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
 		return nil, err
+	}
+	var rlqsSvc *rlqs.Service
+	if r.Quota != nil {
+		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqsOptions(cfg.Cluster, repl)); err != nil {
+			return nil, err
+		}
 	}
 	rec, err := failures.New(g.failures, store, g.limits, reg, log, failures.Options{Token: cfg.FailuresToken})
 	if err != nil {

@@ -91,10 +91,23 @@ type Options struct {
 	// (a window that rolled over, a budget spent on other nodes, an
 	// assignment to refresh, a bucket to abandon); default 100 ms.
 	Tick time.Duration
+	// Nodes is how many live nodes the cluster has, this one included;
+	// nil: one. Until the cluster's participants of a (bucket, key) are
+	// known (see Settle), each live node counts as one, so that nodes whose
+	// participants join at once do not each hand out the whole budget.
+	Nodes func() int
+	// Settle is how long after a (bucket, key) gets its first participant
+	// on this node the replicated participants count is taken to hold the
+	// other nodes' participants that joined with it: a replication round
+	// trip. Default DefaultSettle.
+	Settle time.Duration
 }
 
 // DefaultTick is Options.Tick's default.
 const DefaultTick = 100 * time.Millisecond
+
+// DefaultSettle is Options.Settle's default: two replication intervals.
+const DefaultSettle = 200 * time.Millisecond
 
 // Service serves StreamRateLimitQuotas. Create it with New; it is safe
 // for concurrent use.
@@ -145,11 +158,17 @@ func New(cfg Config, c Counter, reg prometheus.Registerer, log *slog.Logger, opt
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Tick < 0 {
-		return nil, fmt.Errorf("rlqs: tick %v must not be negative", opts.Tick)
+	if opts.Tick < 0 || opts.Settle < 0 {
+		return nil, fmt.Errorf("rlqs: tick %v and settle %v must not be negative", opts.Tick, opts.Settle)
 	}
 	if opts.Tick == 0 {
 		opts.Tick = DefaultTick
+	}
+	if opts.Settle == 0 {
+		opts.Settle = DefaultSettle
+	}
+	if opts.Nodes == nil {
+		opts.Nodes = func() int { return 1 }
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -218,9 +237,12 @@ type tracked struct {
 	gk          groupKey
 	joined      bool
 	lastReport  time.Time
-	sent        action
-	sentAt      time.Time
-	hasSent     bool
+	// bounded: its latest share counted every live node as a participant
+	// (see Options.Nodes); sentBounded: so did the one sent last.
+	bounded, sentBounded bool
+	sent                 action
+	sentAt               time.Time
+	hasSent              bool
 }
 
 // stream is the state of one StreamRateLimitQuotas call, owned by its
@@ -376,12 +398,16 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		}
 		t.lastReport = now
 		a, exact := str.evaluate(t, allowed, span, now, true)
-		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens {
+		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sentBounded {
 			// Not all of the window's usage is counted (part of it was
 			// guessed, or other participants have some unreported): a
 			// larger share could not be handed out safely, and Envoy
 			// would not add it to the tokens left anyway. A smaller one
-			// is sent: it caps what is left.
+			// is sent: it caps what is left. A share that counted every
+			// node, its group's count now known, does grow, in a plain
+			// replacement: Envoy 1.40 scales the tokens left by the new
+			// max_tokens over the old, so what the participant spent and
+			// what it has left add up to at most the new share.
 			a = t.sent
 		}
 		// The first budget of a window goes out full, as a tick would send
@@ -524,8 +550,9 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	res(resCounted)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
-	rank, local, announce := s.reg.place(t.gk, t, pw)
+	rank, local, announce := s.reg.place(t.gk, t, pw, now.UnixMilli())
 	n := local
+	t.bounded = false
 	if b.HasParticipants {
 		var pr counter.Result
 		if announce > 0 {
@@ -534,7 +561,7 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 			pr = s.counter.Peek(b.Participants, t.m.Key, ParticipantsLimit, now)
 		}
 		if !pr.Overflow {
-			n = s.reg.participants(t.gk, pw, pr.Count, local)
+			n, t.bounded = s.reg.participants(t.gk, pw, pr.Count, local, now.UnixMilli(), s.opts.Settle.Milliseconds(), s.opts.Nodes())
 		}
 	}
 	if b.Shadow {
@@ -588,7 +615,7 @@ func (str *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction, t
 	if fresh && a.strat == stratTokenBucket && t.hasSent && t.sent.strat == stratTokenBucket {
 		actions = append(actions, st.encodeRestart(t.id, str.s.m))
 	}
-	t.sent, t.sentAt, t.hasSent = a, now, true
+	t.sent, t.sentAt, t.hasSent, t.sentBounded = a, now, true, t.bounded
 	return append(actions, st.encode(t.id, a, str.s.m))
 }
 

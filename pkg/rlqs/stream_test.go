@@ -87,6 +87,12 @@ func start(t *testing.T, yaml string, maxKeys int) *harness {
 // startTicking is start with the service's tick period (real time).
 func startTicking(t *testing.T, yaml string, maxKeys int, tick time.Duration) *harness {
 	t.Helper()
+	return startOpts(t, yaml, maxKeys, rlqs.Options{Tick: tick})
+}
+
+// startOpts is start with the service's options (its clock the harness's).
+func startOpts(t *testing.T, yaml string, maxKeys int, opts rlqs.Options) *harness {
+	t.Helper()
 	cfg, r := config(t, yaml)
 	h := &harness{t: t, clock: new(testclock.Clock), reg: prometheus.NewRegistry(), rules: r}
 	h.clock.Set(t0)
@@ -94,7 +100,8 @@ func startTicking(t *testing.T, yaml string, maxKeys int, tick time.Duration) *h
 	if h.store, err = counter.New(counter.Config{MaxKeys: maxKeys, Shards: 1}); err != nil {
 		t.Fatal(err)
 	}
-	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), rlqs.Options{Now: h.clock.Now, Tick: tick})
+	opts.Now = h.clock.Now
+	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -719,4 +726,56 @@ func TestCloseEndsStreams(t *testing.T) {
 		t.Fatalf("after CloseStreams: %v, want Unavailable", err)
 	}
 	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool { return h.svc.Participants(0, "acme") == 0 })
+}
+
+// Until a new key's participants on other nodes can be known, each live
+// node counts as a participant: the first share is the budget over the
+// nodes, not all of it; a replication round trip later, in the next
+// window, a participant alone gets the whole budget.
+func TestStreamFirstShareCountsEveryNode(t *testing.T) {
+	h := startOpts(t, testRules, 0, rlqs.Options{Tick: time.Hour, Nodes: func() int { return 3 }, Settle: 200 * time.Millisecond})
+	e := h.open()
+	h.clock.Add(100 * time.Millisecond)
+	e.report("api", usage{id: acme, allowed: 1})
+	if a := e.one(acme); a != "tokens 3" {
+		t.Fatalf("first share on a 3-node cluster: %q, want tokens 3 (9 left over 3 nodes)", a)
+	}
+	h.clock.Add(100 * time.Millisecond) // 100 ms after the first: not settled
+	e.report("api", usage{id: acme, allowed: 1})
+	if a := e.one(acme); a != "tokens 2" {
+		t.Fatalf("within the settle time: %q, want tokens 2 (8 over 3)", a)
+	}
+	h.clock.Set(t0.Add(time.Second + 100*time.Millisecond))
+	e.report("api", usage{id: acme, allowed: 2})
+	if a := e.one(acme); a != "fresh tokens 9" {
+		t.Fatalf("settled, alone, next window: %q, want fresh tokens 9 (1 of the 2 in this window)", a)
+	}
+}
+
+// A share that counted every node grows once the count is known, within
+// the window, in a plain replacement (Envoy scales the tokens left to the
+// new max_tokens, so the participant's window stays within the new share).
+func TestStreamBoundedShareGrowsWhenKnown(t *testing.T) {
+	h := startOpts(t, testRules, 0, rlqs.Options{Tick: time.Hour, Nodes: func() int { return 3 }, Settle: 200 * time.Millisecond})
+	a := h.open()
+	h.clock.Add(100 * time.Millisecond)
+	a.report("api", usage{id: acme, allowed: 1})
+	if got := a.one(acme); got != "tokens 3" {
+		t.Fatalf("a: %q, want tokens 3 (9 over 3 nodes)", got)
+	}
+	b := h.open() // opened after a's was served: it ranks second
+	h.clock.Add(10 * time.Millisecond)
+	b.report("api", usage{id: acme})
+	if got := b.one(acme); got != "tokens 3" {
+		t.Fatalf("b: %q, want tokens 3", got)
+	}
+	h.clock.Add(250 * time.Millisecond) // settled: the count says 2
+	a.report("api", usage{id: acme})
+	if got := a.one(acme); got != "tokens 5" {
+		t.Fatalf("a, known: %q, want tokens 5 (9 over 2, the remainder to a; not fresh)", got)
+	}
+	b.report("api", usage{id: acme})
+	if got := b.one(acme); got != "tokens 4" {
+		t.Fatalf("b, known: %q, want tokens 4", got)
+	}
 }
