@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -188,5 +189,31 @@ func TestRegistryCountsEveryNodeUntilKnown(t *testing.T) {
 	r.place(k, d, pw+2, (pw+2)*scale+10)
 	if n, b := r.participants(k, pw+2, 1, 1, (pw+2)*scale+10, settle, 3); n != 3 || !b {
 		t.Errorf("back after leaving, the window before read before it: %d (bounded %v), want 3", n, b)
+	}
+}
+
+// A refill of tokens a window, in Envoy's terms: whole seconds, at least
+// the window, and never tokens_per_fill 1 (Envoy takes two buckets that
+// differ only in fill_interval seconds for one).
+func TestRefillEvery(t *testing.T) {
+	for _, tc := range []struct {
+		tokens  uint32
+		scaleMS int64
+		every   time.Duration
+		perFill uint32
+	}{
+		{100, 1000, time.Second, 100},
+		{5, 60_000, time.Minute, 5},
+		{10, 500, time.Second, 20},
+		{30, 1500, 2 * time.Second, 40},
+		{1, 1000, 2 * time.Second, 2},
+		{1, 1, time.Second, 1000},
+		{math.MaxUint32, 1, time.Second, math.MaxUint32},
+		{math.MaxUint32, 31 * 86_400_000, 31 * 86_400 * time.Second, math.MaxUint32},
+	} {
+		every, perFill := refillEvery(tc.tokens, tc.scaleMS)
+		if every != tc.every || perFill != tc.perFill {
+			t.Errorf("refillEvery(%d, %d ms) = %d per %v, want %d per %v", tc.tokens, tc.scaleMS, perFill, every, tc.perFill, tc.every)
+		}
 	}
 }

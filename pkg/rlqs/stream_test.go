@@ -221,8 +221,9 @@ func (e *envoy) end() error {
 	return nil
 }
 
-// got is one action, as a short text: "tokens 9" (max_tokens/tokens_per_fill),
-// "ALLOW_ALL", "DENY_ALL", "abandon".
+// got is one action, as a short text: "tokens 9" (max_tokens, with the
+// negligible refill), "tokens 9 refill 9/1s" (refilled once a window:
+// tokens_per_fill/fill_interval), "ALLOW_ALL", "DENY_ALL", "abandon".
 func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.Duration) string {
 	t.Helper()
 	if a.GetAbandonAction() != nil {
@@ -237,13 +238,18 @@ func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.D
 	}
 	rs := q.GetRateLimitStrategy()
 	if tb := rs.GetTokenBucket(); tb != nil {
-		if tb.GetFillInterval().AsDuration() < time.Minute {
-			t.Errorf("fill_interval %v: a refill within the window would add to the share", tb.GetFillInterval().AsDuration())
+		every, per := tb.GetFillInterval().AsDuration(), tb.GetTokensPerFill().GetValue()
+		if every%time.Second != 0 || every <= 0 {
+			t.Errorf("fill_interval %v: Envoy reads whole seconds only", every)
 		}
-		if tb.GetTokensPerFill().GetValue() != 1 {
-			t.Errorf("tokens_per_fill %d, want 1", tb.GetTokensPerFill().GetValue())
+		s := "tokens " + itoa(int64(tb.GetMaxTokens()))
+		if every == time.Hour && per == 1 {
+			return s
 		}
-		return "tokens " + itoa(int64(tb.GetMaxTokens()))
+		if per < 2 {
+			t.Errorf("tokens_per_fill %d: Envoy would take it for the negligible refill's", per)
+		}
+		return s + " refill " + itoa(int64(per)) + "/" + every.String()
 	}
 	if _, ok := rs.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok {
 		t.Fatalf("no strategy: %v", a)
@@ -489,25 +495,27 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 	if got := a.one(acme); got != "tokens 3" {
 		t.Fatalf("a right after b left: %q, want tokens 3/1", got)
 	}
-	// Two participants windows on, a alone has the whole budget.
+	// Two participants windows on, a alone has the whole budget. It
+	// spends nothing: its bucket refills once a window.
 	for range 2 * rlqs.ParticipantsWindow / time.Second {
 		h.clock.Add(time.Second)
 		a.report("api", usage{id: acme})
 		a.drain()
 	}
 	h.clock.Add(time.Second)
-	if got := a.one(acme); got != "fresh tokens 10" {
-		t.Fatalf("a alone, window 11 pushed: %q, want fresh tokens 10", got)
+	if got := a.one(acme); got != "tokens 10 refill 10/1s" {
+		t.Fatalf("a alone, window 11 pushed: %q, want tokens 10 refill 10/1s (not restarted: it refills)", got)
 	}
 	// A report whose span began in the window before: its usage in this
 	// window is a guess. A smaller share is sent as a plain replacement
 	// (Envoy keeps at most the tokens it has left), never a full bucket.
 	a.report("api", usage{id: acme, allowed: 1})
-	if got := a.one(acme); got != "tokens 9" {
-		t.Fatalf("after a report spanning the window's start: %q, want tokens 9 (not fresh)", got)
+	if got := a.one(acme); got != "tokens 9 refill 9/1s" {
+		t.Fatalf("after a report spanning the window's start: %q, want tokens 9 refill 9/1s (not fresh)", got)
 	}
 	// The next reports' spans lie in the window and a is alone: its share
 	// may come in a full bucket, all of the window's usage being counted.
+	// 2 in 100 ms is more than its share a window: no refill.
 	h.clock.Add(100 * time.Millisecond)
 	a.report("api", usage{id: acme})
 	a.quiet(30 * time.Millisecond) // the same share: nothing to send
@@ -728,6 +736,53 @@ func TestCloseEndsStreams(t *testing.T) {
 	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool { return h.svc.Participants(0, "acme") == 0 })
 }
 
+// A participant whose report shows it spending less than its share, with
+// nothing denied, gets a bucket that refills its share once a window, so
+// that an Envoy that loses the server goes on admitting it until the
+// assignment's TTL; one that spends its share, or had requests denied, or
+// has not reported over a span yet, gets the negligible refill, which adds
+// nothing to a window's share.
+func TestStreamRefillsACalmParticipant(t *testing.T) {
+	h := startTicking(t, testRules, 0, time.Hour) // no tick: reports only
+	e := h.open()
+	h.clock.Add(100 * time.Millisecond)
+	e.report("api", usage{id: acme, allowed: 1}) // the bucket's creation: no span
+	if a := e.one(acme); a != "tokens 9" {
+		t.Fatalf("first assignment %q, want tokens 9", a)
+	}
+	h.clock.Add(time.Second) // window 1, 100 ms in
+	e.report("api", usage{id: acme, allowed: 4})
+	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
+		t.Fatalf("4 over 1 s, under its share: %q, want tokens 9 refill 9/1s (not restarted: it refills)", a)
+	}
+	h.clock.Add(400 * time.Millisecond) // 500 ms in
+	e.report("api", usage{id: acme, allowed: 5})
+	if a := e.one(acme); a != "fresh tokens 4" {
+		t.Fatalf("5 over 400 ms, more than its share a window: %q, want fresh tokens 4", a)
+	}
+	h.clock.Add(time.Second) // window 2, 500 ms in
+	e.report("api", usage{id: acme, allowed: 2, denied: 1})
+	if a := e.one(acme); a != "fresh tokens 9" {
+		t.Fatalf("one denied: %q, want fresh tokens 9", a)
+	}
+	h.clock.Add(time.Second) // window 3, 500 ms in
+	e.report("api", usage{id: acme, allowed: 2})
+	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
+		t.Fatalf("calm again: %q, want tokens 9 refill 9/1s", a)
+	}
+	// A one-minute window: the refill is its share a minute.
+	ch := map[string]string{"name": "c", "channel": "ch1"}
+	e.report("api", usage{id: ch, allowed: 1})
+	if a := e.one(ch); a != "tokens 5" {
+		t.Fatalf("channel: %q, want tokens 5", a)
+	}
+	h.clock.Add(time.Second)
+	e.report("api", usage{id: ch})
+	if a := e.one(ch); a != "tokens 5 refill 5/1m0s" {
+		t.Fatalf("channel, calm: %q, want tokens 5 refill 5/1m0s", a)
+	}
+}
+
 // Until a new key's participants on other nodes can be known, each live
 // node counts as a participant: the first share is the budget over the
 // nodes, not all of it; a replication round trip later, in the next
@@ -747,8 +802,8 @@ func TestStreamFirstShareCountsEveryNode(t *testing.T) {
 	}
 	h.clock.Set(t0.Add(time.Second + 100*time.Millisecond))
 	e.report("api", usage{id: acme, allowed: 2})
-	if a := e.one(acme); a != "fresh tokens 9" {
-		t.Fatalf("settled, alone, next window: %q, want fresh tokens 9 (1 of the 2 in this window)", a)
+	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
+		t.Fatalf("settled, alone, next window: %q, want tokens 9 refill 9/1s (1 of the 2 in this window)", a)
 	}
 }
 
@@ -771,11 +826,11 @@ func TestStreamBoundedShareGrowsWhenKnown(t *testing.T) {
 	}
 	h.clock.Add(250 * time.Millisecond) // settled: the count says 2
 	a.report("api", usage{id: acme})
-	if got := a.one(acme); got != "tokens 5" {
-		t.Fatalf("a, known: %q, want tokens 5 (9 over 2, the remainder to a; not fresh)", got)
+	if got := a.one(acme); got != "tokens 5 refill 5/1s" {
+		t.Fatalf("a, known: %q, want tokens 5 refill 5/1s (9 over 2, the remainder to a; not fresh)", got)
 	}
 	b.report("api", usage{id: acme})
-	if got := b.one(acme); got != "tokens 4" {
-		t.Fatalf("b, known: %q, want tokens 4", got)
+	if got := b.one(acme); got != "tokens 4 refill 4/1s" {
+		t.Fatalf("b, known: %q, want tokens 4 refill 4/1s", got)
 	}
 }
