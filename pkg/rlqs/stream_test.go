@@ -745,89 +745,58 @@ func TestCloseEndsStreams(t *testing.T) {
 func TestStreamRefillsACalmParticipant(t *testing.T) {
 	h := startTicking(t, testRules, 0, time.Hour) // no tick: reports only
 	e := h.open()
-	h.clock.Add(100 * time.Millisecond)
-	e.report("api", usage{id: acme, allowed: 1}) // the bucket's creation: no span
-	if a := e.one(acme); a != "tokens 9" {
-		t.Fatalf("first assignment %q, want tokens 9", a)
-	}
-	h.clock.Add(time.Second) // window 1, 100 ms in
-	e.report("api", usage{id: acme, allowed: 4})
-	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
-		t.Fatalf("4 over 1 s, under its share: %q, want tokens 9 refill 9/1s (not restarted: it refills)", a)
-	}
-	h.clock.Add(400 * time.Millisecond) // 500 ms in
-	e.report("api", usage{id: acme, allowed: 5})
-	if a := e.one(acme); a != "fresh tokens 4" {
-		t.Fatalf("5 over 400 ms, more than its share a window: %q, want fresh tokens 4", a)
-	}
-	h.clock.Add(time.Second) // window 2, 500 ms in
-	e.report("api", usage{id: acme, allowed: 2, denied: 1})
-	if a := e.one(acme); a != "fresh tokens 9" {
-		t.Fatalf("one denied: %q, want fresh tokens 9", a)
-	}
-	h.clock.Add(time.Second) // window 3, 500 ms in
-	e.report("api", usage{id: acme, allowed: 2})
-	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
-		t.Fatalf("calm again: %q, want tokens 9 refill 9/1s", a)
-	}
-	// A one-minute window: the refill is its share a minute.
-	ch := map[string]string{"name": "c", "channel": "ch1"}
-	e.report("api", usage{id: ch, allowed: 1})
-	if a := e.one(ch); a != "tokens 5" {
-		t.Fatalf("channel: %q, want tokens 5", a)
-	}
-	h.clock.Add(time.Second)
-	e.report("api", usage{id: ch})
-	if a := e.one(ch); a != "tokens 5 refill 5/1m0s" {
-		t.Fatalf("channel, calm: %q, want tokens 5 refill 5/1m0s", a)
+	ch := map[string]string{"name": "c", "channel": "ch1"} // a one-minute window
+	for _, st := range []struct {
+		after           time.Duration // clock advance before the report
+		id              map[string]string
+		allowed, denied uint64
+		want, why       string
+	}{
+		{100 * time.Millisecond, acme, 1, 0, "tokens 9", "the bucket's creation: no span"},
+		{time.Second, acme, 4, 0, "tokens 9 refill 9/1s", "4 over 1 s, under its share; not restarted: it refills"},
+		{400 * time.Millisecond, acme, 5, 0, "fresh tokens 4", "5 over 400 ms, more than its share a window"},
+		{time.Second, acme, 2, 1, "fresh tokens 9", "one denied"},
+		{time.Second, acme, 2, 0, "tokens 9 refill 9/1s", "calm again"},
+		{0, ch, 1, 0, "tokens 5", "a new id"},
+		{time.Second, ch, 0, 0, "tokens 5 refill 5/1m0s", "calm: its share a minute"},
+	} {
+		h.clock.Add(st.after)
+		e.report("api", usage{id: st.id, allowed: st.allowed, denied: st.denied})
+		if got := e.one(st.id); got != st.want {
+			t.Fatalf("%s: %q, want %s", st.why, got, st.want)
+		}
 	}
 }
 
 // Until a new key's participants on other nodes can be known, each live
-// node counts as a participant: the first share is the budget over the
-// nodes, not all of it; a replication round trip later, in the next
-// window, a participant alone gets the whole budget.
-func TestStreamFirstShareCountsEveryNode(t *testing.T) {
-	h := startOpts(t, testRules, 0, rlqs.Options{Tick: time.Hour, Nodes: func() int { return 3 }, Settle: 200 * time.Millisecond})
-	e := h.open()
-	h.clock.Add(100 * time.Millisecond)
-	e.report("api", usage{id: acme, allowed: 1})
-	if a := e.one(acme); a != "tokens 3" {
-		t.Fatalf("first share on a 3-node cluster: %q, want tokens 3 (9 left over 3 nodes)", a)
-	}
-	h.clock.Add(100 * time.Millisecond) // 100 ms after the first: not settled
-	e.report("api", usage{id: acme, allowed: 1})
-	if a := e.one(acme); a != "tokens 2" {
-		t.Fatalf("within the settle time: %q, want tokens 2 (8 over 3)", a)
-	}
-	h.clock.Set(t0.Add(time.Second + 100*time.Millisecond))
-	e.report("api", usage{id: acme, allowed: 2})
-	if a := e.one(acme); a != "tokens 9 refill 9/1s" {
-		t.Fatalf("settled, alone, next window: %q, want tokens 9 refill 9/1s (1 of the 2 in this window)", a)
-	}
-}
-
-// A share that counted every node grows once the count is known, within
-// the window, in a plain replacement (Envoy scales the tokens left to the
-// new max_tokens, so the participant's window stays within the new share).
-func TestStreamBoundedShareGrowsWhenKnown(t *testing.T) {
+// node counts as a participant: the first shares are the budget over the
+// nodes, not all of it. A replication round trip after the key's first
+// participant, the count is known, and the shares grow within the window
+// in a plain replacement (Envoy scales the tokens left to the new
+// max_tokens, so each participant's window stays within its new share).
+func TestStreamFirstSharesCountEveryNode(t *testing.T) {
 	h := startOpts(t, testRules, 0, rlqs.Options{Tick: time.Hour, Nodes: func() int { return 3 }, Settle: 200 * time.Millisecond})
 	a := h.open()
 	h.clock.Add(100 * time.Millisecond)
 	a.report("api", usage{id: acme, allowed: 1})
 	if got := a.one(acme); got != "tokens 3" {
-		t.Fatalf("a: %q, want tokens 3 (9 over 3 nodes)", got)
+		t.Fatalf("a's first share on a 3-node cluster: %q, want tokens 3 (9 left over 3 nodes)", got)
+	}
+	h.clock.Add(100 * time.Millisecond) // 100 ms after the first: not settled
+	a.report("api", usage{id: acme, allowed: 1})
+	if got := a.one(acme); got != "tokens 2" {
+		t.Fatalf("a within the settle time: %q, want tokens 2 (8 over 3)", got)
 	}
 	b := h.open() // opened after a's was served: it ranks second
 	h.clock.Add(10 * time.Millisecond)
 	b.report("api", usage{id: acme})
-	if got := b.one(acme); got != "tokens 3" {
-		t.Fatalf("b: %q, want tokens 3", got)
+	if got := b.one(acme); got != "tokens 2" {
+		t.Fatalf("b within the settle time: %q, want tokens 2 (8 over 3)", got)
 	}
 	h.clock.Add(250 * time.Millisecond) // settled: the count says 2
 	a.report("api", usage{id: acme})
-	if got := a.one(acme); got != "tokens 5 refill 5/1s" {
-		t.Fatalf("a, known: %q, want tokens 5 refill 5/1s (9 over 2, the remainder to a; not fresh)", got)
+	if got := a.one(acme); got != "tokens 4 refill 4/1s" {
+		t.Fatalf("a, known: %q, want tokens 4 refill 4/1s (8 over 2, not fresh)", got)
 	}
 	b.report("api", usage{id: acme})
 	if got := b.one(acme); got != "tokens 4 refill 4/1s" {
