@@ -34,7 +34,8 @@
 // When Run's context ends, the counter's sweeper stops and the override
 // cache stops refreshing (it keeps serving what it holds and closes its
 // Postgres connection), while the server reports NOT_SERVING, waits the
-// drain delay, ends the access-log streams, stops gRPC gracefully within
+// drain delay (serving on every port, streams included), ends the
+// access-log and RLQS streams, stops gRPC gracefully within
 // the shutdown timeout and closes the HTTP listeners. Only then does the
 // replicator stop: its final batch carries every check answered during
 // the drain and the graceful stop, which a replicator stopped earlier

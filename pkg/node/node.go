@@ -181,15 +181,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
-	var rlqsSvc *rlqs.Service
-	if r.Quota != nil {
-		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqs.Options{}); err != nil {
-			return nil, err
-		}
-	}
 	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
 	if err != nil {
 		return nil, err
+	}
+	var rlqsSvc *rlqs.Service
+	if r.Quota != nil {
+		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqsOptions(cfg.Cluster, repl)); err != nil {
+			return nil, err
+		}
 	}
 	rec, err := failures.New(g.failures, store, g.limits, reg, log, failures.Options{Token: cfg.FailuresToken})
 	if err != nil {
@@ -238,7 +238,7 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
 	if n.rlqsSvc != nil {
-		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // ends the RLQS streams first: a graceful stop would wait for them
+		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // the server ends its streams after the drain delay
 	}
 	return g.Wait()
 }

@@ -74,3 +74,13 @@ func (g *generation) rlqsConfig() rlqs.Config {
 	}
 	return c
 }
+
+// rlqsOptions are the RLQS service's options: on a cluster node, the live
+// nodes as the replicator counts them, and two replication intervals for
+// the participants that join at once on several nodes to be known.
+func rlqsOptions(c *Cluster, repl *replicate.Replicator) rlqs.Options {
+	if c == nil || repl == nil {
+		return rlqs.Options{}
+	}
+	return rlqs.Options{Nodes: repl.Nodes, Settle: 2 * c.SyncInterval}
+}

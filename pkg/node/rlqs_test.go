@@ -216,11 +216,11 @@ func TestRLQSClusterSharesOneBudget(t *testing.T) {
 	cc, _ := dial(t, c.GRPCAddr())
 	qa, qb := openQuota(t, aconn), openQuota(t, bconn)
 	qa.report(acmeID, 10)
-	if got := qa.next(10 * time.Second); got != "tokens 90" {
-		t.Fatalf("a alone: %q, want tokens 90", got)
+	if got := qa.next(10 * time.Second); got != "tokens 30" {
+		t.Fatalf("a's first share: %q, want tokens 30 (90 left over the 3 live nodes: a participant on each could be joining)", got)
 	}
 	// b reports 10 too: once each node has the other's count and
-	// participant, each is assigned half of the 80 left.
+	// participant, each is assigned half of the 80 left (a's grows).
 	qb.report(acmeID, 10)
 	qb.next(10 * time.Second)
 	qb.until(acmeID, "tokens 40")
@@ -245,4 +245,39 @@ func TestRLQSClusterSharesOneBudget(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// The RLQS streams are served through the drain delay, as the Check port
+// is (Envoy learns of the drain from health checks, and reopens a stream
+// only at its next report, up to 5 s later), and end with UNAVAILABLE
+// once it is over, before the graceful stop.
+func TestRLQSStreamsServeThroughTheDrain(t *testing.T) {
+	cfg := local(quotaRules(t, ""))
+	cfg.DrainDelay = 5 * time.Second
+	n := start(t, cfg)
+	_, conn := dial(t, n.GRPCAddr())
+	waitHealth(t, conn, healthpb.HealthCheckResponse_SERVING)
+	q := openQuota(t, conn)
+	q.report(acmeID, 30)
+	if a := q.next(10 * time.Second); a != "tokens 70" {
+		t.Fatalf("first assignment %q, want tokens 70", a)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- n.stop() }()
+	waitHealth(t, conn, healthpb.HealthCheckResponse_NOT_SERVING) // the drain began
+	q.report(acmeID, 10)
+	if a := q.next(10 * time.Second); a != "tokens 60" {
+		t.Fatalf("a report during the drain: %q, want tokens 60", a)
+	}
+	select {
+	case err := <-q.errs:
+		if !strings.Contains(err.Error(), "Unavailable") {
+			t.Fatalf("stream ended with %v, want Unavailable", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stream outlived the drain")
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
 }

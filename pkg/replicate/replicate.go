@@ -220,6 +220,11 @@ func (r *Replicator) Ready() <-chan struct{} { return r.ready }
 
 func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
 
+// Nodes is how many live nodes split the budget shares, this one included
+// (ratelimit_authz_replicate_share_nodes): 1 while NATS is away or shares
+// are off. Safe for concurrent use.
+func (r *Replicator) Nodes() int { return max(int(r.shareNodes.Load()), 1) }
+
 // Identity is this process's node id and incarnation. The node id is a
 // name that several processes may claim (logged and counted); the pair
 // is unique, and is what the cluster tells nodes apart by.

@@ -14,9 +14,13 @@
 // current window is counted). Each participant is then assigned its share
 // of what remains of the window's budget: the remainder split evenly over
 // the cluster's participants of the (bucket, key) — each node adds its own
-// to a replicated participants count (ParticipantsWindow) — as a token
-// bucket holding the share; DENY_ALL when nothing is left; ALLOW_ALL for a
-// bucket without limit or in shadow mode.
+// to a replicated participants count (ParticipantsWindow); until that
+// count can hold the participants other nodes got at about the same time
+// (Options.Settle), every live node counts as one (Options.Nodes) — as a
+// token bucket holding the share, refilled once a window for a
+// participant whose latest report stayed within its share (see encode);
+// DENY_ALL when nothing is left; ALLOW_ALL for a bucket without limit or
+// in shadow mode.
 //
 // Invariants: within a window, the shares this node hands out at one
 // instant add up to at most what remains. A window's share goes out in a
@@ -24,11 +28,15 @@
 // 1.40 keeps a replaced token bucket's tokens and starts one full only
 // after a blanket rule). Within the window a share only shrinks (a plain
 // replacement caps what Envoy has left) unless the participant is alone
-// and all of the window's usage is counted; between reports only DENY_ALL,
-// the first share of a new window, a refresh of the unchanged assignment
-// and abandon_action are sent. Every assignment
-// carries the configured TTL, so an Envoy that loses its server falls
-// back to its expired_assignment_behavior.
+// and all of the window's usage is counted, or the share counted every
+// live node (a plain replacement: Envoy scales the tokens left to the
+// new cap); between reports only DENY_ALL, the first share of a new
+// window, a refresh of the unchanged assignment and abandon_action are
+// sent. Every assignment carries the configured TTL: an Envoy that loses
+// its server enforces it until then — a refilled bucket goes on admitting
+// about its share a window — then falls back to its
+// expired_assignment_behavior. A shutdown serves the streams through the
+// drain delay; CloseStreams then ends them.
 //
 // Bounds (hostile input: bucket id values are a client's header values):
 // streams (quota.max_streams: ResourceExhausted), bucket ids per stream

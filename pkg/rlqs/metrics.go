@@ -85,7 +85,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}, []string{"outcome"})
 	assignments := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "assignments_total",
-		Help: "Bucket actions sent, by strategy: token_bucket, allow_all, deny_all, abandon.",
+		Help: "Bucket actions sent, by strategy: token_bucket, allow_all, deny_all, abandon; a window's fresh share is an allow_all and a token_bucket.",
 	}, []string{"strategy"})
 	bounds := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "bounds_total",

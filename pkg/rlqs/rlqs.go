@@ -91,10 +91,23 @@ type Options struct {
 	// (a window that rolled over, a budget spent on other nodes, an
 	// assignment to refresh, a bucket to abandon); default 100 ms.
 	Tick time.Duration
+	// Nodes is how many live nodes the cluster has, this one included;
+	// nil: one. Until the cluster's participants of a (bucket, key) are
+	// known (see Settle), each live node counts as one, so that nodes whose
+	// participants join at once do not each hand out the whole budget.
+	Nodes func() int
+	// Settle is how long after a (bucket, key) gets its first participant
+	// on this node the replicated participants count is taken to hold the
+	// other nodes' participants that joined with it: a replication round
+	// trip. Default DefaultSettle.
+	Settle time.Duration
 }
 
 // DefaultTick is Options.Tick's default.
 const DefaultTick = 100 * time.Millisecond
+
+// DefaultSettle is Options.Settle's default: two replication intervals.
+const DefaultSettle = 200 * time.Millisecond
 
 // Service serves StreamRateLimitQuotas. Create it with New; it is safe
 // for concurrent use.
@@ -145,11 +158,17 @@ func New(cfg Config, c Counter, reg prometheus.Registerer, log *slog.Logger, opt
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	if opts.Tick < 0 {
-		return nil, fmt.Errorf("rlqs: tick %v must not be negative", opts.Tick)
+	if opts.Tick < 0 || opts.Settle < 0 {
+		return nil, fmt.Errorf("rlqs: tick %v and settle %v must not be negative", opts.Tick, opts.Settle)
 	}
 	if opts.Tick == 0 {
 		opts.Tick = DefaultTick
+	}
+	if opts.Settle == 0 {
+		opts.Settle = DefaultSettle
+	}
+	if opts.Nodes == nil {
+		opts.Nodes = func() int { return 1 }
 	}
 	m, err := newMetrics(reg)
 	if err != nil {
@@ -176,14 +195,13 @@ func (s *Service) Update(cfg Config) error {
 const SweepInterval = 10 * time.Second
 
 // Run reclaims what streams that ended left behind, until ctx ends; then
-// it closes the Service (see Close) and returns nil.
+// it returns nil. Open streams go on being served: CloseStreams ends them.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(SweepInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			s.Close()
 			return nil
 		case <-t.C:
 			s.reg.sweep(s.opts.Now().UnixMilli())
@@ -191,19 +209,25 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 }
 
-// Close ends every open stream (codes.Unavailable) and refuses new ones:
-// the first step of a shutdown, since a stream never ends by itself and a
-// graceful stop would wait for it. It is idempotent.
-func (s *Service) Close() { s.closeOnce.Do(func() { close(s.done) }) }
+// CloseStreams ends every open stream (codes.Unavailable) and refuses new
+// ones: the step of a shutdown after the drain delay and before the
+// graceful stop, which would wait for streams that never end by
+// themselves. Envoy keeps its assignments and opens a stream to another
+// node at its next report. It is idempotent.
+func (s *Service) CloseStreams() { s.closeOnce.Do(func() { close(s.done) }) }
 
 // action is what a bucket id is told. budget: a share of a bucket's
-// budget (token bucket, or DENY_ALL with nothing left) in window window;
-// otherwise a blanket rule from a policy.
+// budget (token bucket, or DENY_ALL with nothing left) in window window
+// of scaleMS; otherwise a blanket rule from a policy. refill: the token
+// bucket refills its tokens once a window (see encode), for a participant
+// that spends less than its share.
 type action struct {
-	strat  strategy
-	tokens uint32
-	budget bool
-	window int64
+	strat   strategy
+	tokens  uint32
+	budget  bool
+	refill  bool
+	window  int64
+	scaleMS int64
 }
 
 // tracked is one bucket id of one stream: a participant of its (bucket,
@@ -217,9 +241,15 @@ type tracked struct {
 	gk          groupKey
 	joined      bool
 	lastReport  time.Time
-	sent        action
-	sentAt      time.Time
-	hasSent     bool
+	// calm: its latest report (with a span) showed no request denied and
+	// no more requests than its share over the span.
+	calm bool
+	// bounded: its latest share counted every live node as a participant
+	// (see Options.Nodes); sentBounded: so did the one sent last.
+	bounded, sentBounded bool
+	sent                 action
+	sentAt               time.Time
+	hasSent              bool
 }
 
 // stream is the state of one StreamRateLimitQuotas call, owned by its
@@ -338,6 +368,7 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		s.m.requests[0].Add(float64(u.GetNumRequestsDenied()))
 		id := u.GetBucketId().GetBucket()
 		allowed := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32))
+		denied := int64(min(u.GetNumRequestsDenied(), math.MaxInt32))
 		if idProblem(id) != "" {
 			// Hostile or broken: refused, and told so, without keeping it.
 			s.m.bounds[boundIDSize].Inc()
@@ -374,14 +405,19 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 			span = now.Sub(t.lastReport)
 		}
 		t.lastReport = now
-		a, exact := str.evaluate(t, allowed, span, now, true)
-		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens {
+		a, exact := str.evaluate(t, usage{allowed, denied, span}, now, true)
+		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sentBounded {
 			// Not all of the window's usage is counted (part of it was
 			// guessed, or other participants have some unreported): a
 			// larger share could not be handed out safely, and Envoy
 			// would not add it to the tokens left anyway. A smaller one
-			// is sent: it caps what is left.
-			a = t.sent
+			// is sent: it caps what is left. Whether it refills follows
+			// the report. A share that counted every node, its group's
+			// count now known, does grow, in a plain replacement: Envoy
+			// 1.40 scales the tokens left by the new max_tokens over the
+			// old, so what the participant spent and what it has left
+			// add up to at most the new share.
+			a.tokens = t.sent.tokens
 		}
 		// The first budget of a window goes out full, as a tick would send
 		// it, whichever comes first: a report early in a window, before the
@@ -422,7 +458,7 @@ func (str *stream) tick(now time.Time) *rlqspb.RateLimitQuotaResponse {
 		if str.unchanged(t, now, q.AssignmentTTL/2) {
 			continue
 		}
-		a, _ := str.evaluate(t, 0, 0, now, false)
+		a, _ := str.evaluate(t, usage{}, now, false)
 		fresh := false
 		switch {
 		case a.budget && a.strat == stratDenyAll && t.sent.strat != stratDenyAll:
@@ -485,11 +521,18 @@ func (str *stream) resolve(t *tracked, st *state) {
 	t.gen, t.matched, t.m, t.gk = st, ok, m, gk
 }
 
-// evaluate counts reported usage of t (when fromReport; the part of it in
-// the current window, see attributed) and decides what t is assigned.
+// usage is what one report said of a bucket id: requests allowed and
+// denied over span, the time since the id's previous report (0: none).
+type usage struct {
+	allowed, denied int64
+	span            time.Duration
+}
+
+// evaluate counts reported usage u of t (when fromReport; the part of it
+// in the current window, see attributed) and decides what t is assigned.
 // exact is true when all of the window's usage is counted and t is its
 // only participant: then a full bucket of its share is safe mid-window.
-func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now time.Time, fromReport bool) (a action, exact bool) {
+func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool) (a action, exact bool) {
 	s := str.s
 	st := t.gen
 	res := func(r result) {
@@ -512,7 +555,7 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 		return action{strat: stratAllowAll}, true
 	}
 	var r counter.Result
-	if n := attributed(reported, span, now, lim.ScaleMS); n > 0 {
+	if n := attributed(u.allowed, u.span, now, lim.ScaleMS); n > 0 {
 		r = s.counter.Incr(b.ID, t.m.Key, lim, n, now)
 	} else {
 		r = s.counter.Peek(b.ID, t.m.Key, lim, now)
@@ -523,8 +566,9 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	}
 	res(resCounted)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
-	rank, local, announce := s.reg.place(t.gk, t, pw)
+	rank, local, announce := s.reg.place(t.gk, t, pw, now.UnixMilli())
 	n := local
+	t.bounded = false
 	if b.HasParticipants {
 		var pr counter.Result
 		if announce > 0 {
@@ -533,7 +577,7 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 			pr = s.counter.Peek(b.Participants, t.m.Key, ParticipantsLimit, now)
 		}
 		if !pr.Overflow {
-			n = s.reg.participants(t.gk, pw, pr.Count, local)
+			n, t.bounded = s.reg.participants(t.gk, pw, pr.Count, local, now.UnixMilli(), s.opts.Settle.Milliseconds(), s.opts.Nodes())
 		}
 	}
 	if b.Shadow {
@@ -542,12 +586,19 @@ func (str *stream) evaluate(t *tracked, reported int64, span time.Duration, now 
 	// A full bucket mid-window is safe only when this participant is the
 	// only one (others' unreported usage is not counted yet) and all of
 	// the window's usage is counted.
-	exact = n == 1 && (span <= 0 || span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
+	exact = n == 1 && (u.span <= 0 || u.span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
 	share := shareOf(r.Remaining, n, local, rank)
 	if share <= 0 {
-		return action{strat: stratDenyAll, budget: true, window: r.Window}, exact
+		return action{strat: stratDenyAll, budget: true, window: r.Window, scaleMS: lim.ScaleMS}, exact
 	}
-	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, window: r.Window}, exact
+	if fromReport {
+		// Its demand over the span against its share now: within it, a
+		// refill once a window only keeps it admitted should the server
+		// go away, since it would not spend more than the share anyway.
+		spanMS := u.span.Milliseconds()
+		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(lim.ScaleMS) <= float64(share)*float64(spanMS)
+	}
+	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
 }
 
 // untracked is the answer to a bucket id over quota.max_bucket_ids: its
@@ -582,26 +633,61 @@ func policy(deny bool) action {
 // fresh one replacing a token bucket is preceded, in the same message, by
 // ALLOW_ALL for the id (Envoy applies a message's actions in order before
 // any request sees them). A replacement that is not fresh keeps at most
-// the tokens Envoy has left: it never adds to them.
+// the tokens Envoy has left: it never adds to them. A bucket that refills
+// once a window is never restarted: its refill gives each window's share,
+// and a full bucket on top would let a participant whose demand rises
+// spend two shares in every window until its next report.
 func (str *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction, t *tracked, a action, now time.Time, st *state, fresh bool) []*rlqspb.RateLimitQuotaResponse_BucketAction {
-	if fresh && a.strat == stratTokenBucket && t.hasSent && t.sent.strat == stratTokenBucket {
-		actions = append(actions, st.encodeRestart(t.id))
+	if fresh && a.strat == stratTokenBucket && !a.refill && t.hasSent && t.sent.strat == stratTokenBucket {
+		actions = append(actions, st.encodeRestart(t.id, str.s.m))
 	}
-	t.sent, t.sentAt, t.hasSent = a, now, true
+	t.sent, t.sentAt, t.hasSent, t.sentBounded = a, now, true, t.bounded
 	return append(actions, st.encode(t.id, a, str.s.m))
 }
 
 // Token bucket encoding. Envoy refills a token bucket continuously at
-// tokens_per_fill / fill_interval (in whole seconds). The share is
-// max_tokens, and the refill negligible (one token an hour): a share lasts
-// to the end of its window, when the next window's fresh bucket takes
-// over (see send).
-const fillInterval = time.Hour
+// tokens_per_fill / fill_interval (whole seconds), up to max_tokens, and
+// keeps enforcing the last one it got until assignment_time_to_live ends,
+// whether or not the server is still there. The share is max_tokens: it
+// lasts to the end of its window, when the next window's fresh bucket
+// takes over (see send). The refill is
+//   - one share per window (tokens_per_fill / fill_interval = share /
+//     window) for a calm participant, one whose latest report showed it
+//     spending less than its share and nothing denied: while the server
+//     is up the refill changes nothing for it (it does not spend its
+//     share), and should the server go away Envoy goes on admitting about
+//     a share a window until the TTL instead of spending what was left of
+//     one share and then denying everything. Such a bucket is not
+//     restarted at each window (see send): should the participant's
+//     demand rise, a window admits at most the share it held and one
+//     share of refill, and the windows after it one share each, until a
+//     report shows it spending its share;
+//   - otherwise negligible (one token an hour), since a participant that
+//     spends its share would spend the refill on top of it, and a window
+//     would admit up to twice its budget.
+//
+// Envoy 1.40 takes two token buckets with the same max_tokens and
+// tokens_per_fill for the same one whatever their fill_interval seconds
+// (it compares only the nanoseconds), so a refill never has
+// tokens_per_fill 1, the negligible refill's.
+const slowFill = time.Hour
+
+// refillEvery is the fill_interval and tokens_per_fill that refill tokens
+// (at least 1) a window of scaleMS.
+func refillEvery(tokens uint32, scaleMS int64) (every time.Duration, perFill uint32) {
+	sec := max((scaleMS+999)/1000, 1) // whole seconds, at least the window
+	n := int64(tokens) + int64(tokens)*(sec*1000-scaleMS)/scaleMS
+	if n < 2 {
+		sec, n = 2*sec, 2*n
+	}
+	return time.Duration(sec) * time.Second, uint32(min(n, math.MaxUint32))
+}
 
 // encodeRestart is the ALLOW_ALL that makes the token bucket after it in
 // the same message start full. Its TTL is the shortest Envoy reads, in
 // case the message were ever cut after it.
-func (st *state) encodeRestart(id *rlqspb.BucketId) *rlqspb.RateLimitQuotaResponse_BucketAction {
+func (st *state) encodeRestart(id *rlqspb.BucketId, m *metrics) *rlqspb.RateLimitQuotaResponse_BucketAction {
+	m.assignments[stratAllowAll].Inc()
 	return &rlqspb.RateLimitQuotaResponse_BucketAction{
 		BucketId: id,
 		BucketAction: &rlqspb.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{
@@ -619,10 +705,14 @@ func (st *state) encode(id *rlqspb.BucketId, a action, m *metrics) *rlqspb.RateL
 	var rs *typev3.RateLimitStrategy
 	switch a.strat {
 	case stratTokenBucket:
+		every, perFill := slowFill, uint32(1)
+		if a.refill {
+			every, perFill = refillEvery(a.tokens, a.scaleMS)
+		}
 		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
 			MaxTokens:     a.tokens,
-			TokensPerFill: wrapperspb.UInt32(1),
-			FillInterval:  durationpb.New(fillInterval),
+			TokensPerFill: wrapperspb.UInt32(perFill),
+			FillInterval:  durationpb.New(every),
 		}}}
 	case stratDenyAll:
 		rs = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_BlanketRule_{BlanketRule: typev3.RateLimitStrategy_DENY_ALL}}

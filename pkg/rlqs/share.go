@@ -57,6 +57,11 @@ type group struct {
 	// participants count of window pwin[w&1]; seen[w&1] the largest
 	// count of that window read since.
 	pwin, announced, seen [2]int64
+	// seenMS[w&1] is when a count of window pwin[w&1] was last read.
+	seenMS [2]int64
+	// firstMS is when the group got its first participant since it was
+	// last without any (0: not placed yet).
+	firstMS int64
 }
 
 // registry holds every group of the node. Safe for concurrent use.
@@ -98,6 +103,7 @@ func (r *registry) leave(k groupKey, t *tracked) {
 	}
 	g.members = slices.Delete(g.members, i, i+1)
 	if len(g.members) == 0 {
+		g.firstMS = 0
 		if r.idle >= MaxIdleGroups {
 			delete(r.groups, k)
 			return
@@ -134,21 +140,24 @@ func cmpTracked(a, b *tracked) int {
 	return 0
 }
 
-// place is t's rank among this node's participants of k and their number.
-// announce is how many participants this node has yet to add to the
-// participants count of window pw (0 when it has added them all).
-func (r *registry) place(k groupKey, t *tracked, pw int64) (rank, local, announce int64) {
+// place is t's rank among this node's participants of k and their number,
+// at nowMS. announce is how many participants this node has yet to add to
+// the participants count of window pw (0 when it has added them all).
+func (r *registry) place(k groupKey, t *tracked, pw, nowMS int64) (rank, local, announce int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.groups[k]
 	if g == nil {
 		return 0, 1, 0
 	}
+	if g.firstMS == 0 {
+		g.firstMS = nowMS
+	}
 	idx, _ := slices.BinarySearchFunc(g.members, t, cmpTracked)
 	local = int64(len(g.members))
 	i := pw & 1
 	if g.pwin[i] != pw {
-		g.pwin[i], g.announced[i], g.seen[i] = pw, 0, 0
+		g.pwin[i], g.announced[i], g.seen[i], g.seenMS[i] = pw, 0, 0, 0
 	}
 	if local > g.announced[i] {
 		announce = local - g.announced[i]
@@ -158,25 +167,40 @@ func (r *registry) place(k groupKey, t *tracked, pw int64) (rank, local, announc
 }
 
 // participants records count, the participants count of window pw read
-// after place, and returns the cluster's participants of k: the largest
-// count seen of this window and the one before (whose count is whole),
-// and at least this node's own.
-func (r *registry) participants(k groupKey, pw, count, local int64) int64 {
+// at nowMS after place, and returns the cluster's participants of k: the
+// largest count seen of this window and the one before (whose count is
+// whole), and at least this node's own. It is at least nodes (every live
+// node may have a participant, and each would otherwise hand out the
+// whole budget) while neither count is known to hold the participants
+// other nodes got at about the same time as this one's first: the
+// current window's, until settleMS after both this group's first
+// participant and the window's start (the others announce theirs afresh
+// in each window); the previous window's, unless read settleMS after the
+// first participant. bounded reports that nodes raised the count.
+func (r *registry) participants(k groupKey, pw, count, local, nowMS, settleMS int64, nodes int) (n int64, bounded bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.groups[k]
 	if g == nil {
-		return max(local, count)
+		return max(local, count), false
 	}
 	i := pw & 1
 	if g.pwin[i] == pw {
 		g.seen[i] = max(g.seen[i], count)
+		g.seenMS[i] = nowMS
 	}
-	n := max(local, count)
-	if p := (pw - 1) & 1; g.pwin[p] == pw-1 {
+	n = max(local, count)
+	p := (pw - 1) & 1
+	prev := g.pwin[p] == pw-1
+	if prev {
 		n = max(n, g.seen[p])
 	}
-	return n
+	settled := g.firstMS + settleMS
+	known := nowMS >= max(settled, pw*ParticipantsLimit.ScaleMS+settleMS) || prev && g.seenMS[p] >= settled
+	if !known && int64(nodes) > n {
+		return int64(nodes), true
+	}
+	return n, false
 }
 
 // attributed is the part of n requests reported at now, after a span

@@ -97,10 +97,14 @@ func (e *simEnvoy) request(now time.Time) bool {
 	return ok
 }
 
-// simulate offers rates (requests per second, one Envoy each, all on this
-// node) to one bucket id of tenant_rate (10 per second scaled ×10: 100/s)
-// for secs seconds and returns what was admitted in each whole window.
-func simulate(t *testing.T, secs int, rates ...int) []int {
+// steady is a rate that does not change.
+func steady(perSecond int) func(sec int) int { return func(int) int { return perSecond } }
+
+// simulate offers rates (requests per second in second sec of the run, one
+// Envoy each, all on this node) to one bucket id of tenant_rate (10 per
+// second) for secs seconds and returns what was admitted in each whole
+// window.
+func simulate(t *testing.T, secs int, rates ...func(sec int) int) []int {
 	t.Helper()
 	cfg := fuzzConfig(t)
 	for i := range cfg.Buckets {
@@ -136,7 +140,7 @@ func simulate(t *testing.T, secs int, rates ...int) []int {
 				e.report(now)
 			}
 			for time.Duration(ms)*time.Millisecond >= next[i] {
-				next[i] += time.Second / time.Duration(rates[i])
+				next[i] += time.Second / time.Duration(rates[i](ms/1000))
 				if e.request(now) {
 					perWindow[(now.UnixMilli()-start.UnixMilli()+337)/1000]++
 				}
@@ -154,12 +158,12 @@ func TestSimulatedEnvoyAccuracy(t *testing.T) {
 	const limit = 10
 	for _, tc := range []struct {
 		name  string
-		rates []int
+		rates []func(int) int
 	}{
-		{"one Envoy at 2x", []int{2 * limit}},
-		{"one Envoy at 10x", []int{10 * limit}},
-		{"two Envoys at 1x each", []int{limit, limit}},
-		{"two Envoys at 5x each", []int{5 * limit, 5 * limit}},
+		{"one Envoy at 2x", []func(int) int{steady(2 * limit)}},
+		{"one Envoy at 10x", []func(int) int{steady(10 * limit)}},
+		{"two Envoys at 1x each", []func(int) int{steady(limit), steady(limit)}},
+		{"two Envoys at 5x each", []func(int) int{steady(5 * limit), steady(5 * limit)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ws := simulate(t, 21, tc.rates...)
@@ -173,5 +177,39 @@ func TestSimulatedEnvoyAccuracy(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A participant under its share (half of it) is refilled its share once a
+// window, and its bucket is not restarted each window; when it floods
+// (3×), the window it floods in admits what its bucket held and one
+// share of refill, and the windows after it one share each until its
+// next report (every 5 s) shows it spending its share: one window up to
+// twice the limit is the price of keeping it admitted should the server
+// go away. The figures are logged for the README.
+func TestSimulatedCalmThenFlood(t *testing.T) {
+	const limit, calm = 10, 11 // seconds 1–10 at half the limit, then 3×
+	ws := simulate(t, 21, func(sec int) int {
+		if sec < calm {
+			return limit / 2
+		}
+		return 3 * limit
+	})
+	t.Logf("half the limit until %d s, then 3×: admitted per window %v", calm, ws)
+	over := 0
+	for i, n := range ws {
+		switch w := i + 1; {
+		case w < calm:
+			if n != limit/2 {
+				t.Errorf("window %d (calm) admitted %d, want all %d offered", w, n, limit/2)
+			}
+		case n > 2*limit:
+			t.Errorf("window %d admitted %d, more than twice the limit %d", w, n, limit)
+		case n > limit:
+			over++
+		}
+	}
+	if over > 1 {
+		t.Errorf("%d windows over the limit after the flood began, want at most the first", over)
 	}
 }

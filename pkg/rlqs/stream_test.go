@@ -87,6 +87,12 @@ func start(t *testing.T, yaml string, maxKeys int) *harness {
 // startTicking is start with the service's tick period (real time).
 func startTicking(t *testing.T, yaml string, maxKeys int, tick time.Duration) *harness {
 	t.Helper()
+	return startOpts(t, yaml, maxKeys, rlqs.Options{Tick: tick})
+}
+
+// startOpts is start with the service's options (its clock the harness's).
+func startOpts(t *testing.T, yaml string, maxKeys int, opts rlqs.Options) *harness {
+	t.Helper()
 	cfg, r := config(t, yaml)
 	h := &harness{t: t, clock: new(testclock.Clock), reg: prometheus.NewRegistry(), rules: r}
 	h.clock.Set(t0)
@@ -94,7 +100,8 @@ func startTicking(t *testing.T, yaml string, maxKeys int, tick time.Duration) *h
 	if h.store, err = counter.New(counter.Config{MaxKeys: maxKeys, Shards: 1}); err != nil {
 		t.Fatal(err)
 	}
-	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), rlqs.Options{Now: h.clock.Now, Tick: tick})
+	opts.Now = h.clock.Now
+	h.svc, err = rlqs.New(cfg, h.store, h.reg, slog.New(slog.DiscardHandler), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +221,9 @@ func (e *envoy) end() error {
 	return nil
 }
 
-// got is one action, as a short text: "tokens 9" (max_tokens/tokens_per_fill),
-// "ALLOW_ALL", "DENY_ALL", "abandon".
+// got is one action, as a short text: "tokens 9" (max_tokens, with the
+// negligible refill), "tokens 9 refill 9/1s" (refilled once a window:
+// tokens_per_fill/fill_interval), "ALLOW_ALL", "DENY_ALL", "abandon".
 func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.Duration) string {
 	t.Helper()
 	if a.GetAbandonAction() != nil {
@@ -230,13 +238,18 @@ func got(t *testing.T, a *rlqspb.RateLimitQuotaResponse_BucketAction, ttl time.D
 	}
 	rs := q.GetRateLimitStrategy()
 	if tb := rs.GetTokenBucket(); tb != nil {
-		if tb.GetFillInterval().AsDuration() < time.Minute {
-			t.Errorf("fill_interval %v: a refill within the window would add to the share", tb.GetFillInterval().AsDuration())
+		every, per := tb.GetFillInterval().AsDuration(), tb.GetTokensPerFill().GetValue()
+		if every%time.Second != 0 || every <= 0 {
+			t.Errorf("fill_interval %v: Envoy reads whole seconds only", every)
 		}
-		if tb.GetTokensPerFill().GetValue() != 1 {
-			t.Errorf("tokens_per_fill %d, want 1", tb.GetTokensPerFill().GetValue())
+		s := "tokens " + itoa(int64(tb.GetMaxTokens()))
+		if every == time.Hour && per == 1 {
+			return s
 		}
-		return "tokens " + itoa(int64(tb.GetMaxTokens()))
+		if per < 2 {
+			t.Errorf("tokens_per_fill %d: Envoy would take it for the negligible refill's", per)
+		}
+		return s + " refill " + itoa(int64(per)) + "/" + every.String()
 	}
 	if _, ok := rs.GetStrategy().(*typev3.RateLimitStrategy_BlanketRule_); !ok {
 		t.Fatalf("no strategy: %v", a)
@@ -362,6 +375,10 @@ func TestStreamReportAssignExhaustRoll(t *testing.T) {
 	if n := h.metric("ratelimit_authz_rlqs_assignments_total", "strategy", "token_bucket"); n != 4 {
 		t.Errorf("token_bucket assignments %v, want 4", n)
 	}
+	// Each fresh bucket went out after an ALLOW_ALL: two of them.
+	if n := h.metric("ratelimit_authz_rlqs_assignments_total", "strategy", "allow_all"); n != 2 {
+		t.Errorf("allow_all assignments %v, want 2 (the ALLOW_ALL before each fresh bucket)", n)
+	}
 	if n := h.metric("ratelimit_authz_rlqs_requests_reported_total", "outcome", "allowed"); n != 12 {
 		t.Errorf("allowed reported %v, want 12", n)
 	}
@@ -478,25 +495,27 @@ func TestStreamsSplitAndRelease(t *testing.T) {
 	if got := a.one(acme); got != "tokens 3" {
 		t.Fatalf("a right after b left: %q, want tokens 3/1", got)
 	}
-	// Two participants windows on, a alone has the whole budget.
+	// Two participants windows on, a alone has the whole budget. It
+	// spends nothing: its bucket refills once a window.
 	for range 2 * rlqs.ParticipantsWindow / time.Second {
 		h.clock.Add(time.Second)
 		a.report("api", usage{id: acme})
 		a.drain()
 	}
 	h.clock.Add(time.Second)
-	if got := a.one(acme); got != "fresh tokens 10" {
-		t.Fatalf("a alone, window 11 pushed: %q, want fresh tokens 10", got)
+	if got := a.one(acme); got != "tokens 10 refill 10/1s" {
+		t.Fatalf("a alone, window 11 pushed: %q, want tokens 10 refill 10/1s (not restarted: it refills)", got)
 	}
 	// A report whose span began in the window before: its usage in this
 	// window is a guess. A smaller share is sent as a plain replacement
 	// (Envoy keeps at most the tokens it has left), never a full bucket.
 	a.report("api", usage{id: acme, allowed: 1})
-	if got := a.one(acme); got != "tokens 9" {
-		t.Fatalf("after a report spanning the window's start: %q, want tokens 9 (not fresh)", got)
+	if got := a.one(acme); got != "tokens 9 refill 9/1s" {
+		t.Fatalf("after a report spanning the window's start: %q, want tokens 9 refill 9/1s (not fresh)", got)
 	}
 	// The next reports' spans lie in the window and a is alone: its share
 	// may come in a full bucket, all of the window's usage being counted.
+	// 2 in 100 ms is more than its share a window: no refill.
 	h.clock.Add(100 * time.Millisecond)
 	a.report("api", usage{id: acme})
 	a.quiet(30 * time.Millisecond) // the same share: nothing to send
@@ -709,10 +728,78 @@ func TestCloseEndsStreams(t *testing.T) {
 	e := h.open()
 	e.report("api", usage{id: acme})
 	e.next()
-	h.svc.Close()
-	h.svc.Close() // idempotent
+	h.svc.CloseStreams()
+	h.svc.CloseStreams() // idempotent
 	if err := e.end(); status.Code(err) != codes.Unavailable {
-		t.Fatalf("after Close: %v, want Unavailable", err)
+		t.Fatalf("after CloseStreams: %v, want Unavailable", err)
 	}
 	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool { return h.svc.Participants(0, "acme") == 0 })
+}
+
+// A participant whose report shows it spending less than its share, with
+// nothing denied, gets a bucket that refills its share once a window, so
+// that an Envoy that loses the server goes on admitting it until the
+// assignment's TTL; one that spends its share, or had requests denied, or
+// has not reported over a span yet, gets the negligible refill, which adds
+// nothing to a window's share.
+func TestStreamRefillsACalmParticipant(t *testing.T) {
+	h := startTicking(t, testRules, 0, time.Hour) // no tick: reports only
+	e := h.open()
+	ch := map[string]string{"name": "c", "channel": "ch1"} // a one-minute window
+	for _, st := range []struct {
+		after           time.Duration // clock advance before the report
+		id              map[string]string
+		allowed, denied uint64
+		want, why       string
+	}{
+		{100 * time.Millisecond, acme, 1, 0, "tokens 9", "the bucket's creation: no span"},
+		{time.Second, acme, 4, 0, "tokens 9 refill 9/1s", "4 over 1 s, under its share; not restarted: it refills"},
+		{400 * time.Millisecond, acme, 5, 0, "fresh tokens 4", "5 over 400 ms, more than its share a window"},
+		{time.Second, acme, 2, 1, "fresh tokens 9", "one denied"},
+		{time.Second, acme, 2, 0, "tokens 9 refill 9/1s", "calm again"},
+		{0, ch, 1, 0, "tokens 5", "a new id"},
+		{time.Second, ch, 0, 0, "tokens 5 refill 5/1m0s", "calm: its share a minute"},
+	} {
+		h.clock.Add(st.after)
+		e.report("api", usage{id: st.id, allowed: st.allowed, denied: st.denied})
+		if got := e.one(st.id); got != st.want {
+			t.Fatalf("%s: %q, want %s", st.why, got, st.want)
+		}
+	}
+}
+
+// Until a new key's participants on other nodes can be known, each live
+// node counts as a participant: the first shares are the budget over the
+// nodes, not all of it. A replication round trip after the key's first
+// participant, the count is known, and the shares grow within the window
+// in a plain replacement (Envoy scales the tokens left to the new
+// max_tokens, so each participant's window stays within its new share).
+func TestStreamFirstSharesCountEveryNode(t *testing.T) {
+	h := startOpts(t, testRules, 0, rlqs.Options{Tick: time.Hour, Nodes: func() int { return 3 }, Settle: 200 * time.Millisecond})
+	a := h.open()
+	h.clock.Add(100 * time.Millisecond)
+	a.report("api", usage{id: acme, allowed: 1})
+	if got := a.one(acme); got != "tokens 3" {
+		t.Fatalf("a's first share on a 3-node cluster: %q, want tokens 3 (9 left over 3 nodes)", got)
+	}
+	h.clock.Add(100 * time.Millisecond) // 100 ms after the first: not settled
+	a.report("api", usage{id: acme, allowed: 1})
+	if got := a.one(acme); got != "tokens 2" {
+		t.Fatalf("a within the settle time: %q, want tokens 2 (8 over 3)", got)
+	}
+	b := h.open() // opened after a's was served: it ranks second
+	h.clock.Add(10 * time.Millisecond)
+	b.report("api", usage{id: acme})
+	if got := b.one(acme); got != "tokens 2" {
+		t.Fatalf("b within the settle time: %q, want tokens 2 (8 over 3)", got)
+	}
+	h.clock.Add(250 * time.Millisecond) // settled: the count says 2
+	a.report("api", usage{id: acme})
+	if got := a.one(acme); got != "tokens 4 refill 4/1s" {
+		t.Fatalf("a, known: %q, want tokens 4 refill 4/1s (8 over 2, not fresh)", got)
+	}
+	b.report("api", usage{id: acme})
+	if got := b.one(acme); got != "tokens 4 refill 4/1s" {
+		t.Fatalf("b, known: %q, want tokens 4 refill 4/1s", got)
+	}
 }

@@ -25,7 +25,8 @@
 // Check is a gRPC error, which Envoy turns into its status_on_error.
 //
 // Shutdown: readiness and health go NOT_SERVING, a drain delay lets Envoy
-// and load balancers notice, the long-lived access-log streams are ended,
+// and load balancers notice (every port goes on serving, streams
+// included), the long-lived access-log and RLQS streams are ended,
 // then GracefulStop (of both gRPC listeners) lets in-flight checks finish,
 // with a deadline after which remaining streams are cut, then the HTTP
 // listeners close. Readiness can also wait for other components

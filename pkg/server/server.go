@@ -247,7 +247,7 @@ type Services struct {
 	// RateLimitQuota, when set, serves Envoy's rate_limit_quota filter
 	// (envoy.service.rate_limit_quota.v3 StreamRateLimitQuotas) on the
 	// gRPC port, beside Check.
-	RateLimitQuota rlqsv3.RateLimitQuotaServiceServer
+	RateLimitQuota RateLimitQuota
 	// AccessLog, when set, receives Envoy's gRPC access log, on the gRPC
 	// port or on Config.AccessLogAddr.
 	AccessLog AccessLog
@@ -260,6 +260,13 @@ type Services struct {
 // stream and Envoy never hangs up on its own.
 type AccessLog interface {
 	alsv3.AccessLogServiceServer
+	CloseStreams()
+}
+
+// RateLimitQuota is a quota service whose long-lived streams the server
+// ends at shutdown (CloseStreams), after the drain delay, as AccessLog's.
+type RateLimitQuota interface {
+	rlqsv3.RateLimitQuotaServiceServer
 	CloseStreams()
 }
 
@@ -645,7 +652,8 @@ func (s *Server) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// shutdown: NOT_SERVING, the drain delay, the access-log streams ended,
+// shutdown: NOT_SERVING, the drain delay, the access-log and quota
+// streams ended,
 // then every gRPC server stopped gracefully within the shutdown timeout,
 // then the HTTP listeners.
 func (s *Server) shutdown() {
@@ -657,6 +665,9 @@ func (s *Server) shutdown() {
 		}
 		if s.svc.AccessLog != nil {
 			s.svc.AccessLog.CloseStreams()
+		}
+		if s.svc.RateLimitQuota != nil {
+			s.svc.RateLimitQuota.CloseStreams()
 		}
 		stopped := make(chan struct{})
 		cctx, ccancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)

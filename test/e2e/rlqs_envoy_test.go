@@ -219,6 +219,17 @@ func TestQuotaFilterBehaviour(t *testing.T) {
 		if st := s.burst("replace", 7, nil); st != "200 200 200 200 200 429 429" {
 			t.Errorf("a blanket rule and a token bucket of 5 in one message: %s; the bucket starts full (5 pass)", st)
 		}
+		// A larger bucket replacing a half-spent one keeps the ratio of
+		// tokens left, not their number: 5 of 10 left become 10 of 20, so
+		// what was spent and what is left add up to at most the new size.
+		send(assign(id, ttl, blanket(typev3.RateLimitStrategy_ALLOW_ALL)), assign(id, ttl, tokenBucket(10, 1, time.Hour)))
+		if st := s.burst("replace", 5, nil); st != "200 200 200 200 200" {
+			t.Errorf("a fresh bucket of 10: %s", st)
+		}
+		send(assign(id, ttl, tokenBucket(20, 1, time.Hour)))
+		if st := s.burst("replace", 12, nil); st != strings.TrimSpace(strings.Repeat("200 ", 10)+"429 429") {
+			t.Errorf("a bucket of 20 replacing one of 10 with 5 left: %s; Envoy scales the tokens left (10 pass)", st)
+		}
 	})
 
 	t.Run("expiry", func(t *testing.T) {

@@ -10,8 +10,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
 // The product's RLQS server through the real Envoy's quota filter, on the
@@ -151,21 +149,7 @@ func TestQuotaThroughEnvoy(t *testing.T) {
 // stream to one of them; one tenant offered 2× its 100/s budget, half
 // through each Envoy: the budget holds across both.
 func TestQuotaClusterTwoEnvoys(t *testing.T) {
-	c := &cluster{owner: t, serverBin: serverBinary(t), config: serverConfigPath(t), natsBin: testnats.Binary(t)}
-	c.stack = prepareStack(t, 3)
-	c.pg = testpg.Start(t)
-	c.db = c.pg.URL()
-	c.cli(t, "migrate")
-	c.natsAddr = c.spare[0]
-	c.startNATS(t)
-	for i := range 3 {
-		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: c.addrs.Authz[i], httpAddr: c.spare[1+i]}
-		c.nodes = append(c.nodes, nd)
-		c.startNode(t, nd)
-	}
-	for _, nd := range c.nodes {
-		waitHTTP200(t, nd.proc, "http://"+nd.httpAddr+"/readyz")
-	}
+	c := quotaCluster(t)
 	second := freeport.TestAddrs(t, 2)
 	c.quotaEnvoyAt(t, "envoy-1", c.addrs.Admin, c.addrs.Listener, c.addrs.Authz)
 	c.quotaEnvoyAt(t, "envoy-2", second[0], second[1], c.addrs.Authz)
