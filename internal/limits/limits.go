@@ -30,8 +30,9 @@ type Scale struct {
 }
 
 // Scales are the allowed override windows. The database checks the same
-// list (migrations/0001_tenant_limits.sql): a fixed, small set keeps
-// overrides readable and whole seconds in the RateLimit header fields.
+// list (internal/overridedb/migrations/0001_tenant_limits.sql): a fixed,
+// small set keeps overrides readable and whole seconds in the RateLimit
+// header fields.
 var Scales = []Scale{{1000, "1s"}, {60_000, "1m"}, {3_600_000, "1h"}, {86_400_000, "1d"}}
 
 func scaleNames() string {
