@@ -14,11 +14,11 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func root(t *testing.T) string {
@@ -41,7 +41,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range r.Buckets {
-		lim, ok := tenantlimits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
+		lim, ok := limits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
 		if b.Count == rules.CountFailures {
 			continue
 		}
@@ -62,7 +62,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Errorf("memory config: max_keys %d", r.Counter.MaxKeys)
 	}
 	for _, name := range []string{"token_create", "token_create_2", "token_create_3"} {
-		lim, _ := tenantlimits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, name)))
+		lim, _ := limits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, name)))
 		if lim.ScaleMS != 90_000 || lim.Limit != 10 {
 			t.Errorf("memory config: %s %+v, want 10 per 90s", name, lim)
 		}

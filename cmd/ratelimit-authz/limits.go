@@ -17,11 +17,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 const limitsUsage = `Usage: ratelimit-authz limits COMMAND [flags] ARGS
@@ -182,11 +183,11 @@ func (c *dbCommand) usageError(stderr io.Writer, format string, args ...any) err
 // invalid is the exit for input that fails validation: status 2, nothing
 // written.
 func (c *dbCommand) invalid(err error) error {
-	return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz %s: %s", c.name, strings.TrimPrefix(err.Error(), tenantlimits.ErrInvalid.Error()+": "))}
+	return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz %s: %s", c.name, strings.TrimPrefix(err.Error(), limits.ErrInvalid.Error()+": "))}
 }
 
 func (c *dbCommand) failed(err error) error {
-	if errors.Is(err, tenantlimits.ErrInvalid) {
+	if errors.Is(err, limits.ErrInvalid) {
 		return c.invalid(err)
 	}
 	return exitError{code: 1, msg: scrub(fmt.Sprintf("ratelimit-authz %s: %v", c.name, err), c.secret)}
@@ -194,7 +195,7 @@ func (c *dbCommand) failed(err error) error {
 
 // parseRules is parse, then rules: what every command that reads the
 // configuration starts with. done means: return err.
-func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, bs tenantlimits.Buckets, done bool, err error) {
+func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, bs limits.Buckets, done bool, err error) {
 	if pos, done, err = c.parse(args, minArgs, maxArgs, stdout, stderr); done {
 		return nil, nil, true, err
 	}
@@ -207,7 +208,7 @@ func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stde
 // rules reads the buckets that accept overrides: those of --config, and
 // the overridable rules of --rls-config-dir when it is given (filed under
 // their names, as the server files them).
-func (c *dbCommand) rules() (tenantlimits.Buckets, error) {
+func (c *dbCommand) rules() (limits.Buckets, error) {
 	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		if ps, ok := rules.AsProblems(err); ok {
@@ -274,9 +275,9 @@ func (c *dbCommand) withConn(ctx context.Context, fn func(context.Context, *pgx.
 }
 
 // withStore runs fn with a Store on a fresh connection (see withConn).
-func (c *dbCommand) withStore(ctx context.Context, bs tenantlimits.Buckets, fn func(context.Context, *tenantlimits.Store) error) error {
+func (c *dbCommand) withStore(ctx context.Context, bs limits.Buckets, fn func(context.Context, *overridedb.Store) error) error {
 	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		s, err := tenantlimits.NewStore(conn, bs)
+		s, err := overridedb.NewStore(conn, bs)
 		if err != nil {
 			return c.failed(err)
 		}
@@ -285,7 +286,7 @@ func (c *dbCommand) withStore(ctx context.Context, bs tenantlimits.Buckets, fn f
 }
 
 // configured describes a bucket's limit without an override.
-func configured(bs tenantlimits.Buckets, bucket string) string {
+func configured(bs limits.Buckets, bucket string) string {
 	i, ok := bs.Index(bucket)
 	if !ok {
 		return "(not in the configuration)"
@@ -297,7 +298,7 @@ func configured(bs tenantlimits.Buckets, bucket string) string {
 	return rate(l)
 }
 
-func rate(l counter.Limit) string { return tenantlimits.FormatRate(l.Limit, l.ScaleMS) }
+func rate(l counter.Limit) string { return limits.FormatRate(l.Limit, l.ScaleMS) }
 
 func limitsSet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits set", " TENANT BUCKET LIMIT/WINDOW --actor NAME",
@@ -312,12 +313,12 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	tenant, bucket := pos[0], pos[1]
 	// Everything is checked before the database is touched.
-	limit, scaleMS, rateErr := tenantlimits.ParseRate(pos[2])
-	o := tenantlimits.Override{Bucket: bucket, Limit: limit, ScaleMS: scaleMS}
-	if err := errors.Join(tenantlimits.ValidateTenant(tenant), bucketErr(bs, bucket), rateErr, tenantlimits.ValidateActor(c.actor)); err != nil {
+	limit, scaleMS, rateErr := limits.ParseRate(pos[2])
+	o := limits.Override{Bucket: bucket, Limit: limit, ScaleMS: scaleMS}
+	if err := errors.Join(limits.ValidateTenant(tenant), bucketErr(bs, bucket), rateErr, overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		ch, err := s.Set(ctx, tenant, o, c.actor)
 		if err != nil {
 			return c.failed(err)
@@ -328,15 +329,15 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
 		i, _ := bs.Index(bucket) // checked by bucketErr
-		if name, ok := tenantlimits.OwnerKeyName(bs[i].Key); ok {
+		if name, ok := limits.OwnerKeyName(bs[i].Key); ok {
 			fmt.Fprintf(stdout, "%s is keyed by %s: this applies to the keys %s owns ('limits owner set %s KEY %s')\n", bucket, name, tenant, name, tenant)
 		}
 		return nil
 	})
 }
 
-func bucketErr(bs tenantlimits.Buckets, bucket string) error {
-	_, err := tenantlimits.CheckBucket(bs, bucket)
+func bucketErr(bs limits.Buckets, bucket string) error {
+	_, err := limits.CheckBucket(bs, bucket)
 	return err
 }
 
@@ -355,15 +356,15 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 		// written with SQL is a reason to delete.
 		bucket = pos[1]
 	}
-	if err := errors.Join(tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(limits.ValidateTenant(tenant), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		changes, err := s.Delete(ctx, tenant, bucket, c.actor)
 		switch {
-		case errors.Is(err, tenantlimits.ErrNotFound) && bucket != "":
+		case errors.Is(err, overridedb.ErrNotFound) && bucket != "":
 			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no override for bucket %q; nothing deleted", c.name, tenant, bucket)}
-		case errors.Is(err, tenantlimits.ErrNotFound):
+		case errors.Is(err, overridedb.ErrNotFound):
 			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: tenant %q has no overrides; nothing deleted", c.name, tenant)}
 		case err != nil:
 			return c.failed(err)
@@ -381,10 +382,10 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 	if done {
 		return err
 	}
-	if err := tenantlimits.ValidateTenant(pos[0]); err != nil {
+	if err := limits.ValidateTenant(pos[0]); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		t, ok, err := s.Get(ctx, pos[0])
 		if err != nil {
 			return c.failed(err)
@@ -408,8 +409,8 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // note flags an override the server ignores under this configuration.
-func note(bs tenantlimits.Buckets, bucket string) string {
-	if _, err := tenantlimits.CheckBucket(bs, bucket); err != nil {
+func note(bs limits.Buckets, bucket string) string {
+	if _, err := limits.CheckBucket(bs, bucket); err != nil {
 		return "ignored: not overridable in this configuration"
 	}
 	return ""
@@ -421,9 +422,9 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 	if done {
 		return err
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		return c.table(stdout, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE", "override", func(tw io.Writer) (n int, err error) {
-			err = s.List(ctx, func(t tenantlimits.Tenant) error {
+			err = s.List(ctx, func(t overridedb.Tenant) error {
 				updated := t.UpdatedAt.UTC().Format(time.RFC3339)
 				for _, o := range t.Overrides {
 					n++
@@ -441,7 +442,7 @@ func limitsList(ctx context.Context, args []string, getenv func(string) string, 
 
 func limitsAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	help := "Show who changed a tenant's overrides and when, oldest first: the actor claimed\n(the CLI's --actor, or sql:USER for plain SQL) and the database user that made the\nchange (USER, or USER as ROLE after SET ROLE), recorded by the database itself.\nControl characters are shown escaped (\\x1b), never sent to the terminal."
-	return runAudit(ctx, "limits audit", " TENANT", help, 1, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error {
+	return runAudit(ctx, "limits audit", " TENANT", help, 1, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *overridedb.Store, pos []string) error {
 		entries, err := s.Audit(ctx, pos[0], c.limit)
 		if err != nil {
 			return c.failed(err)
@@ -485,7 +486,7 @@ func (c *dbCommand) table(stdout io.Writer, header, noun string, fill func(tw io
 // runAudit is the frame of an audit subcommand: nargs arguments and
 // --limit, then show, with the store, prints the entries.
 func runAudit(ctx context.Context, name, argsUsage, help string, nargs int, args []string, getenv func(string) string, stdout, stderr io.Writer,
-	show func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error) error {
+	show func(ctx context.Context, c *dbCommand, s *overridedb.Store, pos []string) error) error {
 	c := newDBCommand(name, argsUsage, help, getenv, 10*time.Second, true)
 	c.f.fs.IntVar(&c.limit, "limit", 100, "show at most the `n` most recent changes")
 	pos, done, err := c.parse(args, nargs, nargs, stdout, stderr)
@@ -499,7 +500,7 @@ func runAudit(ctx context.Context, name, argsUsage, help string, nargs int, args
 	if err != nil {
 		return err
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error { return show(ctx, c, s, pos) })
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error { return show(ctx, c, s, pos) })
 }
 
 // printable escapes what a terminal could act on in text read from the
@@ -567,10 +568,10 @@ func ownerSet(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	name, key, tenant := pos[0], pos[1], pos[2]
-	if err := errors.Join(tenantlimits.CheckOwnerKeyName(bs, name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateTenant(tenant), tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(limits.CheckOwnerKeyName(bs, name), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		old, err := s.SetOwner(ctx, name, key, tenant, c.actor)
 		if err != nil {
 			return c.failed(err)
@@ -595,13 +596,13 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	name, key := pos[0], pos[1]
 	// Any well-formed name: cleaning up a row written with SQL is a reason
 	// to delete.
-	if err := errors.Join(tenantlimits.ValidateKeyName(name), tenantlimits.ValidateKeyValue(key), tenantlimits.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(limits.ValidateKeyName(name), limits.ValidateKeyValue(key), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		old, err := s.DeleteOwner(ctx, name, key, c.actor)
 		switch {
-		case errors.Is(err, tenantlimits.ErrNotFound):
+		case errors.Is(err, overridedb.ErrNotFound):
 			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %s %s has no owner; nothing deleted", c.name, name, printable(key))}
 		case err != nil:
 			return c.failed(err)
@@ -620,14 +621,14 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	if tenant != "" {
-		if err := tenantlimits.ValidateTenant(tenant); err != nil {
+		if err := limits.ValidateTenant(tenant); err != nil {
 			return c.invalid(err)
 		}
 	}
-	used := tenantlimits.OwnerKeyNames(bs)
-	return c.withStore(ctx, bs, func(ctx context.Context, s *tenantlimits.Store) error {
+	used := limits.OwnerKeyNames(bs)
+	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
 		return c.table(stdout, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE", "owner", func(tw io.Writer) (n int, err error) {
-			err = s.Owners(ctx, tenant, func(o tenantlimits.Owner) error {
+			err = s.Owners(ctx, tenant, func(o overridedb.Owner) error {
 				n++
 				note := ""
 				if !slices.Contains(used, o.KeyName) {
@@ -643,7 +644,7 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 
 func ownerAudit(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	help := "Show who changed KEY's owner and when, oldest first (see 'limits audit --help')."
-	return runAudit(ctx, "limits owner audit", " KEY_NAME KEY", help, 2, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *tenantlimits.Store, pos []string) error {
+	return runAudit(ctx, "limits owner audit", " KEY_NAME KEY", help, 2, args, getenv, stdout, stderr, func(ctx context.Context, c *dbCommand, s *overridedb.Store, pos []string) error {
 		entries, err := s.OwnerAudit(ctx, pos[0], pos[1], c.limit)
 		if err != nil {
 			return c.failed(err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 )
 
 func runMigrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -19,7 +19,7 @@ func runMigrate(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		res, err := tenantlimits.Migrate(ctx, conn)
+		res, err := overridedb.Migrate(ctx, conn)
 		if err != nil {
 			return c.failed(err)
 		}

@@ -345,3 +345,52 @@ func Connect(t testing.TB, url string) *pgx.Conn {
 	})
 	return conn
 }
+
+// DB is a running throwaway server with the schema applied, a connection
+// to it and a context that bounds the test's queries. Its methods fail the
+// test on error.
+type DB struct {
+	Server *Server
+	URL    string
+	Conn   *pgx.Conn
+	Ctx    context.Context
+}
+
+// StartDB starts a server, connects and applies migrate (the product's
+// schema) within two minutes.
+func StartDB(t testing.TB, migrate func(context.Context, *pgx.Conn) error) *DB {
+	t.Helper()
+	s := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	d := &DB{Server: s, URL: s.URL(), Ctx: ctx}
+	d.Conn = d.Connect(t)
+	if err := migrate(ctx, d.Conn); err != nil {
+		t.Fatalf("testpg: migrate: %v", err)
+	}
+	return d
+}
+
+// Connect opens another connection (see Connect).
+func (d *DB) Connect(t testing.TB) *pgx.Conn {
+	t.Helper()
+	return Connect(t, d.URL)
+}
+
+// Exec runs sql on Conn.
+func (d *DB) Exec(t testing.TB, sql string, args ...any) {
+	t.Helper()
+	if _, err := d.Conn.Exec(d.Ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Count runs sql, a query of one integer, on Conn.
+func (d *DB) Count(t testing.TB, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := d.Conn.QueryRow(d.Ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}

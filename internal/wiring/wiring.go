@@ -12,28 +12,28 @@
 package wiring
 
 import (
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // The one resolver serves the Check and failure counting alike.
 var (
-	_ authz.Limits    = (*tenantlimits.Resolver)(nil)
-	_ failures.Limits = (*tenantlimits.Resolver)(nil)
+	_ authz.Limits    = (*limits.Resolver)(nil)
+	_ failures.Limits = (*limits.Resolver)(nil)
 )
 
 // Limits is what limit resolution and override validation need:
-// tenantlimits.NewResolver, NewCache, NewStore and the validation helpers
-// take it.
-func Limits(r *rules.Rules, ids []counter.Bucket) tenantlimits.Buckets {
-	bs := make(tenantlimits.Buckets, len(r.Buckets))
+// limits.NewResolver, overrides.NewCache, overridedb.NewStore and the
+// validation helpers take it.
+func Limits(r *rules.Rules, ids []counter.Bucket) limits.Buckets {
+	bs := make(limits.Buckets, len(r.Buckets))
 	for i, b := range r.Buckets {
-		bs[i] = tenantlimits.Bucket{
+		bs[i] = limits.Bucket{
 			Name: b.Name, Key: b.Key, Overridable: b.Overridable,
 			Limit: b.Limit, HasLimit: b.HasLimit,
 			Default: b.Default, HasDefault: b.HasDefault,
@@ -92,7 +92,7 @@ func Failures(r *rules.Rules, ids []counter.Bucket) failures.Config {
 // name, the window and algorithm of the limit the bucket counts under
 // without an override (none: zero) and whether it is reserved.
 func Keys(r *rules.Rules) []BucketKey {
-	limits := tenantlimits.NewResolver(Limits(r, nil), nil)
+	resolver := limits.NewResolver(Limits(r, nil), nil)
 	reserved := make(map[counter.Bucket]bool, len(r.Counter.Reserved))
 	for _, b := range r.Counter.Reserved {
 		reserved[b] = true
@@ -100,7 +100,7 @@ func Keys(r *rules.Rules) []BucketKey {
 	ks := make([]BucketKey, len(r.Buckets))
 	for i, b := range r.Buckets {
 		ks[i] = BucketKey{Name: b.Name, Reserved: reserved[counter.Bucket(i)]}
-		if l, ok := limits.Configured(counter.Bucket(i)); ok {
+		if l, ok := resolver.Configured(counter.Bucket(i)); ok {
 			ks[i].ScaleMS, ks[i].Algorithm = l.ScaleMS, l.Algorithm
 		}
 	}
@@ -142,14 +142,14 @@ func RLSKeys(c *rlsconfig.Config) []BucketKey {
 // (keyed by tenant: the descriptor's first value), by the rule ids given,
 // for the one override cache both formats share: an override of a rule
 // is filed under the rule's name and found by its id.
-func RLSOverridable(c *rlsconfig.Config, ruleIDs []counter.Bucket) tenantlimits.Buckets {
-	var bs tenantlimits.Buckets
+func RLSOverridable(c *rlsconfig.Config, ruleIDs []counter.Bucket) limits.Buckets {
+	var bs limits.Buckets
 	for i, r := range c.Rules() {
 		if !r.Overridable {
 			continue
 		}
 		l, ok := r.Limit()
-		bs = append(bs, tenantlimits.Bucket{
+		bs = append(bs, limits.Bucket{
 			Name: r.Name, ID: ruleIDs[i], IDSet: true, Overridable: true,
 			Key:   descriptors.KeySpec{Kind: descriptors.KeyTenant},
 			Limit: l, HasLimit: ok,

@@ -37,7 +37,7 @@ var _ Limiter = (*counter.Store)(nil)
 
 // Limits resolves the limit of a bucket for a request's key of it
 // (tenant override ▸ config ▸ route default ▸ built-in);
-// *tenantlimits.Resolver is one. It gets the bucket and the key, nothing
+// *limits.Resolver is one. It gets the bucket and the key, nothing
 // else, so no other part of a request can change the limit (and so reset
 // the count) of a key that other requests share. It is called on the
 // Check path: it must answer from memory, never wait on I/O. ok false: the

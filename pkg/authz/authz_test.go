@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
@@ -30,7 +31,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 is the start of a minute, so 1 s and 1 min windows both begin here.
@@ -60,7 +60,7 @@ func newHarness(t testing.TB, yaml string) *harness {
 }
 
 // newHarnessWith is newHarness with tenant overrides (nil: none).
-func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *harness {
+func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	t.Helper()
 	data := config.Default()
 	if yaml != "" {
@@ -80,7 +80,7 @@ func newHarnessWith(t testing.TB, yaml string, over tenantlimits.Overrides) *har
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
-	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), over)
+	limits := limits.NewResolver(wiring.Limits(r, nil), over)
 	h.svc, err = authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)

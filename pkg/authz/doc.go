@@ -35,7 +35,7 @@
 // given back, so a denied request costs no budget.
 //
 // Each bucket's limit comes from the Limits given to New (the one
-// resolver, tenantlimits.Resolver: tenant override ▸ config ▸ route
+// resolver, limits.Resolver: tenant override ▸ config ▸ route
 // default ▸ built-in), asked with the bucket and the request's key of it
 // only; it answers from memory. A bucket it has no limit for (one only
 // Envoy's context_extensions name) is skipped and counted as unknown.

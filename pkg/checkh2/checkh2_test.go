@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
@@ -36,7 +37,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // newAuthz is the product's Check handler on the shipped configuration,
@@ -58,7 +58,7 @@ func newAuthz(t testing.TB) *authz.Service {
 	}
 	clock := &testclock.Clock{}
 	clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	svc, err := authz.New(wiring.Authz(r, nil), m, store, tenantlimits.NewResolver(wiring.Limits(r, nil), nil),
+	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits.NewResolver(wiring.Limits(r, nil), nil),
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler), authz.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

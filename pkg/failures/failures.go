@@ -87,7 +87,7 @@ var _ Counter = (*counter.Store)(nil)
 
 // Limits resolves the limit a failure of a bucket's key counts under, the
 // same one the Check peeks at (tenant override ▸ config ▸ route default ▸
-// built-in); *tenantlimits.Resolver is one. ok false: the bucket has no
+// built-in); *limits.Resolver is one. ok false: the bucket has no
 // limit.
 type Limits interface {
 	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)

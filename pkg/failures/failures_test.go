@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
@@ -35,7 +36,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 starts a minute: the login buckets' windows begin here.
@@ -70,7 +70,7 @@ func newHarness(t *testing.T, token string) *harness {
 	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
+	limits := limits.NewResolver(wiring.Limits(r, nil), nil)
 	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -462,7 +462,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(wiring.Failures(r, nil), overflowing{}, tenantlimits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(wiring.Failures(r, nil), overflowing{}, limits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -532,7 +532,7 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(wiring.Failures(r, nil), store, tenantlimits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(wiring.Failures(r, nil), store, limits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +565,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Update(wiring.Failures(next, []counter.Bucket{20, 1}), tenantlimits.NewResolver(wiring.Limits(next, []counter.Bucket{20, 1}), nil)); err != nil {
+	if err := rec.Update(wiring.Failures(next, []counter.Bucket{20, 1}), limits.NewResolver(wiring.Limits(next, []counter.Bucket{20, 1}), nil)); err != nil {
 		t.Fatal(err)
 	}
 	if series("login_ip") {

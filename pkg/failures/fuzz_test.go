@@ -14,12 +14,12 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
@@ -58,7 +58,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := wiring.Failures(r, nil), tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
+	cfg, limits := wiring.Failures(r, nil), limits.NewResolver(wiring.Limits(r, nil), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	lim "github.com/ratelimit-authz/ratelimit-authz/internal/limits" // peerBounds has a local limits
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Cluster is the cluster backend: counts replicated over NATS. Secrets
@@ -105,10 +105,10 @@ func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prom
 // the bucket's limit on this node (its own, else the route default, else
 // the built-in one) with limit × replicate.PeerCountFactor, and for an
 // overridable bucket every window a tenant override can have
-// (tenantlimits.Scales), with any count an override allows.
+// (limits.Scales), with any count an override allows.
 func peerBounds(r *rules.Rules) replicate.BucketWindows {
 	w := make(replicate.BucketWindows, len(r.Buckets))
-	limits := tenantlimits.NewResolver(wiring.Limits(r, nil), nil)
+	limits := lim.NewResolver(wiring.Limits(r, nil), nil)
 	for i := range r.Buckets {
 		m := map[int64]int64{}
 		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
@@ -116,7 +116,7 @@ func peerBounds(r *rules.Rules) replicate.BucketWindows {
 			add(l)
 		}
 		if r.Buckets[i].Overridable {
-			for _, sc := range tenantlimits.Scales {
+			for _, sc := range lim.Scales {
 				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
 			}
 		}

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -23,7 +25,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Config is a node's configuration. Rules is required; every other zero
@@ -124,8 +125,8 @@ type Node struct {
 	// What Reload swaps; see reload.go.
 	svc     *authz.Service
 	rec     *failures.Recorder
-	over    tenantlimits.Overrides // nil: no database
-	cache   *tenantlimits.Cache    // nil: no database
+	over    limits.Overrides // nil: no database
+	cache   *overrides.Cache // nil: no database
 	ids     *wiring.IDs
 	reloads *reloadMetrics
 	mu      sync.Mutex  // serialises reloads; guards cur

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
@@ -20,7 +21,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Sources are the configurations of one generation: the ext_authz rules
@@ -42,8 +42,8 @@ type generation struct {
 	rules    *rules.Rules
 	ids      wiring.Assignment // the ext_authz buckets, then the RLS rules, then the RLS limit buckets
 	matcher  *descriptors.Engine
-	buckets  tenantlimits.Buckets // with ids
-	limits   *tenantlimits.Resolver
+	buckets  limits.Buckets // with ids
+	limits   *limits.Resolver
 	authz    authz.Config
 	failures failures.Config
 	table    replicate.Table
@@ -52,7 +52,7 @@ type generation struct {
 	// The RLS part; rls nil: none.
 	rls                   *rlsconfig.Config
 	rlsRuleIDs, rlsLimIDs []counter.Bucket
-	overridable           tenantlimits.Buckets // every overridable bucket of both formats, for the cache
+	overridable           limits.Buckets // every overridable bucket of both formats, for the cache
 
 	// The participants counts of the quota section's buckets (rlqs.go).
 	quotaIDs []counter.Bucket
@@ -130,7 +130,7 @@ func rlsPeerBounds(c *rlsconfig.Config) replicate.BucketWindows {
 		if l, ok := r.Limit(); ok {
 			m[l.ScaleMS] = replicate.BoundFor(min(l.Limit, counter.MaxLimitFor(l.ScaleMS)))
 			if r.Overridable {
-				for _, sc := range tenantlimits.Scales {
+				for _, sc := range limits.Scales {
 					m[sc.MS] = replicate.BoundFor(counter.MaxLimitFor(sc.MS))
 				}
 			}
@@ -148,8 +148,8 @@ func rlsPeerBounds(c *rlsconfig.Config) replicate.BucketWindows {
 }
 
 // build makes the generation's resolver over the node's overrides.
-func (g *generation) build(over tenantlimits.Overrides) {
-	g.limits = tenantlimits.NewResolver(g.buckets, over)
+func (g *generation) build(over limits.Overrides) {
+	g.limits = limits.NewResolver(g.buckets, over)
 }
 
 // rlsConfig is the RLS service's configuration of the generation.
@@ -159,7 +159,7 @@ func (g *generation) rlsConfig(settings rls.Settings) rls.Config {
 
 // rlsLimits resolves an overridable RLS rule's limit by its counter id:
 // the tenant override, if any (the cache files them by id).
-type rlsLimits struct{ over tenantlimits.Overrides }
+type rlsLimits struct{ over limits.Overrides }
 
 func (l rlsLimits) Limit(id counter.Bucket, tenant string) (counter.Limit, bool) {
 	if l.over == nil || tenant == "" {

@@ -17,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -25,7 +27,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // rlsLayout writes envoyproxy/ratelimit configuration files in upstream's
@@ -202,7 +203,7 @@ func TestRLSTenantOverride(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn := testpg.Connect(t, pg.URL())
-	if _, err := tenantlimits.Migrate(ctx, conn); err != nil {
+	if _, err := overridedb.Migrate(ctx, conn); err != nil {
 		t.Fatal(err)
 	}
 	r := shipped(t)
@@ -215,11 +216,11 @@ func TestRLSTenantOverride(t *testing.T) {
 	for i := range ruleIDs {
 		ruleIDs[i] = counter.Bucket(len(r.Buckets) + i)
 	}
-	store, err := tenantlimits.NewStore(conn, append(wiring.Limits(r, nil), wiring.RLSOverridable(rc, ruleIDs)...))
+	store, err := overridedb.NewStore(conn, append(wiring.Limits(r, nil), wiring.RLSOverridable(rc, ruleIDs)...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Set(ctx, "big", tenantlimits.Override{Bucket: "rls_tenant", Limit: 100, ScaleMS: 3_600_000}, "test"); err != nil {
+	if _, err := store.Set(ctx, "big", limits.Override{Bucket: "rls_tenant", Limit: 100, ScaleMS: 3_600_000}, "test"); err != nil {
 		t.Fatal(err)
 	}
 

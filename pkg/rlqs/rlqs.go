@@ -33,7 +33,7 @@ type Counter interface {
 var _ Counter = (*counter.Store)(nil)
 
 // Limits resolves a bucket's limit (by its index in Config.Buckets) for a
-// key: tenant override ▸ configuration. *tenantlimits.Resolver is one. ok
+// key: tenant override ▸ configuration. *limits.Resolver is one. ok
 // false: no limit, the bucket id is allowed uncounted.
 type Limits interface {
 	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)

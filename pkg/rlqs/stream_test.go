@@ -19,13 +19,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 is the start of a day, so of every window up to a day long.
@@ -68,7 +68,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rlqs.Config{Quota: r.Quota, Limits: tenantlimits.NewResolver(wiring.Limits(r, nil), nil)}
+	cfg := rlqs.Config{Quota: r.Quota, Limits: limits.NewResolver(wiring.Limits(r, nil), nil)}
 	for i, b := range r.Buckets {
 		cfg.Buckets = append(cfg.Buckets, rlqs.Bucket{
 			Name: b.Name, ID: counter.Bucket(i), Shadow: b.Shadow,
@@ -299,7 +299,7 @@ func sameID(a, b map[string]string) bool {
 }
 
 func (h *harness) count(bucket int, key string) int64 {
-	l, _ := tenantlimits.NewResolver(wiring.Limits(h.rules, nil), nil).Limit(counter.Bucket(bucket), key)
+	l, _ := limits.NewResolver(wiring.Limits(h.rules, nil), nil).Limit(counter.Bucket(bucket), key)
 	return h.store.Peek(counter.Bucket(bucket), key, l, h.clock.Now()).Count
 }
 

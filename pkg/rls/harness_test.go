@@ -17,12 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // t0 is the start of a day (so of every window up to a day long): Unix
@@ -30,7 +30,7 @@ import (
 var t0 = time.Unix(1764547200, 0).UTC()
 
 // harness is a Service over a real counter.Store and a test clock, with
-// the limits of overridable rules resolved by tenantlimits.Resolver.
+// the limits of overridable rules resolved by limits.Resolver.
 type harness struct {
 	t      testing.TB
 	clock  *testclock.Clock
@@ -82,19 +82,19 @@ func config(t testing.TB, c *rlsconfig.Config, set rls.Settings) rls.Config {
 	return cfg
 }
 
-// resolver is the tenantlimits view of the rules: overridable ones take
+// resolver is the limits view of the rules: overridable ones take
 // tenant overrides under their name, keyed by tenant.
-func resolver(c *rlsconfig.Config, over tenantlimits.Overrides) *tenantlimits.Resolver {
-	var bs tenantlimits.Buckets
+func resolver(c *rlsconfig.Config, over limits.Overrides) *limits.Resolver {
+	var bs limits.Buckets
 	for _, r := range c.Rules() {
 		l, ok := r.Limit()
-		b := tenantlimits.Bucket{Name: r.Bucket, Limit: l, HasLimit: ok}
+		b := limits.Bucket{Name: r.Bucket, Limit: l, HasLimit: ok}
 		if r.Overridable {
 			b.Name, b.Overridable = r.Name, true
 		}
 		bs = append(bs, b)
 	}
-	return tenantlimits.NewResolver(bs, over)
+	return limits.NewResolver(bs, over)
 }
 
 func newHarness(t testing.TB, set rls.Settings, specs ...string) *harness {

@@ -31,7 +31,7 @@ type Limiter interface {
 var _ Limiter = (*counter.Store)(nil)
 
 // Limits resolves the limit of an overridable rule's bucket for a tenant
-// (tenant override ▸ the configured limit); *tenantlimits.Resolver is one.
+// (tenant override ▸ the configured limit); *limits.Resolver is one.
 // It is called on the ShouldRateLimit path: it must answer from memory.
 // ok false: no limit known there, and the rule's own applies.
 type Limits interface {

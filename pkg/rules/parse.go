@@ -12,9 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // The configuration grammar, as Parse reads it (YAML; an unknown or
@@ -41,7 +41,7 @@ import (
 //	             on_overflow: allow | deny (deny for count: failures) }
 //	window   = Go duration of whole milliseconds, at most 2^31−1 ms (500ms, 1s, 1m, 1h)
 //	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
-//	           (tenantlimits.ParseWindow, the one grammar; overrides take a subset)
+//	           (limits.ParseWindow, the one grammar; overrides take a subset)
 //	routes   = [ route, … ]                         (at least one)
 //	route    = { name: unique string, method: uppercase letters (GET, POST, …),
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
@@ -347,7 +347,7 @@ func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Li
 		if !ok {
 			return
 		}
-		ms, err := tenantlimits.ParseWindow(s)
+		ms, err := limits.ParseWindow(s)
 		if err != nil {
 			p.errorf(v, "%s.per: %v", what, err)
 			return
@@ -594,7 +594,7 @@ func (p *parser) crossCheck(r *Rules) {
 			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
 				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
 			}
-			lb := tenantlimits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
+			lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
 			if _, ok := lb.Configured(); !ok && !p.broken[b] {
 				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
 			}

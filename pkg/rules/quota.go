@@ -9,9 +9,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Quota is the rate limit quota service (RLQS) part of a configuration:
@@ -280,7 +280,7 @@ func quotaBucketProblem(r *Rules, b int) string {
 	case bk.Key.Kind == descriptors.KeyAccount:
 		return "is keyed by account: a bucket id carries values as Envoy built them from the request, not the normalised login account"
 	}
-	lb := tenantlimits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
+	lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
 	if _, ok := lb.Configured(); !ok {
 		return "has no limit: give it limit and per"
 	}

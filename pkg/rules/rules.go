@@ -101,7 +101,7 @@ type Bucket struct {
 	Name string
 	// Limit is the bucket's own limit; HasLimit is false when the config
 	// gives none and it comes from a route default or the built-in table
-	// (tenantlimits.Resolver resolves it).
+	// (limits.Resolver resolves it).
 	Limit    counter.Limit
 	HasLimit bool
 	Key      descriptors.KeySpec

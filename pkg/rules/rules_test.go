@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestShippedConfig(t *testing.T) {
@@ -373,11 +373,11 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 // limitOf resolves bucket b's configured limit as a node does: the one
 // resolver, without overrides.
 func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
-	return tenantlimits.NewResolver(wiring.Limits(r, nil), nil).Limit(counter.Bucket(b), "")
+	return limits.NewResolver(wiring.Limits(r, nil), nil).Limit(counter.Bucket(b), "")
 }
 
 // The configuration holds windows, header names and methods to the one
-// rule each that the rest of the product uses (tenantlimits.ParseWindow,
+// rule each that the rest of the product uses (limits.ParseWindow,
 // descriptors.HeaderNameProblem, descriptors.ValidMethod).
 func TestSharedRules(t *testing.T) {
 	r, err := rules.Parse([]byte(`

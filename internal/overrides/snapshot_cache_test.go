@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overrides_test
 
 import (
 	"fmt"
@@ -8,10 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // TestSnapshotFileWhenPostgresIsAway: a cache that loaded from Postgres
@@ -21,18 +23,18 @@ import (
 func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	e := setup(t)
 	inb, upl := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("upload"))
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
+	s, err := overridedb.NewStore(e.Conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Set(e.ctx, "bigco", tenantlimits.Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000}, "alice"); err != nil {
+	if _, err := s.Set(e.Ctx, "bigco", limits.Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000}, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SetOwner(e.ctx, "channel", "ch-1", "bigco", "alice"); err != nil {
+	if _, err := s.SetOwner(e.Ctx, "channel", "ch-1", "bigco", "alice"); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "overrides.snapshot")
-	first := startCache(t, e, tenantlimits.Config{SnapshotFile: path})
+	first := startCache(t, e, overrides.Config{SnapshotFile: path})
 	if st := first.State(); !strings.HasPrefix(st, "overrides: postgres, current (1 overrides, 1 key owners)") {
 		t.Errorf("state %q", st)
 	}
@@ -40,7 +42,7 @@ func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 		t.Errorf("source postgres %v", got)
 	}
 	// A change is written to the file too.
-	if _, err := s.Set(e.ctx, "small", tenantlimits.Override{Bucket: "upload", Limit: 3, ScaleMS: 1000}, "alice"); err != nil {
+	if _, err := s.Set(e.Ctx, "small", limits.Override{Bucket: "upload", Limit: 3, ScaleMS: 1000}, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, 2*time.Second, 10*time.Millisecond, func() error {
@@ -53,8 +55,8 @@ func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	first.stop()
 	good, _ := os.ReadFile(path)
 
-	e.pg.Stop(t)
-	down := startCache(t, e, tenantlimits.Config{SnapshotFile: path})
+	e.Server.Stop(t)
+	down := startCache(t, e, overrides.Config{SnapshotFile: path})
 	if got, ok := down.OverrideFor(inb, "ch-1"); !ok || got != lim(5000, 1000) {
 		t.Errorf("from the file: channel ch-1 %+v %v", got, ok)
 	}
@@ -79,7 +81,7 @@ func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 		if err := os.WriteFile(path, damaged, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		bad := startCache(t, e, tenantlimits.Config{SnapshotFile: path})
+		bad := startCache(t, e, overrides.Config{SnapshotFile: path})
 		if _, ok := bad.OverrideFor(inb, "ch-1"); ok {
 			t.Errorf("damaged file %d: an override is served", i)
 		}
@@ -99,7 +101,7 @@ func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	}
 
 	// Postgres returns: the node that served the file switches to it.
-	e.pg.Start(t)
+	e.Server.Start(t)
 	poll.Until(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if got := metric(t, down.reg, "ratelimit_authz_overrides_source", "source", "postgres"); got != 1 {
 			return fmt.Errorf("source postgres %v; state %q", got, down.State())

@@ -1,4 +1,4 @@
-package tenantlimits
+package overrides
 
 import (
 	"bufio"
@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
@@ -58,8 +60,8 @@ var ErrBadSnapshot = errors.New("bad overrides snapshot file")
 
 // fileSnapshot is a decoded snapshot file.
 type fileSnapshot struct {
-	Overrides map[string][]Override // by tenant, each by bucket
-	Owners    []Owner               // KeyName, Key, Tenant
+	Overrides map[string][]limits.Override // by tenant, each by bucket
+	Owners    []overridedb.Owner           // KeyName, Key, Tenant
 	Written   time.Time
 }
 
@@ -71,7 +73,7 @@ func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 	}
 	h := sha256.New()
 	br := bufio.NewReaderSize(io.LimitReader(r, maxBytes+1), 64<<10)
-	fs := &fileSnapshot{Overrides: map[string][]Override{}}
+	fs := &fileSnapshot{Overrides: map[string][]limits.Override{}}
 	var (
 		total    int64
 		n        int
@@ -110,15 +112,15 @@ func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 			tenant, bucket := string(f[1]), string(f[2])
 			limit, err1 := plainInt(f[3])
 			scale, err2 := plainInt(f[4])
-			o := Override{Bucket: bucket, Limit: limit, ScaleMS: scale}
+			o := limits.Override{Bucket: bucket, Limit: limit, ScaleMS: scale}
 			switch {
-			case ValidateTenant(tenant) != nil:
+			case limits.ValidateTenant(tenant) != nil:
 				return nil, bad(n, "invalid tenant")
 			case !descriptors.ValidBucketName(bucket):
 				return nil, bad(n, "invalid bucket name")
-			case err1 != nil || err2 != nil || !o.valid():
+			case err1 != nil || err2 != nil || !o.Valid():
 				return nil, bad(n, "invalid limit or window")
-			case slices.ContainsFunc(fs.Overrides[tenant], func(p Override) bool { return p.Bucket == bucket }):
+			case slices.ContainsFunc(fs.Overrides[tenant], func(p limits.Override) bool { return p.Bucket == bucket }):
 				return nil, bad(n, "a repeated override")
 			case len(fs.Overrides[tenant]) >= maxSnapshotTenantEntries:
 				return nil, bad(n, "more than %d overrides for one tenant", maxSnapshotTenantEntries)
@@ -129,10 +131,10 @@ func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 			if len(f) != 4 {
 				return nil, bad(n, "an owner has %d fields, want 4", len(f))
 			}
-			o := Owner{KeyName: string(f[1]), Key: string(f[2]), Tenant: string(f[3])}
+			o := overridedb.Owner{KeyName: string(f[1]), Key: string(f[2]), Tenant: string(f[3])}
 			k := [2]string{o.KeyName, o.Key}
 			switch {
-			case ValidateKeyName(o.KeyName) != nil || ValidateKeyValue(o.Key) != nil || ValidateTenant(o.Tenant) != nil:
+			case limits.ValidateKeyName(o.KeyName) != nil || limits.ValidateKeyValue(o.Key) != nil || limits.ValidateTenant(o.Tenant) != nil:
 				return nil, bad(n, "invalid owner")
 			case ownerSet[k]:
 				return nil, bad(n, "a repeated owner")
@@ -209,7 +211,7 @@ func (sw *snapshotWriter) line(fields ...string) {
 	sw.h.Write(sw.buf)
 }
 
-func (sw *snapshotWriter) override(tenant string, o Override) {
+func (sw *snapshotWriter) override(tenant string, o limits.Override) {
 	sw.entries++
 	sw.line("T", tenant, o.Bucket, strconv.FormatInt(o.Limit, 10), strconv.FormatInt(o.ScaleMS, 10))
 }
@@ -284,7 +286,7 @@ func (c *Cache) writeSnapshotFile() {
 		for _, sh := range s.shards {
 			for tenant, es := range sh {
 				for _, e := range es {
-					sw.override(tenant, Override{Bucket: s.view.name(e.bucket), Limit: e.limit.Limit, ScaleMS: e.limit.ScaleMS})
+					sw.override(tenant, limits.Override{Bucket: s.view.name(e.bucket), Limit: e.limit.Limit, ScaleMS: e.limit.ScaleMS})
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package tenantlimits
+package overrides
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 )
 
 func encodeForTest(t testing.TB, fill func(*snapshotWriter)) []byte {
@@ -25,9 +28,9 @@ func encodeForTest(t testing.TB, fill func(*snapshotWriter)) []byte {
 
 func sampleSnapshot(t testing.TB) []byte {
 	return encodeForTest(t, func(sw *snapshotWriter) {
-		sw.override("bigco", Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000})
-		sw.override("bigco", Override{Bucket: "activity_create", Limit: 300, ScaleMS: 1000})
-		sw.override("a tenant with spaces", Override{Bucket: "upload", Limit: 7, ScaleMS: 60_000})
+		sw.override("bigco", limits.Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000})
+		sw.override("bigco", limits.Override{Bucket: "activity_create", Limit: 300, ScaleMS: 1000})
+		sw.override("a tenant with spaces", limits.Override{Bucket: "upload", Limit: 7, ScaleMS: 60_000})
 		sw.owner("channel", "ch-123", "bigco")
 		sw.owner("header:x-shop", "shop 1", "bigco")
 	})
@@ -38,11 +41,11 @@ func TestSnapshotFileRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fs.Overrides["bigco"]) != 2 || fs.Overrides["bigco"][0] != (Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000}) ||
+	if len(fs.Overrides["bigco"]) != 2 || fs.Overrides["bigco"][0] != (limits.Override{Bucket: "inbound", Limit: 5000, ScaleMS: 1000}) ||
 		fs.Overrides["a tenant with spaces"][0].ScaleMS != 60_000 {
 		t.Errorf("overrides %+v", fs.Overrides)
 	}
-	if len(fs.Owners) != 2 || fs.Owners[1] != (Owner{KeyName: "header:x-shop", Key: "shop 1", Tenant: "bigco"}) {
+	if len(fs.Owners) != 2 || fs.Owners[1] != (overridedb.Owner{KeyName: "header:x-shop", Key: "shop 1", Tenant: "bigco"}) {
 		t.Errorf("owners %+v", fs.Owners)
 	}
 	if fs.Written.UnixMilli() != 1_700_000_000_000 {
@@ -69,17 +72,17 @@ func TestSnapshotFileRejectsBadFiles(t *testing.T) {
 		{"counts lie", bytes.Replace(good, []byte("end\t3\t2"), []byte("end\t4\t2"), 1), "counts"},
 		{"a long line", encodeForTest(t, func(sw *snapshotWriter) { sw.line("T", strings.Repeat("x", 70_000)) }), "longer than"},
 		{"a bad tenant", encodeForTest(t, func(sw *snapshotWriter) {
-			sw.override("t\x1b[2J", Override{Bucket: "upload", Limit: 1, ScaleMS: 1000})
+			sw.override("t\x1b[2J", limits.Override{Bucket: "upload", Limit: 1, ScaleMS: 1000})
 		}), "invalid tenant"},
-		{"a bad limit", encodeForTest(t, func(sw *snapshotWriter) { sw.override("t", Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}) }), "invalid limit"},
-		{"a bad window", encodeForTest(t, func(sw *snapshotWriter) { sw.override("t", Override{Bucket: "upload", Limit: 1, ScaleMS: 7}) }), "invalid limit"},
+		{"a bad limit", encodeForTest(t, func(sw *snapshotWriter) { sw.override("t", limits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}) }), "invalid limit"},
+		{"a bad window", encodeForTest(t, func(sw *snapshotWriter) { sw.override("t", limits.Override{Bucket: "upload", Limit: 1, ScaleMS: 7}) }), "invalid limit"},
 		{"a huge limit", encodeForTest(t, func(sw *snapshotWriter) {
 			sw.line("T", "t", "upload", "999999999999999999999", "1000")
 			sw.entries++
 		}), "invalid limit"},
 		{"a repeated override", encodeForTest(t, func(sw *snapshotWriter) {
-			sw.override("t", Override{Bucket: "upload", Limit: 1, ScaleMS: 1000})
-			sw.override("t", Override{Bucket: "upload", Limit: 2, ScaleMS: 1000})
+			sw.override("t", limits.Override{Bucket: "upload", Limit: 1, ScaleMS: 1000})
+			sw.override("t", limits.Override{Bucket: "upload", Limit: 2, ScaleMS: 1000})
 		}), "repeated override"},
 		{"a repeated owner", encodeForTest(t, func(sw *snapshotWriter) { sw.owner("channel", "c", "a"); sw.owner("channel", "c", "b") }), "repeated owner"},
 		{"a bad key name", encodeForTest(t, func(sw *snapshotWriter) { sw.owner("Header:X", "c", "a") }), "invalid owner"},

@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overridedb_test
 
 import (
 	"errors"
@@ -9,41 +9,41 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestMigrateTwice(t *testing.T) {
 	e := setup(t) // migrated once
-	ms, err := tenantlimits.Migrations()
+	ms, err := overridedb.Migrations()
 	if err != nil || len(ms) == 0 || ms[0].Version != 1 {
 		t.Fatalf("embedded migrations: %v %v", ms, err)
 	}
 	latest := ms[len(ms)-1].Version
-	res, err := tenantlimits.Migrate(e.ctx, e.conn)
+	res, err := overridedb.Migrate(e.Ctx, e.Conn)
 	if err != nil || len(res.Applied) != 0 || res.Version != latest || res.Newer {
 		t.Fatalf("second migrate: %+v %v", res, err)
 	}
-	if n := e.count(t, "SELECT count(*) FROM ratelimit_authz_migrations"); n != len(ms) {
+	if n := e.Count(t, "SELECT count(*) FROM ratelimit_authz_migrations"); n != len(ms) {
 		t.Errorf("%d migrations recorded, want %d", n, len(ms))
 	}
 
 	// A fresh database migrated from several connections at once: the
 	// advisory lock lets one apply, the others find it done.
-	url := e.pg.CreateDatabase(t, "concurrent")
+	url := e.Server.CreateDatabase(t, "concurrent")
 	var wg sync.WaitGroup
-	results := make([]tenantlimits.MigrateResult, 4)
+	results := make([]overridedb.MigrateResult, 4)
 	errs := make([]error, 4)
 	for i := range results {
 		wg.Go(func() {
-			conn, err := pgx.Connect(e.ctx, url)
+			conn, err := pgx.Connect(e.Ctx, url)
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			defer conn.Close(e.ctx)
-			results[i], errs[i] = tenantlimits.Migrate(e.ctx, conn)
+			defer conn.Close(e.Ctx)
+			results[i], errs[i] = overridedb.Migrate(e.Ctx, conn)
 		})
 	}
 	wg.Wait()
@@ -59,8 +59,8 @@ func TestMigrateTwice(t *testing.T) {
 	}
 
 	// A database migrated by a newer release is left alone.
-	e.exec(t, "INSERT INTO ratelimit_authz_migrations (version, name) VALUES (9999, '9999_future')")
-	res, err = tenantlimits.Migrate(e.ctx, e.conn)
+	e.Exec(t, "INSERT INTO ratelimit_authz_migrations (version, name) VALUES (9999, '9999_future')")
+	res, err = overridedb.Migrate(e.Ctx, e.Conn)
 	if err != nil || !res.Newer || res.Version != 9999 || len(res.Applied) != 0 {
 		t.Errorf("newer schema: %+v %v", res, err)
 	}
@@ -72,7 +72,7 @@ func TestMigrateTwice(t *testing.T) {
 func TestSQLChecks(t *testing.T) {
 	e := setup(t)
 	good := `{"activity_create": {"limit": 200, "scale_ms": 1000}}`
-	e.exec(t, "INSERT INTO tenant_limits (tenant, limits) VALUES ('ok', $1)", good)
+	e.Exec(t, "INSERT INTO tenant_limits (tenant, limits) VALUES ('ok', $1)", good)
 	for _, tc := range []struct {
 		sql, want string
 	}{
@@ -92,45 +92,45 @@ func TestSQLChecks(t *testing.T) {
 		{`UPDATE tenant_limits SET tenant = 'renamed'`, "a row's tenant cannot change"},
 		{`TRUNCATE tenant_limits`, "TRUNCATE is refused"},
 	} {
-		_, err := e.conn.Exec(e.ctx, tc.sql)
+		_, err := e.Conn.Exec(e.Ctx, tc.sql)
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || !strings.Contains(pe.Message, tc.want) && !strings.Contains(pe.ConstraintName, tc.want) {
 			t.Errorf("%s:\n got %v\nwant %q", tc.sql, err, tc.want)
 		}
 	}
 	// Only the good row, unchanged, and its one audit entry.
-	if n := e.count(t, "SELECT count(*) FROM tenant_limits WHERE limits = $1::jsonb", good); n != 1 {
+	if n := e.Count(t, "SELECT count(*) FROM tenant_limits WHERE limits = $1::jsonb", good); n != 1 {
 		t.Errorf("%d good rows", n)
 	}
-	if n := e.count(t, "SELECT count(*) FROM tenant_limits_audit"); n != 1 {
+	if n := e.Count(t, "SELECT count(*) FROM tenant_limits_audit"); n != 1 {
 		t.Errorf("%d audit rows", n)
 	}
 
 	// With the triggers off (session_replication_role = replica), the
 	// CHECK constraint still refuses a bad shape.
-	e.exec(t, "SET session_replication_role = replica")
-	_, err := e.conn.Exec(e.ctx, `INSERT INTO tenant_limits VALUES ('b', '{"upload": {"limit": 0, "scale_ms": 1000}}')`)
+	e.Exec(t, "SET session_replication_role = replica")
+	_, err := e.Conn.Exec(e.Ctx, `INSERT INTO tenant_limits VALUES ('b', '{"upload": {"limit": 0, "scale_ms": 1000}}')`)
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.ConstraintName != "tenant_limits_limits_shape" {
 		t.Errorf("constraint without triggers: %v", err)
 	}
-	e.exec(t, "SET session_replication_role = origin")
+	e.Exec(t, "SET session_replication_role = origin")
 
 	// A plain SQL change is audited with the database user as the actor.
-	e.exec(t, `UPDATE tenant_limits SET limits = '{"upload": {"limit": 20, "scale_ms": 1000}}' WHERE tenant = 'ok'`)
+	e.Exec(t, `UPDATE tenant_limits SET limits = '{"upload": {"limit": 20, "scale_ms": 1000}}' WHERE tenant = 'ok'`)
 	var actor string
-	if err := e.conn.QueryRow(e.ctx, "SELECT actor FROM tenant_limits_audit ORDER BY id DESC LIMIT 1").Scan(&actor); err != nil || actor != "sql:postgres" {
+	if err := e.Conn.QueryRow(e.Ctx, "SELECT actor FROM tenant_limits_audit ORDER BY id DESC LIMIT 1").Scan(&actor); err != nil || actor != "sql:postgres" {
 		t.Errorf("actor of a SQL edit: %q %v", actor, err)
 	}
 }
 
 func TestNoSchema(t *testing.T) {
 	e := setup(t)
-	url := e.pg.CreateDatabase(t, "empty")
+	url := e.Server.CreateDatabase(t, "empty")
 	conn := testpg.Connect(t, url)
-	s, _ := tenantlimits.NewStore(conn, wiring.Limits(e.rules, nil))
-	_, _, err := s.Get(e.ctx, "acme")
-	if !errors.Is(err, tenantlimits.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
+	s, _ := overridedb.NewStore(conn, wiring.Limits(e.rules, nil))
+	_, _, err := s.Get(e.Ctx, "acme")
+	if !errors.Is(err, overridedb.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
 		t.Errorf("get without schema: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overridedb_test
 
 import (
 	"errors"
@@ -7,19 +7,20 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestStoreSetGetDeleteAudit(t *testing.T) {
 	e := setup(t)
-	s, err := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
+	s, err := overridedb.NewStore(e.Conn, wiring.Limits(e.rules, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := e.ctx
-	o := func(b string, l, ms int64) tenantlimits.Override {
-		return tenantlimits.Override{Bucket: b, Limit: l, ScaleMS: ms}
+	ctx := e.Ctx
+	o := func(b string, l, ms int64) limits.Override {
+		return limits.Override{Bucket: b, Limit: l, ScaleMS: ms}
 	}
 
 	if _, ok, err := s.Get(ctx, "acme"); ok || err != nil {
@@ -41,12 +42,12 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 	}
 
 	got, ok, err := s.Get(ctx, "acme")
-	want := []tenantlimits.Override{o("activity_create", 300, 1000), o("upload", 50, 60_000)}
+	want := []limits.Override{o("activity_create", 300, 1000), o("upload", 50, 60_000)}
 	if err != nil || !ok || !reflect.DeepEqual(got.Overrides, want) || len(got.Problems) != 0 || got.UpdatedAt.IsZero() {
 		t.Fatalf("get: %+v %v %v", got, ok, err)
 	}
 	var listed []string
-	err = s.List(ctx, func(tn tenantlimits.Tenant) error {
+	err = s.List(ctx, func(tn overridedb.Tenant) error {
 		for _, ov := range tn.Overrides {
 			listed = append(listed, tn.Tenant+" "+ov.Bucket+" "+ov.Rate())
 		}
@@ -61,7 +62,7 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 	if err != nil || len(chs) != 1 || chs[0].Old.Rate() != "50/1m" {
 		t.Fatalf("delete bucket: %+v %v", chs, err)
 	}
-	if _, err := s.Delete(ctx, "acme", "upload", "carol"); !errors.Is(err, tenantlimits.ErrNotFound) {
+	if _, err := s.Delete(ctx, "acme", "upload", "carol"); !errors.Is(err, overridedb.ErrNotFound) {
 		t.Errorf("delete missing bucket: %v", err)
 	}
 	if chs, err := s.Delete(ctx, "acme", "", "carol"); err != nil || len(chs) != 1 || chs[0].Bucket != "activity_create" {
@@ -70,7 +71,7 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 	if _, ok, _ := s.Get(ctx, "acme"); ok {
 		t.Error("row left after deleting every override")
 	}
-	if _, err := s.Delete(ctx, "acme", "", "carol"); !errors.Is(err, tenantlimits.ErrNotFound) {
+	if _, err := s.Delete(ctx, "acme", "", "carol"); !errors.Is(err, overridedb.ErrNotFound) {
 		t.Errorf("delete missing tenant: %v", err)
 	}
 
@@ -110,40 +111,51 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 // database as it was, audit log included.
 func TestStoreInvalidWritesNothing(t *testing.T) {
 	e := setup(t)
-	s, _ := tenantlimits.NewStore(e.conn, wiring.Limits(e.rules, nil))
-	ok := tenantlimits.Override{Bucket: "activity_create", Limit: 200, ScaleMS: 1000}
-	if _, err := s.Set(e.ctx, "acme", ok, "alice"); err != nil {
+	s, _ := overridedb.NewStore(e.Conn, wiring.Limits(e.rules, nil))
+	ok := limits.Override{Bucket: "activity_create", Limit: 200, ScaleMS: 1000}
+	if _, err := s.Set(e.Ctx, "acme", ok, "alice"); err != nil {
 		t.Fatal(err)
 	}
-	before := e.count(t, "SELECT count(*) FROM tenant_limits_audit")
+	before := e.Count(t, "SELECT count(*) FROM tenant_limits_audit")
 	for _, tc := range []struct {
 		tenant, actor string
-		o             tenantlimits.Override
+		o             limits.Override
 		want          string
 	}{
-		{"acme", "alice", tenantlimits.Override{Bucket: "login_ip", Limit: 9, ScaleMS: 60_000}, "buckets that do: activity_create, inbound, token_generate, upload"},
-		{"acme", "alice", tenantlimits.Override{Bucket: "typo", Limit: 9, ScaleMS: 1000}, `unknown bucket "typo"`},
-		{"acme", "alice", tenantlimits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}, "limit 0"},
-		{"acme", "alice", tenantlimits.Override{Bucket: "upload", Limit: 5, ScaleMS: 10_000}, "not one of 1s, 1m, 1h, 1d"},
+		{"acme", "alice", limits.Override{Bucket: "login_ip", Limit: 9, ScaleMS: 60_000}, "buckets that do: activity_create, inbound, token_generate, upload"},
+		{"acme", "alice", limits.Override{Bucket: "typo", Limit: 9, ScaleMS: 1000}, `unknown bucket "typo"`},
+		{"acme", "alice", limits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}, "limit 0"},
+		{"acme", "alice", limits.Override{Bucket: "upload", Limit: 5, ScaleMS: 10_000}, "not one of 1s, 1m, 1h, 1d"},
 		{"", "alice", ok, "tenant is empty"},
 		{"acme", "", ok, "actor is required"},
 	} {
-		_, err := s.Set(e.ctx, tc.tenant, tc.o, tc.actor)
-		if !errors.Is(err, tenantlimits.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+		_, err := s.Set(e.Ctx, tc.tenant, tc.o, tc.actor)
+		if !errors.Is(err, limits.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("set %q %+v by %q: %v, want %q", tc.tenant, tc.o, tc.actor, err, tc.want)
 		}
 	}
-	if _, err := s.Delete(e.ctx, "acme", "", ""); !errors.Is(err, tenantlimits.ErrInvalid) {
+	if _, err := s.Delete(e.Ctx, "acme", "", ""); !errors.Is(err, limits.ErrInvalid) {
 		t.Errorf("delete without actor: %v", err)
 	}
-	if n := e.count(t, "SELECT count(*) FROM tenant_limits_audit"); n != before {
+	if n := e.Count(t, "SELECT count(*) FROM tenant_limits_audit"); n != before {
 		t.Errorf("audit rows %d → %d", before, n)
 	}
-	got, _, _ := s.Get(e.ctx, "acme")
+	got, _, _ := s.Get(e.Ctx, "acme")
 	if len(got.Overrides) != 1 || got.Overrides[0] != ok {
 		t.Errorf("acme changed: %+v", got)
 	}
-	if n := e.count(t, "SELECT count(*) FROM tenant_limits"); n != 1 {
+	if n := e.Count(t, "SELECT count(*) FROM tenant_limits"); n != 1 {
 		t.Errorf("%d rows", n)
+	}
+}
+
+func TestValidateActor(t *testing.T) {
+	for _, bad := range []string{"", "  ", "a\x00", strings.Repeat("x", 257)} {
+		if err := overridedb.ValidateActor(bad); !errors.Is(err, limits.ErrInvalid) {
+			t.Errorf("actor %q: %v", bad, err)
+		}
+	}
+	if err := overridedb.ValidateActor("alice@example.com"); err != nil {
+		t.Error(err)
 	}
 }

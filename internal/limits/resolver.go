@@ -1,4 +1,4 @@
-package tenantlimits
+package limits
 
 import (
 	"fmt"
@@ -15,7 +15,8 @@ import (
 type Bucket struct {
 	Name string
 	// ID is the bucket's id in the counter (see counter.Bucket), by which
-	// the Cache files its overrides; IDSet false: the bucket's index.
+	// the overrides cache files its overrides; IDSet false: the bucket's
+	// index.
 	ID    counter.Bucket
 	IDSet bool
 	Key   descriptors.KeySpec
@@ -34,10 +35,11 @@ type Bucket struct {
 // Buckets are the configured buckets, in the configuration's order.
 type Buckets []Bucket
 
-// id is the bucket's id in the counter, b being at index i.
-func (b *Bucket) id(i int) counter.Bucket {
-	if b.IDSet {
-		return b.ID
+// ID returns the id in the counter of the bucket at index i: its ID when
+// IDSet, else i.
+func (bs Buckets) ID(i int) counter.Bucket {
+	if bs[i].IDSet {
+		return bs[i].ID
 	}
 	return counter.Bucket(i)
 }
@@ -85,14 +87,12 @@ func builtinLimit(name string) (counter.Limit, bool) {
 	return counter.Limit{}, false
 }
 
-// Overrides are per-tenant limits by bucket id (counter.Bucket) and the request's key of it
-// (see Cache.OverrideFor, which is one). They are consulted on the Check
-// path: answers come from memory, never from I/O.
+// Overrides are per-tenant limits by bucket id (counter.Bucket) and the
+// request's key of it (the overrides cache's OverrideFor is one). They are
+// consulted on the Check path: answers come from memory, never from I/O.
 type Overrides interface {
 	OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool)
 }
-
-var _ Overrides = (*Cache)(nil)
 
 // Resolver is the one place the limit of a (bucket, key) is decided:
 // tenant override ▸ the bucket's configured limit ▸ the route default ▸
@@ -121,7 +121,7 @@ func NewResolver(bs Buckets, over Overrides) *Resolver {
 	r := &Resolver{buckets: make([]resolved, len(bs)), over: over}
 	for i := range bs {
 		l, ok := bs[i].Configured()
-		r.buckets[i] = resolved{id: bs[i].id(i), lim: l, ok: ok, overridable: bs[i].Overridable}
+		r.buckets[i] = resolved{id: bs.ID(i), lim: l, ok: ok, overridable: bs[i].Overridable}
 	}
 	return r
 }
@@ -158,7 +158,7 @@ func (r *Resolver) Configured(b counter.Bucket) (counter.Limit, bool) {
 // configuration's per and an override's WINDOW alike: a unit name, in any
 // case — 1s, s, sec, second; 1m, m, min, minute; 1h, h, hour; 1d, d, day —
 // or a Go duration of whole milliseconds (500ms, 90s, 2h), from 1 ms to
-// counter.MaxScaleMS. Overrides narrow it further with isOverrideWindow.
+// counter.MaxScaleMS. Overrides narrow it further to [Scales].
 func ParseWindow(s string) (ms int64, err error) {
 	switch strings.ToLower(s) {
 	case "1s", "s", "sec", "second":

@@ -1,4 +1,4 @@
-package tenantlimits
+package overrides
 
 // PublishForTest replaces the snapshot with rows (tenant → stored JSON), as
 // a full refresh would, without a database: for benchmarks.

@@ -1,4 +1,4 @@
-package tenantlimits
+package overridedb
 
 import (
 	"context"
@@ -33,7 +33,7 @@ const migrationLock = 0x726c617a
 func Migrations() ([]Migration, error) {
 	names, err := fs.Glob(migrationFiles, "migrations/*.sql")
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: list migrations: %w", err)
+		return nil, fmt.Errorf("overridedb: list migrations: %w", err)
 	}
 	var ms []Migration
 	for _, n := range names {
@@ -41,18 +41,18 @@ func Migrations() ([]Migration, error) {
 		num, _, ok := strings.Cut(base, "_")
 		v, err := strconv.Atoi(num)
 		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("tenantlimits: migration %s: the name must start with a version number and _", n)
+			return nil, fmt.Errorf("overridedb: migration %s: the name must start with a version number and _", n)
 		}
 		b, err := migrationFiles.ReadFile(n)
 		if err != nil {
-			return nil, fmt.Errorf("tenantlimits: read migration %s: %w", n, err)
+			return nil, fmt.Errorf("overridedb: read migration %s: %w", n, err)
 		}
 		ms = append(ms, Migration{Version: v, Name: base, sql: string(b)})
 	}
 	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
 	for i := 1; i < len(ms); i++ {
 		if ms[i].Version == ms[i-1].Version {
-			return nil, fmt.Errorf("tenantlimits: migrations %s and %s share version %d", ms[i-1].Name, ms[i].Name, ms[i].Version)
+			return nil, fmt.Errorf("overridedb: migrations %s and %s share version %d", ms[i-1].Name, ms[i].Name, ms[i].Version)
 		}
 	}
 	return ms, nil
@@ -119,7 +119,7 @@ func Migrate(ctx context.Context, conn *pgx.Conn) (MigrateResult, error) {
 		return nil
 	})
 	if err != nil {
-		return MigrateResult{}, fmt.Errorf("tenantlimits: migrate: %w", err)
+		return MigrateResult{}, fmt.Errorf("overridedb: migrate: %w", err)
 	}
 	return res, nil
 }

@@ -1,4 +1,4 @@
-package tenantlimits
+package overridedb
 
 import (
 	"context"
@@ -8,12 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 )
 
 // Owner is one row of tenant_key_owners: the tenant whose overrides apply
 // to a key of buckets keyed by KeyName.
 type Owner struct {
-	KeyName   string // see OwnerKeyName
+	KeyName   string // see limits.OwnerKeyName
 	Key       string
 	Tenant    string
 	UpdatedAt time.Time
@@ -21,9 +23,9 @@ type Owner struct {
 
 // SetOwner records tenant as the owner of key under keyName, recording
 // actor in the audit log, and returns the previous owner ("" for none).
-// Validation errors wrap ErrInvalid and write nothing.
+// Validation errors wrap limits.ErrInvalid and write nothing.
 func (s *Store) SetOwner(ctx context.Context, keyName, key, tenant, actor string) (old string, err error) {
-	if err := errors.Join(CheckOwnerKeyName(s.buckets, keyName), ValidateKeyValue(key), ValidateTenant(tenant), ValidateActor(actor)); err != nil {
+	if err := errors.Join(limits.CheckOwnerKeyName(s.buckets, keyName), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), ValidateActor(actor)); err != nil {
 		return "", err
 	}
 	err = s.inTx(ctx, actor, func(tx pgx.Tx) error {
@@ -47,7 +49,7 @@ func (s *Store) SetOwner(ctx context.Context, keyName, key, tenant, actor string
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("tenantlimits: set the owner of %s %q: %w", keyName, key, err)
+		return "", fmt.Errorf("overridedb: set the owner of %s %q: %w", keyName, key, err)
 	}
 	return old, nil
 }
@@ -56,7 +58,7 @@ func (s *Store) SetOwner(ctx context.Context, keyName, key, tenant, actor string
 // the audit log, and returns who it was. It wraps ErrNotFound when the key
 // has no owner.
 func (s *Store) DeleteOwner(ctx context.Context, keyName, key, actor string) (old string, err error) {
-	if err := errors.Join(ValidateKeyName(keyName), ValidateKeyValue(key), ValidateActor(actor)); err != nil {
+	if err := errors.Join(limits.ValidateKeyName(keyName), limits.ValidateKeyValue(key), ValidateActor(actor)); err != nil {
 		return "", err
 	}
 	err = s.inTx(ctx, actor, func(tx pgx.Tx) error {
@@ -67,7 +69,7 @@ func (s *Store) DeleteOwner(ctx context.Context, keyName, key, actor string) (ol
 		return schemaError(err)
 	})
 	if err != nil {
-		return "", fmt.Errorf("tenantlimits: delete the owner of %s %q: %w", keyName, key, err)
+		return "", fmt.Errorf("overridedb: delete the owner of %s %q: %w", keyName, key, err)
 	}
 	return old, nil
 }
@@ -98,20 +100,20 @@ func (s *Store) Owners(ctx context.Context, tenant string, fn func(Owner) error)
 	rows, err := s.conn.Query(ctx, `SELECT key_name, key_value, tenant, updated_at FROM tenant_key_owners
 		WHERE $1 = '' OR tenant = $1 ORDER BY key_name, key_value`, tenant)
 	if err != nil {
-		return fmt.Errorf("tenantlimits: list owners: %w", schemaError(err))
+		return fmt.Errorf("overridedb: list owners: %w", schemaError(err))
 	}
 	defer rows.Close()
 	var o Owner
 	for rows.Next() {
 		if err := rows.Scan(&o.KeyName, &o.Key, &o.Tenant, &o.UpdatedAt); err != nil {
-			return fmt.Errorf("tenantlimits: list owners: %w", err)
+			return fmt.Errorf("overridedb: list owners: %w", err)
 		}
 		if err := fn(o); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("tenantlimits: list owners: %w", schemaError(err))
+		return fmt.Errorf("overridedb: list owners: %w", schemaError(err))
 	}
 	return nil
 }
@@ -134,7 +136,7 @@ func (s *Store) OwnerAudit(ctx context.Context, keyName, key string, limit int) 
 		SELECT * FROM tenant_key_owners_audit WHERE key_name = $1 AND key_value = $2 ORDER BY id DESC LIMIT $3) a ORDER BY id`,
 		keyName, key, limit)
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: owner audit %s %q: %w", keyName, key, schemaError(err))
+		return nil, fmt.Errorf("overridedb: owner audit %s %q: %w", keyName, key, schemaError(err))
 	}
 	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (OwnerAuditEntry, error) {
 		var e OwnerAuditEntry
@@ -142,7 +144,7 @@ func (s *Store) OwnerAudit(ctx context.Context, keyName, key string, limit int) 
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: owner audit %s %q: %w", keyName, key, schemaError(err))
+		return nil, fmt.Errorf("overridedb: owner audit %s %q: %w", keyName, key, schemaError(err))
 	}
 	return entries, nil
 }

@@ -1,4 +1,4 @@
-package tenantlimits
+package overridedb
 
 import (
 	"context"
@@ -6,14 +6,33 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 )
 
 // ErrNotFound is wrapped by Store.Delete when there is nothing to delete.
 var ErrNotFound = errors.New("no such override")
+
+// maxActorBytes bounds the --actor recorded in the audit log.
+const maxActorBytes = 256
+
+// ValidateActor checks the name recorded in the audit log.
+func ValidateActor(actor string) error {
+	switch {
+	case strings.TrimSpace(actor) == "":
+		return fmt.Errorf("%w: an actor is required (--actor NAME): who made the change, for the audit log", limits.ErrInvalid)
+	case len(actor) > maxActorBytes || !utf8.ValidString(actor) || strings.ContainsFunc(actor, unicode.IsControl):
+		return fmt.Errorf("%w: the actor must be at most %d bytes of printable UTF-8", limits.ErrInvalid, maxActorBytes)
+	}
+	return nil
+}
 
 // Store reads and changes the overrides in Postgres; the CLI uses it. Every
 // change is validated against the configuration first (an invalid one
@@ -22,13 +41,13 @@ var ErrNotFound = errors.New("no such override")
 // NewStore (the zero Store is not usable).
 type Store struct {
 	conn    *pgx.Conn
-	buckets Buckets
+	buckets limits.Buckets
 }
 
 // NewStore returns a Store on conn that validates buckets against bs.
-func NewStore(conn *pgx.Conn, bs Buckets) (*Store, error) {
+func NewStore(conn *pgx.Conn, bs limits.Buckets) (*Store, error) {
 	if conn == nil || bs == nil {
-		return nil, errors.New("tenantlimits: NewStore needs a connection and the configured buckets")
+		return nil, errors.New("overridedb: NewStore needs a connection and the configured buckets")
 	}
 	return &Store{conn: conn, buckets: bs}, nil
 }
@@ -36,7 +55,7 @@ func NewStore(conn *pgx.Conn, bs Buckets) (*Store, error) {
 // Tenant is one row of tenant_limits.
 type Tenant struct {
 	Tenant    string
-	Overrides []Override // the usable entries, by bucket
+	Overrides []limits.Override // the usable entries, by bucket
 	// Problems are entries that fail the shape checks (possible only when
 	// the database checks were bypassed); nodes skip them.
 	Problems  []string
@@ -45,7 +64,7 @@ type Tenant struct {
 
 func newTenant(tenant string, raw []byte, updated time.Time) Tenant {
 	t := Tenant{Tenant: tenant, UpdatedAt: updated}
-	entries, problems, err := parseLimits(raw)
+	entries, problems, err := ParseLimits(raw)
 	if err != nil {
 		t.Problems = []string{err.Error()}
 		return t
@@ -66,7 +85,7 @@ func (s *Store) Get(ctx context.Context, tenant string) (t Tenant, ok bool, err 
 		return Tenant{}, false, nil
 	}
 	if err != nil {
-		return Tenant{}, false, fmt.Errorf("tenantlimits: get %q: %w", tenant, schemaError(err))
+		return Tenant{}, false, fmt.Errorf("overridedb: get %q: %w", tenant, schemaError(err))
 	}
 	return newTenant(tenant, raw, updated), true, nil
 }
@@ -75,7 +94,7 @@ func (s *Store) Get(ctx context.Context, tenant string) (t Tenant, ok bool, err 
 func (s *Store) List(ctx context.Context, fn func(Tenant) error) error {
 	rows, err := s.conn.Query(ctx, "SELECT tenant, limits::text, updated_at FROM tenant_limits ORDER BY tenant")
 	if err != nil {
-		return fmt.Errorf("tenantlimits: list: %w", schemaError(err))
+		return fmt.Errorf("overridedb: list: %w", schemaError(err))
 	}
 	defer rows.Close()
 	var (
@@ -85,14 +104,14 @@ func (s *Store) List(ctx context.Context, fn func(Tenant) error) error {
 	)
 	for rows.Next() {
 		if err := rows.Scan(&tenant, &raw, &updated); err != nil {
-			return fmt.Errorf("tenantlimits: list: %w", err)
+			return fmt.Errorf("overridedb: list: %w", err)
 		}
 		if err := fn(newTenant(tenant, raw, updated)); err != nil {
 			return err
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("tenantlimits: list: %w", schemaError(err))
+		return fmt.Errorf("overridedb: list: %w", schemaError(err))
 	}
 	return nil
 }
@@ -100,13 +119,13 @@ func (s *Store) List(ctx context.Context, fn func(Tenant) error) error {
 // Change is what a Set or Delete did to one bucket.
 type Change struct {
 	Bucket   string
-	Old, New *Override // nil: no override before / after
+	Old, New *limits.Override // nil: no override before / after
 }
 
 // Set sets one bucket's override for a tenant, recording actor in the
-// audit log. Validation errors wrap ErrInvalid and write nothing.
-func (s *Store) Set(ctx context.Context, tenant string, o Override, actor string) (Change, error) {
-	if err := errors.Join(ValidateTenant(tenant), ValidateActor(actor), Validate(s.buckets, o)); err != nil {
+// audit log. Validation errors wrap limits.ErrInvalid and write nothing.
+func (s *Store) Set(ctx context.Context, tenant string, o limits.Override, actor string) (Change, error) {
+	if err := errors.Join(limits.ValidateTenant(tenant), ValidateActor(actor), limits.Validate(s.buckets, o)); err != nil {
 		return Change{}, err
 	}
 	var ch Change
@@ -116,7 +135,7 @@ func (s *Store) Set(ctx context.Context, tenant string, o Override, actor string
 		return nil
 	})
 	if err != nil {
-		return Change{}, fmt.Errorf("tenantlimits: set %q %s: %w", tenant, o.Bucket, err)
+		return Change{}, fmt.Errorf("overridedb: set %q %s: %w", tenant, o.Bucket, err)
 	}
 	return ch, nil
 }
@@ -125,7 +144,7 @@ func (s *Store) Set(ctx context.Context, tenant string, o Override, actor string
 // of them, recording actor in the audit log. It wraps ErrNotFound when
 // there is nothing to remove, and writes nothing then.
 func (s *Store) Delete(ctx context.Context, tenant, bucket, actor string) ([]Change, error) {
-	if err := errors.Join(ValidateTenant(tenant), ValidateActor(actor)); err != nil {
+	if err := errors.Join(limits.ValidateTenant(tenant), ValidateActor(actor)); err != nil {
 		return nil, err
 	}
 	var changes []Change
@@ -149,12 +168,12 @@ func (s *Store) Delete(ctx context.Context, tenant, bucket, actor string) ([]Cha
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: delete %q: %w", tenant, err)
+		return nil, fmt.Errorf("overridedb: delete %q: %w", tenant, err)
 	}
 	return changes, nil
 }
 
-func storedOverride(m map[string]json.RawMessage, bucket string) *Override {
+func storedOverride(m map[string]json.RawMessage, bucket string) *limits.Override {
 	raw, ok := m[bucket]
 	if !ok {
 		return nil
@@ -162,7 +181,7 @@ func storedOverride(m map[string]json.RawMessage, bucket string) *Override {
 	o, err := parseEntry(bucket, raw)
 	if err != nil {
 		// Shown as a zero override; the audit log keeps the raw value.
-		return &Override{Bucket: bucket}
+		return &limits.Override{Bucket: bucket}
 	}
 	return &o
 }
@@ -290,7 +309,7 @@ func (s *Store) Audit(ctx context.Context, tenant string, limit int) ([]AuditEnt
 	rows, err := s.conn.Query(ctx, `SELECT id, tenant, actor, coalesce(db_user, ''), coalesce(db_role, ''), at, old::text, new::text FROM (
 		SELECT * FROM tenant_limits_audit WHERE tenant = $1 ORDER BY id DESC LIMIT $2) a ORDER BY id`, tenant, limit)
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: audit %q: %w", tenant, schemaError(err))
+		return nil, fmt.Errorf("overridedb: audit %q: %w", tenant, schemaError(err))
 	}
 	entries, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
@@ -305,7 +324,7 @@ func (s *Store) Audit(ctx context.Context, tenant string, limit int) ([]AuditEnt
 		return e, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: audit %q: %w", tenant, schemaError(err))
+		return nil, fmt.Errorf("overridedb: audit %q: %w", tenant, schemaError(err))
 	}
 	return entries, nil
 }

@@ -1,8 +1,6 @@
-package tenantlimits
+package limits
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -17,16 +15,13 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
-// ErrInvalid is wrapped by every validation error: bad tenant, actor,
-// bucket or limit. Nothing was written.
+// ErrInvalid is wrapped by every validation error: bad tenant, key, actor
+// (overridedb.ValidateActor), bucket or limit. Nothing was written.
 var ErrInvalid = errors.New("invalid override")
 
 // MaxTenantBytes is the longest tenant id an override can have (the
 // database refuses longer ones; the cache does not even look them up).
 const MaxTenantBytes = 256
-
-// maxActorBytes bounds the --actor recorded in the audit log.
-const maxActorBytes = 256
 
 // Scale is a window length an override may use.
 type Scale struct {
@@ -35,8 +30,9 @@ type Scale struct {
 }
 
 // Scales are the allowed override windows. The database checks the same
-// list (migrations/0001_tenant_limits.sql): a fixed, small set keeps
-// overrides readable and whole seconds in the RateLimit header fields.
+// list (internal/overridedb/migrations/0001_tenant_limits.sql): a fixed,
+// small set keeps overrides readable and whole seconds in the RateLimit
+// header fields.
 var Scales = []Scale{{1000, "1s"}, {60_000, "1m"}, {3_600_000, "1h"}, {86_400_000, "1d"}}
 
 func scaleNames() string {
@@ -73,13 +69,13 @@ func isOverrideWindow(ms int64) bool {
 	return slices.ContainsFunc(Scales, func(s Scale) bool { return s.MS == ms })
 }
 
-// valid is validate without building an error.
-func (o Override) valid() bool {
+// Valid is Validate without building an error.
+func (o Override) Valid() bool {
 	return o.Limit >= 1 && o.Limit <= counter.MaxLimit && isOverrideWindow(o.ScaleMS)
 }
 
-// validate checks the limit and window, not the bucket.
-func (o Override) validate() error {
+// Validate checks the limit and window, not the bucket (see [Validate]).
+func (o Override) Validate() error {
 	if err := (counter.Limit{Limit: o.Limit, ScaleMS: o.ScaleMS}).Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
@@ -130,17 +126,6 @@ func validateText(what, v string, max int) error {
 	return nil
 }
 
-// ValidateActor checks the name recorded in the audit log.
-func ValidateActor(actor string) error {
-	switch {
-	case strings.TrimSpace(actor) == "":
-		return fmt.Errorf("%w: an actor is required (--actor NAME): who made the change, for the audit log", ErrInvalid)
-	case len(actor) > maxActorBytes || !utf8.ValidString(actor) || strings.ContainsFunc(actor, unicode.IsControl):
-		return fmt.Errorf("%w: the actor must be at most %d bytes of printable UTF-8", ErrInvalid, maxActorBytes)
-	}
-	return nil
-}
-
 // OverridableBuckets lists, sorted, the buckets that accept tenant
 // overrides.
 func OverridableBuckets(bs Buckets) []string {
@@ -179,80 +164,7 @@ func Validate(bs Buckets, o Override) error {
 	if _, err := CheckBucket(bs, o.Bucket); err != nil {
 		return err
 	}
-	return o.validate()
-}
-
-// entryProblem is one entry of a stored value that cannot be used.
-type entryProblem struct {
-	Bucket string
-	Err    error
-}
-
-// parseLimits decodes a stored tenant_limits.limits value into its entries,
-// sorted by bucket, checking only the shape (not the configuration). A
-// value that is not a JSON object is an error; an entry with a bad shape is
-// reported in problems and left out, without hiding the others.
-func parseLimits(raw []byte) (entries []Override, problems []entryProblem, err error) {
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return nil, nil, fmt.Errorf("%w: limits must be a JSON object of bucket name to {\"limit\": N, \"scale_ms\": MS}, not %.80s", ErrInvalid, raw)
-	}
-	names := make([]string, 0, len(m))
-	for name := range m {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		o, err := parseEntry(name, m[name])
-		if err != nil {
-			problems = append(problems, entryProblem{name, err})
-			continue
-		}
-		entries = append(entries, o)
-	}
-	return entries, problems, nil
-}
-
-func parseEntry(name string, raw json.RawMessage) (Override, error) {
-	o := Override{Bucket: name}
-	if !descriptors.ValidBucketName(name) {
-		return o, fmt.Errorf("%w: %q is not a bucket name", ErrInvalid, name)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return o, fmt.Errorf("%w: want {\"limit\": N, \"scale_ms\": MS}, not %.80s", ErrInvalid, raw)
-	}
-	for k := range fields {
-		if k != "limit" && k != "scale_ms" {
-			return o, fmt.Errorf("%w: unknown field %q (want only \"limit\" and \"scale_ms\")", ErrInvalid, k)
-		}
-	}
-	var err error
-	if o.Limit, err = wholeNumber(fields["limit"], "limit"); err != nil {
-		return o, err
-	}
-	if o.ScaleMS, err = wholeNumber(fields["scale_ms"], "scale_ms"); err != nil {
-		return o, err
-	}
-	return o, o.validate()
-}
-
-// wholeNumber accepts only a plain JSON integer: 200, not 200.0, "200" or 2e2.
-func wholeNumber(raw json.RawMessage, field string) (int64, error) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 {
-		return 0, fmt.Errorf("%w: %q is missing", ErrInvalid, field)
-	}
-	for _, c := range raw {
-		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("%w: %q must be a whole number, not %.40s", ErrInvalid, field, raw)
-		}
-	}
-	n, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %q is out of range: %.40s", ErrInvalid, field, raw)
-	}
-	return n, nil
+	return o.Validate()
 }
 
 // MaxKeyValueBytes is the longest key an owner can be recorded for (the

@@ -1,4 +1,4 @@
-package tenantlimits
+package overrides
 
 import (
 	"fmt"
@@ -81,7 +81,7 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 		}),
 	} {
 		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("tenantlimits: register metrics: %w", err)
+			return nil, fmt.Errorf("overrides: register metrics: %w", err)
 		}
 	}
 	return m, nil

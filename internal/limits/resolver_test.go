@@ -1,11 +1,11 @@
-package tenantlimits_test
+package limits_test
 
 import (
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func TestParseWindow(t *testing.T) {
@@ -24,7 +24,7 @@ func TestParseWindow(t *testing.T) {
 		{in: "1500us", fail: true}, {in: "0s", fail: true}, {in: "-1s", fail: true},
 		{in: "1 sec", fail: true}, {in: "", fail: true}, {in: "1w", fail: true}, {in: "9999999999h", fail: true},
 	} {
-		ms, err := tenantlimits.ParseWindow(tc.in)
+		ms, err := limits.ParseWindow(tc.in)
 		if tc.fail != (err != nil) || !tc.fail && ms != tc.ms {
 			t.Errorf("ParseWindow(%q) = %d, %v; want %d (fail %v)", tc.in, ms, err, tc.ms, tc.fail)
 		}
@@ -38,7 +38,7 @@ func FuzzParseWindow(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		ms, err := tenantlimits.ParseWindow(s)
+		ms, err := limits.ParseWindow(s)
 		if err == nil && (ms < 1 || ms > counter.MaxScaleMS) {
 			t.Fatalf("ParseWindow(%q) = %d ms, outside [1, %d]", s, ms, int64(counter.MaxScaleMS))
 		}
@@ -51,7 +51,7 @@ func FuzzParseWindow(f *testing.F) {
 func TestResolverOrder(t *testing.T) {
 	own := counter.Limit{Limit: 3, ScaleMS: 1000}
 	def := counter.Limit{Limit: 4, ScaleMS: 1000}
-	bs := tenantlimits.Buckets{
+	bs := limits.Buckets{
 		{Name: "own", Limit: own, HasLimit: true, Default: def, HasDefault: true, Overridable: true, Key: descriptors.KeySpec{Kind: descriptors.KeyTenant}},
 		{Name: "by_default", Default: def, HasDefault: true},
 		{Name: "upload"}, // a shipped name: the built-in 10/s
@@ -59,7 +59,7 @@ func TestResolverOrder(t *testing.T) {
 	}
 	big := counter.Limit{Limit: 1000, ScaleMS: 60_000}
 	over := fixedOverrides{0: big, 1: big, 3: big}
-	r := tenantlimits.NewResolver(bs, over)
+	r := limits.NewResolver(bs, over)
 	for _, tc := range []struct {
 		b    counter.Bucket
 		key  string
@@ -80,7 +80,7 @@ func TestResolverOrder(t *testing.T) {
 	if got, ok := r.Configured(0); !ok || got != own {
 		t.Errorf("Configured(0) = %+v, %v", got, ok)
 	}
-	if got, ok := tenantlimits.NewResolver(bs, nil).Limit(0, "acme"); !ok || got != own {
+	if got, ok := limits.NewResolver(bs, nil).Limit(0, "acme"); !ok || got != own {
 		t.Errorf("without overrides: %+v, %v", got, ok)
 	}
 	if n := testing.AllocsPerRun(1000, func() { r.Limit(0, "acme") }); n != 0 {

@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overrides_test
 
 import (
 	"fmt"
@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // expectOverride waits (up to a second: the promise) until the cache
@@ -37,9 +37,9 @@ func lim(l, ms int64) counter.Limit { return counter.Limit{Limit: l, ScaleMS: ms
 func TestCacheFollowsSQL(t *testing.T) {
 	e := setup(t)
 	act, upl := counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("upload"))
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('before', '{"upload": {"limit": 11, "scale_ms": 1000}}')`)
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('before', '{"upload": {"limit": 11, "scale_ms": 1000}}')`)
 	goroutines := runtime.NumGoroutine()
-	c := startCache(t, e, tenantlimits.Config{})
+	c := startCache(t, e, overrides.Config{})
 	if got, ok := c.Override("before", upl); !ok || got != lim(11, 1000) {
 		t.Fatalf("loaded before Run: %+v %v", got, ok)
 	}
@@ -61,7 +61,7 @@ func TestCacheFollowsSQL(t *testing.T) {
 		{"re-insert", `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 50, "scale_ms": 1000}}')`, "acme", act, lim(50, 1000)},
 		{"other tenant kept", `DELETE FROM tenant_limits WHERE tenant = 'nobody'`, "before", upl, lim(11, 1000)},
 	} {
-		e.exec(t, step.sql)
+		e.Exec(t, step.sql)
 		d := expectOverride(t, c, step.tenant, step.bucket, step.want)
 		worst = max(worst, d)
 		t.Logf("%s: visible after %v", step.what, d)
@@ -83,7 +83,7 @@ func TestCacheFollowsSQL(t *testing.T) {
 	// Stopping Run closes its connection and leaves no goroutine behind;
 	// the snapshot keeps answering.
 	backends := func() int {
-		return e.count(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", tenantlimits.ApplicationName)
+		return e.Count(t, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", overrides.ApplicationName)
 	}
 	if n := backends(); n != 1 {
 		t.Errorf("%d cache connections while running, want 1", n)
@@ -109,22 +109,22 @@ func TestCacheFollowsSQL(t *testing.T) {
 func TestCacheLateCommit(t *testing.T) {
 	e := setup(t)
 	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
-	c := startCache(t, e, tenantlimits.Config{})
+	c := startCache(t, e, overrides.Config{})
 
-	slow, err := e.connect(t).Begin(e.ctx)
+	slow, err := e.Connect(t).Begin(e.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := slow.Exec(e.ctx, `INSERT INTO tenant_limits VALUES ('slow', '{"activity_create": {"limit": 7, "scale_ms": 1000}}')`); err != nil {
+	if _, err := slow.Exec(e.Ctx, `INSERT INTO tenant_limits VALUES ('slow', '{"activity_create": {"limit": 7, "scale_ms": 1000}}')`); err != nil {
 		t.Fatal(err)
 	}
 	// A later transaction commits first; the cache refreshes and sees it.
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('fast', '{"activity_create": {"limit": 8, "scale_ms": 1000}}')`)
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('fast', '{"activity_create": {"limit": 8, "scale_ms": 1000}}')`)
 	expectOverride(t, c, "fast", act, lim(8, 1000))
 	if _, ok := c.Override("slow", act); ok {
 		t.Fatal("uncommitted row visible")
 	}
-	if err := slow.Commit(e.ctx); err != nil {
+	if err := slow.Commit(e.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	expectOverride(t, c, "slow", act, lim(7, 1000))
@@ -136,15 +136,15 @@ func TestCacheLateCommit(t *testing.T) {
 func TestCacheBrokenRow(t *testing.T) {
 	e := setup(t)
 	act, upl := counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("upload"))
-	e.exec(t, "ALTER TABLE tenant_limits DISABLE TRIGGER tenant_limits_before")
-	e.exec(t, "ALTER TABLE tenant_limits DROP CONSTRAINT tenant_limits_limits_shape")
-	e.exec(t, `INSERT INTO tenant_limits VALUES
+	e.Exec(t, "ALTER TABLE tenant_limits DISABLE TRIGGER tenant_limits_before")
+	e.Exec(t, "ALTER TABLE tenant_limits DROP CONSTRAINT tenant_limits_limits_shape")
+	e.Exec(t, `INSERT INTO tenant_limits VALUES
 		('good1', '{"activity_create": {"limit": 200, "scale_ms": 1000}}'),
 		('broken', '{"activity_create": {"limit": "lots", "scale_ms": 1000}}'),
 		('array', '[1, 2, 3]'),
 		('half', '{"activity_create": {"limit": -5, "scale_ms": 1000}, "upload": {"limit": 30, "scale_ms": 1000}}'),
 		('good2', '{"upload": {"limit": 40, "scale_ms": 60000}}')`)
-	c := startCache(t, e, tenantlimits.Config{})
+	c := startCache(t, e, overrides.Config{})
 	for _, tc := range []struct {
 		tenant string
 		bucket counter.Bucket
@@ -171,13 +171,13 @@ func TestCacheBrokenRow(t *testing.T) {
 
 	// A bucket SQL accepts but this configuration does not let tenants
 	// override, arriving incrementally; then the broken row is fixed.
-	e.exec(t, "ALTER TABLE tenant_limits ENABLE TRIGGER tenant_limits_before")
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('login', '{"login_ip": {"limit": 500, "scale_ms": 60000}, "activity_create": {"limit": 3, "scale_ms": 1000}}')`)
+	e.Exec(t, "ALTER TABLE tenant_limits ENABLE TRIGGER tenant_limits_before")
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('login', '{"login_ip": {"limit": 500, "scale_ms": 60000}, "activity_create": {"limit": 3, "scale_ms": 1000}}')`)
 	expectOverride(t, c, "login", act, lim(3, 1000))
 	if _, ok := c.Override("login", counter.Bucket(e.rules.BucketIndex("login_ip"))); ok {
 		t.Error("override of a bucket that is not overridable")
 	}
-	e.exec(t, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 9, "scale_ms": 1000}}' WHERE tenant = 'broken'`)
+	e.Exec(t, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 9, "scale_ms": 1000}}' WHERE tenant = 'broken'`)
 	expectOverride(t, c, "broken", act, lim(9, 1000))
 	poll.Until(t, time.Second, 5*time.Millisecond, func() error {
 		if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 3 { // array, half, login
@@ -195,11 +195,11 @@ func TestCacheBrokenRow(t *testing.T) {
 func TestCacheOutage(t *testing.T) {
 	e := setup(t)
 	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
-	c := startCache(t, e, tenantlimits.Config{})
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
+	c := startCache(t, e, overrides.Config{})
 	expectOverride(t, c, "acme", act, lim(200, 1000))
 
-	e.pg.Stop(t)
+	e.Server.Stop(t)
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if metric(t, c.reg, "ratelimit_authz_overrides_degraded") != 1 {
 			return fmt.Errorf("not degraded")
@@ -220,7 +220,7 @@ func TestCacheOutage(t *testing.T) {
 		t.Errorf("outage not logged:\n%s", c.logs)
 	}
 
-	e.pg.Start(t)
+	e.Server.Start(t)
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if metric(t, c.reg, "ratelimit_authz_overrides_degraded") != 0 {
 			return fmt.Errorf("still degraded")
@@ -231,8 +231,8 @@ func TestCacheOutage(t *testing.T) {
 		t.Errorf("recovery not logged:\n%s", c.logs)
 	}
 	// Listening again: a change now arrives within a second.
-	conn := e.connect(t)
-	if _, err := conn.Exec(e.ctx, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 400, "scale_ms": 1000}}'`); err != nil {
+	conn := e.Connect(t)
+	if _, err := conn.Exec(e.Ctx, `UPDATE tenant_limits SET limits = '{"activity_create": {"limit": 400, "scale_ms": 1000}}'`); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("after the restart, a SQL edit was visible after %v", expectOverride(t, c, "acme", act, lim(400, 1000)))
@@ -243,9 +243,9 @@ func TestCacheOutage(t *testing.T) {
 func TestCacheStartsWithPostgresDown(t *testing.T) {
 	e := setup(t)
 	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
-	e.pg.Stop(t)
-	c := startCache(t, e, tenantlimits.Config{})
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
+	e.Server.Stop(t)
+	c := startCache(t, e, overrides.Config{})
 	if _, ok := c.Override("acme", act); ok {
 		t.Fatal("override without a database")
 	}
@@ -258,7 +258,7 @@ func TestCacheStartsWithPostgresDown(t *testing.T) {
 		}
 		return nil
 	})
-	e.pg.Start(t)
+	e.Server.Start(t)
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if _, ok := c.Override("acme", act); !ok {
 			return fmt.Errorf("no override yet")
@@ -277,16 +277,16 @@ func TestCacheStartsWithPostgresDown(t *testing.T) {
 func TestCachePeriodicRefresh(t *testing.T) {
 	e := setup(t)
 	act := counter.Bucket(e.rules.BucketIndex("activity_create"))
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
-	c := startCache(t, e, tenantlimits.Config{RefreshInterval: 100 * time.Millisecond, FullRefreshInterval: 400 * time.Millisecond})
-	quiet := e.connect(t)
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}}')`)
+	c := startCache(t, e, overrides.Config{RefreshInterval: 100 * time.Millisecond, FullRefreshInterval: 400 * time.Millisecond})
+	quiet := e.Connect(t)
 	exec := func(sql string) {
 		t.Helper()
-		err := pgx.BeginFunc(e.ctx, quiet, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(e.ctx, "SET LOCAL session_replication_role = replica"); err != nil {
+		err := pgx.BeginFunc(e.Ctx, quiet, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(e.Ctx, "SET LOCAL session_replication_role = replica"); err != nil {
 				return err
 			}
-			_, err := tx.Exec(e.ctx, sql)
+			_, err := tx.Exec(e.Ctx, sql)
 			return err
 		})
 		if err != nil {
@@ -304,18 +304,18 @@ func TestCachePeriodicRefresh(t *testing.T) {
 
 func TestNewCacheRefusesBadConfig(t *testing.T) {
 	r := shippedRules(t)
-	for _, cfg := range []tenantlimits.Config{
+	for _, cfg := range []overrides.Config{
 		{},
 		{URL: "postgres://%zz"},
 		{URL: "postgres://127.0.0.1/x", FullRefreshInterval: 24 * time.Hour},
 		{URL: "postgres://127.0.0.1/x", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
 	} {
-		if _, err := tenantlimits.NewCache(cfg, wiring.Limits(r, nil), newRegistry(), discardLog()); err == nil {
+		if _, err := overrides.NewCache(cfg, wiring.Limits(r, nil), newRegistry(), discardLog()); err == nil {
 			t.Errorf("NewCache(%+v) accepted", cfg)
 		}
 	}
 	// The URL's password never appears in an error.
-	_, err := tenantlimits.NewCache(tenantlimits.Config{URL: "postgres://u:s3cret@host:notaport/db"}, wiring.Limits(r, nil), newRegistry(), discardLog())
+	_, err := overrides.NewCache(overrides.Config{URL: "postgres://u:s3cret@host:notaport/db"}, wiring.Limits(r, nil), newRegistry(), discardLog())
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL error: %v", err)
 	}

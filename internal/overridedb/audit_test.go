@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overridedb_test
 
 import (
 	"net/url"
@@ -13,7 +13,7 @@ import (
 // asUser connects to e's database as another login role.
 func asUser(t *testing.T, e *env, user string) *pgx.Conn {
 	t.Helper()
-	u, err := url.Parse(e.url)
+	u, err := url.Parse(e.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,16 +26,16 @@ func asUser(t *testing.T, e *env, user string) *pgx.Conn {
 // row inserted by hand cannot claim another.
 func TestAuditRecordsTheDatabaseUser(t *testing.T) {
 	e := setup(t)
-	e.exec(t, "CREATE ROLE mallory LOGIN")
-	e.exec(t, "CREATE ROLE ops NOLOGIN")
-	e.exec(t, "GRANT ops TO mallory")
+	e.Exec(t, "CREATE ROLE mallory LOGIN")
+	e.Exec(t, "CREATE ROLE ops NOLOGIN")
+	e.Exec(t, "GRANT ops TO mallory")
 	// The privileges docs/security.md gives the CLI's role.
-	e.exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_limits, tenant_limits_deletions, tenant_key_owners, tenant_key_owners_deletions TO ops")
-	e.exec(t, "GRANT INSERT ON tenant_limits_audit, tenant_key_owners_audit TO ops")
+	e.Exec(t, "GRANT SELECT, INSERT, UPDATE, DELETE ON tenant_limits, tenant_limits_deletions, tenant_key_owners, tenant_key_owners_deletions TO ops")
+	e.Exec(t, "GRANT INSERT ON tenant_limits_audit, tenant_key_owners_audit TO ops")
 	m := asUser(t, e, "mallory")
 	exec := func(sql string, args ...any) {
 		t.Helper()
-		if _, err := m.Exec(e.ctx, sql, args...); err != nil {
+		if _, err := m.Exec(e.Ctx, sql, args...); err != nil {
 			t.Fatalf("as mallory: %s: %v", sql, err)
 		}
 	}
@@ -57,13 +57,13 @@ func TestAuditRecordsTheDatabaseUser(t *testing.T) {
 		`ALTER TABLE tenant_limits DISABLE TRIGGER USER`,
 		`SET session_replication_role = replica`,
 	} {
-		if _, err := m.Exec(e.ctx, sql); err == nil {
+		if _, err := m.Exec(e.Ctx, sql); err == nil {
 			t.Errorf("as mallory: %s: allowed", sql)
 		}
 	}
 
 	for _, table := range []string{"tenant_limits_audit", "tenant_key_owners_audit"} {
-		rows, err := e.conn.Query(e.ctx, "SELECT actor, db_user, db_role FROM "+table+" ORDER BY id")
+		rows, err := e.Conn.Query(e.Ctx, "SELECT actor, db_user, db_role FROM "+table+" ORDER BY id")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,18 +98,18 @@ func TestTriggersPinSearchPath(t *testing.T) {
 			`DELETE FROM public.tenant_limits WHERE tenant = '` + tenant + `'`,
 			`INSERT INTO public.tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', '` + tenant + `', 'x')`,
 		} {
-			if _, err := conn.Exec(e.ctx, sql); err != nil {
+			if _, err := conn.Exec(e.Ctx, sql); err != nil {
 				t.Fatalf("%s: %v", sql, err)
 			}
 		}
 	}
 	audited := func(tenant string) int {
-		return e.count(t, "SELECT count(*) FROM public.tenant_limits_audit WHERE tenant = $1", tenant) +
-			e.count(t, "SELECT count(*) FROM public.tenant_limits_deletions WHERE tenant = $1", tenant) +
-			e.count(t, "SELECT count(*) FROM public.tenant_key_owners_audit WHERE key_value = $1", tenant)
+		return e.Count(t, "SELECT count(*) FROM public.tenant_limits_audit WHERE tenant = $1", tenant) +
+			e.Count(t, "SELECT count(*) FROM public.tenant_limits_deletions WHERE tenant = $1", tenant) +
+			e.Count(t, "SELECT count(*) FROM public.tenant_key_owners_audit WHERE key_value = $1", tenant)
 	}
 
-	attack(e.connect(t), "pinned")
+	attack(e.Connect(t), "pinned")
 	if n := audited("pinned"); n != 4 { // insert + delete audited, deletion tracked, owner audited
 		t.Errorf("with the search_path pinned: %d rows in the real tables, want 4", n)
 	}
@@ -117,9 +117,9 @@ func TestTriggersPinSearchPath(t *testing.T) {
 	// The same attack against unpinned functions captures every row: what
 	// the pinning prevents.
 	for _, f := range []string{"tenant_limits_after_row()", "tenant_key_owners_after_row()"} {
-		e.exec(t, "ALTER FUNCTION "+f+" RESET search_path")
+		e.Exec(t, "ALTER FUNCTION "+f+" RESET search_path")
 	}
-	attack(e.connect(t), "unpinned")
+	attack(e.Connect(t), "unpinned")
 	if n := audited("unpinned"); n != 0 {
 		t.Errorf("unpinned: %d rows in the real tables, want 0 (the attack did not work: the test proves nothing)", n)
 	}
@@ -129,7 +129,7 @@ func TestTriggersPinSearchPath(t *testing.T) {
 // schema is left to the caller's search_path.
 func TestEveryFunctionPinsSearchPath(t *testing.T) {
 	e := setup(t)
-	rows, err := e.conn.Query(e.ctx, `SELECT p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
+	rows, err := e.Conn.Query(e.Ctx, `SELECT p.proname, coalesce(array_to_string(p.proconfig, ' '), '')
 		FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
 		WHERE n.nspname = current_schema() AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'plpgsql')`)
 	if err != nil {

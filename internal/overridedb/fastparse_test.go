@@ -1,14 +1,15 @@
-package tenantlimits
+package overridedb
 
 import (
 	"slices"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // FuzzFastEntries holds the fast decoder to the general one: whatever it
-// accepts, parseLimits reads the same way.
+// accepts, ParseLimits reads the same way.
 func FuzzFastEntries(f *testing.F) {
 	for _, s := range []string{
 		`{}`,
@@ -26,12 +27,12 @@ func FuzzFastEntries(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		var buf [maxFastEntries]fastEntry
-		fast, ok := fastEntries(raw, &buf)
+		var buf [MaxFastEntries]FastEntry
+		fast, ok := FastEntries(raw, &buf)
 		if !ok {
 			return
 		}
-		entries, problems, err := parseLimits(raw)
+		entries, problems, err := ParseLimits(raw)
 		if err != nil {
 			t.Fatalf("fast path accepted %q, general path refused it: %v", raw, err)
 		}
@@ -46,9 +47,9 @@ func FuzzFastEntries(f *testing.F) {
 			t.Fatalf("%q: fast path %d entries, general path %d", raw, len(fast), len(names))
 		}
 		for _, fe := range fast {
-			o := Override{Bucket: string(fe.bucket), Limit: fe.limit, ScaleMS: fe.scaleMS}
-			i := slices.IndexFunc(entries, func(e Override) bool { return e.Bucket == o.Bucket })
-			good := o.valid() && descriptors.ValidBucketName(o.Bucket)
+			o := limits.Override{Bucket: string(fe.Bucket), Limit: fe.Limit, ScaleMS: fe.ScaleMS}
+			i := slices.IndexFunc(entries, func(e limits.Override) bool { return e.Bucket == o.Bucket })
+			good := o.Valid() && descriptors.ValidBucketName(o.Bucket)
 			switch {
 			case good && (i < 0 || entries[i] != o):
 				t.Fatalf("%q: fast path %+v, general path %v / problems %v", raw, o, entries, problems)

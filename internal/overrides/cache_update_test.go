@@ -1,14 +1,15 @@
-package tenantlimits_test
+package overrides_test
 
 import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // Update re-resolves the overrides held against a new configuration by
@@ -18,10 +19,10 @@ import (
 // re-reads the table so overrides of a bucket the reload added apply.
 func TestCacheUpdate(t *testing.T) {
 	e := setup(t)
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}, "upload": {"limit": 20, "scale_ms": 1000}, "inbound": {"limit": 900, "scale_ms": 1000}}')`)
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('beta', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`)
-	e.exec(t, `INSERT INTO tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', 'ch-1', 'acme')`)
-	c := startCache(t, e, tenantlimits.Config{})
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('acme', '{"activity_create": {"limit": 200, "scale_ms": 1000}, "upload": {"limit": 20, "scale_ms": 1000}, "inbound": {"limit": 900, "scale_ms": 1000}}')`)
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('beta', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`)
+	e.Exec(t, `INSERT INTO tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', 'ch-1', 'acme')`)
+	c := startCache(t, e, overrides.Config{})
 	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 1 {
 		t.Fatalf("invalid rows %v before the update, want 1 (beta names a bucket not configured)", got)
 	}
@@ -63,8 +64,8 @@ routes:
 		t.Errorf("loaded %v after the update, want 2", got)
 	}
 	// The full refresh that follows picks up beta's override of fresh.
-	e.exec(t, `UPDATE tenant_limits SET limits = limits WHERE tenant = 'nobody'`)
-	e.exec(t, `INSERT INTO tenant_limits VALUES ('gamma', '{}')`) // a NOTIFY: refresh now
+	e.Exec(t, `UPDATE tenant_limits SET limits = limits WHERE tenant = 'nobody'`)
+	e.Exec(t, `INSERT INTO tenant_limits VALUES ('gamma', '{}')`) // a NOTIFY: refresh now
 	expectOverride(t, c, "beta", 40, counter.Limit{Limit: 7, ScaleMS: 60_000})
 	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 1 {
 		t.Errorf("invalid rows %v after the full refresh, want 1 (acme's upload)", got)
@@ -90,23 +91,23 @@ routes:
 // one, so an override of a bucket only the new configuration has applies.
 func TestCacheUpdateDuringBlockedRefresh(t *testing.T) {
 	e := setup(t)
-	c := startCache(t, e, tenantlimits.Config{QueryTimeout: 20 * time.Second})
+	c := startCache(t, e, overrides.Config{QueryTimeout: 20 * time.Second})
 	// Hold the table so that the next refresh's read blocks on it.
-	locker := e.connect(t)
-	tx, err := locker.Begin(e.ctx)
+	locker := e.Connect(t)
+	tx, err := locker.Begin(e.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(e.ctx)
-	if _, err := tx.Exec(e.ctx, `LOCK TABLE tenant_limits IN ACCESS EXCLUSIVE MODE`); err != nil {
+	defer tx.Rollback(e.Ctx)
+	if _, err := tx.Exec(e.Ctx, `LOCK TABLE tenant_limits IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(e.ctx, `INSERT INTO tenant_limits VALUES ('acme', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`); err != nil {
+	if _, err := tx.Exec(e.Ctx, `INSERT INTO tenant_limits VALUES ('acme', '{"fresh": {"limit": 7, "scale_ms": 60000}}')`); err != nil {
 		t.Fatal(err)
 	}
-	e.exec(t, `SELECT pg_notify($1, '')`, tenantlimits.Channel)
+	e.Exec(t, `SELECT pg_notify($1, '')`, overridedb.Channel)
 	blocked := func() bool {
-		return e.count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM tenant_limits%'`) == 1
+		return e.Count(t, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM tenant_limits%'`) == 1
 	}
 	poll.UntilTrue(t, 10*time.Second, 10*time.Millisecond, blocked)
 
@@ -133,7 +134,7 @@ routes:
 	if !blocked() {
 		t.Fatal("the refresh is no longer blocked: the test did not show that Update ran while it was")
 	}
-	if err := tx.Commit(e.ctx); err != nil {
+	if err := tx.Commit(e.Ctx); err != nil {
 		t.Fatal(err)
 	}
 	expectOverride(t, c, "acme", 30, counter.Limit{Limit: 7, ScaleMS: 60_000})

@@ -1,4 +1,4 @@
-package tenantlimits
+package overrides
 
 import (
 	"context"
@@ -14,15 +14,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
-
-// Channel is the NOTIFY channel the table's triggers signal on.
-const Channel = "ratelimit_authz_tenant_limits"
 
 // ApplicationName is the cache's application_name in pg_stat_activity,
 // unless the URL sets one.
@@ -55,7 +53,7 @@ type Config struct {
 
 func (c *Config) setDefaults() error {
 	if c.URL == "" {
-		return errors.New("tenantlimits: no database URL")
+		return errors.New("overrides: no database URL")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
@@ -69,11 +67,11 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxBackoff, 10*time.Second)
 	switch {
 	case c.RefreshInterval < 0 || c.QueryTimeout < 0 || c.MinBackoff < 0 || c.FullRefreshInterval < 0:
-		return errors.New("tenantlimits: intervals and timeouts must not be negative")
+		return errors.New("overrides: intervals and timeouts must not be negative")
 	case c.FullRefreshInterval > 12*time.Hour:
-		return fmt.Errorf("tenantlimits: FullRefreshInterval %v is over 12 h; deletions are only remembered for a day", c.FullRefreshInterval)
+		return fmt.Errorf("overrides: FullRefreshInterval %v is over 12 h; deletions are only remembered for a day", c.FullRefreshInterval)
 	case c.MaxBackoff < c.MinBackoff:
-		return fmt.Errorf("tenantlimits: MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+		return fmt.Errorf("overrides: MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
 	}
 	return nil
 }
@@ -134,29 +132,29 @@ type view struct {
 
 // newView builds the view of bs, warning about overridable buckets whose
 // overrides can never apply.
-func newView(bs Buckets, log *slog.Logger) (*view, error) {
+func newView(bs limits.Buckets, log *slog.Logger) (*view, error) {
 	v := &view{buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{}}
 	maxID := -1
 	seen := map[counter.Bucket]bool{}
 	for i := range bs {
-		id := bs[i].id(i)
+		id := bs.ID(i)
 		if seen[id] {
-			return nil, fmt.Errorf("tenantlimits: bucket id %d given twice", id)
+			return nil, fmt.Errorf("overrides: bucket id %d given twice", id)
 		}
 		seen[id] = true
 		maxID = max(maxID, int(id))
 	}
 	if maxID >= 1<<24 {
-		return nil, fmt.Errorf("tenantlimits: bucket id %d is implausibly large", maxID)
+		return nil, fmt.Errorf("overrides: bucket id %d is implausibly large", maxID)
 	}
 	v.route = make([]keyRoute, maxID+1)
 	v.names = make([]string, maxID+1)
-	v.ownerNames = OwnerKeyNames(bs)
+	v.ownerNames = limits.OwnerKeyNames(bs)
 	for i, n := range v.ownerNames {
 		v.ownerIndex[n] = i
 	}
 	for i, b := range bs {
-		id := b.id(i)
+		id := bs.ID(i)
 		v.names[id] = b.Name
 		if !b.Overridable {
 			continue
@@ -166,7 +164,7 @@ func newView(bs Buckets, log *slog.Logger) (*view, error) {
 		v.buckets[b.Name] = bucketInfo{index: id, algorithm: b.Limit.Algorithm}
 		if b.Key.Kind == descriptors.KeyTenant {
 			v.route[id] = keyRoute{kind: routeSelf}
-		} else if n, ok := OwnerKeyName(b.Key); ok {
+		} else if n, ok := limits.OwnerKeyName(b.Key); ok {
 			v.route[id] = keyRoute{kind: routeOwner, owner: v.ownerIndex[n]}
 		} else {
 			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.Name, "key", b.Key.Kind.String())
@@ -181,6 +179,8 @@ func (v *view) name(id counter.Bucket) string {
 	}
 	return ""
 }
+
+var _ limits.Overrides = (*Cache)(nil)
 
 // Cache is a node's in-memory copy of the overrides. Create it with
 // NewCache; Override is safe for concurrent use and never blocks; Run keeps
@@ -215,9 +215,9 @@ type Cache struct {
 
 // NewCache returns a Cache for the overridable buckets of bs. It does not
 // connect: Load or Run does. Its metrics go to reg.
-func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
+func NewCache(cfg Config, bs limits.Buckets, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
 	if bs == nil || reg == nil || log == nil {
-		return nil, errors.New("tenantlimits: NewCache needs the configured buckets, a registerer and a logger")
+		return nil, errors.New("overrides: NewCache needs the configured buckets, a registerer and a logger")
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -225,7 +225,7 @@ func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logge
 	connCfg, err := pgx.ParseConfig(cfg.URL)
 	if err != nil {
 		// The error text may hold the URL and its password: not repeated.
-		return nil, errors.New("tenantlimits: the database URL cannot be parsed (postgres://user:password@host:port/database?sslmode=…)")
+		return nil, errors.New("overrides: the database URL cannot be parsed (postgres://user:password@host:port/database?sslmode=…)")
 	}
 	if connCfg.RuntimeParams["application_name"] == "" {
 		connCfg.RuntimeParams["application_name"] = ApplicationName // visible in pg_stat_activity
@@ -260,9 +260,9 @@ func NewCache(cfg Config, bs Buckets, reg prometheus.Registerer, log *slog.Logge
 // finishes on the previous configuration. The next refresh re-reads the
 // whole table (overrides skipped before for naming a bucket the new
 // configuration adds apply from then on). On an error nothing changes.
-func (c *Cache) Update(bs Buckets) error {
+func (c *Cache) Update(bs limits.Buckets) error {
 	if bs == nil {
-		return errors.New("tenantlimits: Update needs the configured buckets")
+		return errors.New("overrides: Update needs the configured buckets")
 	}
 	v, err := newView(bs, c.log)
 	if err != nil {
@@ -324,7 +324,7 @@ func (c *Cache) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, b
 	}
 	tenant := key
 	if r.kind == routeOwner {
-		if key == "" || len(key) > MaxKeyValueBytes {
+		if key == "" || len(key) > limits.MaxKeyValueBytes {
 			return counter.Limit{}, false
 		}
 		tenant = s.owners[r.owner][maphash.String(c.seed, key)&(shardCount-1)][key]
@@ -340,7 +340,7 @@ func (c *Cache) Override(tenant string, bucket counter.Bucket) (counter.Limit, b
 }
 
 func (c *Cache) override(s *snapshot, tenant string, bucket counter.Bucket) (counter.Limit, bool) {
-	if s.entries == 0 || len(tenant) > MaxTenantBytes || tenant == "" {
+	if s.entries == 0 || len(tenant) > limits.MaxTenantBytes || tenant == "" {
 		return counter.Limit{}, false
 	}
 	for _, e := range s.shards[maphash.String(c.seed, tenant)&(shardCount-1)][tenant] {
@@ -381,7 +381,7 @@ func (c *Cache) Load(ctx context.Context) error {
 // retried with backoff; it is never returned.
 func (c *Cache) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("tenantlimits: Cache.Run called twice")
+		return errors.New("overrides: Cache.Run called twice")
 	}
 	backoff := c.cfg.MinBackoff
 	for {
@@ -414,9 +414,7 @@ func (c *Cache) session(ctx context.Context) (ok bool, err error) {
 	conn, err := c.connect(cctx)
 	if err == nil {
 		// LISTEN before reading, so no change falls between the two.
-		if _, err = conn.Exec(cctx, "LISTEN "+Channel); err != nil {
-			err = fmt.Errorf("tenantlimits: listen: %w", err)
-		}
+		err = overridedb.Listen(cctx, conn)
 	}
 	cancel()
 	if err != nil {
@@ -439,7 +437,7 @@ func (c *Cache) session(ctx context.Context) (ok bool, err error) {
 		case ctx.Err() != nil:
 			return true, nil
 		case err != nil && !timedOut:
-			return true, fmt.Errorf("tenantlimits: wait for notifications: %w", err)
+			return true, fmt.Errorf("overrides: wait for notifications: %w", err)
 		case err == nil:
 			c.drainNotifications(conn)
 		}
@@ -465,7 +463,7 @@ func (c *Cache) drainNotifications(conn *pgx.Conn) {
 func (c *Cache) connect(ctx context.Context) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, c.connCfg.Copy())
 	if err != nil {
-		return nil, fmt.Errorf("tenantlimits: connect to %s: %w", c.connCfg.Host, err)
+		return nil, fmt.Errorf("overrides: connect to %s: %w", c.connCfg.Host, err)
 	}
 	return conn, nil
 }
@@ -542,7 +540,7 @@ func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 		if c.snap.Load().view != v {
 			c.mu.Unlock()
 			if race == maxViewRaces {
-				return fmt.Errorf("tenantlimits: refresh: the configuration changed during %d reads in a row", race)
+				return fmt.Errorf("overrides: refresh: the configuration changed during %d reads in a row", race)
 			}
 			full = true
 			continue
@@ -571,91 +569,48 @@ func (c *Cache) read(ctx context.Context, conn *pgx.Conn, full bool, watermark s
 	timeout := c.cfg.QueryTimeout
 	if full {
 		timeout *= 4
+		watermark = ""
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var (
-		r readResult
-		a = arena{chunk: 16}
-	)
+	rd := &reader{c: c, v: v, a: arena{chunk: 16}}
 	if full {
-		a.chunk = 4096
+		rd.a.chunk = 4096
 	}
-	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// Every transaction below xmin had finished when this snapshot was
-		// taken; the next refresh starts from there.
-		if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&r.xmin); err != nil {
-			return err
-		}
-		var rows pgx.Rows
-		var err error
-		if full {
-			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
-		} else {
-			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", watermark)
-		}
-		if err != nil {
-			return err
-		}
-		var (
-			tenant string
-			raw    pgtype.DriverBytes // the driver's buffer: valid for this row only
-		)
-		// Scanned as text, decoded here: a broken value fails its row, not
-		// the query.
-		_, err = pgx.ForEachRow(rows, []any{&tenant, &raw}, func() error {
-			r.changes = append(r.changes, c.resolve(v, tenant, raw, &r.logged, &a))
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if !full {
-			rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", watermark)
-			if err != nil {
-				return err
-			}
-			_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
-				r.changes = append(r.changes, change{tenant: tenant})
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		var keyName, key string
-		if full {
-			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
-		} else {
-			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", watermark)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = pgx.ForEachRow(rows, []any{&keyName, &key, &tenant}, func() error {
-			r.owners = append(r.owners, c.resolveOwner(v, keyName, key, tenant, &r.logged))
-			return nil
-		})
-		if err != nil || full {
-			return err
-		}
-		rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", watermark)
-		if err != nil {
-			return err
-		}
-		_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
-			r.owners = append(r.owners, ownerChange{name: keyName, key: key, owner: -1})
-			if i, ok := v.ownerIndex[keyName]; ok {
-				r.owners[len(r.owners)-1].owner = i
-			}
-			return nil
-		})
-		return err
-	})
+	xmin, err := overridedb.Read(ctx, conn, watermark, rd)
 	if err != nil {
-		return readResult{}, fmt.Errorf("tenantlimits: %s refresh: %w", kind, schemaError(err))
+		return readResult{}, fmt.Errorf("overrides: %s refresh: %w", kind, err)
 	}
-	return r, nil
+	rd.r.xmin = xmin
+	return rd.r, nil
+}
+
+// reader resolves the rows of one read (an overridedb.Sink).
+type reader struct {
+	c *Cache
+	v *view
+	r readResult
+	a arena
+}
+
+func (rd *reader) Tenant(tenant string, raw []byte) {
+	rd.r.changes = append(rd.r.changes, rd.c.resolve(rd.v, tenant, raw, &rd.r.logged, &rd.a))
+}
+
+func (rd *reader) TenantDeleted(tenant string) {
+	rd.r.changes = append(rd.r.changes, change{tenant: tenant})
+}
+
+func (rd *reader) Owner(keyName, key, tenant string) {
+	rd.r.owners = append(rd.r.owners, rd.c.resolveOwner(rd.v, keyName, key, tenant, &rd.r.logged))
+}
+
+func (rd *reader) OwnerDeleted(keyName, key string) {
+	o := ownerChange{name: keyName, key: key, owner: -1}
+	if i, ok := rd.v.ownerIndex[keyName]; ok {
+		o.owner = i
+	}
+	rd.r.owners = append(rd.r.owners, o)
 }
 
 // publishRead publishes what read found and advances the watermark.
@@ -714,20 +669,20 @@ func (a *arena) take(n int) []entry {
 func (c *Cache) resolve(v *view, tenant string, raw []byte, logged *int, a *arena) change {
 	ch := change{tenant: tenant}
 	// The common case: the shape jsonb prints, every entry usable.
-	var buf [maxFastEntries]fastEntry
-	if fast, ok := fastEntries(raw, &buf); ok {
+	var buf [overridedb.MaxFastEntries]overridedb.FastEntry
+	if fast, ok := overridedb.FastEntries(raw, &buf); ok {
 		usable := true
 		for _, e := range fast {
-			_, known := v.buckets[string(e.bucket)]
-			usable = usable && known && (Override{Limit: e.limit, ScaleMS: e.scaleMS}).valid()
+			_, known := v.buckets[string(e.Bucket)]
+			usable = usable && known && (limits.Override{Limit: e.Limit, ScaleMS: e.ScaleMS}).Valid()
 		}
 		if usable {
 			if len(fast) > 0 {
 				ch.entries = a.take(len(fast))
 			}
 			for i, e := range fast {
-				b := v.buckets[string(e.bucket)]
-				ch.entries[i] = entry{b.index, counter.Limit{Limit: e.limit, ScaleMS: e.scaleMS, Algorithm: b.algorithm}}
+				b := v.buckets[string(e.Bucket)]
+				ch.entries[i] = entry{b.index, counter.Limit{Limit: e.Limit, ScaleMS: e.ScaleMS, Algorithm: b.algorithm}}
 			}
 			return ch
 		}
@@ -738,7 +693,7 @@ func (c *Cache) resolve(v *view, tenant string, raw []byte, logged *int, a *aren
 			c.log.Warn("tenant override skipped", "tenant", tenant, "bucket", bucket, "err", err)
 		}
 	}
-	entries, problems, err := parseLimits(raw)
+	entries, problems, err := overridedb.ParseLimits(raw)
 	if err != nil {
 		skip("", err)
 		return ch
@@ -749,7 +704,7 @@ func (c *Cache) resolve(v *view, tenant string, raw []byte, logged *int, a *aren
 	for _, o := range entries {
 		b, ok := v.buckets[o.Bucket]
 		if !ok {
-			skip(o.Bucket, fmt.Errorf("%w: bucket %q is not an overridable bucket of this node's configuration", ErrInvalid, o.Bucket))
+			skip(o.Bucket, fmt.Errorf("%w: bucket %q is not an overridable bucket of this node's configuration", limits.ErrInvalid, o.Bucket))
 			continue
 		}
 		ch.entries = append(ch.entries, entry{
@@ -865,9 +820,9 @@ type ownerChange struct {
 func (c *Cache) resolveOwner(v *view, name, key, tenant string, logged *int) ownerChange {
 	o := ownerChange{name: name, key: key, owner: -1}
 	i, ok := v.ownerIndex[name]
-	err := errors.Join(ValidateKeyValue(key), ValidateTenant(tenant))
+	err := errors.Join(limits.ValidateKeyValue(key), limits.ValidateTenant(tenant))
 	if err == nil && !ok {
-		err = fmt.Errorf("%w: no overridable bucket of this node's configuration is keyed by %q", ErrInvalid, name)
+		err = fmt.Errorf("%w: no overridable bucket of this node's configuration is keyed by %q", limits.ErrInvalid, name)
 	}
 	if err != nil {
 		o.invalid = true

@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overrides_test
 
 import (
 	"context"
@@ -10,17 +10,18 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 // populated returns a cache holding n tenants, each with an
 // activity_create override ("tenant-0" … ).
-func populated(b *testing.B, r *rules.Rules, n int) *tenantlimits.Cache {
+func populated(b *testing.B, r *rules.Rules, n int) *overrides.Cache {
 	c := newTestCache(b, r)
 	rows := make(map[string]string, n)
 	for i := range n {
@@ -77,7 +78,7 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 	}}
 	for _, bc := range []struct {
 		name string
-		over tenantlimits.Overrides
+		over limits.Overrides
 	}{
 		{"none", nil},
 		{"cache-1k-tenants", populated(b, r, 1000)},
@@ -108,10 +109,10 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 	checkBench(b, r, inbound, "inbound-owned-channel", owned)
 }
 
-func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over tenantlimits.Overrides) {
+func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over limits.Overrides) {
 	for _, bc := range []struct {
 		name string
-		over tenantlimits.Overrides
+		over limits.Overrides
 	}{{name, over}} {
 		b.Run(bc.name, func(b *testing.B) {
 			m, err := descriptors.New(r.Descriptors())
@@ -122,7 +123,7 @@ func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name str
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(wiring.Authz(r, nil), m, store, tenantlimits.NewResolver(wiring.Limits(r, nil), bc.over), newRegistry(), discardLog(), authz.Options{})
+			svc, err := authz.New(wiring.Authz(r, nil), m, store, limits.NewResolver(wiring.Limits(r, nil), bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

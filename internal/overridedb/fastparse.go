@@ -1,4 +1,4 @@
-package tenantlimits
+package overridedb
 
 import "github.com/ratelimit-authz/ratelimit-authz/internal/jsonscan"
 
@@ -8,24 +8,24 @@ import "github.com/ratelimit-authz/ratelimit-authz/internal/jsonscan"
 //
 //	{"activity_create": {"limit": 200, "scale_ms": 1000}, "upload": {…}}
 //
-// fastEntries reads exactly that (any whitespace, either field order) with
+// FastEntries reads exactly that (any whitespace, either field order) with
 // no allocation, and gives up on anything else, which then takes the
-// general path (parseLimits) that explains what is wrong. A fuzz test holds
+// general path (ParseLimits) that explains what is wrong. A fuzz test holds
 // the two to the same answers.
 
-// maxFastEntries bounds the entries the fast path handles (more: slow path).
-const maxFastEntries = 16
+// MaxFastEntries bounds the entries the fast path handles (more: slow path).
+const MaxFastEntries = 16
 
-// fastEntry is one entry read by fastEntries; bucket aliases the input.
-type fastEntry struct {
-	bucket         []byte
-	limit, scaleMS int64
+// FastEntry is one entry read by FastEntries; Bucket aliases the input.
+type FastEntry struct {
+	Bucket         []byte
+	Limit, ScaleMS int64
 }
 
-// fastEntries decodes raw into dst and returns the entries and true, or
+// FastEntries decodes raw into dst and returns the entries and true, or
 // false when raw is not plainly of the expected shape. It checks the shape
 // only: bucket names, limits and windows are checked by the caller.
-func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool) {
+func FastEntries(raw []byte, dst *[MaxFastEntries]FastEntry) ([]FastEntry, bool) {
 	p := jsonscan.New(raw)
 	out := dst[:0]
 	if !p.Token('{') {
@@ -36,10 +36,10 @@ func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool)
 	}
 	for {
 		name, ok := plainName(&p)
-		if !ok || !p.Token(':') || !p.Token('{') || len(out) == maxFastEntries {
+		if !ok || !p.Token(':') || !p.Token('{') || len(out) == MaxFastEntries {
 			return nil, false
 		}
-		e := fastEntry{bucket: name, limit: -1, scaleMS: -1}
+		e := FastEntry{Bucket: name, Limit: -1, ScaleMS: -1}
 		for i := 0; i < 2; i++ {
 			if i == 1 && !p.Token(',') {
 				return nil, false
@@ -52,10 +52,10 @@ func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool)
 			switch {
 			case !ok:
 				return nil, false
-			case string(field) == "limit" && e.limit < 0:
-				e.limit = n
-			case string(field) == "scale_ms" && e.scaleMS < 0:
-				e.scaleMS = n
+			case string(field) == "limit" && e.Limit < 0:
+				e.Limit = n
+			case string(field) == "scale_ms" && e.ScaleMS < 0:
+				e.ScaleMS = n
 			default:
 				return nil, false
 			}
@@ -64,7 +64,7 @@ func fastEntries(raw []byte, dst *[maxFastEntries]fastEntry) ([]fastEntry, bool)
 			return nil, false
 		}
 		for _, prev := range out {
-			if string(prev.bucket) == string(e.bucket) {
+			if string(prev.Bucket) == string(e.Bucket) {
 				return nil, false // a repeated key: encoding/json's rules decide
 			}
 		}

@@ -1,4 +1,4 @@
-package tenantlimits_test
+package overrides_test
 
 import (
 	"context"
@@ -13,11 +13,12 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/tenantlimits"
 )
 
 func shippedRules(t testing.TB) *rules.Rules {
@@ -29,52 +30,26 @@ func shippedRules(t testing.TB) *rules.Rules {
 	return r
 }
 
-// env is a migrated throwaway database and a connection to it.
+// env is a migrated throwaway database, a connection to it and the
+// shipped configuration.
 type env struct {
-	pg    *testpg.Server
-	url   string
-	conn  *pgx.Conn
+	*testpg.DB
 	rules *rules.Rules
-	ctx   context.Context
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	pg := testpg.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	e := &env{pg: pg, url: pg.URL(), rules: shippedRules(t), ctx: ctx}
-	e.conn = e.connect(t)
-	if _, err := tenantlimits.Migrate(ctx, e.conn); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return &env{DB: testpg.StartDB(t, migrate), rules: shippedRules(t)}
 }
 
-func (e *env) connect(t *testing.T) *pgx.Conn {
-	t.Helper()
-	return testpg.Connect(t, e.url)
-}
-
-func (e *env) exec(t *testing.T, sql string, args ...any) {
-	t.Helper()
-	if _, err := e.conn.Exec(e.ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func (e *env) count(t *testing.T, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := e.conn.QueryRow(e.ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+func migrate(ctx context.Context, conn *pgx.Conn) error {
+	_, err := overridedb.Migrate(ctx, conn)
+	return err
 }
 
 // running is a Cache under Run, with its registry and log.
 type running struct {
-	*tenantlimits.Cache
+	*overrides.Cache
 	reg  *prometheus.Registry
 	logs *logbuf.Buffer
 	stop func()
@@ -83,10 +58,10 @@ type running struct {
 // startCache creates a cache with fast test timings (unless cfg sets them),
 // loads it and runs it until the test ends; stop ends it early and checks
 // that Run returns.
-func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
+func startCache(t *testing.T, e *env, cfg overrides.Config) *running {
 	t.Helper()
 	if cfg.URL == "" {
-		cfg.URL = e.url
+		cfg.URL = e.URL
 	}
 	if cfg.QueryTimeout == 0 {
 		cfg.QueryTimeout = 5 * time.Second
@@ -99,11 +74,11 @@ func startCache(t *testing.T, e *env, cfg tenantlimits.Config) *running {
 	}
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
-	c, err := tenantlimits.NewCache(cfg, wiring.Limits(e.rules, nil), reg, slog.New(slog.NewTextHandler(logs, nil)))
+	c, err := overrides.NewCache(cfg, wiring.Limits(e.rules, nil), reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c.Load(e.ctx) // may fail (Postgres down at start): Run retries
+	c.Load(e.Ctx) // may fail (Postgres down at start): Run retries
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
