@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
-	lim "github.com/ratelimit-authz/ratelimit-authz/internal/limits" // peerBounds has a local limits
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
@@ -108,15 +108,15 @@ func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prom
 // (limits.Scales), with any count an override allows.
 func peerBounds(r *rules.Rules) replicate.BucketWindows {
 	w := make(replicate.BucketWindows, len(r.Buckets))
-	limits := lim.NewResolver(wiring.Limits(r, nil), nil)
+	res := limits.NewResolver(wiring.Limits(r, nil), nil)
 	for i := range r.Buckets {
 		m := map[int64]int64{}
 		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
-		if l, ok := limits.Configured(counter.Bucket(i)); ok {
+		if l, ok := res.Configured(counter.Bucket(i)); ok {
 			add(l)
 		}
 		if r.Buckets[i].Overridable {
-			for _, sc := range lim.Scales {
+			for _, sc := range limits.Scales {
 				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
 			}
 		}
