@@ -540,6 +540,15 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxStreamID {
 		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream", ""}
 	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		// A stream already answered, refused or reset: a client cancels
+		// what it waited for too long, and after a stall of the server
+		// cancels in a burst what was answered as it woke. Such a reset
+		// costs the server nothing, so only resets of open streams (rapid
+		// reset: open and cancel) count against MaxResetsPerSecond.
+		return nil
+	}
 	now := time.Now()
 	if now.Sub(c.resetsSince) >= time.Second {
 		c.resetsSince, c.resets = now, 0
@@ -547,9 +556,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
 		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
 	}
-	if st := c.streams[f.StreamID]; st != nil {
-		c.closeStream(st)
-	}
+	c.closeStream(st)
 	return nil
 }
 

@@ -32,8 +32,10 @@
 // them are ignored, RFC 9113 §5.1), the time a connection may take to
 // start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
 // with streams (ReadTimeout), and take to accept our writes
-// (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
-// or pings more often than PingMinInterval (more than twice in a row) gets
+// (WriteTimeout). A peer that resets open streams faster than
+// MaxResetsPerSecond (rapid reset; resets of streams already answered are
+// free, as a client cancels in a burst what a stalled server answered as
+// it woke) or pings more often than PingMinInterval (more than twice in a row) gets
 // GOAWAY ENHANCE_YOUR_CALM, as does one that changes
 // SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice in a
 // second: each change walks every open stream.

@@ -37,7 +37,7 @@ type Config struct {
 	IdleTimeout          time.Duration // silence without open streams: GOAWAY, close
 	ReadTimeout          time.Duration // silence with open streams: GOAWAY "read timeout", close
 	WriteTimeout         time.Duration // one flush
-	MaxResetsPerSecond   int           // RST_STREAMs from the peer
+	MaxResetsPerSecond   int           // RST_STREAMs from the peer on open streams
 	PingMinInterval      time.Duration // between the peer's pings
 }
 
