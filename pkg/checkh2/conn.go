@@ -113,6 +113,12 @@ type conn struct {
 	// sent without the PING's ack.
 	drainBy     time.Time
 	sawSettings bool
+	// idleSince is when the last stream closed (or the connection
+	// started), zero while a stream is open: IdleTimeout counts from it
+	// whatever other frames (PING, SETTINGS) the peer sends, as grpc-go's
+	// MaxConnectionIdle does, so a connection without streams does not
+	// hold its slot forever.
+	idleSince time.Time
 
 	// Send side: the peer's windows and frame size.
 	connSend          int64
@@ -290,15 +296,18 @@ func (c *conn) beforeRead() error {
 }
 
 // setReadDeadline bounds the next read: by the end of the wait for a
-// graceful close's PING ack, the handshake, IdleTimeout without streams
-// or ReadTimeout with them.
+// graceful close's PING ack, the handshake, IdleTimeout after the last
+// stream closed, or ReadTimeout with streams open.
 func (c *conn) setReadDeadline() {
 	switch {
 	case !c.drainBy.IsZero() && !c.goAway:
 		c.raw.SetReadDeadline(c.drainBy)
 	case !c.sawSettings: // the handshake deadline stands
 	case len(c.streams) == 0:
-		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
+		if c.idleSince.IsZero() {
+			c.idleSince = time.Now()
+		}
+		c.raw.SetReadDeadline(c.idleSince.Add(c.cfg.IdleTimeout))
 	default:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 	}

@@ -30,8 +30,9 @@
 // its next streams (64 KiB, however large its requests were), the
 // streams it remembers having reset (1024: frames the peer still sends on
 // them are ignored, RFC 9113 §5.1), the time a connection may take to
-// start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
-// with streams (ReadTimeout), and take to accept our writes
+// start (HandshakeTimeout), stay without streams (IdleTimeout, from its
+// last stream whatever else it sends, as grpc-go's MaxConnectionIdle), stay
+// silent with streams (ReadTimeout), and take to accept our writes
 // (WriteTimeout). A peer that resets open streams faster than
 // MaxResetsPerSecond (rapid reset; resets of streams already answered are
 // free, as a client cancels in a burst what a stalled server answered as
@@ -59,8 +60,8 @@
 // may retry it elsewhere. The streams in progress finish, and the
 // connection closes once none is left, or when Shutdown's context ends.
 //
-// A connection without streams silent for IdleTimeout gets GOAWAY
-// NO_ERROR and is closed; one with streams open silent for ReadTimeout
+// A connection without streams for IdleTimeout since its last one (PINGs
+// and SETTINGS do not count) gets GOAWAY NO_ERROR and is closed; one with streams open silent for ReadTimeout
 // gets GOAWAY NO_ERROR with the debug data "read timeout" and is closed,
 // the GOAWAY written within WriteTimeout or not at all. A protocol error
 // or a flood gets GOAWAY with its code. No GOAWAY names a higher stream

@@ -2,6 +2,7 @@ package checkh2_test
 
 import (
 	"testing"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -40,5 +41,41 @@ func TestResetsOfAnsweredStreamsAreFree(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// A connection is idle from its last stream, whatever PINGs and SETTINGS
+// it sends meanwhile (grpc-go's MaxConnectionIdle): one without streams
+// does not hold its slot forever.
+func TestIdleFromTheLastStream(t *testing.T) {
+	_, addr := serve(t, checkh2.Config{IdleTimeout: 300 * time.Millisecond, PingMinInterval: time.Millisecond})
+	c := dial(t, addr)
+	c.check(1)
+	c.response(1)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := byte(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			var err error
+			if i%2 == 0 {
+				err = c.fr.WritePing(false, [8]byte{i})
+			} else {
+				err = c.fr.WriteSettings()
+			}
+			if err != nil {
+				return // closed
+			}
+		}
+	}()
+	ga := c.closed() // within the 10 s deadline dial set
+	if ga == nil || ga.ErrCode != http2.ErrCodeNo || ga.LastStreamID != 1 {
+		t.Fatalf("a connection without streams sending PINGs and SETTINGS: GOAWAY %+v, want NO_ERROR after stream 1", ga)
 	}
 }

@@ -130,6 +130,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st := c.newStream(id)
 	st.endRecv = f.StreamEnded()
 	c.streams[id] = st
+	c.idleSince = time.Time{}
 	if f.Truncated {
 		c.trailersOnly(st, errorf(codes.ResourceExhausted, "header list larger than %d bytes", c.cfg.MaxHeaderListBytes))
 		return nil
