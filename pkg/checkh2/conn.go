@@ -439,10 +439,16 @@ func (c *conn) handle(f http2.Frame) error {
 		// opens none); it may still open its own (RFC 9113 §6.8), so they
 		// are served until it closes the connection.
 		return nil
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream cannot depend on itself (RFC 9113 §5.3.1).
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+		return nil // priorities are not followed: every check is answered at once
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client", ""}
 	}
-	return nil // PRIORITY and unknown frames
+	return nil // unknown frames
 }
 
 func (c *conn) onSettings(f *http2.SettingsFrame) error {

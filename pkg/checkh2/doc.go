@@ -41,6 +41,20 @@
 // SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice in a
 // second: each change walks every open stream.
 //
+// # Stream states
+//
+// Stream states are kept as RFC 9113 §5.1 has them: DATA on a closed or
+// half-closed (remote) stream gets RST_STREAM STREAM_CLOSED (once: what
+// the peer still sends on a stream this server reset is ignored); a
+// HEADERS or PRIORITY frame making a stream depend on itself gets
+// RST_STREAM PROTOCOL_ERROR; a request with a connection-specific header
+// (connection, keep-alive, proxy-connection, transfer-encoding, upgrade,
+// or te other than "trailers") gets RST_STREAM PROTOCOL_ERROR, as grpc-go
+// answers a connection header; HEADERS on a stream already opened (a
+// reused or lower identifier, or a client's trailers, which gRPC requests
+// never have) ends the connection with GOAWAY PROTOCOL_ERROR, as grpc-go
+// ends it.
+//
 // # Deadlines
 //
 // A request's grpc-timeout (up to 8 digits and a unit, as the gRPC spec
