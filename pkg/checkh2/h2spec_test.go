@@ -149,7 +149,12 @@ var h2specStreamStates = []string{
 func TestH2spec(t *testing.T) {
 	bin := h2specBinary(t)
 	svc := newAuthz(t)
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
+	// The bounds the lean listener runs with here, as the gRPC port and
+	// the lean listener share theirs.
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()),
+		grpc.MaxConcurrentStreams(checkh2.DefaultMaxConcurrentStreams),
+		grpc.MaxRecvMsgSize(checkh2.DefaultMaxRecvMsgBytes),
+		grpc.MaxHeaderListSize(checkh2.DefaultMaxHeaderListBytes))
 	checkwire.Register(gs, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
