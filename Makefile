@@ -27,10 +27,11 @@ run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (
 	./$(BIN) serve --config config/ratelimit.yaml --check-addr 127.0.0.1:9002 --log-level $${LOG_LEVEL:-info}
 
 .PHONY: tools
-tools: ## install what the tests need: Envoy and nats-server (into .tools/), PostgreSQL (apt, when missing)
+tools: ## install what the tests need: Envoy, nats-server and h2spec (into .tools/), PostgreSQL (apt, when missing)
 	@scripts/install-envoy.sh >/dev/null
 	@scripts/install-postgres.sh >/dev/null
 	@scripts/install-nats.sh >/dev/null
+	@scripts/install-h2spec.sh >/dev/null
 
 .PHONY: test
 test: lint tools ## vet, format and tidy checks, every test under -race (server and deploy/), then a short run of every fuzz target
@@ -38,6 +39,7 @@ test: lint tools ## vet, format and tidy checks, every test under -race (server 
 	$(GO) test -count=1 -timeout 2m ./internal/sockio/ # its raw system calls are the build without -race
 	$(GO) test -count=1 -timeout 2m -run 'Allocations' ./pkg/checkh2/ # allocation budgets, judged without -race
 	$(GO) test $(TESTFLAGS) ./test/e2e/
+	$(GO) test -count=1 -timeout 5m -run 'TestLeanListenerSurvivesStallThroughEnvoy' ./test/e2e/ # its load, judged without -race
 	$(GO) -C $(DEPLOY) test $(TESTFLAGS) ./...
 	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 

@@ -64,7 +64,7 @@ func TestHeadersOnSkippedStreamIsConnectionError(t *testing.T) {
 	}
 	c.trailers(1)
 	ga := c.closed()
-	if ga == nil || (ga.ErrCode != http2.ErrCodeStreamClosed && ga.ErrCode != http2.ErrCodeProtocol) {
-		t.Fatalf("GOAWAY %+v, want STREAM_CLOSED or PROTOCOL_ERROR", ga)
+	if ga == nil || ga.ErrCode != http2.ErrCodeProtocol {
+		t.Fatalf("GOAWAY %+v, want PROTOCOL_ERROR", ga)
 	}
 }

@@ -113,6 +113,12 @@ type conn struct {
 	// sent without the PING's ack.
 	drainBy     time.Time
 	sawSettings bool
+	// idleSince is when the last stream closed (or the connection
+	// started), zero while a stream is open: IdleTimeout counts from it
+	// whatever other frames (PING, SETTINGS) the peer sends, as grpc-go's
+	// MaxConnectionIdle does, so a connection without streams does not
+	// hold its slot forever.
+	idleSince time.Time
 
 	// Send side: the peer's windows and frame size.
 	connSend          int64
@@ -290,15 +296,18 @@ func (c *conn) beforeRead() error {
 }
 
 // setReadDeadline bounds the next read: by the end of the wait for a
-// graceful close's PING ack, the handshake, IdleTimeout without streams
-// or ReadTimeout with them.
+// graceful close's PING ack, the handshake, IdleTimeout after the last
+// stream closed, or ReadTimeout with streams open.
 func (c *conn) setReadDeadline() {
 	switch {
 	case !c.drainBy.IsZero() && !c.goAway:
 		c.raw.SetReadDeadline(c.drainBy)
 	case !c.sawSettings: // the handshake deadline stands
 	case len(c.streams) == 0:
-		c.raw.SetReadDeadline(time.Now().Add(c.cfg.IdleTimeout))
+		if c.idleSince.IsZero() {
+			c.idleSince = time.Now()
+		}
+		c.raw.SetReadDeadline(c.idleSince.Add(c.cfg.IdleTimeout))
 	default:
 		c.raw.SetReadDeadline(time.Now().Add(c.cfg.ReadTimeout))
 	}
@@ -430,10 +439,16 @@ func (c *conn) handle(f http2.Frame) error {
 		// opens none); it may still open its own (RFC 9113 §6.8), so they
 		// are served until it closes the connection.
 		return nil
+	case *http2.PriorityFrame:
+		if f.StreamDep == f.StreamID {
+			// A stream cannot depend on itself (RFC 9113 §5.3.1).
+			c.resetStream(f.StreamID, http2.ErrCodeProtocol)
+		}
+		return nil // priorities are not followed: every check is answered at once
 	case *http2.PushPromiseFrame:
 		return connError{http2.ErrCodeProtocol, "PUSH_PROMISE from a client", ""}
 	}
-	return nil // PRIORITY and unknown frames
+	return nil // unknown frames
 }
 
 func (c *conn) onSettings(f *http2.SettingsFrame) error {
@@ -540,6 +555,15 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxStreamID {
 		return connError{http2.ErrCodeProtocol, "RST_STREAM on an idle stream", ""}
 	}
+	st := c.streams[f.StreamID]
+	if st == nil {
+		// A stream already answered, refused or reset: a client cancels
+		// what it waited for too long, and after a stall of the server
+		// cancels in a burst what was answered as it woke. Such a reset
+		// costs the server nothing, so only resets of open streams (rapid
+		// reset: open and cancel) count against MaxResetsPerSecond.
+		return nil
+	}
 	now := time.Now()
 	if now.Sub(c.resetsSince) >= time.Second {
 		c.resetsSince, c.resets = now, 0
@@ -547,9 +571,7 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
 		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
 	}
-	if st := c.streams[f.StreamID]; st != nil {
-		c.closeStream(st)
-	}
+	c.closeStream(st)
 	return nil
 }
 

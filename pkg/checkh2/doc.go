@@ -30,13 +30,30 @@
 // its next streams (64 KiB, however large its requests were), the
 // streams it remembers having reset (1024: frames the peer still sends on
 // them are ignored, RFC 9113 §5.1), the time a connection may take to
-// start (HandshakeTimeout), stay silent without streams (IdleTimeout) or
-// with streams (ReadTimeout), and take to accept our writes
-// (WriteTimeout). A peer that resets streams faster than MaxResetsPerSecond
-// or pings more often than PingMinInterval (more than twice in a row) gets
+// start (HandshakeTimeout), stay without streams (IdleTimeout, from its
+// last stream whatever else it sends, as grpc-go's MaxConnectionIdle), stay
+// silent with streams (ReadTimeout), and take to accept our writes
+// (WriteTimeout). A peer that resets open streams faster than
+// MaxResetsPerSecond (rapid reset; resets of streams already answered are
+// free, as a client cancels in a burst what a stalled server answered as
+// it woke) or pings more often than PingMinInterval (more than twice in a row) gets
 // GOAWAY ENHANCE_YOUR_CALM, as does one that changes
 // SETTINGS_INITIAL_WINDOW_SIZE with streams open more than twice in a
 // second: each change walks every open stream.
+//
+// # Stream states
+//
+// Stream states are kept as RFC 9113 §5.1 has them: DATA on a closed or
+// half-closed (remote) stream gets RST_STREAM STREAM_CLOSED (once: what
+// the peer still sends on a stream this server reset is ignored); a
+// HEADERS or PRIORITY frame making a stream depend on itself gets
+// RST_STREAM PROTOCOL_ERROR; a request with a connection-specific header
+// (connection, keep-alive, proxy-connection, transfer-encoding, upgrade,
+// or te other than "trailers") gets RST_STREAM PROTOCOL_ERROR, as grpc-go
+// answers a connection header; HEADERS on a stream already opened (a
+// reused or lower identifier, or a client's trailers, which gRPC requests
+// never have) ends the connection with GOAWAY PROTOCOL_ERROR, as grpc-go
+// ends it.
 //
 // # Deadlines
 //
@@ -57,8 +74,8 @@
 // may retry it elsewhere. The streams in progress finish, and the
 // connection closes once none is left, or when Shutdown's context ends.
 //
-// A connection without streams silent for IdleTimeout gets GOAWAY
-// NO_ERROR and is closed; one with streams open silent for ReadTimeout
+// A connection without streams for IdleTimeout since its last one (PINGs
+// and SETTINGS do not count) gets GOAWAY NO_ERROR and is closed; one with streams open silent for ReadTimeout
 // gets GOAWAY NO_ERROR with the debug data "read timeout" and is closed,
 // the GOAWAY written within WriteTimeout or not at all. A protocol error
 // or a flood gets GOAWAY with its code. No GOAWAY names a higher stream

@@ -34,10 +34,10 @@ type Config struct {
 	MaxRecvMsgBytes      int           // one request message
 	MaxHeaderListBytes   uint32        // one request's header list, advertised
 	HandshakeTimeout     time.Duration // TLS handshake, preface and first SETTINGS
-	IdleTimeout          time.Duration // silence without open streams: GOAWAY, close
+	IdleTimeout          time.Duration // without open streams since the last one, whatever else arrives: GOAWAY, close
 	ReadTimeout          time.Duration // silence with open streams: GOAWAY "read timeout", close
 	WriteTimeout         time.Duration // one flush
-	MaxResetsPerSecond   int           // RST_STREAMs from the peer
+	MaxResetsPerSecond   int           // RST_STREAMs from the peer on open streams
 	PingMinInterval      time.Duration // between the peer's pings
 }
 

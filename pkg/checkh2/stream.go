@@ -97,28 +97,28 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	if id%2 == 0 {
 		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream", ""}
 	}
-	if st := c.streams[id]; st != nil {
-		// Trailers of a request: they must end it.
-		if st.endRecv || !f.StreamEnded() {
-			c.resetStream(id, http2.ErrCodeProtocol)
-			return nil
-		}
-		st.endRecv = true
-		return c.complete(st)
-	}
 	if id <= c.maxStreamID {
-		if c.wasReset(id) {
+		if c.streams[id] == nil && c.wasReset(id) {
 			// Trailers the peer sent before it saw our RST_STREAM: the
 			// Framer decoded the block, which keeps HPACK in step, and
 			// the frame is ignored (RFC 9113 §5.1).
 			return nil
 		}
-		return connError{http2.ErrCodeStreamClosed, "HEADERS on a closed stream", ""}
+		// A client's trailers (gRPC requests have none), or a stream
+		// identifier reused or lower than one already opened (RFC 9113
+		// §5.1.1): grpc-go answers both GOAWAY PROTOCOL_ERROR.
+		return connError{http2.ErrCodeProtocol, "HEADERS on a stream already opened", ""}
 	}
 	c.maxStreamID = id
 	if c.goAway {
 		// Past the GOAWAY's last stream: the peer retries it elsewhere,
 		// and what it still sends on it is ignored.
+		c.rememberReset(id)
+		return nil
+	}
+	if f.HasPriority() && f.Priority.StreamDep == id {
+		// A stream cannot depend on itself (RFC 9113 §5.3.1).
+		c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
 		c.rememberReset(id)
 		return nil
 	}
@@ -130,13 +130,20 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 	st := c.newStream(id)
 	st.endRecv = f.StreamEnded()
 	c.streams[id] = st
+	c.idleSince = time.Time{}
 	if f.Truncated {
 		c.trailersOnly(st, errorf(codes.ResourceExhausted, "header list larger than %d bytes", c.cfg.MaxHeaderListBytes))
 		return nil
 	}
 	var path, method, ctype, timeout, encoding string
+	malformed := false
 	for _, hf := range f.Fields {
 		switch hf.Name {
+		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
+			// Connection-specific: malformed in HTTP/2 (RFC 9113 §8.2.2).
+			malformed = true
+		case "te":
+			malformed = malformed || hf.Value != "trailers"
 		case ":path":
 			path = hf.Value
 		case ":method":
@@ -150,6 +157,10 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	}
 	switch {
+	case malformed:
+		// As grpc-go answers a connection header: RST_STREAM alone.
+		c.resetStream(id, http2.ErrCodeProtocol)
+		return nil
 	case method != "POST":
 		c.httpError(st, "405", errorf(codes.Internal, "method %q: gRPC takes POST", method))
 		return nil
@@ -190,7 +201,13 @@ func (c *conn) onData(f *http2.DataFrame) error {
 		if f.StreamID > c.maxStreamID {
 			return connError{http2.ErrCodeProtocol, "DATA on an idle stream", ""}
 		}
-		c.giveBack(n) // a stream already answered or reset
+		c.giveBack(n)
+		if !c.wasReset(f.StreamID) {
+			// Closed after the peer's END_STREAM or RST_STREAM (RFC 9113
+			// §5.1, §6.1); reset once, as it is then remembered. What the
+			// peer sent before it saw a reset of ours is ignored.
+			c.resetStream(f.StreamID, http2.ErrCodeStreamClosed)
+		}
 		return nil
 	}
 	if st.endRecv {

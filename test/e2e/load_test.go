@@ -26,7 +26,7 @@ type load struct {
 	client  *http.Client
 	tenant  atomic.Pointer[string]
 	dropped atomic.Int64
-	busy    [loadWorkers]atomic.Int64 // per worker: start of its request in flight (Unix ns), 0 when idle
+	busy    []atomic.Int64 // per worker: start of its request in flight (Unix ns), 0 when idle
 
 	mu   sync.Mutex
 	recs []exchange
@@ -62,20 +62,25 @@ const loadWorkers = 24
 
 var quotaItem = regexp.MustCompile(`"activity_create";q=(\d+)`)
 
-// startLoad starts perSecond requests a second for tenant. Stop it before
-// the processes stop (defer in the test), or it records their shutdown.
+// startLoad starts perSecond requests a second for tenant, on loadWorkers
+// workers over HTTP/1.1. Stop it before the processes stop (defer in the
+// test), or it records their shutdown.
 func (s *stack) startLoad(tenant string, perSecond int) *load {
+	return s.startLoadWith(tenant, perSecond, loadWorkers,
+		&http.Transport{Proxy: nil, MaxIdleConns: loadWorkers, MaxIdleConnsPerHost: loadWorkers})
+}
+
+// startLoadWith is startLoad on workers workers sending through rt.
+func (s *stack) startLoadWith(tenant string, perSecond, workers int, rt http.RoundTripper) *load {
 	l := &load{
-		s: s,
-		client: &http.Client{
-			Timeout:   5 * time.Second,
-			Transport: &http.Transport{Proxy: nil, MaxIdleConns: loadWorkers, MaxIdleConnsPerHost: loadWorkers},
-		},
-		quit: make(chan struct{}),
+		s:      s,
+		client: &http.Client{Timeout: 5 * time.Second, Transport: rt},
+		busy:   make([]atomic.Int64, workers),
+		quit:   make(chan struct{}),
 	}
 	l.setTenant(tenant)
 	release := make(chan struct{})
-	for w := range loadWorkers {
+	for w := range workers {
 		l.done.Go(func() {
 			for range release {
 				l.one(&l.busy[w])
