@@ -28,7 +28,9 @@ while IFS= read -r dir; do
 	for name in $names; do
 		echo "fuzz $rel $name ($fuzztime)"
 		# -parallel bounds the workers: the machine may be shared with other tests.
-		timeout --kill-after=30s 600s "$go" test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -parallel 2 "$rel"
+		# -fuzzminimizetime bounds the minimising of each new input, during
+		# which no input runs: the default minute can stall a short run.
+		timeout --kill-after=30s 600s "$go" test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" -fuzzminimizetime 5s -parallel 2 "$rel"
 		targets=$((targets + 1))
 	done
 done < <("$go" list -f '{{.Dir}}' "${pkgs[@]}")
