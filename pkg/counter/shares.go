@@ -51,7 +51,7 @@ func packShares(sh Shares) uint64 {
 // in proportion to this node's weight among all (see shareOf): each
 // node's hits of the key that every node knows of — its count of the
 // previous window once it reported some of it, and its reported count of
-// this one — smoothed by an eighth of the limit spread over the nodes, so
+// this one — smoothed by a sixteenth of the limit spread over the nodes, so
 // that a node with no hits known still gets some. When every node holds
 // the same reports the shares add up to what remains, rounded up (a share
 // of 0 counts as 1, so up to Nodes − 1 hits more than the limit may be
@@ -163,7 +163,7 @@ func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (share, unreporte
 // about rem): this node's are base and, once it reported any of them, its
 // hits of window w−1; the peers' are what they reported of both windows.
 // A node's hits of w−1 that it never reported are left out, as its peers
-// know nothing of them. Each weight is smoothed by limit/(8 × nodes), so
+// know nothing of them. Each weight is smoothed by limit/(16 × nodes), so
 // that a node with no hits known still gets some. When nothing is known
 // the share is the first share, 3 × rem / (2 × nodes), its remainder
 // going to the ranks whose turn it is in window w, which every node
@@ -184,7 +184,7 @@ func shareOf(e *entry, limit, rem, w, nodes, rank, base int64) int64 {
 		}
 		return share
 	}
-	smooth := max(1, limit/(8*nodes))
+	smooth := max(1, limit/(16*nodes))
 	own, all = min(own, 4*limit), min(all, 4*limit) // beyond 4× the limit, only the ratio matters
 	num, den := uint64(own+smooth), uint64(all+nodes*smooth)
 	// ⌈rem × num / den⌉ in 128 bits: rem × num may exceed 2^63. num ≤ den,

@@ -87,7 +87,7 @@ func TestSharesBurstOnANewKey(t *testing.T) {
 // weigh nothing in its split, as its peers know nothing of them: three
 // nodes that each took 20 such hits and then burst at once, before
 // hearing of each other, admit their first shares, 1.5 × the limit in
-// all, not 3 × ⌈100 × (20 + 4)/(20 + 3×4)⌉ = 225.
+// all, not 3 × ⌈100 × (20 + 2)/(20 + 3×2)⌉ = 255.
 func TestSharesUnreportedPreviousWindowWeighsNothing(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000) // a window start

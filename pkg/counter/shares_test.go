@@ -83,13 +83,13 @@ func TestSharesGrowOnceReported(t *testing.T) {
 		t.Errorf("at 9 ms of a 10 ms delay: %+v, want denied, Remaining 0, RetryAfterMS 1 (not the window's end)", r)
 	}
 	// The peers reported 15 meanwhile: 90 − 45 − 15 = 30 remain, and this
-	// node carried 45 of the 60 hits known: ⌈30 × (45 + 3)/(60 + 3×3)⌉ =
-	// 21 of them (3: an eighth of the limit over 3 nodes, the smoothing).
+	// node carried 45 of the 60 hits known: ⌈30 × (45 + 1)/(60 + 3×1)⌉ =
+	// 22 of them (1: a sixteenth of the limit over 3 nodes, the smoothing).
 	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: w0.UnixMilli() / 1000, Count: 15}, at); st != Merged {
 		t.Fatal(st)
 	}
-	if got := admitAll(s, "k", lim, at.Add(10*time.Millisecond)); got != 21 {
-		t.Errorf("admitted %d once the report was in effect, want 21", got)
+	if got := admitAll(s, "k", lim, at.Add(10*time.Millisecond)); got != 22 {
+		t.Errorf("admitted %d once the report was in effect, want 22", got)
 	}
 }
 
@@ -211,14 +211,14 @@ func TestSharesSliding(t *testing.T) {
 	// The previous window held 60 of the peers' hits and none of this
 	// node's: at its midpoint the estimate counts 30 of them, so 60
 	// remain, of which this node, which carried none of the key's
-	// traffic, gets ⌈60 × 3/(60 + 3×3)⌉ = 3 (3: an eighth of the limit
+	// traffic, gets ⌈60 × 1/(60 + 3×1)⌉ = 1 (1: a sixteenth of the limit
 	// over 3 nodes, the smoothing).
 	prev := w0.UnixMilli()/1000 - 1
 	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Algorithm: Sliding, Window: prev, Count: 60}, w0); st != Merged {
 		t.Fatal(st)
 	}
-	if got := admitAll(s, "k", lim, w0.Add(500*time.Millisecond)); got != 3 {
-		t.Errorf("admitted %d, want 3", got)
+	if got := admitAll(s, "k", lim, w0.Add(500*time.Millisecond)); got != 1 {
+		t.Errorf("admitted %d, want 1", got)
 	}
 }
 
@@ -239,8 +239,8 @@ func TestSharesFollowTraffic(t *testing.T) {
 			t.Fatal(st)
 		}
 		got := admitAll(s, "k", lim, w0)
-		// ⌈100 × (own + 4)/(100 + 3×4)⌉: 84 for 90, 9 for 5.
-		if want := (100*(own+4) + 111) / 112; got != want {
+		// ⌈100 × (own + 2)/(100 + 3×2)⌉: 87 for 90, 7 for 5.
+		if want := (100*(own+2) + 105) / 106; got != want {
 			t.Errorf("rank %d with %d of 100 hits before: admitted %d, want %d", rank, own, got, want)
 		}
 		total += got
