@@ -559,17 +559,22 @@ func (rr *rowRun) summarise(w0, wms int64, windows int) Row {
 	}
 	r.Windows = len(r.Admitted)
 	if r.Windows > 0 {
-		r.Min, r.Max = slices.Min(r.Admitted), slices.Max(r.Admitted)
-		s := slices.Clone(r.Admitted)
-		slices.Sort(s)
-		if k := len(s); k%2 == 1 {
-			r.Median = float64(s[k/2])
-		} else {
-			r.Median = float64(s[k/2-1]+s[k/2]) / 2
-		}
+		r.Min, r.Median, r.Max = spread(r.Admitted)
 	}
 	r.MaxBehindMS = float64(slices.Max(rr.behind[:]).Microseconds()) / 1000
 	return r
+}
+
+// spread is the least, median and largest of xs (not empty).
+func spread(xs []int64) (lo int64, median float64, hi int64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if k := len(s); k%2 == 1 {
+		median = float64(s[k/2])
+	} else {
+		median = float64(s[k/2-1]+s[k/2]) / 2
+	}
+	return s[0], median, s[len(s)-1]
 }
 
 // gauge reads a gauge without labels from reg; false if it is not there.
@@ -686,14 +691,7 @@ func (cl *cluster) burst(ctx context.Context, c config, name string) (Burst, err
 		b.Reach90MS = append(b.Reach90MS, reach)
 		b.LastMS = append(b.LastMS, last)
 	}
-	b.Min, b.Max = slices.Min(b.Admitted), slices.Max(b.Admitted)
-	s := slices.Clone(b.Admitted)
-	slices.Sort(s)
-	if k := len(s); k%2 == 1 {
-		b.Median = float64(s[k/2])
-	} else {
-		b.Median = float64(s[k/2-1]+s[k/2]) / 2
-	}
+	b.Min, b.Median, b.Max = spread(b.Admitted)
 	b.MaxBehindMS = ms(behind)
 	return b, nil
 }
