@@ -621,16 +621,28 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 		}
 		return fmt.Sprintf("%.0f ms", s[len(s)/2])
 	}
+	marked := false
+	cell := func(x AccuracyBurst, limit int64) string {
+		c := burstCell(x, limit)
+		if slices.ContainsFunc(x.Late, func(n int64) bool { return n > 0 }) {
+			c += " ‡"
+			marked = true
+		}
+		return c
+	}
 	for _, x := range run.Bursts {
 		w("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
 		if a.Before != nil {
 			if y, ok := a.Before.burst(x.Scenario); ok {
-				w(" %s | %s |", burstCell(y, a.Before.Limit), reach(y))
+				w(" %s | %s |", cell(y, a.Before.Limit), reach(y))
 			} else {
 				w(" — | — |")
 			}
 		}
-		w(" **%s** | %s | %d |\n", burstCell(x, run.Limit), reach(x), x.Runs)
+		w(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
+	}
+	if marked {
+		w("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
 	}
 	w("\n")
 }

@@ -418,6 +418,7 @@ type AccuracyBurst struct {
 	Max             int64     `json:"max"`
 	Admitted        []int64   `json:"admitted"`
 	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	Late            []int64   `json:"late"`
 	Reach90MS       []float64 `json:"reach90_ms"`
 	LastMS          []float64 `json:"last_ms"`
 	MaxBehindMS     float64   `json:"max_behind_ms"`

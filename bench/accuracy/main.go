@@ -111,10 +111,13 @@ type Burst struct {
 	// Median, Max: of Admitted.
 	Median float64 `json:"median"`
 	Max    int64   `json:"max"`
-	// Admitted and AdmittedPerNode are per run: the Takes admitted in all
-	// and per node (all in the key's window: a burst ends well before it).
+	// Admitted and AdmittedPerNode are per run: the Takes admitted in the
+	// key's window, in all and per node. Late is per run the Takes made
+	// after that window had ended (none, unless the machine stalled the
+	// drivers for most of a window): not counted.
 	Admitted        []int64   `json:"admitted"`
 	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	Late            []int64   `json:"late"`
 	// Reach90MS is per run how long after the burst's start the cluster
 	// had admitted 90% of the limit (-1: never); LastMS when it admitted
 	// its last Take of the run.
@@ -659,17 +662,18 @@ func (cl *cluster) burst(ctx context.Context, c config, name string) (Burst, err
 		wms := c.window.Milliseconds()
 		w := (time.Now().Add(100*time.Millisecond).UnixMilli())/wms + 1
 		if spec.second {
-			if _, _, err := cl.burstRun(ctx, spec, key, lim, per, perMS, time.UnixMilli(w*wms).Add(burstLead)); err != nil {
+			if _, _, _, err := cl.burstRun(ctx, spec, key, lim, per, perMS, time.UnixMilli(w*wms).Add(burstLead)); err != nil {
 				return b, err
 			}
 			w++
 		}
 		t0 := time.UnixMilli(w * wms).Add(burstLead)
-		res, late, err := cl.burstRun(ctx, spec, key, lim, per, perMS, t0)
+		res, outside, late, err := cl.burstRun(ctx, spec, key, lim, per, perMS, t0)
 		if err != nil {
 			return b, err
 		}
 		behind = max(behind, late)
+		b.Late = append(b.Late, outside)
 		var all int64
 		perNode := make([]int64, nodes)
 		var times []time.Duration // of every admitted Take, from t0
@@ -701,10 +705,13 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // burstRun makes one run's Takes of key from t0 on: each bursting node
 // takes, every 1 ms tick, those that have come due at perMS a ms (all at
 // once when perMS is 0), per in all. It returns, per node, when after t0
-// each admitted Take was made, and how late at most a Take was made.
-func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, per int64, perMS float64, t0 time.Time) ([nodes][]time.Duration, time.Duration, error) {
+// each Take admitted in t0's window was made, how many Takes were made
+// after that window, and how late at most a Take was made.
+func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, per int64, perMS float64, t0 time.Time) ([nodes][]time.Duration, int64, time.Duration, error) {
 	var out [nodes][]time.Duration
 	var late [nodes]time.Duration
+	var outside [nodes]int64
+	end := time.UnixMilli((t0.UnixMilli()/lim.ScaleMS + 1) * lim.ScaleMS)
 	var wg sync.WaitGroup
 	for _, i := range spec.nodes {
 		n := cl.nodes[i]
@@ -727,7 +734,10 @@ func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim
 					}
 				}
 				for range due {
-					if n.store.Take(bucketID, key, lim, now).Allowed {
+					switch {
+					case !now.Before(end):
+						outside[i]++
+					case n.store.Take(bucketID, key, lim, now).Allowed:
 						out[i] = append(out[i], el)
 					}
 				}
@@ -742,7 +752,11 @@ func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
-		return out, 0, fmt.Errorf("burst %s: %w", key, err)
+		return out, 0, 0, fmt.Errorf("burst %s: %w", key, err)
 	}
-	return out, slices.Max(late[:]), nil
+	var all int64
+	for _, n := range outside {
+		all += n
+	}
+	return out, all, slices.Max(late[:]), nil
 }
