@@ -70,7 +70,9 @@ func packShares(sh Shares) uint64 {
 // first report is answered, and a key that bursts on every node at once
 // before any has heard of the others admits at most 1.5 × its limit in
 // that window (plus the rounding), the price of the larger first share.
-// Once a node hears of any count, the split above applies.
+// Once a node hears of any count, the split above applies. Why this split
+// and this first share, what else was weighed, and the figures:
+// docs/design/budget-shares.md.
 //
 // Only keys near their share are marked for [Store.Changes], and keys a
 // peer reports ([Store.Merge]) while this node's unreported hits of them
