@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,48 @@ func TestAccuracyProgram(t *testing.T) {
 				continue
 			}
 			checkAccuracyRow(t, row, run.Nodes, limit, mult, windows)
+		}
+	}
+
+	// Bursts alone: each run on a key no node has seen. One node never
+	// admits more than the limit; every node at once at most their first
+	// shares, 1.5× the limit.
+	cmd = exec.CommandContext(rctx, bin, "--nats-url", srv.ClientURL(), "--subject-prefix", "bursts", "--multiples", "",
+		"--bursts", "one,all-instant", "--burst-runs", "2", "--limit", "100")
+	stderr.Reset()
+	cmd.Stderr = &stderr
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("accuracy --bursts: %v\n%s", err, stderr.String())
+	}
+	dec = json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	run = AccuracyRun{}
+	if err := dec.Decode(&run); err != nil {
+		t.Fatalf("decode: %v\n%s", err, out)
+	}
+	if _, err := parseAccuracy(out); err != nil {
+		t.Fatal(err)
+	}
+	if len(run.Rows) != 0 || len(run.Bursts) != 2 {
+		t.Fatalf("%d rows, %d bursts, want none and 2", len(run.Rows), len(run.Bursts))
+	}
+	for _, b := range run.Bursts {
+		most := int64(limit)
+		if b.Scenario == "all-instant" {
+			most = limit * 3 / 2
+		}
+		if b.Runs != 2 || len(b.Admitted) != 2 || len(b.AdmittedPerNode) != 2 || len(b.Reach90MS) != 2 || b.PerNode != 2*limit {
+			t.Errorf("%s: %+v", b.Scenario, b)
+			continue
+		}
+		for i, adm := range b.Admitted {
+			var sum int64
+			for _, n := range b.AdmittedPerNode[i] {
+				sum += n
+			}
+			if adm < 1 || adm > most || sum != adm {
+				t.Errorf("%s run %d: admitted %d (per node %v), want 1 to %d", b.Scenario, i, adm, b.AdmittedPerNode[i], most)
+			}
 		}
 	}
 }
@@ -200,9 +243,11 @@ func TestAccuracyReport(t *testing.T) {
 	after.Rows[0].Admitted = []int64{97, 99}
 	after.Rows[0].Min, after.Rows[0].Median, after.Rows[0].Max = 97, 98, 99
 	after.Rows[1].MaxBehindMS = 150 // fixed 1.1× skewed: more than a sync interval
+	accBursts(after, []int64{80, 85}, []int64{150, 150})
+	after.Bursts[1].Late = []int64{0, 12} // paced: a run stalled past its window
 	r := &runner{out: out, res: &Results{
 		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
-		Accuracy: &Accuracy{After: after, Before: accRows(100, func(string, float64, string) int64 { return 200 }),
+		Accuracy: &Accuracy{After: after, Before: accBursts(accRows(100, func(string, float64, string) int64 { return 200 }), []int64{55, 56}, []int64{100, 100}),
 			Baseline: &FloorBaseline{Ref: "fc56146", Commit: "fc56146abcdef"}},
 	}}
 	r.res.Targets = targets(r.res)
@@ -221,10 +266,65 @@ func TestAccuracyReport(t *testing.T) {
 		"**sliding**\n\n", "| fixed | 1.1× | even | 200 200 | 97 99 |",
 		"**missed**: 2.50× at 10×/100× against 1.10×", "fixed 100× even max 2.50×",
 		"| 1.1× | skewed | 2.00 / 2.00 / 2.00 | **1.00 / 1.00 / 1.00 †** | 2 | 0 ms / 150 ms |", "† marks a row",
+		"| 2× back to back on one node (5 Takes a ms per 100 of the limit) | 0.55 / 0.56 / 0.56 | 30 ms | **0.80 / 0.82 / 0.85** | 30 ms | 2 |",
+		"| 2× on every node, each node's all at once: the first window's worst case | 1.00 / 1.00 / 1.00 | 30 ms | **1.50 / 1.50 / 1.50** | 30 ms | 2 |",
+		"**Bursts on a new key** (0.80× on one node against 0.90×)",
+		"| 2× on one node, 1 Take a ms per 100 of the limit | 1.00 / 1.00 / 1.00 | 30 ms | **1.00 / 1.00 / 1.00 ‡** |", "‡ some runs' drivers were stalled",
 	} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
+	}
+}
+
+// accBursts fabricates a run's bursts: one and all-instant admitting
+// what is given per run, the others the limit.
+func accBursts(run *AccuracyRun, one, all []int64) *AccuracyRun {
+	for _, name := range []string{"one", "paced", "round-robin", "all", "all-instant", "next"} {
+		adm := []int64{run.Limit, run.Limit}
+		switch name {
+		case "one":
+			adm = one
+		case "all-instant":
+			adm = all
+		}
+		x := AccuracyBurst{Scenario: name, Runs: len(adm), Admitted: adm, Min: slices.Min(adm), Max: slices.Max(adm),
+			Median: float64(slices.Min(adm)+slices.Max(adm)) / 2, Reach90MS: []float64{30, -1, 40}}
+		run.Bursts = append(run.Bursts, x)
+	}
+	return run
+}
+
+// TestAccuracyBurstTarget: the least admitted of a burst on one node of a
+// new key against 0.90× the limit, the most of a burst on every node
+// against 1.5×; a run without bursts is not judged.
+func TestAccuracyBurstTarget(t *testing.T) {
+	exact := func(string, float64, string) int64 { return 100 }
+	base := &FloorBaseline{Ref: "fc56146", Commit: "fc56146abcdef0123"}
+	for name, tc := range map[string]struct {
+		one, all []int64
+		met      bool
+		margin   string
+	}{
+		"at the goals":   {[]int64{90, 95}, []int64{150, 100}, true, ""},
+		"under, one":     {[]int64{89, 95}, []int64{100, 100}, false, "0.89× on one node against 0.90×"},
+		"over, all":      {[]int64{95, 95}, []int64{151, 100}, false, "1.51× on every node against 1.5×"},
+		"under and over": {[]int64{50, 55}, []int64{200, 100}, false, "0.50× on one node against 0.90×, 2.00× on every node"},
+	} {
+		before := accBursts(accRows(100, exact), []int64{55, 56}, []int64{100, 100})
+		tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{After: accBursts(accRows(100, exact), tc.one, tc.all), Before: before, Baseline: base}})
+		if tg.Met == nil || *tg.Met != tc.met || !strings.Contains(tg.Margin, tc.margin) || (tc.margin == "" && tg.Margin != "") {
+			t.Errorf("%s: %+v, want met %v, margin %q", name, tg, tc.met, tc.margin)
+		}
+		if !strings.Contains(tg.Measured, "before (fc56146abcde): one node min 0.55×") {
+			t.Errorf("%s: measured %q", name, tg.Measured)
+		}
+	}
+	if tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{After: accRows(100, exact)}}); tg.Met != nil || !strings.Contains(tg.Measured, "no bursts") {
+		t.Errorf("no bursts: %+v", tg)
+	}
+	if tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{Skipped: "nats-server not available"}}); tg.Met != nil || !strings.Contains(tg.Measured, "skipped") {
+		t.Errorf("skipped: %+v", tg)
 	}
 }
 

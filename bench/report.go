@@ -669,7 +669,7 @@ func (r *runner) writeAnalysis(b *strings.Builder) {
 			writeScaleMissed(b, res, t)
 		case "floor-rss":
 			w("- **RSS per key at 1 M keys** (%s): see the memory section.\n", t.Margin)
-		case "accuracy-overshoot", "accuracy-floor":
+		case "accuracy-overshoot", "accuracy-floor", "accuracy-burst":
 			writeAccuracyAnalysis(b, res, t)
 		case "cluster":
 			c := res.Cluster

@@ -389,16 +389,39 @@ type Accuracy struct {
 // AccuracyRun is one run of bench/accuracy: its JSON output (the schema
 // of bench/accuracy's Output).
 type AccuracyRun struct {
-	Nodes        int           `json:"nodes"`
-	Limit        int64         `json:"limit"`
-	WindowMS     int64         `json:"window_ms"`
-	SyncInterval string        `json:"sync_interval"`
-	Windows      int           `json:"windows"`
-	GoVersion    string        `json:"go_version"`
-	StartedAt    time.Time     `json:"started_at"`
-	ElapsedS     float64       `json:"elapsed_s"`
-	PeersSeen    bool          `json:"peers_seen"`
-	Rows         []AccuracyRow `json:"rows"`
+	Nodes        int             `json:"nodes"`
+	Limit        int64           `json:"limit"`
+	WindowMS     int64           `json:"window_ms"`
+	SyncInterval string          `json:"sync_interval"`
+	Windows      int             `json:"windows"`
+	GoVersion    string          `json:"go_version"`
+	StartedAt    time.Time       `json:"started_at"`
+	ElapsedS     float64         `json:"elapsed_s"`
+	PeersSeen    bool            `json:"peers_seen"`
+	Rows         []AccuracyRow   `json:"rows"`
+	Bursts       []AccuracyBurst `json:"bursts,omitempty"`
+}
+
+// AccuracyBurst is one burst scenario of an accuracy run (bench/accuracy's
+// Burst): Takes offered on a key no node has seen, on one node, in turn
+// over the nodes or on every node at once, and per run what the cluster
+// admitted of them.
+type AccuracyBurst struct {
+	Scenario        string    `json:"scenario"`
+	Nodes           []int     `json:"nodes"`
+	PerNode         int64     `json:"per_node"`
+	PerMS           float64   `json:"per_ms"`
+	Second          bool      `json:"second,omitempty"`
+	Runs            int       `json:"runs"`
+	Min             int64     `json:"min"`
+	Median          float64   `json:"median"`
+	Max             int64     `json:"max"`
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	Late            []int64   `json:"late"`
+	Reach90MS       []float64 `json:"reach90_ms"`
+	LastMS          []float64 `json:"last_ms"`
+	MaxBehindMS     float64   `json:"max_behind_ms"`
 }
 
 // AccuracyRow is one key of an accuracy run: an algorithm, a multiple of

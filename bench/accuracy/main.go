@@ -88,8 +88,43 @@ type Output struct {
 	// PeersSeen: before the load, every node counted the other two as
 	// peers (ratelimit_authz_replicate_peers). False when the metric was
 	// not there to read; the load then started a heartbeat after Ready.
-	PeersSeen bool  `json:"peers_seen"`
-	Rows      []Row `json:"rows"`
+	PeersSeen bool    `json:"peers_seen"`
+	Rows      []Row   `json:"rows"`
+	Bursts    []Burst `json:"bursts,omitempty"`
+}
+
+// Burst is one burst scenario, run Runs times, each on a key that no node
+// has seen, in a window of its own: the Takes each bursting node offered
+// per run, at a pace, and per run what the cluster admitted of them.
+type Burst struct {
+	Scenario string `json:"scenario"`
+	// Nodes is the nodes that burst; PerNode the Takes each offers per
+	// run, PerMS how many it takes each millisecond (0: all in the first).
+	Nodes   []int   `json:"nodes"`
+	PerNode int64   `json:"per_node"`
+	PerMS   float64 `json:"per_ms"`
+	// Second: each run's key had a burst in the window before too (not
+	// counted): the same key in its next window.
+	Second bool  `json:"second,omitempty"`
+	Runs   int   `json:"runs"`
+	Min    int64 `json:"min"`
+	// Median, Max: of Admitted.
+	Median float64 `json:"median"`
+	Max    int64   `json:"max"`
+	// Admitted and AdmittedPerNode are per run: the Takes admitted in the
+	// key's window, in all and per node. Late is per run the Takes made
+	// after that window had ended (none, unless the machine stalled the
+	// drivers for most of a window): not counted.
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	Late            []int64   `json:"late"`
+	// Reach90MS is per run how long after the burst's start the cluster
+	// had admitted 90% of the limit (-1: never); LastMS when it admitted
+	// its last Take of the run.
+	Reach90MS []float64 `json:"reach90_ms"`
+	LastMS    []float64 `json:"last_ms"`
+	// MaxBehindMS: how late, at most, a node took the oldest Take due.
+	MaxBehindMS float64 `json:"max_behind_ms"`
 }
 
 // Row is one key: an algorithm, a multiple of the limit offered and a
@@ -128,6 +163,8 @@ type config struct {
 	sync          time.Duration
 	prefix        string
 	logLevel      slog.Level
+	bursts        []string
+	burstRuns     int
 }
 
 func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
@@ -151,6 +188,8 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	fs.DurationVar(&c.sync, "sync-interval", replicate.DefaultSyncInterval, "replication sync interval")
 	fs.StringVar(&c.prefix, "subject-prefix", "accuracy", "NATS subject prefix of the nodes (another run on the same server should use another)")
 	level := fs.String("log-level", "warn", "log level of the nodes (stderr): debug, info, warn, error")
+	bl := fs.String("bursts", "", "burst scenarios run after the multiples, comma-separated: "+strings.Join(burstNames, ", ")+", or all (each on a key no node has seen; see the Burst type)")
+	fs.IntVar(&c.burstRuns, "burst-runs", 6, "runs of each burst scenario, each on a new key in a window of its own")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,6 +208,9 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 		return c, true, usageError{fmt.Sprintf("--log-level: %v", err)}
 	}
 	for s := range strings.SplitSeq(*mults, ",") {
+		if strings.TrimSpace(s) == "" && *mults == "" {
+			break // none: bursts only
+		}
 		m, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil || m <= 0 || m > 10_000 {
 			return c, true, usageError{fmt.Sprintf("--multiples: %q is not a number in (0, 10000]", s)}
@@ -182,6 +224,15 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	if c.distributions, err = names("--distributions", *dists, distributions); err != nil {
 		return c, true, err
 	}
+	switch *bl {
+	case "":
+	case "all":
+		c.bursts = burstNames
+	default:
+		if c.bursts, err = names("--bursts", *bl, burstSpecs); err != nil {
+			return c, true, err
+		}
+	}
 	switch {
 	case c.natsURL == "":
 		return c, true, usageError{"--nats-url is required"}
@@ -193,6 +244,10 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 		return c, true, usageError{"--windows: from 1 to 100"}
 	case c.sync < 10*time.Millisecond || c.sync > 10*time.Second:
 		return c, true, usageError{"--sync-interval: from 10ms to 10s"}
+	case c.burstRuns < 1 || c.burstRuns > 100:
+		return c, true, usageError{"--burst-runs: from 1 to 100"}
+	case len(c.multiples) == 0 && len(c.bursts) == 0:
+		return c, true, usageError{"--multiples and --bursts are both empty: nothing to measure"}
 	}
 	for _, m := range c.multiples {
 		// Each row's Takes are made by this process: bound the rate.
@@ -224,7 +279,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// Bound the whole run: the phases, the start and the stop, with room.
 	perPhase := time.Duration(c.windows+3) * c.window
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(c.multiples))*perPhase+time.Minute)
+	perBursts := time.Duration(len(c.bursts)*(2*c.burstRuns+2)) * c.window
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(c.multiples))*perPhase+perBursts+time.Minute)
 	defer cancel()
 
 	out := Output{Nodes: nodes, Limit: c.limit, WindowMS: c.window.Milliseconds(), SyncInterval: c.sync.String(),
@@ -248,6 +304,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				r.Algorithm, r.Multiple, r.Distribution, r.Min, r.Median, r.Max, c.limit, r.Windows, r.MaxBehindMS)
 		}
 		out.Rows = append(out.Rows, rows...)
+	}
+	for _, name := range c.bursts {
+		b, err := cl.burst(ctx, c, name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "burst %-12s admitted min %d median %.1f max %d (limit %d) %v, 90%% of the limit after %v ms, behind ≤ %.1f ms\n",
+			b.Scenario, b.Min, b.Median, b.Max, c.limit, b.Admitted, b.Reach90MS, b.MaxBehindMS)
+		out.Bursts = append(out.Bursts, b)
 	}
 	if err := cl.stop(); err != nil {
 		return err
@@ -497,17 +562,22 @@ func (rr *rowRun) summarise(w0, wms int64, windows int) Row {
 	}
 	r.Windows = len(r.Admitted)
 	if r.Windows > 0 {
-		r.Min, r.Max = slices.Min(r.Admitted), slices.Max(r.Admitted)
-		s := slices.Clone(r.Admitted)
-		slices.Sort(s)
-		if k := len(s); k%2 == 1 {
-			r.Median = float64(s[k/2])
-		} else {
-			r.Median = float64(s[k/2-1]+s[k/2]) / 2
-		}
+		r.Min, r.Median, r.Max = spread(r.Admitted)
 	}
 	r.MaxBehindMS = float64(slices.Max(rr.behind[:]).Microseconds()) / 1000
 	return r
+}
+
+// spread is the least, median and largest of xs (not empty).
+func spread(xs []int64) (lo int64, median float64, hi int64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if k := len(s); k%2 == 1 {
+		median = float64(s[k/2])
+	} else {
+		median = float64(s[k/2-1]+s[k/2]) / 2
+	}
+	return s[0], median, s[len(s)-1]
 }
 
 // gauge reads a gauge without labels from reg; false if it is not there.
@@ -544,4 +614,149 @@ func sleepErr(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// burstSpec is a burst scenario: which nodes burst, how many Takes each
+// offers as a multiple of the limit, and at what pace.
+type burstSpec struct {
+	nodes  []int
+	mult   float64 // Takes per bursting node, × the limit
+	perMS  float64 // per bursting node and ms, × the limit/100; 0: all at once
+	second bool
+}
+
+// burstSpecs are the scenarios: 2× the limit offered on one node back to
+// back (at 5 Takes a ms per 100 of the limit, what one client sends
+// through Envoy), paced (1 a ms per 100), in turn over the three nodes at
+// the same total pace, on every node at once (paced, and each node's all
+// at once: the worst case of a key's first window), and on one node in the
+// key's second window.
+var burstSpecs = map[string]burstSpec{
+	"one":         {nodes: []int{0}, mult: 2, perMS: 5},
+	"paced":       {nodes: []int{0}, mult: 2, perMS: 1},
+	"round-robin": {nodes: []int{0, 1, 2}, mult: 2.0 / 3, perMS: 5.0 / 3},
+	"all":         {nodes: []int{0, 1, 2}, mult: 2, perMS: 5},
+	"all-instant": {nodes: []int{0, 1, 2}, mult: 2},
+	"next":        {nodes: []int{0}, mult: 2, perMS: 5, second: true},
+}
+
+var burstNames = []string{"one", "paced", "round-robin", "all", "all-instant", "next"}
+
+// burstLead is how far into its window each run's burst starts.
+const burstLead = 50 * time.Millisecond
+
+// burst runs scenario name c.burstRuns times, each run on a new key,
+// starting burstLead into a window of its own (for a second-window
+// scenario, a first burst in the window before, not counted).
+func (cl *cluster) burst(ctx context.Context, c config, name string) (Burst, error) {
+	spec := burstSpecs[name]
+	per := int64(spec.mult * float64(c.limit))
+	perMS := spec.perMS * float64(c.limit) / 100
+	b := Burst{Scenario: name, Nodes: spec.nodes, PerNode: per, PerMS: perMS, Second: spec.second, Runs: c.burstRuns}
+	lim := counter.Limit{Limit: c.limit, ScaleMS: c.window.Milliseconds()}
+	nonce := time.Now().UnixNano()
+	var behind time.Duration
+	for run := range c.burstRuns {
+		key := fmt.Sprintf("burst-%s-%d-%d", name, run, nonce)
+		// The next window that starts at least 100 ms from now.
+		wms := c.window.Milliseconds()
+		w := (time.Now().Add(100*time.Millisecond).UnixMilli())/wms + 1
+		if spec.second {
+			if _, _, _, err := cl.burstRun(ctx, spec, key, lim, per, perMS, time.UnixMilli(w*wms).Add(burstLead)); err != nil {
+				return b, err
+			}
+			w++
+		}
+		t0 := time.UnixMilli(w * wms).Add(burstLead)
+		res, outside, late, err := cl.burstRun(ctx, spec, key, lim, per, perMS, t0)
+		if err != nil {
+			return b, err
+		}
+		behind = max(behind, late)
+		b.Late = append(b.Late, outside)
+		var all int64
+		perNode := make([]int64, nodes)
+		var times []time.Duration // of every admitted Take, from t0
+		for i, r := range res {
+			perNode[i] = int64(len(r))
+			all += int64(len(r))
+			times = append(times, r...)
+		}
+		slices.Sort(times)
+		reach, last := -1.0, 0.0
+		if k := int(c.limit * 9 / 10); k > 0 && len(times) >= k {
+			reach = ms(times[k-1])
+		}
+		if len(times) > 0 {
+			last = ms(times[len(times)-1])
+		}
+		b.Admitted = append(b.Admitted, all)
+		b.AdmittedPerNode = append(b.AdmittedPerNode, perNode)
+		b.Reach90MS = append(b.Reach90MS, reach)
+		b.LastMS = append(b.LastMS, last)
+	}
+	b.Min, b.Median, b.Max = spread(b.Admitted)
+	b.MaxBehindMS = ms(behind)
+	return b, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// burstRun makes one run's Takes of key from t0 on: each bursting node
+// takes, every 1 ms tick, those that have come due at perMS a ms (all at
+// once when perMS is 0), per in all. It returns, per node, when after t0
+// each Take admitted in t0's window was made, how many Takes were made
+// after that window, and how late at most a Take was made.
+func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, per int64, perMS float64, t0 time.Time) ([nodes][]time.Duration, int64, time.Duration, error) {
+	var out [nodes][]time.Duration
+	var late [nodes]time.Duration
+	var outside [nodes]int64
+	end := time.UnixMilli((t0.UnixMilli()/lim.ScaleMS + 1) * lim.ScaleMS)
+	var wg sync.WaitGroup
+	for _, i := range spec.nodes {
+		n := cl.nodes[i]
+		wg.Go(func() {
+			if !sleep(ctx, time.Until(t0)) {
+				return
+			}
+			t := time.NewTicker(tick)
+			defer t.Stop()
+			var done int64
+			for done < per {
+				now := time.Now()
+				el := now.Sub(t0)
+				due := per - done
+				if perMS > 0 {
+					due = min(per, int64(float64(el.Microseconds())/1000*perMS)+1) - done
+					// The oldest due Take was scheduled at done/perMS ms.
+					if d := el - time.Duration(float64(done)/perMS*float64(time.Millisecond)); d > late[i] {
+						late[i] = d
+					}
+				}
+				for range due {
+					switch {
+					case !now.Before(end):
+						outside[i]++
+					case n.store.Take(bucketID, key, lim, now).Allowed:
+						out[i] = append(out[i], el)
+					}
+				}
+				done += due
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return out, 0, 0, fmt.Errorf("burst %s: %w", key, err)
+	}
+	var all int64
+	for _, n := range outside {
+		all += n
+	}
+	return out, all, slices.Max(late[:]), nil
 }

@@ -27,11 +27,26 @@ func TestParse(t *testing.T) {
 		{[]string{"--nats-url", "x", "--window", "1500us"}, "--window"},
 		{[]string{"--nats-url", "x", "--windows", "0"}, "--windows"},
 		{[]string{"--nats-url", "x", "extra"}, "unexpected argument"},
+		{[]string{"--nats-url", "x", "--bursts", "storm"}, "--bursts"},
+		{[]string{"--nats-url", "x", "--burst-runs", "0"}, "--burst-runs"},
+		{[]string{"--nats-url", "x", "--multiples", ""}, "nothing to measure"},
 	} {
 		_, done, err := parse(tc.args, io.Discard, io.Discard)
 		if !done || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error about %s", tc.args, err, tc.want)
 		}
+	}
+	c, _, err = parse([]string{"--nats-url", "x", "--multiples", "", "--bursts", "all"}, io.Discard, io.Discard)
+	if err != nil || len(c.multiples) != 0 || !slices.Equal(c.bursts, burstNames) || c.burstRuns != 6 {
+		t.Errorf("bursts only: %+v, %v", c, err)
+	}
+	for _, name := range burstNames {
+		if _, ok := burstSpecs[name]; !ok {
+			t.Errorf("burst %q has no spec", name)
+		}
+	}
+	if len(burstNames) != len(burstSpecs) {
+		t.Errorf("%d burst names, %d specs", len(burstNames), len(burstSpecs))
 	}
 	var out strings.Builder
 	if _, done, err := parse([]string{"--help"}, &out, io.Discard); !done || err != nil || !strings.Contains(out.String(), "-nats-url") {

@@ -258,3 +258,45 @@ func BenchmarkMerge(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkTakeShared is BenchmarkTakeTracked with budget shares on (a
+// node of three): each Take also computes this node's share, from the
+// first share for keys nobody reported ("new") or from the counts this
+// node and its peers reported ("known"). The limit is never reached.
+func BenchmarkTakeShared(b *testing.B) {
+	for _, known := range []bool{false, true} {
+		b.Run(map[bool]string{false: "new", true: "known"}[known], func(b *testing.B) {
+			s := newStore(b, Config{Track: true})
+			if err := s.SetShares(Shares{Nodes: 3, Rank: 0, Delay: 15 * time.Millisecond}); err != nil {
+				b.Fatal(err)
+			}
+			lim := benchLimit(Fixed)
+			keys := ipKeys(1024)
+			w := benchNow.UnixMilli() / lim.ScaleMS
+			for _, k := range keys {
+				s.Take(0, k, lim, benchNow)
+				if known {
+					s.Merge(1, WindowCount{Key: k, ScaleMS: lim.ScaleMS, Window: w, Count: 1000}, benchNow)
+				}
+			}
+			var buf []WindowCount
+			if known {
+				s.MarkUnreported(1)
+			}
+			buf, _ = s.Changes(buf, benchNow)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if !s.Take(0, keys[i&1023], lim, benchNow).Allowed {
+					b.Fatal("denied")
+				}
+				i++
+				if i&(1<<16-1) == 0 {
+					b.StopTimer()
+					buf, _ = s.Changes(buf[:0], benchNow)
+					b.StartTimer()
+				}
+			}
+		})
+	}
+}

@@ -47,19 +47,32 @@ func packShares(sh Shares) uint64 {
 //	local − reported ≤ share of (Limit − estimate(reported + remote))
 //
 // where reported is this node's count as of a report at least Delay old
-// and remote what the peers reported. The share follows the key's hits in
-// its previous window, this node's against all (see shareOf), and is an
-// even split, its remainder going to the ranks whose turn it is in the
-// window, for a key without a previous window. Shares are rounded up and a
-// share of 0 counts as 1, so up to Nodes − 1 hits more than the limit may
-// be admitted, as without shares. When every node holds the same reports, the
-// shares add up to exactly what remains, so the cluster admits at most the
-// limit however the traffic is spread, before any node has heard of the
-// others' hits; a node that nears its share is told to publish
-// ([Store.NearLimit]) and, once its report is Delay old, gets its share of
-// what then remains. A node that carries all the traffic thus reaches the
-// limit in a few rounds of Delay plus the early-batch gap, each taking
-// 1/Nodes of what remains.
+// and remote what the peers reported. The share is a part of what remains
+// in proportion to this node's weight among all (see shareOf): each
+// node's hits of the key that every node knows of — its count of the
+// previous window once it reported some of it, and its reported count of
+// this one — smoothed by a sixteenth of the limit spread over the nodes, so
+// that a node with no hits known still gets some. When every node holds
+// the same reports the shares add up to what remains, rounded up (a share
+// of 0 counts as 1, so up to Nodes − 1 hits more than the limit may be
+// admitted, as without shares), so the cluster admits at most the limit
+// however the traffic is spread; a node that nears its share is told to
+// publish ([Store.NearLimit]) and, once its report is Delay old, gets its
+// share of what then remains, a share that grows with its reported hits.
+// A node that carries all the traffic thus takes most of what remains each
+// round of Delay plus the early-batch gap, as its peers, silent, have
+// none of it.
+//
+// A key of which a node knows no count at all (a new key, or one whose
+// hits no node has reported) has a first share of 3/(2 × Nodes) of what
+// remains, its remainder going to the ranks whose turn it is in the
+// window: a burst on one node admits half again an even share before its
+// first report is answered, and a key that bursts on every node at once
+// before any has heard of the others admits at most 1.5 × its limit in
+// that window (plus the rounding), the price of the larger first share.
+// Once a node hears of any count, the split above applies. Why this split
+// and this first share, what else was weighed, and the figures:
+// docs/design/budget-shares.md.
 //
 // Only keys near their share are marked for [Store.Changes], and keys a
 // peer reports ([Store.Merge]) while this node's unreported hits of them
@@ -140,33 +153,40 @@ func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (share, unreporte
 		base = int64(e.pubNew)
 	}
 	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
-		share = shareOf(e, lim.Limit, rem, w, nodes, rank)
+		share = shareOf(e, lim.Limit, rem, w, nodes, rank, base)
 	}
 	return share, e.local[w&1] - base
 }
 
 // shareOf is this node's share of rem, what remains of e's budget in
-// window w. The split follows the key's traffic in the previous window,
-// as this node knows it: this node's own hits there against every node's,
-// each count smoothed by a quarter of an even share of the limit, so that
-// a node that carried 90% of a key's hits gets most of what remains and a
-// node that carried none still gets some. Every node computes the split
-// from nearly the same counts (a key's busy nodes publish theirs, and a
-// report makes the others publish), so the shares add up to about what
-// remains. Without a previous window the split is even, its remainder
+// window w (its newest), given base, this node's count of w that its peers
+// hold. The weights are the counts every node knows of the same way (so
+// that every node computes nearly the same split and the shares add up to
+// about rem): this node's are base and, once it reported any of them, its
+// hits of window w−1; the peers' are what they reported of both windows.
+// A node's hits of w−1 that it never reported are left out, as its peers
+// know nothing of them. Each weight is smoothed by limit/(16 × nodes), so
+// that a node with no hits known still gets some. When nothing is known
+// the share is the first share, 3 × rem / (2 × nodes), its remainder
 // going to the ranks whose turn it is in window w, which every node
 // computes alike. A share of 0 counts as 1: otherwise a small limit could
 // admit nothing at all on a node that carries all the traffic.
-func shareOf(e *entry, limit, rem, w, nodes, rank int64) int64 {
-	own, all := e.local[(w-1)&1], e.total(w-1) // w is e's newest window
+func shareOf(e *entry, limit, rem, w, nodes, rank, base int64) int64 {
+	p := (w - 1) & 1
+	own := base
+	if e.marks&(published<<p) != 0 {
+		own += e.local[p]
+	}
+	all := own + e.remote[p] + e.remote[w&1]
 	if all <= 0 {
-		share := rem / nodes
-		if (w%nodes+nodes+rank)%nodes < rem%nodes || share == 0 {
+		q := rem * 3 / 2 // rem ≤ MaxLimit: no overflow
+		share := q / nodes
+		if (w%nodes+nodes+rank)%nodes < q%nodes || share == 0 {
 			share++
 		}
 		return share
 	}
-	smooth := max(1, limit/(4*nodes))
+	smooth := max(1, limit/(16*nodes))
 	own, all = min(own, 4*limit), min(all, 4*limit) // beyond 4× the limit, only the ratio matters
 	num, den := uint64(own+smooth), uint64(all+nodes*smooth)
 	// ⌈rem × num / den⌉ in 128 bits: rem × num may exceed 2^63. num ≤ den,

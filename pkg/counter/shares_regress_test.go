@@ -111,7 +111,7 @@ func TestReportedIncludesSlidingPreviousWindow(t *testing.T) {
 		lim := Limit{Limit: 100, ScaleMS: 1000, Algorithm: Sliding}
 		w0 := time.UnixMilli(1_000_000_000_000)
 		s := shareStore(t, sh)
-		for i := 0; i < 30; i++ {
+		for i := 0; i < 40; i++ { // past half of a first share of 75
 			s.Take(0, "k", lim, w0.Add(-10*time.Millisecond))
 		}
 		out, _ := s.Changes(nil, w0.Add(-5*time.Millisecond)) // published; suppose the batch is lost
@@ -128,7 +128,7 @@ func TestReportedIncludesSlidingPreviousWindow(t *testing.T) {
 			}
 		}
 		if !found {
-			t.Errorf("nodes %d: the previous window's 30 (weight ~99%% now) is not in Reported", sh.Nodes)
+			t.Errorf("nodes %d: the previous window's 40 (weight ~99%% now) is not in Reported", sh.Nodes)
 		}
 	}
 }

@@ -29,16 +29,19 @@ func admitAll(s *Store, key string, lim Limit, now time.Time) int {
 	return n
 }
 
-func TestSharesSplitTheBudget(t *testing.T) {
+// TestSharesFirstShares: a key no node knows a count of gets a first share
+// of 3/(2 × Nodes) of the limit on every node, so that the first shares add
+// up to 1.5 × the limit: what a key that bursts on every node at once may
+// admit before any node hears of the others.
+func TestSharesFirstShares(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000) // a window start
 	total := 0
 	for rank := range 3 {
 		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
 		got := admitAll(s, "k", lim, w0.Add(5*time.Millisecond))
-		// 100 = 33×3 + 1: one rank's turn for the remainder in this window.
-		if got != 33 && got != 34 {
-			t.Errorf("rank %d admitted %d alone, want its share 33 or 34", rank, got)
+		if got != 50 {
+			t.Errorf("rank %d admitted %d alone, want its first share 50", rank, got)
 		}
 		total += got
 		if d := s.ShareDenials(); d != 1 {
@@ -48,8 +51,18 @@ func TestSharesSplitTheBudget(t *testing.T) {
 			t.Errorf("rank %d: Peek denies at %d of 100: shares bind admission only", rank, r.Count)
 		}
 	}
-	if total != 100 {
-		t.Errorf("the three shares add up to %d, want exactly the limit 100", total)
+	if total != 150 {
+		t.Errorf("the three first shares add up to %d, want 1.5 × the limit, 150", total)
+	}
+	// 1.5 × 100 = 150 = 37×4 + 2 over four nodes: two ranks' turn for the
+	// remainder in this window.
+	total = 0
+	for rank := range 4 {
+		s := shareStore(t, Shares{Nodes: 4, Rank: rank, Delay: 10 * time.Millisecond})
+		total += admitAll(s, "k", lim, w0)
+	}
+	if total != 150 {
+		t.Errorf("four first shares add up to %d, want 150", total)
 	}
 }
 
@@ -58,23 +71,25 @@ func TestSharesGrowOnceReported(t *testing.T) {
 	w0 := time.UnixMilli(1_000_000_000_000)
 	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
 	at := w0.Add(time.Millisecond)
-	if got := admitAll(s, "k", lim, at); got != 30 {
-		t.Fatalf("admitted %d, want the share 30", got)
+	if got := admitAll(s, "k", lim, at); got != 45 {
+		t.Fatalf("admitted %d, want the first share 45", got)
 	}
 	// Denied, and still denied after the report until it is Delay old.
 	out, _ := s.Changes(nil, at)
-	if len(out) != 1 || out[0].Count != 30 {
-		t.Fatalf("Changes = %+v, want the key at 30 (it is near its share)", out)
+	if len(out) != 1 || out[0].Count != 45 {
+		t.Fatalf("Changes = %+v, want the key at 45 (it is near its share)", out)
 	}
 	if r := s.Take(0, "k", lim, at.Add(9*time.Millisecond)); r.Allowed || r.Remaining != 0 || r.RetryAfterMS != 1 {
 		t.Errorf("at 9 ms of a 10 ms delay: %+v, want denied, Remaining 0, RetryAfterMS 1 (not the window's end)", r)
 	}
-	// The peers reported 15 meanwhile: 90 − 30 − 15 = 45 remain, 15 each.
+	// The peers reported 15 meanwhile: 90 − 45 − 15 = 30 remain, and this
+	// node carried 45 of the 60 hits known: ⌈30 × (45 + 1)/(60 + 3×1)⌉ =
+	// 22 of them (1: a sixteenth of the limit over 3 nodes, the smoothing).
 	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: w0.UnixMilli() / 1000, Count: 15}, at); st != Merged {
 		t.Fatal(st)
 	}
-	if got := admitAll(s, "k", lim, at.Add(10*time.Millisecond)); got != 15 {
-		t.Errorf("admitted %d once the report was in effect, want 15 (a third of the 45 left)", got)
+	if got := admitAll(s, "k", lim, at.Add(10*time.Millisecond)); got != 22 {
+		t.Errorf("admitted %d once the report was in effect, want 22", got)
 	}
 }
 
@@ -96,15 +111,15 @@ func TestSharesFloodIsNotReplicated(t *testing.T) {
 		t.Errorf("without shares, %d keys reported, want all 1000", len(out))
 	}
 	// A key hit up to half its share is reported.
-	for range 16 {
+	for range 24 {
 		on.Take(0, "hot", lim, now)
 	}
 	if out, _ := on.Changes(nil, now); len(out) != 0 {
-		t.Errorf("reported at 16 of a share of 33: %+v", out)
+		t.Errorf("reported at 24 of a first share of 50: %+v", out)
 	}
 	on.Take(0, "hot", lim, now)
-	if out, _ := on.Changes(nil, now); len(out) != 1 || out[0].Count != 17 {
-		t.Errorf("at 17 of a share of 33, Changes = %+v, want hot at 17", out)
+	if out, _ := on.Changes(nil, now); len(out) != 1 || out[0].Count != 25 {
+		t.Errorf("at 25 of a first share of 50, Changes = %+v, want hot at 25", out)
 	}
 }
 
@@ -164,26 +179,16 @@ func TestSharesSmallLimit(t *testing.T) {
 
 func TestSharesTakeN(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
-	now := time.UnixMilli(1_000_000_000_000 + 1) // rank 0's turn: share 34 of 100
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
-	var turn int64
-	for r := range 3 {
-		if s2 := shareStore(t, Shares{Nodes: 3, Rank: r, Delay: time.Millisecond}); admitAll(s2, "x", lim, now) == 34 {
-			turn = int64(r)
-		}
-	}
-	want := int64(33)
-	if turn == 0 {
-		want = 34
-	}
+	now := time.UnixMilli(1_000_000_000_000 + 1)
+	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond}) // a first share of 50
 	if r := s.TakeN(0, "k", lim, 1, now); !r.Allowed {
 		t.Error("TakeN(1) denied within the share")
 	}
-	if r := s.TakeN(0, "k", lim, want, now); r.Allowed {
-		t.Errorf("TakeN(%d) after 1 admitted beyond the share %d", want, want)
+	if r := s.TakeN(0, "k", lim, 50, now); r.Allowed {
+		t.Error("TakeN(50) after 1 admitted beyond the share 50")
 	}
-	if r := s.TakeN(0, "k", lim, want-1, now); !r.Allowed {
-		t.Errorf("TakeN(%d) after 1 denied within the share %d", want-1, want)
+	if r := s.TakeN(0, "k", lim, 49, now); !r.Allowed {
+		t.Error("TakeN(49) after 1 denied within the share 50")
 	}
 	if r := s.TakeN(0, "k", lim, 1, now); r.Allowed {
 		t.Error("TakeN(1) admitted with the share spent")
@@ -206,14 +211,14 @@ func TestSharesSliding(t *testing.T) {
 	// The previous window held 60 of the peers' hits and none of this
 	// node's: at its midpoint the estimate counts 30 of them, so 60
 	// remain, of which this node, which carried none of the key's
-	// traffic, gets ⌈60 × 7/(60 + 3×7)⌉ = 6 (7: a quarter of an even
-	// share of 90, the smoothing).
+	// traffic, gets ⌈60 × 1/(60 + 3×1)⌉ = 1 (1: a sixteenth of the limit
+	// over 3 nodes, the smoothing).
 	prev := w0.UnixMilli()/1000 - 1
 	if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Algorithm: Sliding, Window: prev, Count: 60}, w0); st != Merged {
 		t.Fatal(st)
 	}
-	if got := admitAll(s, "k", lim, w0.Add(500*time.Millisecond)); got != 6 {
-		t.Errorf("admitted %d, want 6", got)
+	if got := admitAll(s, "k", lim, w0.Add(500*time.Millisecond)); got != 1 {
+		t.Errorf("admitted %d, want 1", got)
 	}
 }
 
@@ -227,14 +232,15 @@ func TestSharesFollowTraffic(t *testing.T) {
 	total := 0
 	for rank, own := range []int{90, 5, 5} {
 		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
-		s.Incr(0, "k", lim, int64(own), prev) // this node's hits of that window
+		s.Incr(0, "k", lim, int64(own), prev) // this node's hits of that window, reported
+		s.Changes(nil, prev)
 		// The others' hits of that window, as they reported them.
 		if st := s.Merge(1, WindowCount{Key: "k", ScaleMS: 1000, Window: prev.UnixMilli() / 1000, Count: int64(100 - own)}, prev); st != Merged {
 			t.Fatal(st)
 		}
 		got := admitAll(s, "k", lim, w0)
-		// ⌈100 × (own + 8)/(100 + 3×8)⌉: 80 for 90, 11 for 5.
-		if want := (100*(own+8) + 123) / 124; got != want {
+		// ⌈100 × (own + 2)/(100 + 3×2)⌉: 87 for 90, 7 for 5.
+		if want := (100*(own+2) + 105) / 106; got != want {
 			t.Errorf("rank %d with %d of 100 hits before: admitted %d, want %d", rank, own, got, want)
 		}
 		total += got
@@ -256,38 +262,49 @@ func TestSetSharesRejects(t *testing.T) {
 	}
 }
 
-// simCluster runs nodes stores as a cluster over a simulated network in
-// simulated time, 1 ms a step: each step every node takes its hits of the
-// key; a node publishes its Changes at every 100 ms tick and, when its
-// store signals, within a 10 ms gap of its previous early batch; a batch
-// reaches the peers 1 ms later. It returns the admitted hits per whole
-// window.
-func simCluster(t *testing.T, lim Limit, perMS []float64, windows int) []int {
+// simNet is a cluster of stores on a simulated network in simulated time,
+// 1 ms a step, driven as package replicate drives them: a node publishes
+// its Changes at every tick and, when its store signals, at once unless its
+// previous early batch is less than gap old (then at the gap's end); a
+// batch reaches the peers deliver later. Each node's Shares.Delay is what
+// replicate sets: gap + 2 × max(deliver, 2.5 ms).
+type simNet struct {
+	lim                      Limit
+	nodes                    int
+	tickMS, gapMS, deliverMS int64
+}
+
+// newSimNet is the default network: a 100 ms tick, a 10 ms gap and 1 ms
+// to deliver a batch (a Delay of 15 ms).
+func newSimNet(lim Limit, nodes int) simNet {
+	return simNet{lim: lim, nodes: nodes, tickMS: 100, gapMS: 10, deliverMS: 1}
+}
+
+// run offers each node load(node, ms) hits at each ms in [start, end) (unix
+// ms) and returns when, per node, each admitted hit was taken.
+func (c simNet) run(t *testing.T, start, end int64, load func(node int, ms int64) int) [][]int64 {
 	t.Helper()
-	const tickMS, gapMS, deliverMS = 100, 10, 1
 	type msg struct {
 		at   int64
 		from PeerID
 		wcs  []WindowCount
 	}
-	nodes := len(perMS)
-	ss := make([]*Store, nodes)
+	delay := time.Duration(c.gapMS)*time.Millisecond + 2*max(time.Duration(c.deliverMS)*time.Millisecond, 2500*time.Microsecond)
+	ss := make([]*Store, c.nodes)
 	for i := range ss {
-		ss[i] = shareStore(t, Shares{Nodes: nodes, Rank: i, Delay: gapMS * time.Millisecond})
+		ss[i] = shareStore(t, Shares{Nodes: c.nodes, Rank: i, Delay: delay})
 	}
-	start := int64(1_000_000_000_000) // a window start
 	var inflight []msg
-	lastEarly := make([]int64, nodes)
-	earlyAt := make([]int64, nodes) // 0: none pending
-	owed := make([]float64, nodes)
-	admitted := map[int64]int{}
+	lastEarly := make([]int64, c.nodes)
+	earlyAt := make([]int64, c.nodes) // 0: none pending
+	admitted := make([][]int64, c.nodes)
 	publish := func(i int, ms int64) {
 		out, _ := ss[i].Changes(nil, time.UnixMilli(ms))
 		if len(out) > 0 {
-			inflight = append(inflight, msg{ms + deliverMS, PeerID(i + 1), out})
+			inflight = append(inflight, msg{ms + c.deliverMS, PeerID(i + 1), out})
 		}
 	}
-	for ms := start; ms < start+int64(windows+1)*lim.ScaleMS; ms++ {
+	for ms := start; ms < end; ms++ {
 		now := time.UnixMilli(ms)
 		keep := inflight[:0]
 		for _, m := range inflight {
@@ -305,16 +322,15 @@ func simCluster(t *testing.T, lim Limit, perMS []float64, windows int) []int {
 		}
 		inflight = keep
 		for i, s := range ss {
-			owed[i] += perMS[i]
-			for ; owed[i] >= 1; owed[i]-- {
-				if s.Take(0, "k", lim, now).Allowed {
-					admitted[(ms-start)/lim.ScaleMS]++
+			for range load(i, ms) {
+				if s.Take(0, "k", c.lim, now).Allowed {
+					admitted[i] = append(admitted[i], ms)
 				}
 			}
 			select {
 			case <-s.NearLimit():
 				if earlyAt[i] == 0 {
-					earlyAt[i] = max(ms, lastEarly[i]+gapMS)
+					earlyAt[i] = max(ms, lastEarly[i]+c.gapMS)
 				}
 			default:
 			}
@@ -322,9 +338,30 @@ func simCluster(t *testing.T, lim Limit, perMS []float64, windows int) []int {
 				earlyAt[i], lastEarly[i] = 0, ms
 				publish(i, ms)
 			}
-			if ms%tickMS == 0 {
+			if ms%c.tickMS == 0 {
 				publish(i, ms)
 			}
+		}
+	}
+	return admitted
+}
+
+// simCluster runs three-or-more nodes, node i offered perMS[i] hits a ms,
+// on the default simNet and returns the admitted hits per whole window.
+func simCluster(t *testing.T, lim Limit, perMS []float64, windows int) []int {
+	t.Helper()
+	start := int64(1_000_000_000_000) // a window start
+	owed := make([]float64, len(perMS))
+	at := newSimNet(lim, len(perMS)).run(t, start, start+int64(windows+1)*lim.ScaleMS, func(i int, _ int64) int {
+		owed[i] += perMS[i]
+		n := int(owed[i])
+		owed[i] -= float64(n)
+		return n
+	})
+	admitted := map[int64]int{}
+	for _, node := range at {
+		for _, ms := range node {
+			admitted[(ms-start)/lim.ScaleMS]++
 		}
 	}
 	out := make([]int, 0, windows)
@@ -374,7 +411,7 @@ func TestReportedListsOnlyReportedKeys(t *testing.T) {
 	for i := range 100 {
 		s.Take(0, fmt.Sprintf("flood-%d", i), lim, now)
 	}
-	for range 20 {
+	for range 30 {
 		s.Take(0, "hot", lim, now)
 	}
 	if got := s.Reported(nil, now); len(got) != 0 {
@@ -383,8 +420,8 @@ func TestReportedListsOnlyReportedKeys(t *testing.T) {
 	s.Changes(nil, now)
 	s.Take(0, "hot", lim, now) // counted after the report: Reported gives the latest
 	got := s.Reported(nil, now)
-	if len(got) != 1 || got[0].Key != "hot" || got[0].Count != 21 {
-		t.Errorf("Reported = %+v, want hot at 21 alone", got)
+	if len(got) != 1 || got[0].Key != "hot" || got[0].Count != 31 {
+		t.Errorf("Reported = %+v, want hot at 31 alone", got)
 	}
 	if got := s.Reported(nil, now.Add(time.Minute)); len(got) != 0 {
 		t.Errorf("Reported after the window ended = %+v, want none", got)
@@ -394,9 +431,9 @@ func TestReportedListsOnlyReportedKeys(t *testing.T) {
 // FuzzShares runs a random sequence of operations on one node's store with
 // shares on and checks, whatever the sequence: no window ever counts more
 // local hits than the limit, and until a window's first report (or a
-// change of shares) a node admits in it at most an even share of the
-// whole limit, ⌈Limit/Nodes⌉, however peers' counts arrive, when the
-// key's previous window saw no hits (else the split follows them).
+// change of shares) a node admits in it at most a first share of the
+// whole limit, ⌈⌊1.5 × Limit⌋/Nodes⌉, however peers' counts arrive, when
+// the key's previous window saw no hits (else the split follows them).
 func FuzzShares(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 1, 0, 2, 50, 0, 0, 3, 7, 0, 0})
 	f.Add([]byte{4, 5, 0, 0, 0, 0, 0, 1, 2, 200, 0, 0, 5, 9})
@@ -415,6 +452,7 @@ func FuzzShares(f *testing.F) {
 		keys := []string{"a", "b"}
 		// clean[key]: the key's current window has had no report and no
 		// change of shares, so the one-share bound holds.
+		first := func() int64 { return max(1, (limit*3/2+int64(nodes)-1)/int64(nodes)) }
 		type kw struct {
 			key string
 			w   int64
@@ -441,7 +479,7 @@ func FuzzShares(f *testing.F) {
 				if s.TakeN(0, key, lim, n, now).Allowed {
 					admitted[k] += n
 					touched[k] = true
-					if n > (limit+int64(nodes)-1)/int64(nodes) {
+					if n > first() {
 						clean[k] = false // heavier than a share: on the limit alone
 					}
 				}
@@ -468,8 +506,8 @@ func FuzzShares(f *testing.F) {
 			if got := admitted[k]; got > limit {
 				t.Fatalf("%s admitted %d in one window of a limit of %d", key, got, limit)
 			}
-			if clean[k] && !touched[kw{key, w - 1}] && nodes > 1 && admitted[k] > (limit+int64(nodes)-1)/int64(nodes) {
-				t.Fatalf("%s admitted %d before any report, over one share of %d nodes", key, admitted[k], nodes)
+			if clean[k] && !touched[kw{key, w - 1}] && nodes > 1 && admitted[k] > first() {
+				t.Fatalf("%s admitted %d before any report, over one first share of %d nodes", key, admitted[k], nodes)
 			}
 		}
 	})

@@ -19,12 +19,15 @@
 // counter.Store.SetShares): what remains of the limit after this node's
 // count as last published and its peers' published counts, split over the
 // live nodes (this one and the peers heard from in the last three
-// heartbeats; processes, see "Identity" below) as the key's hits were in its previous window — smoothed, so
-// a node that had none still gets some — and evenly for a key without one
-// (the remainder of the division rotating over the nodes by window). When
+// heartbeats; processes, see "Identity" below) as the key's hits that
+// every node knows of are: those published of its previous window and of
+// this one, smoothed so that a node that had none still gets some. When
 // every node holds the same published counts the shares add up to what
 // remains, so the cluster admits about the limit before any node hears of
-// the others' new hits.
+// the others' new hits. A key no node knows a count of has a first share
+// of 1.5/N of the limit on every node: a key that bursts on every node at
+// once may admit up to 1.5× its limit in that window (see
+// docs/design/budget-shares.md).
 //
 // The store marks a key for publishing only when a hit brings this node's
 // unpublished hits of it to half its share or more, or when a peer's
@@ -42,11 +45,11 @@
 // arrive), it has the peers' answers, and its share is recomputed from
 // what then remains. A node that has used its share denies until then
 // (counter.Result.RetryAfterMS: until its share grows, a few ms). So a
-// node carrying all of a key's traffic takes 1/N of what remains every
-// round of about 2.5×EarlyGap, and reaches 95% of the limit within about
-// 3N rounds (0.95 ≈ 1 − (1 − 1/N)^3N). A node that leaves publishes, in
-// its final batch, every key it counted at least twice since its last
-// report.
+// node carrying all of a key's traffic, its peers silent, takes most of
+// what remains every round of about 2.5×EarlyGap (its published hits
+// outweigh the peers' smoothing) and nears the limit within three rounds.
+// A node that leaves publishes, in its final batch, every key it counted
+// at least twice since its last report.
 //
 // Incr (failure counting, quota reports) is not admission: every change
 // it makes is marked and published at the next tick, as without shares.

@@ -37,16 +37,16 @@ func TestClusterAntiEntropyRepairsLostBatch(t *testing.T) {
 	b := startLive(t, srv.URL(), "b", Config{}, nodeOpts{})
 	a.waitReady(t)
 	b.waitReady(t)
-	// Half of a's share of 100 (of two nodes): the last hit is near the
-	// share and has the key published; the others are not.
-	for range 25 {
+	// Half of a's first share of 100 (75 of two nodes): the last hit is
+	// near the share and has the key published; the others are not.
+	for range 38 {
 		a.store.Take(0, "quiet", long, time.Now())
 	}
 	poll.Until(t, waitLong, time.Millisecond, func() error {
 		if droppedAt.Load() == 0 {
 			return fmt.Errorf("no batch dropped yet")
 		}
-		if got := b.total(0, "quiet"); got != 25 {
+		if got := b.total(0, "quiet"); got != 38 {
 			return fmt.Errorf("b sees %d", got)
 		}
 		return nil

@@ -57,11 +57,11 @@ func TestClusterFloodIsNotReplicated(t *testing.T) {
 			}
 		}
 	}
-	// Half of n0's share of 100 (33 or 34 of three nodes): published.
-	for range 17 {
+	// Half of n0's first share of 100 (50 of three nodes): published.
+	for range 25 {
 		nodes[0].store.Take(0, "hot", perIP, time.Now())
 	}
-	allSee(t, nodes, 0, "hot", 17)
+	allSee(t, nodes, 0, "hot", 25)
 	if got := sent() - before; got != 1 {
 		t.Errorf("%v entries published for 6000 keys hit once and one key near its share, want 1", got)
 	}
@@ -119,7 +119,7 @@ func TestClusterLeavingNodePublishesUnreported(t *testing.T) {
 	nodes[0].store.Take(0, "once", long, time.Now())
 	time.Sleep(200 * time.Millisecond)
 	if got := nodes[1].total(0, "k"); got != 0 {
-		t.Fatalf("10 of a share of 50 replicated before the node left: %d", got)
+		t.Fatalf("10 of a first share of 75 replicated before the node left: %d", got)
 	}
 	nodes[0].stop(t)
 	allSee(t, nodes[1:], 0, "k", 10)
