@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // The accuracy scenario runs bench/accuracy, three replicated nodes in one
@@ -126,7 +128,7 @@ func (r *runner) accuracy(ctx context.Context) error {
 
 // mergeAccuracy appends run's rows to into (nil: run itself); run nil
 // leaves into as it is.
-func mergeAccuracy(into, run *AccuracyRun) *AccuracyRun {
+func mergeAccuracy(into, run *loadresult.Accuracy) *loadresult.Accuracy {
 	switch {
 	case run == nil:
 		return into
@@ -214,7 +216,7 @@ func accuracyStep(m float64) string {
 // scenarios instead) on natsURL (its own subject prefix, so that a late
 // message of another run is not read) and keeps its output in
 // runs/accuracy-<name>-x<m>.json (-bursts.json).
-func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m float64) (*AccuracyRun, error) {
+func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m float64) (*loadresult.Accuracy, error) {
 	mult := strconv.FormatFloat(m, 'g', -1, 64)
 	label, timeout := "accuracy-"+name+"-x"+mult, r.accuracyRunTime()
 	args := []string{"--nats-url", natsURL, "--subject-prefix", "accuracy." + name, "--windows", strconv.Itoa(r.opt.accWindows),
@@ -237,8 +239,8 @@ func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m f
 
 // parseAccuracy reads the program's output and checks that it holds rows
 // or bursts.
-func parseAccuracy(b []byte) (*AccuracyRun, error) {
-	var run AccuracyRun
+func parseAccuracy(b []byte) (*loadresult.Accuracy, error) {
+	var run loadresult.Accuracy
 	if err := json.Unmarshal(b, &run); err != nil {
 		return nil, fmt.Errorf("accuracy output: %w", err)
 	}
@@ -254,7 +256,7 @@ func (r *runner) printAccuracy(a *Accuracy) {
 	for _, row := range a.After.Rows {
 		lim := float64(a.After.Limit)
 		b := "—"
-		if x, ok := a.Before.row(row.Algorithm, row.Multiple, row.Distribution); ok {
+		if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
 			b = fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/float64(a.Before.Limit), x.Median/float64(a.Before.Limit), float64(x.Max)/float64(a.Before.Limit))
 		}
 		r.printf("%-8s %5g× %-7s %-23s %.2f / %.2f / %.2f\n", row.Algorithm, row.Multiple, row.Distribution, b,
@@ -262,43 +264,17 @@ func (r *runner) printAccuracy(a *Accuracy) {
 	}
 	for _, x := range a.After.Bursts {
 		b := "—"
-		if y, ok := a.Before.burst(x.Scenario); ok {
+		if y, ok := a.Before.Burst(x.Scenario); ok {
 			b = burstCell(y, a.Before.Limit)
 		}
 		r.printf("burst %-15s %-23s %s\n", x.Scenario, b, burstCell(x, a.After.Limit))
 	}
 }
 
-// burst is the run's burst scenario of that name.
-func (run *AccuracyRun) burst(scenario string) (AccuracyBurst, bool) {
-	if run == nil {
-		return AccuracyBurst{}, false
-	}
-	for _, x := range run.Bursts {
-		if x.Scenario == scenario && x.Runs > 0 {
-			return x, true
-		}
-	}
-	return AccuracyBurst{}, false
-}
-
 // burstCell is min / median / max admitted per run as × of the limit.
-func burstCell(x AccuracyBurst, limit int64) string {
+func burstCell(x loadresult.AccuracyBurst, limit int64) string {
 	l := float64(limit)
 	return fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
-}
-
-// row is the run's row of an algorithm, multiple and distribution.
-func (run *AccuracyRun) row(alg string, mult float64, dist string) (AccuracyRow, bool) {
-	if run == nil {
-		return AccuracyRow{}, false
-	}
-	for _, x := range run.Rows {
-		if x.Algorithm == alg && x.Multiple == mult && x.Distribution == dist && x.Windows > 0 {
-			return x, true
-		}
-	}
-	return AccuracyRow{}, false
 }
 
 // The accuracy targets: admitted per window as × of the limit.
@@ -320,15 +296,15 @@ var (
 // accExtreme is the largest (or, with lowest, the smallest) of a figure
 // over the rows of run at the multiples, and the row it came from; false
 // if some algorithm has no row at one of them.
-func accExtreme(run *AccuracyRun, mults []float64, lowest bool, fig func(AccuracyRow) float64) (float64, AccuracyRow, bool) {
+func accExtreme(run *loadresult.Accuracy, mults []float64, lowest bool, fig func(loadresult.AccuracyRow) float64) (float64, loadresult.AccuracyRow, bool) {
 	var best float64
-	var at AccuracyRow
+	var at loadresult.AccuracyRow
 	found := false
 	for _, alg := range accuracyAlgorithms {
 		for _, m := range mults {
 			seen := false
 			for _, dist := range accuracyDistributions {
-				row, ok := run.row(alg, m, dist)
+				row, ok := run.Row(alg, m, dist)
 				if !ok {
 					continue
 				}
@@ -339,17 +315,17 @@ func accExtreme(run *AccuracyRun, mults []float64, lowest bool, fig func(Accurac
 				}
 			}
 			if !seen {
-				return 0, AccuracyRow{}, false
+				return 0, loadresult.AccuracyRow{}, false
 			}
 		}
 	}
 	return best, at, found
 }
 
-func rowMax(r AccuracyRow) float64    { return float64(r.Max) }
-func rowMedian(r AccuracyRow) float64 { return r.Median }
+func rowMax(r loadresult.AccuracyRow) float64    { return float64(r.Max) }
+func rowMedian(r loadresult.AccuracyRow) float64 { return r.Median }
 
-func accRowName(r AccuracyRow) string {
+func accRowName(r loadresult.AccuracyRow) string {
 	return fmt.Sprintf("%s %g× %s", r.Algorithm, r.Multiple, r.Distribution)
 }
 
@@ -377,7 +353,7 @@ func accuracyTargets(res *Results) []Target {
 		before = "; no baseline: " + a.Baseline.Error
 	}
 
-	overshoot := func(run *AccuracyRun) (mid, high float64, text string, ok bool) {
+	overshoot := func(run *loadresult.Accuracy) (mid, high float64, text string, ok bool) {
 		mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
 		high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
 		if !ok1 || !ok2 {
@@ -406,7 +382,7 @@ func accuracyTargets(res *Results) []Target {
 		over.Measured += before
 	}
 
-	lowFloor := func(run *AccuracyRun) (float64, string, bool) {
+	lowFloor := func(run *loadresult.Accuracy) (float64, string, bool) {
 		lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
 		if !ok {
 			return 0, "no rows at 2× for both algorithms", false
@@ -415,7 +391,7 @@ func accuracyTargets(res *Results) []Target {
 		var just []string
 		for _, alg := range accuracyAlgorithms {
 			for _, dist := range accuracyDistributions {
-				if row, ok := run.row(alg, 1.1, dist); ok {
+				if row, ok := run.Row(alg, 1.1, dist); ok {
 					just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
 				}
 			}
@@ -455,9 +431,9 @@ func accuracyBurstTarget(res *Results) Target {
 		}
 		return t
 	}
-	text := func(run *AccuracyRun) (one, all float64, s string, ok bool) {
-		x, ok1 := run.burst("one")
-		y, ok2 := run.burst("all-instant")
+	text := func(run *loadresult.Accuracy) (one, all float64, s string, ok bool) {
+		x, ok1 := run.Burst("one")
+		y, ok2 := run.Burst("all-instant")
 		if !ok1 || !ok2 {
 			return 0, 0, "no bursts one and all-instant", false
 		}
@@ -521,7 +497,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 		syncMS = float64(d.Milliseconds())
 	}
 	marked := false
-	cell := func(x AccuracyRow, lim int64) string {
+	cell := func(x loadresult.AccuracyRow, lim int64) string {
 		l := float64(lim)
 		c := fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
 		if x.MaxBehindMS > syncMS {
@@ -530,7 +506,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 		}
 		return c
 	}
-	behind := func(x AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
+	behind := func(x loadresult.AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
 		w("**%s**\n\n| offered | spread |", alg)
 		if a.Before != nil {
@@ -548,7 +524,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 			w("| %g× | %s |", row.Multiple, row.Distribution)
 			pacing := behind(row)
 			if a.Before != nil {
-				if x, ok := a.Before.row(row.Algorithm, row.Multiple, row.Distribution); ok {
+				if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
 					w(" %s |", cell(x, a.Before.Limit))
 					pacing = behind(x) + " / " + pacing
 				} else {
@@ -578,7 +554,7 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 	for _, row := range run.Rows {
 		w("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
 		if a.Before != nil {
-			x, _ := a.Before.row(row.Algorithm, row.Multiple, row.Distribution)
+			x, _ := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution)
 			w(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
 		}
 		w(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
@@ -613,7 +589,7 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 		w("---:|---:|")
 	}
 	w("---:|---:|---:|\n")
-	reach := func(x AccuracyBurst) string {
+	reach := func(x loadresult.AccuracyBurst) string {
 		s := slices.Clone(x.Reach90MS)
 		slices.Sort(s)
 		if len(s) == 0 || s[len(s)/2] < 0 {
@@ -622,7 +598,7 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 		return fmt.Sprintf("%.0f ms", s[len(s)/2])
 	}
 	marked := false
-	cell := func(x AccuracyBurst, limit int64) string {
+	cell := func(x loadresult.AccuracyBurst, limit int64) string {
 		c := burstCell(x, limit)
 		if slices.ContainsFunc(x.Late, func(n int64) bool { return n > 0 }) {
 			c += " ‡"
@@ -633,7 +609,7 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 	for _, x := range run.Bursts {
 		w("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
 		if a.Before != nil {
-			if y, ok := a.Before.burst(x.Scenario); ok {
+			if y, ok := a.Before.Burst(x.Scenario); ok {
 				w(" %s | %s |", cell(y, a.Before.Limit), reach(y))
 			} else {
 				w(" — | — |")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
@@ -51,8 +52,8 @@ func TestAccuracyProgram(t *testing.T) {
 		t.Fatalf("accuracy: %v\n%s", err, stderr.String())
 	}
 	dec := json.NewDecoder(bytes.NewReader(out))
-	dec.DisallowUnknownFields() // AccuracyRun mirrors the program's Output
-	var run AccuracyRun
+	dec.DisallowUnknownFields() // loadresult.Accuracy mirrors the program's Output
+	var run loadresult.Accuracy
 	if err := dec.Decode(&run); err != nil {
 		t.Fatalf("decode: %v\n%s", err, out)
 	}
@@ -67,7 +68,7 @@ func TestAccuracyProgram(t *testing.T) {
 	}
 	for _, alg := range accuracyAlgorithms {
 		for _, dist := range accuracyDistributions {
-			row, ok := run.row(alg, mult, dist)
+			row, ok := run.Row(alg, mult, dist)
 			if !ok {
 				t.Errorf("no row %s %s", alg, dist)
 				continue
@@ -88,7 +89,7 @@ func TestAccuracyProgram(t *testing.T) {
 	}
 	dec = json.NewDecoder(bytes.NewReader(out))
 	dec.DisallowUnknownFields()
-	run = AccuracyRun{}
+	run = loadresult.Accuracy{}
 	if err := dec.Decode(&run); err != nil {
 		t.Fatalf("decode: %v\n%s", err, out)
 	}
@@ -119,7 +120,7 @@ func TestAccuracyProgram(t *testing.T) {
 	}
 }
 
-func checkAccuracyRow(t *testing.T, row AccuracyRow, nodes int, limit int64, mult float64, windows int) {
+func checkAccuracyRow(t *testing.T, row loadresult.AccuracyRow, nodes int, limit int64, mult float64, windows int) {
 	t.Helper()
 	name := accRowName(row)
 	if row.Windows != windows || len(row.Admitted) != windows || len(row.Offered) != windows || len(row.AdmittedPerNode) != windows || len(row.WindowStartMS) != windows {
@@ -163,13 +164,13 @@ func checkAccuracyRow(t *testing.T, row AccuracyRow, nodes int, limit int64, mul
 // accRows fabricates a full run: every algorithm, multiple and
 // distribution, each admitting adm(alg, multiple, distribution) in each
 // of two windows.
-func accRows(limit int64, adm func(alg string, m float64, dist string) int64) *AccuracyRun {
-	run := &AccuracyRun{Nodes: 3, Limit: limit, WindowMS: 1000, SyncInterval: "100ms", Windows: 2, PeersSeen: true}
+func accRows(limit int64, adm func(alg string, m float64, dist string) int64) *loadresult.Accuracy {
+	run := &loadresult.Accuracy{Nodes: 3, Limit: limit, WindowMS: 1000, SyncInterval: "100ms", Windows: 2, PeersSeen: true}
 	for _, m := range []float64{1.1, 2, 10, 100, 1000} {
 		for _, alg := range accuracyAlgorithms {
 			for _, dist := range accuracyDistributions {
 				a := adm(alg, m, dist)
-				run.Rows = append(run.Rows, AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Windows: 2,
+				run.Rows = append(run.Rows, loadresult.AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Windows: 2,
 					Min: a, Median: float64(a), Max: a, Admitted: []int64{a, a}, Offered: []int64{int64(m * float64(limit)), int64(m * float64(limit))}})
 			}
 		}
@@ -279,7 +280,7 @@ func TestAccuracyReport(t *testing.T) {
 
 // accBursts fabricates a run's bursts: one and all-instant admitting
 // what is given per run, the others the limit.
-func accBursts(run *AccuracyRun, one, all []int64) *AccuracyRun {
+func accBursts(run *loadresult.Accuracy, one, all []int64) *loadresult.Accuracy {
 	for _, name := range []string{"one", "paced", "round-robin", "all", "all-instant", "next"} {
 		adm := []int64{run.Limit, run.Limit}
 		switch name {
@@ -288,7 +289,7 @@ func accBursts(run *AccuracyRun, one, all []int64) *AccuracyRun {
 		case "all-instant":
 			adm = all
 		}
-		x := AccuracyBurst{Scenario: name, Runs: len(adm), Admitted: adm, Min: slices.Min(adm), Max: slices.Max(adm),
+		x := loadresult.AccuracyBurst{Scenario: name, Runs: len(adm), Admitted: adm, Min: slices.Min(adm), Max: slices.Max(adm),
 			Median: float64(slices.Min(adm)+slices.Max(adm)) / 2, Reach90MS: []float64{30, -1, 40}}
 		run.Bursts = append(run.Bursts, x)
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // Results is bench/results/results.json: every figure of a run, which
@@ -381,68 +383,9 @@ type Accuracy struct {
 	Skipped string `json:"skipped,omitempty"`
 	// After is this tree's run; Before the baseline's (nil: not measured,
 	// Baseline.Error says why when it was asked for).
-	After    *AccuracyRun   `json:"after,omitempty"`
-	Before   *AccuracyRun   `json:"before,omitempty"`
-	Baseline *FloorBaseline `json:"baseline,omitempty"`
-}
-
-// AccuracyRun is one run of bench/accuracy: its JSON output (the schema
-// of bench/accuracy's Output).
-type AccuracyRun struct {
-	Nodes        int             `json:"nodes"`
-	Limit        int64           `json:"limit"`
-	WindowMS     int64           `json:"window_ms"`
-	SyncInterval string          `json:"sync_interval"`
-	Windows      int             `json:"windows"`
-	GoVersion    string          `json:"go_version"`
-	StartedAt    time.Time       `json:"started_at"`
-	ElapsedS     float64         `json:"elapsed_s"`
-	PeersSeen    bool            `json:"peers_seen"`
-	Rows         []AccuracyRow   `json:"rows"`
-	Bursts       []AccuracyBurst `json:"bursts,omitempty"`
-}
-
-// AccuracyBurst is one burst scenario of an accuracy run (bench/accuracy's
-// Burst): Takes offered on a key no node has seen, on one node, in turn
-// over the nodes or on every node at once, and per run what the cluster
-// admitted of them.
-type AccuracyBurst struct {
-	Scenario        string    `json:"scenario"`
-	Nodes           []int     `json:"nodes"`
-	PerNode         int64     `json:"per_node"`
-	PerMS           float64   `json:"per_ms"`
-	Second          bool      `json:"second,omitempty"`
-	Runs            int       `json:"runs"`
-	Min             int64     `json:"min"`
-	Median          float64   `json:"median"`
-	Max             int64     `json:"max"`
-	Admitted        []int64   `json:"admitted"`
-	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
-	Late            []int64   `json:"late"`
-	Reach90MS       []float64 `json:"reach90_ms"`
-	LastMS          []float64 `json:"last_ms"`
-	MaxBehindMS     float64   `json:"max_behind_ms"`
-}
-
-// AccuracyRow is one key of an accuracy run: an algorithm, a multiple of
-// the limit offered and a distribution over the nodes; per counted window
-// its start, the Takes offered and admitted, in all and per node.
-type AccuracyRow struct {
-	Algorithm       string    `json:"algorithm"`
-	Multiple        float64   `json:"multiple"`
-	Distribution    string    `json:"distribution"`
-	Shares          []float64 `json:"shares"`
-	Key             string    `json:"key"`
-	OfferedPerS     float64   `json:"offered_per_s"`
-	Windows         int       `json:"windows"`
-	Min             int64     `json:"min"`
-	Median          float64   `json:"median"`
-	Max             int64     `json:"max"`
-	WindowStartMS   []int64   `json:"window_start_ms"`
-	Offered         []int64   `json:"offered"`
-	Admitted        []int64   `json:"admitted"`
-	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
-	MaxBehindMS     float64   `json:"max_behind_ms"`
+	After    *loadresult.Accuracy `json:"after,omitempty"`
+	Before   *loadresult.Accuracy `json:"before,omitempty"`
+	Baseline *FloorBaseline       `json:"baseline,omitempty"`
 }
 
 // ClusterLoad is scenario 5: a cluster under steady load through a NATS

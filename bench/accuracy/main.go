@@ -33,6 +33,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
 )
@@ -75,83 +76,6 @@ var algorithms = map[string]counter.Algorithm{"fixed": counter.Fixed, "sliding":
 // tick is how often each node's driver takes the Takes that have come due.
 const tick = time.Millisecond
 
-// Output is what the program prints.
-type Output struct {
-	Nodes        int       `json:"nodes"`
-	Limit        int64     `json:"limit"`
-	WindowMS     int64     `json:"window_ms"`
-	SyncInterval string    `json:"sync_interval"`
-	Windows      int       `json:"windows"`
-	GoVersion    string    `json:"go_version"`
-	StartedAt    time.Time `json:"started_at"`
-	ElapsedS     float64   `json:"elapsed_s"`
-	// PeersSeen: before the load, every node counted the other two as
-	// peers (ratelimit_authz_replicate_peers). False when the metric was
-	// not there to read; the load then started a heartbeat after Ready.
-	PeersSeen bool    `json:"peers_seen"`
-	Rows      []Row   `json:"rows"`
-	Bursts    []Burst `json:"bursts,omitempty"`
-}
-
-// Burst is one burst scenario, run Runs times, each on a key that no node
-// has seen, in a window of its own: the Takes each bursting node offered
-// per run, at a pace, and per run what the cluster admitted of them.
-type Burst struct {
-	Scenario string `json:"scenario"`
-	// Nodes is the nodes that burst; PerNode the Takes each offers per
-	// run, PerMS how many it takes each millisecond (0: all in the first).
-	Nodes   []int   `json:"nodes"`
-	PerNode int64   `json:"per_node"`
-	PerMS   float64 `json:"per_ms"`
-	// Second: each run's key had a burst in the window before too (not
-	// counted): the same key in its next window.
-	Second bool  `json:"second,omitempty"`
-	Runs   int   `json:"runs"`
-	Min    int64 `json:"min"`
-	// Median, Max: of Admitted.
-	Median float64 `json:"median"`
-	Max    int64   `json:"max"`
-	// Admitted and AdmittedPerNode are per run: the Takes admitted in the
-	// key's window, in all and per node. Late is per run the Takes made
-	// after that window had ended (none, unless the machine stalled the
-	// drivers for most of a window): not counted.
-	Admitted        []int64   `json:"admitted"`
-	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
-	Late            []int64   `json:"late"`
-	// Reach90MS is per run how long after the burst's start the cluster
-	// had admitted 90% of the limit (-1: never); LastMS when it admitted
-	// its last Take of the run.
-	Reach90MS []float64 `json:"reach90_ms"`
-	LastMS    []float64 `json:"last_ms"`
-	// MaxBehindMS: how late, at most, a node took the oldest Take due.
-	MaxBehindMS float64 `json:"max_behind_ms"`
-}
-
-// Row is one key: an algorithm, a multiple of the limit offered and a
-// distribution over the nodes. The per-window slices are in window order.
-type Row struct {
-	Algorithm    string    `json:"algorithm"`
-	Multiple     float64   `json:"multiple"`
-	Distribution string    `json:"distribution"`
-	Shares       []float64 `json:"shares"` // of the offered load, per node
-	Key          string    `json:"key"`
-	OfferedPerS  float64   `json:"offered_per_s"` // over the cluster
-	Windows      int       `json:"windows"`
-	Min          int64     `json:"min"`
-	Median       float64   `json:"median"`
-	Max          int64     `json:"max"`
-	// WindowStartMS, Offered, Admitted and AdmittedPerNode are per
-	// counted window: its start (unix ms), the Takes made in it and those
-	// admitted, in all and per node.
-	WindowStartMS   []int64   `json:"window_start_ms"`
-	Offered         []int64   `json:"offered"`
-	Admitted        []int64   `json:"admitted"`
-	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
-	// MaxBehindMS is how far behind its schedule any node's oldest due
-	// Take of this row was when its batch ran: the pacing's accuracy.
-	MaxBehindMS float64 `json:"max_behind_ms"`
-}
-
 type config struct {
 	natsURL       string
 	limit         int64
@@ -188,7 +112,7 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	fs.DurationVar(&c.sync, "sync-interval", replicate.DefaultSyncInterval, "replication sync interval")
 	fs.StringVar(&c.prefix, "subject-prefix", "accuracy", "NATS subject prefix of the nodes (another run on the same server should use another)")
 	level := fs.String("log-level", "warn", "log level of the nodes (stderr): debug, info, warn, error")
-	bl := fs.String("bursts", "", "burst scenarios run after the multiples, comma-separated: "+strings.Join(burstNames, ", ")+", or all (each on a key no node has seen; see the Burst type)")
+	bl := fs.String("bursts", "", "burst scenarios run after the multiples, comma-separated: "+strings.Join(burstNames, ", ")+", or all (each on a key no node has seen; see loadresult.AccuracyBurst)")
 	fs.IntVar(&c.burstRuns, "burst-runs", 6, "runs of each burst scenario, each on a new key in a window of its own")
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
@@ -283,7 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(len(c.multiples))*perPhase+perBursts+time.Minute)
 	defer cancel()
 
-	out := Output{Nodes: nodes, Limit: c.limit, WindowMS: c.window.Milliseconds(), SyncInterval: c.sync.String(),
+	out := loadresult.Accuracy{Nodes: nodes, Limit: c.limit, WindowMS: c.window.Milliseconds(), SyncInterval: c.sync.String(),
 		Windows: c.windows, GoVersion: runtime.Version(), StartedAt: time.Now().UTC()}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
 	cl, err := startCluster(ctx, c, log)
@@ -443,7 +367,7 @@ func (cl *cluster) stop() error {
 // rowRun is a row while its phase runs. Each node's driver writes only
 // its own slices.
 type rowRun struct {
-	Row
+	loadresult.AccuracyRow
 	lim  counter.Limit
 	rate [nodes]float64 // Takes per second, per node
 	skip int            // leading windows not counted
@@ -456,7 +380,7 @@ type rowRun struct {
 // phase starts lead before a window boundary: that first, partial window
 // is not counted, nor for a sliding window the first whole one (its
 // previous window is empty); then c.windows whole windows are counted.
-func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]Row, error) {
+func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]loadresult.AccuracyRow, error) {
 	const lead = 200 * time.Millisecond
 	wms := c.window.Milliseconds()
 	now := time.Now()
@@ -468,7 +392,7 @@ func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]Row, error
 	var rows []*rowRun
 	for _, alg := range c.algorithms {
 		for _, dist := range c.distributions {
-			rr := &rowRun{Row: Row{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
+			rr := &rowRun{AccuracyRow: loadresult.AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
 				OfferedPerS: m * float64(c.limit) / c.window.Seconds()}, lim: counter.Limit{Limit: c.limit, ScaleMS: wms, Algorithm: algorithms[alg]}}
 			rr.skip = 1
 			if rr.lim.Algorithm == counter.Sliding {
@@ -490,7 +414,7 @@ func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]Row, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%g× the limit: %w", m, err)
 	}
-	out := make([]Row, 0, len(rows))
+	out := make([]loadresult.AccuracyRow, 0, len(rows))
 	for _, rr := range rows {
 		out = append(out, rr.summarise(w0, wms, c.windows))
 	}
@@ -545,8 +469,8 @@ func drive(ctx context.Context, n *node, i int, rows []*rowRun, t0, end time.Tim
 }
 
 // summarise is the row over its counted windows.
-func (rr *rowRun) summarise(w0, wms int64, windows int) Row {
-	r := rr.Row
+func (rr *rowRun) summarise(w0, wms int64, windows int) loadresult.AccuracyRow {
+	r := rr.AccuracyRow
 	for s := rr.skip; s < rr.skip+windows && s < len(rr.counts[0]); s++ {
 		var offered, admitted int64
 		per := make([]int64, nodes)
@@ -648,11 +572,11 @@ const burstLead = 50 * time.Millisecond
 // burst runs scenario name c.burstRuns times, each run on a new key,
 // starting burstLead into a window of its own (for a second-window
 // scenario, a first burst in the window before, not counted).
-func (cl *cluster) burst(ctx context.Context, c config, name string) (Burst, error) {
+func (cl *cluster) burst(ctx context.Context, c config, name string) (loadresult.AccuracyBurst, error) {
 	spec := burstSpecs[name]
 	per := int64(spec.mult * float64(c.limit))
 	perMS := spec.perMS * float64(c.limit) / 100
-	b := Burst{Scenario: name, Nodes: spec.nodes, PerNode: per, PerMS: perMS, Second: spec.second, Runs: c.burstRuns}
+	b := loadresult.AccuracyBurst{Scenario: name, Nodes: spec.nodes, PerNode: per, PerMS: perMS, Second: spec.second, Runs: c.burstRuns}
 	lim := counter.Limit{Limit: c.limit, ScaleMS: c.window.Milliseconds()}
 	nonce := time.Now().UnixNano()
 	var behind time.Duration

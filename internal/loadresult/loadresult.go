@@ -1,8 +1,8 @@
 // Package loadresult is the result of one run of the load tool
-// (`ratelimit-bench check|http --json FILE`): the one declaration of the
-// file the tool writes and the bench runner (bench/, `make bench`) reads,
-// so that the two sides cannot drift apart. Every latency is in
-// microseconds.
+// (`ratelimit-bench check|http --json FILE`) and of the accuracy program
+// (bench/accuracy, [Accuracy]): the one declaration of the files they
+// write and the bench runner (bench/, `make bench`) reads, so that the
+// sides cannot drift apart. Every latency is in microseconds.
 //
 // The runner and the tool are separate processes on purpose: the load's
 // CPU is measured apart from the server's, and a load that fails ends
