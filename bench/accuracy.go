@@ -17,7 +17,7 @@ import (
 )
 
 // The accuracy scenario runs bench/accuracy, three replicated nodes in one
-// process on the public API of pkg/counter and pkg/replicate, against a
+// process on the public API of internal/counter and internal/replicate, against a
 // nats-server of this run: built from this tree, and built from the tree
 // of --shares-baseline-ref with this tree's bench/accuracy copied into it,
 // so that the counter and replication of both are measured by the same

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func root(t *testing.T) string {
@@ -163,8 +163,8 @@ func TestShares(t *testing.T) {
          0     0%     0%      1.47s 60.00%  google.golang.org/grpc.(*Server).handleStream
          0     0%     0%      0.81s 33.06%  google.golang.org/grpc/encoding/proto.(*codecV2).Unmarshal
          0     0%     0%      0.80s 32.65%  google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal
-         0     0% 13.06%      0.18s  7.35%  github.com/ratelimit-authz/ratelimit-authz/pkg/authz.(*Service).Check
-         0     0% 13.06%      0.17s  6.94%  github.com/ratelimit-authz/ratelimit-authz/pkg/authz.(*Service).Check.func1
+         0     0% 13.06%      0.18s  7.35%  github.com/ratelimit-authz/ratelimit-authz/internal/authz.(*Service).Check
+         0     0% 13.06%      0.17s  6.94%  github.com/ratelimit-authz/ratelimit-authz/internal/authz.(*Service).Check.func1
 `
 	got := shares(top, 1000)
 	want := map[string]float64{"gRPC": 0.6, "decode": 0.3265, "Check": 0.0735}

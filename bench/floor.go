@@ -23,7 +23,7 @@ import (
 //   - default-noop: `ratelimit-bench noop-grpc`, generated code on a plain
 //     grpc.NewServer(): what any grpc-go ext_authz server starts from;
 //   - noop: `ratelimit-bench noop`, the no-op on this tree's gRPC stack
-//     (pkg/server), so what the stack saves and what the check costs are
+//     (internal/server), so what the stack saves and what the check costs are
 //     told apart;
 //   - baseline-allowed, baseline-denied: the server built from
 //     --baseline-ref in this run ("today's" server), on that commit's own

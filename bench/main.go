@@ -21,7 +21,7 @@
 //   - cluster: three nodes on one NATS at 2×, 10× and 100× a limit,
 //     admitted per window, fixed and sliding;
 //   - accuracy: three replicated nodes in one process (bench/accuracy, on
-//     the public API of pkg/counter and pkg/replicate) at 1.1× to 1000× a
+//     the public API of internal/counter and internal/replicate) at 1.1× to 1000× a
 //     limit, evenly and skewed, fixed and sliding: admitted per window,
 //     this tree beside --shares-baseline-ref built in the run;
 //   - cluster-load: three nodes under steady load while NATS is up, then
@@ -29,7 +29,7 @@
 //   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
 //     the no-op server, on), the shipped bootstrap rendered by
 //     internal/envoyconf;
-//   - scale: pkg/replicate's BenchmarkReplicationScale (3, 10 and 30
+//   - scale: internal/replicate's BenchmarkReplicationScale (3, 10 and 30
 //     nodes, hot keys and a flood) in this tree and in the tree of
 //     --shares-baseline-ref, beside the scale model of
 //     docs/replication-scale.md, and what one nats-server fans out.

@@ -13,7 +13,7 @@ import (
 
 // microPackages are the hot-path packages whose Go benchmarks make bench
 // runs.
-var microPackages = []string{"./pkg/counter/", "./pkg/descriptors/", "./pkg/authz/"}
+var microPackages = []string{"./internal/counter/", "./internal/descriptors/", "./internal/authz/"}
 
 // benchstatTool is run with `go run tool@version`, which neither reads nor
 // changes the project's go.mod.

@@ -43,7 +43,7 @@ var profileParts = []struct{ part, fn string }{
 // that the difference of the two (pprof -diff_base) is what the check
 // adds per request. The server serves its profiles on --pprof-addr; should
 // it not, its profile comes from `ratelimit-bench authz`: the same packages
-// wired the same way (rules, descriptors, counter, authz, pkg/server) in
+// wired the same way (rules, descriptors, counter, authz, internal/server) in
 // one process that serves pprof.
 func (r *runner) profile(ctx context.Context) error {
 	p := &Profile{Seconds: 4, Rate: r.fixedRate}

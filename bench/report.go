@@ -306,7 +306,7 @@ func (r *runner) writeReport() error {
 
 	if s := res.Single; s != nil {
 		w("## 1. One node against the no-op floor\n\n")
-		w("`ratelimit-authz serve` and `ratelimit-bench noop` (an ext_authz server on the same gRPC stack, `pkg/server`, that answers OK at once) under the same load, %d round(s) of %gs runs (after %gs warm-up), the targets alternating in a rotating order within each round; %d gRPC connections (as Envoy with two workers). Figures are medians over the rounds; the ratio is the median of each round's server/no-op pair (range in brackets).\n\n",
+		w("`ratelimit-authz serve` and `ratelimit-bench noop` (an ext_authz server on the same gRPC stack, `internal/server`, that answers OK at once) under the same load, %d round(s) of %gs runs (after %gs warm-up), the targets alternating in a rotating order within each round; %d gRPC connections (as Envoy with two workers). Figures are medians over the rounds; the ratio is the median of each round's server/no-op pair (range in brackets).\n\n",
 			s.Rounds, s.RunS, s.WarmupS, s.Conns)
 		w("- **allowed**: the example API's route mix (`ratelimit-bench routes`), zipf(1.1) keys over 1000 tenants, 1000 channels, 10000 client IPs, 1000 accounts; limits out of reach, so every check counts and is allowed.\n")
 		w("- **denied**: the same mix over 4 keys of each kind against the shipped limits: most checks are over a limit.\n\n")
@@ -333,7 +333,7 @@ func (r *runner) writeReport() error {
 
 	if rl := res.RLS; rl != nil {
 		w("## 1b. ShouldRateLimit against the no-op rate limit service\n\n")
-		w("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`pkg/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
+		w("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`internal/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
 			rl.Concurrency, rl.Conns, rl.Rounds, rl.RunS, rl.WarmupS)
 		w("| workload | calls/s | no-op/s | throughput ratio | CPU µs/call server / no-op | CPU ratio | p50 | p99 | no-op p99 | denied | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, row := range rl.Rows {
@@ -508,7 +508,7 @@ func (r *runner) writeFloor(b *strings.Builder) {
 	w("Every server bound to one CPU and the load tool (`ratelimit-bench check`) to the other (%s; each server's `Cpus_allowed_list` checked after its start, so a Go process sizes GOMAXPROCS to 1 as under `taskset`), %d checks in flight over %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the targets alternating in a rotating order within each round. CPU per check is the server process's user + system time over the run (/proc/PID/stat) divided by the checks it answered. Targets:\n\n",
 		f.Pinning, f.Concurrency, f.Conns, f.Rounds, f.RunS, f.WarmupS)
 	w("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
-	w("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`pkg/server`).\n")
+	w("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")
 	w("- **allowed**, **denied**: `ratelimit-authz serve` of this tree, with the workloads of section 1.\n")
 	if bl := f.Baseline; bl != nil {
 		if bl.Error != "" {

@@ -17,7 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
-// The scale scenario runs pkg/replicate's BenchmarkReplicationScale (N
+// The scale scenario runs internal/replicate's BenchmarkReplicationScale (N
 // nodes in one process on a real nats-server, a hot and a flood load) in
 // this tree and in the tree of --shares-baseline-ref (that commit with
 // this tree's benchmark file), so before and after are measured in one
@@ -27,7 +27,7 @@ import (
 // gives the node count at which NATS saturates.
 
 // scaleBenchFile is the benchmark, copied into the baseline's tree.
-const scaleBenchFile = "pkg/replicate/scale_bench_test.go"
+const scaleBenchFile = "internal/replicate/scale_bench_test.go"
 
 // scaleBenchtime is the hits of each sub-benchmark: the hot load runs at
 // a fixed 20,000 hits/s, so 100,000 hits is 5 s of it (five 1 s windows)
@@ -49,7 +49,7 @@ func (r *runner) scale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Command = fmt.Sprintf("go test -run '^$' -bench ReplicationScale -benchtime %dx ./pkg/replicate/", s.Benchtime)
+	s.Command = fmt.Sprintf("go test -run '^$' -bench ReplicationScale -benchtime %dx ./internal/replicate/", s.Benchtime)
 	env := []string{"NATS_SERVER_BIN=" + natsBin, "CI=true"}
 
 	if ref := r.opt.sharesBaselineRef; ref != "" {
@@ -128,7 +128,7 @@ func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, 
 func (r *runner) scaleRun(ctx context.Context, t *ScaleTree, dir string, env []string, benchtime int) error {
 	start := time.Now()
 	out, err := r.runTool(ctx, "scale-"+t.Tree, 6*time.Minute, env, dir, "go", "test", "-run", "^$",
-		"-bench", "ReplicationScale", "-benchtime", strconv.Itoa(benchtime)+"x", "-timeout", "5m", "./pkg/replicate/")
+		"-bench", "ReplicationScale", "-benchtime", strconv.Itoa(benchtime)+"x", "-timeout", "5m", "./internal/replicate/")
 	os.WriteFile(filepath.Join(r.runsDir, "scale-"+t.Tree+".txt"), out, 0o644)
 	if err != nil {
 		return err

@@ -13,13 +13,13 @@ import (
 
 const scaleOutput = `goos: linux
 goarch: amd64
-pkg: github.com/ratelimit-authz/ratelimit-authz/pkg/replicate
+pkg: github.com/ratelimit-authz/ratelimit-authz/internal/replicate
 cpu: AMD EPYC
 BenchmarkReplicationScale/nodes=3/hot-2         	  100000	         0 ae-entries/node/1k-hits	         4.5 cpu-µs/hit	     19998 hits/s	      2889 in-B/node/1k-hits	     57775 in-B/node/s	         3.80 in-msgs/node/1k-hits	       270.9 merged/node/1k-hits	      1445 out-B/node/1k-hits	     28887 out-B/node/s	       135.4 sent-entries/node/1k-hits	         0 sync-B/node/1k-hits	 2 slow-consumer-events
 some log line the benchmark printed
 BenchmarkReplicationScale/nodes=30/flood         	  100000	         0 ae-entries/node/1k-hits	        64.65 cpu-µs/hit	    114780 hits/s	     11557 in-B/node/1k-hits	   1326523 in-B/node/s	         1.58 in-msgs/node/1k-hits	       966.7 merged/node/1k-hits	       398 out-B/node/1k-hits	     45742 out-B/node/s	        33.33 sent-entries/node/1k-hits	     22282 sync-B/node/1k-hits
 PASS
-ok  	github.com/ratelimit-authz/ratelimit-authz/pkg/replicate	38.1s
+ok  	github.com/ratelimit-authz/ratelimit-authz/internal/replicate	38.1s
 `
 
 func TestParseScaleBench(t *testing.T) {

@@ -23,7 +23,7 @@ const (
 )
 
 // scaleShape is what the model needs of a load and a configuration. The
-// values of benchShape are those of pkg/replicate/scale_bench_test.go and
+// values of benchShape are those of internal/replicate/scale_bench_test.go and
 // the replicate defaults it runs with.
 type scaleShape struct {
 	SyncS      float64 // sync interval

@@ -6,7 +6,7 @@
 # from elsewhere falls on both alike, and prints benchstat's comparison.
 #
 # Usage: scripts/benchcmp.sh OLD NEW PKG BENCH-REGEX [COUNT]
-#   e.g. scripts/benchcmp.sh main~3 HEAD ./pkg/authz 'BenchmarkCheck' 6
+#   e.g. scripts/benchcmp.sh main~3 HEAD ./internal/authz 'BenchmarkCheck' 6
 set -euo pipefail
 [[ $# -ge 4 ]] || { sed -n '2,10p' "$0" >&2; exit 2; }
 old=$1 new=$2 pkg=$3 re=$4 n=${5:-6}

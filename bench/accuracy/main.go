@@ -6,7 +6,7 @@
 // window, and counts what the nodes admitted in each whole window, by the
 // window each Take was made in. It prints the rows as JSON on stdout.
 //
-// It uses only the public API of pkg/counter and pkg/replicate, so that
+// It uses only the public API of internal/counter and internal/replicate, so that
 // the same program measures another commit's code when copied into that
 // commit's tree (the bench runner's accuracy scenario does so).
 //
@@ -33,9 +33,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 )
 
 func main() {

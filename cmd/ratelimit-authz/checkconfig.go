@@ -10,10 +10,10 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {

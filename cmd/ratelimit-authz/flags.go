@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 const defaultConfigPath = "config/ratelimit.yaml"

@@ -17,12 +17,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 const limitsUsage = `Usage: ratelimit-authz limits COMMAND [flags] ARGS

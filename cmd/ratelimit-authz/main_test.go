@@ -22,9 +22,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
 )
 
 func env(kv map[string]string) func(string) string {

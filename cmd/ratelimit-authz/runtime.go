@@ -16,7 +16,7 @@ import (
 // overrides it). What was chosen is logged at start, since CPU per
 // check depends on it (README, Performance).
 
-// maxStreamWorkers bounds --grpc-stream-workers (as pkg/server does):
+// maxStreamWorkers bounds --grpc-stream-workers (as internal/server does):
 // each worker is a goroutine held for the server's life.
 const maxStreamWorkers = 1 << 12
 

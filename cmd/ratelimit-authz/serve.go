@@ -9,9 +9,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
 // serveConfig is what serve's flags and environment set: most of it the

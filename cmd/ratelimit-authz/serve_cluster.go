@@ -8,8 +8,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 )
 
 // Backends of --backend / RATE_LIMIT_BACKEND.

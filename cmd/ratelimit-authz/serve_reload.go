@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/filewatch"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/filewatch"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // reloader re-reads the configuration when SIGHUP arrives or, with

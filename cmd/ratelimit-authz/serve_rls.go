@@ -8,11 +8,11 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rls"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
 // rlsConfig is the serve flags of the RLS service: Envoy's ratelimit

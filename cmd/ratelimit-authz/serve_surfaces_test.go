@@ -29,11 +29,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
 )
 
 // servingAttr is the value of key on the node's serving line (what an

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 func TestParseMix(t *testing.T) {

@@ -317,7 +317,7 @@ func newLogger(w io.Writer) *slog.Logger {
 
 func runServerCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
 	summary := `Serve a no-op ext_authz Check and a no-op ShouldRateLimit that answer OK at
-once, behind the same gRPC and HTTP stack as ratelimit-authz (pkg/server): the
+once, behind the same gRPC and HTTP stack as ratelimit-authz (internal/server): the
 floor of an ext_authz check or a rate limit call on this machine. /metrics
 carries the process metrics.`
 	if mode == "noop-grpc" {
@@ -328,7 +328,7 @@ floor of a default-configured grpc-go ext_authz server. /healthz and /readyz on
 	}
 	if mode == "authz" {
 		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
-node of ratelimit-authz serve, assembled by pkg/node) in this process, with /debug/pprof on
+node of ratelimit-authz serve, assembled by internal/node) in this process, with /debug/pprof on
 --pprof-addr, so that the Check path can be profiled under load.`
 	}
 	fs := newFlagSet(mode, summary)

@@ -23,7 +23,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
 func TestStatusCodeReadsTheDecision(t *testing.T) {
@@ -87,7 +87,7 @@ func TestCheckRequestIsWhatEnvoySends(t *testing.T) {
 	}
 }
 
-// startServer serves svc behind pkg/server on loopback ports and returns
+// startServer serves svc behind internal/server on loopback ports and returns
 // its gRPC address.
 func startServer(t *testing.T, svc authv3.AuthorizationServer) string {
 	t.Helper()

@@ -18,7 +18,7 @@ import (
 // defaultNoop is the ext_authz server anyone would write first: generated
 // code, one shared OK answer, nothing else. Its gRPC server has no options
 // at all, so it is the floor of a default-configured grpc-go ext_authz
-// server on this machine, independent of what pkg/server tunes.
+// server on this machine, independent of what internal/server tunes.
 type defaultNoop struct {
 	authv3.UnimplementedAuthorizationServer
 	ok *authv3.CheckResponse

@@ -16,9 +16,9 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/node"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
 // noopAuthz answers every Check with OK at once, from one shared response:
@@ -67,7 +67,7 @@ func (c serveConfig) validate() error {
 }
 
 // serveNoop runs the no-op Check and ShouldRateLimit behind the product's own gRPC and HTTP
-// stack (pkg/server: the same listeners, options and metrics endpoint, and
+// stack (internal/server: the same listeners, options and metrics endpoint, and
 // Go's profiles on pprofAddr when set, as serve --pprof-addr serves them)
 // until ctx ends or the lifetime is over.
 func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
@@ -88,7 +88,7 @@ func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 // shutdownTimeout bounds the graceful stop of the servers this tool runs.
 const shutdownTimeout = 5 * time.Second
 
-// newNode assembles a node as ratelimit-authz serve does (pkg/node, the
+// newNode assembles a node as ratelimit-authz serve does (internal/node, the
 // local backend, no database), so a profile of this process is a profile
 // of the product's Check path. configPath "" means the shipped
 // configuration.

@@ -16,14 +16,14 @@ const module = "github.com/ratelimit-authz/ratelimit-authz/"
 
 // configSide is configuration and wire decoding: what check-config, the
 // CLI and the fuzzers load, and what a node compiles before it serves.
-var configSide = []string{"pkg/rules", "pkg/rlsconfig", "internal/limits", "pkg/checkwire", "pkg/descriptors", "pkg/counter"}
+var configSide = []string{"internal/rules", "internal/rlsconfig", "internal/limits", "internal/checkwire", "internal/descriptors", "internal/counter"}
 
 // servingSide is what talks to the network or a database: drivers, NATS,
 // gRPC, the front ends and the packages that assemble them. Module
 // packages are written without the module path.
 var servingSide = []string{
 	"github.com/jackc/pgx", "github.com/nats-io/nats.go", "google.golang.org/grpc",
-	"pkg/authz", "pkg/rls", "pkg/rlqs", "pkg/failures", "pkg/checkh2", "pkg/node", "pkg/server", "pkg/replicate",
+	"internal/authz", "internal/rls", "internal/rlqs", "internal/failures", "internal/checkh2", "internal/node", "internal/server", "internal/replicate",
 	"internal/overridedb", "internal/overrides",
 }
 
@@ -41,15 +41,15 @@ var rules = []rule{{
 	why: "they are loaded and checked where nothing serves (check-config, the limits CLI, fuzzers) and sit below every front end; a dependency on a driver or a front end would turn the layering around",
 }, {
 	name: "the counter knows nothing of replication",
-	from: []string{"pkg/counter"}, to: []string{"pkg/replicate"},
+	from: []string{"internal/counter"}, to: []string{"internal/replicate"},
 	why: "replication is built on the counter's hooks, never the other way",
 }, {
 	name: "wire decoding does not depend on route matching",
-	from: []string{"pkg/checkwire"}, to: []string{"pkg/descriptors"},
+	from: []string{"internal/checkwire"}, to: []string{"internal/descriptors"},
 	why: "the decoder reads bytes into a request; matching routes is what a consumer of that request does",
 }, {
 	name: "the two configuration formats are independent",
-	from: []string{"pkg/rlsconfig"}, to: []string{"pkg/rules"},
+	from: []string{"internal/rlsconfig"}, to: []string{"internal/rules"},
 	why: "envoyproxy/ratelimit's descriptor files and the rules file are separate sources; neither needs the other's parser",
 }}
 
@@ -62,13 +62,13 @@ type exception struct {
 }
 
 var exceptions = []exception{{
-	from: "pkg/checkwire", to: "google.golang.org/grpc",
+	from: "internal/checkwire", to: "google.golang.org/grpc",
 	why: "checkwire holds the gRPC codec (grpc/encoding, grpc/mem) and the Authorization service's registration (grpc.ServiceDesc) beside the decoder; they move to the Check front end's package when each front end gets one (issue 25, step 2)",
 }, {
-	from: "pkg/checkwire", to: "pkg/descriptors",
+	from: "internal/checkwire", to: "internal/descriptors",
 	why: "Decode fills a descriptors.Request, the matcher's input, and reads the header names and extensions the Engine wants; the request type moves to the compiled configuration's core with the one snapshot (issue 25, step 1)",
 }, {
-	from: "pkg/rlsconfig", to: "pkg/rules",
+	from: "internal/rlsconfig", to: "internal/rules",
 	why: "rlsconfig reports its problems as rules.Problems, so that the CLI and the node print both formats' problems alike; the problem type leaves rules with the one snapshot that both formats compile into (issue 25, step 1)",
 }}
 
@@ -116,7 +116,7 @@ func excepted(from, to string) int {
 
 // full is the import path of a module package, or p as given.
 func full(p string) string {
-	if strings.HasPrefix(p, "pkg/") || strings.HasPrefix(p, "internal/") {
+	if strings.HasPrefix(p, "internal/") {
 		return module + p
 	}
 	return p

@@ -11,8 +11,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 )
 
 // ErrInvalid is wrapped by every validation error: bad tenant, key, actor

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 )
 
 // Bucket is what limit resolution and override validation need of one

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // FuzzFastEntries holds the fast decoder to the general one: whatever it

@@ -8,8 +8,8 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // env is a migrated throwaway database, a connection to it and the

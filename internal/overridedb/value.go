@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // The stored value of tenant_limits.limits is a JSON object of bucket name

@@ -10,13 +10,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // populated returns a cache holding n tenants, each with an

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
 )
 
 // ApplicationName is the cache's application_name in pg_stat_activity,

@@ -9,10 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // expectOverride waits (up to a second: the promise) until the cache

@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 // Update re-resolves the overrides held against a new configuration by

@@ -8,10 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
 )
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }

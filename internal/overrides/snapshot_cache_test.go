@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
 )
 
 // TestSnapshotFileWhenPostgresIsAway: a cache that loaded from Postgres

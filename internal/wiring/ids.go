@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 // BucketKey is what decides whether a bucket keeps its counter id across a

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)

@@ -12,13 +12,13 @@
 package wiring
 
 import (
+	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/authz"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/failures"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/pkg/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // The one resolver serves the Check and failure counting alike.

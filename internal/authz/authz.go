@@ -1,0 +1,665 @@
+package authz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
+)
+
+// Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
+type Limiter interface {
+	Take(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	Release(bucket counter.Bucket, key string, lim counter.Limit, window int64)
+}
+
+var _ Limiter = (*counter.Store)(nil)
+
+// Limits resolves the limit of a bucket for a request's key of it
+// (tenant override ▸ config ▸ route default ▸ built-in);
+// *limits.Resolver is one. It gets the bucket and the key, nothing
+// else, so no other part of a request can change the limit (and so reset
+// the count) of a key that other requests share. It is called on the
+// Check path: it must answer from memory, never wait on I/O. ok false: the
+// bucket has no limit (one only Envoy's context_extensions name).
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Config is what the Service needs of the configuration.
+type Config struct {
+	// Buckets are indexed as the matcher's buckets (its dense indices).
+	Buckets []Bucket
+	// IDs are the buckets' ids in the counter, by the same index: ids
+	// that survive reloads (see counter.Bucket). nil: the index itself.
+	IDs []counter.Bucket
+	// Routes are the labels of the matcher's routes, by route index (its
+	// name, else its path template): the route of a login's metadata.
+	Routes []string
+	// DenyUnreadableAccount refuses (403) a login whose account cannot
+	// be read, in the buckets keyed by account; otherwise it is counted
+	// under descriptors.UnreadableAccount.
+	DenyUnreadableAccount bool
+}
+
+// Bucket is what the Service needs of one bucket.
+type Bucket struct {
+	// Name is a descriptors.ValidBucketName: safe in a Structured Field
+	// string, a JSON body and a metric label.
+	Name string
+	Key  descriptors.KeyKind
+	// Shadow buckets count and report as usual but never deny.
+	Shadow bool
+	// CountFailures: the bucket counts failures reported later (failed
+	// logins); the check only peeks at it.
+	CountFailures bool
+	// DenyMissingKey refuses (403) a request lacking the key; otherwise it
+	// is allowed uncounted.
+	DenyMissingKey bool
+	// DenyOverflow refuses (429) a new key the counter has no room for;
+	// otherwise it is allowed uncounted.
+	DenyOverflow bool
+}
+
+// Service answers Envoy's Check calls. Create it with New; Update swaps
+// its configuration while it serves.
+type Service struct {
+	authv3.UnimplementedAuthorizationServer
+
+	gen     atomic.Pointer[generation]
+	limiter Limiter
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+
+	// Immutable parts shared by every response.
+	statusOK, statusLimited, statusDenied *rpcstatus.Status
+	statusUnreadable                      *rpcstatus.Status
+	http429, http403                      *typev3.HttpStatus
+	allowBare, pathTooLong                *authv3.CheckResponse
+	allowBarePre, pathTooLongPre          *checkwire.Prebuilt
+}
+
+var _ checkwire.Server = (*Service)(nil)
+
+// generation is one configuration, immutable: a Check loads it once and
+// decides wholly under it, so a check in flight during Update finishes on
+// the configuration it started with.
+type generation struct {
+	matcher            *descriptors.Engine
+	dec                *checkwire.Decoder // reads what matcher needs
+	limits             Limits
+	routes             []string
+	denyUnreadableAcct bool
+	buckets            []bucketState
+}
+
+type bucketState struct {
+	id      counter.Bucket // in the counter
+	rule    Bucket
+	quoted  string // the bucket name as a Structured Field string
+	metrics bucketMetrics
+}
+
+// Options are the optional parts of a Service.
+type Options struct {
+	// Now is the clock; nil means time.Now. Only tests set it.
+	Now func() time.Time
+}
+
+// New returns a Service for cfg, matching requests with m, resolving
+// limits with limits and counting with lim. cfg must describe the buckets
+// and routes m was compiled from. Its metrics go to reg.
+func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if lim == nil || reg == nil || log == nil {
+		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
+	}
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return nil, err
+	}
+	mt, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		limiter: lim, log: log, now: opts.Now, m: mt,
+		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
+		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
+		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
+		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
+		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+	}
+	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	s.allowBare = &authv3.CheckResponse{Status: s.statusOK}
+	s.pathTooLong = &authv3.CheckResponse{
+		Status: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "path too long"},
+		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_URITooLong},
+			Headers: []*corev3.HeaderValueOption{header(new(corev3.HeaderValueOption), new(corev3.HeaderValue), "content-type", "application/json")},
+			Body:    `{"error":"path_too_long"}` + "\n",
+		}},
+	}
+	if s.allowBarePre, err = checkwire.Prebuild(s.allowBare); err != nil {
+		return nil, err
+	}
+	if s.pathTooLongPre, err = checkwire.Prebuild(s.pathTooLong); err != nil {
+		return nil, err
+	}
+	s.gen.Store(s.newGeneration(cfg, m, limits))
+	return s, nil
+}
+
+// Update makes cfg, matched by m and limited by limits, the configuration
+// of the next Check; a Check in flight finishes on the previous one. It
+// validates first: on an error nothing changes. The metrics stay those
+// registered by New (children for new bucket names are added).
+func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error {
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return err
+	}
+	g := s.newGeneration(cfg, m, limits)
+	old := s.gen.Swap(g)
+	// The series of buckets the new configuration no longer has go: a
+	// renamed bucket must not leave a frozen one behind.
+	keep := make(map[string]bool, len(g.buckets))
+	for _, b := range g.buckets {
+		keep[b.rule.Name] = true
+	}
+	for _, b := range old.buckets {
+		if !keep[b.rule.Name] {
+			s.m.forget(b.rule.Name)
+		}
+	}
+	return nil
+}
+
+func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
+	if m == nil || limits == nil {
+		return errors.New("authz: the configuration needs a matcher and limits")
+	}
+	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
+		return fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
+	}
+	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
+		return fmt.Errorf("authz: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
+	}
+	for _, b := range cfg.Buckets {
+		if !descriptors.ValidBucketName(b.Name) {
+			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
+		}
+	}
+	return nil
+}
+
+func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
+	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
+	for i, b := range cfg.Buckets {
+		id := counter.Bucket(i)
+		if cfg.IDs != nil {
+			id = cfg.IDs[i]
+		}
+		g.buckets = append(g.buckets, bucketState{
+			id:      id,
+			rule:    b,
+			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
+			metrics: s.m.forBucket(b.Name),
+		})
+	}
+	return g
+}
+
+// taken is a hit already counted for the current request, to give back if
+// a later bucket denies it.
+type taken struct {
+	bucket counter.Bucket
+	key    string
+	lim    counter.Limit
+	window int64
+}
+
+// applied is one bucket's verdict, for the RateLimit header fields.
+type applied struct {
+	b         *bucketState
+	lim       counter.Limit
+	remaining int64
+	resetMS   int64
+}
+
+// maxApplied bounds the buckets reported in headers; more are counted and
+// enforced all the same.
+const maxApplied = 8
+
+// Check implements envoy.service.auth.v3.Authorization. It never returns
+// an error: every outcome is a decision (see the package doc).
+func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	now := s.now()
+	resp := s.decide(ctx, req, now)
+	s.m.duration.Observe(s.now().Sub(now).Seconds())
+	return resp, nil
+}
+
+func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time.Time) *authv3.CheckResponse {
+	g := s.gen.Load()
+	in := g.dec.FromMessage(req)
+	return s.decideOn(ctx, g, &in, now)
+}
+
+// Decoder implements checkwire.Server: what the current configuration
+// reads of a request.
+func (s *Service) Decoder() *checkwire.Decoder { return s.gen.Load().dec }
+
+// CheckWire implements checkwire.Server: Check on the request as the lean
+// decoder read it, answering constant responses with their prebuilt
+// encodings. Like Check, it never returns an error.
+func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkwire.Response, error) {
+	now := s.now()
+	g := s.gen.Load()
+	if req.Decoder() != g.dec {
+		// The configuration changed since the request was decoded: read
+		// what this one needs. Whether bytes decode does not depend on
+		// the Decoder, so this cannot fail where the first decode did not.
+		if err := req.DecodeWith(g.dec); err != nil {
+			return checkwire.Response{}, status.Errorf(codes.Internal, "authz: decode the request again: %v", err)
+		}
+	}
+	resp := s.decideOn(ctx, g, req.Request(), now)
+	s.m.duration.Observe(s.now().Sub(now).Seconds())
+	switch resp {
+	case s.allowBare:
+		return s.allowBarePre.Response(), nil
+	case s.pathTooLong:
+		return s.pathTooLongPre.Response(), nil
+	}
+	return checkwire.Message(resp), nil
+}
+
+// decideOn decides on in under g; the generic and the wire path share it.
+func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.Request, now time.Time) *authv3.CheckResponse {
+	var descBuf [maxApplied]descriptors.Descriptor
+	res := g.matcher.Describe(in, descBuf[:0])
+	if res.UnknownBuckets > 0 {
+		s.m.unknown.Add(float64(res.UnknownBuckets))
+	}
+	if res.PathTooLong {
+		// A path no route can hold: letting it through uncounted would let
+		// a flood of long paths past every limit.
+		s.m.pathTooLong.Inc()
+		return s.pathTooLong
+	}
+	if len(res.Descriptors) == 0 {
+		s.m.unmatched.Inc()
+		return s.allowBare
+	}
+
+	var (
+		takenBuf   [maxApplied]taken
+		hits       = takenBuf[:0]
+		appliedBuf [maxApplied]applied
+		verdicts   = appliedBuf[:0]
+		login      bool
+	)
+	for _, d := range res.Descriptors {
+		b := &g.buckets[d.Bucket]
+		lim, ok := g.limits.Limit(d.Bucket, d.Key)
+		if !ok { // a bucket without a limit, named by Envoy
+			s.m.unknown.Inc()
+			continue
+		}
+		login = login || b.rule.CountFailures
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && g.denyUnreadableAcct {
+			b.metrics.checks[decUnreadable].Inc()
+			s.giveBack(hits)
+			return s.denyUnreadable(b)
+		}
+		if d.Key == "" {
+			b.metrics.checks[decMissingKey].Inc()
+			if b.rule.DenyMissingKey {
+				s.giveBack(hits)
+				return s.denyMissingKey(b)
+			}
+			continue
+		}
+		var r counter.Result
+		if b.rule.CountFailures {
+			r = s.limiter.Peek(b.id, d.Key, lim, now)
+		} else {
+			r = s.limiter.Take(b.id, d.Key, lim, now)
+		}
+		switch {
+		case r.Overflow:
+			b.metrics.checks[decOverflow].Inc()
+			if b.rule.DenyOverflow {
+				s.giveBack(hits)
+				r.RetryAfterMS = r.ResetMS
+				return s.denyLimited(ctx, b, d.Key, lim, r, nil)
+			}
+			continue
+		case r.Allowed:
+			b.metrics.checks[decAllowed].Inc()
+			if !b.rule.CountFailures {
+				hits = append(hits, taken{b.id, d.Key, lim, r.Window})
+			}
+		default:
+			b.metrics.exceeded.Inc()
+			if !b.rule.Shadow {
+				b.metrics.checks[decDenied].Inc()
+				s.giveBack(hits)
+				var md *structpb.Struct
+				if login {
+					md = s.loginMetadata(g, res)
+				}
+				return s.denyLimited(ctx, b, d.Key, lim, r, md)
+			}
+			b.metrics.checks[decShadowDenied].Inc()
+			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
+		}
+		verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+	}
+	var md *structpb.Struct
+	if login {
+		md = s.loginMetadata(g, res)
+	}
+	return s.allow(verdicts, md)
+}
+
+// addVerdict records one key's verdict for the RateLimit header fields:
+// one item per bucket, the key with the least remaining when a bucket has
+// several (a login presenting two accounts), at most maxApplied buckets.
+func addVerdict(vs []applied, v applied) []applied {
+	for i := range vs {
+		if vs[i].b == v.b {
+			if v.remaining < vs[i].remaining {
+				vs[i] = v
+			}
+			return vs
+		}
+	}
+	if len(vs) < maxApplied {
+		vs = append(vs, v)
+	}
+	return vs
+}
+
+func (s *Service) giveBack(hits []taken) {
+	for _, t := range hits {
+		s.limiter.Release(t.bucket, t.key, t.lim, t.window)
+	}
+}
+
+// seconds rounds milliseconds up to whole seconds, at least 1: Retry-After
+// must never tell a client to come back before the window ends.
+func seconds(ms int64) int64 {
+	if ms <= 1000 {
+		return 1
+	}
+	return (ms + 999) / 1000
+}
+
+// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1.
+func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
+	dst = append(dst, b.quoted...)
+	dst = append(dst, ";q="...)
+	dst = strconv.AppendInt(dst, lim.Limit, 10)
+	dst = append(dst, ";w="...)
+	return strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+}
+
+// appendRateLimit appends one RateLimit item: "name";r=99;t=1.
+func appendRateLimit(dst []byte, b *bucketState, remaining, resetMS int64) []byte {
+	dst = append(dst, b.quoted...)
+	dst = append(dst, ";r="...)
+	dst = strconv.AppendInt(dst, remaining, 10)
+	dst = append(dst, ";t="...)
+	return strconv.AppendInt(dst, seconds(resetMS), 10)
+}
+
+func header(opt *corev3.HeaderValueOption, val *corev3.HeaderValue, key, value string) *corev3.HeaderValueOption {
+	val.Key, val.Value = key, value
+	opt.Header = val
+	opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+	return opt
+}
+
+// okReply is an allowed response in one allocation.
+type okReply struct {
+	resp authv3.CheckResponse
+	wrap authv3.CheckResponse_OkResponse
+	ok   authv3.OkHttpResponse
+	ptrs [2]*corev3.HeaderValueOption
+	opts [2]corev3.HeaderValueOption
+	vals [2]corev3.HeaderValue
+}
+
+func (s *Service) allow(verdicts []applied, md *structpb.Struct) *authv3.CheckResponse {
+	if len(verdicts) == 0 && md == nil {
+		return s.allowBare
+	}
+	r := new(okReply)
+	r.resp.Status = s.statusOK
+	r.resp.DynamicMetadata = md
+	if len(verdicts) == 0 {
+		return &r.resp
+	}
+	// Both header values in one string: one allocation.
+	var buf [256]byte
+	out := buf[:0]
+	for i, v := range verdicts {
+		if i > 0 {
+			out = append(out, ", "...)
+		}
+		out = appendPolicy(out, v.b, v.lim)
+	}
+	split := len(out)
+	for i, v := range verdicts {
+		if i > 0 {
+			out = append(out, ", "...)
+		}
+		out = appendRateLimit(out, v.b, v.remaining, v.resetMS)
+	}
+	both := string(out)
+	r.ptrs[0] = header(&r.opts[0], &r.vals[0], "ratelimit-policy", both[:split])
+	r.ptrs[1] = header(&r.opts[1], &r.vals[1], "ratelimit", both[split:])
+	r.ok.ResponseHeadersToAdd = r.ptrs[:]
+	r.wrap.OkResponse = &r.ok
+	r.resp.HttpResponse = &r.wrap
+	return &r.resp
+}
+
+// deniedReply is a denial in one allocation.
+type deniedReply struct {
+	resp   authv3.CheckResponse
+	wrap   authv3.CheckResponse_DeniedResponse
+	denied authv3.DeniedHttpResponse
+	ptrs   [4]*corev3.HeaderValueOption
+	opts   [4]corev3.HeaderValueOption
+	vals   [4]corev3.HeaderValue
+}
+
+func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, lim counter.Limit, r counter.Result, md *structpb.Struct) *authv3.CheckResponse {
+	s.logLimited(ctx, "rate limited", b, key, lim, r)
+	retry := seconds(r.RetryAfterMS)
+
+	var buf [512]byte
+	out := strconv.AppendInt(buf[:0], retry, 10)
+	i1 := len(out)
+	out = appendPolicy(out, b, lim)
+	i2 := len(out)
+	out = appendRateLimit(out, b, 0, r.RetryAfterMS)
+	i3 := len(out)
+	out = append(out, `{"error":"rate_limited","bucket":`...)
+	out = append(out, b.quoted...)
+	out = append(out, `,"limit":`...)
+	out = strconv.AppendInt(out, lim.Limit, 10)
+	out = append(out, `,"window_seconds":`...)
+	out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	out = append(out, `,"retry_after_seconds":`...)
+	out = strconv.AppendInt(out, retry, 10)
+	out = append(out, "}\n"...)
+	all := string(out)
+
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "retry-after", all[:i1])
+	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "ratelimit-policy", all[i1:i2])
+	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit", all[i2:i3])
+	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "content-type", "application/json")
+	d.denied.Status = s.http429
+	d.denied.Headers = d.ptrs[:]
+	d.denied.Body = all[i3:]
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusLimited
+	d.resp.HttpResponse = &d.wrap
+	d.resp.DynamicMetadata = md
+	return &d.resp
+}
+
+func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
+	return s.deny403(b, s.statusDenied, "missing_rate_limit_key")
+}
+
+func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
+	return s.deny403(b, s.statusUnreadable, "unreadable_account")
+}
+
+// deny403 is a 403 refusal of a request the bucket cannot count, with the
+// JSON body {"error": code, "bucket": name}.
+func (s *Service) deny403(b *bucketState, st *rpcstatus.Status, code string) *authv3.CheckResponse {
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
+	d.denied.Status = s.http403
+	d.denied.Headers = d.ptrs[:1]
+	d.denied.Body = `{"error":"` + code + `","bucket":` + b.quoted + "}\n"
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = st
+	d.resp.HttpResponse = &d.wrap
+	return &d.resp
+}
+
+// logLimited writes the debug line of a rejection. The key is in the log
+// (debug level only), never in a metric label.
+func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, key string, lim counter.Limit, r counter.Result) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
+		slog.String("bucket", b.rule.Name),
+		slog.String("key", key),
+		slog.Int64("limit", lim.Limit),
+		slog.Int64("scale_ms", lim.ScaleMS),
+		slog.Int64("retry_after_ms", r.RetryAfterMS),
+	)
+}
+
+// loginMeta is the dynamic metadata of a login check in one allocation
+// (plus its two maps and one string): login routes are where floods of
+// password guesses arrive. A bucket with several keys (a login presenting
+// several accounts) costs a list more.
+type loginMeta struct {
+	outer, keys structpb.Struct
+	keysVal     structpb.Value
+	keysKind    structpb.Value_StructValue
+	strs        [3 + maxApplied]strValue
+}
+
+type strValue struct {
+	v structpb.Value
+	k structpb.Value_StringValue
+}
+
+func (sv *strValue) set(s string) *structpb.Value {
+	sv.k.StringValue = s
+	sv.v.Kind = &sv.k
+	return &sv.v
+}
+
+// loginMetadata reports who the request was, so that a failure Envoy
+// reports later through its access log is counted against the same keys:
+// failures maps each failure-counting bucket to its key, or to the list
+// of its keys when it has several (every account a login presents).
+func (s *Service) loginMetadata(g *generation, res descriptors.Result) *structpb.Struct {
+	// One copy of every request-derived string, so the metadata does not
+	// point into the request, made valid UTF-8 so the response marshals.
+	n := len(res.ClientIP) + len(res.Account)
+	for _, d := range res.Descriptors {
+		n += len(d.Key)
+	}
+	buf := make([]byte, 0, n)
+	buf = append(buf, res.ClientIP...)
+	buf = append(buf, res.Account...)
+	for _, d := range res.Descriptors {
+		buf = append(buf, d.Key...)
+	}
+	all := string(buf)
+	valid := utf8.ValidString(all)
+	next := func(l int) string {
+		v := all[:l]
+		all = all[l:]
+		if !valid {
+			v = strings.ToValidUTF8(v, "\uFFFD")
+		}
+		return v
+	}
+
+	m := new(loginMeta)
+	ip := next(len(res.ClientIP))
+	account := next(len(res.Account))
+	m.keys.Fields = make(map[string]*structpb.Value, 2)
+	for i, d := range res.Descriptors {
+		key := next(len(d.Key))
+		b := &g.buckets[d.Bucket]
+		if !b.rule.CountFailures || key == "" {
+			continue
+		}
+		var v *structpb.Value
+		if i < maxApplied {
+			v = m.strs[3+i].set(key)
+		} else {
+			v = structpb.NewStringValue(key)
+		}
+		prev, seen := m.keys.Fields[b.rule.Name]
+		switch {
+		case !seen:
+			m.keys.Fields[b.rule.Name] = v
+		case prev.GetListValue() != nil:
+			l := prev.GetListValue()
+			l.Values = append(l.Values, v)
+		default:
+			m.keys.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
+		}
+	}
+	route := ""
+	if res.Route >= 0 {
+		route = g.routes[res.Route]
+	}
+	m.keysKind.StructValue = &m.keys
+	m.keysVal.Kind = &m.keysKind
+	m.outer.Fields = map[string]*structpb.Value{
+		failures.MetaIP:       m.strs[0].set(ip),
+		failures.MetaAccount:  m.strs[1].set(account),
+		failures.MetaRoute:    m.strs[2].set(route),
+		failures.MetaFailures: &m.keysVal,
+	}
+	return &m.outer
+}

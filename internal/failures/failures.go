@@ -1,0 +1,583 @@
+// Package failures counts failed logins (or any responses configured as
+// failures) in the buckets whose count is "failures".
+//
+// Reports arrive two ways:
+//   - Envoy's gRPC access log (envoy.service.accesslog.v3.AccessLogService,
+//     StreamAccessLogs): each entry whose response code is a failure code
+//     is counted against the keys the Check recorded in the request's
+//     dynamic metadata (namespace envoy.filters.http.ext_authz, see the
+//     Meta* constants). The Check and the report thus agree on the client
+//     IP and account without the application calling the limiter.
+//   - POST /v1/failures on the admin port, for applications not behind
+//     Envoy's access log, refused without the configured bearer token.
+//
+// A bucket's key in the metadata is a string, or a list of strings when
+// the login presented several accounts: the failure counts against each.
+// A failure the counter cannot keep because its key table is full is
+// counted in failures_refused_total (the check fails closed on that table
+// meanwhile), never dropped unseen.
+//
+// A failure counts under the limit the Check peeks at: both ask the one
+// resolver (Limits) with the bucket and the key.
+//
+// Only failures count: successes never reach the counters. The Check only
+// peeks at these buckets, so once one is at its limit every attempt is
+// denied until the window ends, and a denial does not extend the lockout.
+//
+// Bad reports never crash the node: entries without metadata, of other
+// routes, with unknown buckets or non-string keys are skipped and counted
+// by reason. A Recorder is safe for concurrent use.
+package failures
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+)
+
+// The dynamic-metadata contract between the Check, which writes it on
+// routes with failure-counting buckets, and the access log, which carries
+// it back with the response code.
+const (
+	// MetadataNamespace is where Envoy files a Check's dynamic metadata.
+	MetadataNamespace = "envoy.filters.http.ext_authz"
+	MetaIP            = "ip"       // the trusted client IP
+	MetaAccount       = "account"  // the normalised login account ("" when none)
+	MetaRoute         = "route"    // the route rule's name, or its path template
+	MetaFailures      = "failures" // struct: failure-counting bucket name → key, or list of keys (every account a login presents)
+)
+
+// maxKeysPerBucket bounds the keys one entry may list for one bucket: the
+// Check lists at most descriptors.MaxAccounts accounts and the shared key
+// of unreadable ones. A longer list is malformed and counts nothing.
+const maxKeysPerBucket = descriptors.MaxAccounts + 1
+
+// maxKeyBytes bounds a key taken from a report; longer ones are refused.
+// (The Check's keys are bounded by what Envoy accepts in a header or body.)
+const maxKeyBytes = 1024
+
+// Counter counts failures. *counter.Store is one.
+type Counter interface {
+	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
+}
+
+var _ Counter = (*counter.Store)(nil)
+
+// Limits resolves the limit a failure of a bucket's key counts under, the
+// same one the Check peeks at (tenant override ▸ config ▸ route default ▸
+// built-in); *limits.Resolver is one. ok false: the bucket has no
+// limit.
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Config is what a Recorder needs of the configuration.
+type Config struct {
+	// Buckets are indexed as the Check's (the matcher's dense indices).
+	Buckets []Bucket
+	// IDs are the buckets' ids in the counter, by the same index (see
+	// counter.Bucket). nil: the index itself.
+	IDs []counter.Bucket
+	// Routes are the route rules, for reports that name one.
+	Routes []Route
+	// StatusCodes are the response codes that count as failures
+	// (required).
+	StatusCodes []uint32
+	// IPv6Prefix is the prefix length IPv6 clients are keyed by, as the
+	// Check keys them.
+	IPv6Prefix int
+}
+
+// Bucket is what a Recorder needs of one bucket.
+type Bucket struct {
+	Name string
+	Key  descriptors.KeyKind
+	// CountFailures marks the buckets reports count in; others are
+	// never touched.
+	CountFailures bool
+}
+
+// Route is one route rule: a report names it by Name, or an unnamed one by
+// Path.
+type Route struct {
+	Name, Path string
+	Buckets    []counter.Bucket
+}
+
+// routeIndex returns the first route whose name, or else whose path (of an
+// unnamed route), is ref; -1 when none is.
+func (c *Config) routeIndex(ref string) int {
+	for i := range c.Routes {
+		if c.Routes[i].Name == ref {
+			return i
+		}
+	}
+	for i := range c.Routes {
+		if c.Routes[i].Name == "" && c.Routes[i].Path == ref {
+			return i
+		}
+	}
+	return -1
+}
+
+// Options are the optional parts of a Recorder.
+type Options struct {
+	// Token enables POST /v1/failures for requests that carry it as a
+	// bearer token; empty disables the endpoint.
+	Token string
+	// Now is the clock; nil means time.Now. Only tests set it.
+	Now func() time.Time
+}
+
+// Recorder counts reported failures. Create it with New; Update swaps its
+// configuration while it serves.
+type Recorder struct {
+	alsv3.UnimplementedAccessLogServiceServer
+
+	gen   atomic.Pointer[generation]
+	count Counter
+	log   *slog.Logger
+	now   func() time.Time
+	token []byte
+	m     *metrics
+
+	// closing ends the long-lived access-log streams at shutdown: gRPC's
+	// graceful stop would otherwise wait for Envoy to hang up.
+	closing   chan struct{}
+	closeOnce sync.Once
+}
+
+// generation is one configuration, immutable: a report is counted wholly
+// under the one it loaded.
+type generation struct {
+	cfg     Config
+	limits  Limits
+	byName  map[string]int // bucket name → index
+	ids     []counter.Bucket
+	metrics []bucketMetrics // by index
+	// failureBuckets are the buckets with count: failures, in config order.
+	failureBuckets []int
+}
+
+// CloseStreams ends every open access-log stream with UNAVAILABLE (Envoy
+// reconnects, to another node if this one is going away) and refuses new
+// ones. The server calls it before its graceful stop. Idempotent.
+func (rec *Recorder) CloseStreams() {
+	rec.closeOnce.Do(func() { close(rec.closing) })
+}
+
+// New returns a Recorder counting into c under the limits resolved by
+// limits. Its metrics go to reg.
+func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
+	if c == nil || limits == nil || reg == nil || log == nil {
+		return nil, errors.New("failures: New needs a counter, limits, a registerer and a logger")
+	}
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	rec := &Recorder{count: c, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	if rec.now == nil {
+		rec.now = time.Now
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	rec.m = m
+	rec.gen.Store(rec.newGeneration(cfg, limits))
+	return rec, nil
+}
+
+// Update makes cfg, under limits, the configuration of the next report; a
+// report being counted finishes on the previous one. It validates first:
+// on an error nothing changes.
+func (rec *Recorder) Update(cfg Config, limits Limits) error {
+	if limits == nil {
+		return errors.New("failures: Update needs limits")
+	}
+	if err := checkConfig(cfg); err != nil {
+		return err
+	}
+	g := rec.newGeneration(cfg, limits)
+	old := rec.gen.Swap(g)
+	// The series of failure buckets the new configuration no longer has
+	// go: a renamed bucket must not leave a frozen one behind.
+	for _, b := range old.cfg.Buckets {
+		if i, ok := g.byName[b.Name]; b.CountFailures && (!ok || !g.cfg.Buckets[i].CountFailures) {
+			rec.m.forget(b.Name)
+		}
+	}
+	return nil
+}
+
+func checkConfig(cfg Config) error {
+	if len(cfg.StatusCodes) == 0 {
+		return errors.New("failures: no status codes count as failures")
+	}
+	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
+		return fmt.Errorf("failures: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
+	}
+	for _, rt := range cfg.Routes {
+		for _, b := range rt.Buckets {
+			if int(b) >= len(cfg.Buckets) {
+				return fmt.Errorf("failures: route %q names bucket %d of %d", rt.Name+rt.Path, b, len(cfg.Buckets))
+			}
+		}
+	}
+	return nil
+}
+
+func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
+	g := &generation{cfg: cfg, limits: limits, byName: map[string]int{}, ids: cfg.IDs, metrics: rec.m.forBuckets(cfg.Buckets)}
+	if g.ids == nil {
+		g.ids = make([]counter.Bucket, len(cfg.Buckets))
+		for i := range g.ids {
+			g.ids[i] = counter.Bucket(i)
+		}
+	}
+	for i, b := range cfg.Buckets {
+		if _, dup := g.byName[b.Name]; !dup {
+			g.byName[b.Name] = i
+		}
+		if b.CountFailures {
+			g.failureBuckets = append(g.failureBuckets, i)
+		}
+	}
+	return g
+}
+
+// isFailure reports whether an HTTP status code counts as a failure.
+func (g *generation) isFailure(code uint32) bool {
+	return slices.Contains(g.cfg.StatusCodes, code)
+}
+
+// record counts one failure of key in bucket b under lim.
+// It returns where the key stands afterwards: Allowed false means locked.
+// A failure the counter cannot keep (its key table is full) is counted in
+// refused, never dropped unseen; the check then fails closed on the same
+// full table (failure buckets deny on overflow by default).
+func (rec *Recorder) record(g *generation, b int, key string, lim counter.Limit, now time.Time) counter.Result {
+	after := rec.count.Incr(g.ids[b], key, lim, 1, now)
+	bm := g.metrics[b]
+	if after.Overflow {
+		bm.refused.Inc()
+		// Debug: the metric is the signal; a flood must not become log volume.
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
+			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key))
+		return after
+	}
+	bm.failures.Inc()
+	// This failure began the lockout when it took the count from below
+	// the limit to it: one failure adds one to the count (to the rounded-up
+	// estimate, for a sliding window).
+	if !after.Allowed && !after.Overflow && after.Count-1 < lim.Limit {
+		bm.lockouts.Inc()
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
+			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key),
+			slog.Int64("limit", lim.Limit), slog.Int64("scale_ms", lim.ScaleMS),
+			slog.Int64("retry_after_ms", after.RetryAfterMS))
+	}
+	return after
+}
+
+// StreamAccessLogs implements envoy.service.accesslog.v3.AccessLogService.
+// Envoy keeps the stream open and sends entries as they come; a broken
+// entry is skipped, never fatal to the stream.
+func (rec *Recorder) StreamAccessLogs(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
+	select {
+	case <-rec.closing:
+		return status.Error(codes.Unavailable, "shutting down")
+	default:
+	}
+	rec.m.streams.Inc()
+	defer rec.m.streams.Dec()
+	// Recv blocks; receive in a goroutine so that shutdown can end the
+	// stream. Returning ends the RPC, which unblocks that Recv.
+	done := make(chan error, 1)
+	go func() { done <- rec.receive(stream) }()
+	select {
+	case err := <-done:
+		return err
+	case <-rec.closing:
+		return status.Error(codes.Unavailable, "shutting down")
+	}
+}
+
+func (rec *Recorder) receive(stream grpc.ClientStreamingServer[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]) error {
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return stream.SendAndClose(&alsv3.StreamAccessLogsResponse{})
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range msg.GetHttpLogs().GetLogEntry() {
+			rec.m.entries[rec.entry(e)].Inc()
+		}
+		if n := len(msg.GetTcpLogs().GetLogEntry()); n > 0 {
+			rec.m.entries[entryIgnored].Add(float64(n))
+		}
+	}
+}
+
+type entryResult int
+
+const (
+	entryCounted   entryResult = iota // counted in at least one bucket
+	entryIgnored                      // not a failure, or not a route with failure buckets
+	entryMalformed                    // metadata present but unusable
+	numEntryResults
+)
+
+var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed"}
+
+func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
+	g := rec.gen.Load()
+	if !g.isFailure(e.GetResponse().GetResponseCode().GetValue()) {
+		return entryIgnored
+	}
+	md := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[MetadataNamespace]
+	fv, ok := md.GetFields()[MetaFailures]
+	if !ok {
+		return entryIgnored // a route without failure buckets
+	}
+	fs := fv.GetStructValue()
+	if fs == nil {
+		return entryMalformed
+	}
+	now := rec.now()
+	counted, bad := 0, 0
+	for name, v := range fs.GetFields() {
+		keys, ok := keyList(v)
+		b, known := g.byName[name]
+		if !ok || !known || !g.cfg.Buckets[b].CountFailures {
+			bad++
+			continue
+		}
+		limited := false
+		for _, key := range keys.all() {
+			lim, ok := g.limits.Limit(counter.Bucket(b), key)
+			if !ok {
+				limited = true
+				break
+			}
+			rec.record(g, b, key, lim, now)
+		}
+		if limited {
+			bad++
+			continue
+		}
+		counted++
+	}
+	switch {
+	case counted > 0:
+		return entryCounted
+	case bad > 0:
+		return entryMalformed
+	}
+	return entryIgnored // no keys: nothing known about the client
+}
+
+// keys are the keys of one bucket in an entry: one, or a list.
+type keys struct {
+	one  string
+	list []*structpb.Value // checked by keyList
+}
+
+func (k keys) all() []string {
+	if k.list == nil {
+		return []string{k.one}
+	}
+	out := make([]string, len(k.list))
+	for i, v := range k.list {
+		out[i] = v.GetStringValue()
+	}
+	return out
+}
+
+// keyList reads a bucket's key, or its non-empty list of at most
+// maxKeysPerBucket distinct keys; anything else is malformed as a whole,
+// so that a bad report is counted as one, never half applied.
+func keyList(v *structpb.Value) (keys, bool) {
+	lv := v.GetListValue()
+	if lv == nil {
+		k, ok := stringValue(v)
+		return keys{one: k}, ok
+	}
+	vals := lv.GetValues()
+	if len(vals) == 0 || len(vals) > maxKeysPerBucket {
+		return keys{}, false
+	}
+	for i, x := range vals {
+		k, ok := stringValue(x)
+		if !ok {
+			return keys{}, false
+		}
+		for _, y := range vals[:i] {
+			if y.GetStringValue() == k {
+				return keys{}, false
+			}
+		}
+	}
+	return keys{list: vals}, true
+}
+
+func stringValue(v *structpb.Value) (string, bool) {
+	sv, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok || sv.StringValue == "" || len(sv.StringValue) > maxKeyBytes || !utf8.ValidString(sv.StringValue) {
+		return "", false
+	}
+	return sv.StringValue, true
+}
+
+// Report is the body of POST /v1/failures.
+type Report struct {
+	IP      string `json:"ip"`
+	Account string `json:"account"`
+	// Route optionally names the route rule (or its path) whose failure
+	// buckets count; without it every failure bucket keyed by IP or
+	// account counts.
+	Route string `json:"route,omitempty"`
+}
+
+// ReportResult tells the reporter where each bucket now stands.
+type ReportResult struct {
+	Counted map[string]BucketState `json:"counted"`
+}
+
+// BucketState is one bucket after a report.
+type BucketState struct {
+	Key    string `json:"key"`
+	Count  int64  `json:"count"`
+	Limit  int64  `json:"limit"`
+	Locked bool   `json:"locked"`
+	// Refused: the counter's key table is full and could not keep this
+	// failure (counted in failures_refused_total); checks of the key fail
+	// closed meanwhile.
+	Refused      bool  `json:"refused,omitempty"`
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
+}
+
+// ServeHTTP serves POST /v1/failures.
+func (rec *Recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if len(rec.token) == 0 {
+		rec.reject(w, http.StatusNotFound, "disabled", "failure reports over HTTP are disabled: set RATELIMIT_AUTHZ_FAILURES_TOKEN")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		rec.reject(w, http.StatusMethodNotAllowed, "bad_request", "use POST")
+		return
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), rec.token) != 1 {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="ratelimit-authz"`)
+		rec.reject(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+		return
+	}
+	var rep Report
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		rec.reject(w, http.StatusBadRequest, "bad_request", "body must be JSON {\"ip\": …, \"account\": …, \"route\": …}: "+err.Error())
+		return
+	}
+	res, err := rec.Report(rep)
+	if err != nil {
+		rec.reject(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	rec.m.reports[reportCounted].Inc()
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(res)
+}
+
+func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult, msg string) {
+	rec.m.reports[result].Inc()
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// Report counts one failure described by rep, validated as a Check would
+// see it: the IP canonical, the account trimmed and lower-cased.
+func (rec *Recorder) Report(rep Report) (ReportResult, error) {
+	// Keyed as a check keys it: IPv6 by its network.
+	g := rec.gen.Load()
+	ip, ok := descriptors.IPKey(rep.IP, g.cfg.IPv6Prefix)
+	if !ok {
+		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
+	}
+	account := ""
+	if rep.Account != "" {
+		if len(rep.Account) > maxKeyBytes {
+			return ReportResult{}, fmt.Errorf("account is longer than %d bytes", maxKeyBytes)
+		}
+		if account = descriptors.NormalizeAccount(rep.Account); account == "" {
+			return ReportResult{}, errors.New("account must be valid UTF-8 text")
+		}
+	}
+	buckets := g.failureBuckets
+	if rep.Route != "" {
+		route := g.cfg.routeIndex(rep.Route)
+		if route < 0 {
+			return ReportResult{}, fmt.Errorf("route %q is not in the configuration", rep.Route)
+		}
+		buckets = nil
+		for _, b := range g.cfg.Routes[route].Buckets {
+			if g.cfg.Buckets[b].CountFailures {
+				buckets = append(buckets, int(b))
+			}
+		}
+	}
+	now := rec.now()
+	res := ReportResult{Counted: map[string]BucketState{}}
+	for _, b := range buckets {
+		var key string
+		switch g.cfg.Buckets[b].Key {
+		case descriptors.KeyIP:
+			key = ip
+		case descriptors.KeyAccount:
+			key = account
+		}
+		if key == "" {
+			continue // keyed by something a report does not carry, or no account
+		}
+		lim, ok := g.limits.Limit(counter.Bucket(b), key)
+		if !ok {
+			continue
+		}
+		st := rec.record(g, b, key, lim, now)
+		res.Counted[g.cfg.Buckets[b].Name] = BucketState{
+			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
+			Refused: st.Overflow,
+		}
+	}
+	if len(res.Counted) == 0 {
+		return res, errors.New("no failure bucket applies to this report")
+	}
+	return res, nil
+}

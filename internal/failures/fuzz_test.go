@@ -1,0 +1,102 @@
+package failures_test
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+)
+
+// FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
+// the gRPC port), decoding it never panics, and it counts at most
+// maxKeysPerBucket failures per failure bucket.
+func FuzzAccessLogEntry(f *testing.F) {
+	s := structpb.NewStringValue
+	seed := func(fields map[string]*structpb.Value, code uint32) {
+		e := &accesslogv3.HTTPAccessLogEntry{
+			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+				failures.MetadataNamespace: {Fields: fields},
+			}}},
+			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code)},
+		}
+		b, err := proto.Marshal(e)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	keys := func(m map[string]*structpb.Value) *structpb.Value {
+		return structpb.NewStructValue(&structpb.Struct{Fields: m})
+	}
+	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{"login_ip": s("203.0.113.1"), "login_account": s("a@x")}), failures.MetaRoute: s("login")}, 401)
+	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{
+		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a@x"), s("b@x"), s(" unreadable")}}),
+	})}, 401)
+	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{
+		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a"), s("a"), structpb.NewNullValue()}}),
+		"inbound":       s("c"),
+	})}, 401)
+	seed(map[string]*structpb.Value{failures.MetaFailures: s("x")}, 200)
+	f.Add([]byte{0x0a, 0xff})
+
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		f.Fatal(err)
+	}
+	cfg, limits := wiring.Failures(r, nil), limits.NewResolver(wiring.Limits(r, nil), nil)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var e accesslogv3.HTTPAccessLogEntry
+		if proto.Unmarshal(data, &e) != nil {
+			return
+		}
+		c := &countingCounter{}
+		rec, err := failures.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := rec.Entry(&e)
+		if res != "counted" && len(c.n) > 0 {
+			t.Fatalf("entry %s but %d failures counted", res, len(c.n))
+		}
+		if c.emptyKey {
+			t.Fatal("a failure counted under the empty key")
+		}
+		for b, n := range c.n {
+			if n > descriptors.MaxAccounts+1 {
+				t.Fatalf("bucket %d: %d failures from one entry", b, n)
+			}
+			if r.Buckets[b].Count != rules.CountFailures {
+				t.Fatalf("failure counted in bucket %s, which does not count failures", r.Buckets[b].Name)
+			}
+		}
+	})
+}
+
+type countingCounter struct {
+	n        map[counter.Bucket]int
+	emptyKey bool
+}
+
+func (c *countingCounter) Incr(b counter.Bucket, key string, _ counter.Limit, _ int64, _ time.Time) counter.Result {
+	if c.n == nil {
+		c.n = map[counter.Bucket]int{}
+	}
+	c.n[b]++
+	c.emptyKey = c.emptyKey || key == ""
+	return counter.Result{Allowed: true}
+}

@@ -1,0 +1,163 @@
+package node
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+)
+
+// Cluster is the cluster backend: counts replicated over NATS. Secrets
+// (passwords, tokens, keys) come resolved; the node reads no environment
+// and no secret file.
+type Cluster struct {
+	// URL is the NATS server URL, or several separated by commas.
+	// Required.
+	URL string
+	// Options are nats.go's options for credentials and TLS.
+	Options []nats.Option
+	// NodeID names this node in its logs and its peers'; default the
+	// host name. Processes are told apart by a random incarnation (see
+	// replicate.Config.NodeID), so nodes may share a name.
+	NodeID string
+	// SubjectPrefix: batches on PREFIX.batch, warm-start requests on
+	// PREFIX.sync; default replicate.DefaultSubjectPrefix.
+	SubjectPrefix string
+	// SyncInterval is how often the node publishes its changed counts;
+	// default replicate.DefaultSyncInterval.
+	SyncInterval time.Duration
+	// WarmStartTimeout bounds the wait for the peers' counts before the
+	// node reports ready; default replicate.DefaultWarmStartTimeout.
+	WarmStartTimeout time.Duration
+	// Keys are the cluster keys (replicate.KeySize bytes each; the first
+	// seals, either opens); none: replication is neither authenticated
+	// nor encrypted, and the node warns.
+	Keys [][]byte
+	// NoShares turns budget shares off: each node admits on its own view
+	// up to the whole limit, and every changed count is replicated (see
+	// package replicate, "Budget shares").
+	NoShares bool
+}
+
+func (c *Cluster) setDefaults() error {
+	if c.URL == "" {
+		return errors.New("node: the cluster backend needs a NATS URL")
+	}
+	if c.SyncInterval < 0 || c.WarmStartTimeout < 0 {
+		return errors.New("node: the sync interval and the warm-start timeout must not be negative")
+	}
+	if c.SubjectPrefix == "" {
+		c.SubjectPrefix = replicate.DefaultSubjectPrefix
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = replicate.DefaultSyncInterval
+	}
+	if c.WarmStartTimeout == 0 {
+		c.WarmStartTimeout = replicate.DefaultWarmStartTimeout
+	}
+	return nil
+}
+
+// newReplicator returns the replicator of the cluster backend, or nil for
+// the local one (c nil).
+func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
+	if c == nil {
+		log.Info("counter backend: local (this node's counts only)")
+		return nil, nil
+	}
+	repl, err := replicate.New(replicate.Config{
+		URL: c.URL, Options: c.Options, NodeID: c.NodeID,
+		Buckets: t.Buckets, IDs: t.IDs, Algorithms: t.Algorithms, Bounds: t.Bounds,
+		SubjectPrefix: c.SubjectPrefix, SyncInterval: c.SyncInterval, WarmStartTimeout: c.WarmStartTimeout,
+		Keys: c.Keys, ShareDelay: shareDelay(c.NoShares),
+	}, store, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	node, inc := repl.Identity()
+	ids := make([]string, len(c.Keys))
+	for i, k := range c.Keys {
+		id := replicate.KeyID(k)
+		ids[i] = hex.EncodeToString(id[:])
+	}
+	log.Info("counter backend: cluster (replicated over NATS)", "node", node, "incarnation", fmt.Sprintf("%016x", inc),
+		"subject_prefix", c.SubjectPrefix, "sync_interval", c.SyncInterval.String(), "cluster_key_ids", strings.Join(ids, ","))
+	if len(c.Keys) == 0 {
+		log.Warn("no cluster key (RATELIMIT_AUTHZ_CLUSTER_KEY or --cluster-key-file): replication is neither authenticated nor encrypted; " +
+			"whoever can publish on the NATS subjects can change counts, and whoever can subscribe reads every key (IPs, accounts, tenants)")
+	}
+	return repl, nil
+}
+
+// peerBounds is what a peer may report per bucket: the window length of
+// the bucket's limit on this node (its own, else the route default, else
+// the built-in one) with limit × replicate.PeerCountFactor, and for an
+// overridable bucket every window a tenant override can have
+// (limits.Scales), with any count an override allows.
+func peerBounds(r *rules.Rules) replicate.BucketWindows {
+	w := make(replicate.BucketWindows, len(r.Buckets))
+	res := limits.NewResolver(wiring.Limits(r, nil), nil)
+	for i := range r.Buckets {
+		m := map[int64]int64{}
+		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
+		if l, ok := res.Configured(counter.Bucket(i)); ok {
+			add(l)
+		}
+		if r.Buckets[i].Overridable {
+			for _, sc := range limits.Scales {
+				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
+			}
+		}
+		w[i] = m
+	}
+	return w
+}
+
+// readyAfter is what readiness waits for: the replicator's warm start.
+func readyAfter(repl *replicate.Replicator) []<-chan struct{} {
+	if repl == nil {
+		return nil
+	}
+	return []<-chan struct{}{repl.Ready()}
+}
+
+// runReplicator runs repl until the gRPC server has stopped, so that the
+// final batch carries every check answered during the drain and graceful
+// stop. A nil repl (local backend) returns at once.
+func runReplicator(ctx context.Context, serverDone <-chan struct{}, repl *replicate.Replicator) error {
+	if repl == nil {
+		return nil
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- repl.Run(rctx) }()
+	select {
+	case err := <-errc: // options nats.go refused
+		return err
+	case <-serverDone:
+		cancel()
+		return <-errc
+	}
+}
+
+// shareDelay is replicate.Config.ShareDelay for Cluster.NoShares: its
+// default, or off.
+func shareDelay(noShares bool) time.Duration {
+	if noShares {
+		return -1
+	}
+	return 0
+}

@@ -1,0 +1,155 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+)
+
+// rlsText is an RLS configuration of domain d: kept at perMinute a
+// minute, changed at 3 per unit.
+func rlsText(perMinute int, unit string) string {
+	return fmt.Sprintf(`domain: d
+descriptors:
+  - key: kept
+    rate_limit: {unit: minute, requests_per_unit: %d}
+  - key: changed
+    rate_limit: {unit: %s, requests_per_unit: 3}
+`, perMinute, unit)
+}
+
+func rlsReloadRules(t *testing.T, perMinute int, unit string) *rlsconfig.Config {
+	t.Helper()
+	c, err := rlsconfig.Parse([]rlsconfig.File{{Name: "d.yaml", Data: []byte(rlsText(perMinute, unit))}}, rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func rlsCode(t *testing.T, svc *rls.Service, key string) rlsv3.RateLimitResponse_Code {
+	t.Helper()
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{
+		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetOverallCode()
+}
+
+func rlsAllowed(t *testing.T, svc *rls.Service, key string, n int) (ok int) {
+	t.Helper()
+	for range n {
+		if rlsCode(t, svc, key) == rlsv3.RateLimitResponse_OK {
+			ok++
+		}
+	}
+	return ok
+}
+
+// The RLS rules are one more part of a generation, read from their own
+// directory at start and at every ReloadFrom: their counts are kept while
+// a rule's bucket, unit and algorithm hold, reset when its unit changes; a
+// reload of the ext_authz rules alone keeps the RLS rules in force, a
+// broken RLS file is refused like a broken ext_authz one, and the ids of
+// both formats never meet.
+func TestReloadRLSRules(t *testing.T) {
+	layout := rlsLayout(t, map[string]string{"d.yaml": rlsText(5, "hour")})
+	file := filepath.Join(layout.Root, layout.Subdirectory, "config", "d.yaml")
+	cfg := local(reloadRules(t, 10, 10, "1h"))
+	cfg.RLS = &RLS{Layout: layout}
+	n := start(t, cfg)
+	svc := n.rlsSvc
+	ext := func() (*rules.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
+	if got := rlsAllowed(t, svc, "kept", 3); got != 3 {
+		t.Fatalf("kept: %d of 3", got)
+	}
+	if got := rlsAllowed(t, svc, "changed", 4); got != 3 {
+		t.Fatalf("changed: %d of 4 under 3/hour", got)
+	}
+	// ext_authz alone: the RLS rules stay, counts and all.
+	if err := n.Reload(context.Background(), reloadRules(t, 11, 10, "1h")); err != nil {
+		t.Fatal(err)
+	}
+	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
+		t.Fatal("an ext_authz reload reset an RLS rule")
+	}
+	// ReloadFrom re-reads the unchanged directory: still nothing reset.
+	if err := n.ReloadFrom(context.Background(), ext); err != nil {
+		t.Fatal(err)
+	}
+	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
+		t.Fatal("an ext_authz reload reset an RLS rule")
+	}
+	// Both: kept's limit rises (counts stay), changed counts per minute now
+	// (a new bucket: from zero).
+	if err := os.WriteFile(file, []byte(rlsText(6, "minute")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ReloadFrom(context.Background(), ext); err != nil {
+		t.Fatal(err)
+	}
+	if got := rlsAllowed(t, svc, "kept", 5); got != 3 {
+		t.Fatalf("kept: %d of 5 after its limit rose from 5 to 6 with 3 counted, want 3", got)
+	}
+	if got := rlsAllowed(t, svc, "changed", 4); got != 3 {
+		t.Fatalf("changed: %d of 4 in its new window, want 3", got)
+	}
+	seen := map[uint32]string{}
+	g := n.cur
+	for i, id := range g.ids.IDs {
+		if other, dup := seen[uint32(id)]; dup {
+			t.Fatalf("id %d given to %s and %s", id, other, g.table.Buckets[i])
+		}
+		seen[uint32(id)] = g.table.Buckets[i]
+	}
+	bounds, _ := g.table.Bounds.(replicate.BucketWindows)
+	if len(g.table.Buckets) != len(g.ids.IDs) || len(g.table.Algorithms) != len(g.ids.IDs) || len(bounds) != len(g.ids.IDs) {
+		t.Fatalf("replication table of %d names, %d algorithms and %d bounds for %d ids", len(g.table.Buckets), len(g.table.Algorithms), len(bounds), len(g.ids.IDs))
+	}
+	// Peers may report an RLS rule in its own window only.
+	kept := slices.Index(g.table.Buckets, g.rls.Rules()[0].Bucket)
+	if mx, ok := bounds.PeerBound(counter.Bucket(kept), 60_000); !ok || mx != replicate.BoundFor(6) {
+		t.Errorf("kept's bound per minute: %d %v", mx, ok)
+	}
+	if _, ok := bounds.PeerBound(counter.Bucket(kept), 3_600_000); ok {
+		t.Error("kept accepts hour windows from peers")
+	}
+	// A broken RLS file: refused with its place, nothing changes.
+	if err := os.WriteFile(file, []byte(rlsText(6, "fortnight")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := n.ReloadFrom(context.Background(), ext)
+	if ps, ok := rules.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
+		t.Fatalf("a broken RLS file: %v, want its located problems", err)
+	}
+	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {
+		t.Fatal("a refused RLS reload changed kept's count")
+	}
+	// A node without a ShouldRateLimit service refuses RLS rules.
+	bare := start(t, local(reloadRules(t, 10, 10, "1h")))
+	if err := bare.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 10, 10, "1h"), RLS: rlsReloadRules(t, 1, "hour")}); err == nil {
+		t.Fatal("RLS rules accepted by a node that does not serve them")
+	}
+	// A node serving them refuses a generation without them.
+	if err := n.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 10, 10, "1h")}); err == nil {
+		t.Fatal("a generation without RLS rules accepted by a node serving ShouldRateLimit")
+	}
+	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {
+		t.Fatal("a refused reload changed the RLS rules")
+	}
+}

@@ -1,0 +1,206 @@
+package replicate
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+)
+
+// peer is one other process: a node id and its incarnation. The pair is
+// its identity everywhere (the peer table, the counter's peer ids, shares,
+// sync replies); the node id alone is a name, which processes may share.
+type peer struct {
+	id  counter.PeerID
+	key origin
+	// Under peerTable.mu: lastSeen is when it was last heard from or
+	// named as the origin of counts (expiry); first and last when it was
+	// first and last heard from itself (liveness).
+	lastSeen    time.Time
+	first, last time.Time
+
+	// ageMS is receive time minus send time of its latest batch: the
+	// delivery delay, clock skew included.
+	ageMS atomic.Int64
+	// skewMS is the clock skew: the least ageMS over this clock period and
+	// the previous one (see receiver.observe).
+	skewMS atomic.Int64
+
+	// Read and written by the batch handler only (one goroutine).
+	lastSeq                uint64
+	haveSeq                bool
+	period                 time.Time // start of this clock period
+	periodMin, prevMin     int64     // least age in this period and the previous one, ms; noAge: none
+	skewLogged, lateLogged time.Time
+}
+
+// peerTable maps peers to the counter's PeerIDs. It holds at most max
+// peers; ids are never reused for another peer (the counter may still
+// hold counts under an expired peer's id until their windows end, and
+// those must never be attributed to another peer). A peer that expired
+// and speaks again gets its old id back, so its counts are not counted a
+// second time: the table remembers the last retiredMax expired peers.
+// Only authenticated, validated messages reach it.
+type peerTable struct {
+	mu      sync.Mutex
+	byKey   map[origin]*peer
+	byID    map[counter.PeerID]*peer
+	next    counter.PeerID
+	max     int
+	retired map[origin]counter.PeerID
+	order   []origin // retired keys, oldest first
+}
+
+// retiredPerPeer bounds the remembered expired peers: retiredPerPeer × max.
+const retiredPerPeer = 4
+
+func newPeerTable(max int) *peerTable {
+	return &peerTable{
+		byKey: map[origin]*peer{}, byID: map[counter.PeerID]*peer{}, next: 1, max: max,
+		retired: map[origin]counter.PeerID{},
+	}
+}
+
+// get returns the peer (node, inc), adding it if there is room, and notes
+// it was seen at now: heard from, when heard (a message it sent), else
+// named as the origin of counts in another's sync reply, which keeps it
+// from expiry but not live (it may have stopped long ago). It returns nil
+// when the table is full or the ids are exhausted.
+func (t *peerTable) get(node string, inc uint64, now time.Time, heard bool) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := origin{node, inc}
+	p := t.byKey[k]
+	if p == nil {
+		if p = t.add(k); p == nil {
+			return nil
+		}
+	}
+	if now.After(p.lastSeen) {
+		p.lastSeen = now
+	}
+	if heard {
+		if p.first.IsZero() {
+			p.first = now
+		}
+		if now.After(p.last) {
+			p.last = now
+		}
+	}
+	return p
+}
+
+// add adds the peer k under its old id, if it had one, else a new one. It
+// returns nil when the table is full or the ids are exhausted.
+func (t *peerTable) add(k origin) *peer {
+	if len(t.byKey) >= t.max {
+		return nil
+	}
+	id, back := t.retired[k]
+	if back {
+		delete(t.retired, k) // its place in order is skipped when reached
+	} else {
+		if t.next == 0 {
+			return nil
+		}
+		id = t.next
+		t.next++ // wraps to 0 after 2^32−1 peers: then no new ones
+	}
+	p := &peer{id: id, key: k}
+	t.byKey[k] = p
+	t.byID[p.id] = p
+	return p
+}
+
+// identity returns the peer known under id.
+func (t *peerTable) identity(id counter.PeerID) (origin, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.byID[id]
+	if p == nil {
+		return origin{}, false
+	}
+	return p.key, true
+}
+
+// expire forgets the peers not heard from since now − ttl, remembering
+// their ids in case they speak again.
+func (t *peerTable) expire(now time.Time, ttl time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	cutoff := now.Add(-ttl)
+	for k, p := range t.byKey {
+		if !p.lastSeen.Before(cutoff) {
+			continue
+		}
+		delete(t.byKey, k)
+		delete(t.byID, p.id)
+		t.retired[k] = p.id
+		t.order = append(t.order, k)
+	}
+	for len(t.retired) > retiredPerPeer*t.max && len(t.order) > 0 {
+		delete(t.retired, t.order[0])
+		t.order = t.order[1:]
+	}
+	if len(t.order) > 2*retiredPerPeer*t.max { // keys of peers that came back
+		live := t.order[:0]
+		for _, k := range t.order {
+			if _, ok := t.retired[k]; ok {
+				live = append(live, k)
+			}
+		}
+		t.order = append([]origin(nil), live...)
+	}
+}
+
+// member is a process taking part in the cluster: its identity, and when
+// it was first and last heard from.
+type member struct {
+	id          origin
+	first, last time.Time
+}
+
+// live appends to dst the peers heard from since since.
+func (t *peerTable) live(dst []member, since time.Time) []member {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, p := range t.byKey {
+		if !p.last.IsZero() && !p.last.Before(since) {
+			dst = append(dst, member{k, p.first, p.last})
+		}
+	}
+	return dst
+}
+
+func (t *peerTable) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byKey)
+}
+
+// maxAge returns the largest absolute delivery age (ageMS) of the known
+// peers.
+func (t *peerTable) maxAge() time.Duration {
+	return t.largest(func(p *peer) int64 { return p.ageMS.Load() })
+}
+
+// maxSkew returns the largest absolute clock skew (skewMS) of the known
+// peers.
+func (t *peerTable) maxSkew() time.Duration {
+	return t.largest(func(p *peer) int64 { return p.skewMS.Load() })
+}
+
+func (t *peerTable) largest(ms func(*peer) int64) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var m int64
+	for _, p := range t.byKey {
+		s := ms(p)
+		if s < 0 {
+			s = -s
+		}
+		m = max(m, s)
+	}
+	return time.Duration(m) * time.Millisecond
+}

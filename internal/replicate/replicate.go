@@ -1,0 +1,538 @@
+package replicate
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+)
+
+// Store is what the Replicator needs of the counter store. *counter.Store
+// is one; it must be created with counter.Config.Track set.
+type Store interface {
+	Changes(dst []counter.WindowCount, now time.Time) ([]counter.WindowCount, int)
+	Merge(peer counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus
+	Snapshot(dst []counter.PeerCount, now time.Time) []counter.PeerCount
+	Pending() int
+}
+
+// nearLimiter is the optional part of a Store that tells when a local
+// count came near its limit; *counter.Store is one (with Track set).
+type nearLimiter interface {
+	NearLimit() <-chan struct{}
+}
+
+// sharer is the optional part of a Store that splits budgets between the
+// live nodes; *counter.Store is one (with Track set).
+type sharer interface {
+	SetShares(counter.Shares) error
+}
+
+// reporter is the optional part of a Store that lists the own counts it
+// reported, for anti-entropy; *counter.Store is one.
+type reporter interface {
+	Reported(dst []counter.WindowCount, now time.Time) []counter.WindowCount
+}
+
+// unreportedMarker is the optional part of a Store that marks the counts
+// its shares kept unreported, for the final batch; *counter.Store is one.
+type unreportedMarker interface {
+	MarkUnreported(min int64) int
+}
+
+var (
+	_ unreportedMarker = (*counter.Store)(nil)
+	_ reporter         = (*counter.Store)(nil)
+	_ Store            = (*counter.Store)(nil)
+	_ nearLimiter      = (*counter.Store)(nil)
+	_ sharer           = (*counter.Store)(nil)
+)
+
+// Replicator shares a counter store's counts with the other nodes over
+// NATS. Create it with New and run it with Run. Its methods are safe for
+// concurrent use.
+//
+// It is made of three parts, each owning its state: the publisher (batches,
+// heartbeats, anti-entropy; driven by Run's loop), the receiver (reading,
+// validating and merging peers' batches, and the counts deferred to their
+// window) and the syncer (warm start and resync requests, and the answers
+// to peers' requests). The peer table is shared by the receiver and the
+// syncer.
+type Replicator struct {
+	*shared
+	pub    *publisher
+	recv   *receiver
+	syncer *syncer
+
+	started   atomic.Bool
+	ready     chan struct{}
+	readyOnce sync.Once
+	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
+
+	// Owned by Run's loop (tick).
+	lastShares   counter.Shares
+	scratch      []member
+	dupNames     map[string]bool // node ids several live processes claimed at the last tick
+	dupScratch   map[string]bool
+	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
+	shareDelayMS atomic.Int64 // lastShares.Delay, for the gauge
+}
+
+// shared is what every part of a Replicator reads: set by New, never
+// changed after (peers and the metrics are safe for concurrent use).
+type shared struct {
+	cfg       Config
+	store     Store
+	log       *slog.Logger
+	now       func() time.Time // cfg.Now
+	m         *metrics
+	self      origin    // node id and this process's incarnation: its identity
+	born      time.Time // when this process was created (New): first heard from, as a member
+	batchSubj string
+	syncSubj  string
+	peers     *peerTable
+	seal      *sealer // nil: no cluster key
+	hooks     hooks
+	// tab is the configuration followed (see Update); a sender or
+	// receiver loads it once per message.
+	tab atomic.Pointer[table]
+}
+
+// hooks are test seams, fixed at construction; the zero value is the
+// production behaviour.
+type hooks struct {
+	// send publishes one message; nil: nc.Publish.
+	send func(nc *nats.Conn, subject string, data []byte) error
+	// kick, if set, makes Run tick when it receives a channel, and close
+	// that channel after.
+	kick chan chan struct{}
+	// subPending, if positive, bounds the messages a subscription holds
+	// unread (else nats.go's default).
+	subPending int
+}
+
+// New returns a Replicator for store, which must track changes
+// (counter.Config.Track). Nothing is started until Run.
+func New(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger) (*Replicator, error) {
+	return newReplicator(cfg, store, reg, log, hooks{})
+}
+
+func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog.Logger, h hooks) (*Replicator, error) {
+	if store == nil || reg == nil || log == nil {
+		return nil, errors.New("replicate: New needs a store, a registerer and a logger")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if h.send == nil {
+		h.send = func(nc *nats.Conn, subj string, data []byte) error { return nc.Publish(subj, data) }
+	}
+	self := origin{Node: cfg.NodeID, Incarnation: rand.Uint64()}
+	sh := &shared{
+		cfg:       cfg,
+		store:     store,
+		log:       log.With("node", self.Node, "incarnation", fmt.Sprintf("%016x", self.Incarnation)),
+		now:       cfg.Now,
+		self:      self,
+		born:      cfg.Now(),
+		batchSubj: cfg.SubjectPrefix + ".batch",
+		syncSubj:  cfg.SubjectPrefix + ".sync",
+		peers:     newPeerTable(cfg.MaxPeers),
+		hooks:     h,
+	}
+	tb, err := newTable(Table{Buckets: cfg.Buckets, IDs: cfg.IDs, Algorithms: cfg.Algorithms, Bounds: cfg.Bounds})
+	if err != nil {
+		return nil, err
+	}
+	sh.tab.Store(tb)
+	if sh.seal, err = newSealer(cfg.Keys, cfg.SubjectPrefix); err != nil {
+		return nil, err
+	}
+	r := &Replicator{shared: sh, ready: make(chan struct{}), dupNames: map[string]bool{}, dupScratch: map[string]bool{}}
+	r.pub = newPublisher(sh)
+	r.recv = newReceiver(sh)
+	r.syncer = newSyncer(sh, r.recv)
+	if sh.m, err = newMetrics(reg, r.gauges); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "connected",
+			Help: "1 while connected to NATS, else 0 (the node then limits on its own counts).",
+		}, func() float64 {
+			if nc := r.conn.Load(); nc != nil && nc.IsConnected() {
+				return 1
+			}
+			return 0
+		}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: sub, Name: "reconnects_total",
+			Help: "Reconnections to NATS.",
+		}, func() float64 {
+			if nc := r.conn.Load(); nc != nil {
+				return float64(nc.Stats().Reconnects)
+			}
+			return 0
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "peers",
+			Help: "Peers heard from within the peer expiry.",
+		}, func() float64 { return float64(r.peers.len()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
+			Help: "Largest absolute clock skew over the known peers: for each, the least difference between receive time and send time of its batches over the last 10 to 20 heartbeats, so that batches that waited (a stall of this node, NATS or the peer) do not count.",
+		}, func() float64 { return r.peers.maxSkew().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "share_nodes",
+			Help: "Nodes each key's budget is split between: this process and the other processes heard from in the last 3 heartbeats, each a node of its own whatever its node id; 0 or 1: no split, the node admits on its own view up to the whole limit.",
+		}, func() float64 { return float64(r.shareNodes.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "share_delay_seconds",
+			Help: "How long after publishing a count this node waits before its share grows (its peers hold the count and have answered): the early gap plus twice the peers' latest delivery delay (clock skew included; 2.5 ms to a sync interval), or the configured share delay when longer.",
+		}, func() float64 { return float64(r.shareDelayMS.Load()) / 1000 }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: ns, Subsystem: sub, Name: "pending_entries",
+			Help: "Keys with changed counts not yet published (grows while NATS is away).",
+		}, func() float64 { return float64(r.pub.pending()) }),
+	}
+}
+
+// Ready is closed once the warm start has ended: peers answered, the
+// deadline passed, or NATS was not reachable at start.
+func (r *Replicator) Ready() <-chan struct{} { return r.ready }
+
+func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
+
+// Nodes is how many live nodes split the budget shares, this one included
+// (ratelimit_authz_replicate_share_nodes): 1 while NATS is away or shares
+// are off. Safe for concurrent use.
+func (r *Replicator) Nodes() int { return max(int(r.shareNodes.Load()), 1) }
+
+// Identity is this process's node id and incarnation. The node id is a
+// name that several processes may claim (logged and counted); the pair
+// is unique, and is what the cluster tells nodes apart by.
+func (r *Replicator) Identity() (node string, incarnation uint64) {
+	return r.self.Node, r.self.Incarnation
+}
+
+// Run connects to NATS and replicates until ctx is done; it then publishes
+// a last batch (bounded by FlushTimeout), closes the connection and returns
+// nil. NATS being unreachable is not an error: the connection is retried
+// in the background for as long as Run runs. Run returns an error only for
+// options nats.go refuses (an unreadable credentials file, say) or when
+// called twice.
+func (r *Replicator) Run(ctx context.Context) error {
+	if !r.started.CompareAndSwap(false, true) {
+		return errors.New("replicate: Run called twice")
+	}
+	defer r.markReady()
+	var offline atomic.Bool // NATS was not reachable when Run started
+	nc, err := r.connect(ctx, &offline)
+	if err != nil {
+		return err
+	}
+	r.conn.Store(nc)
+	defer nc.Close()
+	if err := r.subscribe(nc); err != nil {
+		return err
+	}
+	warm := nc.IsConnected()
+	if !warm {
+		offline.Store(true)
+		r.log.Warn("NATS not reachable at start; serving on this node's counts and retrying in the background", "url", redactURLs(r.cfg.URL))
+		r.markReady()
+		if nc.IsConnected() { // connected just now, perhaps before the flag was set
+			r.syncer.requestResync()
+		}
+	}
+	syncDone := make(chan struct{})
+	go func() {
+		defer close(syncDone)
+		r.syncer.run(ctx, nc, warm, r.markReady)
+	}()
+	r.loop(ctx, nc)
+	<-syncDone // no sync runs any more
+	r.final(nc)
+	return nil
+}
+
+// loop publishes at every tick, and early when the store signals a key
+// near its limit, until ctx is done.
+func (r *Replicator) loop(ctx context.Context, nc *nats.Conn) {
+	t := time.NewTimer(untilTick(r.now(), r.cfg.SyncInterval))
+	defer t.Stop()
+	// Early batches: near receives when a local hit left a key near its
+	// limit; one is published at once unless one went out less than
+	// EarlyGap ago, in which case gapT publishes it when the gap ends.
+	var near <-chan struct{}
+	if nl, ok := r.store.(nearLimiter); ok && r.cfg.EarlyGap > 0 {
+		near = nl.NearLimit()
+	}
+	gapT := time.NewTimer(time.Hour)
+	gapT.Stop()
+	defer gapT.Stop()
+	var lastEarly time.Time
+	gapArmed := false
+	early := func() {
+		lastEarly = r.now()
+		r.early(nc, lastEarly)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.tick(nc, r.now())
+			t.Reset(untilTick(r.now(), r.cfg.SyncInterval))
+		case done := <-r.hooks.kick:
+			r.tick(nc, r.now())
+			close(done)
+		case <-near:
+			if gapArmed {
+				break // the gap's end publishes this one too
+			}
+			if wait := r.cfg.EarlyGap - r.now().Sub(lastEarly); wait > 0 {
+				gapT.Reset(wait)
+				gapArmed = true
+				break
+			}
+			early()
+		case <-gapT.C:
+			gapArmed = false
+			early()
+		}
+	}
+}
+
+// untilTick is the time from now to the next multiple of interval since
+// the Unix epoch. Like windows, ticks are aligned to the wall clock: with
+// synchronised clocks every node publishes at the same instants, so at any
+// moment each node knows every peer's counts as of the last tick, and a
+// window of a multiple of the interval begins with a fresh view.
+func untilTick(now time.Time, interval time.Duration) time.Duration {
+	d := interval.Nanoseconds()
+	n := now.UnixNano()
+	return time.Duration((counter.WindowOf(n, d)+1)*d - n)
+}
+
+// tick is one sync interval: retry deferred counts, forget silent peers,
+// drop an old sync reply, and publish this node's changes if NATS is there
+// (or a heartbeat when there are none). While it is not, the changes stay
+// marked in the store and go out, at their latest counts, in the first
+// batch after it is back.
+func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
+	r.recv.retryDeferred(now)
+	r.peers.expire(now, r.cfg.PeerExpiry)
+	r.syncer.dropReply(now)
+	r.members(now, nc.IsConnected())
+	if !nc.IsConnected() {
+		return
+	}
+	r.pub.publishTick(now, r.maxOut(nc), func(b []byte) error { return r.hooks.send(nc, r.batchSubj, b) })
+}
+
+// early publishes this node's changes between ticks, because a local hit
+// left a key near its limit: peers learn it within the delivery delay
+// rather than at the next tick. Like tick, it publishes nothing while NATS
+// is away (the changes stay marked for the first batch after).
+func (r *Replicator) early(nc *nats.Conn, now time.Time) {
+	if !nc.IsConnected() {
+		return
+	}
+	n := r.pub.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.hooks.send(nc, r.batchSubj, b) }, false)
+	r.m.earlyBatches.Add(float64(n))
+}
+
+// final publishes what changed since the last batch, at shutdown.
+func (r *Replicator) final(nc *nats.Conn) {
+	if st, ok := r.store.(unreportedMarker); ok && r.cfg.ShareDelay >= 0 {
+		st.MarkUnreported(2)
+	}
+	r.tick(nc, r.now())
+	if !nc.IsConnected() {
+		return
+	}
+	if err := nc.FlushTimeout(r.cfg.FlushTimeout); err != nil {
+		r.log.Warn("final batch not confirmed by NATS", "err", err, "timeout", r.cfg.FlushTimeout.String())
+		return
+	}
+	r.log.Info("final batch published")
+}
+
+// maxOut is the largest message this node may publish on nc, sealed.
+func (s *shared) maxOut(nc *nats.Conn) int {
+	if mp := int(nc.MaxPayload()); mp > 0 {
+		return min(mp, s.cfg.MaxMessageBytes) - sealOverhead
+	}
+	return s.cfg.MaxMessageBytes - sealOverhead
+}
+
+// sealed returns msg sealed for kind with buf and ad as scratch, or msg
+// itself without a cluster key.
+func (s *shared) sealed(buf, ad *[]byte, msg []byte, kind msgKind) []byte {
+	if s.seal == nil {
+		return msg
+	}
+	*buf = s.seal.seal((*buf)[:0], msg, kind, ad)
+	return *buf
+}
+
+// guard wraps a NATS message handler: a panic in it is a bug, yet must not
+// stop the node (every node runs the same handler on the same message), so
+// it is recovered, counted and logged, and the message is dropped.
+func (s *shared) guard(what string, h nats.MsgHandler) nats.MsgHandler {
+	return func(msg *nats.Msg) {
+		defer func() {
+			if v := recover(); v != nil {
+				s.m.panics.Inc()
+				s.log.Error("recovered a panic in a replication handler; message dropped",
+					"handler", what, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			}
+		}()
+		h(msg)
+	}
+}
+
+// shareLive is how recently, in heartbeats, a peer must have been heard
+// from to take a share of the budgets: a peer that stopped is dropped
+// from the split within a few seconds, so the others' shares grow back.
+const shareLive = 3
+
+// minDelivery is the least delivery delay shareDelay assumes of a batch.
+const minDelivery = 2500 * time.Microsecond
+
+// shareDelay is how long after publishing a count the node takes its
+// peers to hold it and their answers to have arrived: a peer that holds
+// unpublished hits of the key publishes them on receipt, within an early
+// gap (a tick without early batches), so the node waits for the report's
+// delivery, that gap and the answer's delivery. The delivery delay is the
+// peers' latest (clock skew included), from minDelivery to a SyncInterval:
+// a slow network, or a node too busy to read its messages, then makes
+// shares grow more slowly instead of handing out budget its peers may
+// already have spent.
+func (r *Replicator) shareDelay() time.Duration {
+	gap := r.cfg.EarlyGap
+	if gap <= 0 {
+		gap = r.cfg.SyncInterval
+	}
+	deliver := min(max(r.peers.maxAge(), minDelivery), r.cfg.SyncInterval)
+	return max(r.cfg.ShareDelay, gap+2*deliver)
+}
+
+// members takes stock of the live processes at a tick: duplicate node ids,
+// and the budget shares.
+func (r *Replicator) members(now time.Time, connected bool) {
+	live := r.live(now)
+	r.noteDuplicates(live)
+	r.setShares(live, connected)
+}
+
+// live returns the live processes of the cluster, this one included,
+// sorted by identity (so every node ranks them alike): the peers heard
+// from in the last shareLive heartbeats, whatever their node ids. A
+// restarted process is two for that long, its previous incarnation
+// taking a share it no longer spends: the cluster admits less, never
+// more.
+func (r *Replicator) live(now time.Time) []member {
+	ms := r.peers.live(r.scratch[:0], now.Add(-shareLive*r.cfg.Heartbeat))
+	ms = append(ms, member{id: r.self, first: r.born, last: now})
+	slices.SortFunc(ms, func(a, b member) int {
+		return cmp.Or(strings.Compare(a.id.Node, b.id.Node), cmp.Compare(a.id.Incarnation, b.id.Incarnation))
+	})
+	r.scratch = ms[:0]
+	return ms
+}
+
+// noteDuplicates logs and counts, once per episode, each node id that
+// several live processes claim at once (two started with one --node-id,
+// or without one on one host): processes of one name each heard from
+// while the other was (a restart is not: the old process was last heard
+// from before the new one first was). It changes nothing else: each
+// process is a node of its own in the shares, peers and sync replies,
+// whatever its name.
+func (r *Replicator) noteDuplicates(live []member) {
+	cur := r.dupScratch
+	clear(cur)
+	for i := 0; i < len(live); {
+		j := i + 1
+		for j < len(live) && live[j].id.Node == live[i].id.Node {
+			j++
+		}
+		group := live[i:j]
+		if slices.ContainsFunc(group, func(m member) bool { return overlaps(group, m) }) {
+			name := live[i].id.Node
+			cur[name] = true
+			if !r.dupNames[name] {
+				r.m.duplicateNodeIDs.Inc()
+				var ids []string
+				for _, m := range group {
+					if overlaps(group, m) {
+						ids = append(ids, m.id.String())
+					}
+				}
+				// Node ids are validated printable ASCII, from authenticated messages.
+				r.log.Warn("several live processes claim one node id; each still counts as a node of its own, but logs name them alike: give each its own node id",
+					"node_id", name, "processes", strings.Join(ids, ","))
+			}
+		}
+		i = j
+	}
+	r.dupNames, r.dupScratch = cur, r.dupNames
+}
+
+// overlaps reports whether another process of ms (one node id) was heard
+// from while m was.
+func overlaps(ms []member, m member) bool {
+	for _, o := range ms {
+		if o.id != m.id && !m.first.After(o.last) && !o.first.After(m.last) {
+			return true
+		}
+	}
+	return false
+}
+
+// setShares tells the store how many nodes split the budgets and this
+// node's rank among them: the live processes while connected, none (each
+// node on its own, up to the whole limit) while NATS is away.
+func (r *Replicator) setShares(live []member, connected bool) {
+	st, ok := r.store.(sharer)
+	if !ok || r.cfg.ShareDelay < 0 {
+		return
+	}
+	sh := counter.Shares{Nodes: 1}
+	if connected {
+		rank := 0
+		for i, m := range live {
+			if m.id == r.self {
+				rank = i
+			}
+		}
+		sh = counter.Shares{Nodes: len(live), Rank: rank, Delay: r.shareDelay()}
+	}
+	if sh != r.lastShares {
+		if err := st.SetShares(sh); err != nil {
+			r.log.Error("setting budget shares", "err", err)
+			return
+		}
+		r.lastShares = sh
+		r.shareNodes.Store(int64(sh.Nodes))
+		r.shareDelayMS.Store(sh.Delay.Milliseconds())
+	}
+}

@@ -1,0 +1,117 @@
+package rls
+
+import (
+	"strconv"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+)
+
+// inlineStatuses statuses fit in a reply's one allocation; more take two
+// more.
+const inlineStatuses = 3
+
+// slot holds what one counted descriptor's status points to.
+type slot struct {
+	status rlsv3.RateLimitResponse_DescriptorStatus
+	reset  durationpb.Duration
+	lim    rlsv3.RateLimitResponse_RateLimit // a current_limit the configuration does not hold
+}
+
+// reply is a response in one allocation for up to inlineStatuses
+// descriptors.
+type reply struct {
+	resp   rlsv3.RateLimitResponse
+	ptrs   [inlineStatuses]*rlsv3.RateLimitResponse_DescriptorStatus
+	inline [inlineStatuses]slot
+	slots  []slot
+	hptrs  [3]*corev3.HeaderValue
+	hdrs   [3]corev3.HeaderValue
+}
+
+func newReply(n int) *reply {
+	r := new(reply)
+	if n <= inlineStatuses {
+		r.resp.Statuses = r.ptrs[:n]
+		r.slots = r.inline[:n]
+	} else {
+		r.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+		r.slots = make([]slot, n)
+	}
+	return r
+}
+
+func (r *reply) slot(i int) *slot { return &r.slots[i] }
+
+func (sl *slot) set(c rlsv3.RateLimitResponse_Code, current *rlsv3.RateLimitResponse_RateLimit, remaining uint32, resetS int64) *rlsv3.RateLimitResponse_DescriptorStatus {
+	sl.reset.Seconds = resetS
+	sl.status.Code = c
+	sl.status.CurrentLimit = current
+	sl.status.LimitRemaining = remaining
+	sl.status.DurationUntilReset = &sl.reset
+	return &sl.status
+}
+
+// override is the current_limit of a tenant override: its limit, in the
+// unit of its window (tenant overrides have whole-unit windows; another
+// is reported in seconds with unit_multiplier).
+func (sl *slot) override(name string, l counter.Limit) *rlsv3.RateLimitResponse_RateLimit {
+	sl.lim.Name = name
+	sl.lim.RequestsPerUnit = uint32(l.Limit) // ≤ counter.MaxLimit
+	sl.lim.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+	for _, u := range []rlsconfig.Unit{rlsconfig.Second, rlsconfig.Minute, rlsconfig.Hour, rlsconfig.Day, rlsconfig.Week} {
+		if u.Seconds()*1000 == l.ScaleMS {
+			sl.lim.Unit = rlsv3.RateLimitResponse_RateLimit_Unit(u)
+			return &sl.lim
+		}
+	}
+	sl.lim.UnitMultiplier = wrapperspb.UInt32(uint32(seconds(l.ScaleMS)))
+	return &sl.lim
+}
+
+// addHeaders adds upstream's three response headers for the descriptor
+// upstream picks: the last one over its limit, else the limited one with
+// the least remaining, the first of equals. None when no status has a
+// limit.
+func (r *reply) addHeaders(set *Settings) {
+	var pick *rlsv3.RateLimitResponse_DescriptorStatus
+	for _, ds := range r.resp.Statuses {
+		switch {
+		case ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT:
+			pick = ds
+		case ds.CurrentLimit != nil && (pick == nil || ds.LimitRemaining < pick.LimitRemaining):
+			pick = ds
+		}
+	}
+	if pick == nil || pick.CurrentLimit == nil {
+		return
+	}
+	// The three values in one string: one allocation.
+	var buf [3 * 20]byte
+	out := strconv.AppendUint(buf[:0], uint64(pick.CurrentLimit.RequestsPerUnit), 10)
+	i1 := len(out)
+	out = strconv.AppendUint(out, uint64(pick.LimitRemaining), 10)
+	i2 := len(out)
+	out = strconv.AppendInt(out, pick.DurationUntilReset.GetSeconds(), 10)
+	all := string(out)
+	r.hdrs[0].Key, r.hdrs[0].Value = set.LimitHeader, all[:i1]
+	r.hdrs[1].Key, r.hdrs[1].Value = set.RemainingHeader, all[i1:i2]
+	r.hdrs[2].Key, r.hdrs[2].Value = set.ResetHeader, all[i2:]
+	for i := range r.hdrs {
+		r.hptrs[i] = &r.hdrs[i]
+	}
+	r.resp.ResponseHeadersToAdd = r.hptrs[:]
+}
+
+// keyString views key as a string without copying it, for the counter,
+// which keeps copies of the keys it stores and nothing else (see Limiter):
+// the buffer is reused by the next call.
+func keyString(key []byte) string {
+	return unsafe.String(unsafe.SliceData(key), len(key))
+}

@@ -1,0 +1,546 @@
+package rls
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+)
+
+// Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
+// Neither method may keep key after it returns: the service passes a view
+// of a buffer it reuses (the store copies the keys it keeps).
+type Limiter interface {
+	TakeN(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
+	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+}
+
+var _ Limiter = (*counter.Store)(nil)
+
+// Limits resolves the limit of an overridable rule's bucket for a tenant
+// (tenant override ▸ the configured limit); *limits.Resolver is one.
+// It is called on the ShouldRateLimit path: it must answer from memory.
+// ok false: no limit known there, and the rule's own applies.
+type Limits interface {
+	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+}
+
+// Config is what the Service serves: the rules, the counter bucket of each
+// rule (by rule index) and of each bucket of descriptor-supplied limits (by
+// rlsconfig.Config.LimitBuckets index), and the global settings.
+type Config struct {
+	Rules    *rlsconfig.Config
+	RuleIDs  []counter.Bucket
+	LimitIDs []counter.Bucket
+	Settings Settings
+}
+
+// Service answers Envoy's ShouldRateLimit calls. Create it with New.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+
+	limiter Limiter
+	limits  Limits
+	log     *slog.Logger
+	opts    Options
+	m       *metrics
+
+	mu  sync.Mutex // serialises Update
+	cur atomic.Pointer[state]
+
+	// keys holds *[]byte buffers the counter keys of a call are built in.
+	keys sync.Pool
+
+	// Immutable statuses shared by every response.
+	statusOK, statusUnlimited *rlsv3.RateLimitResponse_DescriptorStatus
+	errDomain, errDescriptors error
+}
+
+// state is one configuration in force, immutable once built.
+type state struct {
+	cfg         *rlsconfig.Config
+	settings    Settings
+	rules       []ruleState  // by rule index
+	limits      []limitState // by LimitBuckets index
+	domains     map[string]*domainMetrics
+	unknown     *domainMetrics
+	anyReplaces bool // some rule replaces others: a call must look
+}
+
+type ruleState struct {
+	rule *rlsconfig.Rule
+	id   counter.Bucket
+	// lim is what the counter counts against when counted (not unlimited,
+	// requests_per_unit > 0): the limit capped at counter.MaxLimit.
+	lim     counter.Limit
+	counted bool
+	scaleMS int64
+	// current is the rule's current_limit, shared by every response.
+	current *rlsv3.RateLimitResponse_RateLimit
+	m       [numDecisions]prometheus.Counter
+}
+
+type limitState struct {
+	bucket  string
+	id      counter.Bucket
+	unit    rlsconfig.Unit
+	scaleMS int64
+	usable  bool // the counter holds the unit's window
+	m       [numDecisions]prometheus.Counter
+}
+
+// New returns a Service serving cfg, counting with lim and resolving the
+// limits of overridable rules with limits. Its metrics go to reg.
+func New(cfg Config, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if lim == nil || limits == nil || reg == nil || log == nil {
+		return nil, errors.New("rls: New needs a limiter, limits, a registerer and a logger")
+	}
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	mt, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{
+		limiter: lim, limits: limits, log: log, opts: opts, m: mt,
+		statusOK:        &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK},
+		statusUnlimited: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32},
+		// upstream's texts
+		errDomain:      status.Error(codes.InvalidArgument, "rate limit domain must not be empty"),
+		errDescriptors: status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty"),
+	}
+	s.keys.New = func() any { b := make([]byte, 0, 512); return &b }
+	if err := s.Update(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Update validates cfg and makes it the configuration in force, at once
+// for every new call; calls in flight finish on the previous one. On an
+// error the previous configuration stays. Counts are the counter's: a rule
+// whose bucket id is unchanged keeps its counts.
+func (s *Service) Update(cfg Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	next, err := s.build(cfg)
+	if err != nil {
+		return err
+	}
+	old := s.cur.Swap(next)
+	if old != nil {
+		s.m.forget(old, next)
+	}
+	return nil
+}
+
+func (s *Service) build(cfg Config) (*state, error) {
+	if cfg.Rules == nil {
+		return nil, errors.New("rls: no rules")
+	}
+	rules, lbs := cfg.Rules.Rules(), cfg.Rules.LimitBuckets()
+	if len(cfg.RuleIDs) != len(rules) || len(cfg.LimitIDs) != len(lbs) {
+		return nil, fmt.Errorf("rls: %d rules and %d limit buckets, but %d rule ids and %d limit ids", len(rules), len(lbs), len(cfg.RuleIDs), len(cfg.LimitIDs))
+	}
+	seen := make(map[counter.Bucket]bool, len(rules)+len(lbs))
+	for _, id := range append(append([]counter.Bucket(nil), cfg.RuleIDs...), cfg.LimitIDs...) {
+		if seen[id] {
+			return nil, fmt.Errorf("rls: counter bucket %d is given twice: two rules would share counts", id)
+		}
+		seen[id] = true
+	}
+	settings, err := cfg.Settings.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st := &state{
+		cfg: cfg.Rules, settings: settings,
+		rules:   make([]ruleState, len(rules)),
+		limits:  make([]limitState, len(lbs)),
+		domains: make(map[string]*domainMetrics, len(cfg.Rules.Domains())),
+		unknown: s.m.forDomain(unknownDomain),
+	}
+	for _, d := range cfg.Rules.Domains() {
+		st.domains[d] = s.m.forDomain(d)
+	}
+	for i := range rules {
+		r := &rules[i]
+		rs := &st.rules[i]
+		*rs = ruleState{rule: r, id: cfg.RuleIDs[i], scaleMS: r.Unit.Seconds() * 1000, m: s.m.forBucket(r.Bucket)}
+		if !r.Unlimited {
+			if rs.scaleMS <= 0 {
+				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s: unit %s is not a unit", r.File, r.Line, r.Column, r.StatsKey, r.Unit)
+			}
+			rs.current = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Unit)}
+		}
+		if l, ok := r.Limit(); ok {
+			l.Limit = min(l.Limit, counter.MaxLimitFor(l.ScaleMS)) // far beyond what a window admits
+			if err := l.Validate(); err != nil {
+				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s (%d per %s): the counter cannot hold it (windows are at most %s): %w",
+					r.File, r.Line, r.Column, r.StatsKey, r.RequestsPerUnit, r.Unit, time.Duration(counter.MaxScaleMS)*time.Millisecond, err)
+			}
+			rs.lim, rs.counted = l, true
+		}
+		st.anyReplaces = st.anyReplaces || len(r.Replaces) > 0
+	}
+	for i, lb := range lbs {
+		ms := lb.Unit.Seconds() * 1000
+		st.limits[i] = limitState{
+			bucket: lb.Bucket, id: cfg.LimitIDs[i], unit: lb.Unit, scaleMS: ms,
+			usable: ms > 0 && ms <= counter.MaxScaleMS,
+			m:      s.m.forBucket(lb.Bucket),
+		}
+	}
+	return st, nil
+}
+
+// Settings returns the settings in force, defaults filled in.
+func (s *Service) Settings() Settings { return s.cur.Load().settings }
+
+// matchKind says what a request descriptor counts against.
+type matchKind uint8
+
+const (
+	kindNone     matchKind = iota // nothing: unknown domain, no rule
+	kindRule                      // a configured rule
+	kindLimit                     // a descriptor-supplied limit
+	kindReplaced                  // a rule another matched rule replaces
+)
+
+// match is one descriptor's lookup: its rule or limit bucket and its
+// counter key, key[start:end] of the call's key buffer.
+type match struct {
+	kind       matchKind
+	idx        int
+	start, end int
+}
+
+// inlineMatches descriptors are looked up without an allocation.
+const inlineMatches = 16
+
+// ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
+// Only a malformed request is an error (InvalidArgument); every decision
+// is a response (see the package doc).
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	now := s.opts.Now()
+	resp, err := s.decide(ctx, s.cur.Load(), req, now)
+	s.m.duration.Observe(s.opts.Now().Sub(now).Seconds())
+	return resp, err
+}
+
+func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequest, now time.Time) (*rlsv3.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	dm, known := st.domains[domain]
+	if !known {
+		dm = st.unknown
+	}
+	descs := req.GetDescriptors()
+	if err := s.validate(domain, descs); err != nil {
+		dm.requests[codeInvalid].Inc()
+		return nil, err
+	}
+
+	bp := s.keys.Get().(*[]byte)
+	key := (*bp)[:0]
+	var matchBuf [inlineMatches]match
+	ms := matchBuf[:0]
+	if len(descs) > inlineMatches {
+		ms = make([]match, 0, len(descs))
+	}
+	for _, d := range descs {
+		var m match
+		if known {
+			m, key = s.match(st, domain, d, key)
+		}
+		ms = append(ms, m)
+	}
+	if st.anyReplaces {
+		replace(st, ms)
+	}
+
+	r := newReply(len(descs))
+	var over bool
+	for i, d := range descs {
+		ds := s.status(ctx, st, dm, &ms[i], d, req.GetHitsAddend(), key, now, r.slot(i))
+		r.resp.Statuses[i] = ds
+		over = over || ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	if cap(key) <= maxPooledKeyBytes {
+		*bp = key
+		s.keys.Put(bp)
+	}
+
+	c := codeOK
+	r.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	switch {
+	case over && st.settings.ShadowMode:
+		c = codeShadowOverLimit
+	case over:
+		c = codeOverLimit
+		r.resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	dm.requests[c].Inc()
+	if st.settings.ResponseHeaders {
+		r.addHeaders(&st.settings)
+	}
+	return &r.resp, nil
+}
+
+// maxPooledKeyBytes: a key buffer grown past this (a request with huge
+// values) is left to the garbage collector rather than kept in the pool.
+const maxPooledKeyBytes = 16 << 10
+
+// validate refuses what no well-formed request carries, before anything is
+// counted: a request is answered whole or not at all.
+func (s *Service) validate(domain string, descs []*ratelimitv3.RateLimitDescriptor) error {
+	switch {
+	case domain == "":
+		return s.errDomain
+	case len(descs) == 0:
+		return s.errDescriptors
+	case len(descs) > s.opts.MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "rate limit request has %d descriptors: at most %d", len(descs), s.opts.MaxDescriptors)
+	}
+	for i, d := range descs {
+		es := d.GetEntries()
+		if len(es) > s.opts.MaxEntries {
+			return status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has %d entries: at most %d", i, len(es), s.opts.MaxEntries)
+		}
+		for j, e := range es {
+			if k := e.GetKey(); len(k) > s.opts.MaxKeyBytes {
+				return status.Errorf(codes.InvalidArgument, "rate limit descriptor %d entry %d: key of %d bytes: at most %d", i, j, len(k), s.opts.MaxKeyBytes)
+			}
+			if v := e.GetValue(); len(v) > s.opts.MaxValueBytes {
+				return status.Errorf(codes.InvalidArgument, "rate limit descriptor %d entry %d: value of %d bytes: at most %d", i, j, len(v), s.opts.MaxValueBytes)
+			}
+		}
+	}
+	return nil
+}
+
+// match looks one descriptor of a configured domain up: its own limit
+// when it carries a usable one (upstream skips the configuration then),
+// else the configuration's rule.
+func (s *Service) match(st *state, domain string, d *ratelimitv3.RateLimitDescriptor, key []byte) (match, []byte) {
+	start := len(key)
+	if dl := d.GetLimit(); dl != nil {
+		if i, ok := st.cfg.LimitBucket(domain, rlsconfig.Unit(dl.GetUnit())); ok && st.limits[i].usable {
+			key = rlsconfig.AppendKey(d.GetEntries(), key)
+			return match{kind: kindLimit, idx: i, start: start, end: len(key)}, key
+		}
+		s.m.ignored.Inc()
+	}
+	rule, key, _ := st.cfg.Match(domain, d.GetEntries(), key)
+	if rule < 0 {
+		return match{}, key
+	}
+	return match{kind: kindRule, idx: rule, start: start, end: len(key)}, key
+}
+
+// replace drops the matched rules whose name a matched rule replaces
+// (unlimited ones included), as upstream: the names are collected from
+// every matched rule first.
+func replace(st *state, ms []match) {
+	for i := range ms {
+		if ms[i].kind != kindRule {
+			continue
+		}
+		name := st.rules[ms[i].idx].rule.Name
+		if name == "" { // replaces entries are never empty
+			continue
+		}
+	search:
+		for j := range ms {
+			if ms[j].kind != kindRule && ms[j].kind != kindReplaced {
+				continue
+			}
+			for _, n := range st.rules[ms[j].idx].rule.Replaces {
+				if n == name {
+					ms[i].kind = kindReplaced
+					break search
+				}
+			}
+		}
+	}
+}
+
+// hitsOf is the descriptor's addend: its own hits_addend when set (0
+// included: a check that counts nothing), else the request's, at least 1.
+// Addends beyond counter.MaxLimit never fit, so they are capped just above.
+func hitsOf(d *ratelimitv3.RateLimitDescriptor, requestHits uint32) int64 {
+	if h := d.GetHitsAddend(); h != nil {
+		return int64(min(h.GetValue(), counter.MaxLimit+1))
+	}
+	return max(1, int64(requestHits))
+}
+
+// target is what one descriptor counts against.
+type target struct {
+	m       *[numDecisions]prometheus.Counter
+	bucket  string
+	id      counter.Bucket
+	lim     counter.Limit // the zero Limit: requests_per_unit 0, nothing to count against
+	report  int64         // the limit the status reports
+	scaleMS int64         // its window
+	shadow  bool
+	current *rlsv3.RateLimitResponse_RateLimit
+}
+
+// status decides one descriptor.
+func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *match, d *ratelimitv3.RateLimitDescriptor,
+	requestHits uint32, keys []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
+	var t target
+	switch m.kind {
+	case kindNone:
+		dm.unmatched.Inc()
+		return s.statusOK
+	case kindReplaced:
+		st.rules[m.idx].m[decReplaced].Inc()
+		return s.statusOK
+	case kindLimit:
+		ls := &st.limits[m.idx]
+		rpu := d.GetLimit().GetRequestsPerUnit()
+		sl.lim.RequestsPerUnit, sl.lim.Unit = rpu, rlsv3.RateLimitResponse_RateLimit_Unit(ls.unit)
+		t = target{m: &ls.m, bucket: ls.bucket, id: ls.id, report: int64(rpu), scaleMS: ls.scaleMS, current: &sl.lim}
+		if rpu > 0 {
+			t.lim = counter.Limit{Limit: min(int64(rpu), counter.MaxLimitFor(ls.scaleMS)), ScaleMS: ls.scaleMS}
+		}
+	default:
+		rs := &st.rules[m.idx]
+		if rs.rule.Unlimited {
+			rs.m[decUnlimited].Inc()
+			return s.statusUnlimited
+		}
+		t = target{m: &rs.m, bucket: rs.rule.Bucket, id: rs.id, report: int64(rs.rule.RequestsPerUnit),
+			scaleMS: rs.scaleMS, shadow: rs.rule.Shadow, current: rs.current}
+		if rs.counted {
+			t.lim = rs.lim
+			if rs.rule.Overridable {
+				if l, ok := s.limits.Limit(rs.id, firstValue(d)); ok && l != rs.lim && l.Validate() == nil {
+					t.lim, t.report, t.scaleMS, t.current = l, l.Limit, l.ScaleMS, sl.override(rs.rule.Name, l)
+				}
+			}
+		}
+	}
+	return s.count(ctx, st, &t, hitsOf(d, requestHits), keys[m.start:m.end], now, sl)
+}
+
+// count counts hits against t and fills the descriptor's status.
+func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, key []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
+	var (
+		over, overflow bool
+		count, resetMS int64
+	)
+	switch {
+	case t.lim.Limit == 0:
+		// Nothing is ever counted, and any hit would be refused: over,
+		// a check without counting (hits 0) included.
+		over, resetMS = true, untilWindowEnd(now, t.scaleMS)
+	case hits == 0:
+		r := s.limiter.Peek(t.id, keyString(key), t.lim, now)
+		// A check without counting is over when one more hit would be
+		// refused: a denied hit is not counted here, so "the count exceeds
+		// the limit" (upstream's test) would never hold for a key this
+		// node denied. An untracked key (Overflow) has no count: 0.
+		count, resetMS = r.Count, r.ResetMS
+		over = !r.Overflow && !r.Allowed
+		if over && t.lim.Algorithm == counter.Sliding {
+			resetMS = r.RetryAfterMS
+		}
+	default:
+		r := s.limiter.TakeN(t.id, keyString(key), t.lim, hits, now)
+		count, resetMS = r.Count, r.ResetMS
+		switch {
+		case r.Overflow:
+			overflow, over = true, st.settings.DenyOverflow
+		case !r.Allowed:
+			over = true
+			if t.lim.Algorithm == counter.Sliding {
+				resetMS = r.RetryAfterMS
+			}
+		}
+	}
+	c := rlsv3.RateLimitResponse_OK
+	var remaining int64
+	switch {
+	case overflow:
+		// The key's count is unknown: remaining 0; the setting decides.
+		t.m[decOverflow].Inc()
+		if over {
+			c = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	case over:
+		s.logOver(ctx, t, key)
+		if t.shadow {
+			t.m[decShadowDenied].Inc()
+		} else {
+			t.m[decDenied].Inc()
+			c = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	default:
+		t.m[decAllowed].Inc()
+		remaining = min(max(0, t.report-count), math.MaxUint32)
+	}
+	return sl.set(c, t.current, uint32(remaining), seconds(resetMS))
+}
+
+// firstValue is the tenant of an overridable rule: the descriptor's first
+// entry's value.
+func firstValue(d *ratelimitv3.RateLimitDescriptor) string {
+	if es := d.GetEntries(); len(es) > 0 {
+		return es[0].GetValue()
+	}
+	return ""
+}
+
+// untilWindowEnd is the time in ms from now to the end of its
+// wall-clock-aligned window of scaleMS.
+func untilWindowEnd(now time.Time, scaleMS int64) int64 {
+	ms := now.UnixMilli() % scaleMS
+	if ms < 0 {
+		ms += scaleMS
+	}
+	return scaleMS - ms
+}
+
+// seconds rounds milliseconds up to whole seconds, at least 1 (upstream's
+// duration_until_reset is 1..unit seconds, never 0).
+func seconds(ms int64) int64 {
+	if ms <= 1000 {
+		return 1
+	}
+	return (ms + 999) / 1000
+}
+
+// logOver writes the debug line of a descriptor over its limit. The key is
+// in the log (debug level only), never in a metric label.
+func (s *Service) logOver(ctx context.Context, t *target, key []byte) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	msg := "rate limited"
+	if t.shadow {
+		msg = "rate limit exceeded in shadow mode"
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, msg,
+		slog.String("bucket", t.bucket),
+		slog.String("key", string(key)),
+		slog.Int64("limit", t.report),
+		slog.Int64("scale_ms", t.scaleMS),
+	)
+}

@@ -1,0 +1,662 @@
+package rules
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+)
+
+// The configuration grammar, as Parse reads it (YAML; an unknown or
+// repeated field anywhere is a problem; every problem carries its line and
+// column):
+//
+//	config   = { keys, counter, failures, buckets (required), routes (required), quota }
+//	keys     = { tenant_header: header-name        (default x-tenant-id)
+//	             account_header: header-name       (none)
+//	             account_body_field: field-name    (none)
+//	             trusted_hops: 0 … 16              (0; = Envoy's xff_num_trusted_hops)
+//	             use_external_address_header: bool (true)
+//	             ipv6_prefix: 32 … 128             (64)
+//	             unreadable_account: shared_key | deny (shared_key) }
+//	counter  = { max_keys: 1 … 2^30 (1000000), max_key_bytes: 16 … 4096 (128),
+//	             shards: 1 … 4096 (64), reserved_keys: 1 … max_keys−1 (max_keys/10) }
+//	failures = { status_codes: [ 100 … 599, … ] (default [401]) }
+//	buckets  = { bucket-name: bucket, … }          (at least one)
+//	bucket   = { limit: 1 … 2^31−1, per: window,   (both or neither: neither takes
+//	             algorithm: fixed | sliding,        a route default or a built-in one)
+//	             key: tenant | ip | account | path:<param> | header:<lowercase-name>,
+//	             mode: enforce | shadow, count: requests | failures,
+//	             overridable: bool, on_missing_key: allow | deny,
+//	             on_overflow: allow | deny (deny for count: failures) }
+//	window   = Go duration of whole milliseconds, at most 2^31−1 ms (500ms, 1s, 1m, 1h)
+//	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
+//	           (limits.ParseWindow, the one grammar; overrides take a subset)
+//	routes   = [ route, … ]                         (at least one)
+//	route    = { name: unique string, method: uppercase letters (GET, POST, …),
+//	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
+//	             defaults: { bucket-name: { limit, per, algorithm }, … } }
+//	template = /segment/… where a segment may be {param}
+//	quota    = { domains: [ domain, … ] (required),  (Envoy RLQS; see Quota)
+//	             assignment_ttl: 1s … 24h (5s), abandon_after: 1s … 24h (1m),
+//	             unmatched: allow | deny (allow),
+//	             max_streams: 1 … 2^20 (256), max_bucket_ids: 1 … 2^20 (1024, per stream),
+//	             buckets: [ { match: { entry: value, … }, bucket: bucket-name,
+//	                          key: entry }, … ] (required) }
+//	             (entry is [A-Za-z0-9_.-]{1,63}; a value 1 … 256 bytes; the bucket
+//	             counts requests, is keyed by tenant, path:<param> or header:<name>
+//	             and has a limit; no two entries match the same bucket ids)
+//
+// bucket-name is [a-z][a-z0-9_]{0,62} (descriptors.ValidBucketName);
+// header names are lowercase tokens, or a pseudo-header such as :authority
+// (descriptors.HeaderNameProblem); param is [A-Za-z_][A-Za-z0-9_]*
+// (descriptors.ValidParamName); a method is A–Z only
+// (descriptors.ValidMethod); two routes with the same method and the same
+// template shape are one route given twice (descriptors.RouteKey);
+// a route default is the bucket's limit on every route (one per bucket,
+// and none for a bucket with its own limit), since a client picks the route
+// by its path. The shipped config/ratelimit.yaml and the README's
+// Configuration section show each field in use.
+
+// LoadFile reads and parses a configuration file.
+func LoadFile(path string) (*Rules, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rules: read config: %w", err)
+	}
+	return Parse(data, path)
+}
+
+// Parse parses and validates a configuration. On any problem it returns a
+// nil *Rules and a Problems error listing all of them.
+func Parse(data []byte, file string) (*Rules, error) {
+	p := &parser{file: file}
+	r := p.parse(data)
+	if len(p.problems) > 0 {
+		return nil, p.problems
+	}
+	return r, nil
+}
+
+type parser struct {
+	file     string
+	problems Problems
+	// broken buckets already have a problem reported; checks that follow
+	// from it (no limit, say) would only repeat it.
+	broken map[counter.Bucket]bool
+}
+
+func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
+	pr := Problem{File: p.file, Msg: fmt.Sprintf(format, args...)}
+	if n != nil {
+		pr.Line, pr.Column = n.Line, n.Column
+	}
+	p.problems = append(p.problems, pr)
+}
+
+var (
+	fieldName = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)
+)
+
+func (p *parser) parse(data []byte) *Rules {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		p.problems = append(p.problems, Problem{File: p.file, Msg: yamlError(err)})
+		return nil
+	}
+	r := &Rules{Keys: Keys{
+		TenantHeader:             "x-tenant-id",
+		UseExternalAddressHeader: true,
+		IPv6Prefix:               64,
+	}}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.errorf(nil, "the configuration is empty: it needs buckets and routes")
+		return r
+	}
+	top := doc.Content[0]
+	if top.Kind != yaml.MappingNode {
+		p.errorf(top, "the configuration must be a mapping with keys, counter, buckets and routes")
+		return r
+	}
+	var bucketsNode, routesNode, quotaNode *yaml.Node
+	p.eachKey(top, "top level", []string{"keys", "counter", "failures", "buckets", "routes", "quota"}, func(k string, kn, v *yaml.Node) {
+		switch k {
+		case "quota":
+			quotaNode = v
+		case "failures":
+			p.parseFailures(v, &r.Failures)
+		case "keys":
+			p.parseKeys(v, &r.Keys)
+		case "counter":
+			p.parseCounter(v, &r.Counter)
+		case "buckets":
+			bucketsNode = v
+		case "routes":
+			routesNode = v
+		}
+	})
+	if bucketsNode == nil {
+		p.errorf(top, "no buckets: the configuration needs at least one bucket")
+	} else {
+		p.parseBuckets(bucketsNode, r)
+	}
+	if routesNode == nil {
+		p.errorf(top, "no routes: the configuration needs at least one route")
+	} else {
+		p.parseRoutes(routesNode, r)
+	}
+	if len(r.Failures.StatusCodes) == 0 {
+		r.Failures.StatusCodes = []uint32{401}
+	}
+	// Failure buckets fail closed on a full key table, so they keep room
+	// of their own that a flood of other keys cannot take.
+	for i := range r.Buckets {
+		if r.Buckets[i].Count == CountFailures {
+			r.Counter.Reserved = append(r.Counter.Reserved, counter.Bucket(i))
+		}
+	}
+	p.crossCheck(r)
+	if quotaNode != nil && bucketsNode != nil {
+		p.parseQuota(quotaNode, r) // after crossCheck: it reads the buckets' resolved limits
+	}
+	if len(p.problems) == 0 {
+		// The matcher has its own checks; anything it still refuses is a
+		// problem of the file as a whole.
+		if _, err := descriptors.New(r.Descriptors()); err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				p.errorf(routesNode, "%s", line)
+			}
+		}
+	}
+	return r
+}
+
+// yamlError strips the library prefix; its messages already carry "line N".
+func yamlError(err error) string {
+	return "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+// eachKey walks a mapping, reporting unknown and repeated keys.
+func (p *parser) eachKey(n *yaml.Node, what string, allowed []string, fn func(k string, kn, v *yaml.Node)) {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must be a mapping", what)
+		return
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		kn, v := n.Content[i], n.Content[i+1]
+		k := kn.Value
+		if seen[k] {
+			p.errorf(kn, "%s: %q given twice", what, k)
+			continue
+		}
+		seen[k] = true
+		if allowed != nil && !slices.Contains(allowed, k) {
+			p.errorf(kn, "%s: unknown field %q (known: %s)", what, k, strings.Join(allowed, ", "))
+			continue
+		}
+		fn(k, kn, v)
+	}
+}
+
+func (p *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || (n.Tag != "!!str" && n.Tag != "!!int" && n.Tag != "!!float" && n.Tag != "!!bool") {
+		p.errorf(n, "%s must be a string", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (p *parser) integer(n *yaml.Node, what string, min, max int64) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errorf(n, "%s must be a whole number, not %q", what, n.Value)
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v < min || v > max {
+		p.errorf(n, "%s must be between %d and %d, not %s", what, min, max, n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (p *parser) boolean(n *yaml.Node, what string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		p.errorf(n, "%s must be true or false, not %q", what, n.Value)
+		return false, false
+	}
+	return n.Value == "true", true
+}
+
+func (p *parser) enum(n *yaml.Node, what string, values ...string) (int, bool) {
+	s, ok := p.str(n, what)
+	if !ok {
+		return 0, false
+	}
+	if i := slices.Index(values, s); i >= 0 {
+		return i, true
+	}
+	p.errorf(n, "%s must be one of %s, not %q", what, strings.Join(values, ", "), s)
+	return 0, false
+}
+
+func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
+	p.eachKey(n, "keys", []string{"tenant_header", "account_header", "account_body_field", "trusted_hops", "use_external_address_header", "ipv6_prefix", "unreadable_account"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "tenant_header", "account_header":
+			s, ok := p.str(v, "keys."+key)
+			if !ok {
+				return
+			}
+			if s != "" && descriptors.HeaderNameProblem(s) != "" {
+				p.errorf(v, "keys.%s: %q is not a lowercase header name", key, s)
+				return
+			}
+			if key == "tenant_header" {
+				k.TenantHeader = s
+			} else {
+				k.AccountHeader = s
+			}
+		case "account_body_field":
+			s, ok := p.str(v, "keys."+key)
+			if ok && s != "" && !fieldName.MatchString(s) {
+				p.errorf(v, "keys.account_body_field: %q is not a plain field name", s)
+				return
+			}
+			k.AccountBodyField = s
+		case "trusted_hops":
+			if v, ok := p.integer(v, "keys.trusted_hops", 0, 16); ok {
+				k.TrustedHops = int(v)
+			}
+		case "use_external_address_header":
+			if b, ok := p.boolean(v, "keys."+key); ok {
+				k.UseExternalAddressHeader = b
+			}
+		case "ipv6_prefix":
+			// Below /32 one key would span whole providers.
+			if v, ok := p.integer(v, "keys.ipv6_prefix", 32, 128); ok {
+				k.IPv6Prefix = int(v)
+			}
+		case "unreadable_account":
+			if i, ok := p.enum(v, "keys.unreadable_account", "shared_key", "deny"); ok {
+				k.UnreadableAccount = AccountPolicy(i)
+			}
+		}
+	})
+}
+
+func (p *parser) parseCounter(n *yaml.Node, c *counter.Config) {
+	p.eachKey(n, "counter", []string{"max_keys", "max_key_bytes", "shards", "reserved_keys"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "reserved_keys":
+			if x, ok := p.integer(v, "counter.reserved_keys", 1, 1<<30); ok {
+				c.ReservedKeys = int(x)
+			}
+		case "max_keys":
+			if x, ok := p.integer(v, "counter.max_keys", 1, 1<<30); ok {
+				c.MaxKeys = int(x)
+			}
+		case "max_key_bytes":
+			if x, ok := p.integer(v, "counter.max_key_bytes", 16, 4096); ok {
+				c.MaxKeyBytes = int(x)
+			}
+		case "shards":
+			if x, ok := p.integer(v, "counter.shards", 1, 4096); ok {
+				c.Shards = int(x)
+			}
+		}
+	})
+	if maxKeys := cmp.Or(c.MaxKeys, counter.DefaultMaxKeys); c.ReservedKeys >= maxKeys {
+		p.errorf(n, "counter.reserved_keys %d must be below counter.max_keys %d", c.ReservedKeys, maxKeys)
+	}
+}
+
+func (p *parser) parseFailures(n *yaml.Node, f *Failures) {
+	p.eachKey(n, "failures", []string{"status_codes"}, func(_ string, _, v *yaml.Node) {
+		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+			p.errorf(v, "failures.status_codes must be a non-empty list of HTTP status codes")
+			return
+		}
+		for _, cn := range v.Content {
+			if c, ok := p.integer(cn, "failures.status_codes", 100, 599); ok && !slices.Contains(f.StatusCodes, uint32(c)) {
+				f.StatusCodes = append(f.StatusCodes, uint32(c))
+			}
+		}
+	})
+}
+
+// limitFields parses limit/per/algorithm from a bucket or a route default.
+func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Limit) {
+	switch key {
+	case "limit":
+		if x, ok := p.integer(v, what+".limit", 1, counter.MaxLimit); ok {
+			l.Limit = x
+		}
+	case "per":
+		s, ok := p.str(v, what+".per")
+		if !ok {
+			return
+		}
+		ms, err := limits.ParseWindow(s)
+		if err != nil {
+			p.errorf(v, "%s.per: %v", what, err)
+			return
+		}
+		l.ScaleMS = ms
+	case "algorithm":
+		if i, ok := p.enum(v, what+".algorithm", "fixed", "sliding"); ok {
+			l.Algorithm = counter.Algorithm(i)
+		}
+	}
+}
+
+func (p *parser) parseKeySpec(v *yaml.Node, what string) (descriptors.KeySpec, bool) {
+	s, ok := p.str(v, what)
+	if !ok {
+		return descriptors.KeySpec{}, false
+	}
+	switch {
+	case s == "tenant":
+		return descriptors.KeySpec{Kind: descriptors.KeyTenant}, true
+	case s == "ip":
+		return descriptors.KeySpec{Kind: descriptors.KeyIP}, true
+	case s == "account":
+		return descriptors.KeySpec{Kind: descriptors.KeyAccount}, true
+	case strings.HasPrefix(s, "path:") && descriptors.ValidParamName(s[5:]):
+		return descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: s[5:]}, true
+	case strings.HasPrefix(s, "header:") && descriptors.HeaderNameProblem(s[7:]) == "":
+		return descriptors.KeySpec{Kind: descriptors.KeyHeader, Name: s[7:]}, true
+	}
+	p.errorf(v, "%s: %q is not a key (tenant, ip, account, path:<param>, header:<lowercase-name>)", what, s)
+	return descriptors.KeySpec{}, false
+}
+
+func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
+	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
+	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
+		what := "buckets." + name
+		if !descriptors.ValidBucketName(name) {
+			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
+		}
+		b := Bucket{Name: name}
+		before := len(p.problems)
+		var hasKey, hasLimit, hasPer, hasOverflow bool
+		p.eachKey(v, what, fields, func(key string, _, fv *yaml.Node) {
+			switch key {
+			case "limit", "per", "algorithm":
+				p.limitField(key, fv, what, &b.Limit)
+				hasLimit = hasLimit || key == "limit"
+				hasPer = hasPer || key == "per"
+			case "key":
+				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
+			case "mode":
+				if i, ok := p.enum(fv, what+".mode", "enforce", "shadow"); ok {
+					b.Shadow = i == 1
+				}
+			case "count":
+				if i, ok := p.enum(fv, what+".count", "requests", "failures"); ok {
+					b.Count = Counting(i)
+				}
+			case "overridable":
+				b.Overridable, _ = p.boolean(fv, what+".overridable")
+			case "on_missing_key":
+				if i, ok := p.enum(fv, what+".on_missing_key", "allow", "deny"); ok {
+					b.OnMissingKey = Action(i)
+				}
+			case "on_overflow":
+				if i, ok := p.enum(fv, what+".on_overflow", "allow", "deny"); ok {
+					b.OnOverflow = Action(i)
+					hasOverflow = true
+				}
+			}
+		})
+		if !hasOverflow && b.Count == CountFailures {
+			b.OnOverflow = Deny
+		}
+		if !hasKey && v.Kind == yaml.MappingNode {
+			p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
+		}
+		if hasLimit != hasPer {
+			p.errorf(kn, "%s: give both limit and per, or neither", what)
+		}
+		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
+		if len(p.problems) > before {
+			if p.broken == nil {
+				p.broken = map[counter.Bucket]bool{}
+			}
+			p.broken[counter.Bucket(len(r.Buckets))] = true
+		}
+		r.Buckets = append(r.Buckets, b)
+	})
+	if n.Kind == yaml.MappingNode && len(n.Content) == 0 {
+		p.errorf(n, "buckets is empty")
+	}
+}
+
+func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
+	if n.Kind != yaml.SequenceNode {
+		p.errorf(n, "routes must be a list")
+		return
+	}
+	if len(n.Content) == 0 {
+		p.errorf(n, "routes is empty")
+	}
+	fields := []string{"name", "method", "path", "paths", "buckets", "defaults"}
+	names := map[string]bool{}
+	for i, rn := range n.Content {
+		what := fmt.Sprintf("routes[%d]", i)
+		var (
+			name, method string
+			paths        []*yaml.Node
+			buckets      []counter.Bucket
+			defaults     map[counter.Bucket]counter.Limit
+			sawBuckets   bool
+		)
+		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
+			switch key {
+			case "name":
+				name, _ = p.str(v, what+".name")
+				if names[name] {
+					p.errorf(v, "%s: route name %q is used twice", what, name)
+				}
+				names[name] = true
+			case "method":
+				m, ok := p.str(v, what+".method")
+				if ok && (m == "" || !descriptors.ValidMethod(m)) {
+					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
+				}
+				method = m
+			case "path":
+				paths = append(paths, v)
+			case "paths":
+				if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+					p.errorf(v, "%s.paths must be a non-empty list", what)
+					return
+				}
+				paths = append(paths, v.Content...)
+			case "buckets":
+				sawBuckets = true
+				buckets = p.bucketRefs(v, what+".buckets", r)
+			case "defaults":
+				defaults = p.routeDefaults(v, what+".defaults", r)
+			}
+		})
+		if rn.Kind != yaml.MappingNode {
+			continue
+		}
+		if len(paths) == 0 {
+			p.errorf(rn, "%s: no path", what)
+		}
+		if !sawBuckets {
+			p.errorf(rn, "%s: no buckets", what)
+		}
+		for b := range defaults {
+			if !slices.Contains(buckets, b) {
+				p.errorf(rn, "%s.defaults: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
+			}
+		}
+		for _, pn := range paths {
+			path, ok := p.str(pn, what+".path")
+			if !ok {
+				continue
+			}
+			if err := descriptors.ValidateTemplate(path); err != nil {
+				p.errorf(pn, "%s: path %q can never match: %v", what, path, err)
+				continue
+			}
+			r.Routes = append(r.Routes, Route{
+				Name: name, Method: method, Path: path, Buckets: buckets,
+				Defaults: defaults, Line: pn.Line,
+			})
+		}
+	}
+}
+
+func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []counter.Bucket {
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		p.errorf(v, "%s must be a non-empty list of bucket names", what)
+		return nil
+	}
+	var out []counter.Bucket
+	for _, bn := range v.Content {
+		name, ok := p.str(bn, what)
+		if !ok {
+			continue
+		}
+		b := r.BucketIndex(name)
+		switch {
+		case b < 0:
+			p.errorf(bn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+		case slices.Contains(out, counter.Bucket(b)):
+			p.errorf(bn, "%s: bucket %q named twice", what, name)
+		default:
+			out = append(out, counter.Bucket(b))
+		}
+	}
+	return out
+}
+
+func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.Bucket]counter.Limit {
+	out := map[counter.Bucket]counter.Limit{}
+	p.eachKey(v, what, nil, func(name string, kn, lv *yaml.Node) {
+		b := r.BucketIndex(name)
+		if b < 0 {
+			p.errorf(kn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+			return
+		}
+		var l counter.Limit
+		p.eachKey(lv, what+"."+name, []string{"limit", "per", "algorithm"}, func(key string, _, fv *yaml.Node) {
+			p.limitField(key, fv, what+"."+name, &l)
+		})
+		if l.Limit == 0 || l.ScaleMS == 0 {
+			p.errorf(kn, "%s.%s: a route default needs both limit and per", what, name)
+			return
+		}
+		out[counter.Bucket(b)] = l
+	})
+	return out
+}
+
+func bucketNames(r *Rules) string {
+	names := make([]string, len(r.Buckets))
+	for i, b := range r.Buckets {
+		names[i] = b.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// crossCheck finds what no single field shows: routes that repeat one
+// another, keys a route cannot supply, buckets without a limit.
+func (p *parser) crossCheck(r *Rules) {
+	p.resolveDefaults(r)
+	seen := map[string]int{}
+	for _, rt := range r.Routes {
+		at := &yaml.Node{Line: rt.Line, Column: 1}
+		sk, _ := descriptors.RouteKey(rt.Method, rt.Path)
+		if prev, ok := seen[sk]; ok {
+			p.errorf(at, "route %s %s repeats the route at line %d (same method and path shape)", methodOrAny(rt.Method), rt.Path, prev)
+		} else {
+			seen[sk] = rt.Line
+		}
+		params := descriptors.TemplateParams(rt.Path)
+		for _, b := range rt.Buckets {
+			bk := r.Buckets[b]
+			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
+				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
+			}
+			lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
+			if _, ok := lb.Configured(); !ok && !p.broken[b] {
+				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
+			}
+		}
+	}
+	// A bucket no route names is allowed: Envoy may name it in
+	// context_extensions.
+	for _, b := range r.Buckets {
+		if b.Key.Kind == descriptors.KeyTenant && r.Keys.TenantHeader == "" {
+			p.errorf(nil, "bucket %q is keyed by tenant but keys.tenant_header is empty", b.Name)
+		}
+		if b.Key.Kind == descriptors.KeyAccount && r.Keys.AccountHeader == "" && r.Keys.AccountBodyField == "" {
+			p.errorf(nil, "bucket %q is keyed by account but neither keys.account_header nor keys.account_body_field is set", b.Name)
+		}
+	}
+}
+
+func methodOrAny(m string) string {
+	if m == "" {
+		return "(any method)"
+	}
+	return m
+}
+
+// resolveDefaults makes each route default the limit of its bucket, on
+// every route. Routes are chosen by the client (by its path), so two
+// routes giving one bucket different limits would let a client pick the
+// limit of a key other requests share, and reset its count by alternating
+// (a counter entry restarts when its window length changes): a problem. A
+// default for a bucket with a limit of its own would never apply: also a
+// problem, so that the file says what is enforced.
+func (p *parser) resolveDefaults(r *Rules) {
+	first := map[counter.Bucket]int{} // bucket → index of the first route giving it a default
+	for ri, rt := range r.Routes {
+		at := &yaml.Node{Line: rt.Line, Column: 1}
+		for b, l := range rt.Defaults {
+			bk := &r.Buckets[b]
+			if bk.HasLimit {
+				if _, seen := first[b]; !seen { // once per bucket
+					p.errorf(at, "route %s %s: defaults.%s is never used: the bucket has its own limit", methodOrAny(rt.Method), rt.Path, bk.Name)
+				}
+				first[b] = ri
+				continue
+			}
+			fi, seen := first[b]
+			if !seen {
+				first[b] = ri
+				bk.Default, bk.HasDefault = l, true
+				continue
+			}
+			if bk.Default != l {
+				p.errorf(at, "route %s %s: defaults.%s (%s) differs from the default the route at line %d gives it (%s): a client picks the route by its path, so it could pick the limit of keys other requests share; give the bucket its own limit, or one default",
+					methodOrAny(rt.Method), rt.Path, bk.Name, limitText(l), r.Routes[fi].Line, limitText(bk.Default))
+			}
+		}
+	}
+}
+
+func limitText(l counter.Limit) string {
+	alg := "fixed"
+	if l.Algorithm == counter.Sliding {
+		alg = "sliding"
+	}
+	return fmt.Sprintf("%d per %v %s", l.Limit, time.Duration(l.ScaleMS)*time.Millisecond, alg)
+}
