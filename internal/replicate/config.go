@@ -96,7 +96,7 @@ type Config struct {
 	EarlyGap time.Duration
 	// ShareDelay is the least time after publishing a count before a
 	// node takes its peers to hold it, and their answers to it, and grows
-	// its budget shares (see doc.go). The delay in effect is the larger of
+	// its budget shares (see docs/design/replication.md). The delay in effect is the larger of
 	// this and EarlyGap (SyncInterval without early batches) plus twice
 	// the peers' delivery delay (their latest batches', at least 2.5 ms,
 	// at most a SyncInterval). Negative turns shares off: every change is
