@@ -91,7 +91,7 @@ func (e *Engine) accounts(headers Fields, body string, set *accountSet) {
 
 // bodyAccount returns the account field of a non-empty body: "" and true
 // when a well-formed body lacks the field, false when the body cannot be
-// read (see the package doc).
+// read (see docs/design/routes-and-keys.md, "Failure mode").
 func (e *Engine) bodyAccount(headers Fields, body string) (string, bool) {
 	if len(body) > maxBodyBytes {
 		return "", false
