@@ -377,7 +377,7 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 			shareNode = kn
 		case "detailed_metric", "value_to_metric":
 			// Accepted and validated; metrics here are labelled by the
-			// configuration only (see the package doc).
+			// configuration only (see docs/design/envoyproxy-ratelimit-config.md).
 			b.boolean(v)
 		case "quota_mode":
 			if q, _ := b.boolean(v); q {
@@ -401,7 +401,8 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	switch {
 	case share && !wild && strings.Contains(key, "*"):
 		// Upstream takes key_value as one pattern, so a '*' in the key
-		// passes its check there; a key is literal here (see the package doc).
+		// passes its check there; a key is literal here (see
+		// docs/design/envoyproxy-ratelimit-config.md).
 		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s': a key is matched literally here, so write the '*' in value (key: %s, value: \"*\")", composite, strings.ReplaceAll(key, "*", ""))
 	case share && !wild:
 		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)
