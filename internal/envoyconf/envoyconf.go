@@ -1,36 +1,20 @@
 // Package envoyconf renders the shipped Envoy bootstrap,
-// envoy/ratelimit-authz.yaml, with the addresses of one run: the end-to-end
-// tests, the demo and the benchmarks run exactly the file users copy, with
-// only its five addresses changed (and the two ratelimit-authz clusters
-// given one endpoint per node). It is the only place that writes a
-// bootstrap.
+// envoy/ratelimit-authz.yaml (and envoy/ratelimit-rls.yaml, RLSPath), with
+// the addresses of one run: the end-to-end tests, the demo and the
+// benchmarks run exactly the file users copy, with only its five addresses
+// changed (and the two ratelimit-authz clusters given one endpoint per
+// node). It is the only place that writes a bootstrap. The With options
+// edit a rendering for what one run needs and nothing else.
 //
-// The shipped bootstrap reaches the nodes by two clusters:
-// ratelimit_authz_check (ShippedCheckCluster), the lean Check listener
-// (serve --check-addr) that the ext_authz filter calls, and
-// ratelimit_authz (ShippedAuthzCluster), the gRPC port that the failure
-// access log calls, since the lean listener serves only Check and health.
-//
-// Options edit a rendering for what one run needs and nothing else: trust
-// in proxies ahead (WithTrustedHops), headers stripped before the check
-// (WithHeaderStrip), a second check cluster (WithAuthzCluster) and several
-// copies of the listener that differ in their check cluster or have no
-// ext_authz filter at all (WithListeners), which is how a benchmark
-// compares Envoy with and without the filter.
-//
-// The same holds for envoy/ratelimit-rls.yaml (RLSPath), the bootstrap of
-// Envoy's own rate limit filter calling ShouldRateLimit: Render renders it
-// too, and WithRateLimitFilter (the filter's domain, failure mode,
-// timeout, x-ratelimit and Retry-After headers, the virtual host's
-// descriptors) and WithRateLimitRoutes (routes with their own descriptors
-// and domain) edit either bootstrap into one that calls ShouldRateLimit.
-//
-// The rendering is textual, on purpose: each shipped address and each
-// line an option edits must occur exactly once, so a bootstrap whose
-// addresses are edited, added or reformatted makes Render or the option
-// fail loudly (ErrPlaceholder) instead of leaving a fixed port or an
-// unedited listener behind. Names it writes are quoted: Envoy's YAML
+// Invariant and failure mode: the rendering is textual, and each shipped
+// address and each line an option edits must occur exactly once, so a
+// bootstrap whose addresses are edited, added or reformatted makes Render or
+// the option fail loudly (ErrPlaceholder) instead of leaving a fixed port or
+// an unedited listener behind. Names it writes are quoted: Envoy's YAML
 // reads a plain on or off as a boolean.
+//
+// The clusters, the options and the reasoning are in
+// docs/design/envoy-bootstrap.md.
 package envoyconf
 
 import (
