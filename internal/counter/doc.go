@@ -25,19 +25,17 @@
 //     reordered one changes nothing; ended windows are refused as Stale.
 //   - Memory is bounded whatever the keys: a key longer than
 //     Config.MaxKeyBytes is stored as its digest, live keys are bounded by
-//     Config.MaxKeys per shard, with Config.ReservedKeys kept for the
-//     Config.Reserved buckets, and arrays shrink back after a flood.
-//   - Looking up an existing key does not allocate.
+//     Config.MaxKeys per shard (Config.ReservedKeys of it kept for the
+//     Config.Reserved buckets), and arrays shrink back after a flood.
+//     Looking up an existing key does not allocate.
 //
 // Failure mode: a new key that does not fit is refused — the [Result] has
 // Overflow set (Allowed false), nothing is stored, [Store.Refused] counts
 // it — and existing keys keep working. Whether an overflow is let through
 // (fail open) or denied (fail closed) is the caller's decision; this package
-// only reports it. The zero value of Store is not usable ([New] is the
-// constructor); a zero Config field means its default, a zero Limit is
+// only reports it. A zero Config field means its default; a zero Limit is
 // invalid ([Limit.Validate]).
 //
-// The design (windows, the replication hooks, bounded memory, memory per
-// key, concurrency) is in docs/design/counter.md; budget shares in
+// The design is in docs/design/counter.md; budget shares in
 // docs/design/budget-shares.md.
 package counter
