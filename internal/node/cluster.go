@@ -47,7 +47,7 @@ type Cluster struct {
 	Keys [][]byte
 	// NoShares turns budget shares off: each node admits on its own view
 	// up to the whole limit, and every changed count is replicated (see
-	// package replicate, "Budget shares").
+	// docs/design/replication.md, "Budget shares").
 	NoShares bool
 }
 
