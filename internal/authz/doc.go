@@ -6,11 +6,13 @@
 // Invariants:
 //
 //   - Every decision is an answer, never a gRPC error (Envoy would take one
-//     for "authorization failed"): OK with RateLimit-Policy and RateLimit
-//     headers, or a denial Envoy turns into HTTP 429 with Retry-After.
-//   - A request is counted in every bucket that applies or in none: when a
-//     later bucket denies, the hits taken from earlier ones are given back.
-//     A bucket keyed by account checks every account the login presents.
+//     for "authorization failed"): an allowed request gets OK with
+//     RateLimit-Policy and RateLimit headers; one over a limit, a denial
+//     Envoy turns into HTTP 429 with Retry-After.
+//   - A request whose buckets all allow it is counted in each of them; when
+//     a later bucket denies, the hits taken from earlier ones are given
+//     back, so a denied request costs no budget. A bucket keyed by account
+//     checks every account the login presents.
 //   - Each bucket's limit comes from the Limits given to New (the one
 //     resolver, limits.Resolver), asked with the bucket and the request's
 //     key of it only; it answers from memory.
