@@ -14,7 +14,7 @@ import (
 // to the container's CPU limit rounded up (at least 2), and follows a
 // limit that changes (Go 1.25 and later; GOMAXPROCS in the environment
 // overrides it). What was chosen is logged at start, since CPU per
-// check depends on it (README, Performance).
+// check depends on it (docs/performance.md).
 
 // maxStreamWorkers bounds --grpc-stream-workers (as internal/server does):
 // each worker is a goroutine held for the server's life.

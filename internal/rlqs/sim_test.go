@@ -153,7 +153,7 @@ func simulate(t *testing.T, secs int, rates ...func(sec int) int) []int {
 // The documented accuracy of a 10/s budget (tenant_rate) against Envoy's
 // filter as modelled: per whole window, at most the limit (one Envoy) or
 // the limit plus one per Envoy (shares rounded), and at least 80% of it,
-// at 2× and 10× the limit offered. The figures are logged for the README.
+// at 2× and 10× the limit offered. The figures are logged for docs/rlqs.md.
 func TestSimulatedEnvoyAccuracy(t *testing.T) {
 	const limit = 10
 	for _, tc := range []struct {
@@ -186,7 +186,7 @@ func TestSimulatedEnvoyAccuracy(t *testing.T) {
 // share of refill, and the windows after it one share each until its
 // next report (every 5 s) shows it spending its share: one window up to
 // twice the limit is the price of keeping it admitted should the server
-// go away. The figures are logged for the README.
+// go away. The figures are logged for docs/rlqs.md.
 func TestSimulatedCalmThenFlood(t *testing.T) {
 	const limit, calm = 10, 11 // seconds 1–10 at half the limit, then 3×
 	ws := simulate(t, 21, func(sec int) int {

@@ -65,8 +65,8 @@ import (
 // template shape are one route given twice (descriptors.RouteKey);
 // a route default is the bucket's limit on every route (one per bucket,
 // and none for a bucket with its own limit), since a client picks the route
-// by its path. The shipped config/ratelimit.yaml and the README's
-// Configuration section show each field in use.
+// by its path. The shipped config/ratelimit.yaml and docs/configuration.md
+// show each field in use.
 
 // LoadFile reads and parses a configuration file.
 func LoadFile(path string) (*Rules, error) {

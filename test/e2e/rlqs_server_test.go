@@ -65,8 +65,8 @@ func quotaWindows(t *testing.T, up *upstream, ls []*load, tenant string, from ti
 }
 
 // quotaBound is the bound of one window's admissions through Envoy's quota
-// filter, once the tenant's bucket ids have their assignments (README,
-// "Envoy's rate limit quota filter", Accuracy): each window's shares add
+// filter, once the tenant's bucket ids have their assignments (docs/rlqs.md,
+// Accuracy): each window's shares add
 // up to at most the limit and each Envoy spends at most its share, so a
 // window admits at most the limit, plus 10% for requests admitted at the
 // very end of a window that reach the app in the next one. It undershoots
