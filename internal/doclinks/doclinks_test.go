@@ -126,9 +126,9 @@ func prose(lines []string) []string {
 var atxHeading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
 
 // headingAnchors returns the anchors GitHub gives the file's headings:
-// the rendered text lowercased, every character but letters, digits,
-// spaces, '-' and '_' dropped, spaces turned into '-'; a repeated anchor
-// gets -1, -2, ….
+// the rendered text lowercased, every character but letters, marks,
+// numbers, connector punctuation ('_'), spaces and '-' dropped, spaces
+// turned into '-'; a repeated anchor gets -1, -2, ….
 func headingAnchors(lines []string) map[string]bool {
 	seen := map[string]int{}
 	out := map[string]bool{}
@@ -155,7 +155,7 @@ func slug(heading string) string {
 	var b strings.Builder
 	for _, r := range strings.ToLower(text) {
 		switch {
-		case unicode.IsLetter(r), unicode.IsDigit(r), r == '-', r == '_':
+		case unicode.IsLetter(r), unicode.IsMark(r), unicode.IsNumber(r), unicode.Is(unicode.Pc, r), r == '-':
 			b.WriteRune(r)
 		case r == ' ':
 			b.WriteByte('-')
