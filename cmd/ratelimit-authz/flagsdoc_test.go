@@ -48,13 +48,21 @@ func TestFlagsDocumented(t *testing.T) {
 	for _, a := range upstreamTLS {
 		serveExtra = append(serveExtra, a.theirs)
 	}
+	helps := map[string]string{}
+	anyCommand := map[string]bool{} // a section may name another command's flag (serve --check-addr)
+	for _, cmd := range documentedCommands {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{cmd, "--help"}, func(string) string { return "" }, &out, &out); err != nil {
+			t.Fatalf("%s --help: %v", cmd, err)
+		}
+		helps[cmd] = out.String()
+		for f := range set(helpFlag.FindAllStringSubmatch(out.String(), -1), 1) {
+			anyCommand[f] = true
+		}
+	}
 	for _, cmd := range documentedCommands {
 		t.Run(cmd, func(t *testing.T) {
-			var out bytes.Buffer
-			if err := run(context.Background(), []string{cmd, "--help"}, func(string) string { return "" }, &out, &out); err != nil {
-				t.Fatalf("%s --help: %v", cmd, err)
-			}
-			help := out.String()
+			help := helps[cmd]
 			flags := set(helpFlag.FindAllStringSubmatch(help, -1), 1)
 			envs := map[string]bool{}
 			for _, e := range envName.FindAllString(help, -1) {
@@ -102,27 +110,12 @@ func TestFlagsDocumented(t *testing.T) {
 			}
 			// Prose too must not name a flag the command lacks.
 			for _, m := range anyFlags.FindAllStringSubmatch(sec, -1) {
-				if !flags[m[1]] && !otherCommandsFlag(m[1]) {
+				if !anyCommand[m[1]] {
 					t.Errorf("%s names --%s in the `%s` section: no command has it", flagsDoc, m[1], cmd)
 				}
 			}
 		})
 	}
-}
-
-// otherCommandsFlag reports whether some documented command has the flag,
-// as a section may refer to another command's flag (serve --check-addr).
-func otherCommandsFlag(name string) bool {
-	for _, cmd := range documentedCommands {
-		var out bytes.Buffer
-		if run(context.Background(), []string{cmd, "--help"}, func(string) string { return "" }, &out, &out) != nil {
-			return false
-		}
-		if set(helpFlag.FindAllStringSubmatch(out.String(), -1), 1)[name] {
-			return true
-		}
-	}
-	return false
 }
 
 // commandSections splits the document at its "## `COMMAND`" headings.

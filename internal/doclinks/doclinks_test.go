@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -139,7 +140,7 @@ func headingAnchors(lines []string) map[string]bool {
 		}
 		a := slug(m[1])
 		if n := seen[a]; n > 0 {
-			out[a+"-"+itoa(n)] = true
+			out[a+"-"+strconv.Itoa(n)] = true
 		} else {
 			out[a] = true
 		}
@@ -164,13 +165,6 @@ func slug(heading string) string {
 	return b.String()
 }
 
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
-}
-
 func rel(p string) string {
 	r, err := filepath.Rel(root, p)
 	if err != nil {
@@ -189,6 +183,28 @@ func TestSlug(t *testing.T) {
 	} {
 		if got := slug(heading); got != want {
 			t.Errorf("slug(%q) = %q, want %q", heading, got, want)
+		}
+	}
+}
+
+// TestContentsLists: every document under docs/ opens, before its first
+// section, with a list linking each of its sections ("## " headings).
+func TestContentsLists(t *testing.T) {
+	for _, f := range markdownFiles(t)[1:] {
+		lines := prose(readLines(t, f))
+		var top strings.Builder
+		var sections []string
+		for _, l := range lines {
+			if m := atxHeading.FindStringSubmatch(l); m != nil && strings.HasPrefix(l, "## ") {
+				sections = append(sections, slug(m[1]))
+			} else if len(sections) == 0 {
+				top.WriteString(l + "\n")
+			}
+		}
+		for _, a := range sections {
+			if !strings.Contains(top.String(), "](#"+a+")") {
+				t.Errorf("%s: the contents before the first section do not link #%s", rel(f), a)
+			}
 		}
 	}
 }
