@@ -31,6 +31,11 @@ var accuracyMultiples = []float64{1.1, 2, 10, 100, 1000}
 // accuracyDir is the program's package, relative to the repository root.
 const accuracyDir = "bench/accuracy"
 
+// accuracyDeps are the packages of this tree, beside the counter and
+// replication it measures, that the program imports: copied into the
+// baseline's tree with it.
+var accuracyDeps = []string{"internal/cli"}
+
 // accuracyBurstScenarios is how many burst scenarios the program runs
 // with --bursts all; each run of one takes up to two windows (a scenario
 // in a key's second window, two).
@@ -144,8 +149,8 @@ func mergeAccuracy(into, run *loadresult.Accuracy) *loadresult.Accuracy {
 
 // buildAccuracyBaseline builds bench/accuracy of this tree against the
 // packages of b.Ref: that commit's tree (git archive, so no worktree is
-// added to the repository) with this tree's bench/accuracy copied in. The
-// tree is removed once the program is built.
+// added to the repository) with this tree's bench/accuracy and
+// accuracyDeps copied in. The tree is removed once the program is built.
 func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (string, error) {
 	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", b.Ref+"^{commit}")
 	if err != nil {
@@ -162,8 +167,10 @@ func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (s
 		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
 		return "", err
 	}
-	if err := copyDir(filepath.Join(r.root, accuracyDir), filepath.Join(src, accuracyDir)); err != nil {
-		return "", fmt.Errorf("copy %s into the baseline tree: %w", accuracyDir, err)
+	for _, d := range append([]string{accuracyDir}, accuracyDeps...) {
+		if err := copyDir(filepath.Join(r.root, d), filepath.Join(src, d)); err != nil {
+			return "", fmt.Errorf("copy %s into the baseline tree: %w", d, err)
+		}
 	}
 	bin := filepath.Join(r.tmp, "accuracy-baseline")
 	if _, err := r.runTool(ctx, "build-accuracy-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,

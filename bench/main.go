@@ -48,40 +48,22 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+func main() { cli.Main("bench", run) }
 
 var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
 
@@ -150,26 +132,15 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree, in the same run: the accuracy scenario builds its program against that commit's packages, the scale scenario runs this tree's replication benchmark there (empty: none)")
 	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return o, true, nil
-		}
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return o, true, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return o, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
+		return o, true, err
 	}
 	o.serverArgs = strings.Fields(*serverArgs)
 	o.only = map[string]bool{}
 	for s := range strings.SplitSeq(*only, ",") {
 		s = strings.TrimSpace(s)
 		if !slices.Contains(allScenarios, s) {
-			return o, true, usageError{fmt.Sprintf("--only: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))}
+			return o, true, cli.UsageError{Msg: fmt.Sprintf("--only: unknown scenario %q (have %s)", s, strings.Join(allScenarios, ", "))}
 		}
 		o.only[s] = true
 	}
@@ -183,27 +154,27 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	}
 	switch {
 	case o.rounds < 1 || o.rounds > 20:
-		return o, true, usageError{"--rounds: from 1 to 20"}
+		return o, true, cli.UsageError{Msg: "--rounds: from 1 to 20"}
 	case o.run < 100*time.Millisecond || o.run > time.Minute:
-		return o, true, usageError{"--run: from 100ms to 1m"}
+		return o, true, cli.UsageError{Msg: "--run: from 100ms to 1m"}
 	case o.warmup < 0 || o.warmup > 10*time.Second:
-		return o, true, usageError{"--warmup: from 0 to 10s"}
+		return o, true, cli.UsageError{Msg: "--warmup: from 0 to 10s"}
 	case o.memKeys < 1000 || o.memKeys > 16_000_000:
-		return o, true, usageError{"--memory-keys: from 1000 to 16000000"}
+		return o, true, cli.UsageError{Msg: "--memory-keys: from 1000 to 16000000"}
 	case o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000:
-		return o, true, usageError{"--rls-memory-keys: from 1000 to 16000000"}
+		return o, true, cli.UsageError{Msg: "--rls-memory-keys: from 1000 to 16000000"}
 	case o.memBuckets < 1 || o.memBuckets > 8:
-		return o, true, usageError{"--memory-buckets: from 1 to 8"}
+		return o, true, cli.UsageError{Msg: "--memory-buckets: from 1 to 8"}
 	case o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0:
-		return o, true, usageError{"--memory-window: whole seconds from 1s to 10m"}
+		return o, true, cli.UsageError{Msg: "--memory-window: whole seconds from 1s to 10m"}
 	case o.clusterWin < 3 || o.clusterWin > 120:
-		return o, true, usageError{"--cluster-windows: from 3 to 120"}
+		return o, true, cli.UsageError{Msg: "--cluster-windows: from 3 to 120"}
 	case o.accWindows < 2 || o.accWindows > 60:
-		return o, true, usageError{"--accuracy-windows: from 2 to 60"}
+		return o, true, cli.UsageError{Msg: "--accuracy-windows: from 2 to 60"}
 	case o.count < 1 || o.count > 20:
-		return o, true, usageError{"--count: from 1 to 20"}
+		return o, true, cli.UsageError{Msg: "--count: from 1 to 20"}
 	case o.budget < time.Minute || o.budget > time.Hour:
-		return o, true, usageError{"--budget: from 1m to 1h"}
+		return o, true, cli.UsageError{Msg: "--budget: from 1m to 1h"}
 	}
 	return o, false, nil
 }

@@ -21,40 +21,22 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "accuracy:", err)
-		var ue usageError
-		if errors.As(err, &ue) {
-			os.Exit(2)
-		}
-		os.Exit(1)
-	}
-}
-
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+func main() { cli.Main("accuracy", run) }
 
 // nodes is the cluster's size.
 const nodes = 3
@@ -114,22 +96,11 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	level := fs.String("log-level", "warn", "log level of the nodes (stderr): debug, info, warn, error")
 	bl := fs.String("bursts", "", "burst scenarios run after the multiples, comma-separated: "+strings.Join(burstNames, ", ")+", or all (each on a key no node has seen; see loadresult.AccuracyBurst)")
 	fs.IntVar(&c.burstRuns, "burst-runs", 6, "runs of each burst scenario, each on a new key in a window of its own")
-	fs.SetOutput(io.Discard)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return c, true, nil
-		}
-		fs.SetOutput(stderr)
-		fs.Usage()
-		return c, true, usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return c, true, usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
+		return c, true, err
 	}
 	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return c, true, usageError{fmt.Sprintf("--log-level: %v", err)}
+		return c, true, cli.UsageError{Msg: fmt.Sprintf("--log-level: %v", err)}
 	}
 	for s := range strings.SplitSeq(*mults, ",") {
 		if strings.TrimSpace(s) == "" && *mults == "" {
@@ -137,7 +108,7 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 		}
 		m, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil || m <= 0 || m > 10_000 {
-			return c, true, usageError{fmt.Sprintf("--multiples: %q is not a number in (0, 10000]", s)}
+			return c, true, cli.UsageError{Msg: fmt.Sprintf("--multiples: %q is not a number in (0, 10000]", s)}
 		}
 		c.multiples = append(c.multiples, m)
 	}
@@ -159,24 +130,24 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	}
 	switch {
 	case c.natsURL == "":
-		return c, true, usageError{"--nats-url is required"}
+		return c, true, cli.UsageError{Msg: "--nats-url is required"}
 	case c.limit < 1 || c.limit > 1_000_000:
-		return c, true, usageError{"--limit: from 1 to 1000000"}
+		return c, true, cli.UsageError{Msg: "--limit: from 1 to 1000000"}
 	case c.window < 100*time.Millisecond || c.window > 10*time.Second || c.window%time.Millisecond != 0:
-		return c, true, usageError{"--window: whole milliseconds from 100ms to 10s"}
+		return c, true, cli.UsageError{Msg: "--window: whole milliseconds from 100ms to 10s"}
 	case c.windows < 1 || c.windows > 100:
-		return c, true, usageError{"--windows: from 1 to 100"}
+		return c, true, cli.UsageError{Msg: "--windows: from 1 to 100"}
 	case c.sync < 10*time.Millisecond || c.sync > 10*time.Second:
-		return c, true, usageError{"--sync-interval: from 10ms to 10s"}
+		return c, true, cli.UsageError{Msg: "--sync-interval: from 10ms to 10s"}
 	case c.burstRuns < 1 || c.burstRuns > 100:
-		return c, true, usageError{"--burst-runs: from 1 to 100"}
+		return c, true, cli.UsageError{Msg: "--burst-runs: from 1 to 100"}
 	case len(c.multiples) == 0 && len(c.bursts) == 0:
-		return c, true, usageError{"--multiples and --bursts are both empty: nothing to measure"}
+		return c, true, cli.UsageError{Msg: "--multiples and --bursts are both empty: nothing to measure"}
 	}
 	for _, m := range c.multiples {
 		// Each row's Takes are made by this process: bound the rate.
 		if rate := m * float64(c.limit) / c.window.Seconds(); rate > 500_000 {
-			return c, true, usageError{fmt.Sprintf("--multiples: %g× %d per %v is %.0f Takes/s per row, more than 500000", m, c.limit, c.window, rate)}
+			return c, true, cli.UsageError{Msg: fmt.Sprintf("--multiples: %g× %d per %v is %.0f Takes/s per row, more than 500000", m, c.limit, c.window, rate)}
 		}
 	}
 	return c, false, nil
@@ -187,7 +158,7 @@ func names[V any](flagName, list string, known map[string]V) ([]string, error) {
 	for s := range strings.SplitSeq(list, ",") {
 		s = strings.TrimSpace(s)
 		if _, ok := known[s]; !ok {
-			return nil, usageError{fmt.Sprintf("%s: unknown %q", flagName, s)}
+			return nil, cli.UsageError{Msg: fmt.Sprintf("%s: unknown %q", flagName, s)}
 		}
 		if !slices.Contains(out, s) {
 			out = append(out, s)

@@ -23,42 +23,20 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
-			if ue.msg != "" {
-				fmt.Fprintln(os.Stderr, "ratelimit-bench:", ue.msg)
-			}
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "ratelimit-bench:", err)
-		os.Exit(1)
-	}
-}
-
-// usageError is a command-line mistake: exit status 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
+func main() { cli.Main("ratelimit-bench", run) }
 
 const usage = `ratelimit-bench: load and reference servers for the ratelimit-authz benchmarks.
 
@@ -81,7 +59,7 @@ Run 'ratelimit-bench COMMAND --help' for a command's flags. make bench
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return usageError{}
+		return cli.UsageError{}
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -106,7 +84,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stderr, "ratelimit-bench: unknown command %q\n\n%s", cmd, usage)
-	return usageError{}
+	return cli.UsageError{}
 }
 
 func newFlagSet(name, summary string) *flag.FlagSet {
@@ -118,24 +96,13 @@ func newFlagSet(name, summary string) *flag.FlagSet {
 	return fs
 }
 
-// parse parses flags; --help prints to stdout and ends the command.
+// parse parses flags (cli.Parse); a mistake names the command.
 func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
-	fs.SetOutput(io.Discard)
-	err = fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return true, nil
-	case err != nil:
-		fs.SetOutput(stderr)
-		fmt.Fprintf(stderr, "ratelimit-bench %s: %v\n", fs.Name(), err)
-		fs.Usage()
-		return true, usageError{}
-	case fs.NArg() > 0:
-		return true, usageError{fmt.Sprintf("%s: unexpected argument %q", fs.Name(), fs.Arg(0))}
+	done, err = cli.Parse(fs, args, stdout, stderr)
+	if err != nil {
+		err = cli.UsageError{Msg: fs.Name() + ": " + err.Error()}
 	}
-	return false, nil
+	return done, err
 }
 
 func runLoadCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
@@ -199,11 +166,11 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	cfg.keys.tenants, cfg.keys.channels, cfg.keys.ips, cfg.keys.accounts = populations.tenants, populations.channels, populations.ips, populations.accounts
 	m, err := parseMix(mixSpec)
 	if err != nil {
-		return usageError{"--routes: " + err.Error()}
+		return cli.UsageError{Msg: "--routes: " + err.Error()}
 	}
 	cfg.mix = m
 	if err := cfg.validate(); err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	var list []string
 	for t := range strings.SplitSeq(targets, ",") {
@@ -212,10 +179,10 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 		}
 	}
 	if len(list) == 0 {
-		return usageError{"--target: no address"}
+		return cli.UsageError{Msg: "--target: no address"}
 	}
 	if (mode == "check" || mode == "rls") && (conns < 1 || conns > 1000) {
-		return usageError{fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
+		return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
 	}
 
 	var c caller
@@ -225,7 +192,7 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	case "rls":
 		c, err = newRLSCaller(list, conns, descriptors)
 		if err != nil {
-			return usageError{err.Error()}
+			return cli.UsageError{Msg: err.Error()}
 		}
 	default:
 		c, err = newHTTPCaller(list, cfg.concurrency)
@@ -353,7 +320,7 @@ node of ratelimit-authz serve, assembled by internal/node) in this process, with
 		return err
 	}
 	if err := c.validate(); err != nil {
-		return usageError{err.Error()}
+		return cli.UsageError{Msg: err.Error()}
 	}
 	log := newLogger(stderr)
 	switch mode {
@@ -363,7 +330,7 @@ node of ratelimit-authz serve, assembled by internal/node) in this process, with
 		return serveNoopGRPC(ctx, c, log)
 	}
 	if sweep <= 0 {
-		return usageError{"--sweep-interval must be positive"}
+		return cli.UsageError{Msg: "--sweep-interval must be positive"}
 	}
 	return serveNode(ctx, c, configPath, sweep, log)
 }
@@ -376,7 +343,7 @@ func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	if *lifetime <= 0 || *lifetime > 24*time.Hour {
-		return usageError{fmt.Sprintf("--lifetime %v: must be positive and at most 24h", *lifetime)}
+		return cli.UsageError{Msg: fmt.Sprintf("--lifetime %v: must be positive and at most 24h", *lifetime)}
 	}
 	return serveUpstream(ctx, *addr, *lifetime, newLogger(stderr))
 }
@@ -390,12 +357,12 @@ for each descriptor 'ratelimit-bench rls' sends, each at --limit per --unit.`)
 		return err
 	}
 	if *limit > 1<<32-1 {
-		return usageError{fmt.Sprintf("--limit %d: must fit in 32 bits", *limit)}
+		return cli.UsageError{Msg: fmt.Sprintf("--limit %d: must fit in 32 bits", *limit)}
 	}
 	switch *unit {
 	case "second", "minute", "hour", "day":
 	default:
-		return usageError{fmt.Sprintf("--unit %q: want second, minute, hour or day", *unit)}
+		return cli.UsageError{Msg: fmt.Sprintf("--unit %q: want second, minute, hour or day", *unit)}
 	}
 	_, err := io.WriteString(stdout, rlsBenchConfig(uint32(*limit), *unit))
 	return err

@@ -20,6 +20,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
@@ -277,7 +278,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"http", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 	} {
 		_, out, err := runCLI(t, tc.args...)
-		var ue usageError
+		var ue cli.UsageError
 		if err == nil || errors.As(err, &ue) != tc.usage {
 			t.Errorf("%v: error %v (usage error: %v)", tc.args, err, errors.As(err, &ue))
 			continue

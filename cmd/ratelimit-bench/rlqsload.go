@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // rlqsConfig is one `ratelimit-bench rlqs` run: streams acting as Envoys'
@@ -77,15 +79,15 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	switch {
 	case c.streams < 1 || c.streams > 10000:
-		return usageError{"--streams: from 1 to 10000"}
+		return cli.UsageError{Msg: "--streams: from 1 to 10000"}
 	case c.buckets < 1 || c.buckets > 100000:
-		return usageError{"--buckets: from 1 to 100000"}
+		return cli.UsageError{Msg: "--buckets: from 1 to 100000"}
 	case c.interval < 100*time.Millisecond:
-		return usageError{"--interval: at least 100ms"}
+		return cli.UsageError{Msg: "--interval: at least 100ms"}
 	case c.duration <= 0:
-		return usageError{"--duration: must be positive"}
+		return cli.UsageError{Msg: "--duration: must be positive"}
 	case c.domain == "" || c.bucketName == "" || c.keyEntry == "":
-		return usageError{"--domain, --bucket and --key-entry must not be empty"}
+		return cli.UsageError{Msg: "--domain, --bucket and --key-entry must not be empty"}
 	}
 	if *verbose {
 		c.verbose = stderr
