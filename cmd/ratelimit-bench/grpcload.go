@@ -173,60 +173,46 @@ func closeAll(conns []*grpc.ClientConn) {
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
 // form; an absent status is OK, as Envoy treats it.
 func statusCode(b []byte) (int32, error) {
-	var code int32
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			msg, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			b = b[n:]
-			c, err := rpcCode(msg)
-			if err != nil {
-				return 0, err
-			}
-			code = c
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
+	v, err := lastField1(b, protowire.BytesType)
+	if err != nil || v == nil {
+		return 0, err
 	}
-	return code, nil
+	msg, _ := protowire.ConsumeBytes(v) // whole: lastField1 consumed it
+	return codeField(msg)
 }
 
-// rpcCode reads google.rpc.Status.code (field 1).
-func rpcCode(b []byte) (int32, error) {
-	var code int32
+// codeField reads the varint field 1 of a message from its wire form
+// (google.rpc.Status.code, RateLimitResponse.overall_code); absent is 0.
+func codeField(b []byte) (int32, error) {
+	v, err := lastField1(b, protowire.VarintType)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	x, _ := protowire.ConsumeVarint(v) // whole: lastField1 consumed it
+	return int32(x), nil
+}
+
+// lastField1 returns the wire value of the last field 1 of type typ in
+// message b (nil if it has none), having checked that every field is
+// whole; the last occurrence of a scalar wins, as protobuf reads it.
+func lastField1(b []byte, typ protowire.Type) ([]byte, error) {
+	var val []byte
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		num, t, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return 0, protowire.ParseError(n)
+			return nil, protowire.ParseError(n)
 		}
 		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			b = b[n:]
-			code = int32(v)
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
+		n = protowire.ConsumeFieldValue(num, t, b)
 		if n < 0 {
-			return 0, protowire.ParseError(n)
+			return nil, protowire.ParseError(n)
+		}
+		if num == 1 && t == typ {
+			val = b[:n]
 		}
 		b = b[n:]
 	}
-	return code, nil
+	return val, nil
 }
 
 // grpcCaller sends Checks over several connections, spread over one or

@@ -9,7 +9,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -64,34 +63,6 @@ func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: all[:n]}
 }
 
-// overallCode reads RateLimitResponse.overall_code (field 1, a varint)
-// from the wire form; absent is UNKNOWN (0).
-func overallCode(b []byte) (rlsv3.RateLimitResponse_Code, error) {
-	var code rlsv3.RateLimitResponse_Code
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return 0, protowire.ParseError(n)
-			}
-			b = b[n:]
-			code = rlsv3.RateLimitResponse_Code(int32(v))
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return code, nil
-}
-
 // rlsCaller sends ShouldRateLimit calls over several connections, spread
 // over one or more targets, as grpcCaller sends Checks.
 type rlsCaller struct {
@@ -103,10 +74,7 @@ func newRLSCaller(targets []string, n, descriptors int) (*rlsCaller, error) {
 	if descriptors < 1 || descriptors > maxRLSDescripts {
 		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
 	}
-	conns, err := dial(targets, n, rawCodec{read: func(b []byte) (int32, error) {
-		code, err := overallCode(b)
-		return int32(code), err
-	}})
+	conns, err := dial(targets, n, rawCodec{read: codeField}) // overall_code
 	if err != nil {
 		return nil, err
 	}

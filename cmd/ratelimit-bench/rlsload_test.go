@@ -35,12 +35,12 @@ func TestOverallCodeReadsTheDecision(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := overallCode(b)
-		if err != nil || got != tc.want {
-			t.Errorf("%s: overallCode = %v, %v; want %v", tc.name, got, err, tc.want)
+		got, err := codeField(b)
+		if err != nil || rlsv3.RateLimitResponse_Code(got) != tc.want {
+			t.Errorf("%s: overall_code = %v, %v; want %v", tc.name, got, err, tc.want)
 		}
 	}
-	if _, err := overallCode([]byte{0x08}); err == nil {
+	if _, err := codeField([]byte{0x08}); err == nil {
 		t.Error("truncated varint: no error")
 	}
 }
@@ -58,10 +58,10 @@ func FuzzOverallCode(f *testing.F) {
 	f.Add([]byte{0x08, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Add([]byte{0x0a, 0x80})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := overallCode(b)
+		got, err := codeField(b)
 		var m rlsv3.RateLimitResponse
-		if perr := proto.Unmarshal(b, &m); perr == nil && err == nil && got != m.GetOverallCode() {
-			t.Fatalf("overallCode %v, proto reads %v", got, m.GetOverallCode())
+		if perr := proto.Unmarshal(b, &m); perr == nil && err == nil && rlsv3.RateLimitResponse_Code(got) != m.GetOverallCode() {
+			t.Fatalf("overall_code %v, proto reads %v", got, m.GetOverallCode())
 		}
 	})
 }
