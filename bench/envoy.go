@@ -47,43 +47,26 @@ func (r *runner) envoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	up, err := r.start("s4-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", addrs[0], "--lifetime", r.lifetime().String())
+	be, err := r.startEnvoyBackends(ctx, "s4", addrs[0])
 	if err != nil {
 		return err
 	}
-	defer up.stop()
-	checkAddr, err := freeport.Addr()
-	if err != nil {
-		return err
-	}
-	srv, grpcAddr, _, err := r.startCheckServer(ctx, "s4-server", r.allowedCfg, nil, "--check-addr", checkAddr)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
+	defer be.stop()
 	noop, noopAddr, err := r.startNoop(ctx, "s4-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
-	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: grpcAddr, Check: checkAddr, NoopAuthz: noopAddr, App: addrs[0]})
+	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.grpcAddr, Check: be.checkAddr, NoopAuthz: noopAddr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
-	cfgPath := filepath.Join(r.tmp, "envoy.yaml")
-	if err := os.WriteFile(cfgPath, cfg, 0o644); err != nil {
-		return err
-	}
-	envoy, err := r.start("s4-envoy", r.lifetime(), nil, r.bins.envoy, "-c", cfgPath, "--concurrency", strconv.Itoa(envoyWorkers),
-		"--disable-hot-restart", "--log-level", "warn")
+	envoy, err := r.startEnvoy(ctx, "s4-envoy", addrs[1], cfg)
 	if err != nil {
 		return err
 	}
 	defer envoy.stop()
-	if err := waitHTTP200(ctx, envoy, "http://"+addrs[1]+"/ready", 30*time.Second); err != nil {
-		return err
-	}
-	if err := waitHTTP200(ctx, up, "http://"+addrs[0]+"/", 10*time.Second); err != nil {
+	if err := be.waitApp(ctx); err != nil {
 		return err
 	}
 
@@ -94,9 +77,7 @@ func (r *runner) envoy(ctx context.Context) error {
 		for round := range r.opt.rounds {
 			for i := range listeners {
 				l := listeners[(i+round)%len(listeners)]
-				args := append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
-					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, envoyLoad...)
-				res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, args...)
+				res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, envoyLoad)...)
 				if err != nil {
 					return err
 				}
@@ -106,17 +87,9 @@ func (r *runner) envoy(ctx context.Context) error {
 			}
 		}
 		row := EnvoyRow{Concurrency: c}
-		lat := map[string]Lat{}
-		rps := map[string]float64{}
-		for _, l := range listeners {
-			var ls []Lat
-			var xs []float64
-			for _, res := range got[l.name] {
-				ls, xs = append(ls, latOf(res)), append(xs, res.RPS)
-				row.Errors += res.Errors
-			}
-			lat[l.name], rps[l.name] = medianLat(ls), round1(median(xs))
-		}
+		var lat map[string]Lat
+		var rps map[string]float64
+		lat, rps, row.Errors = listenerMedians(got)
 		row.On, row.Noop, row.Off = lat["on"], lat["noop"], lat["off"]
 		row.OnRPS, row.NoopRPS, row.OffRPS = rps["on"], rps["noop"], rps["off"]
 		row.AddedP50, row.AddedP99 = round1(row.On.P50-row.Off.P50), round1(row.On.P99-row.Off.P99)
@@ -142,6 +115,89 @@ func (r *runner) envoy(ctx context.Context) error {
 	return nil
 }
 
+// envoyBackends are what the Envoys of a scenario route to: the
+// upstream app, and ratelimit-authz of the allowed configuration with its
+// gRPC port and its lean Check listener.
+type envoyBackends struct {
+	up, srv             *proc
+	appAddr             string
+	grpcAddr, checkAddr string
+}
+
+// startEnvoyBackends starts the backends, named prefix-upstream and
+// prefix-server, the app on appAddr; on error none is left running.
+func (r *runner) startEnvoyBackends(ctx context.Context, prefix, appAddr string) (*envoyBackends, error) {
+	be := &envoyBackends{appAddr: appAddr}
+	var err error
+	be.up, err = r.start(prefix+"-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", appAddr, "--lifetime", r.lifetime().String())
+	if err != nil {
+		return nil, err
+	}
+	if be.checkAddr, err = freeport.Addr(); err == nil {
+		be.srv, be.grpcAddr, _, err = r.startCheckServer(ctx, prefix+"-server", r.allowedCfg, nil, "--check-addr", be.checkAddr)
+	}
+	if err != nil {
+		be.up.stop()
+		return nil, err
+	}
+	return be, nil
+}
+
+// waitApp waits until the upstream app answers.
+func (be *envoyBackends) waitApp(ctx context.Context) error {
+	return waitHTTP200(ctx, be.up, "http://"+be.appAddr+"/", 10*time.Second)
+}
+
+func (be *envoyBackends) stop() {
+	be.srv.stop()
+	be.up.stop()
+}
+
+// startEnvoy starts an Envoy of envoyWorkers workers on cfg and waits
+// until its admin, on adminAddr, says it is ready; on error it is
+// stopped.
+func (r *runner) startEnvoy(ctx context.Context, name, adminAddr string, cfg []byte) (*proc, error) {
+	path := filepath.Join(r.tmp, name+".yaml")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+		return nil, err
+	}
+	p, err := r.start(name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
+		"--disable-hot-restart", "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP200(ctx, p, "http://"+adminAddr+"/ready", 30*time.Second); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+// envoyLoadArgs are the load tool's arguments for one run of load through
+// the Envoy listener on target at concurrency c.
+func (r *runner) envoyLoadArgs(target string, c int, load []string) []string {
+	return append([]string{"http", "--target", target, "--concurrency", strconv.Itoa(c),
+		"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)
+}
+
+// listenerMedians are, for each listener, the median latency and rate of
+// its runs, and the errors of all the runs.
+func listenerMedians(got map[string][]*loadRun) (map[string]Lat, map[string]float64, int64) {
+	lat := map[string]Lat{}
+	rps := map[string]float64{}
+	var errs int64
+	for name, runs := range got {
+		var ls []Lat
+		var xs []float64
+		for _, run := range runs {
+			ls, xs = append(ls, latOf(run)), append(xs, run.RPS)
+			errs += run.Errors
+		}
+		lat[name], rps[name] = medianLat(ls), round1(median(xs))
+	}
+	return lat, rps, errs
+}
+
 // envoyAddrs are the addresses of the end-to-end scenario.
 type envoyAddrs struct {
 	Admin, On, Noop, Off  string // Envoy's admin and its three listeners
@@ -154,9 +210,9 @@ type envoyAddrs struct {
 // with three listeners instead of its one, alike but for the ext_authz
 // filter: on with ratelimit-authz as shipped, its lean Check listener
 // (authz_on), on with the no-op server
-// (authz_noop, a second check cluster) and left out (authz_off). on − off
-// is what the filter costs; noop − off is the part of it any ext_authz
-// server costs.
+// (authz_noop, a second check cluster; none without a.Noop) and left
+// out (authz_off). on − off is what the filter costs; noop − off is the
+// part of it any ext_authz server costs.
 func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
 	src, err := os.ReadFile(filepath.Join(root, envoyconf.Path))
 	if err != nil {
@@ -166,13 +222,14 @@ func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg, err = envoyconf.WithAuthzCluster(cfg, "noop_authz", a.NoopAuthz); err != nil {
-		return nil, err
+	listeners := []envoyconf.Listener{{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedCheckCluster}}
+	if a.Noop != "" {
+		if cfg, err = envoyconf.WithAuthzCluster(cfg, "noop_authz", a.NoopAuthz); err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, envoyconf.Listener{Name: "authz_noop", Addr: a.Noop, Authz: "noop_authz"})
 	}
-	return envoyconf.WithListeners(cfg,
-		envoyconf.Listener{Name: "authz_on", Addr: a.On, Authz: envoyconf.ShippedCheckCluster},
-		envoyconf.Listener{Name: "authz_noop", Addr: a.Noop, Authz: "noop_authz"},
-		envoyconf.Listener{Name: "authz_off", Addr: a.Off})
+	return envoyconf.WithListeners(cfg, append(listeners, envoyconf.Listener{Name: "authz_off", Addr: a.Off})...)
 }
 
 // envoyLabels name the listeners in plots.

@@ -112,42 +112,24 @@ func (r *runner) rlqs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	up, err := r.start("q-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", addrs[0], "--lifetime", r.lifetime().String())
+	be, err := r.startEnvoyBackends(ctx, "q", addrs[0])
 	if err != nil {
 		return err
 	}
-	defer up.stop()
-	checkAddr, err := freeport.Addr()
-	if err != nil {
-		return err
-	}
-	srv, grpcAddr, _, err := r.startCheckServer(ctx, "q-server", r.allowedCfg, nil, "--check-addr", checkAddr)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
+	defer be.stop()
 
 	// Envoy A: ext_authz as shipped (the lean Check listener), with and
 	// without the filter.
-	src, err := os.ReadFile(filepath.Join(r.root, envoyconf.Path))
-	if err != nil {
-		return err
-	}
-	cfgA, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[1], Listener: addrs[2], Authz: []string{grpcAddr}, Check: []string{checkAddr}, App: addrs[0]})
-	if err == nil {
-		cfgA, err = envoyconf.WithListeners(cfgA,
-			envoyconf.Listener{Name: "authz_on", Addr: addrs[2], Authz: envoyconf.ShippedCheckCluster},
-			envoyconf.Listener{Name: "authz_off", Addr: addrs[3]})
-	}
+	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Off: addrs[3], Authz: be.grpcAddr, Check: be.checkAddr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
 	// Envoy B: the shipped quota bootstrap.
-	src, err = os.ReadFile(filepath.Join(r.root, envoyconf.QuotaPath))
+	src, err := os.ReadFile(filepath.Join(r.root, envoyconf.QuotaPath))
 	if err != nil {
 		return err
 	}
-	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[4], Listener: addrs[5], Authz: []string{grpcAddr}, App: addrs[0]})
+	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[4], Listener: addrs[5], Authz: []string{be.grpcAddr}, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -155,21 +137,13 @@ func (r *runner) rlqs(ctx context.Context) error {
 		name, admin string
 		cfg         []byte
 	}{{"q-envoy-authz", addrs[1], cfgA}, {"q-envoy-quota", addrs[4], cfgB}} {
-		path := filepath.Join(r.tmp, e.name+".yaml")
-		if err := os.WriteFile(path, e.cfg, 0o644); err != nil {
-			return err
-		}
-		p, err := r.start(e.name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
-			"--disable-hot-restart", "--log-level", "warn")
+		p, err := r.startEnvoy(ctx, e.name, e.admin, e.cfg)
 		if err != nil {
 			return err
 		}
 		defer p.stop()
-		if err := waitHTTP200(ctx, p, "http://"+e.admin+"/ready", 30*time.Second); err != nil {
-			return err
-		}
 	}
-	if err := waitHTTP200(ctx, up, "http://"+addrs[0]+"/", 10*time.Second); err != nil {
+	if err := be.waitApp(ctx); err != nil {
 		return err
 	}
 
@@ -181,14 +155,12 @@ func (r *runner) rlqs(ctx context.Context) error {
 		for rd := range r.opt.rounds {
 			for i := range listeners {
 				l := listeners[(i+rd)%len(listeners)]
-				args := append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
-					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, rlqsLoad...)
-				c0, err0 := cpuTimeOf(srv.pid())
-				run, err := r.load(ctx, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), r.opt.run+r.opt.warmup, args...)
+				c0, err0 := cpuTimeOf(be.srv.pid())
+				run, err := r.load(ctx, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
 				if err != nil {
 					return err
 				}
-				c1, err1 := cpuTimeOf(srv.pid())
+				c1, err1 := cpuTimeOf(be.srv.pid())
 				var per1000 float64
 				if err0 == nil && err1 == nil && run.Sent > 0 {
 					per1000 = round(float64((c1-c0).Microseconds())/float64(run.Sent), 3) // µs per request = ms per 1,000
@@ -203,17 +175,9 @@ func (r *runner) rlqs(ctx context.Context) error {
 			}
 		}
 		row := RLQSRow{Concurrency: c}
-		lat := map[string]Lat{}
-		rps := map[string]float64{}
-		for _, l := range listeners {
-			var ls []Lat
-			var xs []float64
-			for _, run := range got[l.name] {
-				ls, xs = append(ls, latOf(run)), append(xs, run.RPS)
-				row.Errors += run.Errors
-			}
-			lat[l.name], rps[l.name] = medianLat(ls), round1(median(xs))
-		}
+		var lat map[string]Lat
+		var rps map[string]float64
+		lat, rps, row.Errors = listenerMedians(got)
 		row.Off, row.Authz, row.Quota = lat["off"], lat["authz"], lat["quota"]
 		row.OffRPS, row.AuthzRPS, row.QuotaRPS = rps["off"], rps["authz"], rps["quota"]
 		row.AuthzAddedP50, row.AuthzAddedP99 = round1(row.Authz.P50-row.Off.P50), round1(row.Authz.P99-row.Off.P99)
@@ -240,7 +204,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 			return fmt.Errorf("c=%d: no request went through the quota listener", row.Concurrency)
 		}
 	}
-	return r.rlqsStreams(ctx, res, srv, grpcAddr)
+	return r.rlqsStreams(ctx, res, be.srv, be.grpcAddr)
 }
 
 // rlqsStreams runs `ratelimit-bench rlqs` against the server: 16 streams
