@@ -384,13 +384,7 @@ func writeRLS(b *strings.Builder, res *Results) {
 	if m := rl.Memory; m != nil {
 		w("Memory: %d calls, each with one descriptor `(remote_address, <an address never seen>)` against a daily rule, so each brings one live key (%.1fs, %.0f calls/s, %d errors); `counter.max_keys` %d. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`).\n\n",
 			m.Keys, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig)
-		w("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
-		for _, row := range []struct {
-			name string
-			p    MemPoint
-		}{{"before", m.Baseline}, {"all keys live", m.Loaded}} {
-			w("| %s | %s | %s | %.0f | %s |\n", row.name, mib(row.p.RSS), mib(row.p.HWM), row.p.LiveKeys, mibOrDash(row.p.LiveHeap))
-		}
+		writeMemPoints(b, memPoint{"before", m.Baseline}, memPoint{"all keys live", m.Loaded})
 		w("\n**%.0f bytes per live descriptor key resident**, **%.0f bytes per live key of live heap**.", m.BytesPerKeyRSS, m.BytesPerKeyHeap)
 		if m.Note != "" {
 			w(" Note: %s.", m.Note)
@@ -441,13 +435,7 @@ func (r *runner) writeMemory(b *strings.Builder) {
 	}
 	w("`token_create` (per client IP) with its window set to %ds, and %s on the same route, so that each check brings %d new key(s): %d checks, each from a new client IP, sent within one window (%.1fs, %.0f checks/s, %d errors). A (bucket, key) pair is a live key with its own entry, table slot and key bytes, whichever check brought it. `counter.max_keys` %d (the bound is per shard: a store filled to exactly max_keys refuses some keys early); sweeper every %gs. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`; a burst of unmatched checks makes the server collect).\n\n",
 		m.WindowS, copies, m.Buckets, m.Checks, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig, m.SweepS)
-	w("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
-	for _, row := range []struct {
-		name string
-		p    MemPoint
-	}{{"before", m.Baseline}, {"all keys live", m.Loaded}, {"after expiry and sweep", m.Expired}} {
-		w("| %s | %s | %s | %.0f | %s |\n", row.name, mib(row.p.RSS), mib(row.p.HWM), row.p.LiveKeys, mibOrDash(row.p.LiveHeap))
-	}
+	writeMemPoints(b, memPoint{"before", m.Baseline}, memPoint{"all keys live", m.Loaded}, memPoint{"after expiry and sweep", m.Expired})
 	w("\n**%.0f bytes per live key resident** (RSS growth / live keys), **%.0f bytes per live key of live heap**; %.0f keys refused.", m.BytesPerKeyRSS, m.BytesPerKeyHeap, m.Refused)
 	if m.Note != "" {
 		w(" Note: %s.", m.Note)
@@ -643,6 +631,20 @@ func (r *runner) writeFloor(b *strings.Builder) {
 func (r *runner) plotRef(b *strings.Builder, name, alt string) {
 	if slices.Contains(r.res.Plots, name) {
 		fmt.Fprintf(b, "![%s](%s)\n\n", alt, name)
+	}
+}
+
+// memPoint is a named row of a memory table.
+type memPoint struct {
+	name string
+	p    MemPoint
+}
+
+// writeMemPoints writes a table of a server's memory at the points.
+func writeMemPoints(b *strings.Builder, points ...memPoint) {
+	b.WriteString("| | RSS | peak RSS | live keys | live heap |\n|---|---:|---:|---:|---:|\n")
+	for _, row := range points {
+		fmt.Fprintf(b, "| %s | %s | %s | %.0f | %s |\n", row.name, mib(row.p.RSS), mib(row.p.HWM), row.p.LiveKeys, mibOrDash(row.p.LiveHeap))
 	}
 }
 

@@ -90,10 +90,7 @@ type RLQSRun struct {
 	RequestsToSend int64   `json:"sent"`
 }
 
-func (r *runner) rlqsEstimate() time.Duration {
-	per := r.opt.run + r.opt.warmup + 300*time.Millisecond
-	return time.Duration(len(envoyConcurrency)*r.opt.rounds*3)*per + 8*time.Second
-}
+func (r *runner) rlqsEstimate() time.Duration { return r.envoyRunsTime() + 8*time.Second }
 
 // rlqs is the quota scenario: the same requests through three listeners
 // of two Envoys (one worker each), alternating in a rotating order within
