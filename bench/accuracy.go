@@ -34,7 +34,7 @@ const accuracyDir = "bench/accuracy"
 // accuracyDeps are the packages of this tree, beside the counter and
 // replication it measures, that the program imports: copied into the
 // baseline's tree with it.
-var accuracyDeps = []string{"internal/cli"}
+var accuracyDeps = []string{"internal/cli", "internal/loadresult"}
 
 // accuracyBurstScenarios is how many burst scenarios the program runs
 // with --bursts all; each run of one takes up to two windows (a scenario
@@ -171,6 +171,13 @@ func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (s
 		if err := copyDir(filepath.Join(r.root, d), filepath.Join(src, d)); err != nil {
 			return "", fmt.Errorf("copy %s into the baseline tree: %w", d, err)
 		}
+	}
+	progs, err := filepath.Glob(filepath.Join(src, accuracyDir, "*.go"))
+	if err == nil {
+		err = retarget(src, progs...)
+	}
+	if err != nil {
+		return "", fmt.Errorf("retarget the program's imports to the baseline tree: %w", err)
 	}
 	bin := filepath.Join(r.tmp, "accuracy-baseline")
 	if _, err := r.runTool(ctx, "build-accuracy-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,

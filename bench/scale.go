@@ -118,7 +118,11 @@ func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, 
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(src, scaleBenchFile), bench, 0o644); err != nil {
+	dst := filepath.Join(src, inTree(src, filepath.Dir(scaleBenchFile)), filepath.Base(scaleBenchFile))
+	if err := os.WriteFile(dst, bench, 0o644); err != nil {
+		return err
+	}
+	if err := retarget(src, dst); err != nil {
 		return err
 	}
 	return r.scaleRun(ctx, t, src, env, benchtime)
@@ -128,7 +132,7 @@ func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, 
 func (r *runner) scaleRun(ctx context.Context, t *ScaleTree, dir string, env []string, benchtime int) error {
 	start := time.Now()
 	out, err := r.runTool(ctx, "scale-"+t.Tree, 6*time.Minute, env, dir, "go", "test", "-run", "^$",
-		"-bench", "ReplicationScale", "-benchtime", strconv.Itoa(benchtime)+"x", "-timeout", "5m", "./internal/replicate/")
+		"-bench", "ReplicationScale", "-benchtime", strconv.Itoa(benchtime)+"x", "-timeout", "5m", "./"+inTree(dir, filepath.Dir(scaleBenchFile))+"/")
 	os.WriteFile(filepath.Join(r.runsDir, "scale-"+t.Tree+".txt"), out, 0o644)
 	if err != nil {
 		return err
