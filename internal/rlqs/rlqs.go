@@ -592,11 +592,14 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		return action{strat: stratDenyAll, budget: true, window: r.Window, scaleMS: lim.ScaleMS}, exact
 	}
 	if fromReport {
-		// Its demand over the span against its share now: within it, a
-		// refill once a window only keeps it admitted should the server
-		// go away, since it would not spend more than the share anyway.
+		// Its demand over the span against its share of a whole window's
+		// budget (not of what remains of this one, which late in a window
+		// is about what a calm participant spends): within it, a refill
+		// once a window only keeps it admitted should the server go away,
+		// since it would not spend more than the share anyway.
 		spanMS := u.span.Milliseconds()
-		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(lim.ScaleMS) <= float64(share)*float64(spanMS)
+		perWindow := shareOf(lim.Limit, n, local, rank)
+		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(lim.ScaleMS) <= float64(perWindow)*float64(spanMS)
 	}
 	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
 }

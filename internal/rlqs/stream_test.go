@@ -396,11 +396,12 @@ func TestStreamReportInANewWindowRestarts(t *testing.T) {
 	if a := e.one(acme); a != "tokens 9" {
 		t.Fatalf("first assignment %q, want tokens 9", a)
 	}
-	// Envoy spends its 9 tokens; its report comes 50 ms into the next
-	// window: of the 9 requests over the 950 ms since the previous report,
-	// 1 is taken as this window's.
+	// Envoy spends its 9 tokens and denies one more request; its report
+	// comes 50 ms into the next window: of the 9 requests over the 950 ms
+	// since the previous report, 1 is taken as this window's. A denial
+	// makes it no calm participant, so its bucket does not refill.
 	h.clock.Set(t0.Add(time.Second + 50*time.Millisecond))
-	e.report("api", usage{id: acme, allowed: 9})
+	e.report("api", usage{id: acme, allowed: 9, denied: 1})
 	if a := e.one(acme); a != "fresh tokens 9" {
 		t.Fatalf("a report in a new window: %q, want the window's share in a full bucket (fresh tokens 9)", a)
 	}
@@ -757,6 +758,7 @@ func TestStreamRefillsACalmParticipant(t *testing.T) {
 		{400 * time.Millisecond, acme, 5, 0, "fresh tokens 4", "5 over 400 ms, more than its share a window"},
 		{time.Second, acme, 2, 1, "fresh tokens 9", "one denied"},
 		{time.Second, acme, 2, 0, "tokens 9 refill 9/1s", "calm again"},
+		{1400 * time.Millisecond, acme, 8, 0, "tokens 4 refill 4/1s", "8 over 1.4 s, under its share a window, reported late in a window with little of it left"},
 		{0, ch, 1, 0, "tokens 5", "a new id"},
 		{time.Second, ch, 0, 0, "tokens 5 refill 5/1m0s", "calm: its share a minute"},
 	} {
