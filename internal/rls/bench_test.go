@@ -43,6 +43,7 @@ var benchCases = []string{"1/allowed", "3/allowed", "1/denied", "3/denied"}
 
 func newBenchHarness(b *testing.B) *harness {
 	h := newHarness(b, rls.Settings{}, benchConfig)
+	h.gRPCOnly()
 	if _, err := h.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: ds(desc("full", "tenant-1"))}); err != nil {
 		b.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package rls_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -132,7 +131,7 @@ func TestCase33OverallOverLimit(t *testing.T) {
 	// A failing update leaves the previous configuration serving.
 	bad := h.config
 	bad.RuleIDs = bad.RuleIDs[:1]
-	if err := h.svc.Update(bad); err == nil {
+	if err := h.update(bad); err == nil {
 		t.Fatal("Update with too few rule ids succeeded")
 	}
 	h.run([]step{{name: "after a failed update", domain: "service", descs: ds(desc("hello", "world")), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s"}})
@@ -226,7 +225,7 @@ func TestCase37Errors(t *testing.T) {
 		{&rlsv3.RateLimitRequest{Domain: "service"}, "rate limit descriptor list must not be empty"},
 		{nil, "rate limit domain must not be empty"},
 	} {
-		resp, err := h.svc.ShouldRateLimit(context.Background(), tt.req)
+		resp, err := h.should(tt.req)
 		if resp != nil || status.Code(err) != codes.InvalidArgument || status.Convert(err).Message() != tt.want {
 			t.Errorf("%v: %v, %v; want InvalidArgument %q", tt.req, resp, err, tt.want)
 		}

@@ -3,7 +3,10 @@
 // Envoy's ratelimit filter, answered the way envoyproxy/ratelimit answers it
 // for the same configuration files (package rlsconfig reads them), counted
 // in the node's in-memory counters (package counter) and so replicated
-// like every other count.
+// like every other count. The gRPC port calls ShouldRateLimit; the lean
+// listener (internal/checkh2) calls AppendShouldRateLimit with the request
+// decoded by internal/checkwire: one decision, the same answer, metrics
+// and counts on both.
 //
 // Invariants:
 //

@@ -1,7 +1,6 @@
 package rls_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -47,7 +46,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		if int(pick) < len(domains) {
 			req.Domain = domains[pick]
 		}
-		resp, err := h.svc.ShouldRateLimit(context.Background(), req)
+		resp, err := h.shouldOn(t, req)
 		if err != nil {
 			if status.Code(err) != codes.InvalidArgument || resp != nil {
 				t.Fatalf("%v, %v: only InvalidArgument, without a response, may fail a call", resp, err)

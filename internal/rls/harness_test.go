@@ -1,7 +1,9 @@
 package rls_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +17,11 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
@@ -40,6 +45,12 @@ type harness struct {
 	config rls.Config
 	svc    *rls.Service
 	over   overrides
+
+	// The lean path's twin: a Service alike over a store of its own,
+	// called by should with the request's wire form (checkwire).
+	lean      *rls.Service
+	leanStore *counter.Store
+	leanReg   *prometheus.Registry
 }
 
 // overrides are tenant overrides by (bucket id, tenant).
@@ -108,18 +119,114 @@ func newHarnessStore(t testing.TB, set rls.Settings, sc counter.Config, specs ..
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	store, err := counter.New(sc)
+	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry(), leanReg: prometheus.NewRegistry(), cfg: c, over: overrides{}}
+	h.clock.Set(t0)
+	h.config = config(t, c, set)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, tw := range []struct {
+		store **counter.Store
+		svc   **rls.Service
+		reg   *prometheus.Registry
+	}{{&h.store, &h.svc, h.reg}, {&h.leanStore, &h.lean, h.leanReg}} {
+		if *tw.store, err = counter.New(sc); err != nil {
+			t.Fatal(err)
+		}
+		if *tw.svc, err = rls.New(h.config, *tw.store, resolver(c, h.over), tw.reg, log, rls.Options{Now: h.clock.Now}); err != nil {
+			t.Fatalf("New: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if h.lean == nil {
+			return
+		}
+		if g, l := series(t, h.reg), series(t, h.leanReg); g != l {
+			t.Errorf("the metrics of the two paths differ:\ngRPC:\n%s\nlean:\n%s", g, l)
+		}
+	})
+	return h
+}
+
+// should calls ShouldRateLimit on the gRPC path, and on the lean path of
+// the twin (the request's wire form decoded by checkwire, the answer
+// encoded by hand), and fails the test unless both answer the same bytes
+// or the same status. It returns the gRPC path's answer.
+func (h *harness) should(req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	h.t.Helper()
+	return h.shouldOn(h.t, req)
+}
+
+// shouldOn is should failing t.
+func (h *harness) shouldOn(t testing.TB, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	t.Helper()
+	ctx := context.Background()
+	resp, err := h.svc.ShouldRateLimit(ctx, req)
+	if h.lean == nil {
+		return resp, err
+	}
+	in, merr := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	var lr checkwire.RateLimitRequest
+	if derr := h.lean.RateLimitDecoder().Decode(in, &lr); derr != nil {
+		t.Fatalf("the lean decoder refuses what proto.Marshal wrote: %v", derr)
+	}
+	out, lerr := h.lean.AppendShouldRateLimit(ctx, &lr, []byte("prefix"))
+	lr.Reset()
+	if err != nil {
+		if status.Code(lerr) != status.Code(err) || status.Convert(lerr).Message() != status.Convert(err).Message() {
+			t.Fatalf("gRPC path: %v; lean path: %v", err, lerr)
+		}
+		return resp, err
+	}
+	if lerr != nil {
+		t.Fatalf("gRPC path: %v; lean path: %v", statuses(resp), lerr)
+	}
+	want, merr := proto.MarshalOptions{Deterministic: true}.Marshal(resp)
+	if merr != nil {
+		t.Fatal(merr)
+	}
+	if got := out[len("prefix"):]; string(out[:len("prefix")]) != "prefix" || got[0] != 0 || binary.BigEndian.Uint32(got[1:5]) != uint32(len(want)) || !bytes.Equal(got[5:], want) {
+		t.Fatalf("gRPC path answers %x (%s); lean path %x", want, statuses(resp), got)
+	}
+	return resp, err
+}
+
+// gRPCOnly drops the twin, for a test calling h.svc itself.
+func (h *harness) gRPCOnly() { h.lean = nil }
+
+// update updates both paths' services alike.
+func (h *harness) update(cfg rls.Config) error {
+	h.t.Helper()
+	err := h.svc.Update(cfg)
+	if h.lean == nil {
+		return err
+	}
+	if lerr := h.lean.Update(cfg); (lerr == nil) != (err == nil) {
+		h.t.Fatalf("Update: %v; on the twin: %v", err, lerr)
+	}
+	return err
+}
+
+// series renders every sample of reg: name, labels, value, histogram
+// count.
+func series(t testing.TB, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry(), cfg: c, over: overrides{}}
-	h.clock.Set(t0)
-	h.config = config(t, c, set)
-	h.svc, err = rls.New(h.config, store, resolver(c, h.over), h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), rls.Options{Now: h.clock.Now})
-	if err != nil {
-		t.Fatalf("New: %v", err)
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			fmt.Fprintf(&b, "%s", mf.GetName())
+			for _, l := range m.GetLabel() {
+				fmt.Fprintf(&b, " %s=%q", l.GetName(), l.GetValue())
+			}
+			fmt.Fprintf(&b, " %v %v %v\n", m.GetCounter().GetValue(), m.GetGauge().GetValue(), m.GetHistogram().GetSampleCount())
+		}
 	}
-	return h
+	return b.String()
 }
 
 // desc is a descriptor of key, value pairs.
@@ -145,7 +252,7 @@ func withLimit(d *ratelimitv3.RateLimitDescriptor, rpu uint32, unit int32) *rate
 
 func (h *harness) call(domain string, hits uint32, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 	h.t.Helper()
-	resp, err := h.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
+	resp, err := h.should(&rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds, HitsAddend: hits})
 	if err != nil {
 		h.t.Fatalf("ShouldRateLimit(%s): %v", domain, err)
 	}
@@ -213,11 +320,13 @@ func (h *harness) peer(domain string, d *ratelimitv3.RateLimitDescriptor, count 
 	}
 	lim, _ := h.cfg.Rules()[i].Limit()
 	now := h.clock.Now()
-	st := h.store.Merge(1, counter.WindowCount{
-		Bucket: h.config.RuleIDs[i], Key: string(key), ScaleMS: lim.ScaleMS, Algorithm: lim.Algorithm,
-		Window: counter.WindowOf(now.UnixMilli(), lim.ScaleMS), Count: count,
-	}, now)
-	if st != counter.Merged {
-		h.t.Fatalf("Merge: %v", st)
+	for _, store := range []*counter.Store{h.store, h.leanStore} {
+		st := store.Merge(1, counter.WindowCount{
+			Bucket: h.config.RuleIDs[i], Key: string(key), ScaleMS: lim.ScaleMS, Algorithm: lim.Algorithm,
+			Window: counter.WindowOf(now.UnixMilli(), lim.ScaleMS), Count: count,
+		}, now)
+		if st != counter.Merged {
+			h.t.Fatalf("Merge: %v", st)
+		}
 	}
 }

@@ -25,7 +25,7 @@ type slot struct {
 }
 
 // reply is a response in one allocation for up to inlineStatuses
-// descriptors.
+// descriptors. The lean path reuses one from call to call (reset, release).
 type reply struct {
 	resp   rlsv3.RateLimitResponse
 	ptrs   [inlineStatuses]*rlsv3.RateLimitResponse_DescriptorStatus
@@ -33,18 +33,48 @@ type reply struct {
 	slots  []slot
 	hptrs  [3]*corev3.HeaderValue
 	hdrs   [3]corev3.HeaderValue
+	hvals  [3 * 20]byte // the header values' bytes
+
+	// Room for more than inlineStatuses, kept by a reused reply.
+	morePtrs []*rlsv3.RateLimitResponse_DescriptorStatus
+	more     []slot
 }
 
-func newReply(n int) *reply {
-	r := new(reply)
+// maxPooledStatuses bounds the room a pooled reply keeps.
+const maxPooledStatuses = DefaultMaxDescriptors
+
+// reset makes r an empty response of n statuses.
+func (r *reply) reset(n int) {
+	r.resp.OverallCode, r.resp.ResponseHeadersToAdd = 0, nil
 	if n <= inlineStatuses {
 		r.resp.Statuses = r.ptrs[:n]
 		r.slots = r.inline[:n]
 	} else {
-		r.resp.Statuses = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
-		r.slots = make([]slot, n)
+		if cap(r.more) < n {
+			r.more = make([]slot, n)
+			r.morePtrs = make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)
+		}
+		r.resp.Statuses = r.morePtrs[:n]
+		r.slots = r.more[:n]
 	}
-	return r
+	for i := range r.slots {
+		r.slots[i] = slot{} // an override's unit_multiplier must not outlive its call
+	}
+}
+
+// release drops what r points to (the configuration's limits, a
+// request's strings) and reports whether r is worth keeping for reuse.
+func (r *reply) release() bool {
+	clear(r.ptrs[:])
+	for i := range r.slots {
+		r.slots[i] = slot{}
+	}
+	clear(r.morePtrs)
+	for i := range r.hdrs {
+		r.hdrs[i] = corev3.HeaderValue{}
+	}
+	r.resp.Statuses, r.resp.ResponseHeadersToAdd, r.slots = nil, nil, nil
+	return cap(r.more) <= maxPooledStatuses
 }
 
 func (r *reply) slot(i int) *slot { return &r.slots[i] }
@@ -92,14 +122,14 @@ func (r *reply) addHeaders(set *Settings) {
 	if pick == nil || pick.CurrentLimit == nil {
 		return
 	}
-	// The three values in one string: one allocation.
-	var buf [3 * 20]byte
-	out := strconv.AppendUint(buf[:0], uint64(pick.CurrentLimit.RequestsPerUnit), 10)
+	// The three values in r's own bytes, viewed: the strings live as
+	// long as r, and are rewritten only by r's next reset.
+	out := strconv.AppendUint(r.hvals[:0], uint64(pick.CurrentLimit.RequestsPerUnit), 10)
 	i1 := len(out)
 	out = strconv.AppendUint(out, uint64(pick.LimitRemaining), 10)
 	i2 := len(out)
 	out = strconv.AppendInt(out, pick.DurationUntilReset.GetSeconds(), 10)
-	all := string(out)
+	all := keyString(out)
 	r.hdrs[0].Key, r.hdrs[0].Value = set.LimitHeader, all[:i1]
 	r.hdrs[1].Key, r.hdrs[1].Value = set.RemainingHeader, all[i1:i2]
 	r.hdrs[2].Key, r.hdrs[2].Value = set.ResetHeader, all[i2:]

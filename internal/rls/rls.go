@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
@@ -63,6 +64,9 @@ type Service struct {
 
 	// keys holds *[]byte buffers the counter keys of a call are built in.
 	keys sync.Pool
+	// replies holds the *reply of lean calls (AppendShouldRateLimit).
+	replies sync.Pool
+	dec     *checkwire.RateLimitDecoder
 
 	// Immutable statuses shared by every response.
 	statusOK, statusUnlimited *rlsv3.RateLimitResponse_DescriptorStatus
@@ -125,6 +129,8 @@ func New(cfg Config, lim Limiter, limits Limits, reg prometheus.Registerer, log 
 		errDescriptors: status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty"),
 	}
 	s.keys.New = func() any { b := make([]byte, 0, 512); return &b }
+	s.replies.New = func() any { return new(reply) }
+	s.dec = checkwire.NewRateLimitDecoder(opts.MaxDescriptors, opts.MaxEntries)
 	if err := s.Update(cfg); err != nil {
 		return nil, err
 	}
@@ -238,12 +244,42 @@ const inlineMatches = 16
 // is a response (see the package doc).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.opts.Now()
-	resp, err := s.decide(ctx, s.cur.Load(), req, now)
+	r := new(reply) // gRPC encodes it after the call: not pooled
+	err := s.decide(ctx, s.cur.Load(), req, now, r)
 	s.m.duration.Observe(s.opts.Now().Sub(now).Seconds())
-	return resp, err
+	if err != nil {
+		return nil, err
+	}
+	return &r.resp, nil
 }
 
-func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequest, now time.Time) (*rlsv3.RateLimitResponse, error) {
+// RateLimitDecoder is the decoder of the lean path (checkwire.RateLimitServer):
+// it keeps enough of a request for validate to refuse what the Options
+// bound.
+func (s *Service) RateLimitDecoder() *checkwire.RateLimitDecoder { return s.dec }
+
+// AppendShouldRateLimit is ShouldRateLimit on the lean path
+// (checkwire.RateLimitServer): the same decision on a request decoded by
+// RateLimitDecoder, its answer appended to b as a gRPC message, the
+// response built in a pooled reply (no allocation in steady state).
+func (s *Service) AppendShouldRateLimit(ctx context.Context, req *checkwire.RateLimitRequest, b []byte) ([]byte, error) {
+	now := s.opts.Now()
+	r := s.replies.Get().(*reply)
+	err := s.decide(ctx, s.cur.Load(), req.Message(), now, r)
+	s.m.duration.Observe(s.opts.Now().Sub(now).Seconds())
+	if err == nil {
+		b, err = checkwire.AppendRateLimitResponse(b, &r.resp)
+	}
+	if r.release() {
+		s.replies.Put(r)
+	}
+	return b, err
+}
+
+var _ checkwire.RateLimitServer = (*Service)(nil)
+
+// decide answers req into r.
+func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitRequest, now time.Time, r *reply) error {
 	domain := req.GetDomain()
 	dm, known := st.domains[domain]
 	if !known {
@@ -252,7 +288,7 @@ func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitReq
 	descs := req.GetDescriptors()
 	if err := s.validate(domain, descs); err != nil {
 		dm.requests[codeInvalid].Inc()
-		return nil, err
+		return err
 	}
 
 	bp := s.keys.Get().(*[]byte)
@@ -273,7 +309,7 @@ func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitReq
 		replace(st, ms)
 	}
 
-	r := newReply(len(descs))
+	r.reset(len(descs))
 	var over bool
 	for i, d := range descs {
 		ds := s.status(ctx, st, dm, &ms[i], d, req.GetHitsAddend(), key, now, r.slot(i))
@@ -298,7 +334,7 @@ func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitReq
 	if st.settings.ResponseHeaders {
 		r.addHeaders(&st.settings)
 	}
-	return &r.resp, nil
+	return nil
 }
 
 // maxPooledKeyBytes: a key buffer grown past this (a request with huge
@@ -306,7 +342,9 @@ func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitReq
 const maxPooledKeyBytes = 16 << 10
 
 // validate refuses what no well-formed request carries, before anything is
-// counted: a request is answered whole or not at all.
+// counted: a request is answered whole or not at all. Its messages name
+// the bound crossed, not the count: the lean decoder keeps one past each
+// bound, so both paths refuse with the same words.
 func (s *Service) validate(domain string, descs []*ratelimitv3.RateLimitDescriptor) error {
 	switch {
 	case domain == "":
@@ -314,12 +352,12 @@ func (s *Service) validate(domain string, descs []*ratelimitv3.RateLimitDescript
 	case len(descs) == 0:
 		return s.errDescriptors
 	case len(descs) > s.opts.MaxDescriptors:
-		return status.Errorf(codes.InvalidArgument, "rate limit request has %d descriptors: at most %d", len(descs), s.opts.MaxDescriptors)
+		return status.Errorf(codes.InvalidArgument, "rate limit request has more than %d descriptors", s.opts.MaxDescriptors)
 	}
 	for i, d := range descs {
 		es := d.GetEntries()
 		if len(es) > s.opts.MaxEntries {
-			return status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has %d entries: at most %d", i, len(es), s.opts.MaxEntries)
+			return status.Errorf(codes.InvalidArgument, "rate limit descriptor %d has more than %d entries", i, s.opts.MaxEntries)
 		}
 		for j, e := range es {
 			if k := e.GetKey(); len(k) > s.opts.MaxKeyBytes {
