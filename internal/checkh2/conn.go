@@ -144,8 +144,9 @@ type conn struct {
 	windowStrikes int
 	windowSince   time.Time
 
-	req checkwire.Request
-	out []byte
+	req   checkwire.Request
+	rlReq checkwire.RateLimitRequest
+	out   []byte
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

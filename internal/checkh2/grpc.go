@@ -7,6 +7,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -14,8 +15,9 @@ import (
 
 // The methods served.
 const (
-	pathCheck  = authv3.Authorization_Check_FullMethodName
-	pathHealth = healthpb.Health_Check_FullMethodName
+	pathCheck     = authv3.Authorization_Check_FullMethodName
+	pathRateLimit = rlsv3.RateLimitService_ShouldRateLimit_FullMethodName
+	pathHealth    = healthpb.Health_Check_FullMethodName
 )
 
 type method uint8
@@ -23,6 +25,7 @@ type method uint8
 const (
 	methodUnknown method = iota
 	methodCheck
+	methodRateLimit
 	methodHealth
 )
 
@@ -30,6 +33,8 @@ func methodOf(path string) method {
 	switch path {
 	case pathCheck:
 		return methodCheck
+	case pathRateLimit:
+		return methodRateLimit
 	case pathHealth:
 		return methodHealth
 	}
@@ -147,10 +152,12 @@ func newHealthAnswers() (healthAnswers, error) {
 	return h, err
 }
 
-// healthKnows answers for the server ("") and the Authorization
-// service, as the gRPC port does; any other name is NOT_FOUND.
-func healthKnows(service string) bool {
-	return service == "" || service == authv3.Authorization_ServiceDesc.ServiceName
+// healthKnows answers for the server (""), the Authorization service and
+// the rate limit service when it is served, as the gRPC port does; any
+// other name is NOT_FOUND.
+func (s *Server) healthKnows(service string) bool {
+	return service == "" || service == authv3.Authorization_ServiceDesc.ServiceName ||
+		(s.cfg.RateLimit != nil && service == rlsv3.RateLimitService_ServiceDesc.ServiceName)
 }
 
 // decodeHealth reads the service name of a HealthCheckRequest.

@@ -21,6 +21,9 @@ import (
 type Config struct {
 	// Check answers Check. Required.
 	Check checkwire.Server
+	// RateLimit, when set, answers ShouldRateLimit (RLS v3); nil: it is
+	// UNIMPLEMENTED.
+	RateLimit checkwire.RateLimitServer
 	// Serving reports whether health answers SERVING; nil: always.
 	Serving func() bool
 	// TLS, when set, makes every connection TLS with ALPN h2 (its
@@ -110,7 +113,7 @@ func (c *Config) setDefaults() error {
 // ErrServerClosed is what Serve returns after Shutdown or Close.
 var ErrServerClosed = errors.New("checkh2: server closed")
 
-// Server serves Check and health. Safe for concurrent use.
+// Server serves Check, ShouldRateLimit and health. Safe for concurrent use.
 type Server struct {
 	cfg     Config
 	health  healthAnswers

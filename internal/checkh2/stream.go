@@ -9,8 +9,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
 // stream is one open request. It stays in conn.streams, counted against
@@ -171,7 +169,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		c.trailersOnly(st, errorf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", encoding))
 		return nil
 	}
-	if st.m = methodOf(path); st.m == methodUnknown {
+	if st.m = methodOf(path); st.m == methodUnknown || (st.m == methodRateLimit && c.cfg.RateLimit == nil) {
 		c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method %s", path))
 		return nil
 	}
@@ -272,7 +270,7 @@ func (c *conn) complete(st *stream) error {
 			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		if !healthKnows(svc) {
+		if !c.s.healthKnows(svc) {
 			c.trailersOnly(st, errorf(codes.NotFound, "unknown service"))
 			return nil
 		}
@@ -288,39 +286,61 @@ func (c *conn) complete(st *stream) error {
 			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		resp, err := c.checkWire(h, st.deadline)
+		resp, err := h.CheckWire(c.ctx, &c.req)
+		if lerr := late(st.deadline); lerr != nil {
+			err = lerr
+		}
 		if err == nil {
 			c.out, err = resp.AppendGRPC(c.out[:0])
 		}
 		c.req.Reset()
-		if err != nil {
-			// grpc-go's mapping: a status, or a context's error as its
-			// code, or UNKNOWN.
-			s, ok := grpcstatus.FromError(err)
-			if !ok {
-				s = grpcstatus.FromContextError(err)
-			}
-			c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
+		return c.answer(st, err)
+	case methodRateLimit:
+		h := c.cfg.RateLimit
+		if err := h.RateLimitDecoder().Decode(msg, &c.rlReq); err != nil {
+			c.rlReq.Reset()
+			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		return c.respond(st, c.out)
+		var err error
+		c.out, err = h.AppendShouldRateLimit(c.ctx, &c.rlReq, c.out[:0])
+		c.rlReq.Reset()
+		if lerr := late(st.deadline); lerr != nil {
+			err = lerr
+		}
+		return c.answer(st, err)
 	}
 	c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method"))
 	return nil
 }
 
-// checkWire calls the handler on c.req, and answers DEADLINE_EXCEEDED in
-// place of what it returns once the request's deadline (zero: none) has
-// passed: the client has stopped waiting. The handler never waits (a
-// check waits on no I/O), so its context is the connection's and carries
-// no deadline: one made per request would cost an allocation on every
-// check Envoy sends, for nothing the handler would read.
-func (c *conn) checkWire(h checkwire.Server, deadline time.Time) (checkwire.Response, error) {
-	resp, err := h.CheckWire(c.ctx, &c.req)
-	if !deadline.IsZero() && !time.Now().Before(deadline) {
-		return checkwire.Response{}, errDeadline
+// answer writes c.out, the encoded response, or err as the call's status:
+// grpc-go's mapping, a status, or a context's error as its code, or
+// UNKNOWN.
+func (c *conn) answer(st *stream, err error) error {
+	if err != nil {
+		s, ok := grpcstatus.FromError(err)
+		if !ok {
+			s = grpcstatus.FromContextError(err)
+		}
+		c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
+		return nil
 	}
-	return resp, err
+	return c.respond(st, c.out)
+}
+
+// late is errDeadline once a request's deadline (zero: none) has passed
+// when its handler returned: the client has stopped waiting, and this is
+// answered in place of what the handler returned. A handler
+// never waits (a decision waits on no I/O), so its context is the
+// connection's and carries no deadline: one made per request would cost
+// an allocation on every call Envoy sends, for nothing the handler would
+// read.
+func late(deadline time.Time) error {
+	if !deadline.IsZero() && !time.Now().Before(deadline) {
+		return errDeadline
+	}
+	return nil
 }
 
 // errDeadline answers a request whose grpc-timeout passed before its
