@@ -7,6 +7,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
@@ -62,6 +63,57 @@ func BenchmarkCheckLoopback(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
+	}
+}
+
+// BenchmarkRateLimitLoopback is BenchmarkCheckLoopback for
+// ShouldRateLimit on the product's rate limit service, allowed (counted)
+// and denied: grpc-go (the gRPC port) against this package.
+func BenchmarkRateLimitLoopback(b *testing.B) {
+	svc := checkh2.NewTestRLS(b, nil)
+	serveGRPC := func(b *testing.B) string {
+		s := grpc.NewServer()
+		rlsv3.RegisterRateLimitServiceServer(s, svc)
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		go s.Serve(lis)
+		b.Cleanup(s.Stop)
+		return lis.Addr().String()
+	}
+	serveLean := func(b *testing.B) string {
+		_, addr := serve(b, checkh2.Config{RateLimit: svc})
+		return addr
+	}
+	for _, tc := range []struct {
+		name  string
+		serve func(*testing.B) string
+	}{{"grpc-go", serveGRPC}, {"checkh2", serveLean}} {
+		for _, key := range []string{"allowed", "denied"} {
+			b.Run(tc.name+"/"+key, func(b *testing.B) {
+				client := rlsv3.NewRateLimitServiceClient(dialGRPC(b, tc.serve(b)))
+				req := checkh2.RLSRequest(key, "bench")
+				if _, err := client.ShouldRateLimit(ctx(b), req); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				c0 := cpuTime(b)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					c := ctx(b)
+					for pb.Next() {
+						if _, err := client.ShouldRateLimit(c, req); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+			})
+		}
 	}
 }
 

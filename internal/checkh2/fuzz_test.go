@@ -13,8 +13,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
 )
 
-// seedFrames is a client's frames after the preface: SETTINGS, a Check
-// and a health check, a ping, a reset and a window update.
+// seedFrames is a client's frames after the preface: SETTINGS, a Check,
+// a health check and a ShouldRateLimit, a ping, a reset and a window
+// update.
 func seedFrames(t testing.TB) []byte {
 	var b bytes.Buffer
 	fr := http2.NewFramer(&b, nil)
@@ -35,9 +36,11 @@ func seedFrames(t testing.TB) []byte {
 	fr.WriteData(1, true, grpcMessage(t, upload("f")))
 	hdr(3, "/grpc.health.v1.Health/Check", false)
 	fr.WriteData(3, true, []byte{0, 0, 0, 0, 0})
+	hdr(5, rlsPath, false)
+	fr.WriteData(5, true, grpcMessage(t, checkh2.RLSRequest("tenant", "f")))
 	fr.WritePing(false, [8]byte{1})
-	hdr(5, checkPath, false)
-	fr.WriteRSTStream(5, http2.ErrCodeCancel)
+	hdr(7, checkPath, false)
+	fr.WriteRSTStream(7, http2.ErrCodeCancel)
 	fr.WriteWindowUpdate(1, 100)
 	fr.WriteWindowUpdate(0, 100)
 	fr.WriteGoAway(0, http2.ErrCodeNo, nil)
@@ -88,7 +91,7 @@ func FuzzServe(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})
 	s, err := checkh2.New(checkh2.Config{
-		Check: newAuthz(f), MaxRecvMsgBytes: 4 << 10, MaxHeaderListBytes: 4 << 10, MaxConcurrentStreams: 8,
+		Check: newAuthz(f), RateLimit: checkh2.NewTestRLS(f, nil), MaxRecvMsgBytes: 4 << 10, MaxHeaderListBytes: 4 << 10, MaxConcurrentStreams: 8,
 	})
 	if err != nil {
 		f.Fatal(err)
