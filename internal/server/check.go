@@ -17,9 +17,9 @@ import (
 // listenerCheck names the lean Check listener in the metrics.
 const listenerCheck = "check"
 
-// checkListener is the lean Check listener (internal/checkh2): Check and
-// health only, with the gRPC port's transport security, allow-list and
-// limits.
+// checkListener is the lean Check listener (internal/checkh2): Check,
+// ShouldRateLimit when the rate limit service has the lean path, and
+// health, with the gRPC port's transport security, allow-list and limits.
 type checkListener struct {
 	lis        net.Listener
 	srv        *checkh2.Server
@@ -40,6 +40,9 @@ func (s *Server) newCheck(addr string, allow allowList) (*checkListener, error) 
 		MaxConnections: l.MaxConnections, MaxConcurrentStreams: l.MaxConcurrentStreams,
 		MaxRecvMsgBytes: l.MaxRecvMsgBytes, MaxHeaderListBytes: l.MaxHeaderListBytes,
 		HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.MaxConnectionIdle, PingMinInterval: l.KeepaliveMinTime,
+	}
+	if rl, ok := s.svc.RateLimit.(checkwire.RateLimitServer); ok {
+		cfg.RateLimit = rl
 	}
 	if s.cfg.TLS.enabled() {
 		tc, err := s.cfg.TLS.config(allow, &cl.tlsRefused, func(names []string) {

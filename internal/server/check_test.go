@@ -60,7 +60,7 @@ func TestCheckListener(t *testing.T) {
 		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: authv3.Authorization_ServiceDesc.ServiceName})
 		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
 	})
-	// RLS stays on the gRPC port.
+	// An RLS service without the lean path stays on the gRPC port.
 	_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{})
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("RLS on the lean listener: %v, want Unimplemented", err)
@@ -72,6 +72,39 @@ func TestCheckListener(t *testing.T) {
 	if n := metric(t, reg, "ratelimit_authz_server_connections_open", "check"); n != 1 {
 		t.Fatalf("check connections_open %v, want 1", n)
 	}
+}
+
+// leanRLS answers every ShouldRateLimit OVER_LIMIT, on both paths.
+type leanRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+func (leanRLS) RateLimitDecoder() *checkwire.RateLimitDecoder {
+	return checkwire.NewRateLimitDecoder(1, 1)
+}
+func (leanRLS) AppendShouldRateLimit(_ context.Context, _ *checkwire.RateLimitRequest, b []byte) ([]byte, error) {
+	return checkwire.AppendRateLimitResponse(b, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT})
+}
+
+// A rate limit service with the lean path is served on the lean listener
+// too, its health SERVING there.
+func TestCheckListenerRateLimit(t *testing.T) {
+	srv, _ := start(t, server.Config{CheckAddr: "127.0.0.1:0"}, server.Services{Authz: newLeanAllow(t), RateLimit: leanRLS{}})
+	conn, err := grpc.NewClient(srv.CheckAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d"})
+	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("ShouldRateLimit on the lean listener: %v, %v", resp, err)
+	}
+	waitFor(t, func() bool {
+		h, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: rlsv3.RateLimitService_ServiceDesc.ServiceName})
+		return err == nil && h.GetStatus() == healthpb.HealthCheckResponse_SERVING
+	})
 }
 
 // The lean listener takes the gRPC port's mTLS allow-list.

@@ -242,7 +242,8 @@ type Services struct {
 	// RateLimit, when set, answers Envoy's ratelimit filter
 	// (envoy.service.ratelimit.v3 ShouldRateLimit) on the gRPC port,
 	// beside Check: the same listener, TLS, allow-list, bounds, health and
-	// graceful stop.
+	// graceful stop; and on the lean Check listener too when it has the
+	// lean path (checkwire.RateLimitServer, as *rls.Service has).
 	RateLimit rlsv3.RateLimitServiceServer
 	// RateLimitQuota, when set, serves Envoy's rate_limit_quota filter
 	// (envoy.service.rate_limit_quota.v3 StreamRateLimitQuotas) on the
