@@ -23,13 +23,14 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		"exit 1 when there is any, 0 when the file is valid. A valid file that trusts\n"+
 		"something a client can set (a header, x-forwarded-for) gets WARN lines on\n"+
 		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.\n"+
-		"With --envoy and --check-addr, a gRPC service other than ext_authz Check that\n"+
-		"the bootstrap sends to the lean Check listener's port is a problem too.\n"+
+		"With --envoy and --check-addr, a gRPC service the bootstrap sends to the lean\n"+
+		"Check listener's port that it does not serve is a problem too: it serves\n"+
+		"ext_authz Check, and ShouldRateLimit on a node serving RLS (--rls-config-dir).\n"+
 		"With --rls-config-dir it validates the envoyproxy/ratelimit configuration files\n"+
 		"in that directory instead (and --config too when it is given).", getenv)
 	f.String(&path, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` to validate")
 	f.String(&envoyPath, "envoy", "RATELIMIT_AUTHZ_CHECK_ENVOY", "", "Envoy bootstrap `file` in front of the server: check what it strips and sets before ext_authz")
-	f.String(&checkAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", "", "with --envoy: the servers' lean Check listener `address` (serve --check-addr; only its port is compared, as Envoy names the hosts its own way): the access log, RLS or RLQS sent to a cluster on that port is a problem, as the listener serves only ext_authz Check and health")
+	f.String(&checkAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", "", "with --envoy: the servers' lean Check listener `address` (serve --check-addr; only its port is compared, as Envoy names the hosts its own way): the access log or RLQS sent to a cluster on that port is a problem, and RLS unless --rls-config-dir says the node serves it, as the listener serves only ext_authz Check, ShouldRateLimit and health")
 	f.String(&rlsDir, "rls-config-dir", "RATELIMIT_AUTHZ_RLS_CONFIG_DIR", "", "`directory` of envoyproxy/ratelimit configuration files to validate: every regular file below it, as upstream's config_check -config_dir (Kubernetes ConfigMap internals, names starting with \"..\", are skipped)")
 	f.Bool(&rlsMerge, "rls-merge-domains", "MERGE_DOMAIN_CONFIG", false, "with --rls-config-dir: a domain in several files is one domain, as upstream's MERGE_DOMAIN_CONFIG")
 	f.Bool(&rlsDotfiles, "rls-ignore-dotfiles", "RUNTIME_IGNOREDOTFILES", false, "with --rls-config-dir: skip files and directories whose name starts with \".\", as upstream's RUNTIME_IGNOREDOTFILES")
@@ -39,8 +40,34 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	if err := errors.Join(f.errs...); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
+	checkPort := 0
+	if checkAddr != "" && envoyPath != "" { // only --envoy compares it
+		_, p, err := net.SplitHostPort(checkAddr)
+		if err == nil {
+			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on
+		}
+		if err != nil || checkPort < 1 || checkPort > 65535 {
+			return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz check-config: --check-addr %q: want host:port with a port in 1…65535", checkAddr)}
+		}
+	}
 	explicit := f.set("config", "RATELIMIT_AUTHZ_CONFIG")
 	if rlsDir != "" {
+		if checkPort != 0 {
+			b, err := os.ReadFile(envoyPath)
+			var problems []string
+			if err == nil {
+				problems, err = leanProblems(b, checkPort, true)
+			}
+			if err != nil {
+				return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", envoyPath, err)}
+			}
+			if len(problems) > 0 {
+				for _, p := range problems {
+					fmt.Fprintf(stderr, "%s: %s\n", envoyPath, p)
+				}
+				return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", envoyPath, len(problems))}
+			}
+		}
 		return checkRLSConfig(rlsDir, rlsMerge, rlsDotfiles, path, explicit, stdout, stderr)
 	}
 	r, source, err := loadRules(path, explicit, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -53,16 +80,6 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		}
 		return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
-	checkPort := 0
-	if checkAddr != "" && envoyPath != "" { // only --envoy compares it
-		_, p, err := net.SplitHostPort(checkAddr)
-		if err == nil {
-			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on
-		}
-		if err != nil || checkPort < 1 || checkPort > 65535 {
-			return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz check-config: --check-addr %q: want host:port with a port in 1…65535", checkAddr)}
-		}
-	}
 	var cms []envoyconf.ConnectionManager
 	if envoyPath != "" {
 		b, err := os.ReadFile(envoyPath)
@@ -71,11 +88,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		}
 		var problems []string
 		if err == nil && checkPort != 0 {
-			var calls []envoyconf.GRPCCall
-			var ports map[string][]int
-			if calls, ports, err = envoyconf.GRPCCalls(b); err == nil {
-				problems = leanProblems(checkPort, calls, ports)
-			}
+			problems, err = leanProblems(b, checkPort, false)
 		}
 		if err != nil {
 			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", envoyPath, err)}
@@ -138,25 +151,34 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 	return nil
 }
 
-// leanProblems lists the gRPC calls of a bootstrap, other than ext_authz
-// Check, that go to a cluster with an endpoint on checkPort, the lean
-// Check listener's port: it serves only Check and health, so such a call
-// (failed logins over the access log, RLS, RLQS) fails there every time.
-// Ports are what can be compared: the bootstrap names hosts as Envoy
-// reaches them (a Service, a pod IP), the server the addresses it binds.
-func leanProblems(checkPort int, calls []envoyconf.GRPCCall, ports map[string][]int) []string {
+// leanProblems lists the gRPC calls of a bootstrap that go to a cluster
+// with an endpoint on checkPort, the lean Check listener's port, and that
+// it does not serve: it serves ext_authz Check and health, and
+// ShouldRateLimit when the node serves RLS (rls); any other call (failed
+// logins over the access log, RLQS) fails there every time. Ports are
+// what can be compared: the bootstrap names hosts as Envoy reaches them
+// (a Service, a pod IP), the server the addresses it binds.
+func leanProblems(bootstrap []byte, checkPort int, rls bool) ([]string, error) {
+	calls, ports, err := envoyconf.GRPCCalls(bootstrap)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
 	for _, c := range calls {
-		if c.Check() || !slices.Contains(ports[c.Cluster], checkPort) {
+		if c.Lean(rls) || !slices.Contains(ports[c.Cluster], checkPort) {
 			continue
 		}
 		what := c.Config
 		if what == "" {
 			what = "a gRPC service"
 		}
-		out = append(out, fmt.Sprintf("%s sends to cluster %s on port %d, the lean Check listener (--check-addr), which serves only ext_authz Check and health: point it at a cluster on the gRPC port (--grpc-addr)", what, c.Cluster, checkPort))
+		if c.RateLimit() {
+			out = append(out, fmt.Sprintf("%s sends to cluster %s on port %d, the lean Check listener (--check-addr), which serves ShouldRateLimit only on a node serving RLS: check with the node's --rls-config-dir, or point it at a cluster on the gRPC port (--grpc-addr)", what, c.Cluster, checkPort))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s sends to cluster %s on port %d, the lean Check listener (--check-addr), which serves only ext_authz Check, ShouldRateLimit and health: point it at a cluster on the gRPC port (--grpc-addr)", what, c.Cluster, checkPort))
 	}
-	return out
+	return out, nil
 }
 
 // trustWarnings lists what a valid configuration trusts that a client can

@@ -153,3 +153,37 @@ func TestCheckConfigLeanListener(t *testing.T) {
 		}
 	}
 }
+
+// check-config --envoy --check-addr knows the lean listener serves
+// ShouldRateLimit on a node serving RLS: the shipped RLS bootstrap, whose
+// rate limit filter calls the lean listener, passes with the node's
+// --rls-config-dir and is a problem without it (a node without RLS
+// answers UNIMPLEMENTED there); the access log stays a problem either way.
+func TestCheckConfigLeanListenerRLS(t *testing.T) {
+	ctx := context.Background()
+	const rlsBootstrap, rlsDir = "../../envoy/ratelimit-rls.yaml", "../../config/rls/config"
+	check := func(args ...string) (string, error) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		err := run(ctx, append([]string{"check-config", "--envoy"}, args...), env(nil), &out, &errOut)
+		return errOut.String(), err
+	}
+	if stderr, err := check(rlsBootstrap, "--check-addr", "127.0.0.1:9002", "--rls-config-dir", rlsDir); err != nil {
+		t.Errorf("the RLS bootstrap on a node serving RLS: %v\n%s", err, stderr)
+	}
+	want := rlsBootstrap + ": envoy.extensions.filters.http.ratelimit.v3.RateLimit sends to cluster ratelimit on port 9002, the lean Check listener (--check-addr), which serves ShouldRateLimit only on a node serving RLS"
+	if stderr, err := check(rlsBootstrap, "--check-addr", "127.0.0.1:9002"); exitCode(err) != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("the RLS bootstrap on a node without RLS: %v, stderr %q; want exit 1 and %q", err, stderr, want)
+	}
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "log-to-check.yaml")
+	if err := os.WriteFile(bad, []byte(strings.Replace(string(shipped), "grpc_service: { envoy_grpc: { cluster_name: ratelimit_authz } }", "grpc_service: { envoy_grpc: { cluster_name: ratelimit_authz_check } }", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, err := check(bad, "--check-addr", "127.0.0.1:9002", "--rls-config-dir", rlsDir); exitCode(err) != 1 || !strings.Contains(stderr, "HttpGrpcAccessLogConfig sends to cluster ratelimit_authz_check") {
+		t.Errorf("the access log on the lean listener of a node serving RLS: %v, stderr %q", err, stderr)
+	}
+}

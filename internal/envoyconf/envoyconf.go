@@ -64,7 +64,9 @@ type Addrs struct {
 // Render returns the bootstrap src with the shipped addresses replaced by
 // a's. With several Authz (or Check) addresses, the cluster's single
 // lb_endpoints entry is repeated once per address, so Envoy balances over
-// the nodes. Every shipped address is found in src before any is
+// the nodes. The bootstrap holds the gRPC port's endpoint (ShippedAuthz),
+// the lean listener's (ShippedCheck), or both: RLSPath calls only the
+// lean listener. Every shipped address is found in src before any is
 // replaced, so an address of a that equals a shipped one is no confusion.
 func Render(src []byte, a Addrs) ([]byte, error) {
 	if len(a.Authz) == 0 {
@@ -89,17 +91,27 @@ func Render(src []byte, a Addrs) ([]byte, error) {
 		i := strings.Index(cfg, old)
 		edits = append(edits, edit{i, i + len(old), repl})
 	}
-	e, err := endpointEdit(cfg, ShippedAuthzCluster, ShippedAuthz, a.Authz)
+	authz, err := socketAddress(ShippedAuthz)
 	if err != nil {
 		return nil, err
 	}
-	edits = append(edits, e)
 	check, err := socketAddress(ShippedCheck)
 	if err != nil {
 		return nil, err
 	}
+	hasAuthz, hasCheck := strings.Contains(cfg, authz), strings.Contains(cfg, check)
+	if !hasAuthz && !hasCheck {
+		return nil, fmt.Errorf("%w: neither %s endpoint %q nor %s endpoint %q", ErrPlaceholder, ShippedAuthzCluster, authz, ShippedCheckCluster, check)
+	}
+	if hasAuthz {
+		e, err := endpointEdit(cfg, ShippedAuthzCluster, ShippedAuthz, a.Authz)
+		if err != nil {
+			return nil, err
+		}
+		edits = append(edits, e)
+	}
 	switch {
-	case strings.Contains(cfg, check):
+	case hasCheck:
 		addrs := a.Check
 		if len(addrs) == 0 {
 			addrs = a.Authz

@@ -404,17 +404,31 @@ func TestWithHeaderStripValidates(t *testing.T) {
 	validate(t, binaries.InstalledEnvoy(t), dst)
 }
 
-// TestRenderCheckNeedsTheCluster: the RLS bootstrap has no lean Check
-// listener cluster (ShouldRateLimit is served on the gRPC port only), so
-// it renders with the gRPC ports alone and refuses Check addresses rather
-// than dropping them.
+// TestRenderCheckNeedsTheCluster: the RLS bootstrap calls the lean
+// listener only, so its rate limit cluster takes the Check addresses, or
+// the gRPC ports for nodes without a lean listener; a bootstrap calling
+// the gRPC port only refuses Check addresses rather than dropping them,
+// and one calling neither is refused.
 func TestRenderCheckNeedsTheCluster(t *testing.T) {
 	a := Addrs{Admin: "127.0.0.1:1", Listener: "127.0.0.1:2", Authz: []string{"127.0.0.1:3"}, App: "127.0.0.1:4"}
-	if _, err := Render(shippedRLS(t), a); err != nil {
-		t.Fatalf("RLS bootstrap with gRPC ports only: %v", err)
+	endpoint := func(port string) string {
+		return "- endpoint: { address: { socket_address: { address: 127.0.0.1, port_value: " + port + " } } }"
 	}
-	a.Check = []string{"127.0.0.1:5"}
-	if out, err := Render(shippedRLS(t), a); !errors.Is(err, ErrPlaceholder) {
-		t.Errorf("RLS bootstrap with Check addresses: %v, want ErrPlaceholder\n%s", err, out)
+	out, err := Render(shippedRLS(t), a)
+	if err != nil || !strings.Contains(string(out), endpoint("3")) {
+		t.Fatalf("RLS bootstrap with gRPC ports only: %v\n%s", err, out)
+	}
+	a.Check = []string{"127.0.0.1:5", "127.0.0.1:6"}
+	out, err = Render(shippedRLS(t), a)
+	if err != nil || !strings.Contains(string(out), endpoint("5")) || !strings.Contains(string(out), endpoint("6")) || strings.Contains(string(out), endpoint("3")) {
+		t.Fatalf("RLS bootstrap with Check addresses: %v\n%s", err, out)
+	}
+	grpcOnly := strings.Replace(string(shippedRLS(t)), "port_value: 9002 }", "port_value: 9001 }", 1)
+	if out, err := Render([]byte(grpcOnly), a); !errors.Is(err, ErrPlaceholder) {
+		t.Errorf("a bootstrap calling the gRPC port only, with Check addresses: %v, want ErrPlaceholder\n%s", err, out)
+	}
+	neither := strings.Replace(string(shippedRLS(t)), "port_value: 9002 }", "port_value: 9003 }", 1)
+	if out, err := Render([]byte(neither), a); !errors.Is(err, ErrPlaceholder) {
+		t.Errorf("a bootstrap calling neither: %v, want ErrPlaceholder\n%s", err, out)
 	}
 }

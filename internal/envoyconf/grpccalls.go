@@ -21,13 +21,30 @@ type GRPCCall struct {
 }
 
 // Check reports whether the call is the ext_authz filter's Check (or a
-// route's override of it): the one service, beside health, that the
-// lean Check listener serves.
+// route's override of it), which the lean Check listener serves.
 func (c GRPCCall) Check() bool {
 	return c.Config == extAuthzType || c.Config == extAuthzPerRouteType
 }
 
+// RateLimit reports whether the call is a rate limit filter's
+// ShouldRateLimit (RLS v3: the HTTP, network or Thrift ratelimit filter),
+// which the lean Check listener serves on a node serving RLS.
+func (c GRPCCall) RateLimit() bool {
+	return slices.Contains(rateLimitTypes, c.Config)
+}
+
+// Lean reports whether the lean Check listener serves the call: Check
+// always, ShouldRateLimit when the node serves RLS (rls); nothing else
+// (the access log, RLQS) but health.
+func (c GRPCCall) Lean(rls bool) bool { return c.Check() || (rls && c.RateLimit()) }
+
 const extAuthzPerRouteType = "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
+
+var rateLimitTypes = []string{
+	"envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+	"envoy.extensions.filters.network.ratelimit.v3.RateLimit",
+	"envoy.extensions.filters.network.thrift_proxy.filters.ratelimit.v3.RateLimit",
+}
 
 // GRPCCalls reads an Envoy bootstrap (YAML or JSON) and returns every
 // envoy_grpc call it makes, wherever it is (listeners, filters, access

@@ -58,16 +58,19 @@ func TestGRPCCalls(t *testing.T) {
 		got[c.Cluster] = c
 	}
 	for cluster, w := range map[string]struct {
-		typ   string
-		check bool
+		typ              string
+		check, rateLimit bool
 	}{
-		"tcp_log":     {"envoy.extensions.access_loggers.grpc.v3.TcpGrpcAccessLogConfig", false},
-		"route_authz": {extAuthzPerRouteType, true},
-		"rls":         {"envoy.extensions.filters.http.ratelimit.v3.RateLimit", false},
+		"tcp_log":     {"envoy.extensions.access_loggers.grpc.v3.TcpGrpcAccessLogConfig", false, false},
+		"route_authz": {extAuthzPerRouteType, true, false},
+		"rls":         {"envoy.extensions.filters.http.ratelimit.v3.RateLimit", false, true},
 	} {
 		c, ok := got[cluster]
-		if !ok || c.Config != w.typ || c.Check() != w.check {
-			t.Errorf("call to %s: %+v (found %v), want type %s, Check %v", cluster, c, ok, w.typ, w.check)
+		if !ok || c.Config != w.typ || c.Check() != w.check || c.RateLimit() != w.rateLimit {
+			t.Errorf("call to %s: %+v (found %v), want type %s, Check %v, RateLimit %v", cluster, c, ok, w.typ, w.check, w.rateLimit)
+		}
+		if c.Lean(false) != w.check || c.Lean(true) != (w.check || w.rateLimit) {
+			t.Errorf("call to %s: served by the lean listener without RLS %v, with %v", cluster, c.Lean(false), c.Lean(true))
 		}
 	}
 	if len(calls) != 3 {
