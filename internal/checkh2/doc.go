@@ -1,5 +1,6 @@
 // Package checkh2 is a lean HTTP/2 server for Envoy's ext_authz Check
-// (envoy.service.auth.v3.Authorization/Check) and gRPC health
+// (envoy.service.auth.v3.Authorization/Check), RLS ShouldRateLimit when
+// given a rate limit service, and gRPC health
 // (grpc.health.v1.Health/Check), and nothing else: every other method is
 // answered UNIMPLEMENTED. It speaks HTTP/2 cleartext with prior knowledge
 // (what Envoy's gRPC client speaks to a plain cluster) or TLS with ALPN h2.
@@ -8,9 +9,11 @@
 //
 //   - One goroutine serves a connection: it reads a frame and, when a
 //     request is complete, decodes it (internal/checkwire), decides (the
-//     checkwire.Server) and buffers the response before it reads the next
-//     frame. The handler must therefore not block: a check holds up every
-//     later request of its connection while it runs.
+//     checkwire.Server or checkwire.RateLimitServer) and buffers the
+//     response before it reads the next frame. The handler must therefore
+//     not block: a call holds up every later request of its connection
+//     while it runs. Both methods are served alike (bounds, stream states,
+//     deadlines, stalls, resets).
 //   - Every resource a peer can make the server hold is bounded:
 //     connections, streams, a header list, a request message, the bytes and
 //     responses held per connection, the streams remembered as reset, and

@@ -2,7 +2,9 @@
 // envoy.service.auth.v3.CheckRequest that reads only what a decision needs,
 // the gRPC codec and service registration that put it on the
 // Authorization service alone, and prebuilt encodings of constant
-// responses.
+// responses; and the lean listener's ShouldRateLimit wire layer: a
+// RateLimitRequest decoder (RateLimitDecoder) and a RateLimitResponse
+// encoder (AppendRateLimitResponse) held to the same invariants.
 //
 // Invariants:
 //
@@ -17,7 +19,9 @@
 //     and FuzzCheckWireEquivalence in internal/authz).
 //   - A Request's strings point into gRPC's receive buffer, kept until the
 //     Check handler returns: whatever outlives the call must be copied.
-//   - The Decoder and the Codec are immutable and safe for concurrent use.
+//   - The Decoder, the RateLimitDecoder and the Codec are immutable and
+//     safe for concurrent use; a RateLimitRequest keeps at most one
+//     descriptor and one entry past its decoder's bounds, and bounded pools.
 //
 // Failure mode: a request proto.Unmarshal would reject is a gRPC error
 // (INTERNAL, as grpc-go's codec answers it), never a decision. Decode never

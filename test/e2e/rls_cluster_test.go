@@ -35,25 +35,32 @@ descriptors:
 // the cluster: every window admits what shared allows for two nodes
 // taking the load (at least 95 of the 100, at most the limit plus the
 // replication overshoot), and each Envoy admits a part of it.
-func TestRLSClusterThroughEnvoy(t *testing.T) {
+func TestRLSClusterThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSClusterThroughEnvoy) }
+
+func testRLSClusterThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)
-	s := prepareStack(t, 3)
+	s := prepareRLSStack(t, 3, lean)
 	c := &cluster{stack: s, owner: t, natsBin: testnats.Binary(t), natsAddr: s.spare[0]}
 	c.startNATS(t)
 	runtimeRoot := writeRLSRuntime(t, map[string]string{"cluster.yaml": rlsShared})
 	for i := range 3 {
 		nd := &node{name: fmt.Sprintf("node-%d", i+1), grpcAddr: s.addrs.Authz[i], httpAddr: s.spare[1+i], starts: 1}
 		c.nodes = append(c.nodes, nd)
-		nd.proc = s.logs.startEnv(t, t, nd.name, rlsEnv(runtimeRoot), serverBin, "serve",
+		args := []string{"serve",
 			"--config", serverConfigPath(t),
 			"--grpc-addr", nd.grpcAddr,
 			"--http-addr", nd.httpAddr,
 			"--node-id", nd.name,
-			"--nats-url", "nats://"+c.natsAddr,
+			"--nats-url", "nats://" + c.natsAddr,
 			"--sync-interval", syncInterval,
 			"--drain-delay", "100ms",
 			"--log-level", "info",
-		)
+		}
+		if lean {
+			nd.checkAddr = s.check[i]
+			args = append(args, "--check-addr", nd.checkAddr)
+		}
+		nd.proc = s.logs.startEnv(t, t, nd.name, rlsEnv(runtimeRoot), serverBin, args...)
 	}
 	for _, nd := range c.nodes {
 		waitHTTP200(t, nd.proc, "http://"+nd.httpAddr+"/readyz")
@@ -68,13 +75,13 @@ func TestRLSClusterThroughEnvoy(t *testing.T) {
 		name string
 		a    envoyconf.Addrs
 	}{
-		{"envoy-a", envoyconf.Addrs{Admin: s.addrs.Admin, Listener: s.addrs.Listener, App: s.addrs.App, Authz: s.addrs.Authz[:1]}},
-		{"envoy-b", envoyconf.Addrs{Admin: more[0], Listener: more[1], App: s.addrs.App, Authz: s.addrs.Authz[1:2]}},
+		{"envoy-a", s.rlsAddrs(envoyconf.Addrs{Admin: s.addrs.Admin, Listener: s.addrs.Listener, App: s.addrs.App, Authz: s.addrs.Authz[:1]}, 0, 1)},
+		{"envoy-b", s.rlsAddrs(envoyconf.Addrs{Admin: more[0], Listener: more[1], App: s.addrs.App, Authz: s.addrs.Authz[1:2]}, 1, 2)},
 	}
 	var loads []*load
 	for _, e := range envoys {
 		s.startEnvoyConfig(t, e.name, e.a.Admin, renderRLS(t, e.a, route))
-		poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error { return rlsClusterHealthy(s, e.a.Admin, e.a.Authz[0]) })
+		poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error { return rlsClusterHealthy(s, e.a.Admin, rlsEndpoint(e.a)) })
 		// Each load is a stack whose listener is that Envoy's.
 		sv := *s
 		sv.addrs = e.a

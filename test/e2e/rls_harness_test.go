@@ -84,17 +84,64 @@ func (l *logs) startEnv(owner, t *testing.T, name string, env []string, bin stri
 	return pr
 }
 
-// startRLSServer starts ratelimit-authz on the stack's gRPC and HTTP
-// addresses, serving the runtime directory at runtimeRoot beside the
-// shipped ext_authz configuration, and waits for /readyz.
+// rlsPorts runs f once per port Envoy's rate limit filter may call: the
+// lean listener (lean: serve --check-addr, as envoy/ratelimit-rls.yaml is
+// shipped) and the gRPC port (a node without a lean listener).
+func rlsPorts(t *testing.T, f func(t *testing.T, lean bool)) {
+	for _, lean := range []bool{true, false} {
+		name := "grpc-port"
+		if lean {
+			name = "lean-listener"
+		}
+		t.Run(name, func(t *testing.T) { f(t, lean) })
+	}
+}
+
+// prepareRLSStack is prepareStack for the RLS tests: without lean, the
+// nodes open no lean listener and Envoy calls their gRPC ports.
+func prepareRLSStack(t *testing.T, nodes int, lean bool) *stack {
+	t.Helper()
+	s := prepareStack(t, nodes)
+	if !lean {
+		s.check = nil
+	}
+	return s
+}
+
+// rlsAddrs is a with the lean listeners of the stack's nodes lo to hi
+// (none without them) as the rate limit cluster's endpoints.
+func (s *stack) rlsAddrs(a envoyconf.Addrs, lo, hi int) envoyconf.Addrs {
+	a.Check = nil
+	if s.check != nil {
+		a.Check = s.check[lo:hi]
+	}
+	return a
+}
+
+// rlsEndpoint is the first endpoint of the rate limit cluster rendered
+// with a: the lean listener's when there is one, else the gRPC port's.
+func rlsEndpoint(a envoyconf.Addrs) string {
+	if len(a.Check) > 0 {
+		return a.Check[0]
+	}
+	return a.Authz[0]
+}
+
+// startRLSServer starts ratelimit-authz on the stack's gRPC, lean (if
+// any) and HTTP addresses, serving the runtime directory at runtimeRoot
+// beside the shipped ext_authz configuration, and waits for /readyz.
 func (s *stack) startRLSServer(bin, runtimeRoot string, env ...string) *process {
 	s.t.Helper()
-	s.server = s.logs.startEnv(s.t, s.t, "ratelimit-authz", rlsEnv(runtimeRoot, env...), bin, "serve",
+	args := []string{"serve",
 		"--config", serverConfigPath(s.t),
 		"--grpc-addr", s.addrs.Authz[0],
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
-	)
+	}
+	if len(s.check) > 0 {
+		args = append(args, "--check-addr", s.check[0])
+	}
+	s.server = s.logs.startEnv(s.t, s.t, "ratelimit-authz", rlsEnv(runtimeRoot, env...), bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server
 }

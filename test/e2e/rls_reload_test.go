@@ -89,18 +89,21 @@ descriptors:
 // then a broken file, which is refused while 0 keeps serving, then 200 a
 // minute. The latency from each swap to the first answer under the new
 // limit is logged.
-func TestRLSReloadThroughEnvoy(t *testing.T) {
+func TestRLSReloadThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSReloadThroughEnvoy) }
+
+func testRLSReloadThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)
-	s := prepareStack(t, 1)
+	s := prepareRLSStack(t, 1, lean)
 	runtimeRoot := filepath.Join(t.TempDir(), "runtime")
 	cm := newConfigMap(t, filepath.Join(runtimeRoot, rlsSubdirectory, "config"), map[string]string{"reload.yaml": reloadRule(100)})
 	route := func(b []byte) ([]byte, error) {
 		return envoyconf.WithRateLimitRoutes(b, envoyconf.RateLimitRoute{Name: "reload", Prefix: "/reload", Domain: "rls_reload",
 			RateLimits: []envoyconf.RateLimit{{Actions: []envoyconf.Action{envoyconf.GenericKey("", "reload")}}}})
 	}
-	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, s.addrs, route))
+	a := s.rlsAddrs(s.addrs, 0, 1)
+	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a, route))
 	srv := s.startRLSServer(serverBin, runtimeRoot)
-	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error { return rlsClusterHealthy(s, s.addrs.Admin, s.addrs.Authz[0]) })
+	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error { return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a)) })
 	pid := srv.PID()
 
 	limitNow := func() (*response, error) { return s.get(s.addrs.Listener, "/reload", nil) }

@@ -164,9 +164,11 @@ var rlsRoutes = []envoyconf.RateLimitRoute{
 // x-envoy-ratelimited; hostile descriptor values and x-forwarded-for
 // through a second Envoy as shipped (no trusted hop); then, with the
 // server stopped, both failure modes (case 48).
-func TestRLSThroughEnvoy(t *testing.T) {
+func TestRLSThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSThroughEnvoy) }
+
+func testRLSThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)
-	s := prepareStack(t, 1)
+	s := prepareRLSStack(t, 1, lean)
 	files := rlsExamples(t)
 	files["rls_e2e.yaml"] = rlsHourly
 	files["rl.yaml"] = rlsReplacesExample
@@ -174,11 +176,12 @@ func TestRLSThroughEnvoy(t *testing.T) {
 
 	trust1 := func(b []byte) ([]byte, error) { return envoyconf.WithTrustedHops(b, 1) }
 	routes := func(b []byte) ([]byte, error) { return envoyconf.WithRateLimitRoutes(b, rlsRoutes...) }
-	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, s.addrs, trust1, routes))
+	a := s.rlsAddrs(s.addrs, 0, 1)
+	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a, trust1, routes))
 	// A second Envoy as shipped (no trusted proxy hop: remote_address is
 	// the TCP peer) but failing closed (failure_mode_deny).
 	more := freeport.TestAddrs(t, 2)
-	denyAddrs := envoyconf.Addrs{Admin: more[0], Listener: more[1], App: s.addrs.App, Authz: s.addrs.Authz}
+	denyAddrs := s.rlsAddrs(envoyconf.Addrs{Admin: more[0], Listener: more[1], App: s.addrs.App, Authz: s.addrs.Authz}, 0, 1)
 	deny := func(b []byte) ([]byte, error) {
 		return envoyconf.WithRateLimitFilter(b, envoyconf.RateLimitFilter{Domain: "edge_proxy_per_ip", Cluster: envoyconf.ShippedRLSCluster,
 			Timeout: 250 * time.Millisecond, FailureModeDeny: true, XRateLimitHeaders: true, RetryAfter: true})
@@ -187,7 +190,7 @@ func TestRLSThroughEnvoy(t *testing.T) {
 	s.startRLSServer(serverBin, runtimeRoot)
 	// Envoy's health checks see the node before the first request.
 	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
-		return rlsClusterHealthy(s, s.addrs.Admin, s.addrs.Authz[0])
+		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
 	})
 	listener := s.addrs.Listener
 	from := func(ip string, hdr map[string]string) map[string]string {
