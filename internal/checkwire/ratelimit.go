@@ -3,6 +3,7 @@ package checkwire
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"unicode/utf8"
 
@@ -138,35 +139,21 @@ func take[T any](pool *[]*T, used *int) *T {
 func (d *RateLimitDecoder) Decode(b []byte, r *RateLimitRequest) error {
 	r.Reset()
 	s := d.s.request
-	depth := recursionLimit - 1
-	for len(b) > 0 {
-		num, typ, n := consumeTag(s, b)
-		if n < 0 {
-			return errMalformedTag(s)
-		}
-		b = b[n:]
-		var err error
+	err := fields(s, b, recursionLimit-1, func(num protowire.Number, typ protowire.Type, b []byte, depth int) (int, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			n, err = consumeString(s, num, b, &r.msg.Domain)
+			return consumeString(s, num, b, &r.msg.Domain)
 		case num == 2 && typ == protowire.BytesType:
-			n, err = d.descriptor(r, b, depth)
+			return d.descriptor(r, b, depth)
 		case num == 3 && typ == protowire.VarintType:
-			var v uint64
-			if v, n = protowire.ConsumeVarint(b); n < 0 {
-				err = errMalformedField(s, num, n)
-			}
+			v, n := protowire.ConsumeVarint(b)
 			r.msg.HitsAddend = uint32(v)
-		default:
-			n, err = skip(s, num, typ, b, depth)
+			return n, nil // n < 0: fields reports it
 		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
+		return skipField, nil
+	})
 	r.msg.Descriptors = r.ptrs[:r.nd]
-	return nil
+	return err
 }
 
 // descriptor reads one element of descriptors at the start of b.
@@ -174,55 +161,60 @@ func (d *RateLimitDecoder) descriptor(r *RateLimitRequest, b []byte, depth int) 
 	s := d.s.descriptor
 	v, n := protowire.ConsumeBytes(b)
 	if n < 0 {
-		return 0, errMalformedField(d.s.request, 2, n)
+		return n, nil
 	}
 	if depth-1 < 0 {
 		return 0, fmt.Errorf("%w: in %s", ErrTooDeep, s.md.FullName())
 	}
-	depth--
 	if r.nd > d.maxDescriptors {
-		return n, (&walker{}).message(s, v, depth) // beyond the bound: checked only
+		return n, (&walker{}).message(s, v, depth-1) // beyond the bound: checked only
 	}
 	desc := take(&r.descs, &r.nd)
 	r.ptrs = append(r.ptrs[:r.nd-1], desc)
-	for len(v) > 0 {
-		num, typ, m := consumeTag(s, v)
-		if m < 0 {
-			return 0, errMalformedTag(s)
-		}
-		v = v[m:]
-		var err error
+	return n, fields(s, v, depth-1, func(num protowire.Number, typ protowire.Type, b []byte, depth int) (int, error) {
 		if typ != protowire.BytesType || num < 1 || num > 3 {
-			m, err = skip(s, num, typ, v, depth)
-		} else {
-			var sub []byte
-			if sub, m = protowire.ConsumeBytes(v); m < 0 {
-				return 0, errMalformedField(s, num, m)
-			}
-			if depth-1 < 0 {
-				return 0, fmt.Errorf("%w: in %s", ErrTooDeep, s.md.FullName())
-			}
-			switch num {
-			case 1:
-				err = d.entry(r, desc, sub, depth-1)
-			case 2:
-				if desc.Limit == nil {
-					desc.Limit = take(&r.overrides, &r.no)
-				}
-				err = d.override(desc.Limit, sub, depth-1)
-			case 3:
-				if desc.HitsAddend == nil {
-					desc.HitsAddend = take(&r.hits, &r.nh)
-				}
-				err = d.uint64Value(desc.HitsAddend, sub, depth-1)
-			}
+			return skipField, nil
 		}
-		if err != nil {
-			return 0, err
+		sub, m := protowire.ConsumeBytes(b)
+		if m < 0 {
+			return m, nil
 		}
-		v = v[m:]
-	}
-	return n, nil
+		if depth-1 < 0 {
+			return 0, fmt.Errorf("%w: in %s", ErrTooDeep, s.md.FullName())
+		}
+		switch num {
+		case 1:
+			return m, d.entry(r, desc, sub, depth-1)
+		case 2:
+			if desc.Limit == nil {
+				desc.Limit = take(&r.overrides, &r.no)
+			}
+			o := desc.Limit
+			return m, varints(d.s.override, sub, depth-1, func(num protowire.Number, v uint64) bool {
+				switch num {
+				case 1:
+					o.RequestsPerUnit = uint32(v)
+				case 2:
+					o.Unit = typev3.RateLimitUnit(int32(v)) // an open enum: any int32
+				default:
+					return false
+				}
+				return true
+			})
+		default:
+			if desc.HitsAddend == nil {
+				desc.HitsAddend = take(&r.hits, &r.nh)
+			}
+			h := desc.HitsAddend
+			return m, varints(d.s.uint64Value, sub, depth-1, func(num protowire.Number, v uint64) bool {
+				if num != 1 {
+					return false
+				}
+				h.Value = v
+				return true
+			})
+		}
+	})
 }
 
 // entry reads one entry (a new one: repeated fields append) into desc.
@@ -233,120 +225,76 @@ func (d *RateLimitDecoder) entry(r *RateLimitRequest, desc *ratelimitv3.RateLimi
 	}
 	e := take(&r.entries, &r.ne)
 	desc.Entries = append(desc.Entries, e)
-	for len(b) > 0 {
-		num, typ, n := consumeTag(s, b)
-		if n < 0 {
-			return errMalformedTag(s)
-		}
-		b = b[n:]
-		var err error
+	return fields(s, b, depth, func(num protowire.Number, typ protowire.Type, b []byte, _ int) (int, error) {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
-			n, err = consumeString(s, num, b, &e.Key)
+			return consumeString(s, num, b, &e.Key)
 		case num == 2 && typ == protowire.BytesType:
-			n, err = consumeString(s, num, b, &e.Value)
-		default:
-			n, err = skip(s, num, typ, b, depth)
+			return consumeString(s, num, b, &e.Value)
 		}
-		if err != nil {
-			return err
-		}
-		b = b[n:]
-	}
-	return nil
+		return skipField, nil
+	})
 }
 
-// override merges b into o, as a repeated singular message merges.
-func (d *RateLimitDecoder) override(o *ratelimitv3.RateLimitDescriptor_RateLimitOverride, b []byte, depth int) error {
-	s := d.s.override
+// skipField is what a fields callback returns for a field it does not
+// keep: fields checks and skips it as proto.Unmarshal would (an unknown
+// field, or one of a wire type its field does not have).
+const skipField = math.MinInt
+
+// fields walks the fields of a message of schema s, b, depth being what
+// is left of the recursion bound; read reads the value of one at the
+// start of its b and returns its length (< 0: a protowire error) or
+// skipField.
+func fields(s *schema, b []byte, depth int, read func(num protowire.Number, typ protowire.Type, b []byte, depth int) (int, error)) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(s, b)
-		if n < 0 {
-			return errMalformedTag(s)
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 || num > protowire.MaxValidNumber || typ == protowire.EndGroupType {
+			return fmt.Errorf("%w: bad tag in %s", ErrMalformed, s.md.FullName())
 		}
 		b = b[n:]
-		if (num == 1 || num == 2) && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return errMalformedField(s, num, m)
-			}
-			if num == 1 {
-				o.RequestsPerUnit = uint32(v)
-			} else {
-				o.Unit = typev3.RateLimitUnit(int32(v)) // an open enum: any int32
-			}
-			b = b[m:]
-			continue
+		m, err := read(num, typ, b, depth)
+		if m == skipField {
+			m, err = (&walker{}).field(s, s.field(num), num, typ, b, depth)
 		}
-		m, err := skip(s, num, typ, b, depth)
 		if err != nil {
 			return err
+		}
+		if m < 0 {
+			return fmt.Errorf("%w: field %d of %s: %v", ErrMalformed, num, s.md.FullName(), protowire.ParseError(m))
 		}
 		b = b[m:]
 	}
 	return nil
 }
 
-// uint64Value merges b, a google.protobuf.UInt64Value, into h.
-func (d *RateLimitDecoder) uint64Value(h *wrapperspb.UInt64Value, b []byte, depth int) error {
-	s := d.s.uint64Value
-	for len(b) > 0 {
-		num, typ, n := consumeTag(s, b)
+// varints walks a message whose kept fields are varints: set stores one
+// and reports whether it kept it; every other field is checked and
+// skipped.
+func varints(s *schema, b []byte, depth int, set func(num protowire.Number, v uint64) bool) error {
+	return fields(s, b, depth, func(num protowire.Number, typ protowire.Type, b []byte, _ int) (int, error) {
+		if typ != protowire.VarintType {
+			return skipField, nil
+		}
+		v, n := protowire.ConsumeVarint(b)
 		if n < 0 {
-			return errMalformedTag(s)
+			return n, nil
 		}
-		b = b[n:]
-		if num == 1 && typ == protowire.VarintType {
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return errMalformedField(s, num, m)
-			}
-			h.Value = v
-			b = b[m:]
-			continue
+		if !set(num, v) {
+			return skipField, nil
 		}
-		m, err := skip(s, num, typ, b, depth)
-		if err != nil {
-			return err
-		}
-		b = b[m:]
-	}
-	return nil
-}
-
-// consumeTag reads a field's tag as proto.Unmarshal does: n < 0 for a bad
-// tag, a field number out of range, or an end of group outside a group.
-func consumeTag(s *schema, b []byte) (protowire.Number, protowire.Type, int) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 || num > protowire.MaxValidNumber || typ == protowire.EndGroupType {
-		return 0, 0, -1
-	}
-	return num, typ, n
-}
-
-func errMalformedTag(s *schema) error {
-	return fmt.Errorf("%w: bad tag in %s", ErrMalformed, s.md.FullName())
-}
-
-func errMalformedField(s *schema, num protowire.Number, n int) error {
-	return fmt.Errorf("%w: field %d of %s: %v", ErrMalformed, num, s.md.FullName(), protowire.ParseError(n))
+		return n, nil
+	})
 }
 
 // consumeString reads a proto3 string field's value into *out, a view.
 func consumeString(s *schema, num protowire.Number, b []byte, out *string) (int, error) {
 	v, n := protowire.ConsumeBytes(b)
 	if n < 0 {
-		return 0, errMalformedField(s, num, n)
+		return n, nil // fields reports it
 	}
 	if !utf8.Valid(v) {
 		return 0, fmt.Errorf("%w: field %d of %s", ErrInvalidUTF8, num, s.md.FullName())
 	}
 	*out = view(v)
 	return n, nil
-}
-
-// skip checks and skips a field the decoder does not keep (unknown, or of
-// a wire type its field does not have), as the Check decoder does.
-func skip(s *schema, num protowire.Number, typ protowire.Type, b []byte, depth int) (int, error) {
-	return (&walker{}).field(s, s.field(num), num, typ, b, depth)
 }
