@@ -58,14 +58,8 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 			if err == nil {
 				problems, err = leanProblems(b, checkPort, true)
 			}
-			if err != nil {
-				return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", envoyPath, err)}
-			}
-			if len(problems) > 0 {
-				for _, p := range problems {
-					fmt.Fprintf(stderr, "%s: %s\n", envoyPath, p)
-				}
-				return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", envoyPath, len(problems))}
+			if err := envoyProblems(envoyPath, problems, err, stderr); err != nil {
+				return err
 			}
 		}
 		return checkRLSConfig(rlsDir, rlsMerge, rlsDotfiles, path, explicit, stdout, stderr)
@@ -90,14 +84,8 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		if err == nil && checkPort != 0 {
 			problems, err = leanProblems(b, checkPort, false)
 		}
-		if err != nil {
-			return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", envoyPath, err)}
-		}
-		if len(problems) > 0 {
-			for _, p := range problems {
-				fmt.Fprintf(stderr, "%s: %s\n", envoyPath, p)
-			}
-			return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", envoyPath, len(problems))}
+		if err := envoyProblems(envoyPath, problems, err, stderr); err != nil {
+			return err
 		}
 	}
 	for _, w := range trustWarnings(r, envoyPath, cms) {
@@ -148,6 +136,22 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 		fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", path, len(r.Buckets), len(r.Routes))
 	}
 	fmt.Fprintf(stdout, "%s: OK (%d domains, %d rules)\n", dir, len(cfg.Domains()), len(cfg.Rules()))
+	return nil
+}
+
+// envoyProblems is the exit of check-config for the bootstrap at path:
+// err reading it, or its problems, each written to stderr; nil when
+// there is neither.
+func envoyProblems(path string, problems []string, err error, stderr io.Writer) error {
+	if err != nil {
+		return exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz check-config: --envoy %s: %v", path, err)}
+	}
+	for _, p := range problems {
+		fmt.Fprintf(stderr, "%s: %s\n", path, p)
+	}
+	if len(problems) > 0 {
+		return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", path, len(problems))}
+	}
 	return nil
 }
 

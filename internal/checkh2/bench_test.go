@@ -1,6 +1,7 @@
 package checkh2_test
 
 import (
+	"context"
 	"net"
 	"syscall"
 	"testing"
@@ -26,13 +27,7 @@ func BenchmarkCheckLoopback(b *testing.B) {
 	serveGRPC := func(b *testing.B) string {
 		s := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
 		checkwire.Register(s, svc)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go s.Serve(lis)
-		b.Cleanup(s.Stop)
-		return lis.Addr().String()
+		return serveLoopback(b, s)
 	}
 	serveLean := func(b *testing.B) string {
 		_, addr := serve(b, checkh2.Config{Check: svc})
@@ -44,24 +39,7 @@ func BenchmarkCheckLoopback(b *testing.B) {
 	}{{"grpc-go", serveGRPC}, {"checkh2", serveLean}} {
 		b.Run(tc.name, func(b *testing.B) {
 			client := authv3.NewAuthorizationClient(dialGRPC(b, tc.serve(b)))
-			if _, err := client.Check(ctx(b), req); err != nil {
-				b.Fatal(err)
-			}
-			b.ReportAllocs()
-			b.SetParallelism(8)
-			c0 := cpuTime(b)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				c := ctx(b)
-				for pb.Next() {
-					if _, err := client.Check(c, req); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			b.StopTimer()
-			b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+			loopback(b, func(c context.Context) error { _, err := client.Check(c, req); return err })
 		})
 	}
 }
@@ -74,13 +52,7 @@ func BenchmarkRateLimitLoopback(b *testing.B) {
 	serveGRPC := func(b *testing.B) string {
 		s := grpc.NewServer()
 		rlsv3.RegisterRateLimitServiceServer(s, svc)
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go s.Serve(lis)
-		b.Cleanup(s.Stop)
-		return lis.Addr().String()
+		return serveLoopback(b, s)
 	}
 	serveLean := func(b *testing.B) string {
 		_, addr := serve(b, checkh2.Config{RateLimit: svc})
@@ -94,27 +66,45 @@ func BenchmarkRateLimitLoopback(b *testing.B) {
 			b.Run(tc.name+"/"+key, func(b *testing.B) {
 				client := rlsv3.NewRateLimitServiceClient(dialGRPC(b, tc.serve(b)))
 				req := checkh2.RLSRequest(key, "bench")
-				if _, err := client.ShouldRateLimit(ctx(b), req); err != nil {
-					b.Fatal(err)
-				}
-				b.ReportAllocs()
-				b.SetParallelism(8)
-				c0 := cpuTime(b)
-				b.ResetTimer()
-				b.RunParallel(func(pb *testing.PB) {
-					c := ctx(b)
-					for pb.Next() {
-						if _, err := client.ShouldRateLimit(c, req); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				})
-				b.StopTimer()
-				b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
+				loopback(b, func(c context.Context) error { _, err := client.ShouldRateLimit(c, req); return err })
 			})
 		}
 	}
+}
+
+// serveLoopback serves s on a loopback port until the test ends and
+// returns its address.
+func serveLoopback(b testing.TB, s *grpc.Server) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go s.Serve(lis)
+	b.Cleanup(s.Stop)
+	return lis.Addr().String()
+}
+
+// loopback runs call, once first and then many in flight at once, and
+// reports the process's CPU (client and server both) per call.
+func loopback(b *testing.B, call func(context.Context) error) {
+	if err := call(ctx(b)); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	c0 := cpuTime(b)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		c := ctx(b)
+		for pb.Next() {
+			if err := call(c); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cpuTime(b)-c0).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 func cpuTime(b *testing.B) time.Duration {

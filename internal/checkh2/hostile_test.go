@@ -361,12 +361,7 @@ func (c *h2) trailersOnly(id uint32) (st string, resetNoError bool) {
 // stream reset when the client is still sending), the connection kept.
 func TestRefusedRequests(t *testing.T) {
 	_, addr := serve(t, checkh2.Config{MaxRecvMsgBytes: 1 << 10, MaxHeaderListBytes: 1 << 10})
-	for _, tc := range []struct {
-		name      string
-		send      func(c *h2)
-		status    string
-		wantReset bool
-	}{
+	refuses(t, addr, (*h2).check, []refusal{
 		{"message over the max", func(c *h2) {
 			c.headers(1, checkPath, false)
 			c.fr.WriteData(1, false, []byte{0, 0, 0, 8, 0}) // announces 2 KiB
@@ -411,7 +406,24 @@ func TestRefusedRequests(t *testing.T) {
 		{"another method", func(c *h2) {
 			c.headers(1, "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", false)
 		}, "12", true},
-	} {
+	})
+}
+
+// refusal is a request the server refuses with a gRPC status, the stream
+// then reset with NO_ERROR when the client was still sending.
+type refusal struct {
+	name      string
+	send      func(c *h2)
+	status    string
+	wantReset bool
+}
+
+// refuses sends each refusal on a connection of its own to addr, then
+// next on stream 3 of it, which must be answered grpc-status 0: the
+// connection is kept.
+func refuses(t *testing.T, addr string, next func(c *h2, id uint32), cases []refusal) {
+	t.Helper()
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			c := dial(t, addr)
 			tc.send(c)
@@ -419,9 +431,9 @@ func TestRefusedRequests(t *testing.T) {
 			if st != tc.status || reset != tc.wantReset {
 				t.Fatalf("grpc-status %q reset %v, want %q reset %v", st, reset, tc.status, tc.wantReset)
 			}
-			c.check(3)
+			next(c, 3)
 			if _, st := c.response(3); st != "0" {
-				t.Fatalf("the next check: grpc-status %q", st)
+				t.Fatalf("the next call: grpc-status %q", st)
 			}
 		})
 	}

@@ -1,7 +1,6 @@
 package checkh2_test
 
 import (
-	"net"
 	"testing"
 	"time"
 
@@ -33,13 +32,7 @@ func TestGRPCClientRateLimit(t *testing.T) {
 
 	g := grpc.NewServer()
 	rlsv3.RegisterRateLimitServiceServer(g, checkh2.NewTestRLS(t, clock.Now))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	ref := rlsv3.NewRateLimitServiceClient(dialGRPC(t, lis.Addr().String()))
+	ref := rlsv3.NewRateLimitServiceClient(dialGRPC(t, serveLoopback(t, g)))
 
 	many := checkh2.RLSRequest("allowed", "x")
 	for range 70 {
@@ -76,12 +69,7 @@ func TestGRPCClientRateLimit(t *testing.T) {
 // a request the service finds malformed; the connection goes on.
 func TestRateLimitRefused(t *testing.T) {
 	_, addr := serve(t, checkh2.Config{RateLimit: checkh2.NewTestRLS(t, nil), MaxRecvMsgBytes: 1 << 10})
-	for _, tc := range []struct {
-		name      string
-		send      func(c *h2)
-		status    string
-		wantReset bool
-	}{
+	refuses(t, addr, (*h2).rateLimit, []refusal{
 		{"message over the max", func(c *h2) {
 			c.headers(1, rlsPath, false)
 			c.fr.WriteData(1, false, []byte{0, 0, 0, 8, 0})
@@ -115,20 +103,7 @@ func TestRateLimitRefused(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			c.fr.WriteData(1, true, grpcMessage(c.t, checkh2.RLSRequest("tenant", "t")))
 		}, "4", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := dial(t, addr)
-			tc.send(c)
-			st, reset := c.trailersOnly(1)
-			if st != tc.status || reset != tc.wantReset {
-				t.Fatalf("grpc-status %q reset %v, want %q reset %v", st, reset, tc.status, tc.wantReset)
-			}
-			c.rateLimit(3)
-			if _, st := c.response(3); st != "0" {
-				t.Fatalf("the next call: grpc-status %q", st)
-			}
-		})
-	}
+	})
 }
 
 func (c *h2) rateLimit(id uint32) {

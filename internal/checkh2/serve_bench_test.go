@@ -138,31 +138,34 @@ var serveCheckCases = []struct {
 // what the server alone allocates per check.
 func BenchmarkServeCheck(b *testing.B) {
 	for _, tc := range serveCheckCases {
-		b.Run(tc.name, func(b *testing.B) {
-			serve := serveCheck(b, tc.extra)
-			b.ReportAllocs()
-			for i := range b.N {
-				serve(i)
-			}
-		})
+		b.Run(tc.name, func(b *testing.B) { benchServe(b, serveCheck(b, tc.extra)) })
 	}
 }
 
 // TestServeCheckAllocations holds a check's allocations on the lean
 // listener to their budget.
 func TestServeCheckAllocations(t *testing.T) {
+	for _, tc := range serveCheckCases {
+		t.Run(tc.name, func(t *testing.T) { allocBudget(t, serveCheck(t, tc.extra), tc.allocs) })
+	}
+}
+
+func benchServe(b *testing.B, serve func(int)) {
+	b.ReportAllocs()
+	for i := range b.N {
+		serve(i)
+	}
+}
+
+// allocBudget fails t when a call of serve allocates more than budget
+// times.
+func allocBudget(t *testing.T, serve func(int), budget float64) {
 	if raceBuild {
 		t.Skip("the race detector allocates on its own; make test runs this without it")
 	}
-	for _, tc := range serveCheckCases {
-		t.Run(tc.name, func(t *testing.T) {
-			serve := serveCheck(t, tc.extra)
-			i := 0
-			got := testing.AllocsPerRun(200, func() { serve(i); i++ })
-			if got > tc.allocs {
-				t.Errorf("%.1f allocations per check, budget %.0f", got, tc.allocs)
-			}
-		})
+	i := 0
+	if got := testing.AllocsPerRun(200, func() { serve(i); i++ }); got > budget {
+		t.Errorf("%.1f allocations per call, budget %.0f", got, budget)
 	}
 }
 
@@ -186,30 +189,14 @@ func serveRateLimit(tb testing.TB, key string) func(i int) {
 // BenchmarkServeRateLimit is BenchmarkServeCheck for ShouldRateLimit.
 func BenchmarkServeRateLimit(b *testing.B) {
 	for _, tc := range serveRateLimitCases {
-		b.Run(tc.name, func(b *testing.B) {
-			serve := serveRateLimit(b, tc.key)
-			b.ReportAllocs()
-			for i := range b.N {
-				serve(i)
-			}
-		})
+		b.Run(tc.name, func(b *testing.B) { benchServe(b, serveRateLimit(b, tc.key)) })
 	}
 }
 
 // TestServeRateLimitAllocations holds a ShouldRateLimit call's allocations
 // on the lean listener to their budget.
 func TestServeRateLimitAllocations(t *testing.T) {
-	if raceBuild {
-		t.Skip("the race detector allocates on its own; make test runs this without it")
-	}
 	for _, tc := range serveRateLimitCases {
-		t.Run(tc.name, func(t *testing.T) {
-			serve := serveRateLimit(t, tc.key)
-			i := 0
-			got := testing.AllocsPerRun(200, func() { serve(i); i++ })
-			if got > tc.allocs {
-				t.Errorf("%.1f allocations per call, budget %.0f", got, tc.allocs)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { allocBudget(t, serveRateLimit(t, tc.key), tc.allocs) })
 	}
 }

@@ -45,13 +45,7 @@ func TestCheckListener(t *testing.T) {
 	if srv.CheckAddr() == nil || srv.CheckAddr().String() == srv.GRPCAddr().String() {
 		t.Fatalf("check address %v", srv.CheckAddr())
 	}
-	conn, err := grpc.NewClient(srv.CheckAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	conn, ctx := dialLean(t, srv)
 	resp, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{})
 	if err != nil || resp.GetOkResponse() == nil {
 		t.Fatalf("Check on the lean listener: %v, %v", resp, err)
@@ -74,6 +68,20 @@ func TestCheckListener(t *testing.T) {
 	}
 }
 
+// dialLean is a client of srv's lean listener, and a context for its
+// calls, both ended with the test.
+func dialLean(t *testing.T, srv *server.Server) (*grpc.ClientConn, context.Context) {
+	t.Helper()
+	conn, err := grpc.NewClient(srv.CheckAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return conn, ctx
+}
+
 // leanRLS answers every ShouldRateLimit OVER_LIMIT, on both paths.
 type leanRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
@@ -90,13 +98,7 @@ func (leanRLS) AppendShouldRateLimit(_ context.Context, _ *checkwire.RateLimitRe
 // too, its health SERVING there.
 func TestCheckListenerRateLimit(t *testing.T) {
 	srv, _ := start(t, server.Config{CheckAddr: "127.0.0.1:0"}, server.Services{Authz: newLeanAllow(t), RateLimit: leanRLS{}})
-	conn, err := grpc.NewClient(srv.CheckAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	conn, ctx := dialLean(t, srv)
 	resp, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d"})
 	if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("ShouldRateLimit on the lean listener: %v, %v", resp, err)
