@@ -192,6 +192,10 @@ func testRLSThroughEnvoy(t *testing.T, lean bool) {
 	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
 		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
 	})
+	// Envoy reaches the node on the port under test only.
+	if got := s.serverMetric(`ratelimit_authz_server_connections_open{listener="check"}`); (got >= 1) != lean {
+		t.Fatalf("the server's lean listener has %v connections open; Envoy calls it: %v", got, lean)
+	}
 	listener := s.addrs.Listener
 	from := func(ip string, hdr map[string]string) map[string]string {
 		h := map[string]string{"x-forwarded-for": ip}
