@@ -10,11 +10,16 @@
 //   - the RLQS participants of a bucket: package rlqs assigns each
 //     participant its [Participant] share as a token bucket.
 //
-// Invariants: every share is computed from counts the spenders hold
-// alike, so shares computed apart add up to what they split: a node's
-// shares to what remains, rounded up (a node's share is at least 1); the
-// participants' to at most what remains. Shares are arithmetic only: no
-// state, no clock, no import of the server.
+// Invariants: a share depends on its arguments alone, so spenders that
+// hold the same counts compute shares that fit together: the nodes'
+// shares add up to what remains, rounded up (each is at least 1), or to
+// 1.5 × what remains while no count of the key is known; the
+// participants' add up to at most what remains. No state, no clock, no
+// import of the server.
+//
+// Failure mode: none at run time. A Participant call whose inputs do not
+// fit gets 0, nothing assigned; Split.Of takes a split the counter
+// validated (counter.Store.SetShares).
 //
 // Why the nodes split as they do, the first share of a new key and the
 // figures: docs/design/budget-shares.md.
