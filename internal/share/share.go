@@ -45,9 +45,10 @@ type Split struct {
 }
 
 // Of is this node's share of rem, what remains of a key's budget of limit
-// in window w (0 < rem ≤ limit < 2^32), given own, this node's hits of
-// the key that every node knows of, and all, every node's hits known so
-// (own included). Nodes must be at least 1 and Rank in [0, Nodes).
+// in window w (0 < rem ≤ limit ≤ counter.MaxLimit), given own, this
+// node's hits of the key that every node knows of, and all, every node's
+// hits known so (own included). Nodes must be at least 1 and Rank in
+// [0, Nodes).
 //
 // The share is a part of rem in proportion to own among all, each
 // node's weight smoothed by limit/(16 × Nodes) so that a node with no hits
