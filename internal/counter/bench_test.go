@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // ipKeys returns n distinct IPv4 strings like "203.0.113.45".
@@ -267,7 +269,7 @@ func BenchmarkTakeShared(b *testing.B) {
 	for _, known := range []bool{false, true} {
 		b.Run(map[bool]string{false: "new", true: "known"}[known], func(b *testing.B) {
 			s := newStore(b, Config{Track: true})
-			if err := s.SetShares(Shares{Nodes: 3, Rank: 0, Delay: 15 * time.Millisecond}); err != nil {
+			if err := s.SetShares(share.Split{Nodes: 3, Rank: 0, Delay: 15 * time.Millisecond}); err != nil {
 				b.Fatal(err)
 			}
 			lim := benchLimit(Fixed)

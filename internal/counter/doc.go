@@ -36,6 +36,6 @@
 // only reports it. A zero Config field means its default; a zero Limit is
 // invalid ([Limit.Validate]).
 //
-// The design is in docs/design/counter.md; budget shares in
-// docs/design/budget-shares.md.
+// The design is in docs/design/counter.md; budget shares (the split
+// itself is package share) in docs/design/budget-shares.md.
 package counter

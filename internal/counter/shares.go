@@ -2,26 +2,12 @@ package counter
 
 import (
 	"fmt"
-	"math/bits"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
-// Shares tells a tracking Store (Config.Track) how the nodes of a cluster
-// split each key's budget; see [Store.SetShares].
-type Shares struct {
-	// Nodes is how many live nodes count the keys, this one included. At
-	// most 1 turns shares off.
-	Nodes int
-	// Rank is this node's place among them, in [0, Nodes), in an order
-	// every node agrees on: it decides which nodes get the remainder when
-	// a budget does not divide evenly.
-	Rank int
-	// Delay is how long after [Store.Changes] reported a count the peers
-	// are taken to hold it: the time to publish and deliver a batch.
-	Delay time.Duration
-}
-
-// Bounds of a Shares.
+// Bounds of a [share.Split] the Store takes.
 const (
 	MaxShareNodes = 1<<16 - 1
 	MaxShareDelay = time.Hour
@@ -29,7 +15,7 @@ const (
 
 // packShares packs sh into the Store's atomic word: nodes in bits 48–63,
 // rank in 32–47, delay in ms in 0–31. 0 means no shares.
-func packShares(sh Shares) uint64 {
+func packShares(sh share.Split) uint64 {
 	if sh.Nodes <= 1 {
 		return 0
 	}
@@ -47,32 +33,20 @@ func packShares(sh Shares) uint64 {
 //	local − reported ≤ share of (Limit − estimate(reported + remote))
 //
 // where reported is this node's count as of a report at least Delay old
-// and remote what the peers reported. The share is a part of what remains
-// in proportion to this node's weight among all (see shareOf): each
-// node's hits of the key that every node knows of — its count of the
-// previous window once it reported some of it, and its reported count of
-// this one — smoothed by a sixteenth of the limit spread over the nodes, so
-// that a node with no hits known still gets some. When every node holds
-// the same reports the shares add up to what remains, rounded up (a share
-// of 0 counts as 1, so up to Nodes − 1 hits more than the limit may be
-// admitted, as without shares), so the cluster admits at most the limit
-// however the traffic is spread; a node that nears its share is told to
-// publish ([Store.NearLimit]) and, once its report is Delay old, gets its
-// share of what then remains, a share that grows with its reported hits.
-// A node that carries all the traffic thus takes most of what remains each
-// round of Delay plus the early-batch gap, as its peers, silent, have
-// none of it.
-//
-// A key of which a node knows no count at all (a new key, or one whose
-// hits no node has reported) has a first share of 3/(2 × Nodes) of what
-// remains, its remainder going to the ranks whose turn it is in the
-// window: a burst on one node admits half again an even share before its
-// first report is answered, and a key that bursts on every node at once
-// before any has heard of the others admits at most 1.5 × its limit in
-// that window (plus the rounding), the price of the larger first share.
-// Once a node hears of any count, the split above applies. Why this split
-// and this first share, what else was weighed, and the figures:
-// docs/design/budget-shares.md.
+// and remote what the peers reported. The share is [share.Split.Of] what
+// remains, weighed by the hits of the key every node knows of (see
+// entry.share): 1.5/Nodes of it while no count of the key is known, then a
+// part that follows the reported hits. When every node holds the same
+// reports the shares add up to what remains (rounded up: up to Nodes − 1
+// hits over), so the cluster admits at most the limit however the traffic
+// is spread; a node that nears its share is told to publish
+// ([Store.NearLimit]) and, once its report is Delay old, gets its share
+// of what then remains, a share that grows with its reported hits. A node
+// that carries all the traffic thus takes most of what remains each round
+// of Delay plus the early-batch gap, as its peers, silent, have none of
+// it. A key that bursts on every node at once, before any has heard of
+// the others, admits at most 1.5 × its limit in that window: the price of
+// the larger first share (docs/design/budget-shares.md).
 //
 // Only keys near their share are marked for [Store.Changes], and keys a
 // peer reports ([Store.Merge]) while this node's unreported hits of them
@@ -80,7 +54,7 @@ func packShares(sh Shares) uint64 {
 // reports is never reported, so a flood of distinct keys costs no
 // replication. Incr is not admission and marks
 // every change as without shares.
-func (s *Store) SetShares(sh Shares) error {
+func (s *Store) SetShares(sh share.Split) error {
 	if sh.Nodes > MaxShareNodes || (sh.Nodes > 1 && (sh.Rank < 0 || sh.Rank >= sh.Nodes)) ||
 		sh.Delay < 0 || sh.Delay > MaxShareDelay {
 		return fmt.Errorf("%w: shares %+v out of range", ErrInvalidConfig, sh)
@@ -146,55 +120,30 @@ func (sh *shard) takeShare(i int, k mapKey, sv uint64, lim Limit, w, el, prev, n
 // share returns this node's share of what remains of e's budget in its
 // newest window w, el ms into it (prev: the previous window's total, for a
 // Sliding lim), and its local hits of w not yet reported as in effect.
-func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (share, unreported int64) {
-	nodes, rank, delay := int64(sv>>48), int64(sv>>32&0xffff), int64(uint32(sv))
+// The weights [share.Split.Of] splits by are the counts every node knows
+// of the same way, so that every node computes nearly the same split:
+// this node's are its count of w that its peers hold (base) and, once it
+// reported any of them, its hits of window w−1; the peers' are what they
+// reported of both windows. A node's hits of w−1 that it never reported
+// are left out, as its peers know nothing of them.
+func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (n, unreported int64) {
+	nodes, rank, delay := int(sv>>48), int(sv>>32&0xffff), int64(uint32(sv))
 	base := int64(e.pubOld)
 	if el >= int64(e.pubAt)+delay {
 		base = int64(e.pubNew)
 	}
-	if rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1]); rem > 0 {
-		share = shareOf(e, lim.Limit, rem, w, nodes, rank, base)
+	unreported = e.local[w&1] - base
+	rem := lim.Limit - estimate(lim, el, prev, base+e.remote[w&1])
+	if rem <= 0 {
+		return 0, unreported
 	}
-	return share, e.local[w&1] - base
-}
-
-// shareOf is this node's share of rem, what remains of e's budget in
-// window w (its newest), given base, this node's count of w that its peers
-// hold. The weights are the counts every node knows of the same way (so
-// that every node computes nearly the same split and the shares add up to
-// about rem): this node's are base and, once it reported any of them, its
-// hits of window w−1; the peers' are what they reported of both windows.
-// A node's hits of w−1 that it never reported are left out, as its peers
-// know nothing of them. Each weight is smoothed by limit/(16 × nodes), so
-// that a node with no hits known still gets some. When nothing is known
-// the share is the first share, 3 × rem / (2 × nodes), its remainder
-// going to the ranks whose turn it is in window w, which every node
-// computes alike. A share of 0 counts as 1: otherwise a small limit could
-// admit nothing at all on a node that carries all the traffic.
-func shareOf(e *entry, limit, rem, w, nodes, rank, base int64) int64 {
 	p := (w - 1) & 1
 	own := base
 	if e.marks&(published<<p) != 0 {
 		own += e.local[p]
 	}
 	all := own + e.remote[p] + e.remote[w&1]
-	if all <= 0 {
-		q := rem * 3 / 2 // rem ≤ MaxLimit: no overflow
-		share := q / nodes
-		if (w%nodes+nodes+rank)%nodes < q%nodes || share == 0 {
-			share++
-		}
-		return share
-	}
-	smooth := max(1, limit/(16*nodes))
-	own, all = min(own, 4*limit), min(all, 4*limit) // beyond 4× the limit, only the ratio matters
-	num, den := uint64(own+smooth), uint64(all+nodes*smooth)
-	// ⌈rem × num / den⌉ in 128 bits: rem × num may exceed 2^63. num ≤ den,
-	// so the quotient is at most rem and Div64 cannot panic.
-	hi, lo := bits.Mul64(uint64(rem), num)
-	lo, c := bits.Add64(lo, den-1, 0)
-	q, _ := bits.Div64(hi+c, lo, den)
-	return max(1, int64(q))
+	return share.Split{Nodes: nodes, Rank: rank}.Of(lim.Limit, rem, own, all, w), unreported
 }
 
 // reported notes, under the shard lock, that Changes at ms reports count

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // burstLoad offers per hits, perMS a ms (all in the first ms when perMS is
@@ -93,7 +95,7 @@ func TestSharesUnreportedPreviousWindowWeighsNothing(t *testing.T) {
 	w0 := time.UnixMilli(1_000_000_000_000) // a window start
 	total := 0
 	for rank := range 3 {
-		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		s := shareStore(t, share.Split{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
 		for range 20 {
 			if !s.Take(0, "k", lim, w0.Add(-500*time.Millisecond)).Allowed {
 				t.Fatal("denied within the first share")

@@ -3,6 +3,8 @@ package counter
 import (
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // TestSharesOfHugeCountsDoNotOverflow: a previous window counted far past
@@ -11,7 +13,7 @@ import (
 func TestSharesOfHugeCountsDoNotOverflow(t *testing.T) {
 	lim := Limit{Limit: MaxLimit, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
 	s.Incr(0, "k", lim, 5*MaxLimit/2, w0.Add(-500*time.Millisecond)) // previous window
 	n := 0
 	for n < 1000 && s.Take(0, "k", lim, w0.Add(5*time.Millisecond)).Allowed {
@@ -30,8 +32,8 @@ func TestSharesOfHugeCountsDoNotOverflow(t *testing.T) {
 func TestSharesSlidingPreviousWindowIsReported(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000, Algorithm: Sliding}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	a := shareStore(t, Shares{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
-	b := shareStore(t, Shares{Nodes: 2, Rank: 1, Delay: 10 * time.Millisecond})
+	a := shareStore(t, share.Split{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
+	b := shareStore(t, share.Split{Nodes: 2, Rank: 1, Delay: 10 * time.Millisecond})
 	exchange := func(now time.Time) {
 		ca, _ := a.Changes(nil, now)
 		cb, _ := b.Changes(nil, now)
@@ -73,7 +75,7 @@ func TestSharesPeerAheadDoesNotStarve(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000)
 	w := w0.UnixMilli() / 1000
-	a := shareStore(t, Shares{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
+	a := shareStore(t, share.Split{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
 	at := w0.Add(100 * time.Millisecond)
 	n := 0
 	for i := 0; i < 45; i++ {
@@ -107,7 +109,7 @@ func TestSharesPeerAheadDoesNotStarve(t *testing.T) {
 // key's previous window, which still weighs in every estimate, once the key
 // is hit in the new one, with shares on or off.
 func TestReportedIncludesSlidingPreviousWindow(t *testing.T) {
-	for _, sh := range []Shares{{Nodes: 1}, {Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond}} {
+	for _, sh := range []share.Split{{Nodes: 1}, {Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond}} {
 		lim := Limit{Limit: 100, ScaleMS: 1000, Algorithm: Sliding}
 		w0 := time.UnixMilli(1_000_000_000_000)
 		s := shareStore(t, sh)
@@ -143,7 +145,7 @@ func TestSharesSlidingHoldsTheLimitOnNNodes(t *testing.T) {
 		w0 := time.UnixMilli(1_000_000_000_000)
 		st := make([]*Store, nodes)
 		for i := range st {
-			st[i] = shareStore(t, Shares{Nodes: nodes, Rank: i, Delay: 10 * time.Millisecond})
+			st[i] = shareStore(t, share.Split{Nodes: nodes, Rank: i, Delay: 10 * time.Millisecond})
 		}
 		exchange := func(now time.Time) {
 			for i, s := range st {

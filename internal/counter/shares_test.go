@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
-func shareStore(t *testing.T, sh Shares) *Store {
+func shareStore(t *testing.T, sh share.Split) *Store {
 	t.Helper()
 	s, err := New(Config{Track: true, Shards: 4})
 	if err != nil {
@@ -38,7 +40,7 @@ func TestSharesFirstShares(t *testing.T) {
 	w0 := time.UnixMilli(1_000_000_000_000) // a window start
 	total := 0
 	for rank := range 3 {
-		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		s := shareStore(t, share.Split{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
 		got := admitAll(s, "k", lim, w0.Add(5*time.Millisecond))
 		if got != 50 {
 			t.Errorf("rank %d admitted %d alone, want its first share 50", rank, got)
@@ -58,7 +60,7 @@ func TestSharesFirstShares(t *testing.T) {
 	// remainder in this window.
 	total = 0
 	for rank := range 4 {
-		s := shareStore(t, Shares{Nodes: 4, Rank: rank, Delay: 10 * time.Millisecond})
+		s := shareStore(t, share.Split{Nodes: 4, Rank: rank, Delay: 10 * time.Millisecond})
 		total += admitAll(s, "k", lim, w0)
 	}
 	if total != 150 {
@@ -69,7 +71,7 @@ func TestSharesFirstShares(t *testing.T) {
 func TestSharesGrowOnceReported(t *testing.T) {
 	lim := Limit{Limit: 90, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
 	at := w0.Add(time.Millisecond)
 	if got := admitAll(s, "k", lim, at); got != 45 {
 		t.Fatalf("admitted %d, want the first share 45", got)
@@ -96,8 +98,8 @@ func TestSharesGrowOnceReported(t *testing.T) {
 func TestSharesFloodIsNotReplicated(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 60_000}
 	now := time.UnixMilli(1_000_000_000_000)
-	on := shareStore(t, Shares{Nodes: 3, Rank: 1, Delay: 10 * time.Millisecond})
-	off := shareStore(t, Shares{Nodes: 1})
+	on := shareStore(t, share.Split{Nodes: 3, Rank: 1, Delay: 10 * time.Millisecond})
+	off := shareStore(t, share.Split{Nodes: 1})
 	for i := range 1000 {
 		key := fmt.Sprintf("10.0.%d.%d", i/256, i%256)
 		if !on.Take(0, key, lim, now).Allowed || !off.Take(0, key, lim, now).Allowed {
@@ -130,7 +132,7 @@ func TestSharesFloodIsNotReplicated(t *testing.T) {
 func TestSharesDenialMarks(t *testing.T) {
 	lim := Limit{Limit: 90, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 5 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 5 * time.Millisecond})
 	at := w0.Add(time.Millisecond)
 	for range 10 {
 		if !s.Take(0, "k", lim, at).Allowed {
@@ -170,7 +172,7 @@ func TestSharesSmallLimit(t *testing.T) {
 	lim := Limit{Limit: 1, ScaleMS: 1000}
 	now := time.UnixMilli(1_000_000_000_000)
 	for rank := range 3 {
-		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		s := shareStore(t, share.Split{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
 		if got := admitAll(s, "k", lim, now); got != 1 {
 			t.Errorf("rank %d admitted %d of a limit of 1 alone, want 1", rank, got)
 		}
@@ -180,7 +182,7 @@ func TestSharesSmallLimit(t *testing.T) {
 func TestSharesTakeN(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 1000}
 	now := time.UnixMilli(1_000_000_000_000 + 1)
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond}) // a first share of 50
+	s := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond}) // a first share of 50
 	if r := s.TakeN(0, "k", lim, 1, now); !r.Allowed {
 		t.Error("TakeN(1) denied within the share")
 	}
@@ -195,7 +197,7 @@ func TestSharesTakeN(t *testing.T) {
 	}
 	// Heavier than any share: admitted on the limit once nothing is
 	// unreported, so it is not denied everywhere for the whole window.
-	s2 := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	s2 := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
 	if r := s2.TakeN(0, "k", lim, 60, now); !r.Allowed {
 		t.Errorf("TakeN(60) of a limit of 100 over 3 nodes denied with nothing unreported: %+v", r)
 	}
@@ -207,7 +209,7 @@ func TestSharesTakeN(t *testing.T) {
 func TestSharesSliding(t *testing.T) {
 	lim := Limit{Limit: 90, ScaleMS: 1000, Algorithm: Sliding}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
 	// The previous window held 60 of the peers' hits and none of this
 	// node's: at its midpoint the estimate counts 30 of them, so 60
 	// remain, of which this node, which carried none of the key's
@@ -231,7 +233,7 @@ func TestSharesFollowTraffic(t *testing.T) {
 	prev := w0.Add(-time.Second)
 	total := 0
 	for rank, own := range []int{90, 5, 5} {
-		s := shareStore(t, Shares{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
+		s := shareStore(t, share.Split{Nodes: 3, Rank: rank, Delay: 10 * time.Millisecond})
 		s.Incr(0, "k", lim, int64(own), prev) // this node's hits of that window, reported
 		s.Changes(nil, prev)
 		// The others' hits of that window, as they reported them.
@@ -251,8 +253,8 @@ func TestSharesFollowTraffic(t *testing.T) {
 }
 
 func TestSetSharesRejects(t *testing.T) {
-	s := shareStore(t, Shares{})
-	for _, sh := range []Shares{
+	s := shareStore(t, share.Split{})
+	for _, sh := range []share.Split{
 		{Nodes: 3, Rank: 3}, {Nodes: 3, Rank: -1}, {Nodes: MaxShareNodes + 1},
 		{Nodes: 2, Delay: -time.Millisecond}, {Nodes: 2, Delay: MaxShareDelay + time.Millisecond},
 	} {
@@ -266,8 +268,8 @@ func TestSetSharesRejects(t *testing.T) {
 // 1 ms a step, driven as package replicate drives them: a node publishes
 // its Changes at every tick and, when its store signals, at once unless its
 // previous early batch is less than gap old (then at the gap's end); a
-// batch reaches the peers deliver later. Each node's Shares.Delay is what
-// replicate sets: gap + 2 × max(deliver, 2.5 ms).
+// batch reaches the peers deliver later. Each node's Split.Delay is what
+// replicate sets: share.Delay of the gap, the delivery and the tick.
 type simNet struct {
 	lim                      Limit
 	nodes                    int
@@ -289,10 +291,10 @@ func (c simNet) run(t *testing.T, start, end int64, load func(node int, ms int64
 		from PeerID
 		wcs  []WindowCount
 	}
-	delay := time.Duration(c.gapMS)*time.Millisecond + 2*max(time.Duration(c.deliverMS)*time.Millisecond, 2500*time.Microsecond)
+	delay := share.Delay(0, time.Duration(c.gapMS)*time.Millisecond, time.Duration(c.deliverMS)*time.Millisecond, time.Duration(c.tickMS)*time.Millisecond)
 	ss := make([]*Store, c.nodes)
 	for i := range ss {
-		ss[i] = shareStore(t, Shares{Nodes: c.nodes, Rank: i, Delay: delay})
+		ss[i] = shareStore(t, share.Split{Nodes: c.nodes, Rank: i, Delay: delay})
 	}
 	var inflight []msg
 	lastEarly := make([]int64, c.nodes)
@@ -407,7 +409,7 @@ func TestSharesClusterModel(t *testing.T) {
 func TestReportedListsOnlyReportedKeys(t *testing.T) {
 	lim := Limit{Limit: 100, ScaleMS: 60_000}
 	now := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 3, Rank: 0, Delay: 10 * time.Millisecond})
 	for i := range 100 {
 		s.Take(0, fmt.Sprintf("flood-%d", i), lim, now)
 	}
@@ -445,7 +447,7 @@ func FuzzShares(f *testing.F) {
 			t.Fatal(err)
 		}
 		nodes := 3
-		if err := s.SetShares(Shares{Nodes: nodes, Rank: 1, Delay: 10 * time.Millisecond}); err != nil {
+		if err := s.SetShares(share.Split{Nodes: nodes, Rank: 1, Delay: 10 * time.Millisecond}); err != nil {
 			t.Fatal(err)
 		}
 		ms := int64(1_000_000_000_000)
@@ -496,7 +498,7 @@ func FuzzShares(f *testing.F) {
 				}
 			case 4:
 				nodes = int(arg%5) + 1
-				if err := s.SetShares(Shares{Nodes: nodes, Rank: int(arg) % nodes, Delay: time.Duration(arg%20) * time.Millisecond}); err != nil {
+				if err := s.SetShares(share.Split{Nodes: nodes, Rank: int(arg) % nodes, Delay: time.Duration(arg%20) * time.Millisecond}); err != nil {
 					t.Fatal(err)
 				}
 				for kk := range clean {
@@ -519,7 +521,7 @@ func FuzzShares(f *testing.F) {
 func TestSharesReportWithinShareDoesNotMark(t *testing.T) {
 	lim := Limit{Limit: 1000, ScaleMS: 1000}
 	w0 := time.UnixMilli(1_000_000_000_000)
-	s := shareStore(t, Shares{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
+	s := shareStore(t, share.Split{Nodes: 2, Rank: 0, Delay: 10 * time.Millisecond})
 	at := w0.Add(time.Millisecond)
 	for range 10 {
 		s.Take(0, "k", lim, at)

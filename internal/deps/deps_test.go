@@ -44,6 +44,10 @@ var rules = []rule{{
 	from: []string{"internal/counter"}, to: []string{"internal/replicate"},
 	why: "replication is built on the counter's hooks, never the other way",
 }, {
+	name: "the budget-sharing policy is a leaf",
+	from: []string{"internal/share"}, to: []string{module + "internal"},
+	why: "it is arithmetic that the counter, replication and RLQS call; a dependency on any package of the server would put it above one of them",
+}, {
 	name: "wire decoding does not depend on route matching",
 	from: []string{"internal/checkwire"}, to: []string{"internal/descriptors"},
 	why: "the decoder reads bytes into a request; matching routes is what a consumer of that request does",

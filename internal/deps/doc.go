@@ -1,7 +1,8 @@
 // Package deps holds, in its test, the direction of the module's
 // dependencies: configuration and wire decoding (rules, rlsconfig, limits,
 // checkwire, descriptors, counter) import no database, NATS, gRPC server
-// or front-end package, and the counter imports nothing of replication.
+// or front-end package, the counter imports nothing of replication, and
+// the budget-sharing policy (share) imports no package of the module.
 // The test reads the import graph with `go list -deps -json` and names the
 // chain of imports behind every forbidden dependency.
 //

@@ -16,6 +16,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
@@ -154,10 +155,10 @@ func runReplicator(ctx context.Context, serverDone <-chan struct{}, repl *replic
 }
 
 // shareDelay is replicate.Config.ShareDelay for Cluster.NoShares: its
-// default, or off.
+// default, or share.Off.
 func shareDelay(noShares bool) time.Duration {
 	if noShares {
-		return -1
+		return share.Off
 	}
 	return 0
 }

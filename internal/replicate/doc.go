@@ -15,9 +15,10 @@
 //     one changes nothing.
 //   - A node is a process (node id and a random incarnation): a restarted
 //     node is a new peer, and processes sharing a name stay distinct.
-//   - With budget shares (counter.Store.SetShares) a cluster admits of a key
-//     in one window at most its limit plus the few hits admitted on shares
-//     that a report still in flight would have lowered.
+//   - With budget shares (the share.Split this package sets with
+//     counter.Store.SetShares) a cluster admits of a key in one window at
+//     most its limit plus the few hits admitted on shares that a report
+//     still in flight would have lowered.
 //   - Windows are computed by package counter alone (counter.WindowOf,
 //     counter.Live) and every time is read from Config.Now, so both ends of
 //     a message agree.

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // Store is what the Replicator needs of the counter store. *counter.Store
@@ -38,7 +39,7 @@ type nearLimiter interface {
 // sharer is the optional part of a Store that splits budgets between the
 // live nodes; *counter.Store is one (with Track set).
 type sharer interface {
-	SetShares(counter.Shares) error
+	SetShares(share.Split) error
 }
 
 // reporter is the optional part of a Store that lists the own counts it
@@ -83,7 +84,7 @@ type Replicator struct {
 	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
 
 	// Owned by Run's loop (tick).
-	lastShares   counter.Shares
+	lastShares   share.Split
 	scratch      []member
 	dupNames     map[string]bool // node ids several live processes claimed at the last tick
 	dupScratch   map[string]bool
@@ -415,25 +416,10 @@ func (s *shared) guard(what string, h nats.MsgHandler) nats.MsgHandler {
 // from the split within a few seconds, so the others' shares grow back.
 const shareLive = 3
 
-// minDelivery is the least delivery delay shareDelay assumes of a batch.
-const minDelivery = 2500 * time.Microsecond
-
 // shareDelay is how long after publishing a count the node takes its
-// peers to hold it and their answers to have arrived: a peer that holds
-// unpublished hits of the key publishes them on receipt, within an early
-// gap (a tick without early batches), so the node waits for the report's
-// delivery, that gap and the answer's delivery. The delivery delay is the
-// peers' latest (clock skew included), from minDelivery to a SyncInterval:
-// a slow network, or a node too busy to read its messages, then makes
-// shares grow more slowly instead of handing out budget its peers may
-// already have spent.
+// peers to hold it and their answers to have arrived (see share.Delay).
 func (r *Replicator) shareDelay() time.Duration {
-	gap := r.cfg.EarlyGap
-	if gap <= 0 {
-		gap = r.cfg.SyncInterval
-	}
-	deliver := min(max(r.peers.maxAge(), minDelivery), r.cfg.SyncInterval)
-	return max(r.cfg.ShareDelay, gap+2*deliver)
+	return share.Delay(r.cfg.ShareDelay, r.cfg.EarlyGap, r.peers.maxAge(), r.cfg.SyncInterval)
 }
 
 // members takes stock of the live processes at a tick: duplicate node ids,
@@ -516,7 +502,7 @@ func (r *Replicator) setShares(live []member, connected bool) {
 	if !ok || r.cfg.ShareDelay < 0 {
 		return
 	}
-	sh := counter.Shares{Nodes: 1}
+	sh := share.Split{Nodes: 1}
 	if connected {
 		rank := 0
 		for i, m := range live {
@@ -524,7 +510,7 @@ func (r *Replicator) setShares(live []member, connected bool) {
 				rank = i
 			}
 		}
-		sh = counter.Shares{Nodes: len(live), Rank: rank, Delay: r.shareDelay()}
+		sh = share.Split{Nodes: len(live), Rank: rank, Delay: r.shareDelay()}
 	}
 	if sh != r.lastShares {
 		if err := st.SetShares(sh); err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
@@ -157,7 +158,7 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 		}
 	}
 	r.setShares(r.live(now), true)
-	if got := r.lastShares; got != (counter.Shares{Nodes: 2, Rank: 0, Delay: 210 * time.Millisecond}) {
+	if got := r.lastShares; got != (share.Split{Nodes: 2, Rank: 0, Delay: 210 * time.Millisecond}) {
 		t.Errorf("shares %+v, want 2 nodes, a first, 210 ms", got)
 	}
 	r.setShares(r.live(now), false)

@@ -8,8 +8,8 @@
 // maps to a bucket of the rules file and a counter key ([Mapping]); the
 // usage a report carries is counted into that (bucket, key) with
 // Counter.Incr, so it replicates like any hit, and each participant is
-// assigned its share of what remains of the window's budget as a token
-// bucket: DENY_ALL when nothing is left, ALLOW_ALL for a bucket without
+// assigned its share of what remains of the window's budget
+// (share.Participant) as a token bucket: DENY_ALL when nothing is left, ALLOW_ALL for a bucket without
 // limit or in shadow mode.
 //
 // Invariants: within a window, the shares this node hands out at one

@@ -22,6 +22,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // Counter counts usage per (bucket, key) in windows. *counter.Store is one.
@@ -587,8 +588,8 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	// only one (others' unreported usage is not counted yet) and all of
 	// the window's usage is counted.
 	exact = n == 1 && (u.span <= 0 || u.span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
-	share := shareOf(r.Remaining, n, local, rank)
-	if share <= 0 {
+	tokens := share.Participant(r.Remaining, n, local, rank)
+	if tokens <= 0 {
 		return action{strat: stratDenyAll, budget: true, window: r.Window, scaleMS: lim.ScaleMS}, exact
 	}
 	if fromReport {
@@ -598,10 +599,10 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		// once a window only keeps it admitted should the server go away,
 		// since it would not spend more than the share anyway.
 		spanMS := u.span.Milliseconds()
-		perWindow := shareOf(lim.Limit, n, local, rank)
+		perWindow := share.Participant(lim.Limit, n, local, rank)
 		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(lim.ScaleMS) <= float64(perWindow)*float64(spanMS)
 	}
-	return action{strat: stratTokenBucket, tokens: uint32(min(share, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
+	return action{strat: stratTokenBucket, tokens: uint32(min(tokens, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
 }
 
 // untracked is the answer to a bucket id over quota.max_bucket_ids: its

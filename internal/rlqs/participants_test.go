@@ -8,49 +8,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
-func TestShareOf(t *testing.T) {
-	for _, tc := range []struct {
-		remaining, n, local int64
-		want                []int64 // by rank
-	}{
-		{100, 1, 1, []int64{100}},
-		{100, 2, 2, []int64{50, 50}},
-		{100, 3, 3, []int64{34, 33, 33}},
-		{2, 3, 3, []int64{1, 1, 0}},
-		{0, 2, 2, []int64{0, 0}},
-		{-5, 2, 2, []int64{0, 0}},
-		// Participants elsewhere: round down, so that the nodes together
-		// never hand out more than remains.
-		{100, 3, 1, []int64{33}},
-		{100, 3, 2, []int64{33, 33}},
-		{2, 3, 1, []int64{0}},
-		// Inconsistent inputs give nothing.
-		{7, 0, 0, nil},
-		{7, 1, 2, []int64{0, 0}},
-	} {
-		var sum int64
-		for rank, w := range tc.want {
-			got := shareOf(tc.remaining, tc.n, tc.local, int64(rank))
-			if got != w {
-				t.Errorf("shareOf(%d, %d, %d, %d) = %d, want %d", tc.remaining, tc.n, tc.local, rank, got, w)
-			}
-			sum += got
-		}
-		if tc.remaining > 0 && tc.n > 0 && tc.n == tc.local && sum != tc.remaining {
-			t.Errorf("shares of %d over %d add up to %d", tc.remaining, tc.n, sum)
-		}
-		if tc.remaining > 0 && tc.n > 0 && tc.local <= tc.n && sum*tc.n > tc.remaining*tc.local+tc.local*tc.n {
-			t.Errorf("local shares %d exceed this node's part of %d", sum, tc.remaining)
-		}
-		if s := shareOf(tc.remaining, tc.n, tc.local, tc.local); s != 0 {
-			t.Errorf("rank local got %d", s)
-		}
-		if s := shareOf(tc.remaining, tc.n, tc.local, -1); s != 0 {
-			t.Errorf("rank -1 got %d", s)
-		}
-	}
-}
-
 func TestAttributed(t *testing.T) {
 	at := func(ms int64) time.Time { return time.UnixMilli(1764547200000 + ms) }
 	for _, tc := range []struct {

@@ -8,23 +8,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
-// shareOf is participant rank's (0 ≤ rank < local) share of remaining
-// split over n participants cluster-wide, local of them on this node.
-// When every participant is here (n == local) it is an even split with the
-// remainder going one each to the lowest ranks, so the shares add up to
-// exactly remaining; otherwise each node rounds down, so that the nodes'
-// shares together never exceed it.
-func shareOf(remaining, n, local, rank int64) int64 {
-	if remaining <= 0 || n <= 0 || rank < 0 || rank >= local || local > n {
-		return 0
-	}
-	s := remaining / n
-	if n == local && rank < remaining%n {
-		s++
-	}
-	return s
-}
-
 // ParticipantsWindow is the window of the participants counts: every node
 // adds its participants of a (bucket, key) to the count of the window once
 // (a counter bucket of its own per quota bucket, replicated like any
