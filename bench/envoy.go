@@ -45,7 +45,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	if r.bins.envoy == "" {
 		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
 	}
-	e := &EnvoyE2E{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), Concurrency: envoyWorkers}
+	e := &EnvoyE2E{Plan: r.opt.plan(0, 0), Workers: envoyWorkers}
 	r.res.Envoy = e
 	addrs, err := freeport.Addrs(5)
 	if err != nil {

@@ -61,8 +61,7 @@ type floorTarget struct {
 }
 
 func (r *runner) floor(ctx context.Context) error {
-	f := &Floor{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(),
-		Concurrency: floorConcurrency, Conns: grpcConns}
+	f := &Floor{Plan: r.opt.plan(grpcConns, floorConcurrency)}
 	r.res.Floor = f
 	cpus, err := allowedCPUs()
 	if err != nil {
@@ -130,32 +129,6 @@ func (r *runner) floor(ctx context.Context) error {
 	}
 	f.Pinning = fmt.Sprintf("servers on CPU %d, load tool on CPU %d", f.ServerCPU, f.LoadCPU)
 
-	// measure runs one load against t, bound to the load CPU, at rate (0:
-	// closed loop) and notes the server's CPU per check.
-	measure := func(name string, t *floorTarget, rate float64) (*loadRun, error) {
-		args := []string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
-			"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}
-		if rate > 0 {
-			args = append(args, "--rate", strconv.FormatFloat(rate, 'f', 0, 64))
-		}
-		args = append(args, t.w.args...)
-		c0, err0 := cpuTimeOf(t.p.pid())
-		w0, werr0 := runqueueWait(t.p.pid())
-		start := time.Now()
-		res, err := r.loadOn(ctx, pin, f.LoadCPU, name, r.opt.run+r.opt.warmup, args...)
-		if err != nil {
-			return nil, err
-		}
-		c1, err1 := cpuTimeOf(t.p.pid())
-		w1, werr1 := runqueueWait(t.p.pid())
-		if err0 == nil && err1 == nil && res.Sent > 0 {
-			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
-		}
-		if werr0 == nil && werr1 == nil {
-			res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
-		}
-		return res, nil
-	}
 	level := func(name string, rate float64) (map[string][]*loadRun, error) {
 		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s %8s\n", name, floorConcurrency, grpcConns,
 			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU", "waited")
@@ -163,7 +136,7 @@ func (r *runner) floor(ctx context.Context) error {
 		for round := range r.opt.rounds {
 			for i := range targets {
 				t := targets[(i+round)%len(targets)]
-				res, err := measure(fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, rate)
+				res, err := r.loadCPU(ctx, pin, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.p, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
 				if err != nil {
 					return nil, err
 				}

@@ -272,23 +272,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The memory scenario must start early in a window; while it waits for
 	// one, and while its keys expire, the Envoy and cluster scenarios run.
 	var pending []task
-	if opt.only["envoy"] {
-		pending = append(pending, task{"envoy", r.envoyEstimate(), r.envoy})
-	}
-	if opt.only["rlqs"] {
-		pending = append(pending, task{"rlqs", r.rlqsEstimate(), r.rlqs})
-	}
-	if opt.only["cluster"] {
-		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
-	}
-	if opt.only["accuracy"] {
-		pending = append(pending, task{"accuracy", r.accuracyEstimate(), r.accuracy})
-	}
-	if opt.only["cluster-load"] {
-		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
-	}
-	if opt.only["scale"] {
-		pending = append(pending, task{"scale", r.scaleEstimate(), r.scale})
+	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy}, {"rlqs", r.rlqsEstimate(), r.rlqs},
+		{"cluster", r.clusterEstimate(), r.cluster}, {"accuracy", r.accuracyEstimate(), r.accuracy},
+		{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad}, {"scale", r.scaleEstimate(), r.scale}} {
+		if opt.only[t.name] {
+			pending = append(pending, t)
+		}
 	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })

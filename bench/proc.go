@@ -224,6 +224,28 @@ func (r *runner) load(ctx context.Context, name string, budget time.Duration, ar
 	return r.loadOn(ctx, nil, 0, name, budget, args...)
 }
 
+// loadCPU runs one load of the options' run and warm-up, the load tool
+// bound to cpu by pin (nil: unbound), and notes srv's CPU per request
+// and, pinned, the share of the run its threads waited for their CPU.
+func (r *runner) loadCPU(ctx context.Context, pin *pinner, cpu int, name string, srv *proc, args ...string) (*loadRun, error) {
+	c0, err0 := cpuTimeOf(srv.pid())
+	w0, werr0 := runqueueWait(srv.pid())
+	start := time.Now()
+	res, err := r.loadOn(ctx, pin, cpu, name, r.opt.run+r.opt.warmup, args...)
+	if err != nil {
+		return nil, err
+	}
+	c1, err1 := cpuTimeOf(srv.pid())
+	w1, werr1 := runqueueWait(srv.pid())
+	if err0 == nil && err1 == nil && res.Sent > 0 {
+		res.ServerCPUUS = float64((c1 - c0).Microseconds()) / float64(res.Sent+1) // +1: the tool's probe
+	}
+	if pin != nil && werr0 == nil && werr1 == nil {
+		res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
+	}
+	return res, nil
+}
+
 // loadOn is load with the load tool bound to cpu by pin (nil: unbound).
 func (r *runner) loadOn(ctx context.Context, pin *pinner, cpu int, name string, budget time.Duration, args ...string) (*loadRun, error) {
 	path := filepath.Join(r.runsDir, name+".json")

@@ -41,10 +41,7 @@ var profileParts = []struct{ part, fn string }{
 // profile takes CPU profiles of the server and of the no-op server under
 // the same fixed-rate load (the allowed workload, up to 64 in flight), so
 // that the difference of the two (pprof -diff_base) is what the check
-// adds per request. The server serves its profiles on --pprof-addr; should
-// it not, its profile comes from `ratelimit-bench authz`: the same packages
-// wired the same way (rules, descriptors, counter, authz, internal/server) in
-// one process that serves pprof.
+// adds per request. The server serves its profiles on --pprof-addr.
 func (r *runner) profile(ctx context.Context) error {
 	p := &Profile{Seconds: 4, Rate: r.fixedRate}
 	if r.opt.quick {
@@ -65,13 +62,6 @@ func (r *runner) profile(ctx context.Context) error {
 	}
 	pprofURL := "http://" + pprofAddr + "/debug/pprof/profile"
 	p.Source = "ratelimit-authz serve --pprof-addr"
-	if !reachable("http://" + pprofAddr + "/debug/pprof/") {
-		srv.stop()
-		if srv, grpcAddr, pprofURL, err = r.startProfiled(ctx, "profile-inprocess", "authz", "--config", r.allowedCfg); err != nil {
-			return err
-		}
-		p.Source = "ratelimit-bench authz (the Check path in process: the server serves no profiles)"
-	}
 	defer srv.stop()
 	noop, noopAddr, noopURL, err := r.startProfiled(ctx, "profile-noop", "noop")
 	if err != nil {
@@ -179,16 +169,6 @@ func perRequestUS(top string, rate, seconds float64) float64 {
 		return 0
 	}
 	return round1(float64(d.Microseconds()) / (rate * seconds))
-}
-
-func reachable(url string) bool {
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return false
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
 
 func fetch(ctx context.Context, url, path string, timeout time.Duration) error {

@@ -476,7 +476,7 @@ func (r *runner) writeEnvoy(b *strings.Builder) {
 	}
 	w("## 4. End to end through Envoy\n\n")
 	w("One Envoy (%s, %d worker) running the shipped bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the ext_authz filter: left out (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz on its lean Check listener, as shipped (**on**). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
-		r.res.Env.EnvoyVersion, e.Concurrency, e.Rounds, e.RunS)
+		r.res.Env.EnvoyVersion, e.Workers, e.Rounds, e.RunS)
 	w("| concurrency | off p50 | off p99 | no-op p50 | no-op p99 | on p50 | on p99 | added p50 | added p99 | of which no-op p50 / p99 | req/s off / no-op / on | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range e.Rows {
 		w("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.0f / %.0f / %.0f | %d |\n", row.Concurrency,

@@ -83,12 +83,25 @@ type Micro struct {
 	Error     string `json:"error,omitempty"`
 }
 
+// Plan is how a scenario's load runs were made: rounds of runs of RunS
+// after WarmupS, Concurrency in flight over Conns gRPC connections.
+type Plan struct {
+	Rounds      int     `json:"rounds"`
+	RunS        float64 `json:"run_s"`
+	WarmupS     float64 `json:"warmup_s,omitempty"`
+	Conns       int     `json:"connections,omitempty"`
+	Concurrency int     `json:"concurrency,omitempty"`
+}
+
+// plan is the Plan of a scenario run with the options' rounds, run and
+// warm-up.
+func (o options) plan(conns, concurrency int) Plan {
+	return Plan{o.rounds, o.run.Seconds(), o.warmup.Seconds(), conns, concurrency}
+}
+
 // Single is scenario 1: one node against the no-op floor.
 type Single struct {
-	Rounds    int         `json:"rounds"`
-	RunS      float64     `json:"run_s"`
-	WarmupS   float64     `json:"warmup_s"`
-	Conns     int         `json:"connections"`
+	Plan
 	Rows      []SingleRow `json:"rows"`
 	FixedRate []SingleRow `json:"fixed_rate,omitempty"`
 	CDFs      []CDFSeries `json:"cdfs"`
@@ -122,14 +135,10 @@ type SingleRow struct {
 // default-configured grpc-go no-op, the no-op on this tree's stack and the
 // baseline server, at saturation and at fixed rates.
 type Floor struct {
-	Rounds      int     `json:"rounds"`
-	RunS        float64 `json:"run_s"`
-	WarmupS     float64 `json:"warmup_s"`
-	Concurrency int     `json:"concurrency"`
-	Conns       int     `json:"connections"`
-	ServerCPU   int     `json:"server_cpu"`
-	LoadCPU     int     `json:"load_cpu"`
-	Pinning     string  `json:"pinning"`
+	Plan
+	ServerCPU int    `json:"server_cpu"`
+	LoadCPU   int    `json:"load_cpu"`
+	Pinning   string `json:"pinning"`
 	// SaturationRPS is the default no-op's median saturated throughput,
 	// which the fixed rates are shares of.
 	SaturationRPS float64        `json:"default_noop_saturation_rps"`
@@ -205,32 +214,17 @@ func (p FloorProfile) title() string {
 // RLS is the ShouldRateLimit scenario: the server against the no-op rate
 // limit service, then the memory of descriptor keys.
 type RLS struct {
-	Rounds      int        `json:"rounds"`
-	RunS        float64    `json:"run_s"`
-	WarmupS     float64    `json:"warmup_s"`
-	Conns       int        `json:"connections"`
-	Concurrency int        `json:"concurrency"`
-	Rows        []RLSRow   `json:"rows"`
-	Memory      *RLSMemory `json:"memory,omitempty"`
+	Plan
+	Rows   []RLSRow   `json:"rows"`
+	Memory *RLSMemory `json:"memory,omitempty"`
 }
 
-// RLSRow is one workload: medians over the rounds.
+// RLSRow is one workload against the no-op: medians over the rounds.
 type RLSRow struct {
-	Workload    string  `json:"workload"`
+	SingleRow
 	Descriptors int     `json:"descriptors"`
 	Denied      bool    `json:"denied"`
-	ServerRPS   float64 `json:"server_rps"`
-	NoopRPS     float64 `json:"noop_rps"`
-	Ratio       float64 `json:"ratio"` // median of the per-round throughput ratios
-	RatioMin    float64 `json:"ratio_min"`
-	RatioMax    float64 `json:"ratio_max"`
-	ServerCPUUS float64 `json:"server_cpu_us_per_call"`
-	NoopCPUUS   float64 `json:"noop_cpu_us_per_call"`
 	CPURatio    float64 `json:"cpu_ratio"`
-	DeniedShare float64 `json:"denied_share"`
-	Errors      int64   `json:"errors"`
-	Server      Lat     `json:"server_latency_us"`
-	Noop        Lat     `json:"noop_latency_us"`
 }
 
 // RLSMemory is the memory of descriptor-style keys.
@@ -438,12 +432,11 @@ type ClusterLoadPhase struct {
 
 // EnvoyE2E is scenario 4.
 type EnvoyE2E struct {
-	Rounds      int                `json:"rounds"`
-	RunS        float64            `json:"run_s"`
-	Concurrency int                `json:"envoy_workers"`
-	Rows        []EnvoyRow         `json:"rows"`
-	CDFs        []CDFSeries        `json:"cdfs"`
-	Stats       map[string]float64 `json:"ext_authz_stats"`
+	Plan
+	Workers int                `json:"envoy_workers"`
+	Rows    []EnvoyRow         `json:"rows"`
+	CDFs    []CDFSeries        `json:"cdfs"`
+	Stats   map[string]float64 `json:"ext_authz_stats"`
 }
 
 // EnvoyRow is one client concurrency: filter on (ratelimit-authz, no-op

@@ -25,11 +25,10 @@ var rlqsLoad = []string{"--routes", "activities", "--keys", "zipf", "--tenants",
 // RLQSBench is the rlqs scenario: what Envoy's quota filter adds to a
 // request and costs the server, against ext_authz, through real Envoys.
 type RLQSBench struct {
-	Rounds int       `json:"rounds"`
-	RunS   float64   `json:"run_s"`
-	Rows   []RLQSRow `json:"rows"`
-	Notes  []string  `json:"notes,omitempty"`
-	Runs   []RLQSRun `json:"runs"`
+	Plan
+	Rows  []RLQSRow `json:"rows"`
+	Notes []string  `json:"notes,omitempty"`
+	Runs  []RLQSRun `json:"runs"`
 	// Streams is the server alone under simulated Envoys' streams.
 	Streams *RLQSStreams `json:"streams,omitempty"`
 }
@@ -103,7 +102,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 	if r.bins.envoy == "" {
 		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
 	}
-	res := &RLQSBench{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds()}
+	res := &RLQSBench{Plan: r.opt.plan(0, 0)}
 	r.res.RLQS = res
 	addrs, err := freeport.Addrs(6)
 	if err != nil {
@@ -152,16 +151,11 @@ func (r *runner) rlqs(ctx context.Context) error {
 		for rd := range r.opt.rounds {
 			for i := range listeners {
 				l := listeners[(i+rd)%len(listeners)]
-				c0, err0 := cpuTimeOf(be.srv.pid())
-				run, err := r.load(ctx, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
+				run, err := r.loadCPU(ctx, nil, 0, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
 				if err != nil {
 					return err
 				}
-				c1, err1 := cpuTimeOf(be.srv.pid())
-				var per1000 float64
-				if err0 == nil && err1 == nil && run.Sent > 0 {
-					per1000 = round(float64((c1-c0).Microseconds())/float64(run.Sent), 3) // µs per request = ms per 1,000
-				}
+				per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
 				got[l.name] = append(got[l.name], run)
 				cpu[l.name] = append(cpu[l.name], per1000)
 				res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: rd + 1, Listener: l.name, RPS: round1(run.RPS),

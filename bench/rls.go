@@ -94,20 +94,8 @@ func (r *runner) rls(ctx context.Context) error {
 	}
 	defer denied.stop()
 
-	res := &RLS{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(), Conns: grpcConns, Concurrency: rlsConcurrency}
+	res := &RLS{Plan: r.opt.plan(grpcConns, rlsConcurrency)}
 	r.res.RLS = res
-	measure := func(name string, p *proc, args []string) (*loadRun, error) {
-		c0, err0 := cpuTimeOf(p.pid())
-		run, err := r.load(ctx, name, r.opt.run+r.opt.warmup, args...)
-		if err != nil {
-			return nil, err
-		}
-		c1, err1 := cpuTimeOf(p.pid())
-		if err0 == nil && err1 == nil && run.Sent > 0 {
-			run.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(run.Sent+1)) // +1: the tool's probe
-		}
-		return run, nil
-	}
 	r.printf("%-24s %-6s %12s %12s %7s %9s %9s %9s %9s %8s\n", "workload", "round", "server/s", "no-op/s", "ratio", "srv CPU", "noop CPU", "srv p99", "noop p99", "denied")
 	for _, w := range rlsWorkloads {
 		srv, addr := allowed, allowedAddr
@@ -115,44 +103,23 @@ func (r *runner) rls(ctx context.Context) error {
 			srv, addr = denied, deniedAddr
 		}
 		var servers, noops []*loadRun
-		var ratios []float64
 		for round := range r.opt.rounds {
-			var s, n *loadRun
-			order := []bool{round%2 == 0, round%2 != 0} // true: the server first
-			for _, serverTurn := range order {
-				if serverTurn {
-					if s, err = measure(fmt.Sprintf("rls-%dd-%v-r%d-server", w.descriptors, w.denied, round+1), srv, r.rlsArgs(addr, w.descriptors, w.denied)); err != nil {
-						return err
-					}
-				} else {
-					if n, err = measure(fmt.Sprintf("rls-%dd-%v-r%d-noop", w.descriptors, w.denied, round+1), noop, r.rlsArgs(noopAddr, w.descriptors, w.denied)); err != nil {
-						return err
-					}
+			// The server and the no-op alternate, each first in turn.
+			var got [2]*loadRun
+			for i := range 2 {
+				t := (i + round) % 2
+				p, a := []*proc{srv, noop}[t], []string{addr, noopAddr}[t]
+				name := fmt.Sprintf("rls-%dd-%v-r%d-%s", w.descriptors, w.denied, round+1, []string{"server", "noop"}[t])
+				if got[t], err = r.loadCPU(ctx, nil, 0, name, p, r.rlsArgs(a, w.descriptors, w.denied)...); err != nil {
+					return err
 				}
 			}
+			s, n := got[0], got[1]
 			servers, noops = append(servers, s), append(noops, n)
-			if n.RPS > 0 {
-				ratios = append(ratios, s.RPS/n.RPS)
-			}
 			r.printf("%-24s %-6d %12.0f %12.0f %7.2f %7.1fµs %7.1fµs %9s %9s %7.1f%%\n", w.name, round+1, s.RPS, n.RPS, s.RPS/max(n.RPS, 1),
 				s.ServerCPUUS, n.ServerCPUUS, loadresult.Micros(s.Latency.P99), loadresult.Micros(n.Latency.P99), 100*s.DeniedShare())
 		}
-		row := RLSRow{Workload: w.name, Descriptors: w.descriptors, Denied: w.denied}
-		var srps, nrps, scpu, ncpu, share []float64
-		var sl, nl []Lat
-		for i := range servers {
-			srps, nrps = append(srps, servers[i].RPS), append(nrps, noops[i].RPS)
-			scpu, ncpu = append(scpu, servers[i].ServerCPUUS), append(ncpu, noops[i].ServerCPUUS)
-			share = append(share, servers[i].DeniedShare())
-			sl, nl = append(sl, latOf(servers[i])), append(nl, latOf(noops[i]))
-			row.Errors += servers[i].Errors + noops[i].Errors
-		}
-		row.ServerRPS, row.NoopRPS = round(median(srps), 0), round(median(nrps), 0)
-		row.ServerCPUUS, row.NoopCPUUS = round1(median(scpu)), round1(median(ncpu))
-		row.Ratio = round(median(ratios), 3)
-		row.RatioMin, row.RatioMax = minMax(ratios)
-		row.DeniedShare = round(median(share), 4)
-		row.Server, row.Noop = medianLat(sl), medianLat(nl)
+		row := RLSRow{SingleRow: compare(rlsConcurrency, w.name, servers, noops), Descriptors: w.descriptors, Denied: w.denied}
 		if row.NoopCPUUS > 0 {
 			row.CPURatio = round(row.ServerCPUUS/row.NoopCPUUS, 2)
 		}

@@ -115,21 +115,7 @@ func (r *runner) single(ctx context.Context) error {
 		p    *proc
 	}
 	targets := []target{{"noop", noopAddr, allowedLoad, noop}, {"allowed", allowedAddr, allowedLoad, allowed}, {"denied", deniedAddr, deniedLoad, denied}}
-	// measure runs one load against t and notes the server's CPU per check.
-	measure := func(name string, t target, args []string) (*loadRun, error) {
-		c0, err0 := cpuTimeOf(t.p.pid())
-		res, err := r.load(ctx, name, r.opt.run+r.opt.warmup, args...)
-		if err != nil {
-			return nil, err
-		}
-		c1, err1 := cpuTimeOf(t.p.pid())
-		if err0 == nil && err1 == nil && res.Sent > 0 {
-			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
-		}
-		return res, nil
-	}
-	s := &Single{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(), Conns: grpcConns,
-		Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
+	s := &Single{Plan: r.opt.plan(grpcConns, 0), Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
 	r.res.Single = s
 	results := map[string][]*loadRun{} // "c/target" → per round
 	r.printf("%-5s %-8s %-8s %12s %9s %9s %9s %9s %8s %9s %9s\n", "conc", "round", "target", "req/s", "p50", "p90", "p99", "p99.9", "denied", "srv CPU", "tool CPU")
@@ -138,7 +124,7 @@ func (r *runner) single(ctx context.Context) error {
 			for i := range targets {
 				t := targets[(i+round)%len(targets)]
 				name := fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name)
-				res, err := measure(name, t, r.checkArgs(t.addr, c, 0, t.w))
+				res, err := r.loadCPU(ctx, nil, 0, name, t.p, r.checkArgs(t.addr, c, 0, t.w)...)
 				if err != nil {
 					return err
 				}
@@ -186,7 +172,7 @@ func (r *runner) single(ctx context.Context) error {
 		r.printf("\nfixed rate %.0f/s (%.0f%% of the no-op's c=64 rate), up to 64 in flight:\n", rate, 100*share)
 		fixed := map[string][]*loadRun{}
 		for _, t := range targets {
-			res, err := measure(fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t, r.checkArgs(t.addr, 64, rate, t.w))
+			res, err := r.loadCPU(ctx, nil, 0, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.p, r.checkArgs(t.addr, 64, rate, t.w)...)
 			if err != nil {
 				return err
 			}

@@ -15,9 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
@@ -53,7 +50,7 @@ func (n *noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rl
 	return n.ok, nil
 }
 
-// serveConfig are the flags shared by the noop and authz servers.
+// serveConfig are the flags of the no-op servers.
 type serveConfig struct {
 	grpcAddr, httpAddr, pprofAddr string
 	lifetime                      time.Duration
@@ -87,41 +84,6 @@ func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 
 // shutdownTimeout bounds the graceful stop of the servers this tool runs.
 const shutdownTimeout = 5 * time.Second
-
-// newNode assembles a node as ratelimit-authz serve does (internal/node, the
-// local backend, no database), so a profile of this process is a profile
-// of the product's Check path. configPath "" means the shipped
-// configuration.
-func newNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) (*node.Node, error) {
-	var (
-		r   *rules.Rules
-		err error
-	)
-	if configPath == "" {
-		r, err = rules.Parse(config.Default(), config.Name)
-	} else {
-		r, err = rules.LoadFile(configPath)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load configuration: %w", err)
-	}
-	return node.New(ctx, node.Config{
-		Rules: r, Version: "bench",
-		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr,
-		ShutdownTimeout: shutdownTimeout, SweepInterval: sweep,
-	}, log)
-}
-
-// serveNode runs newNode's node until ctx ends or the lifetime is over.
-func serveNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) error {
-	n, err := newNode(ctx, c, configPath, sweep, log)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.lifetime)
-	defer cancel()
-	return n.Run(ctx)
-}
 
 // upstreamHandler is the application behind Envoy: 200 and a small JSON
 // body for everything, the request body read and dropped.
