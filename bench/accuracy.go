@@ -127,7 +127,6 @@ func (r *runner) accuracy(ctx context.Context) error {
 			}
 		}
 	}
-	r.printAccuracy(a)
 	return nil
 }
 
@@ -262,27 +261,6 @@ func parseAccuracy(b []byte) (*loadresult.Accuracy, error) {
 		return nil, errors.New("accuracy output: no rows")
 	}
 	return &run, nil
-}
-
-// printAccuracy prints the rows of both runs, as × of the limit.
-func (r *runner) printAccuracy(a *Accuracy) {
-	r.printf("%-8s %6s %-7s %-23s %-23s\n", "window", "load", "spread", "before min/median/max", "after min/median/max")
-	for _, row := range a.After.Rows {
-		lim := float64(a.After.Limit)
-		b := "—"
-		if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
-			b = fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/float64(a.Before.Limit), x.Median/float64(a.Before.Limit), float64(x.Max)/float64(a.Before.Limit))
-		}
-		r.printf("%-8s %5g× %-7s %-23s %.2f / %.2f / %.2f\n", row.Algorithm, row.Multiple, row.Distribution, b,
-			float64(row.Min)/lim, row.Median/lim, float64(row.Max)/lim)
-	}
-	for _, x := range a.After.Bursts {
-		b := "—"
-		if y, ok := a.Before.Burst(x.Scenario); ok {
-			b = burstCell(y, a.Before.Limit)
-		}
-		r.printf("burst %-15s %-23s %s\n", x.Scenario, b, burstCell(x, a.After.Limit))
-	}
 }
 
 // burstCell is min / median / max admitted per run as × of the limit.

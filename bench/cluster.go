@@ -214,15 +214,11 @@ func (r *runner) cluster(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	r.printf("%-8s %5s %9s %9s %8s %7s %7s %7s %9s %6s\n", "window", "load", "offered", "achieved", "windows", "min", "median", "max", "max/limit", "busiest")
 	for _, j := range jobs {
 		if j.err != nil {
 			return j.err
 		}
-		row := clusterRow(j.alg, j.mult, j.res, r.opt.clusterWin)
-		c.Rows = append(c.Rows, row)
-		r.printf("%-8s %4d× %9.0f %9.0f %8d %7d %7.1f %7d %9.2f %6d\n", row.Algorithm, row.Multiple, row.OfferedRPS, row.AchievedRPS,
-			row.Windows, row.Min, row.Median, row.Max, float64(row.Max)/clusterLimit, row.MaxInSpan)
+		c.Rows = append(c.Rows, clusterRow(j.alg, j.mult, j.res, r.opt.clusterWin))
 	}
 	return nil
 }

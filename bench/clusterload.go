@@ -160,17 +160,6 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	cl.Windows = clusterLoadWindows(runs, start, stopAt, restartAt, backAt)
 	cl.Phases = clusterLoadSummary(cl.Windows, clusterLoadNodes, clusterLoadLimit)
 
-	r.printf("NATS stopped %.1fs after the start (all nodes disconnected %.2fs later), restarted %.1fs after the start; all nodes reconnected %.2fs after the restart\n",
-		cl.StopAtS, cl.DisconnectedS, cl.RestartAtS, cl.ReconnectedS)
-	r.printf("%-7s %-10s %-16s %6s\n", "window", "phase", "admitted/node", "total")
-	for i, w := range cl.Windows {
-		r.printf("%-7d %-10s %-16s %6d\n", i, w.Phase, fmt.Sprint(w.PerNode), w.Total)
-	}
-	for _, p := range cl.Phases {
-		r.printf("NATS %-5s %2d windows: min %d, median %.0f, p90 %d, max %d (one node at most %d); expected %s\n",
-			p.Phase, p.Windows, p.Min, p.Median, p.P90, p.Max, p.MaxPerNode, p.Expected)
-	}
-	r.printf("batches published per second with NATS up: %v\n", cl.BatchesPerS)
 	return nil
 }
 

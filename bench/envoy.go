@@ -10,7 +10,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -75,20 +74,16 @@ func (r *runner) envoy(ctx context.Context) error {
 	}
 
 	listeners := []struct{ name, addr string }{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
-	r.printf("%-5s %-6s %-5s %10s %9s %9s %9s %7s\n", "conc", "round", "authz", "req/s", "p50", "p99", "p99.9", "errors")
 	for _, c := range envoyConcurrency {
 		got := map[string][]*loadRun{}
-		for round := range r.opt.rounds {
-			for i := range listeners {
-				l := listeners[(i+round)%len(listeners)]
-				res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, envoyLoad)...)
-				if err != nil {
-					return err
-				}
-				got[l.name] = append(got[l.name], res)
-				r.printf("%-5d %-6d %-5s %10.0f %9s %9s %9s %7d\n", c, round+1, l.name, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Errors)
-			}
+		err := r.rotate(len(listeners), func(round, i int) error {
+			l := listeners[i]
+			res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, envoyLoad)...)
+			got[l.name] = append(got[l.name], res)
+			return err
+		})
+		if err != nil {
+			return err
 		}
 		row := EnvoyRow{Concurrency: c}
 		var lat map[string]Lat
@@ -102,8 +97,6 @@ func (r *runner) envoy(ctx context.Context) error {
 		for _, l := range listeners {
 			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
 		}
-		r.printf("c=%d: the filter adds %s at p50 and %s at p99 (with the no-op server: %s and %s)\n", c,
-			loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99))
 	}
 	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {

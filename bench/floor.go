@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // The floor scenario measures CPU per check the way the floor issue does:
@@ -71,15 +70,9 @@ func (r *runner) floor(ctx context.Context) error {
 		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)
 	}
 	f.ServerCPU, f.LoadCPU = cpus[0], cpus[1]
-	pin, err := newPinner(f.ServerCPU, f.LoadCPU)
-	if err != nil {
-		return err
-	}
-	defer pin.close() // after the servers' deferred stops
-
 	var targets []*floorTarget
 	add := func(name, bin string, w workload, head ...string) error {
-		t, err := r.startFloorTarget(ctx, pin, f.ServerCPU, name, bin, strings.HasPrefix(name, floorLean), head...)
+		t, err := r.startFloorTarget(ctx, f.ServerCPU, name, bin, strings.HasPrefix(name, floorLean), head...)
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
@@ -130,21 +123,19 @@ func (r *runner) floor(ctx context.Context) error {
 	f.Pinning = fmt.Sprintf("servers on CPU %d, load tool on CPU %d", f.ServerCPU, f.LoadCPU)
 
 	level := func(name string, rate float64) (map[string][]*loadRun, error) {
-		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s %8s\n", name, floorConcurrency, grpcConns,
-			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU", "waited")
 		runs := map[string][]*loadRun{}
-		for round := range r.opt.rounds {
-			for i := range targets {
-				t := targets[(i+round)%len(targets)]
-				res, err := r.loadCPU(ctx, pin, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.p, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
-				if err != nil {
-					return nil, err
-				}
-				runs[t.name] = append(runs[t.name], res)
-				f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
-				r.printf("%-18s %-6d %10.0f %9s %9s %9d %8.1fµs %8.1fµs %7.1f%%\n", t.name, round+1, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), res.Errors, res.ServerCPUUS, res.ClientCPUUS(), 100*res.ServerWaitShare)
+		err := r.rotate(len(targets), func(round, i int) error {
+			t := targets[i]
+			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.p, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
+			if err != nil {
+				return err
 			}
+			runs[t.name] = append(runs[t.name], res)
+			f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		for _, t := range targets {
 			f.Rows = append(f.Rows, floorRow(name, rate, t.name, runs[t.name]))
@@ -171,11 +162,7 @@ func (r *runner) floor(ctx context.Context) error {
 			return err
 		}
 	}
-	r.printf("\nCPU per check, ratios per round (median, range):\n")
-	for _, x := range f.Ratios {
-		r.printf("  %-10s %-8s vs %-18s %.3f (%.3f–%.3f)\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max)
-	}
-	return r.floorProfiles(ctx, pin, f, targets)
+	return r.floorProfiles(ctx, f, targets)
 }
 
 func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
@@ -184,7 +171,7 @@ func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
 // its own gRPC, HTTP and profile addresses, bound to cpu, waits until it
 // is ready and checks that the kernel holds it to that CPU. With lean,
 // the server also opens its lean Check listener, and the load goes there.
-func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, name, bin string, lean bool, head ...string) (*floorTarget, error) {
+func (r *runner) startFloorTarget(ctx context.Context, cpu int, name, bin string, lean bool, head ...string) (*floorTarget, error) {
 	addrs, err := freeport.Addrs(4)
 	if err != nil {
 		return nil, err
@@ -195,7 +182,8 @@ func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, nam
 		args = append(args, "--check-addr", addrs[3])
 		target = addrs[3]
 	}
-	p, err := r.startOn(pin, cpu, "floor-"+name, r.lifetime(), nil, bin, args...)
+	bin, args = onCPU(cpu, bin, args...)
+	p, err := r.start("floor-"+name, r.lifetime(), nil, bin, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -323,7 +311,7 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 // of the lean listener and the baseline (denied) at the lowest fixed rate,
 // where a check pays its wakeups alone; each under its own load. It keeps
 // pprof -top of each.
-func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targets []*floorTarget) error {
+func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*floorTarget) error {
 	type profiled struct {
 		name string
 		rate float64 // 0: saturation
@@ -367,7 +355,7 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		}
 		done := make(chan loadDone, 1)
 		go func() {
-			res, err := r.loadOn(ctx, pin, f.LoadCPU, "floor-profile-"+label, dur+500*time.Millisecond, args...)
+			res, err := r.loadOn(ctx, f.LoadCPU, "floor-profile-"+label, dur+500*time.Millisecond, args...)
 			done <- loadDone{res, err}
 		}()
 		sleepCtx(ctx, time.Second)

@@ -1,31 +1,24 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// pinner starts child processes bound to one CPU each, as taskset would:
-// a process forked from an OS thread inherits that thread's CPU mask from
-// its first instruction, so a Go child sizes GOMAXPROCS from it. Each CPU
-// has a launcher goroutine locked to its own OS thread with that mask, and
-// only launchers fork pinned children. The threads stay alive until close
-// (which restores their masks before returning them to the runtime),
-// because internal/proc sets Pdeathsig: a child is killed when the thread
-// that forked it ends.
-type pinner struct {
-	launch map[int]chan func()
-	done   chan struct{}
-	wg     sync.WaitGroup
+// onCPU is the command that runs bin with args bound to cpu alone, as
+// taskset runs it: the process has that CPU mask from its first
+// instruction, so a Go child sizes GOMAXPROCS from it. cpu < 0: unbound.
+func onCPU(cpu int, bin string, args ...string) (string, []string) {
+	if cpu < 0 {
+		return bin, args
+	}
+	return "taskset", append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
 }
 
 // allowedCPUs are the CPUs this process may run on, in order.
@@ -41,80 +34,6 @@ func allowedCPUs() ([]int, error) {
 		}
 	}
 	return cpus, nil
-}
-
-// newPinner starts one launcher for each of cpus.
-func newPinner(cpus ...int) (*pinner, error) {
-	p := &pinner{launch: map[int]chan func(){}, done: make(chan struct{})}
-	for _, cpu := range cpus {
-		ch := make(chan func())
-		ready := make(chan error, 1)
-		p.wg.Add(1)
-		go p.launcher(cpu, ch, ready)
-		if err := <-ready; err != nil {
-			p.close()
-			return nil, err
-		}
-		p.launch[cpu] = ch
-	}
-	return p, nil
-}
-
-func (p *pinner) launcher(cpu int, ch chan func(), ready chan<- error) {
-	defer p.wg.Done()
-	runtime.LockOSThread()
-	var old, set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &old); err != nil {
-		runtime.UnlockOSThread()
-		ready <- fmt.Errorf("sched_getaffinity: %w", err)
-		return
-	}
-	set.Set(cpu)
-	if err := unix.SchedSetaffinity(0, &set); err != nil {
-		runtime.UnlockOSThread()
-		ready <- fmt.Errorf("pin a thread to CPU %d: %w", cpu, err)
-		return
-	}
-	ready <- nil
-	for {
-		select {
-		case fn := <-ch:
-			fn()
-		case <-p.done:
-			// Back to the runner's mask before the thread serves any other
-			// goroutine; should that fail, the thread ends with the goroutine.
-			if unix.SchedSetaffinity(0, &old) == nil {
-				runtime.UnlockOSThread()
-			}
-			return
-		}
-	}
-}
-
-// on runs start (which forks a child) on cpu's launcher thread.
-func (p *pinner) on(cpu int, start func() error) error {
-	ch, ok := p.launch[cpu]
-	if !ok {
-		return fmt.Errorf("no launcher for CPU %d", cpu)
-	}
-	errc := make(chan error, 1)
-	select {
-	case ch <- func() { errc <- start() }:
-	case <-p.done:
-		return errors.New("pinner closed")
-	}
-	return <-errc
-}
-
-// close ends the launchers and waits until their threads are unbound;
-// the children they started keep running.
-func (p *pinner) close() {
-	select {
-	case <-p.done:
-	default:
-		close(p.done)
-	}
-	p.wg.Wait()
 }
 
 // runqueueWait sums, over pid's threads, the time each spent runnable

@@ -100,10 +100,6 @@ func (r *runner) profile(ctx context.Context) error {
 	}
 	p.NoopCPUUS = perRequestUS(string(ncum), p.Rate, p.Seconds)
 	p.NoopShares = shares(string(ncum), p.Rate*p.Seconds)
-	r.printf("CPU profiles at %.0f checks/s (%s): %.1fµs of CPU per check, no-op %.1fµs\n", p.Rate, p.Source, p.ServerCPUUS, p.NoopCPUUS)
-	for _, s := range p.Shares {
-		r.printf("  %5.1f%% %6.2fµs  %s\n", 100*s.Share, s.PerCheckUS, s.Part)
-	}
 	return nil
 }
 

@@ -144,26 +144,25 @@ func (r *runner) rlqs(ctx context.Context) error {
 	}
 
 	listeners := []struct{ name, addr string }{{"off", addrs[3]}, {"authz", addrs[2]}, {"quota", addrs[5]}}
-	r.printf("%-5s %-6s %-6s %10s %9s %9s %14s %8s %7s\n", "conc", "round", "filter", "req/s", "p50", "p99", "srv CPU/1000", "denied", "errors")
 	for _, c := range envoyConcurrency {
 		got := map[string][]*loadRun{}
 		cpu := map[string][]float64{}
-		for rd := range r.opt.rounds {
-			for i := range listeners {
-				l := listeners[(i+rd)%len(listeners)]
-				run, err := r.loadCPU(ctx, nil, 0, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
-				if err != nil {
-					return err
-				}
-				per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
-				got[l.name] = append(got[l.name], run)
-				cpu[l.name] = append(cpu[l.name], per1000)
-				res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: rd + 1, Listener: l.name, RPS: round1(run.RPS),
-					P50: run.Latency.P50, P99: run.Latency.P99, ServerCPUMS1K: per1000, DeniedShare: round(run.DeniedShare(), 4),
-					Errors: run.Errors, RequestsToSend: run.Sent})
-				r.printf("%-5d %-6d %-6s %10.0f %9s %9s %12.3fms %7.1f%% %7d\n", c, rd+1, l.name, run.RPS,
-					loadresult.Micros(run.Latency.P50), loadresult.Micros(run.Latency.P99), per1000, 100*run.DeniedShare(), run.Errors)
+		err := r.rotate(len(listeners), func(rd, i int) error {
+			l := listeners[i]
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
+			if err != nil {
+				return err
 			}
+			per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
+			got[l.name] = append(got[l.name], run)
+			cpu[l.name] = append(cpu[l.name], per1000)
+			res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: rd + 1, Listener: l.name, RPS: round1(run.RPS),
+				P50: run.Latency.P50, P99: run.Latency.P99, ServerCPUMS1K: per1000, DeniedShare: round(run.DeniedShare(), 4),
+				Errors: run.Errors, RequestsToSend: run.Sent})
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		row := RLQSRow{Concurrency: c}
 		var lat map[string]Lat
@@ -186,9 +185,6 @@ func (r *runner) rlqs(ctx context.Context) error {
 		}
 		row.QuotaDenied = round(median(denied), 4)
 		res.Rows = append(res.Rows, row)
-		r.printf("c=%d: quota filter adds %s p50 / %s p99, ext_authz %s / %s (ratio %.3f); server CPU per 1,000 requests %.3f ms vs %.3f ms (ratio %.4f)\n", c,
-			loadresult.Micros(row.QuotaAddedP50), loadresult.Micros(row.QuotaAddedP99), loadresult.Micros(row.AuthzAddedP50), loadresult.Micros(row.AuthzAddedP99),
-			row.AddedRatio, row.QuotaCPUMSPer1000, row.AuthzCPUMSPer1000, row.CPURatio)
 	}
 	for _, row := range res.Rows {
 		if row.QuotaRPS == 0 {

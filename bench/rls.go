@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -96,28 +95,25 @@ func (r *runner) rls(ctx context.Context) error {
 
 	res := &RLS{Plan: r.opt.plan(grpcConns, rlsConcurrency)}
 	r.res.RLS = res
-	r.printf("%-24s %-6s %12s %12s %7s %9s %9s %9s %9s %8s\n", "workload", "round", "server/s", "no-op/s", "ratio", "srv CPU", "noop CPU", "srv p99", "noop p99", "denied")
 	for _, w := range rlsWorkloads {
 		srv, addr := allowed, allowedAddr
 		if w.denied {
 			srv, addr = denied, deniedAddr
 		}
 		var servers, noops []*loadRun
-		for round := range r.opt.rounds {
-			// The server and the no-op alternate, each first in turn.
-			var got [2]*loadRun
-			for i := range 2 {
-				t := (i + round) % 2
-				p, a := []*proc{srv, noop}[t], []string{addr, noopAddr}[t]
-				name := fmt.Sprintf("rls-%dd-%v-r%d-%s", w.descriptors, w.denied, round+1, []string{"server", "noop"}[t])
-				if got[t], err = r.loadCPU(ctx, nil, 0, name, p, r.rlsArgs(a, w.descriptors, w.denied)...); err != nil {
-					return err
-				}
+		err := r.rotate(2, func(round, t int) error {
+			p, a := []*proc{srv, noop}[t], []string{addr, noopAddr}[t]
+			name := fmt.Sprintf("rls-%dd-%v-r%d-%s", w.descriptors, w.denied, round+1, []string{"server", "noop"}[t])
+			run, err := r.loadCPU(ctx, -1, name, p, r.rlsArgs(a, w.descriptors, w.denied)...)
+			if t == 0 {
+				servers = append(servers, run)
+			} else {
+				noops = append(noops, run)
 			}
-			s, n := got[0], got[1]
-			servers, noops = append(servers, s), append(noops, n)
-			r.printf("%-24s %-6d %12.0f %12.0f %7.2f %7.1fµs %7.1fµs %9s %9s %7.1f%%\n", w.name, round+1, s.RPS, n.RPS, s.RPS/max(n.RPS, 1),
-				s.ServerCPUUS, n.ServerCPUUS, loadresult.Micros(s.Latency.P99), loadresult.Micros(n.Latency.P99), 100*s.DeniedShare())
+			return err
+		})
+		if err != nil {
+			return err
 		}
 		row := RLSRow{SingleRow: compare(rlsConcurrency, w.name, servers, noops), Descriptors: w.descriptors, Denied: w.denied}
 		if row.NoopCPUUS > 0 {

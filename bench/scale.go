@@ -72,10 +72,6 @@ func (r *runner) scale(ctx context.Context) error {
 	}
 	s.NATS = capacity
 	s.build()
-	for _, row := range s.Rows {
-		r.printf("%-6s nodes=%-3d in-B/node/1k-hits model %8.0f  before %8.0f  after %8.0f  (shares model %6.0f)\n",
-			row.Load, row.Nodes, row.Model.InB, row.Before.value(mInB), row.After.value(mInB), row.ModelShares.InB)
-	}
 	return nil
 }
 

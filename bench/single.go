@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // singleConcurrency are the client concurrencies of scenario 1.
@@ -118,23 +117,20 @@ func (r *runner) single(ctx context.Context) error {
 	s := &Single{Plan: r.opt.plan(grpcConns, 0), Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
 	r.res.Single = s
 	results := map[string][]*loadRun{} // "c/target" → per round
-	r.printf("%-5s %-8s %-8s %12s %9s %9s %9s %9s %8s %9s %9s\n", "conc", "round", "target", "req/s", "p50", "p90", "p99", "p99.9", "denied", "srv CPU", "tool CPU")
 	for _, c := range singleConcurrency {
-		for round := range r.opt.rounds {
-			for i := range targets {
-				t := targets[(i+round)%len(targets)]
-				name := fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name)
-				res, err := r.loadCPU(ctx, nil, 0, name, t.p, r.checkArgs(t.addr, c, 0, t.w)...)
-				if err != nil {
-					return err
-				}
-				key := fmt.Sprintf("%d/%s", c, t.name)
-				results[key] = append(results[key], res)
-				s.Runs = append(s.Runs, runOf(round+1, c, t.name, 0, res))
-				r.printf("%-5d %-8d %-8s %12.0f %9s %9s %9s %9s %7.1f%% %7.1fµs %7.1fµs\n", c, round+1, t.name, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P90), loadresult.Micros(res.Latency.P99),
-					loadresult.Micros(res.Latency.P999), 100*res.DeniedShare(), res.ServerCPUUS, res.ClientCPUUS())
+		err := r.rotate(len(targets), func(round, i int) error {
+			t := targets[i]
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name), t.p, r.checkArgs(t.addr, c, 0, t.w)...)
+			if err != nil {
+				return err
 			}
+			key := fmt.Sprintf("%d/%s", c, t.name)
+			results[key] = append(results[key], res)
+			s.Runs = append(s.Runs, runOf(round+1, c, t.name, 0, res))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		for _, w := range []string{"allowed", "denied"} {
 			row := compare(c, w, results[fmt.Sprintf("%d/%s", c, w)], results[fmt.Sprintf("%d/noop", c)])
@@ -144,11 +140,6 @@ func (r *runner) single(ctx context.Context) error {
 			rs := results[fmt.Sprintf("%d/%s", c, t.name)]
 			s.CDFs = append(s.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: t.name, Points: medianRun(rs).CDF})
 		}
-	}
-	r.printf("\n%-5s %-8s %10s %10s %7s %10s %10s %8s %12s\n", "conc", "workload", "server/s", "noop/s", "ratio", "p99", "noop p99", "denied", "CPU/check")
-	for _, row := range s.Rows {
-		r.printf("%-5d %-8s %10.0f %10.0f %7.2f %10s %10s %7.1f%% %5.1f/%.1fµs\n", row.Concurrency, row.Workload, row.ServerRPS, row.NoopRPS,
-			row.Ratio, loadresult.Micros(row.Server.P99), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare, row.ServerCPUUS, row.NoopCPUUS)
 	}
 	for _, row := range s.Rows {
 		if row.Concurrency == 64 && row.Workload == "allowed" {
@@ -169,17 +160,14 @@ func (r *runner) single(ctx context.Context) error {
 		if rate < 100 {
 			continue
 		}
-		r.printf("\nfixed rate %.0f/s (%.0f%% of the no-op's c=64 rate), up to 64 in flight:\n", rate, 100*share)
 		fixed := map[string][]*loadRun{}
 		for _, t := range targets {
-			res, err := r.loadCPU(ctx, nil, 0, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.p, r.checkArgs(t.addr, 64, rate, t.w)...)
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.p, r.checkArgs(t.addr, 64, rate, t.w)...)
 			if err != nil {
 				return err
 			}
 			fixed[t.name] = append(fixed[t.name], res)
 			s.Runs = append(s.Runs, runOf(1, 64, t.name, rate, res))
-			r.printf("%-8s %10.0f/s  p50 %s  p99 %s  p99.9 %s  late %d\n", t.name, res.RPS,
-				loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Late)
 		}
 		for _, w := range []string{"allowed", "denied"} {
 			row := compare(64, w, fixed[w], fixed["noop"])
