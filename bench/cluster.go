@@ -53,14 +53,7 @@ type clusterHarness struct {
 	natsURL  string
 	nats     *proc
 	restarts int
-	nodes    []clusterNode
-}
-
-// clusterNode is one node of a harness.
-type clusterNode struct {
-	p          *proc
-	id         string
-	grpc, http string
+	nodes    []*server // named by node id
 }
 
 // startCluster installs nats-server (when this run has not yet), starts
@@ -90,13 +83,13 @@ func (r *runner) startCluster(ctx context.Context, name string, n int, config st
 	}
 	for i := range n {
 		id := fmt.Sprintf("%s-node%d", name, i+1)
-		p, grpcAddr, httpAddr, err := r.startCheckServer(ctx, id, config, nil,
+		node, err := r.startCheckServer(ctx, id, config, nil,
 			"--backend", "cluster", "--nats-url", h.natsURL, "--sync-interval", sync.String(), "--node-id", id)
 		if err != nil {
 			h.stop()
 			return nil, err
 		}
-		h.nodes = append(h.nodes, clusterNode{p: p, id: id, grpc: grpcAddr, http: httpAddr})
+		h.nodes = append(h.nodes, node)
 	}
 	return h, nil
 }
@@ -128,7 +121,7 @@ func (h *clusterHarness) stopNATS() {
 // stop stops the nodes and nats-server.
 func (h *clusterHarness) stop() {
 	for _, n := range h.nodes {
-		n.p.stop()
+		n.stop()
 	}
 	h.stopNATS()
 }
@@ -148,7 +141,7 @@ func (h *clusterHarness) metric(name string) ([]float64, error) {
 	for _, n := range h.nodes {
 		mt, err := scrape.Get(httpClient, "http://"+n.http+"/metrics")
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", n.id, err)
+			return nil, fmt.Errorf("%s: %w", n.name, err)
 		}
 		out = append(out, mt.Sum(name))
 	}

@@ -77,7 +77,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, n := range h.nodes {
 		wg.Go(func() {
-			runs[i], errs[i] = r.load(ctx, n.id, total+2*time.Second,
+			runs[i], errs[i] = r.load(ctx, n.name, total+2*time.Second,
 				"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
 				"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
 				"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
@@ -93,7 +93,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 		}
 		for i, x := range got {
 			if x == 0 {
-				return fmt.Errorf("%s has counted no check yet", h.nodes[i].id)
+				return fmt.Errorf("%s has counted no check yet", h.nodes[i].name)
 			}
 		}
 		return nil
@@ -115,7 +115,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 			}
 			for i, x := range got {
 				if x != v {
-					return fmt.Errorf("%s: %s %v, want %v", h.nodes[i].id, connected, x, v)
+					return fmt.Errorf("%s: %s %v, want %v", h.nodes[i].name, connected, x, v)
 				}
 			}
 			return nil
@@ -153,7 +153,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return fmt.Errorf("%s: %w", h.nodes[i].id, err)
+			return fmt.Errorf("%s: %w", h.nodes[i].name, err)
 		}
 		cl.Errors += runs[i].Errors
 	}

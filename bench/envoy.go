@@ -55,12 +55,12 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 	defer be.stop()
-	noop, noopAddr, err := r.startNoop(ctx, "s4-noop")
+	noop, err := r.startNoop(ctx, "s4-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
-	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.grpcAddr, Check: be.checkAddr, NoopAuthz: noopAddr, App: addrs[0]})
+	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.srv.grpc, Check: be.srv.addr, NoopAuthz: noop.grpc, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -116,9 +116,9 @@ func (r *runner) envoy(ctx context.Context) error {
 // upstream app, and ratelimit-authz of the allowed configuration with its
 // gRPC port and its lean Check listener.
 type envoyBackends struct {
-	up, srv             *proc
-	appAddr             string
-	grpcAddr, checkAddr string
+	up      *proc
+	srv     *server // addr: its lean Check listener
+	appAddr string
 }
 
 // startEnvoyBackends starts the backends, named prefix-upstream and
@@ -130,10 +130,7 @@ func (r *runner) startEnvoyBackends(ctx context.Context, prefix, appAddr string)
 	if err != nil {
 		return nil, err
 	}
-	if be.checkAddr, err = freeport.Addr(); err == nil {
-		be.srv, be.grpcAddr, _, err = r.startCheckServer(ctx, prefix+"-server", r.allowedCfg, nil, "--check-addr", be.checkAddr)
-	}
-	if err != nil {
+	if be.srv, err = r.startServer(ctx, -1, prefix+"-server", nil, true, r.bins.server, r.serve(r.allowedCfg)...); err != nil {
 		be.up.stop()
 		return nil, err
 	}

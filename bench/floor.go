@@ -1,16 +1,13 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // The floor scenario measures CPU per check the way the floor issue does:
@@ -51,14 +48,6 @@ const (
 	floorLean        = "lean-"
 )
 
-type floorTarget struct {
-	name     string
-	addr     string
-	w        workload
-	p        *proc
-	pprofURL string
-}
-
 func (r *runner) floor(ctx context.Context) error {
 	f := &Floor{Plan: r.opt.plan(grpcConns, floorConcurrency)}
 	r.res.Floor = f
@@ -70,19 +59,19 @@ func (r *runner) floor(ctx context.Context) error {
 		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)
 	}
 	f.ServerCPU, f.LoadCPU = cpus[0], cpus[1]
-	var targets []*floorTarget
+	var targets []*server
 	add := func(name, bin string, w workload, head ...string) error {
-		t, err := r.startFloorTarget(ctx, f.ServerCPU, name, bin, strings.HasPrefix(name, floorLean), head...)
+		t, err := r.startServer(ctx, f.ServerCPU, "floor-"+name, nil, strings.HasPrefix(name, floorLean), bin, head...)
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
-		t.w = w
+		t.name, t.w = name, w
 		targets = append(targets, t)
 		return nil
 	}
 	defer func() {
 		for _, t := range targets {
-			t.p.stop()
+			t.stop()
 		}
 	}()
 	life := r.lifetime().String()
@@ -92,20 +81,13 @@ func (r *runner) floor(ctx context.Context) error {
 	if err := add(floorNoop, r.bins.bench, allowedLoad, "noop", "--lifetime", life); err != nil {
 		return err
 	}
-	serve := func(config string) []string {
-		return append([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
-	}
-	if err := add("allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
-		return err
-	}
-	if err := add("denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
-		return err
-	}
-	if err := add(floorLean+"allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
-		return err
-	}
-	if err := add(floorLean+"denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
-		return err
+	for _, path := range []string{"", floorLean} {
+		if err := add(path+"allowed", r.bins.server, allowedLoad, r.serve(r.allowedCfg)...); err != nil {
+			return err
+		}
+		if err := add(path+"denied", r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root))...); err != nil {
+			return err
+		}
 	}
 	if r.opt.baselineRef != "" {
 		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
@@ -126,7 +108,7 @@ func (r *runner) floor(ctx context.Context) error {
 		runs := map[string][]*loadRun{}
 		err := r.rotate(len(targets), func(round, i int) error {
 			t := targets[i]
-			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.p, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
+			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.proc, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
 			if err != nil {
 				return err
 			}
@@ -166,37 +148,6 @@ func (r *runner) floor(ctx context.Context) error {
 }
 
 func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
-
-// startFloorTarget starts bin with head (a subcommand and its flags) and
-// its own gRPC, HTTP and profile addresses, bound to cpu, waits until it
-// is ready and checks that the kernel holds it to that CPU. With lean,
-// the server also opens its lean Check listener, and the load goes there.
-func (r *runner) startFloorTarget(ctx context.Context, cpu int, name, bin string, lean bool, head ...string) (*floorTarget, error) {
-	addrs, err := freeport.Addrs(4)
-	if err != nil {
-		return nil, err
-	}
-	args := append(append([]string{}, head...), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
-	target := addrs[0]
-	if lean {
-		args = append(args, "--check-addr", addrs[3])
-		target = addrs[3]
-	}
-	bin, args = onCPU(cpu, bin, args...)
-	p, err := r.start("floor-"+name, r.lifetime(), nil, bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, err
-	}
-	if got, err := cpusAllowed(p.pid()); err != nil || got != strconv.Itoa(cpu) {
-		p.stop()
-		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
-	}
-	return &floorTarget{name: name, addr: target, p: p, pprofURL: "http://" + addrs[2] + "/debug/pprof/profile"}, nil
-}
 
 // baseline is the server built from another commit, and that commit's
 // configurations.
@@ -311,7 +262,7 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 // of the lean listener and the baseline (denied) at the lowest fixed rate,
 // where a check pays its wakeups alone; each under its own load. It keeps
 // pprof -top of each.
-func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*floorTarget) error {
+func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*server) error {
 	type profiled struct {
 		name string
 		rate float64 // 0: saturation
@@ -329,7 +280,7 @@ func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*floorTa
 		if r.opt.quick {
 			secs = 2
 		}
-		var t *floorTarget
+		var t *server
 		for _, x := range targets {
 			if x.name == name {
 				t = x
@@ -342,42 +293,12 @@ func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*floorTa
 		if pr.rate > 0 {
 			label, level = fmt.Sprintf("%s-%.0fpct", name, 100*floorShares[0]), shareName(floorShares[0])
 		}
-		path := filepath.Join(r.runsDir, "cpu-floor-"+label+".pprof")
-		dur := time.Duration(secs)*time.Second + 1500*time.Millisecond
-		args := append([]string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
-			"--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"}, t.w.args...)
-		if pr.rate > 0 {
-			args = append(args, "--rate", strconv.FormatFloat(pr.rate, 'f', 0, 64))
-		}
-		type loadDone struct {
-			res *loadRun
-			err error
-		}
-		done := make(chan loadDone, 1)
-		go func() {
-			res, err := r.loadOn(ctx, f.LoadCPU, "floor-profile-"+label, dur+500*time.Millisecond, args...)
-			done <- loadDone{res, err}
-		}()
-		sleepCtx(ctx, time.Second)
-		ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", t.pprofURL, secs), path, time.Duration(secs+15)*time.Second)
-		ld := <-done
-		if ld.err != nil {
-			return ld.err
-		}
-		if ferr != nil {
-			return ferr
-		}
-		top, err := r.runTool(ctx, "pprof-floor-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", path)
+		run, p, err := r.profileUnderLoad(ctx, f.LoadCPU, "floor-"+label, t.pprofURL, secs, 20, r.checkArgs(t.addr, floorConcurrency, pr.rate, t.w)...)
 		if err != nil {
 			return err
 		}
-		cum, err := r.runTool(ctx, "pprof-floor-cum-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
-		if err != nil {
-			return err
-		}
-		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(ld.res.RPS),
-			File: filepath.Base(path), Top: trimPprof(string(top)), Shares: shares(string(cum), ld.res.RPS*float64(secs))})
-		r.printf("profiled %s at %s (%.0f checks/s): %s\n", name, cmp.Or(level, "saturation"), ld.res.RPS, filepath.Base(path))
+		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(run.RPS),
+			File: filepath.Base(p.path), Top: p.top, Shares: shares(p.cum, run.RPS*float64(secs))})
 	}
 	return nil
 }

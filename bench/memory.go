@@ -41,13 +41,13 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	}
 	m := &Memory{Keys: keys, Checks: checks, Buckets: int(copies), WindowS: int(window.Seconds()), SweepS: sweep.Seconds(), MaxKeysConfig: maxKeys}
 	r.res.Memory = m
-	srv, grpcAddr, httpAddr, err := r.startCheckServer(ctx, "s2-server", cfg, []string{"GODEBUG=gctrace=1"},
+	srv, err := r.startCheckServer(ctx, "s2-server", cfg, []string{"GODEBUG=gctrace=1"},
 		"--sweep-interval", sweep.String())
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
-	metricsURL := "http://" + httpAddr + "/metrics"
+	metricsURL, grpcAddr := "http://"+srv.http+"/metrics", srv.grpc
 
 	t0 := time.Now()
 	since := func() float64 { return round(time.Since(t0).Seconds(), 2) }

@@ -571,7 +571,7 @@ func (r *runner) writeFloor(b *strings.Builder) {
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	w("## Floor: CPU per check against a default grpc-go no-op\n\n")
-	w("Every server bound to one CPU and the load tool (`ratelimit-bench check`) to the other (%s; each server's `Cpus_allowed_list` checked after its start, so a Go process sizes GOMAXPROCS to 1 as under `taskset`), %d checks in flight over %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the targets alternating in a rotating order within each round. CPU per check is the server process's user + system time over the run (/proc/PID/stat) divided by the checks it answered. Targets:\n\n",
+	w("Every server bound to one CPU and the load tool (`ratelimit-bench check`) to the other (%s; each started by `taskset -c` and its `Cpus_allowed_list` checked after its start, so a Go process sizes GOMAXPROCS to 1), %d checks in flight over %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the targets alternating in a rotating order within each round. CPU per check is the server process's user + system time over the run (/proc/PID/stat) divided by the checks it answered. Targets:\n\n",
 		f.Pinning, f.Concurrency, f.Conns, f.Rounds, f.RunS, f.WarmupS)
 	w("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
 	w("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")

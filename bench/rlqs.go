@@ -116,7 +116,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 
 	// Envoy A: ext_authz as shipped (the lean Check listener), with and
 	// without the filter.
-	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Off: addrs[3], Authz: be.grpcAddr, Check: be.checkAddr, App: addrs[0]})
+	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Off: addrs[3], Authz: be.srv.grpc, Check: be.srv.addr, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[4], Listener: addrs[5], Authz: []string{be.grpcAddr}, App: addrs[0]})
+	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[4], Listener: addrs[5], Authz: []string{be.srv.grpc}, App: addrs[0]})
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 		cpu := map[string][]float64{}
 		err := r.rotate(len(listeners), func(rd, i int) error {
 			l := listeners[i]
-			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv.proc, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
 			if err != nil {
 				return err
 			}
@@ -191,18 +191,18 @@ func (r *runner) rlqs(ctx context.Context) error {
 			return fmt.Errorf("c=%d: no request went through the quota listener", row.Concurrency)
 		}
 	}
-	return r.rlqsStreams(ctx, res, be.srv, be.grpcAddr)
+	return r.rlqsStreams(ctx, res, be.srv)
 }
 
 // rlqsStreams runs `ratelimit-bench rlqs` against the server: 16 streams
 // (Envoys) of 200 bucket ids each, reporting every second (five times
 // Envoy 1.40.0's rate), and reads the server's CPU around it.
-func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *proc, grpcAddr string) error {
+func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) error {
 	st := &RLQSStreams{Streams: 16, BucketIDs: 200, IntervalS: 1}
 	res.Streams = st
 	d := 2 * r.opt.run
 	c0, err0 := cpuTimeOf(srv.pid())
-	out, err := r.runTool(ctx, "q-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", grpcAddr,
+	out, err := r.runTool(ctx, "q-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", srv.grpc,
 		"--streams", strconv.Itoa(st.Streams), "--buckets", strconv.Itoa(st.BucketIDs), "--interval", "1s",
 		"--duration", d.String(), "--key-prefix", "streams-", "--json", "-")
 	if err != nil {

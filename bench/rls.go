@@ -69,7 +69,7 @@ func (r *runner) rlsArgs(target string, descriptors int, denied bool, extra ...s
 // three descriptors, allowed and denied, the two alternating within each
 // round; then the memory of descriptor-style keys.
 func (r *runner) rls(ctx context.Context) error {
-	noop, noopAddr, err := r.startNoop(ctx, "rls-noop")
+	noop, err := r.startNoop(ctx, "rls-noop")
 	if err != nil {
 		return err
 	}
@@ -82,12 +82,12 @@ func (r *runner) rls(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	allowed, allowedAddr, _, err := r.startCheckServer(ctx, "rls-server-allowed", r.allowedCfg, allowedEnv)
+	allowed, err := r.startCheckServer(ctx, "rls-server-allowed", r.allowedCfg, allowedEnv)
 	if err != nil {
 		return err
 	}
 	defer allowed.stop()
-	denied, deniedAddr, _, err := r.startCheckServer(ctx, "rls-server-denied", r.allowedCfg, deniedEnv)
+	denied, err := r.startCheckServer(ctx, "rls-server-denied", r.allowedCfg, deniedEnv)
 	if err != nil {
 		return err
 	}
@@ -96,15 +96,15 @@ func (r *runner) rls(ctx context.Context) error {
 	res := &RLS{Plan: r.opt.plan(grpcConns, rlsConcurrency)}
 	r.res.RLS = res
 	for _, w := range rlsWorkloads {
-		srv, addr := allowed, allowedAddr
+		srv := allowed
 		if w.denied {
-			srv, addr = denied, deniedAddr
+			srv = denied
 		}
 		var servers, noops []*loadRun
 		err := r.rotate(2, func(round, t int) error {
-			p, a := []*proc{srv, noop}[t], []string{addr, noopAddr}[t]
+			s := []*server{srv, noop}[t]
 			name := fmt.Sprintf("rls-%dd-%v-r%d-%s", w.descriptors, w.denied, round+1, []string{"server", "noop"}[t])
-			run, err := r.loadCPU(ctx, -1, name, p, r.rlsArgs(a, w.descriptors, w.denied)...)
+			run, err := r.loadCPU(ctx, -1, name, s.proc, r.rlsArgs(s.grpc, w.descriptors, w.denied)...)
 			if t == 0 {
 				servers = append(servers, run)
 			} else {
@@ -145,7 +145,7 @@ func (r *runner) rlsMemory(ctx context.Context, res *RLS) error {
 	if err != nil {
 		return err
 	}
-	srv, grpcAddr, httpAddr, err := r.startCheckServer(ctx, "rls-memory-server", cfg, append(env, "GODEBUG=gctrace=1"))
+	srv, err := r.startCheckServer(ctx, "rls-memory-server", cfg, append(env, "GODEBUG=gctrace=1"))
 	if err != nil {
 		return err
 	}
@@ -153,11 +153,11 @@ func (r *runner) rlsMemory(ctx context.Context, res *RLS) error {
 	point := func(name string) (MemPoint, error) {
 		var p MemPoint
 		var err error
-		p.LiveHeap, p.HeapGoal = r.gcSettle(ctx, "rls-"+name, grpcAddr, srv.logPath)
+		p.LiveHeap, p.HeapGoal = r.gcSettle(ctx, "rls-"+name, srv.grpc, srv.logPath)
 		if p.RSS, p.HWM, err = procStatus(srv.pid()); err != nil {
 			return p, err
 		}
-		mt, err := scrape.Get(httpClient, "http://"+httpAddr+"/metrics")
+		mt, err := scrape.Get(httpClient, "http://"+srv.http+"/metrics")
 		if err != nil {
 			return p, err
 		}
@@ -168,7 +168,7 @@ func (r *runner) rlsMemory(ctx context.Context, res *RLS) error {
 		return err
 	}
 	start := time.Now().UTC()
-	run, err := r.load(ctx, "rls-memory-load", 5*time.Minute, "rls", "--target", grpcAddr, "--descriptors", "1", "--keys", "unique",
+	run, err := r.load(ctx, "rls-memory-load", 5*time.Minute, "rls", "--target", srv.grpc, "--descriptors", "1", "--keys", "unique",
 		"--requests", strconv.FormatInt(keys, 10), "--concurrency", "16", "--connections", strconv.Itoa(grpcConns),
 		"--duration", "5m", "--warmup", "0", "--timeout", "5s")
 	if err != nil {

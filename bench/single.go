@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -37,43 +38,59 @@ var fixedRateShares = []float64{0.4, 0.1}
 // workers (one per core) would hold to the cluster.
 const grpcConns = 2
 
-// startCheckServer starts ratelimit-authz serve with config and waits
-// until it is ready; it returns the gRPC and HTTP addresses.
-func (r *runner) startCheckServer(ctx context.Context, name, config string, env []string, extra ...string) (*proc, string, string, error) {
-	addrs, err := freeport.Addrs(2)
-	if err != nil {
-		return nil, "", "", err
-	}
-	args := append([]string{"serve", "--config", config, "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
-	args = append(args, extra...)
-	p, err := r.start(name, r.lifetime(), env, r.bins.server, args...)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, "", "", err
-	}
-	return p, addrs[0], addrs[1], nil
+// server is a started server: ratelimit-authz serve, a no-op or the
+// baseline's, with its addresses and the workload it is measured with.
+type server struct {
+	*proc
+	name, grpc, http, pprofURL string
+	addr                       string // where its load goes: grpc, or the lean listener's
+	w                          workload
 }
 
-// startNoop starts the no-op ext_authz server (the floor).
-func (r *runner) startNoop(ctx context.Context, name string) (*proc, string, error) {
-	addrs, err := freeport.Addrs(2)
+// startServer starts bin with head (a subcommand and its flags) and
+// addresses of its own (gRPC, HTTP, profiles; with lean also the lean
+// Check listener, where its load then goes), bound to cpu (< 0: unbound),
+// and waits until it is ready and, bound, the kernel holds it to cpu. env
+// entries are added to the runner's environment.
+func (r *runner) startServer(ctx context.Context, cpu int, name string, env []string, lean bool, bin string, head ...string) (*server, error) {
+	addrs, err := freeport.Addrs(4)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	p, err := r.start(name, r.lifetime(), nil, r.bins.bench, "noop", "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--lifetime", r.lifetime().String())
-	if err != nil {
-		return nil, "", err
+	s := &server{name: name, grpc: addrs[0], http: addrs[1], pprofURL: "http://" + addrs[2] + "/debug/pprof/profile", addr: addrs[0]}
+	args := append(slices.Clone(head), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
+	if lean {
+		args, s.addr = append(args, "--check-addr", addrs[3]), addrs[3]
 	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, "", err
+	bin, args = onCPU(cpu, bin, args...)
+	if s.proc, err = r.start(name, r.lifetime(), env, bin, args...); err != nil {
+		return nil, err
 	}
-	return p, addrs[0], nil
+	if err := waitHTTP200(ctx, s.proc, "http://"+s.http+"/readyz", 30*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	if got, err := cpusAllowed(s.pid()); cpu >= 0 && (err != nil || got != strconv.Itoa(cpu)) {
+		s.stop()
+		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
+	}
+	return s, nil
+}
+
+// serve is the head of `ratelimit-authz serve` of this tree on config,
+// with extra flags.
+func (r *runner) serve(config string, extra ...string) []string {
+	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs, extra)
+}
+
+// startCheckServer starts ratelimit-authz serve of this tree on config.
+func (r *runner) startCheckServer(ctx context.Context, name, config string, env []string, extra ...string) (*server, error) {
+	return r.startServer(ctx, -1, name, env, false, r.bins.server, r.serve(config, extra...)...)
+}
+
+// startNoop starts the no-op ext_authz and rate limit server (the floor).
+func (r *runner) startNoop(ctx context.Context, name string) (*server, error) {
+	return r.startServer(ctx, -1, name, nil, false, r.bins.bench, "noop", "--lifetime", r.lifetime().String())
 }
 
 // checkArgs are the flags of one gRPC load run.
@@ -91,36 +108,31 @@ func (r *runner) checkArgs(target string, c int, rate float64, w workload) []str
 // within each round (in a rotating order) so that a change in the
 // machine's load hits all of them alike.
 func (r *runner) single(ctx context.Context) error {
-	noop, noopAddr, err := r.startNoop(ctx, "s1-noop")
+	noop, err := r.startNoop(ctx, "s1-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
-	allowed, allowedAddr, _, err := r.startCheckServer(ctx, "s1-server-allowed", r.allowedCfg, nil)
+	allowed, err := r.startCheckServer(ctx, "s1-server-allowed", r.allowedCfg, nil)
 	if err != nil {
 		return err
 	}
 	defer allowed.stop()
-	denied, deniedAddr, _, err := r.startCheckServer(ctx, "s1-server-denied", shippedConfigPath(r.root), nil)
+	denied, err := r.startCheckServer(ctx, "s1-server-denied", shippedConfigPath(r.root), nil)
 	if err != nil {
 		return err
 	}
 	defer denied.stop()
-
-	type target struct {
-		name string
-		addr string
-		w    workload
-		p    *proc
-	}
-	targets := []target{{"noop", noopAddr, allowedLoad, noop}, {"allowed", allowedAddr, allowedLoad, allowed}, {"denied", deniedAddr, deniedLoad, denied}}
+	noop.name, allowed.name, denied.name = "noop", "allowed", "denied"
+	noop.w, allowed.w, denied.w = allowedLoad, allowedLoad, deniedLoad
+	targets := []*server{noop, allowed, denied}
 	s := &Single{Plan: r.opt.plan(grpcConns, 0), Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
 	r.res.Single = s
 	results := map[string][]*loadRun{} // "c/target" → per round
 	for _, c := range singleConcurrency {
 		err := r.rotate(len(targets), func(round, i int) error {
 			t := targets[i]
-			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name), t.p, r.checkArgs(t.addr, c, 0, t.w)...)
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name), t.proc, r.checkArgs(t.addr, c, 0, t.w)...)
 			if err != nil {
 				return err
 			}
@@ -162,7 +174,7 @@ func (r *runner) single(ctx context.Context) error {
 		}
 		fixed := map[string][]*loadRun{}
 		for _, t := range targets {
-			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.p, r.checkArgs(t.addr, 64, rate, t.w)...)
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.proc, r.checkArgs(t.addr, 64, rate, t.w)...)
 			if err != nil {
 				return err
 			}
