@@ -85,21 +85,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func newFlagSet(name, summary string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimit-bench "+name, flag.ContinueOnError) // the name cli's messages start with
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ratelimit-bench %s [flags]\n\n%s\n\nFlags:\n", name, summary)
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-// parse parses flags (cli.Parse); a mistake names the command.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
-	done, err = cli.Parse(fs, args, stdout, stderr)
-	if err != nil {
-		err = cli.UsageError{Msg: fs.Name() + ": " + err.Error()}
-	}
-	return done, err
 }
 
 func runLoadCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
@@ -157,7 +148,7 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	}
 	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
 	fs.BoolVar(&quiet, "quiet", false, "print nothing but errors (with --json FILE)")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	cfg.keys.tenants, cfg.keys.channels, cfg.keys.ips, cfg.keys.accounts = populations.tenants, populations.channels, populations.ips, populations.accounts
@@ -300,7 +291,7 @@ floor of a default-configured grpc-go ext_authz server. /healthz and /readyz on
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:9090", httpHelp)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve /debug/pprof on this `address` (empty: off)")
 	fs.DurationVar(&c.lifetime, "lifetime", time.Hour, "exit after this long even if nobody stops the server")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if err := c.validate(); err != nil {
@@ -317,7 +308,7 @@ func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs := newFlagSet("upstream", "Serve a minimal HTTP application: 200 and {\"ok\":true} for every request.")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	lifetime := fs.Duration("lifetime", time.Hour, "exit after this long even if nobody stops the server")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if *lifetime <= 0 || *lifetime > 24*time.Hour {
@@ -331,7 +322,7 @@ func runRLSConfigCmd(args []string, stdout, stderr io.Writer) error {
 for each descriptor 'ratelimit-bench rls' sends, each at --limit per --unit.`)
 	limit := fs.Uint64("limit", 2_000_000_000, "requests_per_unit of every rule (0 blocks everything)")
 	unit := fs.String("unit", "second", "unit of every rule: second, minute, hour or day")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if *limit > 1<<32-1 {

@@ -74,7 +74,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
 	verbose := fs.Bool("verbose", false, "print every answer (bucket id and action) to stderr, as received")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	switch {
