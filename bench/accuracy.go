@@ -75,8 +75,7 @@ func (r *runner) accuracy(ctx context.Context) error {
 	defer h.stop()
 
 	bin := filepath.Join(r.tmp, "accuracy")
-	if _, err := r.runTool(ctx, "build-accuracy", 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
-		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+	if err := r.goBuild(ctx, r.root, bin, "./"+accuracyDir); err != nil {
 		return err
 	}
 	var before string
@@ -151,19 +150,13 @@ func mergeAccuracy(into, run *loadresult.Accuracy) *loadresult.Accuracy {
 // added to the repository) with this tree's bench/accuracy and
 // accuracyDeps copied in. The tree is removed once the program is built.
 func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (string, error) {
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", b.Ref+"^{commit}")
-	if err != nil {
-		return "", fmt.Errorf("git rev-parse %s: %w (not in this clone?)", b.Ref, err)
-	}
-	b.Commit = commit
 	start := time.Now()
-	src := filepath.Join(r.tmp, "accuracy-baseline-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
+	src, commit, err := r.checkout(ctx, b.Ref, "accuracy-baseline")
+	b.Commit = commit
+	if src != "" {
+		defer os.RemoveAll(src)
 	}
-	defer os.RemoveAll(src)
-	if _, err := r.runTool(ctx, "accuracy-baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	if err != nil {
 		return "", err
 	}
 	for _, d := range append([]string{accuracyDir}, accuracyDeps...) {
@@ -179,12 +172,10 @@ func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (s
 		return "", fmt.Errorf("retarget the program's imports to the baseline tree: %w", err)
 	}
 	bin := filepath.Join(r.tmp, "accuracy-baseline")
-	if _, err := r.runTool(ctx, "build-accuracy-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
-		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+	if err := r.goBuild(ctx, src, bin, "./"+accuracyDir); err != nil {
 		return "", err
 	}
 	b.BuildS = round1(time.Since(start).Seconds())
-	r.printf("accuracy baseline: %s (%s), built in %.0fs\n", b.Ref, commit, b.BuildS)
 	return bin, nil
 }
 

@@ -1,11 +1,36 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
+
+// checkout writes the tree of ref into a new folder under the run's
+// temporary folder (git archive: no worktree is added to the repository)
+// and returns the folder and the commit.
+func (r *runner) checkout(ctx context.Context, ref, name string) (src, commit string, err error) {
+	commit, err = commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", ref+"^{commit}")
+	if err != nil {
+		return "", "", fmt.Errorf("git rev-parse %s: %w (not in this clone?)", ref, err)
+	}
+	if src, err = os.MkdirTemp(r.tmp, name+"-"); err != nil {
+		return "", commit, err
+	}
+	_, err = r.runTool(ctx, name+"-archive", 2*time.Minute, nil, r.root, "bash", "-c",
+		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src)
+	return src, commit, err
+}
+
+// goBuild builds the package pkg of the module at dir into the binary out.
+func (r *runner) goBuild(ctx context.Context, dir, out, pkg string) error {
+	_, err := r.runTool(ctx, "build-"+filepath.Base(out), 5*time.Minute, []string{"CGO_ENABLED=0"}, dir, "go", "build", "-trimpath", "-o", out, pkg)
+	return err
+}
 
 // modulePackage matches an import of one of this module's internal
 // packages, the package's name in group 1.

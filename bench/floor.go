@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
-
 )
 
 // The floor scenario measures CPU per check the way the floor issue does:
@@ -161,23 +159,14 @@ type baseline struct {
 // allowed configuration.
 func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, error) {
 	b := &baseline{FloorBaseline: FloorBaseline{Ref: ref}}
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", ref+"^{commit}")
-	if err != nil {
-		return b, fmt.Errorf("git rev-parse %s: %w (not in this clone?)", ref, err)
-	}
-	b.Commit = commit
-	src := filepath.Join(r.tmp, "baseline-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return b, err
-	}
 	start := time.Now()
-	if _, err := r.runTool(ctx, "baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	src, commit, err := r.checkout(ctx, ref, "baseline")
+	b.Commit = commit
+	if err != nil {
 		return b, err
 	}
 	b.bin = filepath.Join(r.tmp, "ratelimit-authz-baseline")
-	if _, err := r.runTool(ctx, "build-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
-		"go", "build", "-trimpath", "-o", b.bin, "./cmd/ratelimit-authz"); err != nil {
+	if err := r.goBuild(ctx, src, b.bin, "./cmd/ratelimit-authz"); err != nil {
 		return b, err
 	}
 	b.BuildS = round1(time.Since(start).Seconds())
@@ -186,7 +175,6 @@ func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, erro
 	if err := writeAllowedConfig(src, b.allowedCfg); err != nil {
 		return b, err
 	}
-	r.printf("baseline: the server of %s (%s), built in %.0fs\n", ref, commit, b.BuildS)
 	return b, nil
 }
 

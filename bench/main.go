@@ -394,8 +394,7 @@ func (r *runner) build(ctx context.Context) error {
 	r.bins.server = filepath.Join(r.tmp, "ratelimit-authz")
 	r.bins.bench = filepath.Join(r.tmp, "ratelimit-bench")
 	for _, b := range []struct{ out, pkg string }{{r.bins.server, "./cmd/ratelimit-authz"}, {r.bins.bench, "./cmd/ratelimit-bench"}} {
-		if _, err := r.runTool(ctx, "build-"+filepath.Base(b.out), 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
-			"go", "build", "-trimpath", "-o", b.out, b.pkg); err != nil {
+		if err := r.goBuild(ctx, r.root, b.out, b.pkg); err != nil {
 			return err
 		}
 	}

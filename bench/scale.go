@@ -96,18 +96,12 @@ func (r *runner) natsServerBin(ctx context.Context) (string, error) {
 // the repository), puts this tree's benchmark file over its own and runs
 // it there; the tree is removed afterwards.
 func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, benchtime int) error {
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", t.Ref+"^{commit}")
-	if err != nil {
-		return fmt.Errorf("git rev-parse %s: %w (not in this clone?)", t.Ref, err)
-	}
+	src, commit, err := r.checkout(ctx, t.Ref, "scale-baseline")
 	t.Commit = commit
-	src, err := os.MkdirTemp(r.tmp, "scale-baseline-")
-	if err != nil {
-		return err
+	if src != "" {
+		defer os.RemoveAll(src)
 	}
-	defer os.RemoveAll(src)
-	if _, err := r.runTool(ctx, "scale-baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	if err != nil {
 		return err
 	}
 	bench, err := os.ReadFile(filepath.Join(r.root, scaleBenchFile))
