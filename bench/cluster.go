@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
@@ -192,7 +193,7 @@ func (r *runner) cluster(ctx context.Context) error {
 		}
 	}
 	// Start on a window boundary (+50 ms), so the first window is whole.
-	sleepCtx(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
+	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		rate := j.mult * clusterLimit

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
@@ -70,7 +71,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	// from when every node has counted a check of the load: each load
 	// process takes a moment to start. The loads run a little longer than
 	// the phases, so the last phase is not cut short by that moment.
-	sleepCtx(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
+	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
 	total := up + down + back
 	runs := make([]*loadRun, len(h.nodes))
 	errs := make([]error, len(h.nodes))
@@ -121,7 +122,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 			return nil
 		}
 	}
-	sleepCtx(ctx, time.Until(start.Add(up)))
+	cli.Sleep(ctx, time.Until(start.Add(up)))
 	b1, err := h.metric(batches)
 	if err != nil {
 		return err
@@ -136,7 +137,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 		return fmt.Errorf("after NATS stopped: %w", err)
 	}
 	cl.DisconnectedS = round(time.Since(stopAt).Seconds(), 3)
-	sleepCtx(ctx, time.Until(stopAt.Add(down)))
+	cli.Sleep(ctx, time.Until(stopAt.Add(down)))
 	restartAt := time.Now()
 	if err := h.startNATS(ctx); err != nil {
 		return fmt.Errorf("start NATS again: %w", err)

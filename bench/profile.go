@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // profileParts are the parts of the server whose cumulative CPU share the
@@ -106,7 +108,7 @@ func (r *runner) profileUnderLoad(ctx context.Context, cpu int, name, pprofURL s
 		res, err := r.loadOn(ctx, cpu, "profile-"+name, dur+500*time.Millisecond, args...)
 		done <- loadDone{res, err}
 	}()
-	sleepCtx(ctx, time.Second)
+	cli.Sleep(ctx, time.Second)
 	ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", pprofURL, secs), pr.path, time.Duration(secs+15)*time.Second)
 	ld := <-done
 	if err := cmp.Or(ld.err, ferr); err != nil {

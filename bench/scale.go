@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
@@ -530,7 +531,7 @@ func connectWithin(ctx context.Context, url string, within time.Duration) (*nats
 			}
 			return nc, err
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !cli.Sleep(ctx, 50*time.Millisecond) {
 			return nil, ctx.Err()
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // Outcome classes of one call.
@@ -183,7 +185,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 			if len(pool) > 0 {
 				next = rng.IntN(len(pool))
 			}
-			if !sleepUntil(ctx, t0) {
+			if !cli.Sleep(ctx, time.Until(t0)) {
 				return
 			}
 			for k := int64(0); ; k++ {
@@ -201,7 +203,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 					}
 					from = due
 					if time.Now().Before(due) {
-						if !sleepUntil(ctx, due) {
+						if !cli.Sleep(ctx, time.Until(due)) {
 							return
 						}
 						from = time.Now()
@@ -265,22 +267,6 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// sleepUntil waits until t or until ctx ends; it reports whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // runRecord is the merged record of a run, before it is summarised.

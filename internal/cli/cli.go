@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 )
 
 // UsageError is a command-line mistake: exit status 2. An empty Msg has
@@ -109,4 +110,20 @@ func Usage(fs *flag.FlagSet, stderr io.Writer, msg string) error {
 	fs.SetOutput(stderr)
 	fs.Usage()
 	return UsageError{}
+}
+
+// Sleep waits d, or until ctx ends (a signal to a command run by Main);
+// it reports whether d passed.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

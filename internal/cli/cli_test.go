@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestExitCode(t *testing.T) {
@@ -82,5 +84,16 @@ func TestParseArgs(t *testing.T) {
 			fmt.Sprint(pos) != fmt.Sprint(tc.pos) || !done && *n != tc.n {
 			t.Errorf("ParseArgs(%q) = %q, %v, %v, n %d, stderr %q", tc.args, pos, done, err, *n, stderr.String())
 		}
+	}
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) || !Sleep(context.Background(), 0) {
+		t.Error("Sleep did not report that d passed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) || Sleep(ctx, 0) {
+		t.Error("Sleep reported that d passed after ctx ended")
 	}
 }
