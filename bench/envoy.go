@@ -73,15 +73,9 @@ func (r *runner) envoy(ctx context.Context) error {
 		return err
 	}
 
-	listeners := []struct{ name, addr string }{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
+	listeners := []listener{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
 	for _, c := range envoyConcurrency {
-		got := map[string][]*loadRun{}
-		err := r.rotate(len(listeners), func(round, i int) error {
-			l := listeners[i]
-			res, err := r.load(ctx, fmt.Sprintf("s4-c%d-r%d-%s", c, round+1, l.name), r.opt.run+r.opt.warmup, r.envoyLoadArgs(l.addr, c, envoyLoad)...)
-			got[l.name] = append(got[l.name], res)
-			return err
-		})
+		got, err := r.throughEnvoy(ctx, "s4", c, listeners, envoyLoad, be.srv.proc)
 		if err != nil {
 			return err
 		}
@@ -167,11 +161,23 @@ func (r *runner) startEnvoy(ctx context.Context, name, adminAddr string, cfg []b
 	return p, nil
 }
 
-// envoyLoadArgs are the load tool's arguments for one run of load through
-// the Envoy listener on target at concurrency c.
-func (r *runner) envoyLoadArgs(target string, c int, load []string) []string {
-	return append([]string{"http", "--target", target, "--concurrency", strconv.Itoa(c),
-		"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)
+// listener is an Envoy listener a scenario sends its load through.
+type listener struct{ name, addr string }
+
+// throughEnvoy runs load at concurrency c through each listener, the
+// listeners in turn within each round, noting srv's CPU per request; it
+// returns each listener's runs.
+func (r *runner) throughEnvoy(ctx context.Context, prefix string, c int, listeners []listener, load []string, srv *proc) (map[string][]*loadRun, error) {
+	got := map[string][]*loadRun{}
+	err := r.rotate(len(listeners), func(round, i int) error {
+		l := listeners[i]
+		run, err := r.loadCPU(ctx, -1, fmt.Sprintf("%s-c%d-r%d-%s", prefix, c, round+1, l.name), srv,
+			append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
+				"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)...)
+		got[l.name] = append(got[l.name], run)
+		return err
+	})
+	return got, err
 }
 
 // listenerMedians are, for each listener, the median latency and rate of

@@ -143,26 +143,21 @@ func (r *runner) rlqs(ctx context.Context) error {
 		return err
 	}
 
-	listeners := []struct{ name, addr string }{{"off", addrs[3]}, {"authz", addrs[2]}, {"quota", addrs[5]}}
+	listeners := []listener{{"off", addrs[3]}, {"authz", addrs[2]}, {"quota", addrs[5]}}
 	for _, c := range envoyConcurrency {
-		got := map[string][]*loadRun{}
-		cpu := map[string][]float64{}
-		err := r.rotate(len(listeners), func(rd, i int) error {
-			l := listeners[i]
-			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("q-c%d-r%d-%s", c, rd+1, l.name), be.srv.proc, r.envoyLoadArgs(l.addr, c, rlqsLoad)...)
-			if err != nil {
-				return err
-			}
-			per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
-			got[l.name] = append(got[l.name], run)
-			cpu[l.name] = append(cpu[l.name], per1000)
-			res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: rd + 1, Listener: l.name, RPS: round1(run.RPS),
-				P50: run.Latency.P50, P99: run.Latency.P99, ServerCPUMS1K: per1000, DeniedShare: round(run.DeniedShare(), 4),
-				Errors: run.Errors, RequestsToSend: run.Sent})
-			return nil
-		})
+		got, err := r.throughEnvoy(ctx, "q", c, listeners, rlqsLoad, be.srv.proc)
 		if err != nil {
 			return err
+		}
+		cpu := map[string][]float64{}
+		for _, l := range listeners {
+			for i, run := range got[l.name] {
+				per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
+				cpu[l.name] = append(cpu[l.name], per1000)
+				res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: i + 1, Listener: l.name, RPS: round1(run.RPS),
+					P50: run.Latency.P50, P99: run.Latency.P99, ServerCPUMS1K: per1000, DeniedShare: round(run.DeniedShare(), 4),
+					Errors: run.Errors, RequestsToSend: run.Sent})
+			}
 		}
 		row := RLQSRow{Concurrency: c}
 		var lat map[string]Lat
