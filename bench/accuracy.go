@@ -448,29 +448,28 @@ func accuracyBurstTarget(res *Results) Target {
 // writeAccuracyReport writes the accuracy scenario's section: a table
 // per algorithm, offered load × distribution, before and this tree side
 // by side.
-func writeAccuracyReport(b *strings.Builder, res *Results) {
+func writeAccuracyReport(b *md, res *Results) {
 	a := res.Accuracy
 	if a == nil {
 		return
 	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
+	b.f("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
 	if a.Skipped != "" || a.After == nil {
-		w("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
+		b.f("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
 		return
 	}
 	run := a.After
-	w("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
+	b.f("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
 		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
 	switch {
 	case a.Before != nil:
-		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
+		b.f(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
 	case a.Baseline != nil && a.Baseline.Error != "":
-		w(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
+		b.f(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
 	}
-	w(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
+	b.f(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
 	if !run.PeersSeen {
-		w("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
+		b.f("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
 	}
 	// A row whose pacing fell behind by more than a sync interval was
 	// offered its load in bursts (the machine did not run the process in
@@ -491,58 +490,58 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 	}
 	behind := func(x loadresult.AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
-		w("**%s**\n\n| offered | spread |", alg)
+		b.f("**%s**\n\n| offered | spread |", alg)
 		if a.Before != nil {
-			w(" before |")
+			b.f(" before |")
 		}
-		w(" this tree | windows | pacing behind ≤ |\n|---:|---|")
+		b.f(" this tree | windows | pacing behind ≤ |\n|---:|---|")
 		if a.Before != nil {
-			w("---:|")
+			b.f("---:|")
 		}
-		w("---:|---:|---:|\n")
+		b.f("---:|---:|---:|\n")
 		for _, row := range run.Rows {
 			if row.Algorithm != alg {
 				continue
 			}
-			w("| %g× | %s |", row.Multiple, row.Distribution)
+			b.f("| %g× | %s |", row.Multiple, row.Distribution)
 			pacing := behind(row)
 			if a.Before != nil {
 				if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
-					w(" %s |", cell(x, a.Before.Limit))
+					b.f(" %s |", cell(x, a.Before.Limit))
 					pacing = behind(x) + " / " + pacing
 				} else {
-					w(" — |")
+					b.f(" — |")
 					pacing = "— / " + pacing
 				}
 			}
-			w(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
+			b.f(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
 		}
-		w("\n")
+		b.f("\n")
 	}
 	writeAccuracyBursts(b, a)
-	w("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
+	b.f("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
 	if marked {
-		w(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
+		b.f(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
 	}
-	w("\n\n")
-	w("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
+	b.f("\n\n")
+	b.f("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
 	if a.Before != nil {
-		w(" before |")
+		b.f(" before |")
 	}
-	w(" this tree |\n|---|---:|---|")
+	b.f(" this tree |\n|---|---:|---|")
 	if a.Before != nil {
-		w("---|")
+		b.f("---|")
 	}
-	w("---|\n")
+	b.f("---|\n")
 	for _, row := range run.Rows {
-		w("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
+		b.f("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
 		if a.Before != nil {
 			x, _ := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution)
-			w(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
+			b.f(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
 		}
-		w(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
+		b.f(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
 	}
-	w("\n</details>\n\n")
+	b.f("\n</details>\n\n")
 }
 
 // accuracyBurstText says what each burst scenario offers.
@@ -557,21 +556,20 @@ var accuracyBurstText = map[string]string{
 
 // writeAccuracyBursts writes the burst scenarios' table: admitted per run
 // as × of the limit, and when 90% of it was admitted.
-func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
+func writeAccuracyBursts(b *md, a *Accuracy) {
 	run := a.After
 	if len(run.Bursts) == 0 {
 		return
 	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n| burst |", 50)
+	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n| burst |", 50)
 	if a.Before != nil {
-		w(" before | 90%% after |")
+		b.f(" before | 90%% after |")
 	}
-	w(" this tree | 90%% after | runs |\n|---|")
+	b.f(" this tree | 90%% after | runs |\n|---|")
 	if a.Before != nil {
-		w("---:|---:|")
+		b.f("---:|---:|")
 	}
-	w("---:|---:|---:|\n")
+	b.f("---:|---:|---:|\n")
 	reach := func(x loadresult.AccuracyBurst) string {
 		s := slices.Clone(x.Reach90MS)
 		slices.Sort(s)
@@ -590,28 +588,28 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 		return c
 	}
 	for _, x := range run.Bursts {
-		w("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
+		b.f("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
 		if a.Before != nil {
 			if y, ok := a.Before.Burst(x.Scenario); ok {
-				w(" %s | %s |", cell(y, a.Before.Limit), reach(y))
+				b.f(" %s | %s |", cell(y, a.Before.Limit), reach(y))
 			} else {
-				w(" — | — |")
+				b.f(" — | — |")
 			}
 		}
-		w(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
+		b.f(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
 	}
 	if marked {
-		w("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
+		b.f("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
 	}
-	w("\n")
+	b.f("\n")
 }
 
 // writeAccuracyAnalysis explains a missed accuracy target: the rows that
 // missed it.
-func writeAccuracyAnalysis(b *strings.Builder, res *Results, t Target) {
+func writeAccuracyAnalysis(b *md, res *Results, t Target) {
 	run := res.Accuracy.After
 	if t.Name == "accuracy-burst" {
-		fmt.Fprintf(b, "- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
+		b.f("- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
 		return
 	}
 	lim := float64(run.Limit)
@@ -626,10 +624,10 @@ func writeAccuracyAnalysis(b *strings.Builder, res *Results, t Target) {
 		}
 	}
 	if t.Name == "accuracy-overshoot" {
-		fmt.Fprintf(b, "- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
+		b.f("- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
 			t.Margin, strings.Join(rows, ", "), float64(run.WindowMS)/100, float64(run.WindowMS)/1000)
 		return
 	}
-	fmt.Fprintf(b, "- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
+	b.f("- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
 		t.Margin, strings.Join(rows, ", "))
 }

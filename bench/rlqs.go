@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
@@ -227,18 +226,17 @@ func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) e
 }
 
 // writeRLQSReport is the rlqs scenario's section of REPORT.md.
-func writeRLQSReport(b *strings.Builder, res *Results) {
+func writeRLQSReport(b *md, res *Results) {
 	q := res.RLQS
 	if q == nil {
 		return
 	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("## Envoy's quota filter (RLQS) against ext_authz\n\n")
-	w("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both: ext_authz on its lean Check listener, as shipped, the quota service on its gRPC port. Activity writes over 200 tenants (zipf), so that only the rate limit filter differs (the inbound routes of the quota bootstrap also run a Lua snippet). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
+	b.f("## Envoy's quota filter (RLQS) against ext_authz\n\n")
+	b.f("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both: ext_authz on its lean Check listener, as shipped, the quota service on its gRPC port. Activity writes over 200 tenants (zipf), so that only the rate limit filter differs (the inbound routes of the quota bootstrap also run a Lua snippet). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
 		res.Env.EnvoyVersion, q.Rounds, q.RunS)
-	w("| concurrency | off p50 / p99 | ext_authz added p50 / p99 | quota added p50 / p99 | quota/ext_authz added p50 | server CPU per 1,000 requests ext_authz / quota | CPU ratio | req/s off / ext_authz / quota | quota denied | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.f("| concurrency | off p50 / p99 | ext_authz added p50 / p99 | quota added p50 / p99 | quota/ext_authz added p50 | server CPU per 1,000 requests ext_authz / quota | CPU ratio | req/s off / ext_authz / quota | quota denied | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, row := range q.Rows {
-		w("| %d | %s / %s | %s / %s | %s / %s | %.3f | %.2f ms / %.3f ms | %.4f | %.0f / %.0f / %.0f | %.1f%% | %d |\n", row.Concurrency,
+		b.f("| %d | %s / %s | %s / %s | %s / %s | %.3f | %.2f ms / %.3f ms | %.4f | %.0f / %.0f / %.0f | %.1f%% | %d |\n", row.Concurrency,
 			loadresult.Micros(row.Off.P50), loadresult.Micros(row.Off.P99),
 			loadresult.Micros(row.AuthzAddedP50), loadresult.Micros(row.AuthzAddedP99),
 			loadresult.Micros(row.QuotaAddedP50), loadresult.Micros(row.QuotaAddedP99),
@@ -246,9 +244,9 @@ func writeRLQSReport(b *strings.Builder, res *Results) {
 			row.OffRPS, row.AuthzRPS, row.QuotaRPS, 100*row.QuotaDenied, row.Errors)
 	}
 	if st := q.Streams; st != nil {
-		w("\nThe server alone under `ratelimit-bench rlqs`: %d streams (simulated Envoys) of %d bucket ids each, a report of every bucket id each second (five times Envoy 1.40.0's cadence) for %.1fs: %d bucket usages, %d answers, server CPU %.1f ms, **%.2f µs per bucket usage**; a new bucket id's first assignment p50 %s, p99 %s; %d errors.\n",
+		b.f("\nThe server alone under `ratelimit-bench rlqs`: %d streams (simulated Envoys) of %d bucket ids each, a report of every bucket id each second (five times Envoy 1.40.0's cadence) for %.1fs: %d bucket usages, %d answers, server CPU %.1f ms, **%.2f µs per bucket usage**; a new bucket id's first assignment p50 %s, p99 %s; %d errors.\n",
 			st.Streams, st.BucketIDs, st.ElapsedS, st.Usages, st.Answers, st.ServerCPUMS, st.CPUUSPerUse,
 			loadresult.Micros(st.FirstP50US), loadresult.Micros(st.FirstP99US), st.Errors)
 	}
-	w("\nTargets: quota's added p50 ≤ 10%% of ext_authz's, and its server CPU per 1,000 requests ≤ 5%% of ext_authz's. An added latency within the run-to-run noise of *off* reads as ~0 (it can come out negative).\n\n")
+	b.f("\nTargets: quota's added p50 ≤ 10%% of ext_authz's, and its server CPU per 1,000 requests ≤ 5%% of ext_authz's. An added latency within the run-to-run noise of *off* reads as ~0 (it can come out negative).\n\n")
 }

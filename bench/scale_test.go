@@ -246,7 +246,7 @@ func TestScaleTargetAndReport(t *testing.T) {
 		if math.Abs(tg.Value-c.share) > 1e-9 {
 			t.Errorf("flood at %v of before: value %v", c.share, tg.Value)
 		}
-		var b strings.Builder
+		var b md
 		writeScale(&b, res)
 		report := b.String()
 		for _, want := range []string{
