@@ -259,12 +259,24 @@ func share(p *Profile, prefix string) float64 { return part(p, prefix).Share }
 // another.
 func (r *runner) writeReport() error {
 	var b md
-	for _, write := range []func(*md, *Results){
-		writeHeader, writeTargets, writeAnalysis, writeFloor, writeSingle, writeRLS, writeProfile, writeMemory, writeCluster,
-		writeAccuracyReport, writeEnvoy, writeRLQSReport, writeScale, writeClusterLoad, writeMicro, writeNotes, writeSteps,
-	} {
-		write(&b, r.res)
-	}
+	res := r.res
+	writeHeader(&b, res)
+	writeTargets(&b, res)
+	writeAnalysis(&b, res)
+	section(&b, res, res.Floor, writeFloor)
+	section(&b, res, res.Single, writeSingle)
+	section(&b, res, res.RLS, writeRLS)
+	writeProfile(&b, res)
+	section(&b, res, res.Memory, writeMemory)
+	section(&b, res, res.Cluster, writeCluster)
+	section(&b, res, res.Accuracy, writeAccuracyReport)
+	section(&b, res, res.Envoy, writeEnvoy)
+	section(&b, res, res.RLQS, writeRLQSReport)
+	section(&b, res, res.Scale, writeScale)
+	section(&b, res, res.ClusterLoad, writeClusterLoad)
+	section(&b, res, res.Micro, writeMicro)
+	writeNotes(&b, res)
+	writeSteps(&b, res)
 	return os.WriteFile(filepath.Join(r.out, "REPORT.md"), []byte(b.String()), 0o644)
 }
 
@@ -317,11 +329,7 @@ func writeTargets(b *md, res *Results) {
 
 // writeSingle writes the single scenario's section: one node against the
 // no-op floor.
-func writeSingle(b *md, res *Results) {
-	s := res.Single
-	if s == nil {
-		return
-	}
+func writeSingle(b *md, res *Results, s *Single) {
 	b.f("## 1. One node against the no-op floor\n\n")
 	b.f("`ratelimit-authz serve` and `ratelimit-bench noop` (an ext_authz server on the same gRPC stack, `internal/server`, that answers OK at once) under the same load, %d round(s) of %gs runs (after %gs warm-up), the targets alternating in a rotating order within each round; %d gRPC connections (as Envoy with two workers). Figures are medians over the rounds; the ratio is the median of each round's server/no-op pair (range in brackets).\n\n",
 		s.Rounds, s.RunS, s.WarmupS, s.Conns)
@@ -350,11 +358,7 @@ func writeSingle(b *md, res *Results) {
 
 // writeRLS writes the rls scenario's section: ShouldRateLimit against
 // the no-op, then memory per descriptor key.
-func writeRLS(b *md, res *Results) {
-	rl := res.RLS
-	if rl == nil {
-		return
-	}
+func writeRLS(b *md, res *Results, rl *RLS) {
 	b.f("## 1b. ShouldRateLimit against the no-op rate limit service\n\n")
 	b.f("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`internal/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
 		rl.Concurrency, rl.Conns, rl.Rounds, rl.RunS, rl.WarmupS)
@@ -402,11 +406,7 @@ func writeProfile(b *md, res *Results) {
 }
 
 // writeMemory writes the memory scenario's section.
-func writeMemory(b *md, res *Results) {
-	m := res.Memory
-	if m == nil {
-		return
-	}
+func writeMemory(b *md, res *Results, m *Memory) {
 	b.f("## 2. Memory: %d distinct keys in one %ds window\n\n", m.Keys, m.WindowS)
 	copies := "no copy of it"
 	switch {
@@ -427,11 +427,7 @@ func writeMemory(b *md, res *Results) {
 }
 
 // writeCluster writes the cluster scenario's section.
-func writeCluster(b *md, res *Results) {
-	c := res.Cluster
-	if c == nil {
-		return
-	}
+func writeCluster(b *md, res *Results, c *Cluster) {
 	b.f("## 3. Cluster accuracy: %d nodes on one NATS\n\n", c.Nodes)
 	if c.Skipped != "" {
 		b.f("Skipped: %s.\n\n", c.Skipped)
@@ -449,11 +445,7 @@ func writeCluster(b *md, res *Results) {
 }
 
 // writeEnvoy writes the envoy scenario's section.
-func writeEnvoy(b *md, res *Results) {
-	e := res.Envoy
-	if e == nil {
-		return
-	}
+func writeEnvoy(b *md, res *Results, e *EnvoyE2E) {
 	b.f("## 4. End to end through Envoy\n\n")
 	b.f("One Envoy (%s, %d worker) running the shipped bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the ext_authz filter: left out (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz on its lean Check listener, as shipped (**on**). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
 		res.Env.EnvoyVersion, e.Workers, e.Rounds, e.RunS)
@@ -469,11 +461,7 @@ func writeEnvoy(b *md, res *Results) {
 }
 
 // writeClusterLoad writes the cluster-load scenario's section.
-func writeClusterLoad(b *md, res *Results) {
-	c := res.ClusterLoad
-	if c == nil {
-		return
-	}
+func writeClusterLoad(b *md, res *Results, c *ClusterLoad) {
 	b.f("## 5. A cluster through a NATS outage\n\n")
 	if c.Skipped != "" {
 		b.f("Skipped: %s.\n\n", c.Skipped)
@@ -500,11 +488,7 @@ func writeClusterLoad(b *md, res *Results) {
 }
 
 // writeMicro writes the microbenchmarks' section.
-func writeMicro(b *md, res *Results) {
-	m := res.Micro
-	if m == nil {
-		return
-	}
+func writeMicro(b *md, res *Results, m *Micro) {
 	b.f("## Go microbenchmarks\n\n`%s`", m.Command)
 	if m.Compared {
 		b.f(", compared with the previous run on this machine (`micro.prev.txt`)")
@@ -540,11 +524,7 @@ func writeSteps(b *md, res *Results) {
 }
 
 // writeFloor writes the floor scenario's section.
-func writeFloor(b *md, res *Results) {
-	f := res.Floor
-	if f == nil {
-		return
-	}
+func writeFloor(b *md, res *Results, f *Floor) {
 	b.f("## Floor: CPU per check against a default grpc-go no-op\n\n")
 	b.f("Every server bound to one CPU and the load tool (`ratelimit-bench check`) to the other (%s; each started by `taskset -c` and its `Cpus_allowed_list` checked after its start, so a Go process sizes GOMAXPROCS to 1), %d checks in flight over %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the targets alternating in a rotating order within each round. CPU per check is the server process's user + system time over the run (/proc/PID/stat) divided by the checks it answered. Targets:\n\n",
 		f.Pinning, f.Concurrency, f.Conns, f.Rounds, f.RunS, f.WarmupS)
@@ -607,6 +587,14 @@ func writeFloor(b *md, res *Results) {
 func (b *md) plot(res *Results, name, alt string) {
 	if slices.Contains(res.Plots, name) {
 		b.f("![%s](%s)\n\n", alt, name)
+	}
+}
+
+// section writes the section of a scenario's results x, when the run has
+// them.
+func section[T any](b *md, res *Results, x *T, write func(*md, *Results, *T)) {
+	if x != nil {
+		write(b, res, x)
 	}
 }
 

@@ -226,11 +226,7 @@ func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) e
 }
 
 // writeRLQSReport is the rlqs scenario's section of REPORT.md.
-func writeRLQSReport(b *md, res *Results) {
-	q := res.RLQS
-	if q == nil {
-		return
-	}
+func writeRLQSReport(b *md, res *Results, q *RLQSBench) {
 	b.f("## Envoy's quota filter (RLQS) against ext_authz\n\n")
 	b.f("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both: ext_authz on its lean Check listener, as shipped, the quota service on its gRPC port. Activity writes over 200 tenants (zipf), so that only the rate limit filter differs (the inbound routes of the quota bootstrap also run a Lua snippet). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
 		res.Env.EnvoyVersion, q.Rounds, q.RunS)

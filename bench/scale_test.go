@@ -247,7 +247,7 @@ func TestScaleTargetAndReport(t *testing.T) {
 			t.Errorf("flood at %v of before: value %v", c.share, tg.Value)
 		}
 		var b md
-		writeScale(&b, res)
+		writeScale(&b, res, res.Scale)
 		report := b.String()
 		for _, want := range []string{
 			"| flood | 3 | before | 5000 (", "| flood | 30 | after |", "| hot | 10 | before | 1111 (",

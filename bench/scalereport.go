@@ -57,11 +57,7 @@ func shortRef(t *ScaleTree) string {
 }
 
 // writeScale writes the scale scenario's section.
-func writeScale(b *md, res *Results) {
-	s := res.Scale
-	if s == nil {
-		return
-	}
+func writeScale(b *md, res *Results, s *Scale) {
 	b.f("## Replication at scale: 3, 10 and 30 nodes on one NATS\n\n")
 	b.f("`%s`: N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). The model (docs/replication-scale.md, `bench/scalemodel.go`) is computed from the wire format, the publishing rules and the load's shape, not from these figures (the flood's measured rate sets only how many ticks it spans); only its CPU column is fitted to them.\n\n",
 		s.Command, s.Benchtime)
