@@ -314,133 +314,94 @@ func accRowName(r loadresult.AccuracyRow) string {
 
 // accuracyTargets judges this tree's accuracy run (the baseline's figures
 // are given beside it): the max per window against the overshoot goals,
-// the median per window against the floor at 2×.
+// the median per window against the floor at 2×, the bursts on a new key.
 func accuracyTargets(res *Results) []Target {
-	burst := accuracyBurstTarget(res)
 	over := Target{Name: "accuracy-overshoot", Goal: "3 nodes: admitted ≤ 1.10× the limit at 10× and 100× offered, ≤ 1.2× at 1000×; fixed and sliding, even and 90%-skewed (max per window, in process)"}
 	floor := Target{Name: "accuracy-floor", Goal: "3 nodes: ≥ 0.95× of the limit admitted at 2× offered, even and 90%-skewed, fixed and sliding (median per window, in process)"}
-	a := res.Accuracy
-	if a == nil {
-		return []Target{over, floor, burst}
-	}
-	if a.After == nil {
-		if a.Skipped != "" {
-			over.Measured, floor.Measured = "skipped: "+a.Skipped, "skipped: "+a.Skipped
-		}
-		return []Target{over, floor, burst}
-	}
-	before := ""
-	if a.Before != nil {
-		before = "; before (" + shortCommit(a.Baseline) + "): "
-	} else if a.Baseline != nil && a.Baseline.Error != "" {
-		before = "; no baseline: " + a.Baseline.Error
-	}
-
-	overshoot := func(run *loadresult.Accuracy) (mid, high float64, text string, ok bool) {
-		mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
-		high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
-		if !ok1 || !ok2 {
-			return 0, 0, "no rows at 10×, 100× and 1000× for both algorithms", false
-		}
-		return mid, high, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
-	}
-	mid, high, text, ok := overshoot(a.After)
-	over.Measured = "this tree: " + text
-	if ok {
-		over.Value = round(max(mid, high), 3)
-		over.Met = ptr(mid <= targetAccOvershoot+1e-9 && high <= targetAccOvershootHigh+1e-9)
-		var miss []string
-		if mid > targetAccOvershoot+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× at 10×/100× against 1.10×", mid))
-		}
-		if high > targetAccOvershootHigh+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× at 1000× against 1.2×", high))
-		}
-		over.Margin = strings.Join(miss, ", ")
-	}
-	if a.Before != nil {
-		_, _, btext, _ := overshoot(a.Before)
-		over.Measured += before + btext
-	} else {
-		over.Measured += before
-	}
-
-	lowFloor := func(run *loadresult.Accuracy) (float64, string, bool) {
-		lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
-		if !ok {
-			return 0, "no rows at 2× for both algorithms", false
-		}
-		text := fmt.Sprintf("lowest median %.2f× at 2× (%s)", lo, accRowName(at))
-		var just []string
-		for _, alg := range accuracyAlgorithms {
-			for _, dist := range accuracyDistributions {
-				if row, ok := run.Row(alg, 1.1, dist); ok {
-					just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+	burst := Target{Name: "accuracy-burst", Goal: "3 nodes, a key no node has seen: 2× the limit back to back on one node admits ≥ 0.90× the limit (min over runs), and 2× on every node at once ≤ 1.5× in its first window (max over runs; in process)"}
+	return []Target{
+		accTarget(res.Accuracy, over, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
+			high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
+			if !ok1 || !ok2 {
+				return 0, nil, "no rows at 10×, 100× and 1000× for both algorithms", false
+			}
+			var miss []string
+			if mid > targetAccOvershoot+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× at 10×/100× against 1.10×", mid))
+			}
+			if high > targetAccOvershootHigh+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× at 1000× against 1.2×", high))
+			}
+			return max(mid, high), miss, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
+		}),
+		accTarget(res.Accuracy, floor, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
+			if !ok {
+				return 0, nil, "no rows at 2× for both algorithms", false
+			}
+			text := fmt.Sprintf("lowest median %.2f× at 2× (%s)", lo, accRowName(at))
+			var just []string
+			for _, alg := range accuracyAlgorithms {
+				for _, dist := range accuracyDistributions {
+					if row, ok := run.Row(alg, 1.1, dist); ok {
+						just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+					}
 				}
 			}
-		}
-		if len(just) > 0 {
-			text += "; at 1.1× (not judged) median " + strings.Join(just, ", ")
-		}
-		return lo, text, true
+			if len(just) > 0 {
+				text += "; at 1.1× (not judged) median " + strings.Join(just, ", ")
+			}
+			var miss []string
+			if lo < targetAccFloor-1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× against 0.95×", lo))
+			}
+			return lo, miss, text, true
+		}),
+		accTarget(res.Accuracy, burst, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			x, ok1 := run.Burst("one")
+			y, ok2 := run.Burst("all-instant")
+			if !ok1 || !ok2 {
+				return 0, nil, "no bursts one and all-instant", false
+			}
+			l := float64(run.Limit)
+			one, all := float64(x.Min)/l, float64(y.Max)/l
+			var miss []string
+			if one < targetAccBurst-1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× on one node against 0.90×", one))
+			}
+			if all > targetAccBurstAll+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× on every node against 1.5×", all))
+			}
+			return one, miss, fmt.Sprintf("one node min %.2f× (median %.2f×), every node at once max %.2f×", one, x.Median/l, all), true
+		}),
 	}
-	lo, text, ok := lowFloor(a.After)
-	floor.Measured = "this tree: " + text
-	if ok {
-		floor.Value = round(lo, 3)
-		floor.Met = ptr(lo >= targetAccFloor-1e-9)
-		if !*floor.Met {
-			floor.Margin = fmt.Sprintf("%.2f× against 0.95×", lo)
-		}
-	}
-	if a.Before != nil {
-		_, btext, _ := lowFloor(a.Before)
-		floor.Measured += before + btext
-	} else {
-		floor.Measured += before
-	}
-	return []Target{over, floor, burst}
 }
 
-// accuracyBurstTarget judges this tree's bursts on a new key: the least
-// admitted of 2× the limit back to back on one node, and the most of 2×
-// on every node at once in the key's first window.
-func accuracyBurstTarget(res *Results) Target {
-	t := Target{Name: "accuracy-burst", Goal: "3 nodes, a key no node has seen: 2× the limit back to back on one node admits ≥ 0.90× the limit (min over runs), and 2× on every node at once ≤ 1.5× in its first window (max over runs; in process)"}
-	a := res.Accuracy
-	if a == nil || a.After == nil {
-		if a != nil && a.Skipped != "" {
+// accTarget judges this tree's run of a by judge, which returns the
+// target's value, how it missed its goal (nothing: met) and the figures,
+// and gives the baseline's figures beside them.
+func accTarget(a *Accuracy, t Target, judge func(*loadresult.Accuracy) (float64, []string, string, bool)) Target {
+	switch {
+	case a == nil:
+		return t
+	case a.After == nil:
+		if a.Skipped != "" {
 			t.Measured = "skipped: " + a.Skipped
 		}
 		return t
 	}
-	text := func(run *loadresult.Accuracy) (one, all float64, s string, ok bool) {
-		x, ok1 := run.Burst("one")
-		y, ok2 := run.Burst("all-instant")
-		if !ok1 || !ok2 {
-			return 0, 0, "no bursts one and all-instant", false
-		}
-		l := float64(run.Limit)
-		return float64(x.Min) / l, float64(y.Max) / l, fmt.Sprintf("one node min %.2f× (median %.2f×), every node at once max %.2f×",
-			float64(x.Min)/l, x.Median/l, float64(y.Max)/l), true
-	}
-	one, all, s, ok := text(a.After)
-	t.Measured = "this tree: " + s
+	v, miss, text, ok := judge(a.After)
+	t.Measured = "this tree: " + text
 	if ok {
-		t.Value = round(one, 3)
-		t.Met = ptr(one >= targetAccBurst-1e-9 && all <= targetAccBurstAll+1e-9)
-		var miss []string
-		if one < targetAccBurst-1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× on one node against 0.90×", one))
-		}
-		if all > targetAccBurstAll+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× on every node against 1.5×", all))
-		}
-		t.Margin = strings.Join(miss, ", ")
+		t.Value, t.Met, t.Margin = round(v, 3), ptr(len(miss) == 0), strings.Join(miss, ", ")
 	}
-	if a.Before != nil {
-		_, _, bs, _ := text(a.Before)
-		t.Measured += "; before (" + shortCommit(a.Baseline) + "): " + bs
+	switch {
+	case a.Before != nil:
+		_, _, btext, _ := judge(a.Before)
+		t.Measured += "; before (" + shortCommit(a.Baseline) + "): " + btext
+	case a.Baseline != nil && a.Baseline.Error != "":
+		t.Measured += "; no baseline: " + a.Baseline.Error
 	}
 	return t
 }
@@ -486,15 +447,8 @@ func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
 	}
 	behind := func(x loadresult.AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
-		b.f("**%s**\n\n| offered | spread |", alg)
-		if a.Before != nil {
-			b.f(" before |")
-		}
-		b.f(" this tree | windows | pacing behind ≤ |\n|---:|---|")
-		if a.Before != nil {
-			b.f("---:|")
-		}
-		b.f("---:|---:|---:|\n")
+		b.f("**%s**\n\n", alg)
+		b.table(a.beside([]string{"offered:", "spread"}, "before:"), "this tree:", "windows:", "pacing behind ≤:")
 		for _, row := range run.Rows {
 			if row.Algorithm != alg {
 				continue
@@ -520,15 +474,8 @@ func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
 		b.f(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
 	}
 	b.f("\n\n")
-	b.f("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
-	if a.Before != nil {
-		b.f(" before |")
-	}
-	b.f(" this tree |\n|---|---:|---|")
-	if a.Before != nil {
-		b.f("---|")
-	}
-	b.f("---|\n")
+	b.f("<details><summary>admitted per window</summary>\n\n")
+	b.table(a.beside([]string{"window", "offered:", "spread"}, "before"), "this tree")
 	for _, row := range run.Rows {
 		b.f("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
 		if a.Before != nil {
@@ -538,6 +485,15 @@ func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
 		b.f(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
 	}
 	b.f("\n</details>\n\n")
+}
+
+// beside is the columns cols, then the baseline's columns when a has a
+// baseline run.
+func (a *Accuracy) beside(cols []string, baseline ...string) []string {
+	if a.Before != nil {
+		return append(cols, baseline...)
+	}
+	return cols
 }
 
 // accuracyBurstText says what each burst scenario offers.
@@ -557,15 +513,8 @@ func writeAccuracyBursts(b *md, a *Accuracy) {
 	if len(run.Bursts) == 0 {
 		return
 	}
-	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n| burst |", 50)
-	if a.Before != nil {
-		b.f(" before | 90%% after |")
-	}
-	b.f(" this tree | 90%% after | runs |\n|---|")
-	if a.Before != nil {
-		b.f("---:|---:|")
-	}
-	b.f("---:|---:|---:|\n")
+	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n", 50)
+	b.table(a.beside([]string{"burst"}, "before:", "90% after:"), "this tree:", "90% after:", "runs:")
 	reach := func(x loadresult.AccuracyBurst) string {
 		s := slices.Clone(x.Reach90MS)
 		slices.Sort(s)

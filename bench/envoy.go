@@ -41,16 +41,9 @@ func (r *runner) envoyEstimate() time.Duration { return r.envoyRunsTime() + 4*ti
 // trip itself. The listeners alternate within each round, in a rotating
 // order.
 func (r *runner) envoy(ctx context.Context) error {
-	if r.bins.envoy == "" {
-		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
-	}
 	e := &EnvoyE2E{Plan: r.opt.plan(0, 0), Workers: envoyWorkers}
 	r.res.Envoy = e
-	addrs, err := freeport.Addrs(5)
-	if err != nil {
-		return err
-	}
-	be, err := r.startEnvoyBackends(ctx, "s4", addrs[0])
+	be, addrs, err := r.startEnvoyBackends(ctx, "s4", 5)
 	if err != nil {
 		return err
 	}
@@ -64,25 +57,14 @@ func (r *runner) envoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	envoy, err := r.startEnvoy(ctx, "s4-envoy", addrs[1], cfg)
+	stop, err := r.startEnvoys(ctx, be, envoySpec{"s4-envoy", addrs[1], cfg})
 	if err != nil {
 		return err
 	}
-	defer envoy.stop()
-	if err := be.waitApp(ctx); err != nil {
-		return err
-	}
-
+	defer stop()
 	listeners := []listener{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
-	for _, c := range envoyConcurrency {
-		got, err := r.throughEnvoy(ctx, "s4", c, listeners, envoyLoad, be.srv.proc)
-		if err != nil {
-			return err
-		}
-		row := EnvoyRow{Concurrency: c}
-		var lat map[string]Lat
-		var rps map[string]float64
-		lat, rps, row.Errors = listenerMedians(got)
+	err = r.throughEnvoy(ctx, "s4", listeners, envoyLoad, be.srv.proc, func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64) {
+		row := EnvoyRow{Concurrency: c, Errors: errs}
 		row.On, row.Noop, row.Off = lat["on"], lat["noop"], lat["off"]
 		row.OnRPS, row.NoopRPS, row.OffRPS = rps["on"], rps["noop"], rps["off"]
 		row.AddedP50, row.AddedP99 = round1(row.On.P50-row.Off.P50), round1(row.On.P99-row.Off.P99)
@@ -91,6 +73,9 @@ func (r *runner) envoy(ctx context.Context) error {
 		for _, l := range listeners {
 			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
 		}
+	})
+	if err != nil {
+		return err
 	}
 	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {
@@ -116,19 +101,26 @@ type envoyBackends struct {
 }
 
 // startEnvoyBackends starts the backends, named prefix-upstream and
-// prefix-server, the app on appAddr; on error none is left running.
-func (r *runner) startEnvoyBackends(ctx context.Context, prefix, appAddr string) (*envoyBackends, error) {
-	be := &envoyBackends{appAddr: appAddr}
-	var err error
-	be.up, err = r.start(prefix+"-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", appAddr, "--lifetime", r.lifetime().String())
+// prefix-server, and returns them and n free addresses, the app on the
+// first, for the scenario's Envoys; on error none is left running.
+func (r *runner) startEnvoyBackends(ctx context.Context, prefix string, n int) (*envoyBackends, []string, error) {
+	if r.bins.envoy == "" {
+		return nil, nil, fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
+	}
+	addrs, err := freeport.Addrs(n)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	be := &envoyBackends{appAddr: addrs[0]}
+	be.up, err = r.start(prefix+"-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", be.appAddr, "--lifetime", r.lifetime().String())
+	if err != nil {
+		return nil, nil, err
 	}
 	if be.srv, err = r.startServer(ctx, -1, prefix+"-server", nil, true, r.bins.server, r.serve(r.allowedCfg)...); err != nil {
 		be.up.stop()
-		return nil, err
+		return nil, nil, err
 	}
-	return be, nil
+	return be, addrs, nil
 }
 
 // waitApp waits until the upstream app answers.
@@ -141,43 +133,73 @@ func (be *envoyBackends) stop() {
 	be.up.stop()
 }
 
-// startEnvoy starts an Envoy of envoyWorkers workers on cfg and waits
-// until its admin, on adminAddr, says it is ready; on error it is
-// stopped.
-func (r *runner) startEnvoy(ctx context.Context, name, adminAddr string, cfg []byte) (*proc, error) {
-	path := filepath.Join(r.tmp, name+".yaml")
-	if err := os.WriteFile(path, cfg, 0o644); err != nil {
+// envoySpec is an Envoy to start: its name, admin address and bootstrap.
+type envoySpec struct {
+	name, admin string
+	cfg         []byte
+}
+
+// startEnvoys starts an Envoy of envoyWorkers workers for each spec and
+// waits until each admin says it is ready and be's app answers; stop
+// stops them. On error none is left running.
+func (r *runner) startEnvoys(ctx context.Context, be *envoyBackends, specs ...envoySpec) (stop func(), err error) {
+	var ps []*proc
+	stop = func() {
+		for _, p := range ps {
+			p.stop()
+		}
+	}
+	for _, e := range specs {
+		path := filepath.Join(r.tmp, e.name+".yaml")
+		if err := os.WriteFile(path, e.cfg, 0o644); err != nil {
+			stop()
+			return nil, err
+		}
+		p, err := r.start(e.name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
+			"--disable-hot-restart", "--log-level", "warn")
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		ps = append(ps, p)
+		if err := waitHTTP200(ctx, p, "http://"+e.admin+"/ready", 30*time.Second); err != nil {
+			stop()
+			return nil, err
+		}
+	}
+	if err := be.waitApp(ctx); err != nil {
+		stop()
 		return nil, err
 	}
-	p, err := r.start(name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
-		"--disable-hot-restart", "--log-level", "warn")
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+adminAddr+"/ready", 30*time.Second); err != nil {
-		p.stop()
-		return nil, err
-	}
-	return p, nil
+	return stop, nil
 }
 
 // listener is an Envoy listener a scenario sends its load through.
 type listener struct{ name, addr string }
 
-// throughEnvoy runs load at concurrency c through each listener, the
-// listeners in turn within each round, noting srv's CPU per request; it
-// returns each listener's runs.
-func (r *runner) throughEnvoy(ctx context.Context, prefix string, c int, listeners []listener, load []string, srv *proc) (map[string][]*loadRun, error) {
-	got := map[string][]*loadRun{}
-	err := r.rotate(len(listeners), func(round, i int) error {
-		l := listeners[i]
-		run, err := r.loadCPU(ctx, -1, fmt.Sprintf("%s-c%d-r%d-%s", prefix, c, round+1, l.name), srv,
-			append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
-				"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)...)
-		got[l.name] = append(got[l.name], run)
-		return err
-	})
-	return got, err
+// throughEnvoy runs load through each listener at each of
+// envoyConcurrency, the listeners in turn within each round, noting srv's
+// CPU per request; each gets, for a concurrency, each listener's runs,
+// their median latency and rate, and the errors of all.
+func (r *runner) throughEnvoy(ctx context.Context, prefix string, listeners []listener, load []string, srv *proc,
+	each func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64)) error {
+	for _, c := range envoyConcurrency {
+		got := map[string][]*loadRun{}
+		err := r.rotate(len(listeners), func(round, i int) error {
+			l := listeners[i]
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("%s-c%d-r%d-%s", prefix, c, round+1, l.name), srv,
+				append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
+					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)...)
+			got[l.name] = append(got[l.name], run)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		lat, rps, errs := listenerMedians(got)
+		each(c, got, lat, rps, errs)
+	}
+	return nil
 }
 
 // listenerMedians are, for each listener, the median latency and rate of

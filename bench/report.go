@@ -25,17 +25,21 @@ const (
 	targetFloorRSSPerKey = 200.0 // resident bytes per live key at 1 M keys
 )
 
+// first is the first of xs that ok accepts.
+func first[T any](xs []T, ok func(T) bool) (T, bool) {
+	if i := slices.IndexFunc(xs, ok); i >= 0 {
+		return xs[i], true
+	}
+	var zero T
+	return zero, false
+}
+
 // floorRatio is the floor scenario's ratio of workload w over vs at level.
 func floorRatio(f *Floor, level, w, vs string) (FloorRatio, bool) {
 	if f == nil {
 		return FloorRatio{}, false
 	}
-	for _, x := range f.Ratios {
-		if x.Level == level && x.Workload == w && x.Versus == vs {
-			return x, true
-		}
-	}
-	return FloorRatio{}, false
+	return first(f.Ratios, func(x FloorRatio) bool { return x.Level == level && x.Workload == w && x.Versus == vs })
 }
 
 // floorRowOf is the floor scenario's row of target at level.
@@ -43,12 +47,7 @@ func floorRowOf(f *Floor, level, target string) (FloorRow, bool) {
 	if f == nil {
 		return FloorRow{}, false
 	}
-	for _, x := range f.Rows {
-		if x.Level == level && x.Target == target {
-			return x, true
-		}
-	}
-	return FloorRow{}, false
+	return first(f.Rows, func(x FloorRow) bool { return x.Level == level && x.Target == target })
 }
 
 // floorTargets judges the run by the floor issue's targets.
@@ -155,12 +154,7 @@ func singleRow(s *Single, c int, w string) (SingleRow, bool) {
 	if s == nil {
 		return SingleRow{}, false
 	}
-	for _, r := range s.Rows {
-		if r.Concurrency == c && r.Workload == w {
-			return r, true
-		}
-	}
-	return SingleRow{}, false
+	return first(s.Rows, func(r SingleRow) bool { return r.Concurrency == c && r.Workload == w })
 }
 
 // targets judges the run against the four targets.
@@ -596,6 +590,18 @@ func section[T any](b *md, res *Results, x *T, write func(*md, *Results, *T)) {
 	if x != nil {
 		write(b, res, x)
 	}
+}
+
+// table writes a table's header: the columns cols and then more, a
+// column right-aligned (figures) when its name ends in ":".
+func (b *md) table(cols []string, more ...string) {
+	var head, rule string
+	for _, c := range append(cols, more...) {
+		name, right := strings.CutSuffix(c, ":")
+		head += "| " + name + " "
+		rule += map[bool]string{false: "|---", true: "|---:"}[right]
+	}
+	b.f("%s|\n%s|\n", head, rule)
 }
 
 // md is the report being written, in Markdown; f appends to it as

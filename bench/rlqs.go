@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
@@ -98,16 +97,9 @@ func (r *runner) rlqsEstimate() time.Duration { return r.envoyRunsTime() + 8*tim
 // protocols on its gRPC port. Added latency is listener − off; the
 // server's CPU is read from /proc around each run.
 func (r *runner) rlqs(ctx context.Context) error {
-	if r.bins.envoy == "" {
-		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
-	}
 	res := &RLQSBench{Plan: r.opt.plan(0, 0)}
 	r.res.RLQS = res
-	addrs, err := freeport.Addrs(6)
-	if err != nil {
-		return err
-	}
-	be, err := r.startEnvoyBackends(ctx, "q", addrs[0])
+	be, addrs, err := r.startEnvoyBackends(ctx, "q", 6)
 	if err != nil {
 		return err
 	}
@@ -128,26 +120,13 @@ func (r *runner) rlqs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, e := range []struct {
-		name, admin string
-		cfg         []byte
-	}{{"q-envoy-authz", addrs[1], cfgA}, {"q-envoy-quota", addrs[4], cfgB}} {
-		p, err := r.startEnvoy(ctx, e.name, e.admin, e.cfg)
-		if err != nil {
-			return err
-		}
-		defer p.stop()
-	}
-	if err := be.waitApp(ctx); err != nil {
+	stop, err := r.startEnvoys(ctx, be, envoySpec{"q-envoy-authz", addrs[1], cfgA}, envoySpec{"q-envoy-quota", addrs[4], cfgB})
+	if err != nil {
 		return err
 	}
-
+	defer stop()
 	listeners := []listener{{"off", addrs[3]}, {"authz", addrs[2]}, {"quota", addrs[5]}}
-	for _, c := range envoyConcurrency {
-		got, err := r.throughEnvoy(ctx, "q", c, listeners, rlqsLoad, be.srv.proc)
-		if err != nil {
-			return err
-		}
+	err = r.throughEnvoy(ctx, "q", listeners, rlqsLoad, be.srv.proc, func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64) {
 		cpu := map[string][]float64{}
 		for _, l := range listeners {
 			for i, run := range got[l.name] {
@@ -158,10 +137,7 @@ func (r *runner) rlqs(ctx context.Context) error {
 					Errors: run.Errors, RequestsToSend: run.Sent})
 			}
 		}
-		row := RLQSRow{Concurrency: c}
-		var lat map[string]Lat
-		var rps map[string]float64
-		lat, rps, row.Errors = listenerMedians(got)
+		row := RLQSRow{Concurrency: c, Errors: errs}
 		row.Off, row.Authz, row.Quota = lat["off"], lat["authz"], lat["quota"]
 		row.OffRPS, row.AuthzRPS, row.QuotaRPS = rps["off"], rps["authz"], rps["quota"]
 		row.AuthzAddedP50, row.AuthzAddedP99 = round1(row.Authz.P50-row.Off.P50), round1(row.Authz.P99-row.Off.P99)
@@ -179,6 +155,9 @@ func (r *runner) rlqs(ctx context.Context) error {
 		}
 		row.QuotaDenied = round(median(denied), 4)
 		res.Rows = append(res.Rows, row)
+	})
+	if err != nil {
+		return err
 	}
 	for _, row := range res.Rows {
 		if row.QuotaRPS == 0 {
