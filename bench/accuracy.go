@@ -576,3 +576,14 @@ func writeAccuracyAnalysis(b *md, res *Results, t Target) {
 	b.f("- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
 		t.Margin, strings.Join(rows, ", "))
 }
+
+// Accuracy is the accuracy scenario: bench/accuracy's output for this
+// tree and for the baseline commit, measured in the same run.
+type Accuracy struct {
+	Skipped string `json:"skipped,omitempty"`
+	// After is this tree's run; Before the baseline's (nil: not measured,
+	// Baseline.Error says why when it was asked for).
+	After    *loadresult.Accuracy `json:"after,omitempty"`
+	Before   *loadresult.Accuracy `json:"before,omitempty"`
+	Baseline *FloorBaseline       `json:"baseline,omitempty"`
+}

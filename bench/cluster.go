@@ -242,3 +242,29 @@ func clusterRow(alg string, mult int, res *loadRun, want int) ClusterRow {
 	}
 	return row
 }
+
+// Cluster is scenario 3.
+type Cluster struct {
+	Skipped      string       `json:"skipped,omitempty"`
+	Nodes        int          `json:"nodes"`
+	Limit        int          `json:"limit"`
+	WindowMS     int64        `json:"window_ms"`
+	SyncInterval string       `json:"sync_interval"`
+	Rows         []ClusterRow `json:"rows"`
+}
+
+// ClusterRow is one algorithm at one offered load.
+type ClusterRow struct {
+	Algorithm   string  `json:"algorithm"`
+	Multiple    int     `json:"multiple"` // offered load / limit
+	OfferedRPS  float64 `json:"offered_rps"`
+	AchievedRPS float64 `json:"achieved_rps"`
+	Windows     int     `json:"windows"`
+	Min         int64   `json:"min"`
+	Median      float64 `json:"median"`
+	Max         int64   `json:"max"`
+	MaxInSpan   int     `json:"max_in_any_span"`
+	Errors      int64   `json:"errors"`
+	Admitted    []int64 `json:"admitted"` // per window, in order
+	StartMS     []int64 `json:"start_ms"`
+}

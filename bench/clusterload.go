@@ -251,3 +251,51 @@ func clusterLoadSummary(ws []ClusterLoadWindow, nodes, limit int) []ClusterLoadP
 	}
 	return out
 }
+
+// ClusterLoad is scenario 5: a cluster under steady load through a NATS
+// outage.
+type ClusterLoad struct {
+	Skipped      string  `json:"skipped,omitempty"`
+	Nodes        int     `json:"nodes"`
+	Limit        int     `json:"limit"` // per 1 s window and tenant
+	RatePerNode  float64 `json:"rate_per_node"`
+	SyncInterval string  `json:"sync_interval"`
+	UpS          float64 `json:"up_s"` // planned phases
+	DownS        float64 `json:"down_s"`
+	BackS        float64 `json:"back_s"`
+	// When NATS was stopped and started again (s after the load started),
+	// and how long after each every node reported itself disconnected,
+	// then connected (ratelimit_authz_replicate_connected).
+	StopAtS       float64 `json:"nats_stopped_at_s"`
+	DisconnectedS float64 `json:"all_disconnected_after_s"`
+	RestartAtS    float64 `json:"nats_restarted_at_s"`
+	ReconnectedS  float64 `json:"all_reconnected_after_s"`
+	// BatchesPerS is each node's batches published per second with NATS
+	// up (ratelimit_authz_replicate_batches_sent_total).
+	BatchesPerS []float64           `json:"batches_per_s_nats_up"`
+	Errors      int64               `json:"errors"`
+	Phases      []ClusterLoadPhase  `json:"phases"`
+	Windows     []ClusterLoadWindow `json:"windows"`
+}
+
+// ClusterLoadWindow is one 1 s window of the cluster-load scenario.
+type ClusterLoadWindow struct {
+	StartMS int64   `json:"start_ms"`
+	Phase   string  `json:"phase"` // partial, up, down, transition, back
+	PerNode []int64 `json:"admitted_per_node"`
+	Total   int64   `json:"admitted"`
+}
+
+// ClusterLoadPhase sums up the windows of one phase (NATS up, down, back)
+// against what the cluster promises in it (reported, not asserted).
+type ClusterLoadPhase struct {
+	Phase      string  `json:"phase"`
+	Windows    int     `json:"windows"`
+	Min        int64   `json:"min"`
+	Median     float64 `json:"median"`
+	P90        int64   `json:"p90"`
+	Max        int64   `json:"max"`
+	MaxPerNode int64   `json:"max_per_node"`
+	Expected   string  `json:"expected"`
+	Met        *bool   `json:"met"` // nil: no window in the phase
+}

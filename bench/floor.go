@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"path/filepath"
@@ -147,6 +148,14 @@ func (r *runner) floor(ctx context.Context) error {
 
 func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
 
+// FloorBaseline is the commit the baseline server was built from.
+type FloorBaseline struct {
+	Ref    string  `json:"ref"`
+	Commit string  `json:"commit"`
+	BuildS float64 `json:"build_s"`
+	Error  string  `json:"error,omitempty"`
+}
+
 // baseline is the server built from another commit, and that commit's
 // configurations.
 type baseline struct {
@@ -289,4 +298,76 @@ func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*server)
 			File: filepath.Base(p.path), Top: p.top, Shares: shares(p.cum, run.RPS*float64(secs))})
 	}
 	return nil
+}
+
+// Floor is the floor scenario: CPU per check, pinned, against a
+// default-configured grpc-go no-op, the no-op on this tree's stack and the
+// baseline server, at saturation and at fixed rates.
+type Floor struct {
+	Plan
+	ServerCPU int    `json:"server_cpu"`
+	LoadCPU   int    `json:"load_cpu"`
+	Pinning   string `json:"pinning"`
+	// SaturationRPS is the default no-op's median saturated throughput,
+	// which the fixed rates are shares of.
+	SaturationRPS float64        `json:"default_noop_saturation_rps"`
+	Baseline      *FloorBaseline `json:"baseline,omitempty"`
+	Rows          []FloorRow     `json:"rows"`
+	Ratios        []FloorRatio   `json:"ratios"`
+	Profiles      []FloorProfile `json:"profiles,omitempty"`
+	Runs          []SingleRun    `json:"runs"`
+}
+
+// FloorRow is one target at one level (saturation or a fixed rate):
+// medians over the rounds.
+type FloorRow struct {
+	Level       string  `json:"level"` // saturation, 10%, 40%
+	Rate        float64 `json:"rate,omitempty"`
+	Target      string  `json:"target"`
+	RPS         float64 `json:"rps"`
+	CPUUS       float64 `json:"cpu_us_per_check"`
+	CPUMin      float64 `json:"cpu_us_per_check_min"`
+	CPUMax      float64 `json:"cpu_us_per_check_max"`
+	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
+	// WaitShare is the time the server's threads waited for a CPU, as a
+	// share of the run: other work on its CPU.
+	WaitShare   float64 `json:"runqueue_wait_share"`
+	Latency     Lat     `json:"latency_us"`
+	DeniedShare float64 `json:"denied_share"`
+	Errors      int64   `json:"errors"`
+}
+
+// FloorRatio is the server's CPU per check over a reference's at one
+// level, paired per round.
+type FloorRatio struct {
+	Level    string    `json:"level"`
+	Rate     float64   `json:"rate,omitempty"`
+	Workload string    `json:"workload"` // allowed, denied
+	Versus   string    `json:"versus"`   // default-noop, noop, baseline-allowed, baseline-denied
+	PerRound []float64 `json:"per_round"`
+	Median   float64   `json:"median"`
+	Min      float64   `json:"min"`
+	Max      float64   `json:"max"`
+	// P99Ratio is the median of the per-round p99 ratios.
+	P99Ratio float64 `json:"p99_ratio"`
+}
+
+// FloorProfile is pprof -top of one target's CPU profile at one level:
+// saturation, or a fixed rate (Rate > 0).
+type FloorProfile struct {
+	Target  string  `json:"target"`
+	Level   string  `json:"level,omitempty"` // empty: saturation
+	Rate    float64 `json:"rate,omitempty"`
+	Seconds float64 `json:"seconds"`
+	RPS     float64 `json:"rps"`
+	File    string  `json:"file"`
+	Top     string  `json:"top"`
+	// Shares are the profile parts' cumulative time per check, at the
+	// rate the load achieved.
+	Shares []ProfileShare `json:"shares"`
+}
+
+// title names the profile by its target and level.
+func (p FloorProfile) title() string {
+	return p.Target + " at " + cmp.Or(p.Level, "saturation")
 }

@@ -290,3 +290,50 @@ func (r *runner) gcSettle(ctx context.Context, name, grpcAddr, logPath string) (
 func mib(b int64) string {
 	return strings.TrimSuffix(strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64), ".0") + " MiB"
 }
+
+// Memory is scenario 2, and the rls scenario's memory run.
+type Memory struct {
+	Keys            int64       `json:"keys"`
+	Checks          int64       `json:"checks"`
+	Buckets         int         `json:"buckets_per_check"`
+	WindowS         int         `json:"window_s"`
+	SweepS          float64     `json:"sweep_interval_s"`
+	MaxKeysConfig   int         `json:"max_keys_config"`
+	LoadS           float64     `json:"load_s"`
+	LoadRPS         float64     `json:"load_rps"`
+	Errors          int64       `json:"errors"`
+	Baseline        MemPoint    `json:"baseline"`
+	Loaded          MemPoint    `json:"loaded"`
+	Expired         MemPoint    `json:"expired"`
+	BytesPerKeyRSS  float64     `json:"bytes_per_key_rss"`
+	BytesPerKeyHeap float64     `json:"bytes_per_key_live_heap"`
+	Refused         float64     `json:"keys_refused"`
+	Series          []MemSample `json:"series"`
+	Events          []MemEvent  `json:"events"`
+	Note            string      `json:"note,omitempty"`
+}
+
+// MemPoint is the server's memory at one moment.
+type MemPoint struct {
+	RSS      int64   `json:"rss_bytes"`
+	HWM      int64   `json:"rss_peak_bytes"`
+	LiveKeys float64 `json:"live_keys"`
+	// LiveHeap is the heap marked live by the first GC after this moment
+	// (GODEBUG=gctrace=1), in bytes; 0 when no GC was seen.
+	LiveHeap int64   `json:"live_heap_bytes"`
+	HeapGoal int64   `json:"heap_goal_bytes"`
+	AtS      float64 `json:"at_s"`
+}
+
+// MemSample is one sample of the memory time series.
+type MemSample struct {
+	T        float64 `json:"t_s"`
+	RSS      int64   `json:"rss_bytes"`
+	LiveKeys float64 `json:"live_keys"`
+}
+
+// MemEvent marks a moment of the memory run on the plot.
+type MemEvent struct {
+	T     float64 `json:"t_s"`
+	Label string  `json:"label"`
+}

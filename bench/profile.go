@@ -215,3 +215,29 @@ func shares(top string, requests float64) []ProfileShare {
 	}
 	return out
 }
+
+// Profile summarises CPU profiles of the server and of the no-op server
+// at the same fixed rate.
+type Profile struct {
+	Source      string         `json:"source"` // where the server's profile came from
+	Seconds     float64        `json:"seconds"`
+	Rate        float64        `json:"rate"`
+	LoadRPS     float64        `json:"load_rps"`
+	Top         string         `json:"top"`         // go tool pprof -top of the server
+	DiffTop     string         `json:"diff_top"`    // go tool pprof -top -diff_base noop server
+	Shares      []ProfileShare `json:"shares"`      // cumulative shares of chosen parts, server
+	NoopShares  []ProfileShare `json:"noop_shares"` // the same parts in the no-op's profile
+	ServerCPUUS float64        `json:"server_cpu_us_per_check"`
+	NoopCPUUS   float64        `json:"noop_cpu_us_per_check"`
+	File        string         `json:"file"`
+	NoopFile    string         `json:"noop_file"`
+	Error       string         `json:"error,omitempty"`
+}
+
+// ProfileShare is the cumulative share of the CPU samples in a part of
+// the program.
+type ProfileShare struct {
+	Part       string  `json:"part"`
+	Share      float64 `json:"share"` // 0…1
+	PerCheckUS float64 `json:"us_per_check"`
+}
