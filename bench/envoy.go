@@ -428,14 +428,7 @@ func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) e
 		return err
 	}
 	c1, err1 := cpuTimeOf(srv.pid())
-	var got struct {
-		ElapsedS    float64            `json:"elapsed_s"`
-		Usages      int64              `json:"usages"`
-		Answers     int64              `json:"answers"`
-		FirstAssign map[string]float64 `json:"first_assignment_us"`
-		Errors      int64              `json:"errors"`
-		ErrorKinds  map[string]int64   `json:"error_kinds"`
-	}
+	var got loadresult.RLQS
 	if err := json.Unmarshal(out, &got); err != nil {
 		return fmt.Errorf("rlqs streams: %w", err)
 	}

@@ -86,7 +86,8 @@ type windowCount struct{ allowed, denied int64 }
 // busiest-span figure.
 const maxAdmittedTimes = 4 << 20
 
-// workerStats is one worker's record; merged after the run.
+// workerStats is one worker's record, merged after the run into a
+// runRecord.
 type workerStats struct {
 	hist     histogram
 	classes  [3]int64
@@ -97,6 +98,10 @@ type workerStats struct {
 	late     int64   // fixed rate: requests already more than 1 ms overdue when their worker came free
 	sent     int64   // warm-up included
 	lastDone time.Time
+}
+
+func newWorkerStats() *workerStats {
+	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
 }
 
 func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration, keep int) {
@@ -176,7 +181,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 		keep   = maxAdmittedTimes / cfg.concurrency
 	)
 	for w := range cfg.concurrency {
-		st := &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
+		st := newWorkerStats()
 		stats[w] = st
 		wg.Go(func() {
 			g := newGenerator(cfg.mix, cfg.keys, cfg.seed, w, &seq)
@@ -271,22 +276,14 @@ func cpuTime() time.Duration {
 
 // runRecord is the merged record of a run, before it is summarised.
 type runRecord struct {
-	hist        histogram
-	classes     [3]int64
-	codes       map[int]int64
-	errKinds    map[string]int64
-	windows     map[int64]*windowCount
-	admitted    []int64
-	late        int64
-	sent        int64
+	workerStats
 	measureFrom time.Time
 	end         time.Time
-	lastDone    time.Time
 	cpu         time.Duration // the tool's own CPU over the run, warm-up included
 }
 
 func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time) *runRecord {
-	r := &runRecord{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}, measureFrom: measureFrom, end: end}
+	r := &runRecord{workerStats: *newWorkerStats(), measureFrom: measureFrom, end: end}
 	for _, s := range stats {
 		r.hist.merge(&s.hist)
 		for i, n := range s.classes {
