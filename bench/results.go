@@ -9,31 +9,28 @@ import (
 // Results is bench/results/results.json: every figure of a run, which
 // REPORT.md and scripts/plot.py are made from. Latencies are in µs.
 type Results struct {
-	Schema     int       `json:"schema"`
-	StartedAt  time.Time `json:"started_at"`
-	FinishedAt time.Time `json:"finished_at"`
-	Env        Env       `json:"env"`
-	Targets    []Target  `json:"targets"`
-	Micro      *Micro    `json:"micro,omitempty"`
-	// One node: the floor, section 1 and its profile, memory, RLS.
-	Floor   *Floor   `json:"floor,omitempty"`
-	Single  *Single  `json:"single,omitempty"`
-	Profile *Profile `json:"profile,omitempty"`
-	Memory  *Memory  `json:"memory,omitempty"`
-	RLS     *RLS     `json:"rls,omitempty"`
-	// A cluster on NATS.
+	Schema      int          `json:"schema"`
+	StartedAt   time.Time    `json:"started_at"`
+	FinishedAt  time.Time    `json:"finished_at"`
+	Env         Env          `json:"env"`
+	Targets     []Target     `json:"targets"`
+	Micro       *Micro       `json:"micro,omitempty"`
+	Single      *Single      `json:"single,omitempty"`
+	Floor       *Floor       `json:"floor,omitempty"`
+	Profile     *Profile     `json:"profile,omitempty"`
+	Memory      *Memory      `json:"memory,omitempty"`
 	Cluster     *Cluster     `json:"cluster,omitempty"`
 	Accuracy    *Accuracy    `json:"accuracy,omitempty"`
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
+	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
+	RLS         *RLS         `json:"rls,omitempty"`
+	RLQS        *RLQSBench   `json:"rlqs,omitempty"`
 	Scale       *Scale       `json:"scale,omitempty"`
-	// Through Envoy.
-	Envoy     *EnvoyE2E   `json:"envoy,omitempty"`
-	RLQS      *RLQSBench  `json:"rlqs,omitempty"`
-	Notes     []string    `json:"notes,omitempty"`
-	Timings   []StepTime  `json:"timings"`
-	Plots     []string    `json:"plots,omitempty"`
-	PlotError string      `json:"plot_error,omitempty"`
-	Errors    []StepError `json:"errors,omitempty"`
+	Notes       []string     `json:"notes,omitempty"`
+	Timings     []StepTime   `json:"timings"`
+	Plots       []string     `json:"plots,omitempty"`
+	PlotError   string       `json:"plot_error,omitempty"`
+	Errors      []StepError  `json:"errors,omitempty"`
 }
 
 // Env describes the machine and the versions measured.
@@ -113,6 +110,53 @@ type CDFSeries struct {
 	Group  string       `json:"group"` // e.g. "grpc c=64"
 	Label  string       `json:"label"`
 	Points [][2]float64 `json:"points"`
+}
+
+// Memory is scenario 2, and the rls scenario's memory run.
+type Memory struct {
+	Keys            int64       `json:"keys"`
+	Checks          int64       `json:"checks"`
+	Buckets         int         `json:"buckets_per_check"`
+	WindowS         int         `json:"window_s"`
+	SweepS          float64     `json:"sweep_interval_s"`
+	MaxKeysConfig   int         `json:"max_keys_config"`
+	LoadS           float64     `json:"load_s"`
+	LoadRPS         float64     `json:"load_rps"`
+	Errors          int64       `json:"errors"`
+	Baseline        MemPoint    `json:"baseline"`
+	Loaded          MemPoint    `json:"loaded"`
+	Expired         MemPoint    `json:"expired"`
+	BytesPerKeyRSS  float64     `json:"bytes_per_key_rss"`
+	BytesPerKeyHeap float64     `json:"bytes_per_key_live_heap"`
+	Refused         float64     `json:"keys_refused"`
+	Series          []MemSample `json:"series"`
+	Events          []MemEvent  `json:"events"`
+	Note            string      `json:"note,omitempty"`
+}
+
+// MemPoint is the server's memory at one moment.
+type MemPoint struct {
+	RSS      int64   `json:"rss_bytes"`
+	HWM      int64   `json:"rss_peak_bytes"`
+	LiveKeys float64 `json:"live_keys"`
+	// LiveHeap is the heap marked live by the first GC after this moment
+	// (GODEBUG=gctrace=1), in bytes; 0 when no GC was seen.
+	LiveHeap int64   `json:"live_heap_bytes"`
+	HeapGoal int64   `json:"heap_goal_bytes"`
+	AtS      float64 `json:"at_s"`
+}
+
+// MemSample is one sample of the memory time series.
+type MemSample struct {
+	T        float64 `json:"t_s"`
+	RSS      int64   `json:"rss_bytes"`
+	LiveKeys float64 `json:"live_keys"`
+}
+
+// MemEvent marks a moment of the memory run on the plot.
+type MemEvent struct {
+	T     float64 `json:"t_s"`
+	Label string  `json:"label"`
 }
 
 func latOf(r *loadRun) Lat {
