@@ -34,12 +34,6 @@ func (r *runner) clusterEstimate() time.Duration {
 	return time.Duration(r.opt.clusterWin+5)*time.Second + 6*time.Second
 }
 
-// clusterAvailable reports whether the server has the replication flags.
-func (r *runner) clusterAvailable(ctx context.Context) bool {
-	out, _ := commandOutput(ctx, r.root, r.bins.server, "serve", "--help")
-	return strings.Contains(out, "nats-url") && strings.Contains(out, "backend") && strings.Contains(out, "sync-interval")
-}
-
 // errNoNATS: scripts/install-nats.sh could not provide nats-server.
 var errNoNATS = errors.New("nats-server not available")
 
@@ -156,11 +150,6 @@ func (h *clusterHarness) metric(name string) ([]float64, error) {
 func (r *runner) cluster(ctx context.Context) error {
 	c := &Cluster{Nodes: clusterNodes, Limit: clusterLimit, WindowMS: 1000, SyncInterval: clusterSync.String()}
 	r.res.Cluster = c
-	if !r.clusterAvailable(ctx) {
-		c.Skipped = "replication not available: ratelimit-authz serve has no --nats-url/--backend/--sync-interval"
-		r.printf("skipped: %s\n", c.Skipped)
-		return nil
-	}
 	cfg := filepath.Join(r.tmp, "cluster.yaml")
 	if err := writeClusterConfig(cfg, clusterLimit); err != nil {
 		return err
