@@ -211,13 +211,8 @@ func listenerMedians(got map[string][]*loadRun) (map[string]Lat, map[string]floa
 	rps := map[string]float64{}
 	var errs int64
 	for name, runs := range got {
-		var ls []Lat
-		var xs []float64
-		for _, run := range runs {
-			ls, xs = append(ls, latOf(run)), append(xs, run.RPS)
-			errs += run.Errors
-		}
-		lat[name], rps[name] = medianLat(ls), round1(median(xs))
+		p := pool(runs)
+		lat[name], rps[name], errs = p.lat, round1(p.rps), errs+p.errors
 	}
 	return lat, rps, errs
 }

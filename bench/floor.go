@@ -190,32 +190,12 @@ func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, erro
 // floorRow summarises one target at one level: medians over the rounds,
 // and the range of its CPU per check.
 func floorRow(level string, rate float64, target string, runs []*loadRun) FloorRow {
-	row := FloorRow{Level: level, Rate: rate, Target: target}
-	var rps, cpu, client, wait []float64
-	var lat []Lat
-	var requests, denied int64
-	for _, res := range runs {
-		rps, cpu, client = append(rps, res.RPS), append(cpu, res.ServerCPUUS), append(client, res.ClientCPUUS())
-		wait = append(wait, res.ServerWaitShare)
-		lat = append(lat, latOf(res))
-		requests += res.Requests
-		denied += res.Denied
-		row.Errors += res.Errors
-	}
-	row.RPS, row.CPUUS, row.ClientCPUUS = round1(median(rps)), round1(median(cpu)), round1(median(client))
-	row.WaitShare = round(median(wait), 3)
-	lo, hi := minMax(cpu)
-	row.CPUMin, row.CPUMax = round1(lo), round1(hi)
-	row.Latency = medianLat(lat)
-	if requests > 0 {
-		row.DeniedShare = round(float64(denied)/float64(requests), 4)
-	}
-	return row
+	p := pool(runs)
+	return FloorRow{Level: level, Rate: rate, Target: target, RPS: round1(p.rps), CPUUS: round1(p.cpu),
+		CPUMin: round1(p.cpuMin), CPUMax: round1(p.cpuMax), ClientCPUUS: round1(p.client), WaitShare: round(p.wait, 3),
+		Latency: p.lat, DeniedShare: round(p.denied, 4), Errors: p.errors}
 }
 
-// floorRatios pairs each server run with the same round's run of every
-// reference: CPU per check (and p99) of the server over the reference's,
-// per round, then their median and range.
 func floorRatios(level string, rate float64, runs map[string][]*loadRun) []FloorRatio {
 	var out []FloorRatio
 	for _, w := range []string{"allowed", "denied", floorLean + "allowed", floorLean + "denied"} {

@@ -159,6 +159,36 @@ type MemEvent struct {
 	Label string  `json:"label"`
 }
 
+// pooled is what a target's runs come to: the median of each figure, the
+// range of the server's CPU per request, and the denied share and errors
+// over all of them.
+type pooled struct {
+	rps, cpu, client, wait float64
+	cpuMin, cpuMax         float64
+	lat                    Lat
+	denied                 float64
+	errors                 int64
+}
+
+func pool(runs []*loadRun) pooled {
+	var p pooled
+	var rps, cpu, client, wait []float64
+	var lat []Lat
+	var requests, denied int64
+	for _, r := range runs {
+		rps, cpu, client = append(rps, r.RPS), append(cpu, r.ServerCPUUS), append(client, r.ClientCPUUS())
+		wait, lat = append(wait, r.ServerWaitShare), append(lat, latOf(r))
+		requests, denied, p.errors = requests+r.Requests, denied+r.Denied, p.errors+r.Errors
+	}
+	p.rps, p.cpu, p.client, p.wait = median(rps), median(cpu), median(client), median(wait)
+	p.cpuMin, p.cpuMax = minMax(cpu)
+	p.lat = medianLat(lat)
+	if requests > 0 {
+		p.denied = float64(denied) / float64(requests)
+	}
+	return p
+}
+
 func latOf(r *loadRun) Lat {
 	return Lat{P50: r.Latency.P50, P90: r.Latency.P90, P99: r.Latency.P99, P999: r.Latency.P999, Mean: r.Latency.Mean}
 }

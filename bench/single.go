@@ -231,37 +231,18 @@ func runOf(round, c int, target string, rate float64, res *loadRun) SingleRun {
 // compare summarises one workload against the floor: medians over the
 // rounds, and the ratio of each round's pair.
 func compare(c int, w string, server, noop []*loadRun) SingleRow {
-	row := SingleRow{Concurrency: c, Workload: w}
-	var srps, nrps, ratios, scpu, ncpu, sclient, nclient []float64
-	var slat, nlat []Lat
-	var requests, denied int64
+	var ratios []float64
 	for i, s := range server {
-		srps = append(srps, s.RPS)
-		slat = append(slat, latOf(s))
-		scpu, sclient = append(scpu, s.ServerCPUUS), append(sclient, s.ClientCPUUS())
-		requests += s.Requests
-		denied += s.Denied
-		row.Errors += s.Errors
 		if i < len(noop) && noop[i].RPS > 0 {
 			ratios = append(ratios, s.RPS/noop[i].RPS)
 		}
 	}
-	for _, n := range noop {
-		nrps = append(nrps, n.RPS)
-		nlat = append(nlat, latOf(n))
-		ncpu, nclient = append(ncpu, n.ServerCPUUS), append(nclient, n.ClientCPUUS())
-	}
-	row.ServerRPS, row.NoopRPS = round1(median(srps)), round1(median(nrps))
-	row.Ratio = round(median(ratios), 3)
+	s, n := pool(server), pool(noop)
 	lo, hi := minMax(ratios)
-	row.RatioMin, row.RatioMax = round(lo, 3), round(hi, 3)
-	row.Server, row.Noop = medianLat(slat), medianLat(nlat)
-	row.ServerCPUUS, row.NoopCPUUS = round1(median(scpu)), round1(median(ncpu))
-	row.ClientCPUUS, row.NoopClientCPUUS = round1(median(sclient)), round1(median(nclient))
-	if requests > 0 {
-		row.DeniedShare = round(float64(denied)/float64(requests), 4)
-	}
-	return row
+	return SingleRow{Concurrency: c, Workload: w, ServerRPS: round1(s.rps), NoopRPS: round1(n.rps),
+		Ratio: round(median(ratios), 3), RatioMin: round(lo, 3), RatioMax: round(hi, 3),
+		DeniedShare: round(s.denied, 4), Errors: s.errors, Server: s.lat, Noop: n.lat,
+		ServerCPUUS: round1(s.cpu), NoopCPUUS: round1(n.cpu), ClientCPUUS: round1(s.client), NoopClientCPUUS: round1(n.client)}
 }
 
 // medianRun returns the run with the median throughput (for plots).
