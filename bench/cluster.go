@@ -169,41 +169,54 @@ func (r *runner) cluster(ctx context.Context) error {
 	// the steady offered load the rows are about.
 	const warmup = 1500 * time.Millisecond
 	dur := time.Duration(c.WindowMS*int64(r.opt.clusterWin+2))*time.Millisecond + 500*time.Millisecond
-	type job struct {
-		alg  string
-		mult int
-		res  *loadRun
-		err  error
-	}
-	var jobs []*job
+	var loads []load
 	for _, alg := range []string{"fixed", "sliding"} {
 		for _, m := range clusterMultiples {
-			jobs = append(jobs, &job{alg: alg, mult: m})
+			rate := m * clusterLimit
+			conc := max(4, rate/250) // ~1 ms per check: room for slow answers
+			loads = append(loads, load{fmt.Sprintf("s3-%s-x%d", alg, m), []string{"check", "--target", strings.Join(nodes, ","),
+				"--connections", strconv.Itoa(clusterNodes), "--routes", clusterRoutes[alg], "--keys", "uniform", "--tenants", "1",
+				"--key-prefix", fmt.Sprintf("%s-x%d-", alg, m), "--rate", strconv.Itoa(rate), "--concurrency", strconv.Itoa(conc),
+				"--duration", dur.String(), "--warmup", warmup.String(), "--timeout", "1s", "--window", "1s"}})
 		}
 	}
-	// Start on a window boundary (+50 ms), so the first window is whole.
-	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		rate := j.mult * clusterLimit
-		conc := max(4, rate/250) // ~1 ms per check: room for slow answers
-		wg.Go(func() {
-			j.res, j.err = r.load(ctx, fmt.Sprintf("s3-%s-x%d", j.alg, j.mult), dur+warmup,
-				"check", "--target", strings.Join(nodes, ","), "--connections", strconv.Itoa(clusterNodes),
-				"--routes", clusterRoutes[j.alg], "--keys", "uniform", "--tenants", "1",
-				"--key-prefix", fmt.Sprintf("%s-x%d-", j.alg, j.mult),
-				"--rate", strconv.Itoa(rate), "--concurrency", strconv.Itoa(conc),
-				"--duration", dur.String(), "--warmup", warmup.String(), "--timeout", "1s", "--window", "1s")
-		})
+	runs, err := r.loadsAtOnce(ctx, dur+warmup, loads)()
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	for _, j := range jobs {
-		if j.err != nil {
-			return j.err
+	for i, alg := range []string{"fixed", "sliding"} {
+		for j, m := range clusterMultiples {
+			c.Rows = append(c.Rows, clusterRow(alg, m, runs[i*len(clusterMultiples)+j], r.opt.clusterWin))
 		}
-		c.Rows = append(c.Rows, clusterRow(j.alg, j.mult, j.res, r.opt.clusterWin))
 	}
 	return nil
+}
+
+// load is one run of the load tool: its name and arguments.
+type load struct {
+	name string
+	args []string
+}
+
+// loadsAtOnce starts the loads together just after a 1 s window boundary,
+// so that their first window is nearly whole; wait waits for them and
+// returns their runs in order, or the first error.
+func (r *runner) loadsAtOnce(ctx context.Context, budget time.Duration, loads []load) (wait func() ([]*loadRun, error)) {
+	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
+	runs := make([]*loadRun, len(loads))
+	errs := make([]error, len(loads))
+	var wg sync.WaitGroup
+	for i, l := range loads {
+		wg.Go(func() {
+			if runs[i], errs[i] = r.load(ctx, l.name, budget, l.args...); errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", l.name, errs[i])
+			}
+		})
+	}
+	return func() ([]*loadRun, error) {
+		wg.Wait()
+		return runs, errors.Join(errs...)
+	}
 }
 
 // clusterRow summarises one load: the whole windows (the first and last,

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
@@ -66,22 +65,17 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	// from when every node has counted a check of the load: each load
 	// process takes a moment to start. The loads run a little longer than
 	// the phases, so the last phase is not cut short by that moment.
-	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
 	total := up + down + back
-	runs := make([]*loadRun, len(h.nodes))
-	errs := make([]error, len(h.nodes))
-	var wg sync.WaitGroup
-	for i, n := range h.nodes {
-		wg.Go(func() {
-			runs[i], errs[i] = r.load(ctx, n.name, total+2*time.Second,
-				"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
-				"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
-				"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
-				"--duration", (total + 2*time.Second).String(), "--warmup", "0", "--timeout", "1s", "--window", "1s")
-		})
+	var loads []load
+	for _, n := range h.nodes {
+		loads = append(loads, load{n.name, []string{"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
+			"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
+			"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
+			"--duration", (total + 2*time.Second).String(), "--warmup", "0", "--timeout", "1s", "--window", "1s"}})
 	}
+	wait := r.loadsAtOnce(ctx, total+2*time.Second, loads)
 	// Whatever happens below, the loads end by their --duration.
-	defer wg.Wait()
+	defer wait()
 	// every is a check that every node's metric is x (-1: above 0).
 	every := func(metric string, x float64) func() error {
 		return func() error {
@@ -131,12 +125,12 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	cl.StopAtS = round(stopAt.Sub(start).Seconds(), 3)
 	cl.RestartAtS = round(restartAt.Sub(start).Seconds(), 3)
 	cl.ReconnectedS = round(backAt.Sub(restartAt).Seconds(), 3)
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("%s: %w", h.nodes[i].name, err)
-		}
-		cl.Errors += runs[i].Errors
+	runs, err := wait()
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		cl.Errors += run.Errors
 	}
 	cl.Windows = clusterLoadWindows(runs, start, stopAt, restartAt, backAt)
 	cl.Phases = clusterLoadSummary(cl.Windows, clusterLoadNodes, clusterLoadLimit)
