@@ -75,8 +75,7 @@ func (r *runner) accuracy(ctx context.Context) error {
 	defer h.stop()
 
 	bin := filepath.Join(r.tmp, "accuracy")
-	if _, err := r.runTool(ctx, "build-accuracy", 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
-		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+	if err := r.goBuild(ctx, r.root, bin, "./"+accuracyDir); err != nil {
 		return err
 	}
 	var before string
@@ -127,7 +126,6 @@ func (r *runner) accuracy(ctx context.Context) error {
 			}
 		}
 	}
-	r.printAccuracy(a)
 	return nil
 }
 
@@ -152,19 +150,13 @@ func mergeAccuracy(into, run *loadresult.Accuracy) *loadresult.Accuracy {
 // added to the repository) with this tree's bench/accuracy and
 // accuracyDeps copied in. The tree is removed once the program is built.
 func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (string, error) {
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", b.Ref+"^{commit}")
-	if err != nil {
-		return "", fmt.Errorf("git rev-parse %s: %w (not in this clone?)", b.Ref, err)
-	}
-	b.Commit = commit
 	start := time.Now()
-	src := filepath.Join(r.tmp, "accuracy-baseline-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return "", err
+	src, commit, err := r.checkout(ctx, b.Ref, "accuracy-baseline")
+	b.Commit = commit
+	if src != "" {
+		defer os.RemoveAll(src)
 	}
-	defer os.RemoveAll(src)
-	if _, err := r.runTool(ctx, "accuracy-baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	if err != nil {
 		return "", err
 	}
 	for _, d := range append([]string{accuracyDir}, accuracyDeps...) {
@@ -180,12 +172,10 @@ func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (s
 		return "", fmt.Errorf("retarget the program's imports to the baseline tree: %w", err)
 	}
 	bin := filepath.Join(r.tmp, "accuracy-baseline")
-	if _, err := r.runTool(ctx, "build-accuracy-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
-		"go", "build", "-trimpath", "-o", bin, "./"+accuracyDir); err != nil {
+	if err := r.goBuild(ctx, src, bin, "./"+accuracyDir); err != nil {
 		return "", err
 	}
 	b.BuildS = round1(time.Since(start).Seconds())
-	r.printf("accuracy baseline: %s (%s), built in %.0fs\n", b.Ref, commit, b.BuildS)
 	return bin, nil
 }
 
@@ -264,27 +254,6 @@ func parseAccuracy(b []byte) (*loadresult.Accuracy, error) {
 	return &run, nil
 }
 
-// printAccuracy prints the rows of both runs, as × of the limit.
-func (r *runner) printAccuracy(a *Accuracy) {
-	r.printf("%-8s %6s %-7s %-23s %-23s\n", "window", "load", "spread", "before min/median/max", "after min/median/max")
-	for _, row := range a.After.Rows {
-		lim := float64(a.After.Limit)
-		b := "—"
-		if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
-			b = fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/float64(a.Before.Limit), x.Median/float64(a.Before.Limit), float64(x.Max)/float64(a.Before.Limit))
-		}
-		r.printf("%-8s %5g× %-7s %-23s %.2f / %.2f / %.2f\n", row.Algorithm, row.Multiple, row.Distribution, b,
-			float64(row.Min)/lim, row.Median/lim, float64(row.Max)/lim)
-	}
-	for _, x := range a.After.Bursts {
-		b := "—"
-		if y, ok := a.Before.Burst(x.Scenario); ok {
-			b = burstCell(y, a.Before.Limit)
-		}
-		r.printf("burst %-15s %-23s %s\n", x.Scenario, b, burstCell(x, a.After.Limit))
-	}
-}
-
 // burstCell is min / median / max admitted per run as × of the limit.
 func burstCell(x loadresult.AccuracyBurst, limit int64) string {
 	l := float64(limit)
@@ -345,133 +314,94 @@ func accRowName(r loadresult.AccuracyRow) string {
 
 // accuracyTargets judges this tree's accuracy run (the baseline's figures
 // are given beside it): the max per window against the overshoot goals,
-// the median per window against the floor at 2×.
+// the median per window against the floor at 2×, the bursts on a new key.
 func accuracyTargets(res *Results) []Target {
-	burst := accuracyBurstTarget(res)
 	over := Target{Name: "accuracy-overshoot", Goal: "3 nodes: admitted ≤ 1.10× the limit at 10× and 100× offered, ≤ 1.2× at 1000×; fixed and sliding, even and 90%-skewed (max per window, in process)"}
 	floor := Target{Name: "accuracy-floor", Goal: "3 nodes: ≥ 0.95× of the limit admitted at 2× offered, even and 90%-skewed, fixed and sliding (median per window, in process)"}
-	a := res.Accuracy
-	if a == nil {
-		return []Target{over, floor, burst}
-	}
-	if a.After == nil {
-		if a.Skipped != "" {
-			over.Measured, floor.Measured = "skipped: "+a.Skipped, "skipped: "+a.Skipped
-		}
-		return []Target{over, floor, burst}
-	}
-	before := ""
-	if a.Before != nil {
-		before = "; before (" + shortCommit(a.Baseline) + "): "
-	} else if a.Baseline != nil && a.Baseline.Error != "" {
-		before = "; no baseline: " + a.Baseline.Error
-	}
-
-	overshoot := func(run *loadresult.Accuracy) (mid, high float64, text string, ok bool) {
-		mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
-		high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
-		if !ok1 || !ok2 {
-			return 0, 0, "no rows at 10×, 100× and 1000× for both algorithms", false
-		}
-		return mid, high, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
-	}
-	mid, high, text, ok := overshoot(a.After)
-	over.Measured = "this tree: " + text
-	if ok {
-		over.Value = round(max(mid, high), 3)
-		over.Met = ptr(mid <= targetAccOvershoot+1e-9 && high <= targetAccOvershootHigh+1e-9)
-		var miss []string
-		if mid > targetAccOvershoot+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× at 10×/100× against 1.10×", mid))
-		}
-		if high > targetAccOvershootHigh+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× at 1000× against 1.2×", high))
-		}
-		over.Margin = strings.Join(miss, ", ")
-	}
-	if a.Before != nil {
-		_, _, btext, _ := overshoot(a.Before)
-		over.Measured += before + btext
-	} else {
-		over.Measured += before
-	}
-
-	lowFloor := func(run *loadresult.Accuracy) (float64, string, bool) {
-		lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
-		if !ok {
-			return 0, "no rows at 2× for both algorithms", false
-		}
-		text := fmt.Sprintf("lowest median %.2f× at 2× (%s)", lo, accRowName(at))
-		var just []string
-		for _, alg := range accuracyAlgorithms {
-			for _, dist := range accuracyDistributions {
-				if row, ok := run.Row(alg, 1.1, dist); ok {
-					just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+	burst := Target{Name: "accuracy-burst", Goal: "3 nodes, a key no node has seen: 2× the limit back to back on one node admits ≥ 0.90× the limit (min over runs), and 2× on every node at once ≤ 1.5× in its first window (max over runs; in process)"}
+	return []Target{
+		accTarget(res.Accuracy, over, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
+			high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
+			if !ok1 || !ok2 {
+				return 0, nil, "no rows at 10×, 100× and 1000× for both algorithms", false
+			}
+			var miss []string
+			if mid > targetAccOvershoot+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× at 10×/100× against 1.10×", mid))
+			}
+			if high > targetAccOvershootHigh+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× at 1000× against 1.2×", high))
+			}
+			return max(mid, high), miss, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
+		}),
+		accTarget(res.Accuracy, floor, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
+			if !ok {
+				return 0, nil, "no rows at 2× for both algorithms", false
+			}
+			text := fmt.Sprintf("lowest median %.2f× at 2× (%s)", lo, accRowName(at))
+			var just []string
+			for _, alg := range accuracyAlgorithms {
+				for _, dist := range accuracyDistributions {
+					if row, ok := run.Row(alg, 1.1, dist); ok {
+						just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+					}
 				}
 			}
-		}
-		if len(just) > 0 {
-			text += "; at 1.1× (not judged) median " + strings.Join(just, ", ")
-		}
-		return lo, text, true
+			if len(just) > 0 {
+				text += "; at 1.1× (not judged) median " + strings.Join(just, ", ")
+			}
+			var miss []string
+			if lo < targetAccFloor-1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× against 0.95×", lo))
+			}
+			return lo, miss, text, true
+		}),
+		accTarget(res.Accuracy, burst, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
+			x, ok1 := run.Burst("one")
+			y, ok2 := run.Burst("all-instant")
+			if !ok1 || !ok2 {
+				return 0, nil, "no bursts one and all-instant", false
+			}
+			l := float64(run.Limit)
+			one, all := float64(x.Min)/l, float64(y.Max)/l
+			var miss []string
+			if one < targetAccBurst-1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× on one node against 0.90×", one))
+			}
+			if all > targetAccBurstAll+1e-9 {
+				miss = append(miss, fmt.Sprintf("%.2f× on every node against 1.5×", all))
+			}
+			return one, miss, fmt.Sprintf("one node min %.2f× (median %.2f×), every node at once max %.2f×", one, x.Median/l, all), true
+		}),
 	}
-	lo, text, ok := lowFloor(a.After)
-	floor.Measured = "this tree: " + text
-	if ok {
-		floor.Value = round(lo, 3)
-		floor.Met = ptr(lo >= targetAccFloor-1e-9)
-		if !*floor.Met {
-			floor.Margin = fmt.Sprintf("%.2f× against 0.95×", lo)
-		}
-	}
-	if a.Before != nil {
-		_, btext, _ := lowFloor(a.Before)
-		floor.Measured += before + btext
-	} else {
-		floor.Measured += before
-	}
-	return []Target{over, floor, burst}
 }
 
-// accuracyBurstTarget judges this tree's bursts on a new key: the least
-// admitted of 2× the limit back to back on one node, and the most of 2×
-// on every node at once in the key's first window.
-func accuracyBurstTarget(res *Results) Target {
-	t := Target{Name: "accuracy-burst", Goal: "3 nodes, a key no node has seen: 2× the limit back to back on one node admits ≥ 0.90× the limit (min over runs), and 2× on every node at once ≤ 1.5× in its first window (max over runs; in process)"}
-	a := res.Accuracy
-	if a == nil || a.After == nil {
-		if a != nil && a.Skipped != "" {
+// accTarget judges this tree's run of a by judge, which returns the
+// target's value, how it missed its goal (nothing: met) and the figures,
+// and gives the baseline's figures beside them.
+func accTarget(a *Accuracy, t Target, judge func(*loadresult.Accuracy) (float64, []string, string, bool)) Target {
+	switch {
+	case a == nil:
+		return t
+	case a.After == nil:
+		if a.Skipped != "" {
 			t.Measured = "skipped: " + a.Skipped
 		}
 		return t
 	}
-	text := func(run *loadresult.Accuracy) (one, all float64, s string, ok bool) {
-		x, ok1 := run.Burst("one")
-		y, ok2 := run.Burst("all-instant")
-		if !ok1 || !ok2 {
-			return 0, 0, "no bursts one and all-instant", false
-		}
-		l := float64(run.Limit)
-		return float64(x.Min) / l, float64(y.Max) / l, fmt.Sprintf("one node min %.2f× (median %.2f×), every node at once max %.2f×",
-			float64(x.Min)/l, x.Median/l, float64(y.Max)/l), true
-	}
-	one, all, s, ok := text(a.After)
-	t.Measured = "this tree: " + s
+	v, miss, text, ok := judge(a.After)
+	t.Measured = "this tree: " + text
 	if ok {
-		t.Value = round(one, 3)
-		t.Met = ptr(one >= targetAccBurst-1e-9 && all <= targetAccBurstAll+1e-9)
-		var miss []string
-		if one < targetAccBurst-1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× on one node against 0.90×", one))
-		}
-		if all > targetAccBurstAll+1e-9 {
-			miss = append(miss, fmt.Sprintf("%.2f× on every node against 1.5×", all))
-		}
-		t.Margin = strings.Join(miss, ", ")
+		t.Value, t.Met, t.Margin = round(v, 3), ptr(len(miss) == 0), strings.Join(miss, ", ")
 	}
-	if a.Before != nil {
-		_, _, bs, _ := text(a.Before)
-		t.Measured += "; before (" + shortCommit(a.Baseline) + "): " + bs
+	switch {
+	case a.Before != nil:
+		_, _, btext, _ := judge(a.Before)
+		t.Measured += "; before (" + shortCommit(a.Baseline) + "): " + btext
+	case a.Baseline != nil && a.Baseline.Error != "":
+		t.Measured += "; no baseline: " + a.Baseline.Error
 	}
 	return t
 }
@@ -479,29 +409,24 @@ func accuracyBurstTarget(res *Results) Target {
 // writeAccuracyReport writes the accuracy scenario's section: a table
 // per algorithm, offered load × distribution, before and this tree side
 // by side.
-func writeAccuracyReport(b *strings.Builder, res *Results) {
-	a := res.Accuracy
-	if a == nil {
-		return
-	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
+func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
+	b.f("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
 	if a.Skipped != "" || a.After == nil {
-		w("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
+		b.f("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
 		return
 	}
 	run := a.After
-	w("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
+	b.f("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
 		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
 	switch {
 	case a.Before != nil:
-		w(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
+		b.f(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
 	case a.Baseline != nil && a.Baseline.Error != "":
-		w(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
+		b.f(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
 	}
-	w(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
+	b.f(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
 	if !run.PeersSeen {
-		w("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
+		b.f("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
 	}
 	// A row whose pacing fell behind by more than a sync interval was
 	// offered its load in bursts (the machine did not run the process in
@@ -522,58 +447,53 @@ func writeAccuracyReport(b *strings.Builder, res *Results) {
 	}
 	behind := func(x loadresult.AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
-		w("**%s**\n\n| offered | spread |", alg)
-		if a.Before != nil {
-			w(" before |")
-		}
-		w(" this tree | windows | pacing behind ≤ |\n|---:|---|")
-		if a.Before != nil {
-			w("---:|")
-		}
-		w("---:|---:|---:|\n")
+		b.f("**%s**\n\n", alg)
+		b.table(a.beside([]string{"offered:", "spread"}, "before:"), "this tree:", "windows:", "pacing behind ≤:")
 		for _, row := range run.Rows {
 			if row.Algorithm != alg {
 				continue
 			}
-			w("| %g× | %s |", row.Multiple, row.Distribution)
+			b.f("| %g× | %s |", row.Multiple, row.Distribution)
 			pacing := behind(row)
 			if a.Before != nil {
 				if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
-					w(" %s |", cell(x, a.Before.Limit))
+					b.f(" %s |", cell(x, a.Before.Limit))
 					pacing = behind(x) + " / " + pacing
 				} else {
-					w(" — |")
+					b.f(" — |")
 					pacing = "— / " + pacing
 				}
 			}
-			w(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
+			b.f(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
 		}
-		w("\n")
+		b.f("\n")
 	}
 	writeAccuracyBursts(b, a)
-	w("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
+	b.f("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
 	if marked {
-		w(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
+		b.f(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
 	}
-	w("\n\n")
-	w("<details><summary>admitted per window</summary>\n\n| window | offered | spread |")
-	if a.Before != nil {
-		w(" before |")
-	}
-	w(" this tree |\n|---|---:|---|")
-	if a.Before != nil {
-		w("---|")
-	}
-	w("---|\n")
+	b.f("\n\n")
+	b.f("<details><summary>admitted per window</summary>\n\n")
+	b.table(a.beside([]string{"window", "offered:", "spread"}, "before"), "this tree")
 	for _, row := range run.Rows {
-		w("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
+		b.f("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
 		if a.Before != nil {
 			x, _ := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution)
-			w(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
+			b.f(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
 		}
-		w(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
+		b.f(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
 	}
-	w("\n</details>\n\n")
+	b.f("\n</details>\n\n")
+}
+
+// beside is the columns cols, then the baseline's columns when a has a
+// baseline run.
+func (a *Accuracy) beside(cols []string, baseline ...string) []string {
+	if a.Before != nil {
+		return append(cols, baseline...)
+	}
+	return cols
 }
 
 // accuracyBurstText says what each burst scenario offers.
@@ -588,21 +508,13 @@ var accuracyBurstText = map[string]string{
 
 // writeAccuracyBursts writes the burst scenarios' table: admitted per run
 // as × of the limit, and when 90% of it was admitted.
-func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
+func writeAccuracyBursts(b *md, a *Accuracy) {
 	run := a.After
 	if len(run.Bursts) == 0 {
 		return
 	}
-	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n| burst |", 50)
-	if a.Before != nil {
-		w(" before | 90%% after |")
-	}
-	w(" this tree | 90%% after | runs |\n|---|")
-	if a.Before != nil {
-		w("---:|---:|")
-	}
-	w("---:|---:|---:|\n")
+	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n", 50)
+	b.table(a.beside([]string{"burst"}, "before:", "90% after:"), "this tree:", "90% after:", "runs:")
 	reach := func(x loadresult.AccuracyBurst) string {
 		s := slices.Clone(x.Reach90MS)
 		slices.Sort(s)
@@ -621,28 +533,28 @@ func writeAccuracyBursts(b *strings.Builder, a *Accuracy) {
 		return c
 	}
 	for _, x := range run.Bursts {
-		w("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
+		b.f("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
 		if a.Before != nil {
 			if y, ok := a.Before.Burst(x.Scenario); ok {
-				w(" %s | %s |", cell(y, a.Before.Limit), reach(y))
+				b.f(" %s | %s |", cell(y, a.Before.Limit), reach(y))
 			} else {
-				w(" — | — |")
+				b.f(" — | — |")
 			}
 		}
-		w(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
+		b.f(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
 	}
 	if marked {
-		w("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
+		b.f("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
 	}
-	w("\n")
+	b.f("\n")
 }
 
 // writeAccuracyAnalysis explains a missed accuracy target: the rows that
 // missed it.
-func writeAccuracyAnalysis(b *strings.Builder, res *Results, t Target) {
+func writeAccuracyAnalysis(b *md, res *Results, t Target) {
 	run := res.Accuracy.After
 	if t.Name == "accuracy-burst" {
-		fmt.Fprintf(b, "- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
+		b.f("- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
 		return
 	}
 	lim := float64(run.Limit)
@@ -657,10 +569,21 @@ func writeAccuracyAnalysis(b *strings.Builder, res *Results, t Target) {
 		}
 	}
 	if t.Name == "accuracy-overshoot" {
-		fmt.Fprintf(b, "- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
+		b.f("- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
 			t.Margin, strings.Join(rows, ", "), float64(run.WindowMS)/100, float64(run.WindowMS)/1000)
 		return
 	}
-	fmt.Fprintf(b, "- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
+	b.f("- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
 		t.Margin, strings.Join(rows, ", "))
+}
+
+// Accuracy is the accuracy scenario: bench/accuracy's output for this
+// tree and for the baseline commit, measured in the same run.
+type Accuracy struct {
+	Skipped string `json:"skipped,omitempty"`
+	// After is this tree's run; Before the baseline's (nil: not measured,
+	// Baseline.Error says why when it was asked for).
+	After    *loadresult.Accuracy `json:"after,omitempty"`
+	Before   *loadresult.Accuracy `json:"before,omitempty"`
+	Baseline *FloorBaseline       `json:"baseline,omitempty"`
 }

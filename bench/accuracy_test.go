@@ -313,7 +313,7 @@ func TestAccuracyBurstTarget(t *testing.T) {
 		"under and over": {[]int64{50, 55}, []int64{200, 100}, false, "0.50× on one node against 0.90×, 2.00× on every node"},
 	} {
 		before := accBursts(accRows(100, exact), []int64{55, 56}, []int64{100, 100})
-		tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{After: accBursts(accRows(100, exact), tc.one, tc.all), Before: before, Baseline: base}})
+		tg := burstTarget(&Results{Accuracy: &Accuracy{After: accBursts(accRows(100, exact), tc.one, tc.all), Before: before, Baseline: base}})
 		if tg.Met == nil || *tg.Met != tc.met || !strings.Contains(tg.Margin, tc.margin) || (tc.margin == "" && tg.Margin != "") {
 			t.Errorf("%s: %+v, want met %v, margin %q", name, tg, tc.met, tc.margin)
 		}
@@ -321,10 +321,10 @@ func TestAccuracyBurstTarget(t *testing.T) {
 			t.Errorf("%s: measured %q", name, tg.Measured)
 		}
 	}
-	if tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{After: accRows(100, exact)}}); tg.Met != nil || !strings.Contains(tg.Measured, "no bursts") {
+	if tg := burstTarget(&Results{Accuracy: &Accuracy{After: accRows(100, exact)}}); tg.Met != nil || !strings.Contains(tg.Measured, "no bursts") {
 		t.Errorf("no bursts: %+v", tg)
 	}
-	if tg := accuracyBurstTarget(&Results{Accuracy: &Accuracy{Skipped: "nats-server not available"}}); tg.Met != nil || !strings.Contains(tg.Measured, "skipped") {
+	if tg := burstTarget(&Results{Accuracy: &Accuracy{Skipped: "nats-server not available"}}); tg.Met != nil || !strings.Contains(tg.Measured, "skipped") {
 		t.Errorf("skipped: %+v", tg)
 	}
 }
@@ -341,3 +341,6 @@ func TestAccuracyOptions(t *testing.T) {
 		t.Error("--accuracy-windows 1: no error")
 	}
 }
+
+// burstTarget is the accuracy target of the bursts.
+func burstTarget(res *Results) Target { return accuracyTargets(res)[2] }

@@ -2,9 +2,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
@@ -92,43 +88,6 @@ func indexOf(r *rules.Rules, name string) int {
 		}
 	}
 	return -1
-}
-
-// The end-to-end scenario's Envoy: three listeners on the shipped
-// bootstrap whose stats envoy() reads, the filter on each as it expects;
-// the real Envoy loads it.
-func TestEnvoyConfig(t *testing.T) {
-	b, err := envoyConfig(root(t), envoyAddrs{Admin: "127.0.0.1:1", On: "127.0.0.1:2", Noop: "127.0.0.1:3", Off: "127.0.0.1:4",
-		Authz: "127.0.0.1:5", Check: "127.0.0.1:8", NoopAuthz: "127.0.0.1:6", App: "127.0.0.1:7"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cms, err := envoyconf.Inspect(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]bool{}
-	for _, c := range cms {
-		got[c.Listener] = c.ExtAuthz
-	}
-	if want := map[string]bool{"authz_on": true, "authz_noop": true, "authz_off": false}; !maps.Equal(got, want) {
-		t.Errorf("listeners and their filter %v, want %v", got, want)
-	}
-	for _, want := range []string{`stat_prefix: "authz_on"`, `stat_prefix: "authz_noop"`, `stat_prefix: "authz_off"`,
-		`envoy_grpc: { cluster_name: "noop_authz" }`, "port_value: 6 }", "port_value: 5 }", "port_value: 8 }"} {
-		if !bytes.Contains(b, []byte(want)) {
-			t.Errorf("the bootstrap lacks %q", want)
-		}
-	}
-	path := filepath.Join(t.TempDir(), "envoy.yaml")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := envoyconf.Validate(ctx, binaries.InstalledEnvoy(t), path); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func TestLastGC(t *testing.T) {
@@ -350,7 +309,7 @@ func TestReportRenders(t *testing.T) {
 	r := &runner{out: out, res: &Results{
 		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0),
 		Env: Env{CPU: "test", Cores: 2},
-		Single: &Single{Rounds: 2, Rows: []SingleRow{{Concurrency: 64, Workload: "allowed", Ratio: 0.5, ServerRPS: 5000, NoopRPS: 10000, Server: Lat{P99: 9000}},
+		Single: &Single{Plan: Plan{Rounds: 2}, Rows: []SingleRow{{Concurrency: 64, Workload: "allowed", Ratio: 0.5, ServerRPS: 5000, NoopRPS: 10000, Server: Lat{P99: 9000}},
 			{Concurrency: 64, Workload: "denied", Ratio: 0.9, ServerRPS: 9000, NoopRPS: 10000}}},
 		Profile: &Profile{Source: "test", Shares: []ProfileShare{{Part: "Check: x", Share: 0.07}}, Top: "flat flat%"},
 		Memory:  &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
@@ -358,9 +317,9 @@ func TestReportRenders(t *testing.T) {
 		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
 			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
 		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
-		RLS: &RLS{Rounds: 1, Concurrency: 16, Rows: []RLSRow{{Workload: "3 descriptors, denied", Descriptors: 3, Denied: true,
-			ServerRPS: 8000, NoopRPS: 10000, Ratio: 0.8, RatioMin: 0.8, RatioMax: 0.8, ServerCPUUS: 60, NoopCPUUS: 40, CPURatio: 1.5, DeniedShare: 0.99}},
-			Memory: &RLSMemory{Keys: 1000, BytesPerKeyRSS: 250, BytesPerKeyHeap: 110, Loaded: MemPoint{RSS: 2 << 20, LiveKeys: 1000}}},
+		RLS: &RLS{Plan: Plan{Rounds: 1, Concurrency: 16}, Rows: []RLSRow{{Descriptors: 3, Denied: true, CPURatio: 1.5, SingleRow: SingleRow{Workload: "3 descriptors, denied",
+			ServerRPS: 8000, NoopRPS: 10000, Ratio: 0.8, RatioMin: 0.8, RatioMax: 0.8, ServerCPUUS: 60, NoopCPUUS: 40, DeniedShare: 0.99}}},
+			Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 250, BytesPerKeyHeap: 110, Loaded: MemPoint{RSS: 2 << 20, LiveKeys: 1000}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
 		Errors: []StepError{{"cluster", "boom\nmore"}},
 		Plots:  []string{"throughput.png"},

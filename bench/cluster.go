@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
@@ -33,12 +34,6 @@ func (r *runner) clusterEstimate() time.Duration {
 	return time.Duration(r.opt.clusterWin+5)*time.Second + 6*time.Second
 }
 
-// clusterAvailable reports whether the server has the replication flags.
-func (r *runner) clusterAvailable(ctx context.Context) bool {
-	out, _ := commandOutput(ctx, r.root, r.bins.server, "serve", "--help")
-	return strings.Contains(out, "nats-url") && strings.Contains(out, "backend") && strings.Contains(out, "sync-interval")
-}
-
 // errNoNATS: scripts/install-nats.sh could not provide nats-server.
 var errNoNATS = errors.New("nats-server not available")
 
@@ -53,14 +48,7 @@ type clusterHarness struct {
 	natsURL  string
 	nats     *proc
 	restarts int
-	nodes    []clusterNode
-}
-
-// clusterNode is one node of a harness.
-type clusterNode struct {
-	p          *proc
-	id         string
-	grpc, http string
+	nodes    []*server // named by node id
 }
 
 // startCluster installs nats-server (when this run has not yet), starts
@@ -90,13 +78,13 @@ func (r *runner) startCluster(ctx context.Context, name string, n int, config st
 	}
 	for i := range n {
 		id := fmt.Sprintf("%s-node%d", name, i+1)
-		p, grpcAddr, httpAddr, err := r.startCheckServer(ctx, id, config, nil,
+		node, err := r.startCheckServer(ctx, id, config, nil,
 			"--backend", "cluster", "--nats-url", h.natsURL, "--sync-interval", sync.String(), "--node-id", id)
 		if err != nil {
 			h.stop()
 			return nil, err
 		}
-		h.nodes = append(h.nodes, clusterNode{p: p, id: id, grpc: grpcAddr, http: httpAddr})
+		h.nodes = append(h.nodes, node)
 	}
 	return h, nil
 }
@@ -128,7 +116,7 @@ func (h *clusterHarness) stopNATS() {
 // stop stops the nodes and nats-server.
 func (h *clusterHarness) stop() {
 	for _, n := range h.nodes {
-		n.p.stop()
+		n.stop()
 	}
 	h.stopNATS()
 }
@@ -148,7 +136,7 @@ func (h *clusterHarness) metric(name string) ([]float64, error) {
 	for _, n := range h.nodes {
 		mt, err := scrape.Get(httpClient, "http://"+n.http+"/metrics")
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", n.id, err)
+			return nil, fmt.Errorf("%s: %w", n.name, err)
 		}
 		out = append(out, mt.Sum(name))
 	}
@@ -162,11 +150,6 @@ func (h *clusterHarness) metric(name string) ([]float64, error) {
 func (r *runner) cluster(ctx context.Context) error {
 	c := &Cluster{Nodes: clusterNodes, Limit: clusterLimit, WindowMS: 1000, SyncInterval: clusterSync.String()}
 	r.res.Cluster = c
-	if !r.clusterAvailable(ctx) {
-		c.Skipped = "replication not available: ratelimit-authz serve has no --nats-url/--backend/--sync-interval"
-		r.printf("skipped: %s\n", c.Skipped)
-		return nil
-	}
 	cfg := filepath.Join(r.tmp, "cluster.yaml")
 	if err := writeClusterConfig(cfg, clusterLimit); err != nil {
 		return err
@@ -186,45 +169,54 @@ func (r *runner) cluster(ctx context.Context) error {
 	// the steady offered load the rows are about.
 	const warmup = 1500 * time.Millisecond
 	dur := time.Duration(c.WindowMS*int64(r.opt.clusterWin+2))*time.Millisecond + 500*time.Millisecond
-	type job struct {
-		alg  string
-		mult int
-		res  *loadRun
-		err  error
-	}
-	var jobs []*job
+	var loads []load
 	for _, alg := range []string{"fixed", "sliding"} {
 		for _, m := range clusterMultiples {
-			jobs = append(jobs, &job{alg: alg, mult: m})
+			rate := m * clusterLimit
+			conc := max(4, rate/250) // ~1 ms per check: room for slow answers
+			loads = append(loads, load{fmt.Sprintf("s3-%s-x%d", alg, m), []string{"check", "--target", strings.Join(nodes, ","),
+				"--connections", strconv.Itoa(clusterNodes), "--routes", clusterRoutes[alg], "--keys", "uniform", "--tenants", "1",
+				"--key-prefix", fmt.Sprintf("%s-x%d-", alg, m), "--rate", strconv.Itoa(rate), "--concurrency", strconv.Itoa(conc),
+				"--duration", dur.String(), "--warmup", warmup.String(), "--timeout", "1s", "--window", "1s"}})
 		}
 	}
-	// Start on a window boundary (+50 ms), so the first window is whole.
-	sleepCtx(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		rate := j.mult * clusterLimit
-		conc := max(4, rate/250) // ~1 ms per check: room for slow answers
-		wg.Go(func() {
-			j.res, j.err = r.load(ctx, fmt.Sprintf("s3-%s-x%d", j.alg, j.mult), dur+warmup,
-				"check", "--target", strings.Join(nodes, ","), "--connections", strconv.Itoa(clusterNodes),
-				"--routes", clusterRoutes[j.alg], "--keys", "uniform", "--tenants", "1",
-				"--key-prefix", fmt.Sprintf("%s-x%d-", j.alg, j.mult),
-				"--rate", strconv.Itoa(rate), "--concurrency", strconv.Itoa(conc),
-				"--duration", dur.String(), "--warmup", warmup.String(), "--timeout", "1s", "--window", "1s")
-		})
+	runs, err := r.loadsAtOnce(ctx, dur+warmup, loads)()
+	if err != nil {
+		return err
 	}
-	wg.Wait()
-	r.printf("%-8s %5s %9s %9s %8s %7s %7s %7s %9s %6s\n", "window", "load", "offered", "achieved", "windows", "min", "median", "max", "max/limit", "busiest")
-	for _, j := range jobs {
-		if j.err != nil {
-			return j.err
+	for i, alg := range []string{"fixed", "sliding"} {
+		for j, m := range clusterMultiples {
+			c.Rows = append(c.Rows, clusterRow(alg, m, runs[i*len(clusterMultiples)+j], r.opt.clusterWin))
 		}
-		row := clusterRow(j.alg, j.mult, j.res, r.opt.clusterWin)
-		c.Rows = append(c.Rows, row)
-		r.printf("%-8s %4d× %9.0f %9.0f %8d %7d %7.1f %7d %9.2f %6d\n", row.Algorithm, row.Multiple, row.OfferedRPS, row.AchievedRPS,
-			row.Windows, row.Min, row.Median, row.Max, float64(row.Max)/clusterLimit, row.MaxInSpan)
 	}
 	return nil
+}
+
+// load is one run of the load tool: its name and arguments.
+type load struct {
+	name string
+	args []string
+}
+
+// loadsAtOnce starts the loads together just after a 1 s window boundary,
+// so that their first window is nearly whole; wait waits for them and
+// returns their runs in order, or the first error.
+func (r *runner) loadsAtOnce(ctx context.Context, budget time.Duration, loads []load) (wait func() ([]*loadRun, error)) {
+	cli.Sleep(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
+	runs := make([]*loadRun, len(loads))
+	errs := make([]error, len(loads))
+	var wg sync.WaitGroup
+	for i, l := range loads {
+		wg.Go(func() {
+			if runs[i], errs[i] = r.load(ctx, l.name, budget, l.args...); errs[i] != nil {
+				errs[i] = fmt.Errorf("%s: %w", l.name, errs[i])
+			}
+		})
+	}
+	return func() ([]*loadRun, error) {
+		wg.Wait()
+		return runs, errors.Join(errs...)
+	}
 }
 
 // clusterRow summarises one load: the whole windows (the first and last,
@@ -251,4 +243,30 @@ func clusterRow(alg string, mult int, res *loadRun, want int) ClusterRow {
 		row.Median = median(admitted)
 	}
 	return row
+}
+
+// Cluster is scenario 3.
+type Cluster struct {
+	Skipped      string       `json:"skipped,omitempty"`
+	Nodes        int          `json:"nodes"`
+	Limit        int          `json:"limit"`
+	WindowMS     int64        `json:"window_ms"`
+	SyncInterval string       `json:"sync_interval"`
+	Rows         []ClusterRow `json:"rows"`
+}
+
+// ClusterRow is one algorithm at one offered load.
+type ClusterRow struct {
+	Algorithm   string  `json:"algorithm"`
+	Multiple    int     `json:"multiple"` // offered load / limit
+	OfferedRPS  float64 `json:"offered_rps"`
+	AchievedRPS float64 `json:"achieved_rps"`
+	Windows     int     `json:"windows"`
+	Min         int64   `json:"min"`
+	Median      float64 `json:"median"`
+	Max         int64   `json:"max"`
+	MaxInSpan   int     `json:"max_in_any_span"`
+	Errors      int64   `json:"errors"`
+	Admitted    []int64 `json:"admitted"` // per window, in order
+	StartMS     []int64 `json:"start_ms"`
 }

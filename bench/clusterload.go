@@ -6,9 +6,9 @@ import (
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
@@ -52,11 +52,6 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	cl := &ClusterLoad{Nodes: clusterLoadNodes, Limit: clusterLoadLimit, RatePerNode: round1(clusterLoadRate / clusterLoadNodes),
 		SyncInterval: clusterSync.String(), UpS: up.Seconds(), DownS: down.Seconds(), BackS: back.Seconds()}
 	r.res.ClusterLoad = cl
-	if !r.clusterAvailable(ctx) {
-		cl.Skipped = "replication not available: ratelimit-authz serve has no --nats-url/--backend/--sync-interval"
-		r.printf("skipped: %s\n", cl.Skipped)
-		return nil
-	}
 	h, err := r.startCluster(ctx, "s5", clusterLoadNodes, shippedConfigPath(r.root), clusterSync)
 	if err != nil {
 		return err
@@ -70,35 +65,30 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	// from when every node has counted a check of the load: each load
 	// process takes a moment to start. The loads run a little longer than
 	// the phases, so the last phase is not cut short by that moment.
-	sleepCtx(ctx, time.Until(nextBoundary(time.Now(), time.Second).Add(50*time.Millisecond)))
 	total := up + down + back
-	runs := make([]*loadRun, len(h.nodes))
-	errs := make([]error, len(h.nodes))
-	var wg sync.WaitGroup
-	for i, n := range h.nodes {
-		wg.Go(func() {
-			runs[i], errs[i] = r.load(ctx, n.id, total+2*time.Second,
-				"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
-				"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
-				"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
-				"--duration", (total + 2*time.Second).String(), "--warmup", "0", "--timeout", "1s", "--window", "1s")
-		})
+	var loads []load
+	for _, n := range h.nodes {
+		loads = append(loads, load{n.name, []string{"check", "--target", n.grpc, "--connections", "1", "--routes", "activities",
+			"--keys", "uniform", "--tenants", "1", "--key-prefix", "s5-",
+			"--rate", strconv.FormatFloat(cl.RatePerNode, 'f', -1, 64), "--concurrency", "4",
+			"--duration", (total + 2*time.Second).String(), "--warmup", "0", "--timeout", "1s", "--window", "1s"}})
 	}
+	wait := r.loadsAtOnce(ctx, total+2*time.Second, loads)
 	// Whatever happens below, the loads end by their --duration.
-	defer wg.Wait()
-	counting := func() error {
-		got, err := h.metric("ratelimit_authz_checks_total")
-		if err != nil {
+	defer wait()
+	// every is a check that every node's metric is x (-1: above 0).
+	every := func(metric string, x float64) func() error {
+		return func() error {
+			got, err := h.metric(metric)
+			for i, v := range got {
+				if v != x && (x != -1 || v <= 0) && err == nil {
+					err = fmt.Errorf("%s: %s is %v", h.nodes[i].name, metric, v)
+				}
+			}
 			return err
 		}
-		for i, x := range got {
-			if x == 0 {
-				return fmt.Errorf("%s has counted no check yet", h.nodes[i].id)
-			}
-		}
-		return nil
 	}
-	if err := poll.Wait(30*time.Second, 10*time.Millisecond, counting); err != nil {
+	if err := poll.Wait(30*time.Second, 10*time.Millisecond, every("ratelimit_authz_checks_total", -1)); err != nil {
 		return fmt.Errorf("the load did not start: %w", err)
 	}
 	start := time.Now()
@@ -106,22 +96,7 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-
-	allAre := func(v float64) func() error {
-		return func() error {
-			got, err := h.metric(connected)
-			if err != nil {
-				return err
-			}
-			for i, x := range got {
-				if x != v {
-					return fmt.Errorf("%s: %s %v, want %v", h.nodes[i].id, connected, x, v)
-				}
-			}
-			return nil
-		}
-	}
-	sleepCtx(ctx, time.Until(start.Add(up)))
+	cli.Sleep(ctx, time.Until(start.Add(up)))
 	b1, err := h.metric(batches)
 	if err != nil {
 		return err
@@ -132,45 +107,34 @@ func (r *runner) clusterLoad(ctx context.Context) error {
 	}
 	stopAt := time.Now()
 	h.stopNATS()
-	if err := poll.Wait(20*time.Second, 20*time.Millisecond, allAre(0)); err != nil {
+	if err := poll.Wait(20*time.Second, 20*time.Millisecond, every(connected, 0)); err != nil {
 		return fmt.Errorf("after NATS stopped: %w", err)
 	}
 	cl.DisconnectedS = round(time.Since(stopAt).Seconds(), 3)
-	sleepCtx(ctx, time.Until(stopAt.Add(down)))
+	cli.Sleep(ctx, time.Until(stopAt.Add(down)))
 	restartAt := time.Now()
 	if err := h.startNATS(ctx); err != nil {
 		return fmt.Errorf("start NATS again: %w", err)
 	}
 	// The nodes reconnect within the NATS client's reconnect wait; until
 	// then they still count alone.
-	if err := poll.Wait(20*time.Second, 10*time.Millisecond, allAre(1)); err != nil {
+	if err := poll.Wait(20*time.Second, 10*time.Millisecond, every(connected, 1)); err != nil {
 		return fmt.Errorf("after NATS restarted: %w", err)
 	}
 	backAt := time.Now()
 	cl.StopAtS = round(stopAt.Sub(start).Seconds(), 3)
 	cl.RestartAtS = round(restartAt.Sub(start).Seconds(), 3)
 	cl.ReconnectedS = round(backAt.Sub(restartAt).Seconds(), 3)
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			return fmt.Errorf("%s: %w", h.nodes[i].id, err)
-		}
-		cl.Errors += runs[i].Errors
+	runs, err := wait()
+	if err != nil {
+		return err
+	}
+	for _, run := range runs {
+		cl.Errors += run.Errors
 	}
 	cl.Windows = clusterLoadWindows(runs, start, stopAt, restartAt, backAt)
 	cl.Phases = clusterLoadSummary(cl.Windows, clusterLoadNodes, clusterLoadLimit)
 
-	r.printf("NATS stopped %.1fs after the start (all nodes disconnected %.2fs later), restarted %.1fs after the start; all nodes reconnected %.2fs after the restart\n",
-		cl.StopAtS, cl.DisconnectedS, cl.RestartAtS, cl.ReconnectedS)
-	r.printf("%-7s %-10s %-16s %6s\n", "window", "phase", "admitted/node", "total")
-	for i, w := range cl.Windows {
-		r.printf("%-7d %-10s %-16s %6d\n", i, w.Phase, fmt.Sprint(w.PerNode), w.Total)
-	}
-	for _, p := range cl.Phases {
-		r.printf("NATS %-5s %2d windows: min %d, median %.0f, p90 %d, max %d (one node at most %d); expected %s\n",
-			p.Phase, p.Windows, p.Min, p.Median, p.P90, p.Max, p.MaxPerNode, p.Expected)
-	}
-	r.printf("batches published per second with NATS up: %v\n", cl.BatchesPerS)
 	return nil
 }
 
@@ -260,4 +224,51 @@ func clusterLoadSummary(ws []ClusterLoadWindow, nodes, limit int) []ClusterLoadP
 		out = append(out, p)
 	}
 	return out
+}
+
+// ClusterLoad is scenario 5: a cluster under steady load through a NATS
+// outage.
+type ClusterLoad struct {
+	Nodes        int     `json:"nodes"`
+	Limit        int     `json:"limit"` // per 1 s window and tenant
+	RatePerNode  float64 `json:"rate_per_node"`
+	SyncInterval string  `json:"sync_interval"`
+	UpS          float64 `json:"up_s"` // planned phases
+	DownS        float64 `json:"down_s"`
+	BackS        float64 `json:"back_s"`
+	// When NATS was stopped and started again (s after the load started),
+	// and how long after each every node reported itself disconnected,
+	// then connected (ratelimit_authz_replicate_connected).
+	StopAtS       float64 `json:"nats_stopped_at_s"`
+	DisconnectedS float64 `json:"all_disconnected_after_s"`
+	RestartAtS    float64 `json:"nats_restarted_at_s"`
+	ReconnectedS  float64 `json:"all_reconnected_after_s"`
+	// BatchesPerS is each node's batches published per second with NATS
+	// up (ratelimit_authz_replicate_batches_sent_total).
+	BatchesPerS []float64           `json:"batches_per_s_nats_up"`
+	Errors      int64               `json:"errors"`
+	Phases      []ClusterLoadPhase  `json:"phases"`
+	Windows     []ClusterLoadWindow `json:"windows"`
+}
+
+// ClusterLoadWindow is one 1 s window of the cluster-load scenario.
+type ClusterLoadWindow struct {
+	StartMS int64   `json:"start_ms"`
+	Phase   string  `json:"phase"` // partial, up, down, transition, back
+	PerNode []int64 `json:"admitted_per_node"`
+	Total   int64   `json:"admitted"`
+}
+
+// ClusterLoadPhase sums up the windows of one phase (NATS up, down, back)
+// against what the cluster promises in it (reported, not asserted).
+type ClusterLoadPhase struct {
+	Phase      string  `json:"phase"`
+	Windows    int     `json:"windows"`
+	Min        int64   `json:"min"`
+	Median     float64 `json:"median"`
+	P90        int64   `json:"p90"`
+	Max        int64   `json:"max"`
+	MaxPerNode int64   `json:"max_per_node"`
+	Expected   string  `json:"expected"`
+	Met        *bool   `json:"met"` // nil: no window in the phase
 }

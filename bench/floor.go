@@ -4,14 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // The floor scenario measures CPU per check the way the floor issue does:
@@ -52,17 +47,8 @@ const (
 	floorLean        = "lean-"
 )
 
-type floorTarget struct {
-	name     string
-	addr     string
-	w        workload
-	p        *proc
-	pprofURL string
-}
-
 func (r *runner) floor(ctx context.Context) error {
-	f := &Floor{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(),
-		Concurrency: floorConcurrency, Conns: grpcConns}
+	f := &Floor{Plan: r.opt.plan(grpcConns, floorConcurrency)}
 	r.res.Floor = f
 	cpus, err := allowedCPUs()
 	if err != nil {
@@ -72,25 +58,19 @@ func (r *runner) floor(ctx context.Context) error {
 		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)
 	}
 	f.ServerCPU, f.LoadCPU = cpus[0], cpus[1]
-	pin, err := newPinner(f.ServerCPU, f.LoadCPU)
-	if err != nil {
-		return err
-	}
-	defer pin.close() // after the servers' deferred stops
-
-	var targets []*floorTarget
+	var targets []*server
 	add := func(name, bin string, w workload, head ...string) error {
-		t, err := r.startFloorTarget(ctx, pin, f.ServerCPU, name, bin, strings.HasPrefix(name, floorLean), head...)
+		t, err := r.startServer(ctx, f.ServerCPU, "floor-"+name, nil, strings.HasPrefix(name, floorLean), bin, head...)
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
-		t.w = w
+		t.name, t.w = name, w
 		targets = append(targets, t)
 		return nil
 	}
 	defer func() {
 		for _, t := range targets {
-			t.p.stop()
+			t.stop()
 		}
 	}()
 	life := r.lifetime().String()
@@ -100,20 +80,13 @@ func (r *runner) floor(ctx context.Context) error {
 	if err := add(floorNoop, r.bins.bench, allowedLoad, "noop", "--lifetime", life); err != nil {
 		return err
 	}
-	serve := func(config string) []string {
-		return append([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
-	}
-	if err := add("allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
-		return err
-	}
-	if err := add("denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
-		return err
-	}
-	if err := add(floorLean+"allowed", r.bins.server, allowedLoad, serve(r.allowedCfg)...); err != nil {
-		return err
-	}
-	if err := add(floorLean+"denied", r.bins.server, deniedLoad, serve(shippedConfigPath(r.root))...); err != nil {
-		return err
+	for _, path := range []string{"", floorLean} {
+		if err := add(path+"allowed", r.bins.server, allowedLoad, r.serve(r.allowedCfg)...); err != nil {
+			return err
+		}
+		if err := add(path+"denied", r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root))...); err != nil {
+			return err
+		}
 	}
 	if r.opt.baselineRef != "" {
 		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
@@ -130,48 +103,20 @@ func (r *runner) floor(ctx context.Context) error {
 	}
 	f.Pinning = fmt.Sprintf("servers on CPU %d, load tool on CPU %d", f.ServerCPU, f.LoadCPU)
 
-	// measure runs one load against t, bound to the load CPU, at rate (0:
-	// closed loop) and notes the server's CPU per check.
-	measure := func(name string, t *floorTarget, rate float64) (*loadRun, error) {
-		args := []string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
-			"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}
-		if rate > 0 {
-			args = append(args, "--rate", strconv.FormatFloat(rate, 'f', 0, 64))
-		}
-		args = append(args, t.w.args...)
-		c0, err0 := cpuTimeOf(t.p.pid())
-		w0, werr0 := runqueueWait(t.p.pid())
-		start := time.Now()
-		res, err := r.loadOn(ctx, pin, f.LoadCPU, name, r.opt.run+r.opt.warmup, args...)
+	level := func(name string, rate float64) (map[string][]*loadRun, error) {
+		runs := map[string][]*loadRun{}
+		err := r.rotate(len(targets), func(round, i int) error {
+			t := targets[i]
+			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.proc, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
+			if err != nil {
+				return err
+			}
+			runs[t.name] = append(runs[t.name], res)
+			f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		c1, err1 := cpuTimeOf(t.p.pid())
-		w1, werr1 := runqueueWait(t.p.pid())
-		if err0 == nil && err1 == nil && res.Sent > 0 {
-			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
-		}
-		if werr0 == nil && werr1 == nil {
-			res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
-		}
-		return res, nil
-	}
-	level := func(name string, rate float64) (map[string][]*loadRun, error) {
-		r.printf("\n%s, %d in flight, %d connections:\n%-18s %-6s %10s %9s %9s %9s %10s %10s %8s\n", name, floorConcurrency, grpcConns,
-			"target", "round", "checks/s", "p50", "p99", "errors", "srv CPU", "tool CPU", "waited")
-		runs := map[string][]*loadRun{}
-		for round := range r.opt.rounds {
-			for i := range targets {
-				t := targets[(i+round)%len(targets)]
-				res, err := measure(fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, rate)
-				if err != nil {
-					return nil, err
-				}
-				runs[t.name] = append(runs[t.name], res)
-				f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
-				r.printf("%-18s %-6d %10.0f %9s %9s %9d %8.1fµs %8.1fµs %7.1f%%\n", t.name, round+1, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), res.Errors, res.ServerCPUUS, res.ClientCPUUS(), 100*res.ServerWaitShare)
-			}
 		}
 		for _, t := range targets {
 			f.Rows = append(f.Rows, floorRow(name, rate, t.name, runs[t.name]))
@@ -198,43 +143,17 @@ func (r *runner) floor(ctx context.Context) error {
 			return err
 		}
 	}
-	r.printf("\nCPU per check, ratios per round (median, range):\n")
-	for _, x := range f.Ratios {
-		r.printf("  %-10s %-8s vs %-18s %.3f (%.3f–%.3f)\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max)
-	}
-	return r.floorProfiles(ctx, pin, f, targets)
+	return r.floorProfiles(ctx, f, targets)
 }
 
 func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
 
-// startFloorTarget starts bin with head (a subcommand and its flags) and
-// its own gRPC, HTTP and profile addresses, bound to cpu, waits until it
-// is ready and checks that the kernel holds it to that CPU. With lean,
-// the server also opens its lean Check listener, and the load goes there.
-func (r *runner) startFloorTarget(ctx context.Context, pin *pinner, cpu int, name, bin string, lean bool, head ...string) (*floorTarget, error) {
-	addrs, err := freeport.Addrs(4)
-	if err != nil {
-		return nil, err
-	}
-	args := append(append([]string{}, head...), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
-	target := addrs[0]
-	if lean {
-		args = append(args, "--check-addr", addrs[3])
-		target = addrs[3]
-	}
-	p, err := r.startOn(pin, cpu, "floor-"+name, r.lifetime(), nil, bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, err
-	}
-	if got, err := cpusAllowed(p.pid()); err != nil || got != strconv.Itoa(cpu) {
-		p.stop()
-		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
-	}
-	return &floorTarget{name: name, addr: target, p: p, pprofURL: "http://" + addrs[2] + "/debug/pprof/profile"}, nil
+// FloorBaseline is the commit the baseline server was built from.
+type FloorBaseline struct {
+	Ref    string  `json:"ref"`
+	Commit string  `json:"commit"`
+	BuildS float64 `json:"build_s"`
+	Error  string  `json:"error,omitempty"`
 }
 
 // baseline is the server built from another commit, and that commit's
@@ -249,23 +168,14 @@ type baseline struct {
 // allowed configuration.
 func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, error) {
 	b := &baseline{FloorBaseline: FloorBaseline{Ref: ref}}
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", ref+"^{commit}")
-	if err != nil {
-		return b, fmt.Errorf("git rev-parse %s: %w (not in this clone?)", ref, err)
-	}
-	b.Commit = commit
-	src := filepath.Join(r.tmp, "baseline-src")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		return b, err
-	}
 	start := time.Now()
-	if _, err := r.runTool(ctx, "baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	src, commit, err := r.checkout(ctx, ref, "baseline")
+	b.Commit = commit
+	if err != nil {
 		return b, err
 	}
 	b.bin = filepath.Join(r.tmp, "ratelimit-authz-baseline")
-	if _, err := r.runTool(ctx, "build-baseline", 5*time.Minute, []string{"CGO_ENABLED=0"}, src,
-		"go", "build", "-trimpath", "-o", b.bin, "./cmd/ratelimit-authz"); err != nil {
+	if err := r.goBuild(ctx, src, b.bin, "./cmd/ratelimit-authz"); err != nil {
 		return b, err
 	}
 	b.BuildS = round1(time.Since(start).Seconds())
@@ -274,39 +184,18 @@ func (r *runner) buildBaseline(ctx context.Context, ref string) (*baseline, erro
 	if err := writeAllowedConfig(src, b.allowedCfg); err != nil {
 		return b, err
 	}
-	r.printf("baseline: the server of %s (%s), built in %.0fs\n", ref, commit, b.BuildS)
 	return b, nil
 }
 
 // floorRow summarises one target at one level: medians over the rounds,
 // and the range of its CPU per check.
 func floorRow(level string, rate float64, target string, runs []*loadRun) FloorRow {
-	row := FloorRow{Level: level, Rate: rate, Target: target}
-	var rps, cpu, client, wait []float64
-	var lat []Lat
-	var requests, denied int64
-	for _, res := range runs {
-		rps, cpu, client = append(rps, res.RPS), append(cpu, res.ServerCPUUS), append(client, res.ClientCPUUS())
-		wait = append(wait, res.ServerWaitShare)
-		lat = append(lat, latOf(res))
-		requests += res.Requests
-		denied += res.Denied
-		row.Errors += res.Errors
-	}
-	row.RPS, row.CPUUS, row.ClientCPUUS = round1(median(rps)), round1(median(cpu)), round1(median(client))
-	row.WaitShare = round(median(wait), 3)
-	lo, hi := minMax(cpu)
-	row.CPUMin, row.CPUMax = round1(lo), round1(hi)
-	row.Latency = medianLat(lat)
-	if requests > 0 {
-		row.DeniedShare = round(float64(denied)/float64(requests), 4)
-	}
-	return row
+	p := pool(runs)
+	return FloorRow{Level: level, Rate: rate, Target: target, RPS: round1(p.rps), CPUUS: round1(p.cpu),
+		CPUMin: round1(p.cpuMin), CPUMax: round1(p.cpuMax), ClientCPUUS: round1(p.client), WaitShare: round(p.wait, 3),
+		Latency: p.lat, DeniedShare: round(p.denied, 4), Errors: p.errors}
 }
 
-// floorRatios pairs each server run with the same round's run of every
-// reference: CPU per check (and p99) of the server over the reference's,
-// per round, then their median and range.
 func floorRatios(level string, rate float64, runs map[string][]*loadRun) []FloorRatio {
 	var out []FloorRatio
 	for _, w := range []string{"allowed", "denied", floorLean + "allowed", floorLean + "denied"} {
@@ -350,7 +239,7 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 // of the lean listener and the baseline (denied) at the lowest fixed rate,
 // where a check pays its wakeups alone; each under its own load. It keeps
 // pprof -top of each.
-func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targets []*floorTarget) error {
+func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*server) error {
 	type profiled struct {
 		name string
 		rate float64 // 0: saturation
@@ -368,7 +257,7 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		if r.opt.quick {
 			secs = 2
 		}
-		var t *floorTarget
+		var t *server
 		for _, x := range targets {
 			if x.name == name {
 				t = x
@@ -381,42 +270,84 @@ func (r *runner) floorProfiles(ctx context.Context, pin *pinner, f *Floor, targe
 		if pr.rate > 0 {
 			label, level = fmt.Sprintf("%s-%.0fpct", name, 100*floorShares[0]), shareName(floorShares[0])
 		}
-		path := filepath.Join(r.runsDir, "cpu-floor-"+label+".pprof")
-		dur := time.Duration(secs)*time.Second + 1500*time.Millisecond
-		args := append([]string{"check", "--target", t.addr, "--concurrency", strconv.Itoa(floorConcurrency), "--connections", strconv.Itoa(grpcConns),
-			"--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"}, t.w.args...)
-		if pr.rate > 0 {
-			args = append(args, "--rate", strconv.FormatFloat(pr.rate, 'f', 0, 64))
-		}
-		type loadDone struct {
-			res *loadRun
-			err error
-		}
-		done := make(chan loadDone, 1)
-		go func() {
-			res, err := r.loadOn(ctx, pin, f.LoadCPU, "floor-profile-"+label, dur+500*time.Millisecond, args...)
-			done <- loadDone{res, err}
-		}()
-		sleepCtx(ctx, time.Second)
-		ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", t.pprofURL, secs), path, time.Duration(secs+15)*time.Second)
-		ld := <-done
-		if ld.err != nil {
-			return ld.err
-		}
-		if ferr != nil {
-			return ferr
-		}
-		top, err := r.runTool(ctx, "pprof-floor-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", path)
+		run, p, err := r.profileUnderLoad(ctx, f.LoadCPU, "floor-"+label, t.pprofURL, secs, 20, r.checkArgs(t.addr, floorConcurrency, pr.rate, t.w)...)
 		if err != nil {
 			return err
 		}
-		cum, err := r.runTool(ctx, "pprof-floor-cum-"+label, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", path)
-		if err != nil {
-			return err
-		}
-		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(ld.res.RPS),
-			File: filepath.Base(path), Top: trimPprof(string(top)), Shares: shares(string(cum), ld.res.RPS*float64(secs))})
-		r.printf("profiled %s at %s (%.0f checks/s): %s\n", name, cmp.Or(level, "saturation"), ld.res.RPS, filepath.Base(path))
+		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(run.RPS),
+			File: filepath.Base(p.path), Top: p.top, Shares: shares(p.cum, run.RPS*float64(secs))})
 	}
 	return nil
+}
+
+// Floor is the floor scenario: CPU per check, pinned, against a
+// default-configured grpc-go no-op, the no-op on this tree's stack and the
+// baseline server, at saturation and at fixed rates.
+type Floor struct {
+	Plan
+	ServerCPU int    `json:"server_cpu"`
+	LoadCPU   int    `json:"load_cpu"`
+	Pinning   string `json:"pinning"`
+	// SaturationRPS is the default no-op's median saturated throughput,
+	// which the fixed rates are shares of.
+	SaturationRPS float64        `json:"default_noop_saturation_rps"`
+	Baseline      *FloorBaseline `json:"baseline,omitempty"`
+	Rows          []FloorRow     `json:"rows"`
+	Ratios        []FloorRatio   `json:"ratios"`
+	Profiles      []FloorProfile `json:"profiles,omitempty"`
+	Runs          []SingleRun    `json:"runs"`
+}
+
+// FloorRow is one target at one level (saturation or a fixed rate):
+// medians over the rounds.
+type FloorRow struct {
+	Level       string  `json:"level"` // saturation, 10%, 40%
+	Rate        float64 `json:"rate,omitempty"`
+	Target      string  `json:"target"`
+	RPS         float64 `json:"rps"`
+	CPUUS       float64 `json:"cpu_us_per_check"`
+	CPUMin      float64 `json:"cpu_us_per_check_min"`
+	CPUMax      float64 `json:"cpu_us_per_check_max"`
+	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
+	// WaitShare is the time the server's threads waited for a CPU, as a
+	// share of the run: other work on its CPU.
+	WaitShare   float64 `json:"runqueue_wait_share"`
+	Latency     Lat     `json:"latency_us"`
+	DeniedShare float64 `json:"denied_share"`
+	Errors      int64   `json:"errors"`
+}
+
+// FloorRatio is the server's CPU per check over a reference's at one
+// level, paired per round.
+type FloorRatio struct {
+	Level    string    `json:"level"`
+	Rate     float64   `json:"rate,omitempty"`
+	Workload string    `json:"workload"` // allowed, denied
+	Versus   string    `json:"versus"`   // default-noop, noop, baseline-allowed, baseline-denied
+	PerRound []float64 `json:"per_round"`
+	Median   float64   `json:"median"`
+	Min      float64   `json:"min"`
+	Max      float64   `json:"max"`
+	// P99Ratio is the median of the per-round p99 ratios.
+	P99Ratio float64 `json:"p99_ratio"`
+}
+
+// FloorProfile is pprof -top of one target's CPU profile at one level:
+// saturation, or a fixed rate (Rate > 0).
+type FloorProfile struct {
+	Target  string  `json:"target"`
+	Level   string  `json:"level,omitempty"` // empty: saturation
+	Rate    float64 `json:"rate,omitempty"`
+	Seconds float64 `json:"seconds"`
+	RPS     float64 `json:"rps"`
+	File    string  `json:"file"`
+	Top     string  `json:"top"`
+	// Shares are the profile parts' cumulative time per check, at the
+	// rate the load achieved.
+	Shares []ProfileShare `json:"shares"`
+}
+
+// title names the profile by its target and level.
+func (p FloorProfile) title() string {
+	return p.Target + " at " + cmp.Or(p.Level, "saturation")
 }

@@ -2,22 +2,32 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
-// A child started through the pinner runs on its CPU alone; the runner's
-// own threads keep their CPUs, and the child outlives the pinner (its
-// Pdeathsig is tied to the launcher thread, which close keeps alive).
-func TestPinnerBindsTheChildOnly(t *testing.T) {
+// startOn starts the command onCPU names: it runs on its CPU alone, and
+// the runner's own threads keep their CPUs.
+func startOn(t *testing.T, cpu int, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	bin, args = onCPU(cpu, bin, args...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+func TestOnCPUBindsTheChildOnly(t *testing.T) {
 	cpus, err := allowedCPUs()
 	if err != nil || len(cpus) == 0 {
 		t.Fatalf("allowedCPUs: %v %v", cpus, err)
@@ -27,38 +37,25 @@ func TestPinnerBindsTheChildOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpu := cpus[len(cpus)-1]
-	pin, err := newPinner(cpu)
-	if err != nil {
-		t.Fatal(err)
+	cmd := startOn(t, cpu, "sleep", "30")
+	// taskset execs the command in its own process: poll until it has.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", cmd.Process.Pid))
+		if strings.TrimSpace(string(b)) == "sleep" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the child is %q, not sleep", b)
+		}
 	}
-	cmd := exec.Command("sleep", "30")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := pin.on(cpu, cmd.Start); err != nil {
-		pin.close()
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	if got, err := cpusAllowed(cmd.Process.Pid); err != nil || got != strconv.Itoa(cpu) {
 		t.Errorf("child on CPUs %q (%v), want %d", got, err, cpu)
 	}
-	if err := pin.on(cpu+1024, func() error { return nil }); err == nil {
-		t.Error("a CPU without a launcher: no error")
+	if got, err := cpusAllowed(os.Getpid()); err != nil || got != own {
+		t.Errorf("runner on CPUs %q (%v), want %q", got, err, own)
 	}
-	pin.close()
-	pin.close() // idempotent
-	if err := pin.on(cpu, func() error { return nil }); err == nil {
-		t.Error("a closed pinner still launches")
-	}
-	tasks, _ := filepath.Glob("/proc/self/task/*")
-	for _, task := range tasks {
-		tid, _ := strconv.Atoi(filepath.Base(task))
-		if got, err := cpusAllowed(tid); err == nil && got != own {
-			t.Errorf("runner thread %d on CPUs %q after close, want %q", tid, got, own)
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
-	if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Errorf("child gone after the pinner closed: %v", err)
+	if bin, args := onCPU(-1, "sleep", "1"); bin != "sleep" || len(args) != 1 {
+		t.Errorf("unbound: %s %v", bin, args)
 	}
 }
 
@@ -79,19 +76,9 @@ func TestRunqueueWaitSeesContention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pin, err := newPinner(cpus[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pin.close()
 	var busy []*exec.Cmd
 	for range 2 {
-		cmd := exec.Command("sh", "-c", "while :; do :; done")
-		if err := pin.on(cpus[0], cmd.Start); err != nil {
-			t.Fatal(err)
-		}
-		defer func() { cmd.Process.Kill(); cmd.Wait() }()
-		busy = append(busy, cmd)
+		busy = append(busy, startOn(t, cpus[0], "sh", "-c", "while :; do :; done"))
 	}
 	w0, err := runqueueWait(busy[0].Process.Pid)
 	if err != nil {

@@ -152,29 +152,25 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		o.clusterWin = 5
 		o.accWindows = 3
 	}
-	switch {
-	case o.rounds < 1 || o.rounds > 20:
-		return o, true, cli.UsageError{Msg: "--rounds: from 1 to 20"}
-	case o.run < 100*time.Millisecond || o.run > time.Minute:
-		return o, true, cli.UsageError{Msg: "--run: from 100ms to 1m"}
-	case o.warmup < 0 || o.warmup > 10*time.Second:
-		return o, true, cli.UsageError{Msg: "--warmup: from 0 to 10s"}
-	case o.memKeys < 1000 || o.memKeys > 16_000_000:
-		return o, true, cli.UsageError{Msg: "--memory-keys: from 1000 to 16000000"}
-	case o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000:
-		return o, true, cli.UsageError{Msg: "--rls-memory-keys: from 1000 to 16000000"}
-	case o.memBuckets < 1 || o.memBuckets > 8:
-		return o, true, cli.UsageError{Msg: "--memory-buckets: from 1 to 8"}
-	case o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0:
-		return o, true, cli.UsageError{Msg: "--memory-window: whole seconds from 1s to 10m"}
-	case o.clusterWin < 3 || o.clusterWin > 120:
-		return o, true, cli.UsageError{Msg: "--cluster-windows: from 3 to 120"}
-	case o.accWindows < 2 || o.accWindows > 60:
-		return o, true, cli.UsageError{Msg: "--accuracy-windows: from 2 to 60"}
-	case o.count < 1 || o.count > 20:
-		return o, true, cli.UsageError{Msg: "--count: from 1 to 20"}
-	case o.budget < time.Minute || o.budget > time.Hour:
-		return o, true, cli.UsageError{Msg: "--budget: from 1m to 1h"}
+	for _, c := range []struct {
+		bad bool
+		msg string
+	}{
+		{o.rounds < 1 || o.rounds > 20, "--rounds: from 1 to 20"},
+		{o.run < 100*time.Millisecond || o.run > time.Minute, "--run: from 100ms to 1m"},
+		{o.warmup < 0 || o.warmup > 10*time.Second, "--warmup: from 0 to 10s"},
+		{o.memKeys < 1000 || o.memKeys > 16_000_000, "--memory-keys: from 1000 to 16000000"},
+		{o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000, "--rls-memory-keys: from 1000 to 16000000"},
+		{o.memBuckets < 1 || o.memBuckets > 8, "--memory-buckets: from 1 to 8"},
+		{o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0, "--memory-window: whole seconds from 1s to 10m"},
+		{o.clusterWin < 3 || o.clusterWin > 120, "--cluster-windows: from 3 to 120"},
+		{o.accWindows < 2 || o.accWindows > 60, "--accuracy-windows: from 2 to 60"},
+		{o.count < 1 || o.count > 20, "--count: from 1 to 20"},
+		{o.budget < time.Minute || o.budget > time.Hour, "--budget: from 1m to 1h"},
+	} {
+		if c.bad {
+			return o, true, cli.UsageError{Msg: c.msg}
+		}
 	}
 	return o, false, nil
 }
@@ -272,23 +268,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The memory scenario must start early in a window; while it waits for
 	// one, and while its keys expire, the Envoy and cluster scenarios run.
 	var pending []task
-	if opt.only["envoy"] {
-		pending = append(pending, task{"envoy", r.envoyEstimate(), r.envoy})
-	}
-	if opt.only["rlqs"] {
-		pending = append(pending, task{"rlqs", r.rlqsEstimate(), r.rlqs})
-	}
-	if opt.only["cluster"] {
-		pending = append(pending, task{"cluster", r.clusterEstimate(), r.cluster})
-	}
-	if opt.only["accuracy"] {
-		pending = append(pending, task{"accuracy", r.accuracyEstimate(), r.accuracy})
-	}
-	if opt.only["cluster-load"] {
-		pending = append(pending, task{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad})
-	}
-	if opt.only["scale"] {
-		pending = append(pending, task{"scale", r.scaleEstimate(), r.scale})
+	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy}, {"rlqs", r.rlqsEstimate(), r.rlqs},
+		{"cluster", r.clusterEstimate(), r.cluster}, {"accuracy", r.accuracyEstimate(), r.accuracy},
+		{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad}, {"scale", r.scaleEstimate(), r.scale}} {
+		if opt.only[t.name] {
+			pending = append(pending, t)
+		}
 	}
 	if opt.only["memory"] {
 		r.step(ctx, "memory", func(ctx context.Context) error { return r.memory(ctx, &pending) })
@@ -405,8 +390,7 @@ func (r *runner) build(ctx context.Context) error {
 	r.bins.server = filepath.Join(r.tmp, "ratelimit-authz")
 	r.bins.bench = filepath.Join(r.tmp, "ratelimit-bench")
 	for _, b := range []struct{ out, pkg string }{{r.bins.server, "./cmd/ratelimit-authz"}, {r.bins.bench, "./cmd/ratelimit-bench"}} {
-		if _, err := r.runTool(ctx, "build-"+filepath.Base(b.out), 5*time.Minute, []string{"CGO_ENABLED=0"}, r.root,
-			"go", "build", "-trimpath", "-o", b.out, b.pkg); err != nil {
+		if err := r.goBuild(ctx, r.root, b.out, b.pkg); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -41,13 +42,13 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	}
 	m := &Memory{Keys: keys, Checks: checks, Buckets: int(copies), WindowS: int(window.Seconds()), SweepS: sweep.Seconds(), MaxKeysConfig: maxKeys}
 	r.res.Memory = m
-	srv, grpcAddr, httpAddr, err := r.startCheckServer(ctx, "s2-server", cfg, []string{"GODEBUG=gctrace=1"},
+	srv, err := r.startCheckServer(ctx, "s2-server", cfg, []string{"GODEBUG=gctrace=1"},
 		"--sweep-interval", sweep.String())
 	if err != nil {
 		return err
 	}
 	defer srv.stop()
-	metricsURL := "http://" + httpAddr + "/metrics"
+	metricsURL, grpcAddr := "http://"+srv.http+"/metrics", srv.grpc
 
 	t0 := time.Now()
 	since := func() float64 { return round(time.Since(t0).Seconds(), 2) }
@@ -140,7 +141,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 		}
 		if !ran {
 			r.printf("(memory waits %v for a fresh window)\n", rem.Round(time.Second))
-			if !sleepCtx(ctx, rem+100*time.Millisecond) {
+			if !cli.Sleep(ctx, rem+100*time.Millisecond) {
 				return ctx.Err()
 			}
 			break
@@ -199,7 +200,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	}
 	if d := time.Until(expiry); d > 0 {
 		r.printf("(waiting %v for the window to end and the sweeper to run)\n", d.Round(time.Second))
-		if !sleepCtx(ctx, d) {
+		if !cli.Sleep(ctx, d) {
 			return ctx.Err()
 		}
 	}
@@ -222,17 +223,6 @@ func nextBoundary(t time.Time, window time.Duration) time.Time {
 
 func windowOf(t time.Time, window time.Duration) int64 {
 	return t.UnixMilli() / window.Milliseconds()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // gcLine is one GODEBUG=gctrace=1 line: "gc 7 @2.1s 1%: … 12->13->6 MB,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -54,8 +53,9 @@ func (r *runner) micro(ctx context.Context) error {
 	// From the temporary folder: outside the module, whatever the mode.
 	stat, err := r.runTool(ctx, "benchstat", 3*time.Minute, nil, r.tmp, "go", append([]string{"run", benchstatTool}, inputs...)...)
 	if err != nil {
-		m.Error = "benchstat: " + err.Error()
-		return errors.New(m.Error)
+		err = fmt.Errorf("benchstat: %w", err)
+		m.Error = err.Error()
+		return err
 	}
 	m.Benchstat = strings.TrimSpace(string(stat))
 	m.Compared = compare

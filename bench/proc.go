@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	iproc "github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
@@ -32,25 +34,10 @@ type proc struct {
 // start runs bin with args for at most lifetime. env entries are added to
 // the runner's environment.
 func (r *runner) start(name string, lifetime time.Duration, env []string, bin string, args ...string) (*proc, error) {
-	return r.startOn(nil, 0, name, lifetime, env, bin, args...)
-}
-
-// startOn is start with the process bound to cpu by pin (nil: unbound).
-func (r *runner) startOn(pin *pinner, cpu int, name string, lifetime time.Duration, env []string, bin string, args ...string) (*proc, error) {
-	var p *iproc.Process
-	start := func() (err error) {
-		p, err = iproc.Start(context.Background(), iproc.Config{
-			Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
-			LogDir: r.logDir, Lifetime: lifetime, StopGrace: stopGrace,
-		})
-		return err
-	}
-	var err error
-	if pin != nil {
-		err = pin.on(cpu, start)
-	} else {
-		err = start()
-	}
+	p, err := iproc.Start(context.Background(), iproc.Config{
+		Name: name, Path: bin, Args: args, Env: append(os.Environ(), env...),
+		LogDir: r.logDir, Lifetime: lifetime, StopGrace: stopGrace,
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -166,12 +153,6 @@ func loadavg() [3]float64 {
 // runTool runs a command to completion within timeout and returns its
 // stdout; stderr goes to the named log.
 func (r *runner) runTool(ctx context.Context, name string, timeout time.Duration, env []string, dir, bin string, args ...string) ([]byte, error) {
-	return r.runToolOn(ctx, nil, 0, name, timeout, env, dir, bin, args...)
-}
-
-// runToolOn is runTool with the command bound to cpu by pin (nil:
-// unbound).
-func (r *runner) runToolOn(ctx context.Context, pin *pinner, cpu int, name string, timeout time.Duration, env []string, dir, bin string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	logPath := filepath.Join(r.logDir, name+".log")
@@ -189,14 +170,7 @@ func (r *runner) runToolOn(ctx context.Context, pin *pinner, cpu int, name strin
 	cmd.Stderr = f
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
-	if pin != nil {
-		err = pin.on(cpu, cmd.Start)
-	} else {
-		err = cmd.Start()
-	}
-	if err == nil {
-		err = cmd.Wait()
-	}
+	err = cmd.Run()
 	out := stdout.Bytes()
 	if err != nil {
 		f.Sync()
@@ -221,19 +195,126 @@ type loadRun struct {
 // its results. The run is bounded by its own --duration; the timeout here
 // is a backstop.
 func (r *runner) load(ctx context.Context, name string, budget time.Duration, args ...string) (*loadRun, error) {
-	return r.loadOn(ctx, nil, 0, name, budget, args...)
+	return r.loadOn(ctx, -1, name, budget, args...)
 }
 
-// loadOn is load with the load tool bound to cpu by pin (nil: unbound).
-func (r *runner) loadOn(ctx context.Context, pin *pinner, cpu int, name string, budget time.Duration, args ...string) (*loadRun, error) {
+// rotate calls fn for each round and each of n targets, the targets in a
+// rotating order within each round (round k starts with target k mod n),
+// so that a change in the machine's load hits all of them alike.
+func (r *runner) rotate(n int, fn func(round, target int) error) error {
+	for round := range r.opt.rounds {
+		for i := range n {
+			if err := fn(round, (i+round)%n); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loadCPU runs one load of the options' run and warm-up, the load tool
+// bound to cpu (< 0: unbound), and notes srv's CPU per request and,
+// pinned, the share of the run its threads waited for their CPU.
+func (r *runner) loadCPU(ctx context.Context, cpu int, name string, srv *proc, args ...string) (*loadRun, error) {
+	c0, err0 := cpuTimeOf(srv.pid())
+	w0, werr0 := runqueueWait(srv.pid())
+	start := time.Now()
+	res, err := r.loadOn(ctx, cpu, name, r.opt.run+r.opt.warmup, args...)
+	if err != nil {
+		return nil, err
+	}
+	c1, err1 := cpuTimeOf(srv.pid())
+	w1, werr1 := runqueueWait(srv.pid())
+	if err0 == nil && err1 == nil && res.Sent > 0 {
+		res.ServerCPUUS = float64((c1 - c0).Microseconds()) / float64(res.Sent+1) // +1: the tool's probe
+	}
+	if cpu >= 0 && werr0 == nil && werr1 == nil {
+		res.ServerWaitShare = round(max(w1-w0, 0).Seconds()/time.Since(start).Seconds(), 3)
+	}
+	r.printf("  server CPU %.1fµs/request, waited %.1f%%\n", res.ServerCPUUS, 100*res.ServerWaitShare)
+	return res, nil
+}
+
+// loadOn is load with the load tool bound to cpu (< 0: unbound).
+func (r *runner) loadOn(ctx context.Context, cpu int, name string, budget time.Duration, args ...string) (*loadRun, error) {
 	path := filepath.Join(r.runsDir, name+".json")
 	args = append(args, "--json", path, "--quiet")
-	if _, err := r.runToolOn(ctx, pin, cpu, "load-"+name, budget+30*time.Second, nil, "", r.bins.bench, args...); err != nil {
+	bin, args := onCPU(cpu, r.bins.bench, args...)
+	if _, err := r.runTool(ctx, "load-"+name, budget+30*time.Second, nil, "", bin, args...); err != nil {
 		return nil, err
 	}
 	res, err := loadresult.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
+	r.printf("%-28s %8.0f/s  p50 %s  p99 %s  p99.9 %s  denied %.1f%%  errors %d  tool CPU %.1fµs\n", name, res.RPS,
+		loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999),
+		100*res.DeniedShare(), res.Errors, res.ClientCPUUS())
 	return &loadRun{Result: *res}, nil
+}
+
+// onCPU is the command that runs bin with args bound to cpu alone, as
+// taskset runs it: the process has that CPU mask from its first
+// instruction, so a Go child sizes GOMAXPROCS from it. cpu < 0: unbound.
+func onCPU(cpu int, bin string, args ...string) (string, []string) {
+	if cpu < 0 {
+		return bin, args
+	}
+	return "taskset", append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
+}
+
+// allowedCPUs are the CPUs this process may run on, in order.
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	var cpus []int
+	for c := range 1024 {
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	return cpus, nil
+}
+
+// runqueueWait sums, over pid's threads, the time each spent runnable
+// but waiting for a CPU (/proc/PID/task/TID/schedstat, second field):
+// how much other work on the server's CPU held it back.
+func runqueueWait(pid int) (time.Duration, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("/proc/%d/task: no schedstat", pid)
+	}
+	var total int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			return 0, fmt.Errorf("%s: unexpected format %q", t, b)
+		}
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", t, err)
+		}
+		total += ns
+	}
+	return time.Duration(total), nil
+}
+
+// cpusAllowed reads the Cpus_allowed_list of pid ("0", "0-1").
+func cpusAllowed(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == "Cpus_allowed_list" {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("/proc/%d/status: no Cpus_allowed_list", pid)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -11,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // profileParts are the parts of the server whose cumulative CPU share the
@@ -41,10 +42,7 @@ var profileParts = []struct{ part, fn string }{
 // profile takes CPU profiles of the server and of the no-op server under
 // the same fixed-rate load (the allowed workload, up to 64 in flight), so
 // that the difference of the two (pprof -diff_base) is what the check
-// adds per request. The server serves its profiles on --pprof-addr; should
-// it not, its profile comes from `ratelimit-bench authz`: the same packages
-// wired the same way (rules, descriptors, counter, authz, internal/server) in
-// one process that serves pprof.
+// adds per request. The server serves its profiles on --pprof-addr.
 func (r *runner) profile(ctx context.Context) error {
 	p := &Profile{Seconds: 4, Rate: r.fixedRate}
 	if r.opt.quick {
@@ -55,112 +53,74 @@ func (r *runner) profile(ctx context.Context) error {
 	}
 	r.res.Profile = p
 
-	pprofAddr, err := freeport.Addr()
+	srv, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil)
 	if err != nil {
 		return err
-	}
-	srv, grpcAddr, _, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil, "--pprof-addr", pprofAddr)
-	if err != nil {
-		return err
-	}
-	pprofURL := "http://" + pprofAddr + "/debug/pprof/profile"
-	p.Source = "ratelimit-authz serve --pprof-addr"
-	if !reachable("http://" + pprofAddr + "/debug/pprof/") {
-		srv.stop()
-		if srv, grpcAddr, pprofURL, err = r.startProfiled(ctx, "profile-inprocess", "authz", "--config", r.allowedCfg); err != nil {
-			return err
-		}
-		p.Source = "ratelimit-bench authz (the Check path in process: the server serves no profiles)"
 	}
 	defer srv.stop()
-	noop, noopAddr, noopURL, err := r.startProfiled(ctx, "profile-noop", "noop")
+	p.Source = "ratelimit-authz serve --pprof-addr"
+	noop, err := r.startNoop(ctx, "profile-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
 
-	serverProf := filepath.Join(r.runsDir, "cpu-server.pprof")
-	noopProf := filepath.Join(r.runsDir, "cpu-noop.pprof")
-	if p.LoadRPS, err = r.profileUnderLoad(ctx, "server", grpcAddr, pprofURL, p, serverProf); err != nil {
-		return err
-	}
-	if _, err = r.profileUnderLoad(ctx, "noop", noopAddr, noopURL, p, noopProf); err != nil {
-		return err
-	}
-	p.File, p.NoopFile = filepath.Base(serverProf), filepath.Base(noopProf)
-	top, err := r.runTool(ctx, "pprof-top", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=25", serverProf)
+	secs := int(p.Seconds)
+	run, sp, err := r.profileUnderLoad(ctx, -1, "server", srv.pprofURL, secs, 25, r.checkArgs(srv.grpc, 64, p.Rate, allowedLoad)...)
 	if err != nil {
 		return err
 	}
-	p.Top = trimPprof(string(top))
-	cum, err := r.runTool(ctx, "pprof-cum", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", serverProf)
+	p.LoadRPS = round1(run.RPS)
+	_, np, err := r.profileUnderLoad(ctx, -1, "noop", noop.pprofURL, secs, 25, r.checkArgs(noop.grpc, 64, p.Rate, allowedLoad)...)
 	if err != nil {
 		return err
 	}
-	p.Shares = shares(string(cum), p.Rate*p.Seconds)
-	p.ServerCPUUS = perRequestUS(string(cum), p.Rate, p.Seconds)
-	diff, err := r.runTool(ctx, "pprof-diff", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", "-diff_base", noopProf, serverProf)
+	p.File, p.NoopFile, p.Top = filepath.Base(sp.path), filepath.Base(np.path), sp.top
+	p.Shares, p.ServerCPUUS = shares(sp.cum, p.Rate*p.Seconds), perRequestUS(sp.cum, p.Rate, p.Seconds)
+	p.NoopShares, p.NoopCPUUS = shares(np.cum, p.Rate*p.Seconds), perRequestUS(np.cum, p.Rate, p.Seconds)
+	diff, err := r.runTool(ctx, "pprof-diff", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", "-diff_base", np.path, sp.path)
 	if err != nil {
 		return err
 	}
 	p.DiffTop = trimPprof(string(diff))
-	ncum, err := r.runTool(ctx, "pprof-noop", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", noopProf)
-	if err != nil {
-		return err
-	}
-	p.NoopCPUUS = perRequestUS(string(ncum), p.Rate, p.Seconds)
-	p.NoopShares = shares(string(ncum), p.Rate*p.Seconds)
-	r.printf("CPU profiles at %.0f checks/s (%s): %.1fµs of CPU per check, no-op %.1fµs\n", p.Rate, p.Source, p.ServerCPUUS, p.NoopCPUUS)
-	for _, s := range p.Shares {
-		r.printf("  %5.1f%% %6.2fµs  %s\n", 100*s.Share, s.PerCheckUS, s.Part)
-	}
 	return nil
 }
 
-// startProfiled starts `ratelimit-bench MODE --pprof-addr` and returns it,
-// its gRPC address and its profile URL.
-func (r *runner) startProfiled(ctx context.Context, name, mode string, args ...string) (*proc, string, string, error) {
-	addrs, err := freeport.Addrs(3)
-	if err != nil {
-		return nil, "", "", err
-	}
-	args = append([]string{mode, "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2],
-		"--lifetime", r.lifetime().String()}, args...)
-	p, err := r.start(name, r.lifetime(), nil, r.bins.bench, args...)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, "", "", err
-	}
-	return p, addrs[0], "http://" + addrs[2] + "/debug/pprof/profile", nil
-}
+// pprofRead is a CPU profile's file and what pprof -top and -top -cum say
+// of it.
+type pprofRead struct{ path, top, cum string }
 
-// profileUnderLoad runs the allowed workload at the profile's rate against
-// target and takes a CPU profile of its middle; it returns the achieved
-// rate.
-func (r *runner) profileUnderLoad(ctx context.Context, name, target, url string, p *Profile, path string) (float64, error) {
-	dur := time.Duration(p.Seconds*float64(time.Second)) + 1500*time.Millisecond
-	args := append([]string{"check", "--target", target, "--concurrency", "64", "--connections", strconv.Itoa(grpcConns),
-		"--rate", strconv.FormatFloat(p.Rate, 'f', 0, 64), "--duration", dur.String(), "--warmup", "500ms", "--timeout", "2s"},
-		allowedLoad.args...)
+// profileUnderLoad runs the load tool with args (bound to cpu; < 0:
+// unbound) for secs seconds and 1.5 s more, takes a CPU profile of secs
+// seconds of its middle from pprofURL into runs/cpu-NAME.pprof, and reads
+// it with pprof: -top of nodecount rows (trimmed) and -top -cum.
+func (r *runner) profileUnderLoad(ctx context.Context, cpu int, name, pprofURL string, secs, nodecount int, args ...string) (*loadRun, pprofRead, error) {
+	pr := pprofRead{path: filepath.Join(r.runsDir, "cpu-"+name+".pprof")}
+	dur := time.Duration(secs)*time.Second + 1500*time.Millisecond
+	// These flags come after args' and so override their run and warm-up.
+	args = append(args, "--duration", dur.String(), "--warmup", "500ms")
 	type loadDone struct {
 		res *loadRun
 		err error
 	}
 	done := make(chan loadDone, 1)
 	go func() {
-		res, err := r.load(ctx, "profile-load-"+name, dur+500*time.Millisecond, args...)
+		res, err := r.loadOn(ctx, cpu, "profile-"+name, dur+500*time.Millisecond, args...)
 		done <- loadDone{res, err}
 	}()
-	sleepCtx(ctx, time.Second)
-	ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", url, int(p.Seconds)), path, time.Duration(p.Seconds+15)*time.Second)
+	cli.Sleep(ctx, time.Second)
+	ferr := fetch(ctx, fmt.Sprintf("%s?seconds=%d", pprofURL, secs), pr.path, time.Duration(secs+15)*time.Second)
 	ld := <-done
-	if ld.err != nil {
-		return 0, ld.err
+	if err := cmp.Or(ld.err, ferr); err != nil {
+		return nil, pr, err
 	}
-	return round1(ld.res.RPS), ferr
+	top, err := r.runTool(ctx, "pprof-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount="+strconv.Itoa(nodecount), pr.path)
+	if err != nil {
+		return nil, pr, err
+	}
+	cum, err := r.runTool(ctx, "pprof-cum-"+name, time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-cum", "-nodecount=400", pr.path)
+	pr.top, pr.cum = trimPprof(string(top)), string(cum)
+	return ld.res, pr, err
 }
 
 // perRequestUS reads "Total samples = 1.23s" from pprof output and divides
@@ -179,16 +139,6 @@ func perRequestUS(top string, rate, seconds float64) float64 {
 		return 0
 	}
 	return round1(float64(d.Microseconds()) / (rate * seconds))
-}
-
-func reachable(url string) bool {
-	resp, err := httpClient.Get(url)
-	if err != nil {
-		return false
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
 
 func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
@@ -264,4 +214,30 @@ func shares(top string, requests float64) []ProfileShare {
 		}
 	}
 	return out
+}
+
+// Profile summarises CPU profiles of the server and of the no-op server
+// at the same fixed rate.
+type Profile struct {
+	Source      string         `json:"source"` // where the server's profile came from
+	Seconds     float64        `json:"seconds"`
+	Rate        float64        `json:"rate"`
+	LoadRPS     float64        `json:"load_rps"`
+	Top         string         `json:"top"`         // go tool pprof -top of the server
+	DiffTop     string         `json:"diff_top"`    // go tool pprof -top -diff_base noop server
+	Shares      []ProfileShare `json:"shares"`      // cumulative shares of chosen parts, server
+	NoopShares  []ProfileShare `json:"noop_shares"` // the same parts in the no-op's profile
+	ServerCPUUS float64        `json:"server_cpu_us_per_check"`
+	NoopCPUUS   float64        `json:"noop_cpu_us_per_check"`
+	File        string         `json:"file"`
+	NoopFile    string         `json:"noop_file"`
+	Error       string         `json:"error,omitempty"`
+}
+
+// ProfileShare is the cumulative share of the CPU samples in a part of
+// the program.
+type ProfileShare struct {
+	Part       string  `json:"part"`
+	Share      float64 `json:"share"` // 0…1
+	PerCheckUS float64 `json:"us_per_check"`
 }

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"cmp"
 	"math"
 	"slices"
 	"time"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // Results is bench/results/results.json: every figure of a run, which
@@ -83,168 +80,20 @@ type Micro struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// Single is scenario 1: one node against the no-op floor.
-type Single struct {
-	Rounds    int         `json:"rounds"`
-	RunS      float64     `json:"run_s"`
-	WarmupS   float64     `json:"warmup_s"`
-	Conns     int         `json:"connections"`
-	Rows      []SingleRow `json:"rows"`
-	FixedRate []SingleRow `json:"fixed_rate,omitempty"`
-	CDFs      []CDFSeries `json:"cdfs"`
-	Runs      []SingleRun `json:"runs"`
-	Workloads []string    `json:"workloads"`
-}
-
-// SingleRow is one concurrency and workload: medians over the rounds.
-type SingleRow struct {
-	Concurrency int     `json:"concurrency"`
-	Workload    string  `json:"workload"` // allowed, denied
-	Rate        float64 `json:"rate,omitempty"`
-	ServerRPS   float64 `json:"server_rps"`
-	NoopRPS     float64 `json:"noop_rps"`
-	Ratio       float64 `json:"ratio"` // median of the per-round ratios
-	RatioMin    float64 `json:"ratio_min"`
-	RatioMax    float64 `json:"ratio_max"`
-	DeniedShare float64 `json:"denied_share"`
-	Errors      int64   `json:"errors"`
-	Server      Lat     `json:"server_latency_us"`
-	Noop        Lat     `json:"noop_latency_us"`
-	// CPU per check (µs): the server's and the no-op's process, and the
-	// load tool's when driving each.
-	ServerCPUUS     float64 `json:"server_cpu_us_per_check"`
-	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
-	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
-	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
-}
-
-// Floor is the floor scenario: CPU per check, pinned, against a
-// default-configured grpc-go no-op, the no-op on this tree's stack and the
-// baseline server, at saturation and at fixed rates.
-type Floor struct {
+// Plan is how a scenario's load runs were made: rounds of runs of RunS
+// after WarmupS, Concurrency in flight over Conns gRPC connections.
+type Plan struct {
 	Rounds      int     `json:"rounds"`
 	RunS        float64 `json:"run_s"`
-	WarmupS     float64 `json:"warmup_s"`
-	Concurrency int     `json:"concurrency"`
-	Conns       int     `json:"connections"`
-	ServerCPU   int     `json:"server_cpu"`
-	LoadCPU     int     `json:"load_cpu"`
-	Pinning     string  `json:"pinning"`
-	// SaturationRPS is the default no-op's median saturated throughput,
-	// which the fixed rates are shares of.
-	SaturationRPS float64        `json:"default_noop_saturation_rps"`
-	Baseline      *FloorBaseline `json:"baseline,omitempty"`
-	Rows          []FloorRow     `json:"rows"`
-	Ratios        []FloorRatio   `json:"ratios"`
-	Profiles      []FloorProfile `json:"profiles,omitempty"`
-	Runs          []SingleRun    `json:"runs"`
+	WarmupS     float64 `json:"warmup_s,omitempty"`
+	Conns       int     `json:"connections,omitempty"`
+	Concurrency int     `json:"concurrency,omitempty"`
 }
 
-// FloorBaseline is the commit the baseline server was built from.
-type FloorBaseline struct {
-	Ref    string  `json:"ref"`
-	Commit string  `json:"commit"`
-	BuildS float64 `json:"build_s"`
-	Error  string  `json:"error,omitempty"`
-}
-
-// FloorRow is one target at one level (saturation or a fixed rate):
-// medians over the rounds.
-type FloorRow struct {
-	Level       string  `json:"level"` // saturation, 10%, 40%
-	Rate        float64 `json:"rate,omitempty"`
-	Target      string  `json:"target"`
-	RPS         float64 `json:"rps"`
-	CPUUS       float64 `json:"cpu_us_per_check"`
-	CPUMin      float64 `json:"cpu_us_per_check_min"`
-	CPUMax      float64 `json:"cpu_us_per_check_max"`
-	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
-	// WaitShare is the time the server's threads waited for a CPU, as a
-	// share of the run: other work on its CPU.
-	WaitShare   float64 `json:"runqueue_wait_share"`
-	Latency     Lat     `json:"latency_us"`
-	DeniedShare float64 `json:"denied_share"`
-	Errors      int64   `json:"errors"`
-}
-
-// FloorRatio is the server's CPU per check over a reference's at one
-// level, paired per round.
-type FloorRatio struct {
-	Level    string    `json:"level"`
-	Rate     float64   `json:"rate,omitempty"`
-	Workload string    `json:"workload"` // allowed, denied
-	Versus   string    `json:"versus"`   // default-noop, noop, baseline-allowed, baseline-denied
-	PerRound []float64 `json:"per_round"`
-	Median   float64   `json:"median"`
-	Min      float64   `json:"min"`
-	Max      float64   `json:"max"`
-	// P99Ratio is the median of the per-round p99 ratios.
-	P99Ratio float64 `json:"p99_ratio"`
-}
-
-// FloorProfile is pprof -top of one target's CPU profile at one level:
-// saturation, or a fixed rate (Rate > 0).
-type FloorProfile struct {
-	Target  string  `json:"target"`
-	Level   string  `json:"level,omitempty"` // empty: saturation
-	Rate    float64 `json:"rate,omitempty"`
-	Seconds float64 `json:"seconds"`
-	RPS     float64 `json:"rps"`
-	File    string  `json:"file"`
-	Top     string  `json:"top"`
-	// Shares are the profile parts' cumulative time per check, at the
-	// rate the load achieved.
-	Shares []ProfileShare `json:"shares"`
-}
-
-// title names the profile by its target and level.
-func (p FloorProfile) title() string {
-	return p.Target + " at " + cmp.Or(p.Level, "saturation")
-}
-
-// RLS is the ShouldRateLimit scenario: the server against the no-op rate
-// limit service, then the memory of descriptor keys.
-type RLS struct {
-	Rounds      int        `json:"rounds"`
-	RunS        float64    `json:"run_s"`
-	WarmupS     float64    `json:"warmup_s"`
-	Conns       int        `json:"connections"`
-	Concurrency int        `json:"concurrency"`
-	Rows        []RLSRow   `json:"rows"`
-	Memory      *RLSMemory `json:"memory,omitempty"`
-}
-
-// RLSRow is one workload: medians over the rounds.
-type RLSRow struct {
-	Workload    string  `json:"workload"`
-	Descriptors int     `json:"descriptors"`
-	Denied      bool    `json:"denied"`
-	ServerRPS   float64 `json:"server_rps"`
-	NoopRPS     float64 `json:"noop_rps"`
-	Ratio       float64 `json:"ratio"` // median of the per-round throughput ratios
-	RatioMin    float64 `json:"ratio_min"`
-	RatioMax    float64 `json:"ratio_max"`
-	ServerCPUUS float64 `json:"server_cpu_us_per_call"`
-	NoopCPUUS   float64 `json:"noop_cpu_us_per_call"`
-	CPURatio    float64 `json:"cpu_ratio"`
-	DeniedShare float64 `json:"denied_share"`
-	Errors      int64   `json:"errors"`
-	Server      Lat     `json:"server_latency_us"`
-	Noop        Lat     `json:"noop_latency_us"`
-}
-
-// RLSMemory is the memory of descriptor-style keys.
-type RLSMemory struct {
-	Keys            int64    `json:"keys"`
-	MaxKeysConfig   int      `json:"max_keys_config"`
-	LoadS           float64  `json:"load_s"`
-	LoadRPS         float64  `json:"load_rps"`
-	Errors          int64    `json:"errors"`
-	Baseline        MemPoint `json:"baseline"`
-	Loaded          MemPoint `json:"loaded"`
-	BytesPerKeyRSS  float64  `json:"bytes_per_key_rss"`
-	BytesPerKeyHeap float64  `json:"bytes_per_key_heap"`
-	Note            string   `json:"note,omitempty"`
+// plan is the Plan of a scenario run with the options' rounds, run and
+// warm-up.
+func (o options) plan(conns, concurrency int) Plan {
+	return Plan{o.rounds, o.run.Seconds(), o.warmup.Seconds(), conns, concurrency}
 }
 
 // Lat is a latency summary in µs.
@@ -256,21 +105,6 @@ type Lat struct {
 	Mean float64 `json:"mean"`
 }
 
-// SingleRun is one measured run (for the record).
-type SingleRun struct {
-	Round       int     `json:"round"`
-	Concurrency int     `json:"concurrency"`
-	Target      string  `json:"target"` // noop, allowed, denied
-	Rate        float64 `json:"rate,omitempty"`
-	RPS         float64 `json:"rps"`
-	Allowed     int64   `json:"allowed"`
-	Denied      int64   `json:"denied"`
-	Errors      int64   `json:"errors"`
-	Latency     Lat     `json:"latency_us"`
-	ServerCPUUS float64 `json:"server_cpu_us_per_check"`
-	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
-}
-
 // CDFSeries is a latency distribution to plot: [quantile, µs] points.
 type CDFSeries struct {
 	Group  string       `json:"group"` // e.g. "grpc c=64"
@@ -278,33 +112,7 @@ type CDFSeries struct {
 	Points [][2]float64 `json:"points"`
 }
 
-// Profile summarises CPU profiles of the server and of the no-op server
-// at the same fixed rate.
-type Profile struct {
-	Source      string         `json:"source"` // where the server's profile came from
-	Seconds     float64        `json:"seconds"`
-	Rate        float64        `json:"rate"`
-	LoadRPS     float64        `json:"load_rps"`
-	Top         string         `json:"top"`         // go tool pprof -top of the server
-	DiffTop     string         `json:"diff_top"`    // go tool pprof -top -diff_base noop server
-	Shares      []ProfileShare `json:"shares"`      // cumulative shares of chosen parts, server
-	NoopShares  []ProfileShare `json:"noop_shares"` // the same parts in the no-op's profile
-	ServerCPUUS float64        `json:"server_cpu_us_per_check"`
-	NoopCPUUS   float64        `json:"noop_cpu_us_per_check"`
-	File        string         `json:"file"`
-	NoopFile    string         `json:"noop_file"`
-	Error       string         `json:"error,omitempty"`
-}
-
-// ProfileShare is the cumulative share of the CPU samples in a part of
-// the program.
-type ProfileShare struct {
-	Part       string  `json:"part"`
-	Share      float64 `json:"share"` // 0…1
-	PerCheckUS float64 `json:"us_per_check"`
-}
-
-// Memory is scenario 2.
+// Memory is scenario 2, and the rls scenario's memory run.
 type Memory struct {
 	Keys            int64       `json:"keys"`
 	Checks          int64       `json:"checks"`
@@ -351,116 +159,34 @@ type MemEvent struct {
 	Label string  `json:"label"`
 }
 
-// Cluster is scenario 3.
-type Cluster struct {
-	Skipped      string       `json:"skipped,omitempty"`
-	Nodes        int          `json:"nodes"`
-	Limit        int          `json:"limit"`
-	WindowMS     int64        `json:"window_ms"`
-	SyncInterval string       `json:"sync_interval"`
-	Rows         []ClusterRow `json:"rows"`
+// pooled is what a target's runs come to: the median of each figure, the
+// range of the server's CPU per request, and the denied share and errors
+// over all of them.
+type pooled struct {
+	rps, cpu, client, wait float64
+	cpuMin, cpuMax         float64
+	lat                    Lat
+	denied                 float64
+	errors                 int64
 }
 
-// ClusterRow is one algorithm at one offered load.
-type ClusterRow struct {
-	Algorithm   string  `json:"algorithm"`
-	Multiple    int     `json:"multiple"` // offered load / limit
-	OfferedRPS  float64 `json:"offered_rps"`
-	AchievedRPS float64 `json:"achieved_rps"`
-	Windows     int     `json:"windows"`
-	Min         int64   `json:"min"`
-	Median      float64 `json:"median"`
-	Max         int64   `json:"max"`
-	MaxInSpan   int     `json:"max_in_any_span"`
-	Errors      int64   `json:"errors"`
-	Admitted    []int64 `json:"admitted"` // per window, in order
-	StartMS     []int64 `json:"start_ms"`
-}
-
-// Accuracy is the accuracy scenario: bench/accuracy's output for this
-// tree and for the baseline commit, measured in the same run.
-type Accuracy struct {
-	Skipped string `json:"skipped,omitempty"`
-	// After is this tree's run; Before the baseline's (nil: not measured,
-	// Baseline.Error says why when it was asked for).
-	After    *loadresult.Accuracy `json:"after,omitempty"`
-	Before   *loadresult.Accuracy `json:"before,omitempty"`
-	Baseline *FloorBaseline       `json:"baseline,omitempty"`
-}
-
-// ClusterLoad is scenario 5: a cluster under steady load through a NATS
-// outage.
-type ClusterLoad struct {
-	Skipped      string  `json:"skipped,omitempty"`
-	Nodes        int     `json:"nodes"`
-	Limit        int     `json:"limit"` // per 1 s window and tenant
-	RatePerNode  float64 `json:"rate_per_node"`
-	SyncInterval string  `json:"sync_interval"`
-	UpS          float64 `json:"up_s"` // planned phases
-	DownS        float64 `json:"down_s"`
-	BackS        float64 `json:"back_s"`
-	// When NATS was stopped and started again (s after the load started),
-	// and how long after each every node reported itself disconnected,
-	// then connected (ratelimit_authz_replicate_connected).
-	StopAtS       float64 `json:"nats_stopped_at_s"`
-	DisconnectedS float64 `json:"all_disconnected_after_s"`
-	RestartAtS    float64 `json:"nats_restarted_at_s"`
-	ReconnectedS  float64 `json:"all_reconnected_after_s"`
-	// BatchesPerS is each node's batches published per second with NATS
-	// up (ratelimit_authz_replicate_batches_sent_total).
-	BatchesPerS []float64           `json:"batches_per_s_nats_up"`
-	Errors      int64               `json:"errors"`
-	Phases      []ClusterLoadPhase  `json:"phases"`
-	Windows     []ClusterLoadWindow `json:"windows"`
-}
-
-// ClusterLoadWindow is one 1 s window of the cluster-load scenario.
-type ClusterLoadWindow struct {
-	StartMS int64   `json:"start_ms"`
-	Phase   string  `json:"phase"` // partial, up, down, transition, back
-	PerNode []int64 `json:"admitted_per_node"`
-	Total   int64   `json:"admitted"`
-}
-
-// ClusterLoadPhase sums up the windows of one phase (NATS up, down, back)
-// against what the cluster promises in it (reported, not asserted).
-type ClusterLoadPhase struct {
-	Phase      string  `json:"phase"`
-	Windows    int     `json:"windows"`
-	Min        int64   `json:"min"`
-	Median     float64 `json:"median"`
-	P90        int64   `json:"p90"`
-	Max        int64   `json:"max"`
-	MaxPerNode int64   `json:"max_per_node"`
-	Expected   string  `json:"expected"`
-	Met        *bool   `json:"met"` // nil: no window in the phase
-}
-
-// EnvoyE2E is scenario 4.
-type EnvoyE2E struct {
-	Rounds      int                `json:"rounds"`
-	RunS        float64            `json:"run_s"`
-	Concurrency int                `json:"envoy_workers"`
-	Rows        []EnvoyRow         `json:"rows"`
-	CDFs        []CDFSeries        `json:"cdfs"`
-	Stats       map[string]float64 `json:"ext_authz_stats"`
-}
-
-// EnvoyRow is one client concurrency: filter on (ratelimit-authz, no-op
-// server) vs off, medians over the rounds.
-type EnvoyRow struct {
-	Concurrency  int     `json:"concurrency"`
-	OnRPS        float64 `json:"on_rps"`
-	NoopRPS      float64 `json:"noop_rps"`
-	OffRPS       float64 `json:"off_rps"`
-	On           Lat     `json:"on_latency_us"`
-	Noop         Lat     `json:"noop_latency_us"`
-	Off          Lat     `json:"off_latency_us"`
-	AddedP50     float64 `json:"added_p50_us"`
-	AddedP99     float64 `json:"added_p99_us"`
-	NoopAddedP50 float64 `json:"noop_added_p50_us"`
-	NoopAddedP99 float64 `json:"noop_added_p99_us"`
-	Errors       int64   `json:"errors"`
+func pool(runs []*loadRun) pooled {
+	var p pooled
+	var rps, cpu, client, wait []float64
+	var lat []Lat
+	var requests, denied int64
+	for _, r := range runs {
+		rps, cpu, client = append(rps, r.RPS), append(cpu, r.ServerCPUUS), append(client, r.ClientCPUUS())
+		wait, lat = append(wait, r.ServerWaitShare), append(lat, latOf(r))
+		requests, denied, p.errors = requests+r.Requests, denied+r.Denied, p.errors+r.Errors
+	}
+	p.rps, p.cpu, p.client, p.wait = median(rps), median(cpu), median(client), median(wait)
+	p.cpuMin, p.cpuMax = minMax(cpu)
+	p.lat = medianLat(lat)
+	if requests > 0 {
+		p.denied = float64(denied) / float64(requests)
+	}
+	return p
 }
 
 func latOf(r *loadRun) Lat {

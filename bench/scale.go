@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
@@ -72,10 +73,6 @@ func (r *runner) scale(ctx context.Context) error {
 	}
 	s.NATS = capacity
 	s.build()
-	for _, row := range s.Rows {
-		r.printf("%-6s nodes=%-3d in-B/node/1k-hits model %8.0f  before %8.0f  after %8.0f  (shares model %6.0f)\n",
-			row.Load, row.Nodes, row.Model.InB, row.Before.value(mInB), row.After.value(mInB), row.ModelShares.InB)
-	}
 	return nil
 }
 
@@ -100,18 +97,12 @@ func (r *runner) natsServerBin(ctx context.Context) (string, error) {
 // the repository), puts this tree's benchmark file over its own and runs
 // it there; the tree is removed afterwards.
 func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, benchtime int) error {
-	commit, err := commandOutput(ctx, r.root, "git", "rev-parse", "--verify", "--end-of-options", t.Ref+"^{commit}")
-	if err != nil {
-		return fmt.Errorf("git rev-parse %s: %w (not in this clone?)", t.Ref, err)
-	}
+	src, commit, err := r.checkout(ctx, t.Ref, "scale-baseline")
 	t.Commit = commit
-	src, err := os.MkdirTemp(r.tmp, "scale-baseline-")
-	if err != nil {
-		return err
+	if src != "" {
+		defer os.RemoveAll(src)
 	}
-	defer os.RemoveAll(src)
-	if _, err := r.runTool(ctx, "scale-baseline-archive", 2*time.Minute, nil, r.root, "bash", "-c",
-		`set -euo pipefail; git archive --format=tar "$1" | tar -x -C "$2"`, "bash", commit, src); err != nil {
+	if err != nil {
 		return err
 	}
 	bench, err := os.ReadFile(filepath.Join(r.root, scaleBenchFile))
@@ -540,7 +531,7 @@ func connectWithin(ctx context.Context, url string, within time.Duration) (*nats
 			}
 			return nc, err
 		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !cli.Sleep(ctx, 50*time.Millisecond) {
 			return nil, ctx.Err()
 		}
 	}

@@ -246,8 +246,8 @@ func TestScaleTargetAndReport(t *testing.T) {
 		if math.Abs(tg.Value-c.share) > 1e-9 {
 			t.Errorf("flood at %v of before: value %v", c.share, tg.Value)
 		}
-		var b strings.Builder
-		writeScale(&b, res)
+		var b md
+		writeScale(&b, res, res.Scale)
 		report := b.String()
 		for _, want := range []string{
 			"| flood | 3 | before | 5000 (", "| flood | 30 | after |", "| hot | 10 | before | 1111 (",

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // singleConcurrency are the client concurrencies of scenario 1.
@@ -38,43 +41,93 @@ var fixedRateShares = []float64{0.4, 0.1}
 // workers (one per core) would hold to the cluster.
 const grpcConns = 2
 
-// startCheckServer starts ratelimit-authz serve with config and waits
-// until it is ready; it returns the gRPC and HTTP addresses.
-func (r *runner) startCheckServer(ctx context.Context, name, config string, env []string, extra ...string) (*proc, string, string, error) {
-	addrs, err := freeport.Addrs(2)
-	if err != nil {
-		return nil, "", "", err
-	}
-	args := append([]string{"serve", "--config", config, "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs...)
-	args = append(args, extra...)
-	p, err := r.start(name, r.lifetime(), env, r.bins.server, args...)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, "", "", err
-	}
-	return p, addrs[0], addrs[1], nil
+// server is a started server: ratelimit-authz serve, a no-op or the
+// baseline's, with its addresses and the workload it is measured with.
+type server struct {
+	*proc
+	name, grpc, http, pprofURL string
+	addr                       string // where its load goes: grpc, or the lean listener's
+	w                          workload
 }
 
-// startNoop starts the no-op ext_authz server (the floor).
-func (r *runner) startNoop(ctx context.Context, name string) (*proc, string, error) {
-	addrs, err := freeport.Addrs(2)
+// startServer starts bin with head (a subcommand and its flags) and
+// addresses of its own (gRPC, HTTP, profiles; with lean also the lean
+// Check listener, where its load then goes), bound to cpu (< 0: unbound),
+// and waits until it is ready and, bound, the kernel holds it to cpu. env
+// entries are added to the runner's environment.
+func (r *runner) startServer(ctx context.Context, cpu int, name string, env []string, lean bool, bin string, head ...string) (*server, error) {
+	addrs, err := freeport.Addrs(4)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	p, err := r.start(name, r.lifetime(), nil, r.bins.bench, "noop", "--grpc-addr", addrs[0], "--http-addr", addrs[1],
-		"--lifetime", r.lifetime().String())
+	s := &server{name: name, grpc: addrs[0], http: addrs[1], pprofURL: "http://" + addrs[2] + "/debug/pprof/profile", addr: addrs[0]}
+	args := append(slices.Clone(head), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
+	if lean {
+		args, s.addr = append(args, "--check-addr", addrs[3]), addrs[3]
+	}
+	bin, args = onCPU(cpu, bin, args...)
+	if s.proc, err = r.start(name, r.lifetime(), env, bin, args...); err != nil {
+		return nil, err
+	}
+	if err := waitHTTP200(ctx, s.proc, "http://"+s.http+"/readyz", 30*time.Second); err != nil {
+		s.stop()
+		return nil, err
+	}
+	if got, err := cpusAllowed(s.pid()); cpu >= 0 && (err != nil || got != strconv.Itoa(cpu)) {
+		s.stop()
+		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
+	}
+	return s, nil
+}
+
+// serve is the head of `ratelimit-authz serve` of this tree on config,
+// with extra flags.
+func (r *runner) serve(config string, extra ...string) []string {
+	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs, extra)
+}
+
+// startCheckServer starts ratelimit-authz serve of this tree on config.
+func (r *runner) startCheckServer(ctx context.Context, name, config string, env []string, extra ...string) (*server, error) {
+	return r.startServer(ctx, -1, name, env, false, r.bins.server, r.serve(config, extra...)...)
+}
+
+// startTargets starts the no-op server and two of this tree, named
+// prefix-noop, prefix-server-allowed (the allowed configuration, with
+// allowedEnv) and prefix-server-denied (deniedCfg, deniedEnv), each to be
+// measured with its workload; on error none is left running.
+func (r *runner) startTargets(ctx context.Context, prefix string, allowedEnv []string, deniedCfg string, deniedEnv []string) ([]*server, error) {
+	noop, err := r.startNoop(ctx, prefix+"-noop")
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if err := waitHTTP200(ctx, p, "http://"+addrs[1]+"/readyz", 30*time.Second); err != nil {
-		p.stop()
-		return nil, "", err
+	noop.name, noop.w = "noop", allowedLoad
+	targets := []*server{noop}
+	for _, t := range []struct {
+		name, cfg string
+		env       []string
+		w         workload
+	}{{"allowed", r.allowedCfg, allowedEnv, allowedLoad}, {"denied", deniedCfg, deniedEnv, deniedLoad}} {
+		s, err := r.startCheckServer(ctx, prefix+"-server-"+t.name, t.cfg, t.env)
+		if err != nil {
+			stopAll(targets)
+			return nil, err
+		}
+		s.name, s.w = t.name, t.w
+		targets = append(targets, s)
 	}
-	return p, addrs[0], nil
+	return targets, nil
+}
+
+// stopAll stops the servers.
+func stopAll(servers []*server) {
+	for _, s := range servers {
+		s.stop()
+	}
+}
+
+// startNoop starts the no-op ext_authz and rate limit server (the floor).
+func (r *runner) startNoop(ctx context.Context, name string) (*server, error) {
+	return r.startServer(ctx, -1, name, nil, false, r.bins.bench, "noop", "--lifetime", r.lifetime().String())
 }
 
 // checkArgs are the flags of one gRPC load run.
@@ -92,63 +145,28 @@ func (r *runner) checkArgs(target string, c int, rate float64, w workload) []str
 // within each round (in a rotating order) so that a change in the
 // machine's load hits all of them alike.
 func (r *runner) single(ctx context.Context) error {
-	noop, noopAddr, err := r.startNoop(ctx, "s1-noop")
+	targets, err := r.startTargets(ctx, "s1", nil, shippedConfigPath(r.root), nil)
 	if err != nil {
 		return err
 	}
-	defer noop.stop()
-	allowed, allowedAddr, _, err := r.startCheckServer(ctx, "s1-server-allowed", r.allowedCfg, nil)
-	if err != nil {
-		return err
-	}
-	defer allowed.stop()
-	denied, deniedAddr, _, err := r.startCheckServer(ctx, "s1-server-denied", shippedConfigPath(r.root), nil)
-	if err != nil {
-		return err
-	}
-	defer denied.stop()
-
-	type target struct {
-		name string
-		addr string
-		w    workload
-		p    *proc
-	}
-	targets := []target{{"noop", noopAddr, allowedLoad, noop}, {"allowed", allowedAddr, allowedLoad, allowed}, {"denied", deniedAddr, deniedLoad, denied}}
-	// measure runs one load against t and notes the server's CPU per check.
-	measure := func(name string, t target, args []string) (*loadRun, error) {
-		c0, err0 := cpuTimeOf(t.p.pid())
-		res, err := r.load(ctx, name, r.opt.run+r.opt.warmup, args...)
-		if err != nil {
-			return nil, err
-		}
-		c1, err1 := cpuTimeOf(t.p.pid())
-		if err0 == nil && err1 == nil && res.Sent > 0 {
-			res.ServerCPUUS = round1(float64((c1 - c0).Microseconds()) / float64(res.Sent+1)) // +1: the tool's probe
-		}
-		return res, nil
-	}
-	s := &Single{Rounds: r.opt.rounds, RunS: r.opt.run.Seconds(), WarmupS: r.opt.warmup.Seconds(), Conns: grpcConns,
-		Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
+	defer stopAll(targets)
+	s := &Single{Plan: r.opt.plan(grpcConns, 0), Workloads: []string{fmt.Sprint(allowedLoad.args), fmt.Sprint(deniedLoad.args)}}
 	r.res.Single = s
 	results := map[string][]*loadRun{} // "c/target" → per round
-	r.printf("%-5s %-8s %-8s %12s %9s %9s %9s %9s %8s %9s %9s\n", "conc", "round", "target", "req/s", "p50", "p90", "p99", "p99.9", "denied", "srv CPU", "tool CPU")
 	for _, c := range singleConcurrency {
-		for round := range r.opt.rounds {
-			for i := range targets {
-				t := targets[(i+round)%len(targets)]
-				name := fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name)
-				res, err := measure(name, t, r.checkArgs(t.addr, c, 0, t.w))
-				if err != nil {
-					return err
-				}
-				key := fmt.Sprintf("%d/%s", c, t.name)
-				results[key] = append(results[key], res)
-				s.Runs = append(s.Runs, runOf(round+1, c, t.name, 0, res))
-				r.printf("%-5d %-8d %-8s %12.0f %9s %9s %9s %9s %7.1f%% %7.1fµs %7.1fµs\n", c, round+1, t.name, res.RPS,
-					loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P90), loadresult.Micros(res.Latency.P99),
-					loadresult.Micros(res.Latency.P999), 100*res.DeniedShare(), res.ServerCPUUS, res.ClientCPUUS())
+		err := r.rotate(len(targets), func(round, i int) error {
+			t := targets[i]
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-c%d-r%d-%s", c, round+1, t.name), t.proc, r.checkArgs(t.addr, c, 0, t.w)...)
+			if err != nil {
+				return err
 			}
+			key := fmt.Sprintf("%d/%s", c, t.name)
+			results[key] = append(results[key], res)
+			s.Runs = append(s.Runs, runOf(round+1, c, t.name, 0, res))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		for _, w := range []string{"allowed", "denied"} {
 			row := compare(c, w, results[fmt.Sprintf("%d/%s", c, w)], results[fmt.Sprintf("%d/noop", c)])
@@ -158,11 +176,6 @@ func (r *runner) single(ctx context.Context) error {
 			rs := results[fmt.Sprintf("%d/%s", c, t.name)]
 			s.CDFs = append(s.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: t.name, Points: medianRun(rs).CDF})
 		}
-	}
-	r.printf("\n%-5s %-8s %10s %10s %7s %10s %10s %8s %12s\n", "conc", "workload", "server/s", "noop/s", "ratio", "p99", "noop p99", "denied", "CPU/check")
-	for _, row := range s.Rows {
-		r.printf("%-5d %-8s %10.0f %10.0f %7.2f %10s %10s %7.1f%% %5.1f/%.1fµs\n", row.Concurrency, row.Workload, row.ServerRPS, row.NoopRPS,
-			row.Ratio, loadresult.Micros(row.Server.P99), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare, row.ServerCPUUS, row.NoopCPUUS)
 	}
 	for _, row := range s.Rows {
 		if row.Concurrency == 64 && row.Workload == "allowed" {
@@ -183,17 +196,14 @@ func (r *runner) single(ctx context.Context) error {
 		if rate < 100 {
 			continue
 		}
-		r.printf("\nfixed rate %.0f/s (%.0f%% of the no-op's c=64 rate), up to 64 in flight:\n", rate, 100*share)
 		fixed := map[string][]*loadRun{}
 		for _, t := range targets {
-			res, err := measure(fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t, r.checkArgs(t.addr, 64, rate, t.w))
+			res, err := r.loadCPU(ctx, -1, fmt.Sprintf("s1-rate%.0f-%s", rate, t.name), t.proc, r.checkArgs(t.addr, 64, rate, t.w)...)
 			if err != nil {
 				return err
 			}
 			fixed[t.name] = append(fixed[t.name], res)
 			s.Runs = append(s.Runs, runOf(1, 64, t.name, rate, res))
-			r.printf("%-8s %10.0f/s  p50 %s  p99 %s  p99.9 %s  late %d\n", t.name, res.RPS,
-				loadresult.Micros(res.Latency.P50), loadresult.Micros(res.Latency.P99), loadresult.Micros(res.Latency.P999), res.Late)
 		}
 		for _, w := range []string{"allowed", "denied"} {
 			row := compare(64, w, fixed[w], fixed["noop"])
@@ -221,37 +231,18 @@ func runOf(round, c int, target string, rate float64, res *loadRun) SingleRun {
 // compare summarises one workload against the floor: medians over the
 // rounds, and the ratio of each round's pair.
 func compare(c int, w string, server, noop []*loadRun) SingleRow {
-	row := SingleRow{Concurrency: c, Workload: w}
-	var srps, nrps, ratios, scpu, ncpu, sclient, nclient []float64
-	var slat, nlat []Lat
-	var requests, denied int64
+	var ratios []float64
 	for i, s := range server {
-		srps = append(srps, s.RPS)
-		slat = append(slat, latOf(s))
-		scpu, sclient = append(scpu, s.ServerCPUUS), append(sclient, s.ClientCPUUS())
-		requests += s.Requests
-		denied += s.Denied
-		row.Errors += s.Errors
 		if i < len(noop) && noop[i].RPS > 0 {
 			ratios = append(ratios, s.RPS/noop[i].RPS)
 		}
 	}
-	for _, n := range noop {
-		nrps = append(nrps, n.RPS)
-		nlat = append(nlat, latOf(n))
-		ncpu, nclient = append(ncpu, n.ServerCPUUS), append(nclient, n.ClientCPUUS())
-	}
-	row.ServerRPS, row.NoopRPS = round1(median(srps)), round1(median(nrps))
-	row.Ratio = round(median(ratios), 3)
+	s, n := pool(server), pool(noop)
 	lo, hi := minMax(ratios)
-	row.RatioMin, row.RatioMax = round(lo, 3), round(hi, 3)
-	row.Server, row.Noop = medianLat(slat), medianLat(nlat)
-	row.ServerCPUUS, row.NoopCPUUS = round1(median(scpu)), round1(median(ncpu))
-	row.ClientCPUUS, row.NoopClientCPUUS = round1(median(sclient)), round1(median(nclient))
-	if requests > 0 {
-		row.DeniedShare = round(float64(denied)/float64(requests), 4)
-	}
-	return row
+	return SingleRow{Concurrency: c, Workload: w, ServerRPS: round1(s.rps), NoopRPS: round1(n.rps),
+		Ratio: round(median(ratios), 3), RatioMin: round(lo, 3), RatioMax: round(hi, 3),
+		DeniedShare: round(s.denied, 4), Errors: s.errors, Server: s.lat, Noop: n.lat,
+		ServerCPUUS: round1(s.cpu), NoopCPUUS: round1(n.cpu), ClientCPUUS: round1(s.client), NoopClientCPUUS: round1(n.client)}
 }
 
 // medianRun returns the run with the median throughput (for plots).
@@ -281,3 +272,242 @@ func abs(x float64) float64 {
 }
 
 func round1(x float64) float64 { return round(x, 1) }
+
+// rlsConcurrency is the client concurrency of the RLS throughput runs.
+const rlsConcurrency = 16
+
+// rlsWorkloads are the RLS runs' loads: descriptors per call and key
+// populations, against a configuration whose limits nothing reaches
+// (allowed) or one a second (denied: four keys of each kind, so nearly
+// every call is over).
+var rlsWorkloads = []struct {
+	name        string
+	descriptors int
+	denied      bool
+}{
+	{"1 descriptor, allowed", 1, false},
+	{"3 descriptors, allowed", 3, false},
+	{"1 descriptor, denied", 1, true},
+	{"3 descriptors, denied", 3, true},
+}
+
+// rlsRuntime writes a runtime directory (RUNTIME_ROOT/ratelimit/config)
+// with the load tool's descriptor file at perUnit per unit, and returns
+// the environment that points a server at it.
+func (r *runner) rlsRuntime(ctx context.Context, name string, perUnit uint32, unit string) ([]string, error) {
+	root := filepath.Join(r.tmp, name)
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The load tool writes the file its descriptors match.
+	cfg, err := r.runTool(ctx, "rls-config-"+name, time.Minute, nil, "", r.bins.bench, "rls-config",
+		"--limit", strconv.FormatUint(uint64(perUnit), 10), "--unit", unit)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), cfg, 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit"}, nil
+}
+
+// rlsArgs are the flags of one ShouldRateLimit load run.
+func (r *runner) rlsArgs(target string, descriptors int, denied bool, extra ...string) []string {
+	args := []string{"rls", "--target", target, "--descriptors", strconv.Itoa(descriptors),
+		"--concurrency", strconv.Itoa(rlsConcurrency), "--connections", strconv.Itoa(grpcConns),
+		"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}
+	if denied {
+		args = append(args, deniedLoad.args...)
+	} else {
+		args = append(args, allowedLoad.args...)
+	}
+	return append(args, extra...)
+}
+
+// rls is the ShouldRateLimit scenario: the server's CPU per call and
+// throughput against the no-op server (which answers ShouldRateLimit OK
+// at once on the same gRPC stack) under the same load tool, with one and
+// three descriptors, allowed and denied, the two alternating within each
+// round; then the memory of descriptor-style keys.
+func (r *runner) rls(ctx context.Context) error {
+	allowedEnv, err := r.rlsRuntime(ctx, "rls-allowed", 2_000_000_000, "second")
+	if err != nil {
+		return err
+	}
+	deniedEnv, err := r.rlsRuntime(ctx, "rls-denied", 1, "second")
+	if err != nil {
+		return err
+	}
+	targets, err := r.startTargets(ctx, "rls", allowedEnv, r.allowedCfg, deniedEnv)
+	if err != nil {
+		return err
+	}
+	defer stopAll(targets)
+	noop, allowed, denied := targets[0], targets[1], targets[2]
+
+	res := &RLS{Plan: r.opt.plan(grpcConns, rlsConcurrency)}
+	r.res.RLS = res
+	for _, w := range rlsWorkloads {
+		srv := allowed
+		if w.denied {
+			srv = denied
+		}
+		var servers, noops []*loadRun
+		err := r.rotate(2, func(round, t int) error {
+			s := []*server{srv, noop}[t]
+			name := fmt.Sprintf("rls-%dd-%v-r%d-%s", w.descriptors, w.denied, round+1, []string{"server", "noop"}[t])
+			run, err := r.loadCPU(ctx, -1, name, s.proc, r.rlsArgs(s.grpc, w.descriptors, w.denied)...)
+			if t == 0 {
+				servers = append(servers, run)
+			} else {
+				noops = append(noops, run)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		row := RLSRow{SingleRow: compare(rlsConcurrency, w.name, servers, noops), Descriptors: w.descriptors, Denied: w.denied}
+		if row.NoopCPUUS > 0 {
+			row.CPURatio = round(row.ServerCPUUS/row.NoopCPUUS, 2)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	stopAll(targets) // before the memory run's server
+	return r.rlsMemory(ctx, res)
+}
+
+// rlsMemory fills one server with --rls-memory-keys distinct
+// descriptor-style keys (("remote_address", <a new address>) against a
+// daily rule, so that no window ends during the load) and reports
+// resident memory and live heap per live key.
+func (r *runner) rlsMemory(ctx context.Context, res *RLS) error {
+	keys := r.opt.rlsMemKeys
+	m := &Memory{Keys: keys, MaxKeysConfig: int(keys + keys/4)}
+	res.Memory = m
+	cfg := filepath.Join(r.tmp, "rls-memory.yaml")
+	// The ext_authz configuration's key bound applies to the counter both
+	// protocols share.
+	if err := writeMemoryConfig(r.root, cfg, time.Minute, 1, m.MaxKeysConfig); err != nil {
+		return err
+	}
+	env, err := r.rlsRuntime(ctx, "rls-memory", 2_000_000_000, "day")
+	if err != nil {
+		return err
+	}
+	srv, err := r.startCheckServer(ctx, "rls-memory-server", cfg, append(env, "GODEBUG=gctrace=1"))
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	point := func(name string) (MemPoint, error) {
+		var p MemPoint
+		var err error
+		p.LiveHeap, p.HeapGoal = r.gcSettle(ctx, "rls-"+name, srv.grpc, srv.logPath)
+		if p.RSS, p.HWM, err = procStatus(srv.pid()); err != nil {
+			return p, err
+		}
+		mt, err := scrape.Get(httpClient, "http://"+srv.http+"/metrics")
+		if err != nil {
+			return p, err
+		}
+		p.LiveKeys = mt.Sum("ratelimit_authz_counter_live_keys")
+		return p, nil
+	}
+	if m.Baseline, err = point("baseline"); err != nil {
+		return err
+	}
+	start := time.Now().UTC()
+	run, err := r.load(ctx, "rls-memory-load", 5*time.Minute, "rls", "--target", srv.grpc, "--descriptors", "1", "--keys", "unique",
+		"--requests", strconv.FormatInt(keys, 10), "--concurrency", "16", "--connections", strconv.Itoa(grpcConns),
+		"--duration", "5m", "--warmup", "0", "--timeout", "5s")
+	if err != nil {
+		return err
+	}
+	m.LoadS, m.LoadRPS, m.Errors = round(run.ElapsedS, 1), round(run.RPS, 0), run.Errors
+	if time.Now().UTC().Truncate(24*time.Hour) != start.Truncate(24*time.Hour) {
+		m.Note = "the load crossed midnight UTC, the end of the rule's daily window: the keys of the first window expired during it"
+	}
+	if m.Loaded, err = point("loaded"); err != nil {
+		return err
+	}
+	if added := m.Loaded.LiveKeys - m.Baseline.LiveKeys; added > 0 {
+		m.BytesPerKeyRSS = round1(float64(m.Loaded.RSS-m.Baseline.RSS) / added)
+		if m.Loaded.LiveHeap > 0 && m.Baseline.LiveHeap > 0 {
+			m.BytesPerKeyHeap = round1(float64(m.Loaded.LiveHeap-m.Baseline.LiveHeap) / added)
+		}
+	}
+	r.printf("%d ShouldRateLimit calls, each a new remote_address, in %.1fs (%.0f/s, %d errors): RSS %s → %s, live keys %.0f, %.0f bytes/key resident, %.0f bytes/key live heap %s\n",
+		keys, m.LoadS, m.LoadRPS, m.Errors, mib(m.Baseline.RSS), mib(m.Loaded.RSS), m.Loaded.LiveKeys, m.BytesPerKeyRSS, m.BytesPerKeyHeap, m.Note)
+	return nil
+}
+
+// rlsEstimate is how long the rls scenario takes.
+func (r *runner) rlsEstimate() time.Duration {
+	runs := time.Duration(len(rlsWorkloads)*2*r.opt.rounds) * (r.opt.run + r.opt.warmup + time.Second)
+	return runs + time.Duration(r.opt.rlsMemKeys/20_000)*time.Second + 20*time.Second
+}
+
+// Single is scenario 1: one node against the no-op floor.
+type Single struct {
+	Plan
+	Rows      []SingleRow `json:"rows"`
+	FixedRate []SingleRow `json:"fixed_rate,omitempty"`
+	CDFs      []CDFSeries `json:"cdfs"`
+	Runs      []SingleRun `json:"runs"`
+	Workloads []string    `json:"workloads"`
+}
+
+// SingleRow is one concurrency and workload: medians over the rounds.
+type SingleRow struct {
+	Concurrency int     `json:"concurrency"`
+	Workload    string  `json:"workload"` // allowed, denied
+	Rate        float64 `json:"rate,omitempty"`
+	ServerRPS   float64 `json:"server_rps"`
+	NoopRPS     float64 `json:"noop_rps"`
+	Ratio       float64 `json:"ratio"` // median of the per-round ratios
+	RatioMin    float64 `json:"ratio_min"`
+	RatioMax    float64 `json:"ratio_max"`
+	DeniedShare float64 `json:"denied_share"`
+	Errors      int64   `json:"errors"`
+	Server      Lat     `json:"server_latency_us"`
+	Noop        Lat     `json:"noop_latency_us"`
+	// CPU per check (µs): the server's and the no-op's process, and the
+	// load tool's when driving each.
+	ServerCPUUS     float64 `json:"server_cpu_us_per_check"`
+	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
+	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
+	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
+}
+
+// RLS is the ShouldRateLimit scenario: the server against the no-op rate
+// limit service, then the memory of descriptor keys.
+type RLS struct {
+	Plan
+	Rows   []RLSRow `json:"rows"`
+	Memory *Memory  `json:"memory,omitempty"` // one window-less run: no expiry, no series
+}
+
+// RLSRow is one workload against the no-op: medians over the rounds.
+type RLSRow struct {
+	SingleRow
+	Descriptors int     `json:"descriptors"`
+	Denied      bool    `json:"denied"`
+	CPURatio    float64 `json:"cpu_ratio"`
+}
+
+// SingleRun is one measured run (for the record).
+type SingleRun struct {
+	Round       int     `json:"round"`
+	Concurrency int     `json:"concurrency"`
+	Target      string  `json:"target"` // noop, allowed, denied
+	Rate        float64 `json:"rate,omitempty"`
+	RPS         float64 `json:"rps"`
+	Allowed     int64   `json:"allowed"`
+	Denied      int64   `json:"denied"`
+	Errors      int64   `json:"errors"`
+	Latency     Lat     `json:"latency_us"`
+	ServerCPUUS float64 `json:"server_cpu_us_per_check"`
+	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
+}

@@ -279,7 +279,7 @@ func startCluster(ctx context.Context, c config, log *slog.Logger) (*cluster, er
 			if !ok || v == 1 {
 				break
 			}
-			if time.Now().After(deadline) || !sleep(ctx, 20*time.Millisecond) {
+			if time.Now().After(deadline) || !cli.Sleep(ctx, 20*time.Millisecond) {
 				cl.stop()
 				return nil, fmt.Errorf("node %s is not connected to NATS at %s", n.id, c.natsURL)
 			}
@@ -396,7 +396,7 @@ func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]loadresult
 // rate for the node: every tick it takes at once all those that have come
 // due, at that instant.
 func drive(ctx context.Context, n *node, i int, rows []*rowRun, t0, end time.Time, wms, w0 int64) {
-	if !sleep(ctx, time.Until(t0)) {
+	if !cli.Sleep(ctx, time.Until(t0)) {
 		return
 	}
 	done := make([]int64, len(rows))
@@ -489,23 +489,8 @@ func gauge(reg *prometheus.Registry, name string) (float64, bool) {
 	return 0, false
 }
 
-// sleep waits d or until ctx is done; false if ctx is done.
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 func sleepErr(ctx context.Context, d time.Duration) error {
-	if !sleep(ctx, d) {
+	if !cli.Sleep(ctx, d) {
 		return ctx.Err()
 	}
 	return nil
@@ -611,7 +596,7 @@ func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim
 	for _, i := range spec.nodes {
 		n := cl.nodes[i]
 		wg.Go(func() {
-			if !sleep(ctx, time.Until(t0)) {
+			if !cli.Sleep(ctx, time.Until(t0)) {
 				return
 			}
 			t := time.NewTicker(tick)

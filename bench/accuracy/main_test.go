@@ -31,9 +31,10 @@ func TestParse(t *testing.T) {
 		{[]string{"--nats-url", "x", "--burst-runs", "0"}, "--burst-runs"},
 		{[]string{"--nats-url", "x", "--multiples", ""}, "nothing to measure"},
 	} {
-		_, done, err := parse(tc.args, io.Discard, io.Discard)
-		if !done || err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v, want an error about %s", tc.args, err, tc.want)
+		var stderr strings.Builder // where a mistake cli.Parse finds is told
+		_, done, err := parse(tc.args, io.Discard, &stderr)
+		if !done || err == nil || !strings.Contains(err.Error()+stderr.String(), tc.want) {
+			t.Errorf("%q: %v %q, want an error about %s", tc.args, err, stderr.String(), tc.want)
 		}
 	}
 	c, _, err = parse([]string{"--nats-url", "x", "--multiples", "", "--bursts", "all"}, io.Discard, io.Discard)

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
@@ -34,7 +35,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	f.String(&rlsDir, "rls-config-dir", "RATELIMIT_AUTHZ_RLS_CONFIG_DIR", "", "`directory` of envoyproxy/ratelimit configuration files to validate: every regular file below it, as upstream's config_check -config_dir (Kubernetes ConfigMap internals, names starting with \"..\", are skipped)")
 	f.Bool(&rlsMerge, "rls-merge-domains", "MERGE_DOMAIN_CONFIG", false, "with --rls-config-dir: a domain in several files is one domain, as upstream's MERGE_DOMAIN_CONFIG")
 	f.Bool(&rlsDotfiles, "rls-ignore-dotfiles", "RUNTIME_IGNOREDOTFILES", false, "with --rls-config-dir: skip files and directories whose name starts with \".\", as upstream's RUNTIME_IGNOREDOTFILES")
-	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(f.fs, args, stdout, stderr); done {
 		return err
 	}
 	if err := errors.Join(f.errs...); err != nil {

@@ -28,7 +28,7 @@ type envFlags struct {
 }
 
 func newEnvFlags(name, summary string, getenv func(string) string) *envFlags {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimit-authz "+name, flag.ContinueOnError) // the name cli's messages start with
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ratelimit-authz %s [flags]\n\n%s\n\nFlags:\n", name, summary)
 		fs.PrintDefaults()

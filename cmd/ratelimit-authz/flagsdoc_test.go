@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -14,8 +15,9 @@ import (
 const flagsDoc = "../../docs/flags.md"
 
 // documentedCommands are the commands docs/flags.md has a section for,
-// each headed "## `COMMAND`".
-var documentedCommands = []string{"serve", "check-config", "probe"}
+// each headed "## `COMMAND`"; limits is a group of commands, which its own
+// --help lists.
+var documentedCommands = []string{"serve", "check-config", "probe", "limits", "migrate"}
 
 var (
 	helpFlag = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
@@ -28,8 +30,8 @@ var (
 )
 
 // notEnv are the capitalised names with underscores in --help that are
-// protocol codes, not environment variables.
-var notEnv = []string{"ENHANCE_YOUR_CALM", "NOT_SERVING", "OVER_LIMIT", "RESOURCE_EXHAUSTED"}
+// protocol codes or placeholders of arguments, not environment variables.
+var notEnv = []string{"ENHANCE_YOUR_CALM", "NOT_SERVING", "OVER_LIMIT", "RESOURCE_EXHAUSTED", "KEY_NAME"}
 
 // notOurs are the flags the document may name that no command lists:
 // --help, which every command takes; --pprof, removed, whose use is an
@@ -53,21 +55,25 @@ func TestFlagsDocumented(t *testing.T) {
 	for _, a := range upstreamTLS {
 		serveExtra = append(serveExtra, a.theirs)
 	}
-	helps := map[string]string{}
-	anyCommand := map[string]bool{} // a section may name another command's flag (serve --check-addr)
+	helps := map[string]map[string]string{} // section → command → its --help
+	anyCommand := map[string]bool{}         // a section may name another command's flag (serve --check-addr)
 	for _, cmd := range documentedCommands {
-		var out bytes.Buffer
-		if err := run(context.Background(), []string{cmd, "--help"}, func(string) string { return "" }, &out, &out); err != nil {
-			t.Fatalf("%s --help: %v", cmd, err)
+		helps[cmd] = map[string]string{cmd: help(t, cmd)}
+		if cmd == "limits" {
+			helps[cmd] = map[string]string{}
+			for _, sub := range groupCommands(help(t, cmd)) {
+				helps[cmd][sub] = help(t, cmd+" "+sub)
+			}
 		}
-		helps[cmd] = out.String()
-		for f := range set(helpFlag.FindAllStringSubmatch(out.String(), -1), 1) {
-			anyCommand[f] = true
+		for _, h := range helps[cmd] {
+			for f := range set(helpFlag.FindAllStringSubmatch(h, -1), 1) {
+				anyCommand[f] = true
+			}
 		}
 	}
 	for _, cmd := range documentedCommands {
 		t.Run(cmd, func(t *testing.T) {
-			help := helps[cmd]
+			help := strings.Join(slices.Collect(maps.Values(helps[cmd])), "\n")
 			flags := set(helpFlag.FindAllStringSubmatch(help, -1), 1)
 			envs := map[string]bool{}
 			for _, e := range envName.FindAllString(help, -1) {
@@ -113,6 +119,9 @@ func TestFlagsDocumented(t *testing.T) {
 					t.Errorf("%s documents %s for %s, which it does not read", flagsDoc, e, cmd)
 				}
 			}
+			if len(helps[cmd]) > 1 {
+				checkCommandsColumn(t, cmd, sec, helps[cmd])
+			}
 			// Prose too must not name a flag the command lacks.
 			for _, m := range anyFlags.FindAllStringSubmatch(sec, -1) {
 				if !anyCommand[m[1]] && !slices.Contains(notOurs, m[1]) {
@@ -120,6 +129,79 @@ func TestFlagsDocumented(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// help is the --help of the command line cmd.
+func help(t *testing.T, cmd string) string {
+	t.Helper()
+	var out bytes.Buffer
+	if err := run(context.Background(), append(strings.Fields(cmd), "--help"), func(string) string { return "" }, &out, &out); err != nil {
+		t.Fatalf("%s --help: %v", cmd, err)
+	}
+	return out.String()
+}
+
+// groupCommands are the commands a group's --help lists under
+// "Commands:": the lower-case words each line starts with ("owner set").
+func groupCommands(help string) []string {
+	_, list, _ := strings.Cut(help, "\nCommands:\n")
+	var out []string
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.HasPrefix(line, "  ") {
+			break
+		}
+		var words []string
+		for _, w := range strings.Fields(line) {
+			if strings.ToLower(w) != w || !commandWord.MatchString(w) {
+				break
+			}
+			words = append(words, w)
+		}
+		out = append(out, strings.Join(words, " "))
+	}
+	return out
+}
+
+var commandWord = regexp.MustCompile(`^[a-z]+$`)
+
+// checkCommandsColumn checks a group's table: each flag's "commands" cell
+// ("all", or the commands in backquotes) names exactly the commands whose
+// --help has the flag.
+func checkCommandsColumn(t *testing.T, group, section string, helps map[string]string) {
+	t.Helper()
+	col := -1
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if col < 0 {
+			col = slices.IndexFunc(cells, func(c string) bool { return strings.TrimSpace(c) == "commands" })
+			continue
+		}
+		m := docFlag.FindStringSubmatch(cells[0])
+		if m == nil || len(cells) <= col {
+			continue
+		}
+		var want []string
+		for sub, h := range helps {
+			if set(helpFlag.FindAllStringSubmatch(h, -1), 1)[m[1]] {
+				want = append(want, sub)
+			}
+		}
+		var got []string
+		if strings.TrimSpace(cells[col]) == "all" {
+			got = slices.Collect(maps.Keys(helps))
+		}
+		for _, c := range docCode.FindAllString(cells[col], -1) {
+			got = append(got, strings.Trim(c, "`"))
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the `%s` row of --%s names the commands %q; their --help says %q", flagsDoc, group, m[1], got, want)
+		}
+	}
+	if col < 0 {
+		t.Errorf("%s: the `%s` section has no table with a commands column", flagsDoc, group)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
@@ -129,27 +129,8 @@ func newDBCommand(name, argsUsage, summary string, getenv func(string) string, d
 // arguments, and checks their number. done means the command is over
 // (help printed, or a usage error in err).
 func (c *dbCommand) parse(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, done bool, err error) {
-	fs := c.f.fs
-	fs.SetOutput(io.Discard)
-	for {
-		err := fs.Parse(args)
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return nil, true, nil
-		case err != nil:
-			return nil, true, c.usageError(stderr, "%v", err)
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...) // after --, nothing is a flag
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+	if pos, done, err = cli.ParseArgs(c.f.fs, args, stdout, stderr); done {
+		return nil, true, err
 	}
 	if err := errors.Join(c.f.errs...); err != nil {
 		return nil, true, c.usageError(stderr, "%v", err)
@@ -174,10 +155,7 @@ func (c *dbCommand) parse(args []string, minArgs, maxArgs int, stdout, stderr io
 }
 
 func (c *dbCommand) usageError(stderr io.Writer, format string, args ...any) error {
-	fmt.Fprintf(stderr, "ratelimit-authz %s: %s\n", c.name, fmt.Sprintf(format, args...))
-	c.f.fs.SetOutput(stderr)
-	c.f.fs.Usage()
-	return exitError{code: 2}
+	return cli.Usage(c.f.fs, stderr, fmt.Sprintf(format, args...))
 }
 
 // invalid is the exit for input that fails validation: status 2, nothing

@@ -32,22 +32,22 @@ descriptors:
   - key: path
     rate_limit: {unit: second, requests_per_unit: 5}
 `)
-	code, out, errOut := cli(t, db, "limits", "set", "acme", "api_tenant", "50/1m", "--actor", "alice")
+	code, out, errOut := runLine(t, db, "limits", "set", "acme", "api_tenant", "50/1m", "--actor", "alice")
 	if code != 2 || !strings.Contains(errOut, `unknown bucket "api_tenant"`) {
 		t.Fatalf("without --rls-config-dir: exit %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = cli(t, db, "limits", "set", "acme", "api_tenant", "50/1m", "--actor", "alice", "--rls-config-dir", dir)
+	code, out, errOut = runLine(t, db, "limits", "set", "acme", "api_tenant", "50/1m", "--actor", "alice", "--rls-config-dir", dir)
 	if code != 0 || out != "acme api_tenant: 50/1m (was the configured 10/1m)\n" {
 		t.Fatalf("with --rls-config-dir: exit %d\n%s%s", code, out, errOut)
 	}
 	if n := sqlCount(t, conn, `SELECT count(*) FROM tenant_limits WHERE tenant = 'acme' AND limits->'api_tenant'->>'limit' = '50'`); n != 1 {
 		t.Fatalf("%d rows hold acme's api_tenant override, want 1", n)
 	}
-	code, out, errOut = cli(t, db, "limits", "get", "acme", "--rls-config-dir", dir)
+	code, out, errOut = runLine(t, db, "limits", "get", "acme", "--rls-config-dir", dir)
 	if code != 0 || !strings.Contains(out, "api_tenant") || strings.Contains(out, "ignored") {
 		t.Errorf("get with --rls-config-dir: exit %d\n%s%s", code, out, errOut)
 	}
-	code, out, errOut = cli(t, db, "limits", "get", "acme")
+	code, out, errOut = runLine(t, db, "limits", "get", "acme")
 	if code != 0 || !strings.Contains(out, "ignored: not overridable in this configuration") {
 		t.Errorf("get without --rls-config-dir should mark the override as ignored: exit %d\n%s%s", code, out, errOut)
 	}
@@ -57,7 +57,7 @@ descriptors:
   - key: tenant
     rate_limit: {unit: minute, requests_per_unit: 10, overridable: true, name: upload}
 `)
-	code, out, errOut = cli(t, db, "limits", "set", "acme", "upload", "5/1m", "--actor", "alice", "--rls-config-dir", clash)
+	code, out, errOut = runLine(t, db, "limits", "set", "acme", "upload", "5/1m", "--actor", "alice", "--rls-config-dir", clash)
 	if code != 1 || !strings.Contains(errOut, `the RLS rule name "upload" is also a bucket of`) {
 		t.Errorf("a name in both formats: exit %d\n%s%s", code, out, errOut)
 	}
@@ -66,7 +66,7 @@ descriptors:
   - key: tenant
     rate_limit: {unit: fortnight, requests_per_unit: 10}
 `)
-	code, out, errOut = cli(t, db, "limits", "set", "acme", "api_tenant", "5/1m", "--actor", "alice", "--rls-config-dir", broken)
+	code, out, errOut = runLine(t, db, "limits", "set", "acme", "api_tenant", "5/1m", "--actor", "alice", "--rls-config-dir", broken)
 	if code != 1 || !strings.Contains(errOut, "config.yaml:4:") || !strings.Contains(errOut, "invalid rate limit unit 'fortnight'") {
 		t.Errorf("a broken RLS file: exit %d\n%s%s", code, out, errOut)
 	}

@@ -24,9 +24,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
-// cli runs one command line against the database and returns its exit
+// runLine runs one command line against the database and returns its exit
 // code and output.
-func cli(t *testing.T, dbURL string, line ...string) (code int, stdout, stderr string) {
+func runLine(t *testing.T, dbURL string, line ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	vars := map[string]string{"RATELIMIT_AUTHZ_CONFIG": "../../config/ratelimit.yaml"}
@@ -48,7 +48,7 @@ func cli(t *testing.T, dbURL string, line ...string) (code int, stdout, stderr s
 func migrated(t *testing.T) (*testpg.Server, *pgx.Conn) {
 	t.Helper()
 	pg := testpg.Start(t)
-	if code, out, errOut := cli(t, pg.URL(), "migrate"); code != 0 || !strings.Contains(out, "applied 0001_tenant_limits") {
+	if code, out, errOut := runLine(t, pg.URL(), "migrate"); code != 0 || !strings.Contains(out, "applied 0001_tenant_limits") {
 		t.Fatalf("migrate: exit %d\n%s%s", code, out, errOut)
 	}
 	return pg, testpg.Connect(t, pg.URL())
@@ -76,20 +76,20 @@ func sqlCount(t *testing.T, conn *pgx.Conn, sql string) int {
 
 func TestMigrateCommand(t *testing.T) {
 	pg, _ := migrated(t) // once
-	code, out, errOut := cli(t, pg.URL(), "migrate")
+	code, out, errOut := runLine(t, pg.URL(), "migrate")
 	if code != 0 || out != "schema up to date (version 3)\n" {
 		t.Errorf("second migrate: exit %d %q %q", code, out, errOut)
 	}
-	if code, out, _ := cli(t, "", "migrate", "--help"); code != 0 || !contains(out, "-database-url", "DATABASE_URL", "-timeout") {
+	if code, out, _ := runLine(t, "", "migrate", "--help"); code != 0 || !contains(out, "-database-url", "DATABASE_URL", "-timeout") {
 		t.Errorf("migrate --help: %d\n%s", code, out)
 	}
-	if code, _, errOut := cli(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set DATABASE_URL, DATABASE_URL_FILE (--database-url-file) or --database-url") {
+	if code, _, errOut := runLine(t, "", "migrate"); code != 2 || !strings.Contains(errOut, "no database: set DATABASE_URL, DATABASE_URL_FILE (--database-url-file) or --database-url") {
 		t.Errorf("migrate without a database: %d %q", code, errOut)
 	}
 	// Unreachable database: exit 1, within the timeout, no password shown.
 	url := fmt.Sprintf("postgres://u:s3cret@127.0.0.1:%d/x?connect_timeout=2", freeport.TestPort(t))
 	start := time.Now()
-	code, _, errOut = cli(t, url, "migrate", "--timeout", "3s")
+	code, _, errOut = runLine(t, url, "migrate", "--timeout", "3s")
 	if code != 1 || !strings.Contains(errOut, "connect to the database") || strings.Contains(errOut, "s3cret") || time.Since(start) > 10*time.Second {
 		t.Errorf("unreachable: exit %d after %v: %q", code, time.Since(start), errOut)
 	}
@@ -109,7 +109,7 @@ func TestLimitsCommands(t *testing.T) {
 	db := pg.URL()
 	ok := func(line ...string) string {
 		t.Helper()
-		code, out, errOut := cli(t, db, line...)
+		code, out, errOut := runLine(t, db, line...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d\n%s%s", line, code, out, errOut)
 		}
@@ -147,7 +147,7 @@ func TestLimitsCommands(t *testing.T) {
 	if out != "acme upload: override 600/1m deleted; the configured 10/1s applies\n" {
 		t.Errorf("delete bucket: %q", out)
 	}
-	if code, _, errOut := cli(t, db, "limits", "delete", "acme", "upload", "--actor", "dave"); code != 1 || !strings.Contains(errOut, `tenant "acme" has no override for bucket "upload"`) {
+	if code, _, errOut := runLine(t, db, "limits", "delete", "acme", "upload", "--actor", "dave"); code != 1 || !strings.Contains(errOut, `tenant "acme" has no override for bucket "upload"`) {
 		t.Errorf("delete again: exit %d %q", code, errOut)
 	}
 	ok("limits", "delete", "acme", "--actor", "dave")
@@ -204,12 +204,12 @@ func TestLimitsInvalidInput(t *testing.T) {
 		{[]string{"limits", "frobnicate"}, `unknown command "frobnicate"`},
 		{[]string{"limits"}, "Usage: ratelimit-authz limits COMMAND"},
 	} {
-		code, out, errOut := cli(t, db, tc.line...)
+		code, out, errOut := runLine(t, db, tc.line...)
 		if code != 2 || !strings.Contains(errOut, tc.want) || out != "" {
 			t.Errorf("%q: exit %d, stdout %q, stderr:\n%s\nwant exit 2 and %q", tc.line, code, out, errOut, tc.want)
 		}
 	}
-	if code, _, errOut := cli(t, "", "limits", "list"); code != 2 || !strings.Contains(errOut, "no database") {
+	if code, _, errOut := runLine(t, "", "limits", "list"); code != 2 || !strings.Contains(errOut, "no database") {
 		t.Errorf("no database: exit %d %q", code, errOut)
 	}
 	if n := sqlCount(t, conn, "SELECT count(*) FROM tenant_limits") + sqlCount(t, conn, "SELECT count(*) FROM tenant_limits_audit"); n != 0 {
@@ -217,15 +217,15 @@ func TestLimitsInvalidInput(t *testing.T) {
 	}
 	// Help for each command, on stdout, exit 0.
 	for _, sub := range []string{"set", "get", "list", "delete", "audit"} {
-		code, out, _ := cli(t, "", "limits", sub, "--help")
+		code, out, _ := runLine(t, "", "limits", sub, "--help")
 		if code != 0 || !contains(out, "Usage: ratelimit-authz limits "+sub, "-database-url", "DATABASE_URL", "-config", "-timeout") {
 			t.Errorf("limits %s --help: exit %d\n%s", sub, code, out)
 		}
 	}
-	if code, out, _ := cli(t, "", "help", "limits"); code != 0 || !contains(out, "set TENANT BUCKET LIMIT/WINDOW --actor NAME", "audit TENANT") {
+	if code, out, _ := runLine(t, "", "help", "limits"); code != 0 || !contains(out, "set TENANT BUCKET LIMIT/WINDOW --actor NAME", "audit TENANT") {
 		t.Errorf("help limits: exit %d\n%s", code, out)
 	}
-	if code, out, _ := cli(t, "", "limits", "set", "--help"); code != 0 || !contains(out, "-actor", "1s, 1m, 1h or 1d") {
+	if code, out, _ := runLine(t, "", "limits", "set", "--help"); code != 0 || !contains(out, "-actor", "1s, 1m, 1h or 1d") {
 		t.Errorf("limits set --help: exit %d\n%s", code, out)
 	}
 }
@@ -316,13 +316,13 @@ func TestServeTenantOverrides(t *testing.T) {
 
 	admitted("configured", 100)
 
-	if code, out, errOut := cli(t, db, "limits", "set", tenant, "activity_create", "200/1s", "--actor", "alice"); code != 0 {
+	if code, out, errOut := runLine(t, db, "limits", "set", tenant, "activity_create", "200/1s", "--actor", "alice"); code != 0 {
 		t.Fatalf("limits set: %d %s%s", code, out, errOut)
 	}
 	propagated("limits set", time.Now(), 200)
 	admitted("after limits set", 200)
 
-	if code, out, errOut := cli(t, db, "limits", "delete", tenant, "--actor", "alice"); code != 0 {
+	if code, out, errOut := runLine(t, db, "limits", "delete", tenant, "--actor", "alice"); code != 0 {
 		t.Fatalf("limits delete: %d %s%s", code, out, errOut)
 	}
 	propagated("limits delete", time.Now(), 100)
@@ -409,7 +409,7 @@ func TestServeRefusesBadDatabaseURL(t *testing.T) {
 func TestServeSurvivesPostgresRestart(t *testing.T) {
 	pg, _ := migrated(t)
 	db := pg.URL()
-	if code, out, errOut := cli(t, db, "limits", "set", "acme", "activity_create", "200/1s", "--actor", "alice"); code != 0 {
+	if code, out, errOut := runLine(t, db, "limits", "set", "acme", "activity_create", "200/1s", "--actor", "alice"); code != 0 {
 		t.Fatalf("limits set: %d %s%s", code, out, errOut)
 	}
 	grpcAddr, httpAddr, logs, _ := startServe(t, map[string]string{"DATABASE_URL": db})
@@ -489,7 +489,7 @@ func TestOwnerCommands(t *testing.T) {
 	db := pg.URL()
 	ok := func(line ...string) string {
 		t.Helper()
-		code, out, errOut := cli(t, db, line...)
+		code, out, errOut := runLine(t, db, line...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d\n%s%s", line, code, out, errOut)
 		}
@@ -515,7 +515,7 @@ func TestOwnerCommands(t *testing.T) {
 	if out := ok("limits", "owner", "delete", "channel", "ch-123", "--actor", "carol"); out != "channel ch-123: owner globex removed; the configured limits apply\n" {
 		t.Errorf("owner delete: %q", out)
 	}
-	if code, _, errOut := cli(t, db, "limits", "owner", "delete", "channel", "ch-123", "--actor", "carol"); code != 1 || !strings.Contains(errOut, "has no owner; nothing deleted") {
+	if code, _, errOut := runLine(t, db, "limits", "owner", "delete", "channel", "ch-123", "--actor", "carol"); code != 1 || !strings.Contains(errOut, "has no owner; nothing deleted") {
 		t.Errorf("owner delete again: %d %q", code, errOut)
 	}
 	out = ok("limits", "owner", "audit", "channel", "ch-123")
@@ -542,7 +542,7 @@ func TestOwnerCommands(t *testing.T) {
 		{[]string{"set", "channel", "c"}, "missing arguments"},
 		{[]string{"frob"}, `unknown command "frob"`},
 	} {
-		code, _, errOut := cli(t, db, append([]string{"limits", "owner"}, tc.line...)...)
+		code, _, errOut := runLine(t, db, append([]string{"limits", "owner"}, tc.line...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("owner %v: exit %d %q, want 2 and %q", tc.line, code, errOut, tc.want)
 		}
@@ -550,7 +550,7 @@ func TestOwnerCommands(t *testing.T) {
 	if n := sqlCount(t, conn, "SELECT count(*) FROM tenant_key_owners_audit"); n != before {
 		t.Errorf("invalid input wrote %d audit rows", n-before)
 	}
-	if code, out, _ := cli(t, "", "limits", "owner", "--help"); code != 0 || !contains(out, "set KEY_NAME KEY TENANT", "raw path segment") {
+	if code, out, _ := runLine(t, "", "limits", "owner", "--help"); code != 0 || !contains(out, "set KEY_NAME KEY TENANT", "raw path segment") {
 		t.Errorf("owner --help: %d\n%s", code, out)
 	}
 }
@@ -566,7 +566,7 @@ func TestAuditEscapesControlCharacters(t *testing.T) {
 	sqlExec(t, conn, `INSERT INTO tenant_key_owners (key_name, key_value, tenant) VALUES ('channel', 'ch-1', 'acme')`)
 	sqlExec(t, conn, "COMMIT")
 	for _, line := range [][]string{{"limits", "audit", "acme"}, {"limits", "owner", "audit", "channel", "ch-1"}} {
-		code, out, errOut := cli(t, pg.URL(), line...)
+		code, out, errOut := runLine(t, pg.URL(), line...)
 		if code != 0 {
 			t.Fatalf("%v: %d %s", line, code, errOut)
 		}

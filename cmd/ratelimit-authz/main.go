@@ -12,12 +12,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -29,6 +30,9 @@ func main() {
 	stop()
 	if err != nil {
 		var ee exitError
+		if errors.As(err, &cli.UsageError{}) { // printed by cli when it found it
+			os.Exit(2)
+		}
 		if errors.As(err, &ee) {
 			if ee.msg != "" {
 				fmt.Fprintln(os.Stderr, ee.msg)
@@ -41,7 +45,8 @@ func main() {
 }
 
 // exitError carries a specific exit status: 2 for usage errors, 1 for a
-// configuration with problems (already printed).
+// configuration with problems (already printed). A mistake cli.Parse
+// finds is a cli.UsageError: exit status 2, already printed.
 type exitError struct {
 	code int
 	msg  string
@@ -95,26 +100,4 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "ratelimit-authz: unknown command %q\n\n%s", cmd, usage)
 		return exitError{code: 2}
 	}
-}
-
-// parseFlags parses a subcommand's flags; --help prints to stdout and ends
-// the command successfully.
-func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
-	fs.SetOutput(io.Discard)
-	err = fs.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fs.SetOutput(stdout)
-		fs.Usage()
-		return true, nil
-	case err != nil:
-		fs.SetOutput(stderr)
-		fmt.Fprintf(stderr, "ratelimit-authz %s: %v\n", fs.Name(), err)
-		fs.Usage()
-		return true, exitError{code: 2}
-	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "ratelimit-authz %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return true, exitError{code: 2}
-	}
-	return false, nil
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
@@ -33,6 +34,9 @@ func env(kv map[string]string) func(string) string {
 
 func exitCode(err error) int {
 	var ee exitError
+	if errors.As(err, &cli.UsageError{}) {
+		return 2
+	}
 	if errors.As(err, &ee) {
 		return ee.code
 	}

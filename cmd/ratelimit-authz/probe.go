@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 const (
@@ -40,7 +42,7 @@ func runProbe(ctx context.Context, args []string, getenv func(string) string, st
 	f.String(&rawURL, "url", "RATELIMIT_AUTHZ_PROBE_URL", defaultProbeURL, "`URL` to GET (http or https; the node's /readyz on its --http-addr)")
 	f.Duration(&timeout, "timeout", "RATELIMIT_AUTHZ_PROBE_TIMEOUT", defaultProbeTimeout,
 		fmt.Sprintf("longest wait for the whole answer, connection included (at most %s)", maxProbeTimeout))
-	done, err := parseFlags(f.fs, args, stdout, stderr)
+	done, err := cli.Parse(f.fs, args, stdout, stderr)
 	if done {
 		if err != nil {
 			return exitError{code: 1}

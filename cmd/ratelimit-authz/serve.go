@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
@@ -66,7 +67,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
 	c.memory.addFlags(f)
-	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(f.fs, args, stdout, stderr); done {
 		return err
 	}
 	if err := errors.Join(f.errs...); err != nil {

@@ -151,7 +151,7 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	)
 	pg, _ := migrated(t)
 	db := pg.URL()
-	if code, out, errOut := cli(t, db, "limits", "set", tenant, "activity_create", strconv.Itoa(quota)+"/1s", "--actor", "alice"); code != 0 {
+	if code, out, errOut := runLine(t, db, "limits", "set", tenant, "activity_create", strconv.Itoa(quota)+"/1s", "--actor", "alice"); code != 0 {
 		t.Fatalf("limits set: %d %s%s", code, out, errOut)
 	}
 	vars := map[string]string{"DATABASE_URL": db, "RATELIMIT_AUTHZ_OVERRIDES_SNAPSHOT": filepath.Join(t.TempDir(), "overrides.snapshot")}
@@ -165,7 +165,7 @@ func TestOverridesSurviveAHungPostgres(t *testing.T) {
 	// Every database command is bounded by its timeout.
 	for _, line := range [][]string{{"limits", "list", "--timeout", "2s"}, {"limits", "set", tenant, "upload", "5/1s", "--actor", "a", "--timeout", "2s"}, {"migrate", "--timeout", "2s"}} {
 		start := time.Now()
-		code, _, errOut := cli(t, db, line...)
+		code, _, errOut := runLine(t, db, line...)
 		took := time.Since(start)
 		t.Logf("%v against the hung Postgres: exit %d after %v", line, code, took.Round(time.Millisecond))
 		if code != 1 || took > 8*time.Second {

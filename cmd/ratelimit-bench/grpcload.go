@@ -215,26 +215,39 @@ func lastField1(b []byte, typ protowire.Type) ([]byte, error) {
 	return val, nil
 }
 
-// grpcCaller sends Checks over several connections, spread over one or
-// more targets (nodes).
+// grpcCaller sends one gRPC method's calls over several connections,
+// spread over one or more targets (nodes): Checks, or ShouldRateLimit.
 type grpcCaller struct {
-	conns []*grpc.ClientConn
-	now   func() time.Time
+	conns  []*grpc.ClientConn
+	method string
+	what   string // the request's message, for errors
+	build  func(r request, id uint64) proto.Message
+	// judge classes an answer by its code (see rawCodec), as Envoy does,
+	// and says what code to count it under.
+	judge func(code int32) (class, counted int)
 }
 
-// newGRPCCaller opens n connections (see dial) to the targets.
+// newGRPCCaller opens n connections (see dial) to the targets for Check:
+// any status but OK is a denial.
 func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
 	conns, err := dial(targets, n, rawCodec{read: statusCode})
 	if err != nil {
 		return nil, err
 	}
-	return &grpcCaller{conns: conns, now: time.Now}, nil
+	return &grpcCaller{conns: conns, method: checkMethod, what: "CheckRequest",
+		build: func(r request, id uint64) proto.Message { return checkRequest(r, id, time.Now()) },
+		judge: func(code int32) (int, int) {
+			if codes.Code(code) == codes.OK {
+				return classAllowed, 0
+			}
+			return classDenied, int(code)
+		}}, nil
 }
 
 func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
-	b, err := proto.Marshal(checkRequest(r, id, c.now()))
+	b, err := proto.Marshal(c.build(r, id))
 	if err != nil {
-		return nil, fmt.Errorf("encode CheckRequest: %w", err)
+		return nil, fmt.Errorf("encode %s: %w", c.what, err)
 	}
 	return &encodedCheck{data: b}, nil
 }
@@ -242,13 +255,11 @@ func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
 func (c *grpcCaller) call(ctx context.Context, seq uint64, p any) outcome {
 	var d decision
 	conn := c.conns[seq%uint64(len(c.conns))]
-	if err := conn.Invoke(ctx, checkMethod, p, &d); err != nil {
+	if err := conn.Invoke(ctx, c.method, p, &d); err != nil {
 		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
 	}
-	if codes.Code(d.code) == codes.OK {
-		return outcome{class: classAllowed, code: 0}
-	}
-	return outcome{class: classDenied, code: int(d.code)}
+	class, code := c.judge(d.code)
+	return outcome{class: class, code: code}
 }
 
 func grpcErrKind(err error) string {

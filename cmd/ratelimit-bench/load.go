@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 )
 
 // Outcome classes of one call.
@@ -84,7 +86,8 @@ type windowCount struct{ allowed, denied int64 }
 // busiest-span figure.
 const maxAdmittedTimes = 4 << 20
 
-// workerStats is one worker's record; merged after the run.
+// workerStats is one worker's record, merged after the run into a
+// runRecord.
 type workerStats struct {
 	hist     histogram
 	classes  [3]int64
@@ -95,6 +98,10 @@ type workerStats struct {
 	late     int64   // fixed rate: requests already more than 1 ms overdue when their worker came free
 	sent     int64   // warm-up included
 	lastDone time.Time
+}
+
+func newWorkerStats() *workerStats {
+	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
 }
 
 func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration, keep int) {
@@ -174,7 +181,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 		keep   = maxAdmittedTimes / cfg.concurrency
 	)
 	for w := range cfg.concurrency {
-		st := &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
+		st := newWorkerStats()
 		stats[w] = st
 		wg.Go(func() {
 			g := newGenerator(cfg.mix, cfg.keys, cfg.seed, w, &seq)
@@ -183,7 +190,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 			if len(pool) > 0 {
 				next = rng.IntN(len(pool))
 			}
-			if !sleepUntil(ctx, t0) {
+			if !cli.Sleep(ctx, time.Until(t0)) {
 				return
 			}
 			for k := int64(0); ; k++ {
@@ -201,7 +208,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 					}
 					from = due
 					if time.Now().Before(due) {
-						if !sleepUntil(ctx, due) {
+						if !cli.Sleep(ctx, time.Until(due)) {
 							return
 						}
 						from = time.Now()
@@ -267,40 +274,16 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// sleepUntil waits until t or until ctx ends; it reports whether t came.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // runRecord is the merged record of a run, before it is summarised.
 type runRecord struct {
-	hist        histogram
-	classes     [3]int64
-	codes       map[int]int64
-	errKinds    map[string]int64
-	windows     map[int64]*windowCount
-	admitted    []int64
-	late        int64
-	sent        int64
+	workerStats
 	measureFrom time.Time
 	end         time.Time
-	lastDone    time.Time
 	cpu         time.Duration // the tool's own CPU over the run, warm-up included
 }
 
 func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time) *runRecord {
-	r := &runRecord{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}, measureFrom: measureFrom, end: end}
+	r := &runRecord{workerStats: *newWorkerStats(), measureFrom: measureFrom, end: end}
 	for _, s := range stats {
 		r.hist.merge(&s.hist)
 		for i, n := range s.classes {

@@ -160,10 +160,9 @@ func TestRunLoadRejectsBadConfig(t *testing.T) {
 func TestSummariseWindows(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.window = time.Second
-	rec := &runRecord{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{
-		1_700_000_001: {allowed: 5, denied: 100},
-		1_700_000_000: {allowed: 7, denied: 3},
-	}}
+	rec := &runRecord{workerStats: *newWorkerStats()}
+	rec.windows[1_700_000_001] = &windowCount{allowed: 5, denied: 100}
+	rec.windows[1_700_000_000] = &windowCount{allowed: 7, denied: 3}
 	sec := int64(time.Second)
 	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
 	res := summarise(rec, cfg)

@@ -4,9 +4,8 @@
 // example API over HTTP through Envoy, with the example API's
 // requests, and prints throughput, latency percentiles and outcomes. It
 // also serves the pieces a benchmark needs around the server: a no-op
-// ext_authz and rate limit server (the floor every figure is compared with), the real
-// Check path in process with Go's profiles on their own address, and a
-// minimal upstream application for Envoy. --json writes a run's result in
+// ext_authz and rate limit server (the floor every figure is compared with)
+// and a minimal upstream application for Envoy. --json writes a run's result in
 // the one schema of internal/loadresult, which the runner reads.
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
@@ -14,7 +13,6 @@
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
 //	ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default grpc.NewServer()
-//	ratelimit-bench authz [flags]     serve the real Check, with /debug/pprof
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
 //	ratelimit-bench rls-config        print the descriptor file the rls load matches
 //	ratelimit-bench routes            list the example API's routes
@@ -46,7 +44,6 @@ Usage:
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
   ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
   ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default-configured grpc.NewServer(): the floor of any grpc-go server
-  ratelimit-bench authz [flags]     serve the real Check in this process, with /debug/pprof for profiles
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
   ratelimit-bench rls-config [flags] print the descriptor file (envoyproxy/ratelimit format) the rls load matches
@@ -65,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "check", "http", "rls":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
-	case "noop", "noop-grpc", "authz":
+	case "noop", "noop-grpc":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
 	case "upstream":
 		return runUpstreamCmd(ctx, rest, stdout, stderr)
@@ -88,21 +85,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func newFlagSet(name, summary string) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs := flag.NewFlagSet("ratelimit-bench "+name, flag.ContinueOnError) // the name cli's messages start with
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ratelimit-bench %s [flags]\n\n%s\n\nFlags:\n", name, summary)
 		fs.PrintDefaults()
 	}
 	return fs
-}
-
-// parse parses flags (cli.Parse); a mistake names the command.
-func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (done bool, err error) {
-	done, err = cli.Parse(fs, args, stdout, stderr)
-	if err != nil {
-		err = cli.UsageError{Msg: fs.Name() + ": " + err.Error()}
-	}
-	return done, err
 }
 
 func runLoadCmd(ctx context.Context, mode string, args []string, stdout, stderr io.Writer) error {
@@ -160,7 +148,7 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	}
 	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
 	fs.BoolVar(&quiet, "quiet", false, "print nothing but errors (with --json FILE)")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	cfg.keys.tenants, cfg.keys.channels, cfg.keys.ips, cfg.keys.accounts = populations.tenants, populations.channels, populations.ips, populations.accounts
@@ -293,17 +281,8 @@ on a plain grpc.NewServer() with no options and the generated service code: the
 floor of a default-configured grpc-go ext_authz server. /healthz and /readyz on
 --http-addr, Go's profiles on --pprof-addr, each on a listener of its own.`
 	}
-	if mode == "authz" {
-		summary = `Serve the real ext_authz Check (rules, descriptors, counter, authz, server: the
-node of ratelimit-authz serve, assembled by internal/node) in this process, with /debug/pprof on
---pprof-addr, so that the Check path can be profiled under load.`
-	}
 	fs := newFlagSet(mode, summary)
-	var (
-		c          serveConfig
-		configPath string
-		sweep      time.Duration
-	)
+	var c serveConfig
 	fs.StringVar(&c.grpcAddr, "grpc-addr", "127.0.0.1:9001", "gRPC listen `address`")
 	httpHelp := "HTTP listen `address` (/metrics, /healthz, /readyz)"
 	if mode == "noop-grpc" {
@@ -312,34 +291,24 @@ node of ratelimit-authz serve, assembled by internal/node) in this process, with
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:9090", httpHelp)
 	fs.StringVar(&c.pprofAddr, "pprof-addr", "", "serve /debug/pprof on this `address` (empty: off)")
 	fs.DurationVar(&c.lifetime, "lifetime", time.Hour, "exit after this long even if nobody stops the server")
-	if mode == "authz" {
-		fs.StringVar(&configPath, "config", "", "configuration `file` (empty: the shipped configuration)")
-		fs.DurationVar(&sweep, "sweep-interval", 10*time.Second, "how often expired counters are reclaimed")
-	}
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if err := c.validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
 	log := newLogger(stderr)
-	switch mode {
-	case "noop":
-		return serveNoop(ctx, c, log)
-	case "noop-grpc":
+	if mode == "noop-grpc" {
 		return serveNoopGRPC(ctx, c, log)
 	}
-	if sweep <= 0 {
-		return cli.UsageError{Msg: "--sweep-interval must be positive"}
-	}
-	return serveNode(ctx, c, configPath, sweep, log)
+	return serveNoop(ctx, c, log)
 }
 
 func runUpstreamCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("upstream", "Serve a minimal HTTP application: 200 and {\"ok\":true} for every request.")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	lifetime := fs.Duration("lifetime", time.Hour, "exit after this long even if nobody stops the server")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if *lifetime <= 0 || *lifetime > 24*time.Hour {
@@ -353,7 +322,7 @@ func runRLSConfigCmd(args []string, stdout, stderr io.Writer) error {
 for each descriptor 'ratelimit-bench rls' sends, each at --limit per --unit.`)
 	limit := fs.Uint64("limit", 2_000_000_000, "requests_per_unit of every rule (0 blocks everything)")
 	unit := fs.String("unit", "second", "unit of every rule: second, minute, hour or day")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	if *limit > 1<<32-1 {

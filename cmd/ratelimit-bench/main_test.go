@@ -20,10 +20,12 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
@@ -137,7 +139,13 @@ func TestCheckAgainstTheNoopServer(t *testing.T) {
 
 func TestCheckAgainstTheRealService(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	n, err := newNode(ctx, serveConfig{grpcAddr: "127.0.0.1:0", httpAddr: "127.0.0.1:0"}, "", time.Second, slog.New(slog.DiscardHandler))
+	r, err := rules.Parse(config.Default(), config.Name)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	n, err := node.New(ctx, node.Config{Rules: r, Version: "bench", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		ShutdownTimeout: time.Second, SweepInterval: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -219,43 +227,6 @@ func TestUpstreamAnswersOK(t *testing.T) {
 	}
 }
 
-// The authz server serves Go's profiles on --pprof-addr only, as serve
-// does: the profile the bench fetches, and no command line.
-func TestAuthzServesProfiles(t *testing.T) {
-	addrs, err := freeport.Addrs(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"authz", "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2], "--lifetime", "30s"}, io.Discard, io.Discard)
-	}()
-	get := func(url string) int {
-		resp, err := http.Get(url)
-		if err != nil {
-			return -1
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	poll.UntilTrue(t, 20*time.Second, 20*time.Millisecond, func() bool { return get("http://"+addrs[1]+"/readyz") == 200 })
-	for path, want := range map[string]int{"/debug/pprof/": 200, "/debug/pprof/profile?seconds=1": 200, "/debug/pprof/cmdline": 404} {
-		if got := get("http://" + addrs[2] + path); got != want {
-			t.Errorf("pprof %s: %d, want %d", path, got, want)
-		}
-	}
-	if got := get("http://" + addrs[1] + "/debug/pprof/"); got == 200 {
-		t.Errorf("profiles on the HTTP address too")
-	}
-	cancel()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-		t.Errorf("authz: %v", err)
-	}
-}
-
 func TestCLIErrors(t *testing.T) {
 	// A port nobody listens on.
 	dead := freeport.TestAddr(t)
@@ -290,7 +261,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"authz", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)

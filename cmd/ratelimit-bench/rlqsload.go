@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 // rlqsConfig is one `ratelimit-bench rlqs` run: streams acting as Envoys'
@@ -39,25 +40,6 @@ type rlqsConfig struct {
 	verbose    io.Writer // when set, every answer is written to it
 }
 
-// RLQSResult is what a run measured: reports sent, answers received, and
-// how long an answer took after its report.
-type RLQSResult struct {
-	Tool        string             `json:"tool"`
-	Mode        string             `json:"mode"` // "rlqs"
-	Target      string             `json:"target"`
-	Streams     int                `json:"streams"`
-	Buckets     int                `json:"buckets_per_stream"`
-	IntervalS   float64            `json:"interval_s"`
-	ElapsedS    float64            `json:"elapsed_s"`
-	Reports     int64              `json:"reports"` // messages sent, initial ones included
-	Usages      int64              `json:"usages"`  // bucket usages in them
-	Answers     int64              `json:"answers"` // response messages received
-	Actions     map[string]int64   `json:"actions"` // bucket actions by kind
-	FirstAssign map[string]float64 `json:"first_assignment_us"`
-	Errors      int64              `json:"errors"`
-	ErrorKinds  map[string]int64   `json:"error_kinds,omitempty"`
-}
-
 func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var c rlqsConfig
 	fs := newFlagSet("rlqs", "Act as Envoys' rate_limit_quota filters: open --streams StreamRateLimitQuotas\nstreams, report --buckets bucket ids on each the way Envoy 1.40.0 does (one\nmessage per new bucket id at once, then all of them every --interval), and\nprint the reports sent, the assignments received and how long the first\nassignment of a bucket id took.")
@@ -74,7 +56,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
 	verbose := fs.Bool("verbose", false, "print every answer (bucket id and action) to stderr, as received")
-	if done, err := parse(fs, args, stdout, stderr); done {
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	switch {
@@ -114,7 +96,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // rlqsLoad runs c and returns its result. A stream that fails counts one
 // error and is not reopened: the run measures a steady server.
-func rlqsLoad(ctx context.Context, c rlqsConfig) (*RLQSResult, error) {
+func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	dctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	conn, err := grpc.NewClient(c.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -129,7 +111,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*RLQSResult, error) {
 		}
 	}
 	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
-	res := &RLQSResult{Tool: "ratelimit-bench", Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
+	res := &loadresult.RLQS{Tool: "ratelimit-bench", Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
 		IntervalS: c.interval.Seconds(), Actions: map[string]int64{}, ErrorKinds: map[string]int64{}}
 	var mu sync.Mutex
 	var firsts []time.Duration

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -63,14 +61,10 @@ func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: all[:n]}
 }
 
-// rlsCaller sends ShouldRateLimit calls over several connections, spread
-// over one or more targets, as grpcCaller sends Checks.
-type rlsCaller struct {
-	conns       []*grpc.ClientConn
-	descriptors int
-}
-
-func newRLSCaller(targets []string, n, descriptors int) (*rlsCaller, error) {
+// newRLSCaller opens n connections (see dial) to the targets for
+// ShouldRateLimit: OVER_LIMIT is a denial, any other overall_code lets
+// the request through, as Envoy does.
+func newRLSCaller(targets []string, n, descriptors int) (*grpcCaller, error) {
 	if descriptors < 1 || descriptors > maxRLSDescripts {
 		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
 	}
@@ -78,32 +72,15 @@ func newRLSCaller(targets []string, n, descriptors int) (*rlsCaller, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &rlsCaller{conns: conns, descriptors: descriptors}, nil
+	return &grpcCaller{conns: conns, method: shouldRateLimitMethod, what: "RateLimitRequest",
+		build: func(r request, _ uint64) proto.Message { return rlsRequest(r, descriptors) },
+		judge: func(code int32) (int, int) {
+			if rlsv3.RateLimitResponse_Code(code) == rlsv3.RateLimitResponse_OVER_LIMIT {
+				return classDenied, int(codes.ResourceExhausted)
+			}
+			return classAllowed, 0
+		}}, nil
 }
-
-func (c *rlsCaller) prepare(r request, _ uint64) (any, error) {
-	b, err := proto.Marshal(rlsRequest(r, c.descriptors))
-	if err != nil {
-		return nil, fmt.Errorf("encode RateLimitRequest: %w", err)
-	}
-	return &encodedCheck{data: b}, nil
-}
-
-// call classes an answer as Envoy does: OVER_LIMIT is a denial, any other
-// overall_code lets the request through.
-func (c *rlsCaller) call(ctx context.Context, seq uint64, p any) outcome {
-	var d decision
-	conn := c.conns[seq%uint64(len(c.conns))]
-	if err := conn.Invoke(ctx, shouldRateLimitMethod, p, &d); err != nil {
-		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
-	}
-	if rlsv3.RateLimitResponse_Code(d.code) == rlsv3.RateLimitResponse_OVER_LIMIT {
-		return outcome{class: classDenied, code: int(codes.ResourceExhausted)}
-	}
-	return outcome{class: classAllowed, code: 0}
-}
-
-func (c *rlsCaller) close() { closeAll(c.conns) }
 
 // describeRLS is the "mix" a run reports: domain and descriptors.
 func describeRLS(n int) string {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
@@ -15,15 +18,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
-	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
 // noopAuthz answers every Check with OK at once, from one shared response:
 // what is left is the cost of the gRPC call itself (decode the request,
-// HTTP/2, encode the answer), the floor of any ext_authz server.
+// HTTP/2, encode the answer), the floor of any ext_authz server. It is the
+// ext_authz server anyone would write first: generated code, nothing else.
 type noopAuthz struct {
 	authv3.UnimplementedAuthorizationServer
 	ok *authv3.CheckResponse
@@ -53,7 +54,7 @@ func (n *noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rl
 	return n.ok, nil
 }
 
-// serveConfig are the flags shared by the noop and authz servers.
+// serveConfig are the flags of the no-op servers.
 type serveConfig struct {
 	grpcAddr, httpAddr, pprofAddr string
 	lifetime                      time.Duration
@@ -88,41 +89,6 @@ func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 // shutdownTimeout bounds the graceful stop of the servers this tool runs.
 const shutdownTimeout = 5 * time.Second
 
-// newNode assembles a node as ratelimit-authz serve does (internal/node, the
-// local backend, no database), so a profile of this process is a profile
-// of the product's Check path. configPath "" means the shipped
-// configuration.
-func newNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) (*node.Node, error) {
-	var (
-		r   *rules.Rules
-		err error
-	)
-	if configPath == "" {
-		r, err = rules.Parse(config.Default(), config.Name)
-	} else {
-		r, err = rules.LoadFile(configPath)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("load configuration: %w", err)
-	}
-	return node.New(ctx, node.Config{
-		Rules: r, Version: "bench",
-		GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr,
-		ShutdownTimeout: shutdownTimeout, SweepInterval: sweep,
-	}, log)
-}
-
-// serveNode runs newNode's node until ctx ends or the lifetime is over.
-func serveNode(ctx context.Context, c serveConfig, configPath string, sweep time.Duration, log *slog.Logger) error {
-	n, err := newNode(ctx, c, configPath, sweep, log)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.lifetime)
-	defer cancel()
-	return n.Run(ctx)
-}
-
 // upstreamHandler is the application behind Envoy: 200 and a small JSON
 // body for everything, the request body read and dropped.
 func upstreamHandler() http.Handler {
@@ -136,26 +102,103 @@ func upstreamHandler() http.Handler {
 // serveUpstream serves upstreamHandler on addr until ctx ends or the
 // lifetime is over.
 func serveUpstream(ctx context.Context, addr string, lifetime time.Duration, log *slog.Logger) error {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
+	log.Info("upstream serving", "addr", addr)
+	return serveAll(ctx, lifetime, nil, &http.Server{Addr: addr, Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute})
+}
+
+// serveNoopGRPC serves noopAuthz on a plain grpc.NewServer() with no
+// options at c.grpcAddr, so that it is the floor of a default-configured
+// grpc-go ext_authz server on this machine, independent of what
+// internal/server tunes; /healthz and /readyz on c.httpAddr, and Go's
+// profiles on c.pprofAddr when set, each on a listener of its own; until
+// ctx ends or the lifetime is over.
+func serveNoopGRPC(ctx context.Context, c serveConfig, log *slog.Logger) error {
+	gs := grpc.NewServer()
+	authv3.RegisterAuthorizationServer(gs, newNoopAuthz())
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux := http.NewServeMux()
+	mux.Handle("GET /healthz", ok)
+	mux.Handle("GET /readyz", ok)
+	servers := []*http.Server{{Addr: c.httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	if c.pprofAddr != "" {
+		pm := http.NewServeMux()
+		pm.HandleFunc("/debug/pprof/", pprof.Index)
+		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		servers = append(servers, &http.Server{Addr: c.pprofAddr, Handler: pm, ReadHeaderTimeout: 5 * time.Second})
 	}
-	srv := &http.Server{Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
-	log.Info("upstream serving", "addr", lis.Addr().String())
+	log.Info("default grpc-go no-op serving", "grpc", c.grpcAddr, "http", c.httpAddr, "pprof", c.pprofAddr)
+	return serveAll(ctx, c.lifetime, &grpcServer{srv: gs, addr: c.grpcAddr}, servers...)
+}
+
+// grpcServer is a gRPC server and the address it serves on.
+type grpcServer struct {
+	srv  *grpc.Server
+	addr string
+}
+
+// serveAll listens on every server's address (and g's when set) and
+// serves until ctx ends, the lifetime is over or one fails, then stops
+// them, gracefully within shutdownTimeout.
+func serveAll(ctx context.Context, lifetime time.Duration, g *grpcServer, servers ...*http.Server) error {
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	listen := func(addr string) error {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		listeners = append(listeners, l)
+		return nil
+	}
+	for _, s := range servers {
+		if err := listen(s.Addr); err != nil {
+			return err
+		}
+	}
+	if g != nil {
+		if err := listen(g.addr); err != nil {
+			return err
+		}
+	}
+	errc := make(chan error, len(listeners))
+	for i, s := range servers {
+		go func() { errc <- s.Serve(listeners[i]) }()
+	}
+	if g != nil {
+		go func() { errc <- g.srv.Serve(listeners[len(servers)]) }()
+	}
 	ctx, cancel := context.WithTimeout(ctx, lifetime)
 	defer cancel()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
+	var serveErr error
 	select {
 	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
+		serveErr = fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer scancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		srv.Close()
+	if g != nil {
+		stopped := make(chan struct{})
+		go func() { g.srv.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(shutdownTimeout):
+			g.srv.Stop()
+		}
 	}
-	<-errc
+	for _, s := range servers {
+		sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		if err := s.Shutdown(sctx); err != nil {
+			s.Close()
+		}
+		scancel()
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/exampleapp"
 )
 
@@ -313,8 +314,8 @@ func (d *demo) waitForWindow(ctx context.Context, w time.Duration) (stopAt, end 
 			d.out.linef("  (waiting %.0f s for the next %s, so that the burst stays in one window)", wait.Seconds(), windowName(w))
 		}
 	}
-	if err := sleep(ctx, time.Until(start)); err != nil {
-		return stopAt, end, err
+	if !cli.Sleep(ctx, time.Until(start)) {
+		return stopAt, end, ctx.Err()
 	}
 	return end.Add(-min(w*15/100, 2*time.Second)), end, nil
 }
@@ -333,20 +334,6 @@ func windowName(w time.Duration) string {
 func windowEnd(t time.Time, w time.Duration) time.Time {
 	ms := w.Milliseconds()
 	return time.UnixMilli((t.UnixMilli()/ms + 1) * ms)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // runLogin shows the login lockout: five wrong passwords for one account
@@ -391,8 +378,8 @@ func (d *demo) runLogin(ctx context.Context) (*row, error) {
 			r.notes = append(r.notes, fmt.Sprintf("the right password was still accepted after %v: did Envoy's access log reach the server?", loginWait))
 			return r, nil
 		}
-		if err := sleep(ctx, loginPoll); err != nil {
-			return r, err
+		if !cli.Sleep(ctx, loginPoll) {
+			return r, ctx.Err()
 		}
 	}
 }

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"testing"
+	"time"
 )
 
 func TestExitCode(t *testing.T) {
@@ -40,8 +42,8 @@ func TestParse(t *testing.T) {
 	}{
 		{args: []string{"--n", "3"}},
 		{args: []string{"--help"}, done: true, stdout: "Usage: x\n"},
-		{args: []string{"--m"}, done: true, usage: true, stderr: "Usage: x\n"},
-		{args: []string{"--n", "3", "more"}, done: true, usage: true},
+		{args: []string{"--m"}, done: true, usage: true, stderr: "x: flag provided but not defined: -m\nUsage: x\n"},
+		{args: []string{"--n", "3", "more"}, done: true, usage: true, stderr: "x: unexpected argument \"more\"\n"},
 	} {
 		fs, n := newFS()
 		var stdout, stderr bytes.Buffer
@@ -54,5 +56,44 @@ func TestParse(t *testing.T) {
 		if !done && *n != 3 {
 			t.Errorf("Parse(%q): n = %d", tc.args, *n)
 		}
+	}
+}
+
+// ParseArgs takes positional arguments wherever they stand; after "--"
+// every argument is one.
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args   []string
+		pos    []string
+		n      int
+		done   bool
+		stderr string
+	}{
+		{args: []string{"a", "--n", "3", "b"}, pos: []string{"a", "b"}, n: 3},
+		{args: []string{"--n", "3", "--", "--n", "c"}, pos: []string{"--n", "c"}, n: 3},
+		{args: []string{"a", "--m"}, done: true, stderr: "x: flag provided but not defined: -m\nUsage: x\n"},
+		{args: []string{"a", "-h"}, done: true},
+	} {
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.Usage = func() { fmt.Fprintln(fs.Output(), "Usage: x") }
+		n := fs.Int("n", 1, "a number")
+		var stdout, stderr bytes.Buffer
+		pos, done, err := ParseArgs(fs, tc.args, &stdout, &stderr)
+		var ue UsageError
+		if done != tc.done || (err != nil) != (tc.stderr != "") || (err != nil && !errors.As(err, &ue)) || stderr.String() != tc.stderr ||
+			fmt.Sprint(pos) != fmt.Sprint(tc.pos) || !done && *n != tc.n {
+			t.Errorf("ParseArgs(%q) = %q, %v, %v, n %d, stderr %q", tc.args, pos, done, err, *n, stderr.String())
+		}
+	}
+}
+
+func TestSleep(t *testing.T) {
+	if !Sleep(context.Background(), time.Millisecond) || !Sleep(context.Background(), 0) {
+		t.Error("Sleep did not report that d passed")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if Sleep(ctx, time.Hour) || Sleep(ctx, 0) {
+		t.Error("Sleep reported that d passed after ctx ended")
 	}
 }
