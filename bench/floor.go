@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -101,13 +103,21 @@ func (r *runner) floor(ctx context.Context) error {
 			r.note("floor: no baseline from %s: %v", r.opt.baselineRef, firstLine(err.Error()))
 		}
 	}
+	rlsTargets, err := r.rlsFloorTargets(ctx, f.ServerCPU)
+	if err != nil {
+		return err
+	}
+	targets = append(targets, rlsTargets...)
 	f.Pinning = fmt.Sprintf("servers on CPU %d, load tool on CPU %d", f.ServerCPU, f.LoadCPU)
 
 	level := func(name string, rate float64) (map[string][]*loadRun, error) {
 		runs := map[string][]*loadRun{}
 		err := r.rotate(len(targets), func(round, i int) error {
 			t := targets[i]
-			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t.proc, r.checkArgs(t.addr, floorConcurrency, rate, t.w)...)
+			if rate > 0 && t.mode != "" {
+				return nil // ShouldRateLimit and the anchors: at saturation only
+			}
+			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, t.loadArgs(r.checkArgs(t.addr, floorConcurrency, rate, t.w))...)
 			if err != nil {
 				return err
 			}
@@ -119,7 +129,9 @@ func (r *runner) floor(ctx context.Context) error {
 			return nil, err
 		}
 		for _, t := range targets {
-			f.Rows = append(f.Rows, floorRow(name, rate, t.name, runs[t.name]))
+			if len(runs[t.name]) > 0 {
+				f.Rows = append(f.Rows, floorRow(name, rate, t.name, runs[t.name]))
+			}
 		}
 		f.Ratios = append(f.Ratios, floorRatios(name, rate, runs)...)
 		return runs, nil
@@ -198,13 +210,16 @@ func floorRow(level string, rate float64, target string, runs []*loadRun) FloorR
 
 func floorRatios(level string, rate float64, runs map[string][]*loadRun) []FloorRatio {
 	var out []FloorRatio
+	pairs := rlsFloorRatios()
 	for _, w := range []string{"allowed", "denied", floorLean + "allowed", floorLean + "denied"} {
 		grpcPort := strings.TrimPrefix(w, floorLean)
-		versus := []string{floorDefaultNoop, floorNoop, floorBaseline + grpcPort}
+		pairs[w] = []string{floorDefaultNoop, floorNoop, floorBaseline + grpcPort}
 		if grpcPort != w {
-			versus = append(versus, grpcPort) // the lean listener against the gRPC port
+			pairs[w] = append(pairs[w], grpcPort) // the lean listener against the gRPC port
 		}
-		for _, vs := range versus {
+	}
+	for _, w := range slices.Sorted(maps.Keys(pairs)) {
+		for _, vs := range pairs[w] {
 			srv, ref := runs[w], runs[vs]
 			if len(srv) == 0 || len(ref) == 0 {
 				continue

@@ -50,6 +50,16 @@ func (r *runner) start(name string, lifetime time.Duration, env []string, bin st
 
 func (p *proc) pid() int { return p.PID() }
 
+// cpuTime is the CPU time the process used so far.
+func (p *proc) cpuTime() (time.Duration, error) { return cpuTimeOf(p.pid()) }
+
+// cpuUser is what a load run's CPU is charged to: a process, or a server
+// with the processes that go with it.
+type cpuUser interface {
+	pid() int
+	cpuTime() (time.Duration, error)
+}
+
 func (p *proc) exited() bool { return p.Exited() }
 
 // stop ends the process (SIGTERM by PID, SIGKILL after stopGrace) and
@@ -215,15 +225,15 @@ func (r *runner) rotate(n int, fn func(round, target int) error) error {
 // loadCPU runs one load of the options' run and warm-up, the load tool
 // bound to cpu (< 0: unbound), and notes srv's CPU per request and,
 // pinned, the share of the run its threads waited for their CPU.
-func (r *runner) loadCPU(ctx context.Context, cpu int, name string, srv *proc, args ...string) (*loadRun, error) {
-	c0, err0 := cpuTimeOf(srv.pid())
+func (r *runner) loadCPU(ctx context.Context, cpu int, name string, srv cpuUser, args ...string) (*loadRun, error) {
+	c0, err0 := srv.cpuTime()
 	w0, werr0 := runqueueWait(srv.pid())
 	start := time.Now()
 	res, err := r.loadOn(ctx, cpu, name, r.opt.run+r.opt.warmup, args...)
 	if err != nil {
 		return nil, err
 	}
-	c1, err1 := cpuTimeOf(srv.pid())
+	c1, err1 := srv.cpuTime()
 	w1, werr1 := runqueueWait(srv.pid())
 	if err0 == nil && err1 == nil && res.Sent > 0 {
 		res.ServerCPUUS = float64((c1 - c0).Microseconds()) / float64(res.Sent+1) // +1: the tool's probe

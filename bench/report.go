@@ -124,6 +124,7 @@ func floorPathTargets(res *Results, path, label string) []Target {
 func floorTargets(res *Results) []Target {
 	out := floorPathTargets(res, "", "")
 	out = append(out, floorPathTargets(res, floorLean, " — lean Check listener (--check-addr)")...)
+	out = append(out, rlsFloorTargets(res)...)
 	t := Target{Name: "floor-rss", Goal: "RSS ≤ 200 B per live key at 1 M keys"}
 	if m := res.Memory; m != nil && m.BytesPerKeyRSS > 0 {
 		t.Value = m.BytesPerKeyRSS
@@ -521,6 +522,7 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	b.f("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
 	b.f("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")
 	b.f("- **allowed**, **denied**: `ratelimit-authz serve` of this tree, with the workloads of section 1.\n")
+	b.f("- **rls-…**: the same at saturation with `ratelimit-bench rls` (ShouldRateLimit, one descriptor per call, the rls scenario's descriptor file): **rls-default-noop** is `noop-grpc` answering OK; **rls-allowed**, **rls-denied** this tree's server on its gRPC port, **rls-lean-…** on its lean listener; **ratelimit-redis-…** envoyproxy/ratelimit `%s` with a Redis of its own (`redis-server` on the same CPU; CPU per call counts both), **ratelimit-localcache-denied** the same with `LOCAL_CACHE_SIZE_IN_BYTES`=%d (over-limit keys answered without Redis); **gubernator-…** gubernator `%s`, one node, driven with `ratelimit-bench gubernator` (GetRateLimits with the same keys and limits). An anchor that did not build is named in the notes.\n", ratelimitVersion, ratelimitLocalCache, gubernatorVer)
 	if bl := f.Baseline; bl != nil {
 		if bl.Error != "" {
 			b.f("- **baseline**: not measured (%s): %s.\n", bl.Ref, bl.Error)

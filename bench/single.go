@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -48,6 +49,26 @@ type server struct {
 	name, grpc, http, pprofURL string
 	addr                       string // where its load goes: grpc, or the lean listener's
 	w                          workload
+	mode                       string  // the floor's load: "" (Check), "rls" or "gubernator" (floorrls.go)
+	also                       []*proc // processes whose CPU counts with proc's (an anchor's Redis)
+}
+
+// stop ends the server and the processes that go with it.
+func (s *server) stop() {
+	s.proc.stop()
+	for _, p := range s.also {
+		p.stop()
+	}
+}
+
+// cpuTime is the CPU time the server's processes used so far.
+func (s *server) cpuTime() (time.Duration, error) {
+	sum, err := s.proc.cpuTime()
+	for _, p := range s.also {
+		c, perr := p.cpuTime()
+		sum, err = sum+c, cmp.Or(err, perr)
+	}
+	return sum, err
 }
 
 // startServer starts bin with head (a subcommand and its flags) and

@@ -173,29 +173,29 @@ func closeAll(conns []*grpc.ClientConn) {
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
 // form; an absent status is OK, as Envoy treats it.
 func statusCode(b []byte) (int32, error) {
-	v, err := lastField1(b, protowire.BytesType)
+	v, err := lastField(b, 1, protowire.BytesType)
 	if err != nil || v == nil {
 		return 0, err
 	}
-	msg, _ := protowire.ConsumeBytes(v) // whole: lastField1 consumed it
+	msg, _ := protowire.ConsumeBytes(v) // whole: lastField consumed it
 	return codeField(msg)
 }
 
 // codeField reads the varint field 1 of a message from its wire form
 // (google.rpc.Status.code, RateLimitResponse.overall_code); absent is 0.
 func codeField(b []byte) (int32, error) {
-	v, err := lastField1(b, protowire.VarintType)
+	v, err := lastField(b, 1, protowire.VarintType)
 	if err != nil || v == nil {
 		return 0, err
 	}
-	x, _ := protowire.ConsumeVarint(v) // whole: lastField1 consumed it
+	x, _ := protowire.ConsumeVarint(v) // whole: lastField consumed it
 	return int32(x), nil
 }
 
-// lastField1 returns the wire value of the last field 1 of type typ in
+// lastField returns the wire value of the last field want of type typ in
 // message b (nil if it has none), having checked that every field is
 // whole; the last occurrence of a scalar wins, as protobuf reads it.
-func lastField1(b []byte, typ protowire.Type) ([]byte, error) {
+func lastField(b []byte, want protowire.Number, typ protowire.Type) ([]byte, error) {
 	var val []byte
 	for len(b) > 0 {
 		num, t, n := protowire.ConsumeTag(b)
@@ -207,7 +207,7 @@ func lastField1(b []byte, typ protowire.Type) ([]byte, error) {
 		if n < 0 {
 			return nil, protowire.ParseError(n)
 		}
-		if num == 1 && t == typ {
+		if num == want && t == typ {
 			val = b[:n]
 		}
 		b = b[n:]
@@ -221,7 +221,7 @@ type grpcCaller struct {
 	conns  []*grpc.ClientConn
 	method string
 	what   string // the request's message, for errors
-	build  func(r request, id uint64) proto.Message
+	encode func(r request, id uint64) ([]byte, error)
 	// judge classes an answer by its code (see rawCodec), as Envoy does,
 	// and says what code to count it under.
 	judge func(code int32) (class, counted int)
@@ -235,7 +235,7 @@ func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
 		return nil, err
 	}
 	return &grpcCaller{conns: conns, method: checkMethod, what: "CheckRequest",
-		build: func(r request, id uint64) proto.Message { return checkRequest(r, id, time.Now()) },
+		encode: func(r request, id uint64) ([]byte, error) { return proto.Marshal(checkRequest(r, id, time.Now())) },
 		judge: func(code int32) (int, int) {
 			if codes.Code(code) == codes.OK {
 				return classAllowed, 0
@@ -245,7 +245,7 @@ func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
 }
 
 func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
-	b, err := proto.Marshal(c.build(r, id))
+	b, err := c.encode(r, id)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", c.what, err)
 	}

@@ -10,9 +10,10 @@
 //
 //	ratelimit-bench check [flags]     load Check over gRPC
 //	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
+//	ratelimit-bench gubernator [flags] load gubernator's GetRateLimits over gRPC
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
-//	ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default grpc.NewServer()
+//	ratelimit-bench noop-grpc [flags] serve a no-op ext_authz and rate limit server on a default grpc.NewServer()
 //	ratelimit-bench upstream [flags]  serve a minimal HTTP application
 //	ratelimit-bench rls-config        print the descriptor file the rls load matches
 //	ratelimit-bench routes            list the example API's routes
@@ -41,9 +42,10 @@ const usage = `ratelimit-bench: load and reference servers for the ratelimit-aut
 Usage:
   ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
   ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
+  ratelimit-bench gubernator [flags] drive gubernator's GetRateLimits with the rls load's keys and report the same
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
   ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
-  ratelimit-bench noop-grpc [flags] serve a no-op ext_authz server on a default-configured grpc.NewServer(): the floor of any grpc-go server
+  ratelimit-bench noop-grpc [flags] serve a no-op ext_authz and rate limit server on a default-configured grpc.NewServer(): the floor of any grpc-go server
   ratelimit-bench upstream [flags]  serve a minimal HTTP application for Envoy to route to
   ratelimit-bench routes            list the example API's routes and the "api" mix
   ratelimit-bench rls-config [flags] print the descriptor file (envoyproxy/ratelimit format) the rls load matches
@@ -60,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "check", "http", "rls":
+	case "check", "http", "rls", "gubernator":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
 	case "noop", "noop-grpc":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
@@ -111,6 +113,12 @@ would send for the example API's requests (domain "bench"; --descriptors of:
 remote_address; generic_key=<route> and tenant; path), then print requests/s,
 latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	}
+	if mode == "gubernator" {
+		summary = `Drive gubernator's GetRateLimits (pb.gubernator.V1) over gRPC with one rate limit
+per descriptor the rls load would send (named by the descriptor's first key,
+keyed by its values, --limit per --per, token bucket), then print requests/s,
+latency percentiles and outcomes: any OVER_LIMIT denied, else allowed.`
+	}
 	fs := newFlagSet(mode, summary)
 	var (
 		cfg         loadConfig
@@ -119,6 +127,8 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 		conns       int
 		jsonOut     string
 		descriptors int
+		guberLimit  int64
+		guberPer    time.Duration
 		quiet       bool
 		populations struct{ tenants, channels, ips, accounts uint64 }
 	)
@@ -140,10 +150,15 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	fs.StringVar(&cfg.keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "random seed: the same seed gives the same requests")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	if mode == "rls" {
+	grpcMode := mode == "check" || mode == "rls" || mode == "gubernator"
+	if mode == "rls" || mode == "gubernator" {
 		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3 (see above)")
 	}
-	if mode == "check" || mode == "rls" {
+	if mode == "gubernator" {
+		fs.Int64Var(&guberLimit, "limit", 1, "hits each key may have per --per")
+		fs.DurationVar(&guberPer, "per", time.Second, "the window of --limit")
+	}
+	if grpcMode {
 		fs.IntVar(&conns, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
 	}
 	fs.StringVar(&jsonOut, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
@@ -169,7 +184,7 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	if len(list) == 0 {
 		return cli.UsageError{Msg: "--target: no address"}
 	}
-	if (mode == "check" || mode == "rls") && (conns < 1 || conns > 1000) {
+	if grpcMode && (conns < 1 || conns > 1000) {
 		return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", conns)}
 	}
 
@@ -179,6 +194,11 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 		c, err = newGRPCCaller(list, conns)
 	case "rls":
 		c, err = newRLSCaller(list, conns, descriptors)
+		if err != nil {
+			return cli.UsageError{Msg: err.Error()}
+		}
+	case "gubernator":
+		c, err = newGuberCaller(list, conns, descriptors, guberLimit, guberPer)
 		if err != nil {
 			return cli.UsageError{Msg: err.Error()}
 		}
@@ -198,10 +218,10 @@ latency percentiles and outcomes: OVER_LIMIT denied, any other answer allowed.`
 	}
 	res := summarise(rec, cfg)
 	res.Mode, res.Targets = mode, list
-	if mode == "check" || mode == "rls" {
+	if grpcMode {
 		res.Connections = max(conns, len(list))
 	}
-	if mode == "rls" {
+	if mode == "rls" || mode == "gubernator" {
 		res.Mix = describeRLS(descriptors) + "; " + res.Mix
 	}
 	if jsonOut != "" {

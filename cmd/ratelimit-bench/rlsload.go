@@ -73,7 +73,7 @@ func newRLSCaller(targets []string, n, descriptors int) (*grpcCaller, error) {
 		return nil, err
 	}
 	return &grpcCaller{conns: conns, method: shouldRateLimitMethod, what: "RateLimitRequest",
-		build: func(r request, _ uint64) proto.Message { return rlsRequest(r, descriptors) },
+		encode: func(r request, _ uint64) ([]byte, error) { return proto.Marshal(rlsRequest(r, descriptors)) },
 		judge: func(code int32) (int, int) {
 			if rlsv3.RateLimitResponse_Code(code) == rlsv3.RateLimitResponse_OVER_LIMIT {
 				return classDenied, int(codes.ResourceExhausted)

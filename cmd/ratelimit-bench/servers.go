@@ -106,15 +106,16 @@ func serveUpstream(ctx context.Context, addr string, lifetime time.Duration, log
 	return serveAll(ctx, lifetime, nil, &http.Server{Addr: addr, Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute})
 }
 
-// serveNoopGRPC serves noopAuthz on a plain grpc.NewServer() with no
-// options at c.grpcAddr, so that it is the floor of a default-configured
-// grpc-go ext_authz server on this machine, independent of what
+// serveNoopGRPC serves noopAuthz and noopRLS on a plain grpc.NewServer()
+// with no options at c.grpcAddr, so that it is the floor of a
+// default-configured grpc-go ext_authz or rate limit server on this machine, independent of what
 // internal/server tunes; /healthz and /readyz on c.httpAddr, and Go's
 // profiles on c.pprofAddr when set, each on a listener of its own; until
 // ctx ends or the lifetime is over.
 func serveNoopGRPC(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	gs := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(gs, newNoopAuthz())
+	rlsv3.RegisterRateLimitServiceServer(gs, newNoopRLS())
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", ok)

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+)
+
+// The floor's ShouldRateLimit part: the same pinning, load tool and
+// accounting as the Check targets, at saturation, with one descriptor per
+// call ((remote_address, <client IP>): Envoy's commonest rate_limits
+// entry) over the rls scenario's descriptor file:
+//
+//   - rls-default-noop: `ratelimit-bench noop-grpc`, which answers
+//     ShouldRateLimit OK on a default grpc.NewServer();
+//   - rls-allowed, rls-denied: this tree's server on its gRPC port;
+//     rls-lean-allowed, rls-lean-denied: on its lean listener;
+//   - the anchors (anchors.go): envoyproxy/ratelimit with Redis
+//     (ratelimit-redis-…), with its local cache (ratelimit-localcache-
+//     denied) and gubernator (gubernator-…), each with the same keys and
+//     limits.
+const (
+	floorRLS        = "rls-"
+	floorRatelimit  = "ratelimit-redis-"
+	floorRLCache    = "ratelimit-localcache-"
+	floorGubernator = "gubernator-"
+)
+
+// rlsFloorDescriptors are the descriptors per call of the floor's
+// ShouldRateLimit loads.
+const rlsFloorDescriptors = "1"
+
+// rlsFloorTargets starts the ShouldRateLimit targets bound to cpu: this
+// tree's and the anchors that built.
+func (r *runner) rlsFloorTargets(ctx context.Context, cpu int) (targets []*server, err error) {
+	defer func() {
+		if err != nil {
+			stopAll(targets)
+			targets = nil
+		}
+	}()
+	dirs := map[bool]string{}
+	envs := map[bool][]string{}
+	for _, denied := range []bool{false, true} {
+		name, perUnit := "floor-rls-allowed", uint32(2_000_000_000)
+		if denied {
+			name, perUnit = "floor-rls-denied", 1
+		}
+		if envs[denied], err = r.rlsRuntime(ctx, name, perUnit, "second"); err != nil {
+			return nil, err
+		}
+		dirs[denied] = filepath.Join(r.tmp, name, "ratelimit", "config")
+	}
+	outcome := map[bool]string{false: "allowed", true: "denied"}
+	add := func(name, mode string, denied bool, start func() (*server, error)) error {
+		t, err := start()
+		if err != nil {
+			return fmt.Errorf("start %s: %w", name, err)
+		}
+		t.name, t.mode, t.w = name, mode, allowedLoad
+		if denied {
+			t.w = deniedLoad
+		}
+		targets = append(targets, t)
+		return nil
+	}
+	serve := func(name string, lean bool, head ...string) func() (*server, error) {
+		return func() (*server, error) {
+			return r.startServer(ctx, cpu, "floor-"+name, nil, lean, head[0], head[1:]...)
+		}
+	}
+	name := floorRLS + floorDefaultNoop
+	if err := add(name, "rls", false, serve(name, false, r.bins.bench, "noop-grpc", "--lifetime", r.lifetime().String())); err != nil {
+		return targets, err
+	}
+	for _, path := range []string{"", floorLean} {
+		for _, denied := range []bool{false, true} {
+			name := floorRLS + path + outcome[denied]
+			head := append([]string{r.bins.server}, r.serve(r.allowedCfg, "--rls-config-dir", dirs[denied])...)
+			if err := add(name, "rls", denied, serve(name, path != "", head...)); err != nil {
+				return targets, err
+			}
+		}
+	}
+	b := r.buildAnchors(ctx)
+	if b.ratelimit != "" {
+		for _, x := range []struct {
+			name          string
+			denied, cache bool
+		}{{floorRatelimit + "allowed", false, false}, {floorRatelimit + "denied", true, false}, {floorRLCache + "denied", true, true}} {
+			if err := add(x.name, "rls", x.denied, func() (*server, error) {
+				return r.startRatelimit(ctx, cpu, "floor-"+x.name, b, envs[x.denied], x.cache)
+			}); err != nil {
+				return targets, err
+			}
+		}
+	}
+	if b.gubernator != "" {
+		for _, denied := range []bool{false, true} {
+			name := floorGubernator + outcome[denied]
+			if err := add(name, "gubernator", denied, func() (*server, error) {
+				return r.startGubernator(ctx, cpu, "floor-"+name, b)
+			}); err != nil {
+				return targets, err
+			}
+		}
+	}
+	return targets, nil
+}
+
+// loadArgs are the load tool's arguments for one run against t: check
+// (the Check load of checkArgs), or the same with the rls load (one
+// descriptor) or gubernator's, whose limit is in the request.
+func (t *server) loadArgs(check []string) []string {
+	switch t.mode {
+	case "rls":
+		return append([]string{"rls", "--descriptors", rlsFloorDescriptors}, check[1:]...)
+	case "gubernator":
+		limit := "2000000000"
+		if t.w.name == deniedLoad.name {
+			limit = "1"
+		}
+		return append([]string{"gubernator", "--descriptors", rlsFloorDescriptors, "--limit", limit, "--per", "1s"}, check[1:]...)
+	}
+	return check
+}
+
+// rlsFloorRatios are the ShouldRateLimit pairs the floor reports: this
+// tree's server on each port against the default no-op and the anchors.
+func rlsFloorRatios() map[string][]string {
+	out := map[string][]string{}
+	for _, path := range []string{"", floorLean} {
+		out[floorRLS+path+"allowed"] = []string{floorRLS + floorDefaultNoop, floorRatelimit + "allowed", floorGubernator + "allowed"}
+		out[floorRLS+path+"denied"] = []string{floorRLS + floorDefaultNoop, floorRatelimit + "denied", floorRLCache + "denied", floorGubernator + "denied"}
+	}
+	out[floorRLS+floorLean+"allowed"] = append(out[floorRLS+floorLean+"allowed"], floorRLS+"allowed")
+	out[floorRLS+floorLean+"denied"] = append(out[floorRLS+floorLean+"denied"], floorRLS+"denied")
+	return out
+}
+
+// The ShouldRateLimit floor targets: the lean listener's CPU per call at
+// saturation against the default grpc-go no-op and envoyproxy/ratelimit.
+const (
+	targetRLSFloorNoop       = 0.35 // × the default no-op, allowed and denied
+	targetRLSFloorRedis      = 0.15 // × envoyproxy/ratelimit with Redis, allowed and denied
+	targetRLSFloorLocalCache = 0.3  // × envoyproxy/ratelimit's local-cache denials
+)
+
+func rlsFloorTargets(res *Results) []Target {
+	f := res.Floor
+	lean := floorRLS + floorLean
+	pair := func(name, goal string, limit float64, vs ...[2]string) Target {
+		t := Target{Name: name, Goal: goal}
+		var parts []string
+		worst := 0.0
+		for _, p := range vs {
+			x, ok := floorRatio(f, "saturation", p[0], p[1])
+			if !ok {
+				return t
+			}
+			worst = max(worst, x.Median)
+			parts = append(parts, fmt.Sprintf("%.2f× %s vs %s (%.2f–%.2f)", x.Median, strings.TrimPrefix(p[0], lean), p[1], x.Min, x.Max))
+		}
+		t.Value = worst
+		t.Measured = strings.Join(parts, ", ")
+		t.Met = ptr(worst <= limit)
+		if !*t.Met {
+			t.Margin = fmt.Sprintf("%.2f× against %.2f×", worst, limit)
+		}
+		return t
+	}
+	return []Target{
+		pair("floor-rls-cpu-lean", "ShouldRateLimit on the lean listener: CPU per call at saturation ≤ 0.35× the default grpc-go no-op's, allowed and denied (pinned, one descriptor)", targetRLSFloorNoop,
+			[2]string{lean + "allowed", floorRLS + floorDefaultNoop}, [2]string{lean + "denied", floorRLS + floorDefaultNoop}),
+		pair("floor-rls-vs-redis", "ShouldRateLimit on the lean listener: CPU per call ≤ 0.15× envoyproxy/ratelimit with Redis (its CPU and Redis's), allowed and denied", targetRLSFloorRedis,
+			[2]string{lean + "allowed", floorRatelimit + "allowed"}, [2]string{lean + "denied", floorRatelimit + "denied"}),
+		pair("floor-rls-vs-localcache", "ShouldRateLimit on the lean listener: CPU per denial ≤ 0.3× envoyproxy/ratelimit's local-cache denials", targetRLSFloorLocalCache,
+			[2]string{lean + "denied", floorRLCache + "denied"}),
+	}
+}
