@@ -65,7 +65,7 @@ type snapEntry struct {
 func (s *Sketch) snapshot(sm *summary) snap {
 	out := snap{total: sm.total, min: sm.min(), entries: make([]snapEntry, sm.n)}
 	for i := range sm.n {
-		out.entries[i] = snapEntry{key: string(sm.key(i, s.maxKey)), count: sm.e[i].count, err: sm.e[i].err}
+		out.entries[i] = snapEntry{key: string(sm.key(i, s.maxKey)), count: sm.count[i], err: sm.err[i]}
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -107,20 +108,17 @@ type bucketSums struct {
 	win      [2]summary
 }
 
-// summary is a Space-Saving summary of at most k keys. The counts of its
-// entries sum to total.
+// summary is a Space-Saving summary of at most k keys, each field of the
+// entries in an array of its own so that the lookup scans only hashes and
+// the eviction only counts. The counts of its entries sum to total.
 type summary struct {
 	n     int
 	total uint64
-	e     []slot // len k
-	keys  []byte // k × maxKey: entry i's key is keys[i*maxKey:][:e[i].klen]
-}
-
-type slot struct {
-	h     uint64
-	count uint64 // hits counted for the key, an overestimate by at most err
-	err   uint64 // the count the entry had when this key took it over
-	klen  uint16
+	h     []uint64 // len k: the key's hash
+	count []uint64 // hits counted for the key, an overestimate by at most err
+	err   []uint64 // the count the entry had when this key took it over
+	klen  []uint8
+	keys  []byte // k × maxKey: entry i's key is keys[i*maxKey:][:klen[i]]
 }
 
 // New returns an empty Sketch, or an error for a field out of range.
@@ -138,12 +136,16 @@ func New(cfg Config) (*Sketch, error) {
 
 func (s *Sketch) newBucketSums() *bucketSums {
 	const n = 2 * (Epochs + 1)
-	slots := make([]slot, n*s.k)
-	keys := make([]byte, n*s.k*s.maxKey)
+	k := s.k
+	words := make([]uint64, 3*n*k)
+	klens := make([]uint8, n*k)
+	keys := make([]byte, n*k*s.maxKey)
 	bs := &bucketSums{winStart: math.MinInt64}
 	i := 0
 	next := func() summary {
-		sm := summary{e: slots[i*s.k : (i+1)*s.k : (i+1)*s.k], keys: keys[i*s.k*s.maxKey : (i+1)*s.k*s.maxKey : (i+1)*s.k*s.maxKey]}
+		w := words[3*i*k : 3*(i+1)*k]
+		sm := summary{h: w[:k:k], count: w[k : 2*k : 2*k], err: w[2*k:], klen: klens[i*k : (i+1)*k : (i+1)*k],
+			keys: keys[i*k*s.maxKey : (i+1)*k*s.maxKey : (i+1)*k*s.maxKey]}
 		i++
 		return sm
 	}
@@ -158,7 +160,7 @@ func (s *Sketch) newBucketSums() *bucketSums {
 // bucketBytes is the memory of one bucketSums.
 func (s *Sketch) bucketBytes() int64 {
 	const n = 2 * (Epochs + 1)
-	return int64(unsafe.Sizeof(bucketSums{})) + int64(n*s.k)*(int64(unsafe.Sizeof(slot{}))+int64(s.maxKey))
+	return int64(unsafe.Sizeof(bucketSums{})) + int64(n*s.k)*(3*8+1+int64(s.maxKey))
 }
 
 // Hit records n hits of key in bucket at ms (unix ms), admitted or
@@ -238,7 +240,7 @@ func (s *Sketch) keyBytes(buf *[MaxMaxKeyBytes]byte, key string) []byte {
 func (sm *summary) reset() { sm.n, sm.total = 0, 0 }
 
 func (sm *summary) key(i, maxKey int) []byte {
-	return sm.keys[i*maxKey : i*maxKey+int(sm.e[i].klen)]
+	return sm.keys[i*maxKey : i*maxKey+int(sm.klen[i])]
 }
 
 // add counts c hits of kb (hash h): the Space-Saving update. A listed key
@@ -246,38 +248,34 @@ func (sm *summary) key(i, maxKey int) []byte {
 // smallest count, keeping that count as its error.
 func (sm *summary) add(kb []byte, h, c uint64, maxKey int) {
 	sm.total = satAdd(sm.total, c)
-	for i := range sm.n {
-		if sm.e[i].h == h && string(sm.key(i, maxKey)) == string(kb) {
-			sm.e[i].count = satAdd(sm.e[i].count, c)
+	for i, x := range sm.h[:sm.n] {
+		if x == h && string(sm.key(i, maxKey)) == string(kb) {
+			sm.count[i] = satAdd(sm.count[i], c)
 			return
 		}
 	}
 	i, floor := sm.n, uint64(0)
-	if sm.n < len(sm.e) {
+	if sm.n < len(sm.h) {
 		sm.n++
 	} else {
-		i, floor = 0, sm.e[0].count
-		for j := 1; j < sm.n; j++ {
-			if sm.e[j].count < floor {
-				i, floor = j, sm.e[j].count
+		i, floor = 0, sm.count[0]
+		for j, x := range sm.count[:sm.n] {
+			if x < floor {
+				i, floor = j, x
 			}
 		}
 	}
-	sm.e[i] = slot{h: h, count: satAdd(floor, c), err: floor, klen: uint16(len(kb))}
+	sm.h[i], sm.count[i], sm.err[i], sm.klen[i] = h, satAdd(floor, c), floor, uint8(len(kb))
 	copy(sm.keys[i*maxKey:], kb)
 }
 
 // min is the smallest count of a full summary, 0 of one with room: the
 // most hits any key it does not list can have had.
 func (sm *summary) min() uint64 {
-	if sm.n < len(sm.e) {
+	if sm.n < len(sm.h) {
 		return 0
 	}
-	m := sm.e[0].count
-	for _, e := range sm.e[1:sm.n] {
-		m = min(m, e.count)
-	}
-	return m
+	return slices.Min(sm.count[:sm.n])
 }
 
 func satAdd(a, b uint64) uint64 {

@@ -148,28 +148,26 @@ func TestPeriods(t *testing.T) {
 	s := newSketch(t, top.Config{Shards: 2})
 	hit(s, 0, "old", false, t0)
 	hit(s, 0, "old", false, t0)
-	at := t0.Add(75 * time.Second) // epoch t0+70 s: t0's is the 8th back
-	hit(s, 0, "new", false, at)
-	got := s.Read(0, at, 0)
-	if len(got.Minute.TopDenied) != 1 || got.Minute.TopDenied[0].Key != "new" || got.Minute.Denied != 1 {
-		t.Fatalf("minute at +75 s: %+v", got.Minute)
-	}
-	got = s.Read(0, t0.Add(55*time.Second), 0)
+	got := s.Read(0, t0.Add(55*time.Second), 0)
 	if got.Minute.Denied != 2 || got.Epochs[1].Denied != 2 {
 		t.Fatalf("minute at +55 s: %+v epochs %+v", got.Minute, got.Epochs)
 	}
 	if got.Window != nil {
 		t.Fatalf("window at +55 s: %+v, want none (the last hit was at +0 s)", got.Window)
 	}
+	at := t0.Add(75 * time.Second) // epoch t0+70 s: t0's is the 8th back
+	hit(s, 0, "new", false, at)
+	got = s.Read(0, at, 0)
+	if len(got.Minute.TopDenied) != 1 || got.Minute.TopDenied[0].Key != "new" || got.Minute.Denied != 1 {
+		t.Fatalf("minute at +75 s: %+v", got.Minute)
+	}
+	if got.Epochs[top.Epochs-1].Denied != 1 {
+		t.Fatalf("epochs %+v: the current epoch is last", got.Epochs)
+	}
 	if w := s.Read(0, at.Add(500*time.Millisecond), 0).Window; w == nil || w.Denied != 1 || !w.Start.Equal(at) {
 		t.Fatalf("window at +75.5 s: %+v", w)
 	}
-	if got := s.Read(0, at, 0).Epochs; got[Epochs()-1].Denied != 1 {
-		t.Fatalf("epochs %+v: the current epoch is last", got)
-	}
 }
-
-func Epochs() int { return top.Epochs }
 
 // TestHostileKeys: long and binary keys are kept in at most MaxKeyBytes,
 // two long keys with one prefix stay apart, and a key is returned as
