@@ -1,0 +1,48 @@
+package node
+
+import (
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
+)
+
+// newSketch is the top-keys sketch the counter reports its decisions to
+// when the admin listener is on; nil, recording nothing, when it is off.
+func newSketch(cfg *admin.Config) (*top.Sketch, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	return top.New(top.Config{})
+}
+
+// newAdmin is the admin listener over the node's sketch and registry; nil
+// when it is off.
+func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
+	if n.cfg.Admin == nil {
+		return nil, nil
+	}
+	return admin.New(*n.cfg.Admin, admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}, n.log)
+}
+
+// adminBuckets are the buckets of the configuration served: the rules
+// file's, then the RLS rules. A bucket without a limit of its own shows
+// its route default, or none (its keys' limits come from elsewhere).
+func (n *Node) adminBuckets() []admin.Bucket {
+	n.mu.Lock()
+	g := n.cur
+	n.mu.Unlock()
+	var bs []admin.Bucket
+	for i, b := range g.rules.Buckets {
+		lim := b.Limit
+		if !b.HasLimit {
+			lim = b.Default
+		}
+		bs = append(bs, admin.Bucket{ID: g.ids.IDs[i], Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"})
+	}
+	if g.rls != nil {
+		for i, r := range g.rls.Rules() {
+			lim, _ := r.Limit()
+			bs = append(bs, admin.Bucket{ID: g.rlsRuleIDs[i], Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls"})
+		}
+	}
+	return bs
+}

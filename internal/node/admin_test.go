@@ -1,0 +1,69 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+)
+
+// A node with an admin listener lists, in its bucket's denied top, the
+// tenant that sent six times its budget among well-behaved ones.
+func TestAdminShowsTheOffender(t *testing.T) {
+	cfg := local(shipped(t))
+	cfg.Admin = &admin.Config{Addr: "127.0.0.1:0"}
+	n := start(t, cfg)
+	c, _ := dial(t, n.GRPCAddr())
+	for i := range 600 {
+		allowed(t, c, "noisy")
+		if i%12 == 0 {
+			allowed(t, c, fmt.Sprint("calm-", i))
+		}
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	resp, err := hc.Get("http://" + n.AdminAddr().String() + "/v1/top?bucket=activity_create&n=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var top admin.TopResponse
+	if err := json.NewDecoder(resp.Body).Decode(&top); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/top: %d %v", resp.StatusCode, err)
+	}
+	if len(top.Buckets) != 1 {
+		t.Fatalf("buckets %+v", top.Buckets)
+	}
+	b := top.Buckets[0]
+	if b.Limit != 100 || b.WindowMS != 1000 || b.Protocol != "ext_authz" {
+		t.Errorf("bucket %+v", b)
+	}
+	if b.Minute.Admitted+b.Minute.Denied != 650 || b.Minute.Denied == 0 {
+		t.Errorf("minute: %d admitted, %d denied; sent 650, 600 of them by one tenant over a 100/s budget", b.Minute.Admitted, b.Minute.Denied)
+	}
+	if d := b.Minute.TopDenied; len(d) == 0 || d[0].Key != "noisy" || d[0].Hits != b.Minute.Denied {
+		t.Errorf("top denied %+v, want noisy with every denial (%d)", d, b.Minute.Denied)
+	}
+}
+
+func TestAdminOffAndUnsafe(t *testing.T) {
+	n, err := New(context.Background(), local(shipped(t)), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := n.AdminAddr(); a != nil {
+		t.Errorf("admin address %v without Admin", a)
+	}
+	n.Close()
+	cfg := local(shipped(t))
+	cfg.GRPCAddr = "127.0.0.1:0"
+	cfg.Admin = &admin.Config{Addr: "0.0.0.0:0"}
+	if _, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler)); !errors.Is(err, admin.ErrUnsafe) {
+		t.Fatalf("New with an admin listener on every interface and no token: %v", err)
+	}
+}
