@@ -15,7 +15,7 @@ const flagsDoc = "../../docs/flags.md"
 
 // documentedCommands are the commands docs/flags.md has a section for,
 // each headed "## `COMMAND`".
-var documentedCommands = []string{"serve", "check-config", "probe"}
+var documentedCommands = []string{"serve", "check-config", "probe", "top"}
 
 var (
 	helpFlag = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
