@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+)
+
+// TestTopThroughEnvoy: one tenant floods activities through Envoy among
+// two thousand tenants sending one each; the server's admin listener
+// names it first in activity_create's denied top, in /v1/top and on the
+// status page, with the 429s Envoy answered it.
+func TestTopThroughEnvoy(t *testing.T) {
+	serverBin := serverBinary(t)
+	config := serverConfigPath(t)
+	s := prepareStack(t, 1)
+	s.startEnvoy()
+	adminAddr := s.spare[0]
+	s.startServer(serverBin, config, "--admin-addr", adminAddr)
+
+	const calm, noisy = 2000, 2000
+	var denied atomic.Int64
+	work := make(chan string)
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	for range burstWorkers {
+		wg.Go(func() {
+			for tenant := range work {
+				r, err := s.post(activitiesPath, map[string]string{"x-tenant-id": tenant})
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case r.status == http.StatusTooManyRequests && tenant == "noisy":
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	start := time.Now()
+	firstAt := make(chan time.Duration, 1)
+	go func() { // how long after the flood starts it is first in the top
+		for time.Since(start) < 30*time.Second {
+			if r, err := readTop(s.client, adminAddr); err == nil && firstDenied(r) == "noisy" {
+				firstAt <- time.Since(start)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		close(firstAt)
+	}()
+	for i := range calm + noisy {
+		if i%2 == 0 {
+			work <- "noisy"
+		} else {
+			work <- fmt.Sprint("calm-", i)
+		}
+	}
+	close(work)
+	wg.Wait()
+	took := time.Since(start)
+	if n := errs.Load(); n > 0 {
+		t.Fatalf("%d requests failed", n)
+	}
+	if d, ok := <-firstAt; ok {
+		t.Logf("%d requests in %v (noisy at %.0f/s against a budget of %d/s); noisy first in the denied top %v after the flood began",
+			calm+noisy, took, noisy/took.Seconds(), activityLimit, d)
+	} else {
+		t.Errorf("noisy never came first in the denied top")
+	}
+
+	var top admin.TopResponse
+	poll.Until(t, 10*time.Second, 100*time.Millisecond, func() error {
+		var err error
+		if top, err = readTop(s.client, adminAddr); err != nil {
+			return err
+		}
+		if firstDenied(top) != "noisy" {
+			return fmt.Errorf("denied top %+v", top.Buckets)
+		}
+		return nil
+	})
+	k := top.Buckets[0].Minute.TopDenied[0]
+	if got := uint64(denied.Load()); got == 0 || got < k.Hits-k.Error || got > k.Hits {
+		t.Errorf("noisy listed with %d denied hits (error %d); Envoy answered it %d 429s", k.Hits, k.Error, got)
+	}
+	resp, err := s.client.Get("http://" + adminAddr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /: %d %v", resp.StatusCode, err)
+	}
+	first := strings.Index(string(page), `class="key denied"`)
+	if first < 0 || !strings.HasPrefix(string(page[first:]), `class="key denied">noisy<`) {
+		t.Errorf("the status page's first denied key is not noisy:\n%s", page)
+	}
+}
+
+// readTop GETs the activity_create bucket's tops from the admin listener.
+func readTop(c *http.Client, addr string) (admin.TopResponse, error) {
+	var r admin.TopResponse
+	resp, err := c.Get("http://" + addr + "/v1/top?bucket=activity_create&n=3")
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return r, fmt.Errorf("GET /v1/top: %s", resp.Status)
+	}
+	return r, json.NewDecoder(resp.Body).Decode(&r)
+}
+
+func firstDenied(r admin.TopResponse) string {
+	if len(r.Buckets) != 1 || len(r.Buckets[0].Minute.TopDenied) == 0 {
+		return ""
+	}
+	return r.Buckets[0].Minute.TopDenied[0].Key
+}
