@@ -59,6 +59,30 @@ type Deps struct {
 	Sketch *top.Sketch
 	// Gatherer is the node's registry, for the status page's state.
 	Gatherer prometheus.Gatherer
+	// Cluster returns what the node knows of its cluster; nil: the node
+	// is not in one.
+	Cluster func() Cluster
+}
+
+// Cluster is a cluster node's view of its cluster.
+type Cluster struct {
+	// Self is this node's identity: node id/incarnation.
+	Self string
+	// Sealed: messages are sealed with a cluster key.
+	Sealed bool
+	Peers  []Peer
+}
+
+// Peer is one peer as the node knows it.
+type Peer struct {
+	Node        string
+	Incarnation uint64
+	// LastHeard is when it last sent a message itself; zero: only named
+	// by others.
+	LastHeard time.Time
+	// DelayMS is its latest batch's delivery delay (clock skew
+	// included), SkewMS its clock skew.
+	DelayMS, SkewMS int64
 }
 
 // Server is a running admin listener. Its methods are safe for
@@ -99,7 +123,7 @@ func New(cfg Config, deps Deps, log *slog.Logger) (*Server, error) {
 	if deps.Buckets == nil {
 		deps.Buckets = func() []Bucket { return nil }
 	}
-	page, err := template.New("page.html").Funcs(template.FuncMap{"spark": spark, "rate": rate, "window": windowText}).ParseFS(pageFS, "page.html")
+	page, err := template.New("page.html").Funcs(template.FuncMap{"spark": spark, "rate": rate, "window": windowText, "ago": ago}).ParseFS(pageFS, "page.html")
 	if err != nil {
 		return nil, fmt.Errorf("admin: parse the status page: %w", err)
 	}

@@ -26,10 +26,20 @@ var buckets = []admin.Bucket{
 // start runs an admin listener on a loopback port until the test ends.
 func start(t *testing.T, cfg admin.Config, sk *top.Sketch, g prometheus.Gatherer) string {
 	t.Helper()
+	return startWith(t, cfg, admin.Deps{Sketch: sk, Gatherer: g})
+}
+
+// startWith is start with every dependency given; Buckets defaults to
+// buckets.
+func startWith(t *testing.T, cfg admin.Config, deps admin.Deps) string {
+	t.Helper()
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
 	}
-	s, err := admin.New(cfg, admin.Deps{Buckets: func() []admin.Bucket { return buckets }, Sketch: sk, Gatherer: g}, slog.New(slog.DiscardHandler))
+	if deps.Buckets == nil {
+		deps.Buckets = func() []admin.Bucket { return buckets }
+	}
+	s, err := admin.New(cfg, deps, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,5 +248,30 @@ func TestPage(t *testing.T) {
 	}
 	if code, _, body := get(t, "HEAD", url+"/", ""); code != 200 || body != "" {
 		t.Errorf("HEAD /: %d %q", code, body)
+	}
+}
+
+// The page lists a cluster node's peers, escaping their node ids, and
+// says whether messages are sealed; a node alone says so.
+func TestPageCluster(t *testing.T) {
+	heard := time.Now().Add(-1500 * time.Millisecond)
+	url := startWith(t, admin.Config{}, admin.Deps{Sketch: flood(t), Cluster: func() admin.Cluster {
+		return admin.Cluster{Self: "n1/00000000000000ab", Peers: []admin.Peer{
+			{Node: "<i>n2</i>", Incarnation: 0xcd, LastHeard: heard, DelayMS: 12, SkewMS: -3},
+			{Node: "n3", Incarnation: 1},
+		}}
+	}})
+	_, _, body := get(t, "GET", url+"/", "")
+	for _, want := range []string{"n1/00000000000000ab", "not sealed", "&lt;i&gt;n2&lt;/i&gt;", "00000000000000cd", "12 ms", "-3 ms", "never", "2 peer(s)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page has no %q", want)
+		}
+	}
+	if strings.Contains(body, "<i>n2") {
+		t.Errorf("a peer's node id is not escaped")
+	}
+	url = start(t, admin.Config{}, flood(t), nil)
+	if _, _, body := get(t, "GET", url+"/", ""); !strings.Contains(body, "Not in a cluster") {
+		t.Errorf("a node alone does not say so")
 	}
 }

@@ -21,6 +21,7 @@ type pageData struct {
 	HideKeys bool
 	Buckets  []pageBucket
 	State    []stateRow
+	Cluster  *Cluster // nil: not a cluster node
 }
 
 // pageBucket is one bucket on the page.
@@ -90,6 +91,10 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	d := pageData{Time: resp.Time, Refresh: int(s.cfg.Refresh / time.Second), HideKeys: s.hashKey != nil, State: s.state()}
 	for _, b := range resp.Buckets {
 		d.Buckets = append(d.Buckets, pageBucket{b})
+	}
+	if s.deps.Cluster != nil {
+		c := s.deps.Cluster()
+		d.Cluster = &c
 	}
 	var buf bytes.Buffer
 	if err := s.page.Execute(&buf, d); err != nil {
@@ -179,6 +184,15 @@ func rate(p top.Period, denied bool) string {
 		n = p.Denied
 	}
 	return fmt.Sprintf("%.3g", float64(n)/secs)
+}
+
+// ago is how long before now t was, to the millisecond; "never" for the
+// zero time.
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return now.Sub(t).Round(time.Millisecond).String() + " ago"
 }
 
 // windowText is a window length in ms as a duration.

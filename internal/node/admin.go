@@ -1,7 +1,10 @@
 package node
 
 import (
+	"fmt"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
@@ -20,7 +23,11 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 	if n.cfg.Admin == nil {
 		return nil, nil
 	}
-	return admin.New(*n.cfg.Admin, admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}, n.log)
+	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}
+	if n.repl != nil {
+		deps.Cluster = adminCluster(n.repl)
+	}
+	return admin.New(*n.cfg.Admin, deps, n.log)
 }
 
 // adminBuckets are the buckets of the configuration served: the rules
@@ -45,4 +52,17 @@ func (n *Node) adminBuckets() []admin.Bucket {
 		}
 	}
 	return bs
+}
+
+// adminCluster is the replicator's view of the cluster, for the status
+// page.
+func adminCluster(r *replicate.Replicator) func() admin.Cluster {
+	return func() admin.Cluster {
+		id, inc := r.Identity()
+		c := admin.Cluster{Self: fmt.Sprintf("%s/%016x", id, inc), Sealed: r.Sealed()}
+		for _, p := range r.Peers() {
+			c.Peers = append(c.Peers, admin.Peer{Node: p.Node, Incarnation: p.Incarnation, LastHeard: p.LastHeard, DelayMS: p.DelayMS, SkewMS: p.SkewMS})
+		}
+		return c
+	}
 }

@@ -7,10 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
 // A node with an admin listener lists, in its bucket's denied top, the
@@ -66,4 +70,28 @@ func TestAdminOffAndUnsafe(t *testing.T) {
 	if _, err := New(context.Background(), cfg, slog.New(slog.DiscardHandler)); !errors.Is(err, admin.ErrUnsafe) {
 		t.Fatalf("New with an admin listener on every interface and no token: %v", err)
 	}
+}
+
+// A cluster node's status page lists its peer by identity, heard from.
+func TestAdminPageListsPeers(t *testing.T) {
+	srv := testnats.Run(t)
+	r := parseRules(t, clusterRules)
+	cluster := func(id string) Config {
+		cfg := local(r)
+		cfg.Cluster = &Cluster{URL: srv.ClientURL(), NodeID: id, SyncInterval: 50 * time.Millisecond}
+		cfg.Admin = &admin.Config{Addr: "127.0.0.1:0"}
+		return cfg
+	}
+	a, b := start(t, cluster("node-a")), start(t, cluster("node-b"))
+	poll.Until(t, 20*time.Second, 50*time.Millisecond, func() error {
+		for _, pair := range [][2]*running{{a, b}, {b, a}} {
+			code, page := scrape.Page(t, "http://"+pair[0].AdminAddr().String()+"/")
+			id, inc := pair[1].repl.Identity()
+			peer := fmt.Sprintf("<td><code>%s</code></td><td><code>%016x</code></td><td>", id, inc)
+			if code != 200 || !strings.Contains(page, peer) || strings.Contains(page, "no peer heard from") || !strings.Contains(page, "1 peer(s)") {
+				return fmt.Errorf("page %d does not list %s/%016x:\n%s", code, id, inc, page)
+			}
+		}
+		return nil
+	})
 }
