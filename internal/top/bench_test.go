@@ -17,17 +17,21 @@ func BenchmarkHit(b *testing.B) {
 	}
 	keys[0] = "offender"
 	ms := t0.UnixMilli()
+	// hit i: every other one the offender's, denied a third of the time.
+	hit := func(s *top.Sketch, i int) {
+		k := keys[0]
+		if i%2 == 1 {
+			k = keys[i%len(keys)]
+		}
+		s.Hit(1, k, 1, i%3 != 0, ms/1000, 1000, ms)
+	}
 	b.Run("Serial", func(b *testing.B) {
 		s := newSketch(b, top.Config{})
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			i++
-			k := keys[0]
-			if i%2 == 1 {
-				k = keys[i%len(keys)]
-			}
-			s.Hit(1, k, 1, i%3 != 0, ms/1000, 1000, ms)
+			hit(s, i)
 		}
 	})
 	b.Run("Parallel", func(b *testing.B) {
@@ -38,11 +42,7 @@ func BenchmarkHit(b *testing.B) {
 			i := int(seq.Add(1)) * 7919
 			for pb.Next() {
 				i++
-				k := keys[0]
-				if i%2 == 1 {
-					k = keys[i%len(keys)]
-				}
-				s.Hit(1, k, 1, i%3 != 0, ms/1000, 1000, ms)
+				hit(s, i)
 			}
 		})
 	})
