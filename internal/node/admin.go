@@ -3,18 +3,31 @@ package node
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
 // newSketch is the top-keys sketch the counter reports its decisions to
-// when the admin listener is on; nil, recording nothing, when it is off.
-func newSketch(cfg *admin.Config) (*top.Sketch, error) {
+// when the admin listener is on, its memory exported; nil, recording
+// nothing, when it is off.
+func newSketch(cfg *admin.Config, reg prometheus.Registerer) (*top.Sketch, error) {
 	if cfg == nil {
 		return nil, nil
 	}
-	return top.New(top.Config{})
+	sk, err := top.New(top.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("create the top-keys sketch: %w", err)
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "ratelimit_authz", Subsystem: "top", Name: "memory_bytes",
+		Help: "Bytes the top-keys sketch holds: fixed per bucket that has had hits, whatever the keys.",
+	}, func() float64 { return float64(sk.MemoryBytes()) })); err != nil {
+		return nil, fmt.Errorf("register the top-keys metrics: %w", err)
+	}
+	return sk, nil
 }
 
 // newAdmin is the admin listener over the node's sketch and registry; nil

@@ -53,6 +53,9 @@ func TestAdminShowsTheOffender(t *testing.T) {
 	if d := b.Minute.TopDenied; len(d) == 0 || d[0].Key != "noisy" || d[0].Hits != b.Minute.Denied {
 		t.Errorf("top denied %+v, want noisy with every denial (%d)", d, b.Minute.Denied)
 	}
+	if mem, ok, err := scrape.Gathered(n.Gatherer(), "ratelimit_authz_top_memory_bytes"); err != nil || !ok || mem <= 0 {
+		t.Errorf("ratelimit_authz_top_memory_bytes %v %v %v", mem, ok, err)
+	}
 }
 
 func TestAdminOffAndUnsafe(t *testing.T) {
@@ -62,6 +65,9 @@ func TestAdminOffAndUnsafe(t *testing.T) {
 	}
 	if a := n.AdminAddr(); a != nil {
 		t.Errorf("admin address %v without Admin", a)
+	}
+	if _, ok, _ := scrape.Gathered(n.Gatherer(), "ratelimit_authz_top_memory_bytes"); ok {
+		t.Errorf("the sketch's memory is exported without Admin")
 	}
 	n.Close()
 	cfg := local(shipped(t))

@@ -169,7 +169,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	r := g.rules
-	sketch, err := newSketch(cfg.Admin)
+	sketch, err := newSketch(cfg.Admin, reg)
 	if err != nil {
 		return nil, err
 	}
