@@ -1,10 +1,16 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,6 +111,59 @@ func TestTopThroughEnvoy(t *testing.T) {
 	if first < 0 || !strings.HasPrefix(string(page[first:]), `class="key denied">noisy<`) {
 		t.Errorf("the status page's first denied key is not noisy:\n%s", page)
 	}
+
+	t.Run("browser", func(t *testing.T) {
+		// The page as a real headless browser renders it: noisy first in
+		// its bucket's denied keys, and the bucket's denied rate that of
+		// its 429s over the minute (60 to 70 s: every denial was noisy's).
+		dom := browserDOM(t, s.logs.dir, "http://"+adminAddr+"/")
+		first := strings.Index(dom, `class="key denied"`)
+		if first < 0 || !strings.HasPrefix(dom[first:], `class="key denied">noisy<`) {
+			t.Errorf("the rendered page's first denied key is not noisy:\n%s", dom)
+		}
+		m := deniedRate.FindStringSubmatch(dom)
+		if m == nil {
+			t.Fatalf("no denied rate for activity_create in the rendered page:\n%s", dom)
+		}
+		rate, err := strconv.ParseFloat(m[1], 64)
+		n := float64(denied.Load())
+		if err != nil || rate < n/70*0.99 || rate > n/60*1.01 {
+			t.Errorf("activity_create's denied rate reads %q, want %d 429s over 60 to 70 s", m[1], int(n))
+		}
+	})
+}
+
+// deniedRate is activity_create's denied-per-second cell on the page.
+var deniedRate = regexp.MustCompile(`(?s)href="#b-activity_create".*?<td class="n denied">([0-9.e+]+)</td>`)
+
+// browserDOM loads url in headless Chromium (Debian's chromium, or
+// $E2E_CHROMIUM) and returns the document it rendered; it also leaves a
+// screenshot in dir.
+func browserDOM(t *testing.T, dir, url string) string {
+	t.Helper()
+	bin := os.Getenv("E2E_CHROMIUM")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("chromium"); err != nil {
+			unavailable(t, "chromium not available (apt-get install chromium, or set E2E_CHROMIUM): %v", err)
+		}
+	}
+	run := func(args ...string) []byte {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// --no-sandbox: the tests may run as root, which the sandbox refuses.
+		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + t.TempDir()}, args...)
+		cmd := exec.CommandContext(ctx, bin, append(args, url)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
+		}
+		return out
+	}
+	run("--window-size=1200,1600", "--screenshot="+filepath.Join(dir, "status-page.png"))
+	return string(run("--dump-dom"))
 }
 
 // readTop GETs the activity_create bucket's tops from the admin listener.
