@@ -174,3 +174,71 @@ func merge(sums []snap, n int) (total, unlisted uint64, top []Key) {
 	}
 	return total, unlisted, top
 }
+
+// Merge combines what disjoint streams know of one bucket — the nodes of
+// a cluster, each read with at most n keys per list (n ≤ 0: every key) —
+// by the rule of merge: a key's Hits adds, for each part that does not
+// list it, that part's bound on unlisted keys. A list cut at n keys may
+// have left out keys with up to its last key's hits, so that part's bound
+// is at least those. The merged window is the parts' latest one; the
+// epochs add up by position.
+func Merge(parts []Tops, n int) Tops {
+	var out Tops
+	var minute, window [2][]snap
+	var ws []*Period
+	for i, p := range parts {
+		if i == 0 || p.Minute.Start.Before(out.Minute.Start) {
+			out.Minute.Start = p.Minute.Start
+		}
+		out.Minute.End = maxTime(out.Minute.End, p.Minute.End)
+		addPeriod(&minute, p.Minute, n)
+		if p.Window != nil && (len(ws) == 0 || !p.Window.Start.Before(ws[0].Start)) {
+			if len(ws) > 0 && p.Window.Start.After(ws[0].Start) {
+				ws = ws[:0]
+			}
+			ws = append(ws, p.Window)
+		}
+		for j, c := range p.Epochs {
+			if j >= len(out.Epochs) {
+				out.Epochs = append(out.Epochs, Count{})
+			}
+			out.Epochs[j].Admitted = satAdd(out.Epochs[j].Admitted, c.Admitted)
+			out.Epochs[j].Denied = satAdd(out.Epochs[j].Denied, c.Denied)
+		}
+	}
+	out.Minute.fill(minute, n)
+	if len(ws) > 0 {
+		w := &Period{Start: ws[0].Start}
+		for _, p := range ws {
+			w.End = maxTime(w.End, p.End)
+			addPeriod(&window, *p, n)
+		}
+		w.fill(window, n)
+		out.Window = w
+	}
+	return out
+}
+
+// addPeriod appends p's lists to sums as summaries of one part.
+func addPeriod(sums *[2][]snap, p Period, n int) {
+	for o, l := range [2]struct {
+		total, unlisted uint64
+		keys            []Key
+	}{{p.Admitted, p.UnlistedAdmitted, p.TopAdmitted}, {p.Denied, p.UnlistedDenied, p.TopDenied}} {
+		sm := snap{total: l.total, min: l.unlisted, entries: make([]snapEntry, len(l.keys))}
+		for i, k := range l.keys {
+			sm.entries[i] = snapEntry{key: k.Key, count: k.Hits, err: min(k.Error, k.Hits)}
+		}
+		if n > 0 && len(l.keys) >= n {
+			sm.min = max(sm.min, l.keys[len(l.keys)-1].Hits)
+		}
+		sums[o] = append(sums[o], sm)
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}

@@ -236,3 +236,47 @@ func TestConcurrent(t *testing.T) {
 		t.Fatalf("counted %d + %d hits, sent %d", got.Admitted, got.Denied, 8*2000)
 	}
 }
+
+// TestMergeBoundHolds: a stream split over three sketches (a cluster's
+// nodes), each read with a few keys per list, merges into lists whose
+// bounds hold for the whole stream, and into its exact totals.
+func TestMergeBoundHolds(t *testing.T) {
+	for seed := range uint64(30) {
+		r := rand.New(rand.NewPCG(seed, 99))
+		var nodes []*top.Sketch
+		for range 3 {
+			nodes = append(nodes, newSketch(t, top.Config{K: 4 + r.IntN(8), Shards: 1 + r.IntN(3)}))
+		}
+		zipf := rand.NewZipf(r, 1.2, 1, 200)
+		truth := map[string]uint64{}
+		var total uint64
+		for range 3000 {
+			key := fmt.Sprint("k", zipf.Uint64())
+			truth[key]++
+			total++
+			hit(nodes[r.IntN(3)], 0, key, false, t0)
+		}
+		n := 1 + r.IntN(6)
+		var parts []top.Tops
+		for _, s := range nodes {
+			parts = append(parts, s.Read(0, t0, n))
+		}
+		m := top.Merge(parts, n)
+		got := m.Minute
+		if got.Denied != total || m.Window == nil || m.Window.Denied != total || len(m.Epochs) != top.Epochs {
+			t.Fatalf("seed %d: merged totals %d, window %+v, epochs %d; want %d", seed, got.Denied, m.Window, len(m.Epochs), total)
+		}
+		listed := map[string]bool{}
+		for _, k := range got.TopDenied {
+			listed[k.Key] = true
+			if v := truth[k.Key]; v > k.Hits || v < k.Hits-k.Error {
+				t.Fatalf("seed %d: %q had %d hits, merged as %d ± %d", seed, k.Key, v, k.Hits, k.Error)
+			}
+		}
+		for key, v := range truth {
+			if !listed[key] && v > got.UnlistedDenied {
+				t.Fatalf("seed %d: %q with %d hits is not listed, bound %d", seed, key, v, got.UnlistedDenied)
+			}
+		}
+	}
+}
