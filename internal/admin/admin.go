@@ -62,6 +62,17 @@ type Deps struct {
 	// Cluster returns what the node knows of its cluster; nil: the node
 	// is not in one.
 	Cluster func() Cluster
+	// Ask sends a query to the cluster's peers and returns their answers
+	// (each peer's identity, node id/incarnation, and body) and the peers
+	// that did not answer in time; nil: the node is not in a cluster. The
+	// peers answer with Server.Answer.
+	Ask func(ctx context.Context, query []byte) (answers []PeerAnswer, missing []string, err error)
+}
+
+// PeerAnswer is one peer's answer to a query.
+type PeerAnswer struct {
+	Peer string // node id/incarnation
+	Body []byte
 }
 
 // Cluster is a cluster node's view of its cluster.

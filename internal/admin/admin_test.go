@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -273,5 +274,54 @@ func TestPageCluster(t *testing.T) {
 	url = start(t, admin.Config{}, flood(t), nil)
 	if _, _, body := get(t, "GET", url+"/", ""); !strings.Contains(body, "Not in a cluster") {
 		t.Errorf("a node alone does not say so")
+	}
+}
+
+// ?cluster=1 merges the peers' answers (made by their Answer) into this
+// node's tops, names a peer whose answer does not decode and those that
+// did not answer, and is refused on a node outside a cluster.
+func TestClusterQuery(t *testing.T) {
+	peer, err := admin.New(admin.Config{Addr: "127.0.0.1:0"}, admin.Deps{Buckets: func() []admin.Bucket { return buckets }, Sketch: flood(t, "noisy")}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	var asked []byte
+	url := startWith(t, admin.Config{HideKeys: true}, admin.Deps{Sketch: flood(t, "noisy", "local-only"),
+		Cluster: func() admin.Cluster { return admin.Cluster{Self: "a/01"} },
+		Ask: func(ctx context.Context, q []byte) ([]admin.PeerAnswer, []string, error) {
+			asked = q
+			return []admin.PeerAnswer{{Peer: "b/02", Body: peer.Answer(q)}, {Peer: "c/03", Body: []byte("{not json")}}, []string{"d/04"}, nil
+		}})
+	code, _, body := get(t, "GET", url+"/v1/top?cluster=1&bucket=upload&n=2", "")
+	if code != 200 {
+		t.Fatalf("GET ?cluster=1: %d %s", code, body)
+	}
+	var resp admin.TopResponse
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if string(asked) != `{"bucket":"upload"}` {
+		t.Errorf("asked %s", asked)
+	}
+	if fmt.Sprint(resp.Nodes) != "[a/01 b/02]" || fmt.Sprint(resp.Missing) != "[d/04 c/03]" {
+		t.Errorf("nodes %v, missing %v", resp.Nodes, resp.Missing)
+	}
+	m := resp.Buckets[0].Minute
+	if m.Admitted != 4000 || m.Denied != 300 || len(m.TopDenied) != 2 || m.TopDenied[0].Hits != 200 || !strings.HasPrefix(m.TopDenied[0].Key, "hmac:") {
+		t.Errorf("merged minute: %d admitted, %d denied, top denied %+v", m.Admitted, m.Denied, m.TopDenied)
+	}
+	if strings.Contains(body, "noisy") {
+		t.Errorf("a merged key is not hidden: %s", body)
+	}
+	if _, _, page := get(t, "GET", url+"/?cluster=1", ""); !strings.Contains(page, "no answer from <code>d/04</code>, <code>c/03</code>") {
+		t.Errorf("the page does not name the peers that did not answer:\n%s", page)
+	}
+	plain := start(t, admin.Config{}, flood(t), nil)
+	if code, _, _ := get(t, "GET", plain+"/v1/top?cluster=1", ""); code != http.StatusBadRequest {
+		t.Errorf("?cluster=1 outside a cluster: %d", code)
+	}
+	if got := peer.Answer([]byte("{")); got != nil {
+		t.Errorf("Answer of a malformed query: %s", got)
 	}
 }

@@ -22,6 +22,8 @@ type pageData struct {
 	Buckets  []pageBucket
 	State    []stateRow
 	Cluster  *Cluster // nil: not a cluster node
+	// With ?cluster=1, the nodes merged in and those that did not answer.
+	Nodes, Missing []string
 }
 
 // pageBucket is one bucket on the page.
@@ -82,13 +84,17 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, bad, http.StatusBadRequest)
 		return
 	}
-	now := time.Now()
-	resp, ok := s.tops(q, now)
+	resp, ok, bad := s.tops(r.Context(), q, time.Now())
+	if bad != "" {
+		http.Error(w, bad, http.StatusBadRequest)
+		return
+	}
 	if !ok {
 		http.Error(w, "no such bucket", http.StatusNotFound)
 		return
 	}
-	d := pageData{Time: resp.Time, Refresh: int(s.cfg.Refresh / time.Second), HideKeys: s.hashKey != nil, State: s.state()}
+	d := pageData{Time: resp.Time, Refresh: int(s.cfg.Refresh / time.Second), HideKeys: s.hashKey != nil, State: s.state(),
+		Nodes: resp.Nodes, Missing: resp.Missing}
 	for _, b := range resp.Buckets {
 		d.Buckets = append(d.Buckets, pageBucket{b})
 	}

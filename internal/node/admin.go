@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,9 +39,32 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 	}
 	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}
 	if n.repl != nil {
-		deps.Cluster = adminCluster(n.repl)
+		deps.Cluster, deps.Ask = adminCluster(n.repl), adminAsk(n.repl)
 	}
-	return admin.New(*n.cfg.Admin, deps, n.log)
+	srv, err := admin.New(*n.cfg.Admin, deps, n.log)
+	if err != nil {
+		return nil, err
+	}
+	if n.repl != nil {
+		n.repl.SetAnswerer(srv.Answer) // peers gather this node's tops
+	}
+	return srv, nil
+}
+
+// adminAsk asks the cluster's peers a query of the admin listener.
+func adminAsk(r *replicate.Replicator) func(context.Context, []byte) ([]admin.PeerAnswer, []string, error) {
+	return func(ctx context.Context, q []byte) ([]admin.PeerAnswer, []string, error) {
+		answers, missing, err := r.Ask(ctx, q)
+		out := make([]admin.PeerAnswer, 0, len(answers))
+		for _, a := range answers {
+			out = append(out, admin.PeerAnswer{Peer: fmt.Sprintf("%s/%016x", a.Node, a.Incarnation), Body: a.Body})
+		}
+		var names []string
+		for _, p := range missing {
+			names = append(names, fmt.Sprintf("%s/%016x", p.Node, p.Incarnation))
+		}
+		return out, names, err
+	}
 }
 
 // adminBuckets are the buckets of the configuration served: the rules

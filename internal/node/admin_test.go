@@ -101,3 +101,74 @@ func TestAdminPageListsPeers(t *testing.T) {
 		return nil
 	})
 }
+
+// ?cluster=1 merges the tops of every node that answers and names the one
+// that does not (a node without the admin listener keeps no tops).
+func TestAdminClusterView(t *testing.T) {
+	srv := testnats.Run(t)
+	r := parseRules(t, clusterRules)
+	cluster := func(id string, withAdmin bool) Config {
+		cfg := local(r)
+		cfg.Cluster = &Cluster{URL: srv.ClientURL(), NodeID: id, SyncInterval: 50 * time.Millisecond}
+		if withAdmin {
+			cfg.Admin = &admin.Config{Addr: "127.0.0.1:0"}
+		}
+		return cfg
+	}
+	nodes := []*running{start(t, cluster("node-a", true)), start(t, cluster("node-b", true)), start(t, cluster("node-c", false))}
+	for _, n := range nodes {
+		poll.Until(t, 20*time.Second, 10*time.Millisecond, func() error {
+			if code, _ := scrape.Page(t, "http://"+n.HTTPAddr().String()+"/readyz"); code != 200 {
+				return errors.New("not ready")
+			}
+			return nil
+		})
+	}
+	counts := map[string]int{}
+	for i, n := range nodes[:2] {
+		c, _ := dial(t, n.GRPCAddr())
+		for j := range 20 * (i + 1) {
+			allowed(t, c, fmt.Sprint("t-", i, "-", j%3))
+			counts[fmt.Sprint("t-", i, "-", j%3)]++
+		}
+	}
+	ids := make([]string, 3)
+	for i, n := range nodes {
+		id, inc := n.repl.Identity()
+		ids[i] = fmt.Sprintf("%s/%016x", id, inc)
+	}
+	var got admin.TopResponse
+	poll.Until(t, 20*time.Second, 100*time.Millisecond, func() error {
+		code, body := scrape.Page(t, "http://"+nodes[0].AdminAddr().String()+"/v1/top?cluster=1&n=10")
+		if code != 200 {
+			return fmt.Errorf("GET /v1/top?cluster=1: %d %s", code, body)
+		}
+		got = admin.TopResponse{}
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			return err
+		}
+		if fmt.Sprint(got.Nodes) != fmt.Sprint(ids[:2]) || fmt.Sprint(got.Missing) != fmt.Sprint(ids[2:]) {
+			return fmt.Errorf("nodes %v, missing %v; want %v and %v", got.Nodes, got.Missing, ids[:2], ids[2:])
+		}
+		return nil
+	})
+	var total uint64
+	listed := map[string]uint64{}
+	for _, b := range got.Buckets {
+		total += b.Minute.Admitted + b.Minute.Denied
+		for _, k := range b.Minute.TopAdmitted {
+			listed[k.Key] += k.Hits
+		}
+		for _, k := range b.Minute.TopDenied {
+			listed[k.Key] += k.Hits
+		}
+	}
+	if total != 60 {
+		t.Errorf("the cluster's tops count %d hits, sent 60 to the two nodes that answer", total)
+	}
+	for k, want := range counts {
+		if listed[k] != uint64(want) {
+			t.Errorf("%s: %d hits listed, sent %d", k, listed[k], want)
+		}
+	}
+}
