@@ -33,7 +33,7 @@ type topConfig struct {
 	adminURL, bucket, tokenFile string
 	n                           int
 	interval                    time.Duration
-	once, json                  bool
+	once, json, cluster         bool
 }
 
 // runTop is `top`: the top keys of a node's buckets from its admin
@@ -49,6 +49,7 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 	f.String(&c.tokenFile, "admin-token-file", "RATELIMIT_AUTHZ_ADMIN_TOKEN_FILE", "", "`file` holding the admin listener's bearer token")
 	f.Int(&c.n, "n", "RATELIMIT_AUTHZ_TOP_KEYS", 10, "keys per list, 1 to 100")
 	f.Duration(&c.interval, "interval", "RATELIMIT_AUTHZ_TOP_INTERVAL", 2*time.Second, "refresh interval, at least 1s")
+	f.Bool(&c.cluster, "cluster", "RATELIMIT_AUTHZ_TOP_CLUSTER", false, "the whole cluster's tops: the node asks its peers and names those that do not answer")
 	f.Bool(&c.once, "once", "RATELIMIT_AUTHZ_TOP_ONCE", false, "print once and exit")
 	f.Bool(&c.json, "json", "RATELIMIT_AUTHZ_TOP_JSON", false, "print GET /v1/top's JSON instead of a table")
 	if done, err := parseFlags(f.fs, args, stdout, stderr); done {
@@ -108,6 +109,9 @@ func (c *topConfig) request() (*http.Request, error) {
 	if c.bucket != "" {
 		q.Set("bucket", c.bucket)
 	}
+	if c.cluster {
+		q.Set("cluster", "1")
+	}
 	u = u.JoinPath("v1", "top")
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
@@ -153,6 +157,17 @@ func fetchTop(ctx context.Context, client *http.Client, req *http.Request) ([]by
 // is set), its rates and its top denied and admitted keys side by side.
 func printTop(w io.Writer, r admin.TopResponse, all bool) {
 	fmt.Fprintf(w, "ratelimit-authz top — %s — the last minute\n", r.Time.Format(time.TimeOnly))
+	if len(r.Nodes) > 0 {
+		fmt.Fprintf(w, "cluster: %d node(s)", len(r.Nodes))
+		if len(r.Missing) > 0 {
+			names := make([]string, len(r.Missing))
+			for i, m := range r.Missing {
+				names[i] = shown(m, 80)
+			}
+			fmt.Fprintf(w, "; NO ANSWER from %s (their hits are missing)", strings.Join(names, ", "))
+		}
+		fmt.Fprintln(w)
+	}
 	listed := 0
 	for _, b := range r.Buckets {
 		m := b.Minute

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
 // adminGet GETs url with token and returns the status and body.
@@ -147,5 +150,48 @@ func TestAdminAndTopUsage(t *testing.T) {
 		if err := run(context.Background(), append([]string{"top"}, args...), env(nil), io.Discard, io.Discard); exitCode(err) != 2 {
 			t.Errorf("top %v: %v, want a usage error", args, err)
 		}
+	}
+}
+
+// In a sealed cluster of three, `top --cluster --once --json` on one node
+// merges the tops of all three: every check of the tenant sent to any
+// node is counted once, and no peer is missing.
+func TestServeClusterTop(t *testing.T) {
+	srv := testnats.Run(t)
+	cfg := writeConfig(t, clusterTestConfig)
+	vars := map[string]string{"RATELIMIT_AUTHZ_CLUSTER_KEY": strings.Repeat("11", 32), "RATELIMIT_AUTHZ_ADMIN_ADDR": "127.0.0.1:0"}
+	var nodes []*servedNode
+	for _, id := range []string{"a", "b", "c"} {
+		nodes = append(nodes, startNode(t, id, cfg, srv.ClientURL(), vars))
+	}
+	for _, n := range nodes {
+		n.waitReady(t)
+		for range 20 {
+			n.check(t, "noisy")
+		}
+	}
+	url := "http://" + nodes[0].node.AdminAddr().String()
+	var got admin.TopResponse
+	poll.Until(t, 20*time.Second, 100*time.Millisecond, func() error {
+		var out bytes.Buffer
+		if err := run(context.Background(), []string{"top", "--once", "--json", "--cluster", "--admin", url}, env(nil), &out, io.Discard); err != nil {
+			return err
+		}
+		got = admin.TopResponse{}
+		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+			return err
+		}
+		if len(got.Nodes) != 3 || len(got.Missing) != 0 {
+			return fmt.Errorf("nodes %v, missing %v", got.Nodes, got.Missing)
+		}
+		return nil
+	})
+	m := got.Buckets[0].Minute
+	if m.Admitted+m.Denied != 60 || len(m.TopDenied) == 0 || m.TopDenied[0].Key != "noisy" || m.TopDenied[0].Hits != m.Denied {
+		t.Errorf("cluster-wide: %d admitted, %d denied, top denied %+v; sent 60 checks of noisy to three nodes", m.Admitted, m.Denied, m.TopDenied)
+	}
+	var table bytes.Buffer
+	if err := run(context.Background(), []string{"top", "--once", "--cluster", "--admin", url}, env(nil), &table, io.Discard); err != nil || !strings.Contains(table.String(), "cluster: 3 node(s)") {
+		t.Errorf("top --cluster: %v\n%s", err, table.String())
 	}
 }
