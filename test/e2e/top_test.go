@@ -166,10 +166,11 @@ func browserDOM(t *testing.T, dir, url string) string {
 	return string(run("--dump-dom"))
 }
 
-// readTop GETs the activity_create bucket's tops from the admin listener.
-func readTop(c *http.Client, addr string) (admin.TopResponse, error) {
+// readTop GETs the activity_create bucket's tops from the admin listener;
+// extra is more of the query (&cluster=1).
+func readTop(c *http.Client, addr string, extra ...string) (admin.TopResponse, error) {
 	var r admin.TopResponse
-	resp, err := c.Get("http://" + addr + "/v1/top?bucket=activity_create&n=3")
+	resp, err := c.Get("http://" + addr + "/v1/top?bucket=activity_create&n=3" + strings.Join(extra, ""))
 	if err != nil {
 		return r, err
 	}
