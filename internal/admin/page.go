@@ -79,18 +79,8 @@ var stateMetrics = []string{
 }
 
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
-	q, bad := parseQuery(r.URL.RawQuery)
-	if bad != "" {
-		http.Error(w, bad, http.StatusBadRequest)
-		return
-	}
-	resp, ok, bad := s.tops(r.Context(), q, time.Now())
-	if bad != "" {
-		http.Error(w, bad, http.StatusBadRequest)
-		return
-	}
+	resp, ok := s.read(w, r)
 	if !ok {
-		http.Error(w, "no such bucket", http.StatusNotFound)
 		return
 	}
 	d := pageData{Time: resp.Time, Refresh: int(s.cfg.Refresh / time.Second), HideKeys: s.hashKey != nil, State: s.state(),

@@ -222,19 +222,28 @@ func (s *Server) Answer(body []byte) []byte {
 	return b
 }
 
-func (s *Server) serveTop(w http.ResponseWriter, r *http.Request) {
+// read answers r's query with the tops it asks for, or writes the error
+// (400, 404) and reports false.
+func (s *Server) read(w http.ResponseWriter, r *http.Request) (TopResponse, bool) {
 	q, bad := parseQuery(r.URL.RawQuery)
 	if bad != "" {
 		http.Error(w, bad, http.StatusBadRequest)
-		return
+		return TopResponse{}, false
 	}
 	resp, ok, bad := s.tops(r.Context(), q, time.Now())
 	if bad != "" {
 		http.Error(w, bad, http.StatusBadRequest)
-		return
+		return resp, false
 	}
 	if !ok {
 		http.Error(w, "no such bucket", http.StatusNotFound)
+	}
+	return resp, ok
+}
+
+func (s *Server) serveTop(w http.ResponseWriter, r *http.Request) {
+	resp, ok := s.read(w, r)
+	if !ok {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

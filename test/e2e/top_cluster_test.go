@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,34 +34,7 @@ func TestTopClusterThroughEnvoy(t *testing.T) {
 		return nil
 	})
 
-	var denied, errs atomic.Int64
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range burstWorkers {
-		wg.Go(func() {
-			for tenant := range work {
-				r, err := c.post(activitiesPath, map[string]string{"x-tenant-id": tenant})
-				switch {
-				case err != nil:
-					errs.Add(1)
-				case r.status == http.StatusTooManyRequests && tenant == "noisy":
-					denied.Add(1)
-				}
-			}
-		})
-	}
-	for i := range 4000 {
-		if i%2 == 0 {
-			work <- "noisy"
-		} else {
-			work <- fmt.Sprint("calm-", i)
-		}
-	}
-	close(work)
-	wg.Wait()
-	if n := errs.Load(); n > 0 {
-		t.Fatalf("%d requests failed", n)
-	}
+	denied := flood(t, c.stack)
 	poll.Until(t, 20*time.Second, 100*time.Millisecond, func() error {
 		r, err := readTop(c.client, c.nodes[0].adminAddr, "&cluster=1")
 		if err != nil {
@@ -77,7 +47,7 @@ func TestTopClusterThroughEnvoy(t *testing.T) {
 			return fmt.Errorf("denied top %+v", r.Buckets)
 		}
 		k := r.Buckets[0].Minute.TopDenied[0]
-		if got := uint64(denied.Load()); got == 0 || got < k.Hits-k.Error || got > k.Hits {
+		if got := uint64(denied); got == 0 || got < k.Hits-k.Error || got > k.Hits {
 			return fmt.Errorf("noisy listed with %d denied hits (error %d); Envoy answered it %d 429s", k.Hits, k.Error, got)
 		}
 		return nil
@@ -88,8 +58,8 @@ func TestTopClusterThroughEnvoy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := r.Buckets[0].Minute.Denied; d >= uint64(denied.Load()) {
-			t.Errorf("%s alone counts %d of the %d denials: the checks were not spread", nd.name, d, denied.Load())
+		if d := r.Buckets[0].Minute.Denied; d >= uint64(denied) {
+			t.Errorf("%s alone counts %d of the %d denials: the checks were not spread", nd.name, d, denied)
 		}
 	}
 }
