@@ -17,7 +17,7 @@ const flagsDoc = "../../docs/flags.md"
 // documentedCommands are the commands docs/flags.md has a section for,
 // each headed "## `COMMAND`"; limits is a group of commands, which its own
 // --help lists.
-var documentedCommands = []string{"serve", "check-config", "probe", "limits", "migrate"}
+var documentedCommands = []string{"serve", "check-config", "probe", "top", "limits", "migrate"}
 
 var (
 	helpFlag = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)

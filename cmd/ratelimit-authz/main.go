@@ -6,6 +6,7 @@
 //	ratelimit-authz limits COMMAND …       per-tenant limit overrides in Postgres
 //	ratelimit-authz migrate [flags]        create or upgrade the Postgres schema
 //	ratelimit-authz probe [flags]          GET /readyz once: exit 0 on 200 (health checks)
+//	ratelimit-authz top [flags]            the top keys per bucket from a node's admin listener
 //	ratelimit-authz version                print the version
 package main
 
@@ -62,6 +63,7 @@ Usage:
   ratelimit-authz limits COMMAND …       per-tenant overrides in Postgres: set, get, list, delete, audit, owner
   ratelimit-authz migrate [flags]        create or upgrade the Postgres schema of the overrides
   ratelimit-authz probe [flags]          GET a node's /readyz once: exit 0 on 200, 1 otherwise (health checks)
+  ratelimit-authz top [flags]            who is being limited: the top keys per bucket from a node's admin listener
   ratelimit-authz version                print the version
   ratelimit-authz help [command]         show help
 
@@ -87,6 +89,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return runMigrate(ctx, rest, getenv, stdout, stderr)
 	case "probe":
 		return runProbe(ctx, rest, getenv, stdout, stderr)
+	case "top":
+		return runTop(ctx, rest, getenv, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "ratelimit-authz", version)
 		return nil

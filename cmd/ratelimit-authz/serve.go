@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
@@ -33,6 +34,10 @@ type serveConfig struct {
 	started func(*node.Node)
 
 	memory memoryConfig // the Go runtime's soft memory limit
+
+	// The admin listener (top keys, status page); off without an address.
+	adminAddr, adminTokenFile string
+	adminHideKeys             bool
 }
 
 // runServe is the serve command; started, when set, is handed the node
@@ -63,6 +68,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Int(&c.node.Limits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
 	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once plus the long-lived streams (access log, RLQS), which hold one each; 0: a goroutine per check")
+	f.String(&c.adminAddr, "admin-addr", "RATELIMIT_AUTHZ_ADMIN_ADDR", "", "listen `address` of the admin listener: GET /v1/top (the top keys per bucket, JSON) and a status page at /; keys are personal data: an address that is not loopback requires --admin-token-file; empty: off")
+	f.String(&c.adminTokenFile, "admin-token-file", "RATELIMIT_AUTHZ_ADMIN_TOKEN_FILE", "", "`file` holding the bearer token every admin request must carry")
+	f.Bool(&c.adminHideKeys, "admin-hide-keys", "RATELIMIT_AUTHZ_ADMIN_HIDE_KEYS", false, "show a keyed hash (HMAC under a key drawn at start) instead of each key on the admin listener")
 	c.overrides.addFlags(f)
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
@@ -96,6 +104,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	if err := c.memory.resolve(getenv); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
+	if err := c.resolveAdmin(); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
 	if c.node.SweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
 	}
@@ -109,6 +120,27 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	c.rls.warn(log)
 	logRuntime(log, getenv, os.DirFS("/"))
 	return serve(ctx, c, log)
+}
+
+// resolveAdmin sets the node's admin listener from the flags, reading
+// the token file; the listener itself refuses an address that is not
+// loopback without a token.
+func (c *serveConfig) resolveAdmin() error {
+	if c.adminAddr == "" {
+		if c.adminTokenFile != "" || c.adminHideKeys {
+			return errors.New("--admin-token-file and --admin-hide-keys need --admin-addr")
+		}
+		return nil
+	}
+	c.node.Admin = &admin.Config{Addr: c.adminAddr, HideKeys: c.adminHideKeys}
+	if c.adminTokenFile != "" {
+		tok, err := readSecretFile(c.adminTokenFile)
+		if err != nil {
+			return fmt.Errorf("--admin-token-file: %w", err)
+		}
+		c.node.Admin.Token = tok
+	}
+	return nil
 }
 
 // limits checks the gRPC bounds given as integers; zero or less is a

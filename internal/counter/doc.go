@@ -36,6 +36,9 @@
 // only reports it. A zero Config field means its default; a zero Limit is
 // invalid ([Limit.Validate]).
 //
+// Config.Observer, when set, is told of each decision Take, TakeN and
+// Incr make (the admin listener's top keys, docs/design/top.md).
+//
 // The design is in docs/design/counter.md; budget shares (the split
 // itself is package share) in docs/design/budget-shares.md.
 package counter

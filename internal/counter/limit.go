@@ -171,6 +171,21 @@ type Config struct {
 	// MaxKeys; 0 means MaxKeys/10. It applies while a bucket is reserved
 	// (Config.Reserved, or later Store.SetReserved).
 	ReservedKeys int
+	// Observer, when set, is told of every decision Take, TakeN and Incr
+	// make; nil: none, at the cost of one nil check.
+	Observer Observer
+}
+
+// Observer is told of the decisions on (bucket, key): n hits, admitted
+// or denied, counted in window (of scaleMS ms) at ms, unix ms. The key is
+// the form the store holds (a digest when too long) and is only valid for
+// the call. Take and TakeN report their decision; Incr, which counts
+// unconditionally, reports its hits as denied when they leave the key
+// over its limit. An overflow (nothing counted) and Peek are not
+// reported. Hit is called after the shard's lock is released, from the
+// goroutine of the decision, and must be safe for concurrent use.
+type Observer interface {
+	Hit(bucket Bucket, key string, n int64, allowed bool, window, scaleMS, ms int64)
 }
 
 // Defaults for a zero Config field.

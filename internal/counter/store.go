@@ -42,6 +42,8 @@ type Store struct {
 	// shares is the Shares in effect, packed (see packShares) so that Take
 	// reads it with one atomic load; 0: no shares.
 	shares atomic.Uint64
+	// obs is Config.Observer; nil: none.
+	obs Observer
 }
 
 // shard owns a slice of the key space behind one mutex, padded so that
@@ -172,6 +174,7 @@ func New(cfg Config) (*Store, error) {
 		maxKeyBytes: cfg.MaxKeyBytes,
 		track:       cfg.Track,
 		maxPeers:    cfg.MaxPeersPerKey,
+		obs:         cfg.Observer,
 
 		maxKeys:      cfg.MaxKeys,
 		reservedKeys: cfg.ReservedKeys,
@@ -615,6 +618,9 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 	if near {
 		s.signalNear()
 	}
+	if s.obs != nil {
+		s.obs.Hit(bucket, k.key, 1, ok, w, lim.ScaleMS, ms)
+	}
 	r := result(lim, w, el, prev, cur, ok)
 	if shareRetry > 0 { // denied by this node's share, under the limit
 		r.Remaining, r.RetryAfterMS = 0, shareRetry
@@ -707,6 +713,9 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 	sh.mu.Unlock()
 	if s.track && isNear(lim, el, prev, cur) {
 		s.signalNear()
+	}
+	if s.obs != nil {
+		s.obs.Hit(bucket, k.key, n, estimate(lim, el, prev, cur) <= lim.Limit, w, lim.ScaleMS, ms)
 	}
 	return result(lim, w, el, prev, cur, admits(lim, el, prev, cur))
 }

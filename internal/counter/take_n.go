@@ -63,6 +63,9 @@ func (s *Store) TakeN(bucket Bucket, key string, lim Limit, n int64, now time.Ti
 	if near {
 		s.signalNear()
 	}
+	if s.obs != nil {
+		s.obs.Hit(bucket, k.key, n, ok, w, lim.ScaleMS, ms)
+	}
 	r := result(lim, w, el, prev, cur, ok)
 	if shareRetry > 0 { // denied by this node's share, under the limit
 		r.Remaining, r.RetryAfterMS = 0, shareRetry

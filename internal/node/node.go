@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
@@ -24,6 +25,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
@@ -87,6 +89,10 @@ type Config struct {
 	// on the gRPC port from envoyproxy/ratelimit configuration files;
 	// nil: Check only.
 	RLS *RLS
+	// Admin, when set, serves the top keys and a status page on a
+	// listener of its own, and the counter reports its decisions to a
+	// top-keys sketch; nil: off, at the cost of a nil check per decision.
+	Admin *admin.Config
 }
 
 // DefaultSweepInterval is Config.SweepInterval's default.
@@ -138,6 +144,8 @@ type Node struct {
 	// rlqsSvc serves StreamRateLimitQuotas with the quota section of each
 	// generation; nil: the rules file has none.
 	rlqsSvc *rlqs.Service
+	admin   *admin.Server // nil: off
+	log     *slog.Logger
 }
 
 // New assembles a node and binds its listeners; the caller must call Run
@@ -161,7 +169,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	r := g.rules
-	store, err := newCounter(r, g.reserved, cfg.Cluster != nil, reg)
+	sketch, err := newSketch(cfg.Admin, reg)
+	if err != nil {
+		return nil, err
+	}
+	store, err := newCounter(r, g.reserved, cfg.Cluster != nil, sketch, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -217,11 +229,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Node{
+	n := &Node{
 		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
 		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
-		rlsSvc: rlsSvc, rlsSettings: rlsSettings, rlqsSvc: rlqsSvc,
-	}, nil
+		rlsSvc: rlsSvc, rlsSettings: rlsSettings, rlqsSvc: rlqsSvc, log: log,
+	}
+	if n.admin, err = n.newAdmin(sketch); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return n, nil
 }
 
 // Run serves until ctx ends, then shuts down in the order of the package
@@ -231,8 +248,11 @@ func (n *Node) Run(ctx context.Context) error {
 	if !n.running.CompareAndSwap(false, true) {
 		return errors.New("node: Run called twice")
 	}
-	defer n.srv.Close()
+	defer n.Close()
 	g, gctx := errgroup.WithContext(ctx)
+	if n.admin != nil {
+		g.Go(func() error { return n.admin.Run(gctx) })
+	}
 	srvDone := make(chan struct{})
 	g.Go(func() error { defer close(srvDone); return n.srv.Run(gctx) })
 	g.Go(func() error { return runReplicator(gctx, srvDone, n.repl) }) // final batch after gRPC stops
@@ -246,7 +266,12 @@ func (n *Node) Run(ctx context.Context) error {
 
 // Close releases a node whose Run was never called: it closes the
 // listeners. It is idempotent; to stop a running node, end Run's context.
-func (n *Node) Close() { n.srv.Close() }
+func (n *Node) Close() {
+	n.srv.Close()
+	if n.admin != nil {
+		n.admin.Close()
+	}
+}
 
 // GRPCAddr is the bound address of the gRPC (Check) listener.
 func (n *Node) GRPCAddr() net.Addr { return n.srv.GRPCAddr() }
@@ -265,6 +290,15 @@ func (n *Node) HTTPAddr() net.Addr { return n.srv.HTTPAddr() }
 // PprofAddr is the bound address of the profile listener, nil when
 // profiles are off.
 func (n *Node) PprofAddr() net.Addr { return n.srv.PprofAddr() }
+
+// AdminAddr is the bound address of the admin listener, nil when it is
+// off.
+func (n *Node) AdminAddr() net.Addr {
+	if n.admin == nil {
+		return nil
+	}
+	return n.admin.Addr()
+}
 
 // Gatherer is the registry every component of the node reports to, what
 // /metrics serves; it outlives Run.
@@ -288,9 +322,12 @@ func newRegistry(version string) *prometheus.Registry {
 
 // newCounter is the node's counter and its metrics; a cluster node tracks
 // its changes for replication.
-func newCounter(r *rules.Rules, reserved []counter.Bucket, cluster bool, reg prometheus.Registerer) (*counter.Store, error) {
+func newCounter(r *rules.Rules, reserved []counter.Bucket, cluster bool, sk *top.Sketch, reg prometheus.Registerer) (*counter.Store, error) {
 	cfg := counterConfig(r.Counter, cluster)
 	cfg.Reserved = reserved // by id
+	if sk != nil {          // a nil *top.Sketch in the interface would not be a nil Observer
+		cfg.Observer = sk
+	}
 	store, err := counter.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create counter: %w", err)

@@ -1,6 +1,8 @@
 package replicate
 
 import (
+	"cmp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -204,3 +206,35 @@ func (t *peerTable) largest(ms func(*peer) int64) time.Duration {
 	}
 	return time.Duration(m) * time.Millisecond
 }
+
+// PeerInfo is what this node knows of one peer.
+type PeerInfo struct {
+	Node        string
+	Incarnation uint64
+	// LastHeard is when it last sent a message itself; zero when it was
+	// only named as the origin of counts in another's sync reply.
+	LastHeard time.Time
+	// DelayMS is receive time minus send time of its latest batch: the
+	// delivery delay, clock skew included; SkewMS the clock skew alone
+	// (the least delay lately).
+	DelayMS, SkewMS int64
+}
+
+// Peers returns the peers this node knows, ordered by node id then
+// incarnation. Safe for concurrent use.
+func (r *Replicator) Peers() []PeerInfo {
+	t := r.peers
+	t.mu.Lock()
+	out := make([]PeerInfo, 0, len(t.byKey))
+	for k, p := range t.byKey {
+		out = append(out, PeerInfo{Node: k.Node, Incarnation: k.Incarnation, LastHeard: p.last, DelayMS: p.ageMS.Load(), SkewMS: p.skewMS.Load()})
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b PeerInfo) int {
+		return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.Incarnation, b.Incarnation))
+	})
+	return out
+}
+
+// Sealed reports whether this node seals its messages with a cluster key.
+func (r *Replicator) Sealed() bool { return r.seal != nil }

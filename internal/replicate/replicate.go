@@ -82,6 +82,8 @@ type Replicator struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
+	answerer  atomic.Pointer[Answerer]  // nil: queries are not answered
+	query     querier                   // owned by the query subscription
 
 	// Owned by Run's loop (tick).
 	lastShares   share.Split
@@ -104,6 +106,7 @@ type shared struct {
 	born      time.Time // when this process was created (New): first heard from, as a member
 	batchSubj string
 	syncSubj  string
+	querySubj string
 	peers     *peerTable
 	seal      *sealer // nil: no cluster key
 	hooks     hooks
@@ -151,6 +154,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		born:      cfg.Now(),
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
+		querySubj: cfg.SubjectPrefix + ".query",
 		peers:     newPeerTable(cfg.MaxPeers),
 		hooks:     h,
 	}
@@ -163,6 +167,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		return nil, err
 	}
 	r := &Replicator{shared: sh, ready: make(chan struct{}), dupNames: map[string]bool{}, dupScratch: map[string]bool{}}
+	r.query.answers = tokenBucket{max: queryAnswersPerSecond, rate: queryAnswersPerSecond}
 	r.pub = newPublisher(sh)
 	r.recv = newReceiver(sh)
 	r.syncer = newSyncer(sh, r.recv)

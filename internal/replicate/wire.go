@@ -19,6 +19,8 @@ import (
 //	kind 1, batch:      limits · entries
 //	kind 2, sync request: nothing
 //	kind 3, sync reply:   limits · origins · entries (each with its origin)
+//	kind 4, query:        body (string)
+//	kind 5, answer:       body (string)
 //	limits   = n (uvarint) · n × (bucket name (string) · scale_ms (uvarint) · algorithm (1 byte))
 //	origins  = n (uvarint) · n × (node (string) · incarnation (8 bytes LE))
 //	entries  = n (uvarint) · n × (limit index (uvarint) · window offset (varint)
@@ -42,6 +44,10 @@ const (
 	// kindSyncReply is one chunk of a peer's answer: every count it holds,
 	// its own and those it merged, each with the node that made it.
 	kindSyncReply msgKind = 3
+	// kindQuery asks every peer one question (see query.go); kindAnswer
+	// is a peer's answer, on the asker's inbox.
+	kindQuery  msgKind = 4
+	kindAnswer msgKind = 5
 )
 
 // wireVersion is the wire format version this package writes and reads.
@@ -119,6 +125,8 @@ type message struct {
 	Limits  []wireLimit
 	Origins []origin
 	Entries []entry
+	// Body is a query's or an answer's content.
+	Body string
 }
 
 func appendString(b []byte, s string) []byte {
@@ -163,8 +171,11 @@ func varintLen(x int64) int {
 // m.Origins for a sync reply); encode does not check.
 func (m *message) encode(b []byte) []byte {
 	b = appendHeader(b, &m.header)
-	if m.Kind == kindSyncRequest {
+	switch m.Kind {
+	case kindSyncRequest:
 		return b
+	case kindQuery, kindAnswer:
+		return appendString(b, m.Body)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Limits)))
 	for _, l := range m.Limits {
@@ -331,7 +342,7 @@ func (d *decoder) count(what string, maxN, minLen int) int {
 // errVersion; m is then in an unspecified state.
 func decode(data []byte, m *message) error {
 	m.header = header{}
-	m.Limits, m.Origins, m.Entries = m.Limits[:0], m.Origins[:0], m.Entries[:0]
+	m.Limits, m.Origins, m.Entries, m.Body = m.Limits[:0], m.Origins[:0], m.Entries[:0], ""
 	if len(data) < 4 || data[0] != magic[0] || data[1] != magic[1] {
 		return fmt.Errorf("%w: no magic", errMalformed)
 	}
@@ -339,7 +350,7 @@ func decode(data []byte, m *message) error {
 		return fmt.Errorf("%w: version %d", errVersion, data[2])
 	}
 	m.Kind = msgKind(data[3])
-	if m.Kind < kindBatch || m.Kind > kindSyncReply {
+	if m.Kind < kindBatch || m.Kind > kindAnswer {
 		return fmt.Errorf("%w: unknown kind %d", errMalformed, data[3])
 	}
 	d := decoder{b: data[4:]}
@@ -357,7 +368,11 @@ func decode(data []byte, m *message) error {
 		}
 		m.Last = f&1 != 0
 	}
-	if m.Kind != kindSyncRequest {
+	switch m.Kind {
+	case kindSyncRequest:
+	case kindQuery, kindAnswer:
+		m.Body = d.string("body", 0, len(d.b))
+	default:
 		nl := d.count("limits", maxLimits, 3)
 		for range nl {
 			l := wireLimit{Name: d.string("bucket name", 1, maxNameLen)}

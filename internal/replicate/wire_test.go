@@ -34,6 +34,9 @@ func sampleMessages() []message {
 			},
 		},
 		{header: header{Kind: kindSyncReply, Node: "node-b", Incarnation: 2, SentAtMS: -5, Last: true}},
+		{header: header{Kind: kindQuery, Node: "n", Incarnation: 1, SentAtMS: sent}, Body: `{"bucket":"upload"}`},
+		{header: header{Kind: kindAnswer, Node: "m", Incarnation: 2, SentAtMS: sent}, Body: "\x00\xff"},
+		{header: header{Kind: kindAnswer, Node: "m", Incarnation: 2, SentAtMS: sent}},
 	}
 }
 

@@ -59,6 +59,7 @@ type node struct {
 	// filter sends the node's checks; empty: not opened.
 	checkAddr string
 	httpAddr  string
+	adminAddr string // --admin-addr; empty: off
 	starts    int
 	proc      *process
 }
@@ -181,6 +182,9 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 	}
 	if nd.checkAddr != "" {
 		args = append(args, "--check-addr", nd.checkAddr)
+	}
+	if nd.adminAddr != "" {
+		args = append(args, "--admin-addr", nd.adminAddr)
 	}
 	nd.proc = c.logs.startOwned(c.owner, t, logName, c.serverBin, args...)
 }

@@ -411,8 +411,9 @@ func (s *stack) startEnvoy() {
 }
 
 // startServer starts ratelimit-authz on the stack's gRPC, lean Check (if
-// any) and HTTP addresses with the shipped config and waits for /readyz.
-func (s *stack) startServer(bin, config string) *process {
+// any) and HTTP addresses with the shipped config, and extra flags, and
+// waits for /readyz.
+func (s *stack) startServer(bin, config string, extra ...string) *process {
 	s.t.Helper()
 	args := []string{"serve",
 		"--config", config,
@@ -423,6 +424,7 @@ func (s *stack) startServer(bin, config string) *process {
 	if len(s.check) > 0 {
 		args = append(args, "--check-addr", s.check[0])
 	}
+	args = append(args, extra...)
 	s.server = s.logs.start(s.t, "ratelimit-authz", bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server

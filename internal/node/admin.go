@@ -1,0 +1,105 @@
+package node
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
+)
+
+// newSketch is the top-keys sketch the counter reports its decisions to
+// when the admin listener is on, its memory exported; nil, recording
+// nothing, when it is off.
+func newSketch(cfg *admin.Config, reg prometheus.Registerer) (*top.Sketch, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	sk, err := top.New(top.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("create the top-keys sketch: %w", err)
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "ratelimit_authz", Subsystem: "top", Name: "memory_bytes",
+		Help: "Bytes the top-keys sketch holds: fixed per bucket that has had hits, whatever the keys.",
+	}, func() float64 { return float64(sk.MemoryBytes()) })); err != nil {
+		return nil, fmt.Errorf("register the top-keys metrics: %w", err)
+	}
+	return sk, nil
+}
+
+// newAdmin is the admin listener over the node's sketch and registry; nil
+// when it is off.
+func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
+	if n.cfg.Admin == nil {
+		return nil, nil
+	}
+	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}
+	if n.repl != nil {
+		deps.Cluster, deps.Ask = adminCluster(n.repl), adminAsk(n.repl)
+	}
+	srv, err := admin.New(*n.cfg.Admin, deps, n.log)
+	if err != nil {
+		return nil, err
+	}
+	if n.repl != nil {
+		n.repl.SetAnswerer(srv.Answer) // peers gather this node's tops
+	}
+	return srv, nil
+}
+
+// adminAsk asks the cluster's peers a query of the admin listener.
+func adminAsk(r *replicate.Replicator) func(context.Context, []byte) ([]admin.PeerAnswer, []string, error) {
+	return func(ctx context.Context, q []byte) ([]admin.PeerAnswer, []string, error) {
+		answers, missing, err := r.Ask(ctx, q)
+		out := make([]admin.PeerAnswer, 0, len(answers))
+		for _, a := range answers {
+			out = append(out, admin.PeerAnswer{Peer: fmt.Sprintf("%s/%016x", a.Node, a.Incarnation), Body: a.Body})
+		}
+		var names []string
+		for _, p := range missing {
+			names = append(names, fmt.Sprintf("%s/%016x", p.Node, p.Incarnation))
+		}
+		return out, names, err
+	}
+}
+
+// adminBuckets are the buckets of the configuration served: the rules
+// file's, then the RLS rules. A bucket without a limit of its own shows
+// its route default, or none (its keys' limits come from elsewhere).
+func (n *Node) adminBuckets() []admin.Bucket {
+	n.mu.Lock()
+	g := n.cur
+	n.mu.Unlock()
+	var bs []admin.Bucket
+	for i, b := range g.rules.Buckets {
+		lim := b.Limit
+		if !b.HasLimit {
+			lim = b.Default
+		}
+		bs = append(bs, admin.Bucket{ID: g.ids.IDs[i], Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"})
+	}
+	if g.rls != nil {
+		for i, r := range g.rls.Rules() {
+			lim, _ := r.Limit()
+			bs = append(bs, admin.Bucket{ID: g.rlsRuleIDs[i], Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls"})
+		}
+	}
+	return bs
+}
+
+// adminCluster is the replicator's view of the cluster, for the status
+// page.
+func adminCluster(r *replicate.Replicator) func() admin.Cluster {
+	return func() admin.Cluster {
+		id, inc := r.Identity()
+		c := admin.Cluster{Self: fmt.Sprintf("%s/%016x", id, inc), Sealed: r.Sealed()}
+		for _, p := range r.Peers() {
+			c.Peers = append(c.Peers, admin.Peer{Node: p.Node, Incarnation: p.Incarnation, LastHeard: p.LastHeard, DelayMS: p.DelayMS, SkewMS: p.SkewMS})
+		}
+		return c
+	}
+}

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+)
+
+// TestTopThroughEnvoy: one tenant floods activities through Envoy among
+// two thousand tenants sending one each; the server's admin listener
+// names it first in activity_create's denied top, in /v1/top and on the
+// status page, with the 429s Envoy answered it.
+func TestTopThroughEnvoy(t *testing.T) {
+	serverBin := serverBinary(t)
+	config := serverConfigPath(t)
+	s := prepareStack(t, 1)
+	s.startEnvoy()
+	adminAddr := s.spare[0]
+	s.startServer(serverBin, config, "--admin-addr", adminAddr)
+
+	const calm, noisy = 2000, 2000
+	var denied atomic.Int64
+	start := time.Now()
+	firstAt := make(chan time.Duration, 1)
+	go func() { // how long after the flood starts it is first in the top
+		for time.Since(start) < 30*time.Second {
+			if r, err := readTop(s.client, adminAddr); err == nil && firstDenied(r) == "noisy" {
+				firstAt <- time.Since(start)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		close(firstAt)
+	}()
+	denied.Store(flood(t, s))
+	took := time.Since(start)
+	if d, ok := <-firstAt; ok {
+		t.Logf("%d requests in %v (noisy at %.0f/s against a budget of %d/s); noisy first in the denied top %v after the flood began",
+			calm+noisy, took, noisy/took.Seconds(), activityLimit, d)
+	} else {
+		t.Errorf("noisy never came first in the denied top")
+	}
+
+	var top admin.TopResponse
+	poll.Until(t, 10*time.Second, 100*time.Millisecond, func() error {
+		var err error
+		if top, err = readTop(s.client, adminAddr); err != nil {
+			return err
+		}
+		if firstDenied(top) != "noisy" {
+			return fmt.Errorf("denied top %+v", top.Buckets)
+		}
+		return nil
+	})
+	k := top.Buckets[0].Minute.TopDenied[0]
+	if got := uint64(denied.Load()); got == 0 || got < k.Hits-k.Error || got > k.Hits {
+		t.Errorf("noisy listed with %d denied hits (error %d); Envoy answered it %d 429s", k.Hits, k.Error, got)
+	}
+	resp, err := s.client.Get("http://" + adminAddr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /: %d %v", resp.StatusCode, err)
+	}
+	first := strings.Index(string(page), `class="key denied"`)
+	if first < 0 || !strings.HasPrefix(string(page[first:]), `class="key denied">noisy<`) {
+		t.Errorf("the status page's first denied key is not noisy:\n%s", page)
+	}
+
+	t.Run("browser", func(t *testing.T) {
+		// The page as a real headless browser renders it: noisy first in
+		// its bucket's denied keys, and the bucket's denied rate that of
+		// its 429s over the minute (60 to 70 s: every denial was noisy's).
+		dom := browserDOM(t, s.logs.dir, "http://"+adminAddr+"/")
+		first := strings.Index(dom, `class="key denied"`)
+		if first < 0 || !strings.HasPrefix(dom[first:], `class="key denied">noisy<`) {
+			t.Errorf("the rendered page's first denied key is not noisy:\n%s", dom)
+		}
+		m := deniedRate.FindStringSubmatch(dom)
+		if m == nil {
+			t.Fatalf("no denied rate for activity_create in the rendered page:\n%s", dom)
+		}
+		rate, err := strconv.ParseFloat(m[1], 64)
+		n := float64(denied.Load())
+		if err != nil || rate < n/70*0.99 || rate > n/60*1.01 {
+			t.Errorf("activity_create's denied rate reads %q, want %d 429s over 60 to 70 s", m[1], int(n))
+		}
+	})
+}
+
+// deniedRate is activity_create's denied-per-second cell on the page.
+var deniedRate = regexp.MustCompile(`(?s)href="#b-activity_create".*?<td class="n denied">([0-9.e+]+)</td>`)
+
+// browserDOM loads url in headless Chromium (Debian's chromium, or
+// $E2E_CHROMIUM) and returns the document it rendered; it also leaves a
+// screenshot in dir.
+func browserDOM(t *testing.T, dir, url string) string {
+	t.Helper()
+	bin := os.Getenv("E2E_CHROMIUM")
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("chromium"); err != nil {
+			unavailable(t, "chromium not available (apt-get install chromium, or set E2E_CHROMIUM): %v", err)
+		}
+	}
+	run := func(args ...string) []byte {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// --no-sandbox: the tests may run as root, which the sandbox refuses.
+		args = append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + t.TempDir()}, args...)
+		cmd := exec.CommandContext(ctx, bin, append(args, url)...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v\n%s", args, err, stderr.String())
+		}
+		return out
+	}
+	run("--window-size=1200,1600", "--screenshot="+filepath.Join(dir, "status-page.png"))
+	return string(run("--dump-dom"))
+}
+
+// flood sends 2000 activities of the tenant "noisy" through Envoy,
+// interleaved with one of each of 2000 calm tenants, and returns the 429s
+// noisy got.
+func flood(t *testing.T, s *stack) int64 {
+	t.Helper()
+	var denied, errs atomic.Int64
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range burstWorkers {
+		wg.Go(func() {
+			for tenant := range work {
+				r, err := s.post(activitiesPath, map[string]string{"x-tenant-id": tenant})
+				switch {
+				case err != nil:
+					errs.Add(1)
+				case r.status == http.StatusTooManyRequests && tenant == "noisy":
+					denied.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 4000 {
+		if i%2 == 0 {
+			work <- "noisy"
+		} else {
+			work <- fmt.Sprint("calm-", i)
+		}
+	}
+	close(work)
+	wg.Wait()
+	if n := errs.Load(); n > 0 {
+		t.Fatalf("%d requests failed", n)
+	}
+	return denied.Load()
+}
+
+// readTop GETs the activity_create bucket's tops from the admin listener;
+// extra is more of the query (&cluster=1).
+func readTop(c *http.Client, addr string, extra ...string) (admin.TopResponse, error) {
+	var r admin.TopResponse
+	resp, err := c.Get("http://" + addr + "/v1/top?bucket=activity_create&n=3" + strings.Join(extra, ""))
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return r, fmt.Errorf("GET /v1/top: %s", resp.Status)
+	}
+	return r, json.NewDecoder(resp.Body).Decode(&r)
+}
+
+func firstDenied(r admin.TopResponse) string {
+	if len(r.Buckets) != 1 || len(r.Buckets[0].Minute.TopDenied) == 0 {
+		return ""
+	}
+	return r.Buckets[0].Minute.TopDenied[0].Key
+}
