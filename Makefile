@@ -27,11 +27,12 @@ run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (
 	./$(BIN) serve --config config/ratelimit.yaml --check-addr 127.0.0.1:9002 --log-level $${LOG_LEVEL:-info}
 
 .PHONY: tools
-tools: ## install what the tests need: Envoy, nats-server and h2spec (into .tools/), PostgreSQL (apt, when missing)
+tools: ## install what the tests need: Envoy, nats-server and h2spec (into .tools/), PostgreSQL and Chromium (apt, when missing)
 	@scripts/install-envoy.sh >/dev/null
 	@scripts/install-postgres.sh >/dev/null
 	@scripts/install-nats.sh >/dev/null
 	@scripts/install-h2spec.sh >/dev/null
+	@scripts/install-chromium.sh >/dev/null
 
 .PHONY: test
 test: lint tools ## vet, format and tidy checks, every test under -race (server and deploy/), then a short run of every fuzz target
