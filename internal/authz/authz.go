@@ -24,6 +24,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
@@ -50,9 +53,6 @@ type Limits interface {
 type Config struct {
 	// Buckets are indexed as the matcher's buckets (its dense indices).
 	Buckets []Bucket
-	// IDs are the buckets' ids in the counter, by the same index: ids
-	// that survive reloads (see counter.Bucket). nil: the index itself.
-	IDs []counter.Bucket
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
@@ -67,7 +67,9 @@ type Bucket struct {
 	// Name is a descriptors.ValidBucketName: safe in a Structured Field
 	// string, a JSON body and a metric label.
 	Name string
-	Key  descriptors.KeyKind
+	// ID is the bucket's id in the counter (see snapshot.ID).
+	ID  counter.Bucket
+	Key descriptors.KeyKind
 	// Shadow buckets count and report as usual but never deny.
 	Shadow bool
 	// CountFailures: the bucket counts failures reported later (failed
@@ -88,6 +90,7 @@ type Service struct {
 
 	gen     atomic.Pointer[generation]
 	limiter Limiter
+	over    limits.Overrides
 	log     *slog.Logger
 	now     func() time.Time
 	m       *metrics
@@ -125,6 +128,9 @@ type bucketState struct {
 type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
+	// Overrides are the tenant overrides Prepare resolves a snapshot's
+	// limits over; nil: the configured limits only.
+	Overrides limits.Overrides
 }
 
 // New returns a Service for cfg, matching requests with m, resolving
@@ -142,7 +148,7 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 		return nil, err
 	}
 	s := &Service{
-		limiter: lim, log: log, now: opts.Now, m: mt,
+		limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -177,23 +183,64 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 // validates first: on an error nothing changes. The metrics stay those
 // registered by New (children for new bucket names are added).
 func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error {
-	if err := checkConfig(cfg, m, limits); err != nil {
+	swap, err := s.prepare(cfg, m, limits)
+	if err != nil {
 		return err
 	}
-	g := s.newGeneration(cfg, m, limits)
-	old := s.gen.Swap(g)
-	// The series of buckets the new configuration no longer has go: a
-	// renamed bucket must not leave a frozen one behind.
-	keep := make(map[string]bool, len(g.buckets))
-	for _, b := range g.buckets {
-		keep[b.rule.Name] = true
+	swap()
+	return nil
+}
+
+// Prepare validates snap for the Check, its limits resolved over
+// Options.Overrides, and returns what makes it the configuration of the
+// next Check; it changes nothing itself.
+func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	return s.prepare(ConfigFrom(snap), snap.Matcher, limits.NewResolver(snap.Limits(), s.over))
+}
+
+func (s *Service) prepare(cfg Config, m *descriptors.Engine, limits Limits) (func(), error) {
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return nil, err
 	}
-	for _, b := range old.buckets {
-		if !keep[b.rule.Name] {
-			s.m.forget(b.rule.Name)
+	g := s.newGeneration(cfg, m, limits)
+	return func() {
+		old := s.gen.Swap(g)
+		// The series of buckets the new configuration no longer has go: a
+		// renamed bucket must not leave a frozen one behind.
+		keep := make(map[string]bool, len(g.buckets))
+		for _, b := range g.buckets {
+			keep[b.rule.Name] = true
+		}
+		for _, b := range old.buckets {
+			if !keep[b.rule.Name] {
+				s.m.forget(b.rule.Name)
+			}
+		}
+	}, nil
+}
+
+// ConfigFrom is the Check's part of snap: the rules file's buckets and
+// routes.
+func ConfigFrom(snap *snapshot.Snapshot) Config {
+	r := snap.Rules
+	c := Config{
+		Buckets:               make([]Bucket, len(r.Buckets)),
+		Routes:                make([]string, len(r.Routes)),
+		DenyUnreadableAccount: r.Keys.UnreadableAccount == rules.AccountDeny,
+	}
+	for i, b := range snap.RuleBuckets() {
+		c.Buckets[i] = Bucket{
+			Name: b.Name, ID: b.ID, Key: b.Key.Kind, Shadow: b.Shadow,
+			CountFailures: b.CountFailures, DenyMissingKey: b.DenyMissingKey, DenyOverflow: b.DenyOverflow,
 		}
 	}
-	return nil
+	for i, rt := range r.Routes {
+		c.Routes[i] = rt.Name
+		if rt.Name == "" {
+			c.Routes[i] = rt.Path
+		}
+	}
+	return c
 }
 
 func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
@@ -202,9 +249,6 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 	}
 	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
 		return fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
-	}
-	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
-		return fmt.Errorf("authz: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
 	}
 	for _, b := range cfg.Buckets {
 		if !descriptors.ValidBucketName(b.Name) {
@@ -216,13 +260,9 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 
 func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
-	for i, b := range cfg.Buckets {
-		id := counter.Bucket(i)
-		if cfg.IDs != nil {
-			id = cfg.IDs[i]
-		}
+	for _, b := range cfg.Buckets {
 		g.buckets = append(g.buckets, bucketState{
-			id:      id,
+			id:      b.ID,
 			rule:    b,
 			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
 			metrics: s.m.forBucket(b.Name),

@@ -29,8 +29,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // t0 is the start of a minute, so 1 s and 1 min windows both begin here.
@@ -80,8 +80,8 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
-	limits := limits.NewResolver(wiring.Limits(r, nil), over)
-	h.svc, err = authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	limits := limits.NewResolver(snapshot.RulesLimits(r), over)
+	h.svc, err = authz.New(indexConfig(t, r), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,4 +759,15 @@ func TestIPv6ClientsByNetwork(t *testing.T) {
 	if got := fails["login_ip"].GetStringValue(); got != "2001:db8:7:9::/64" {
 		t.Errorf("login_ip key in the metadata %q, want the /64", got)
 	}
+}
+
+// indexConfig is the Check's configuration of r with each bucket's index
+// as its counter id, so that a test reads the counter by index.
+func indexConfig(t testing.TB, r *rules.Rules) authz.Config {
+	t.Helper()
+	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return authz.ConfigFrom(snap)
 }

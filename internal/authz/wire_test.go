@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // equivalenceConfig has a bucket of every key kind, failure counting,
@@ -156,7 +156,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.Update(wiring.Authz(next, nil), m, limits.NewResolver(wiring.Limits(next, nil), nil)); err != nil {
+	if err := h.svc.Update(indexConfig(t, next), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
 		t.Fatal(err)
 	}
 	// Decoded without x-api-key, the request would be refused for

@@ -34,9 +34,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // newAuthz is the product's Check handler on the shipped configuration,
@@ -58,7 +58,7 @@ func newAuthz(t testing.TB) *authz.Service {
 	}
 	clock := &testclock.Clock{}
 	clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits.NewResolver(wiring.Limits(r, nil), nil),
+	svc, err := authz.New(authz.ConfigFrom(indexSnapshot(t, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), nil),
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler), authz.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -284,4 +284,15 @@ func TestTLS(t *testing.T) {
 	if err == nil || errors.Is(err, io.ErrNoProgress) {
 		t.Fatalf("an http/1.1 TLS client was served: %v", err)
 	}
+}
+
+// indexSnapshot is the snapshot of r with each bucket's index as its
+// counter id.
+func indexSnapshot(t testing.TB, r *rules.Rules) *snapshot.Snapshot {
+	t.Helper()
+	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap
 }
