@@ -15,16 +15,16 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
-// Sources are the configurations of one generation: the ext_authz rules
+// Sources are the configurations of one snapshot: the ext_authz rules
 // and the envoyproxy/ratelimit rules ShouldRateLimit serves, each read
 // from its own files and reloaded together.
 type Sources = snapshot.Sources
 
-// Reload makes r the configuration of the node: it builds every part of
-// the new generation first (any error: nothing changes, and the error
-// says why), then swaps each component's configuration, then drops the
-// counts of the buckets that went away. A check in flight finishes on the
-// old generation; the next one uses the new. A bucket whose name, window,
+// Reload makes r the configuration of the node: it compiles the snapshot
+// and has every component prepare it first (any error: nothing changes,
+// and the error says why), then swaps each component to it, then drops
+// the counts of the buckets that went away. A check in flight finishes on
+// the old snapshot; the next one uses the new. A bucket whose name, window,
 // algorithm and reserve are unchanged keeps its counts, under its new
 // limit from the next check; one whose window or algorithm changed starts
 // from zero. Settings that only a restart applies (the counter's bounds)
@@ -39,7 +39,7 @@ func (n *Node) Reload(ctx context.Context, r *rules.Rules) error {
 	return err
 }
 
-// ReloadSources is Reload of both formats at once, as one generation.
+// ReloadSources is Reload of both formats at once, as one snapshot.
 func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 	start := time.Now()
 	n.mu.Lock()
@@ -52,7 +52,7 @@ func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 // ReloadFrom loads the ext_authz rules with load and, when the node
 // serves ShouldRateLimit, the RLS rules from their directory (Config.RLS),
 // each read and validated as at start, and reloads both as one
-// generation; a load error is a refused reload too, counted alike.
+// snapshot; a load error is a refused reload too, counted alike.
 func (n *Node) ReloadFrom(ctx context.Context, load func() (*rules.Rules, error)) error {
 	start := time.Now()
 	n.mu.Lock()
