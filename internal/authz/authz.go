@@ -51,8 +51,10 @@ type Limits interface {
 
 // Config is what the Service needs of the configuration.
 type Config struct {
-	// Buckets are indexed as the matcher's buckets (its dense indices).
-	Buckets []Bucket
+	// Buckets are the rules file's, indexed as the matcher's buckets (its
+	// dense indices). Their names are descriptors.ValidBucketName: safe in
+	// a Structured Field string, a JSON body and a metric label.
+	Buckets []snapshot.Bucket
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
@@ -60,27 +62,6 @@ type Config struct {
 	// be read, in the buckets keyed by account; otherwise it is counted
 	// under descriptors.UnreadableAccount.
 	DenyUnreadableAccount bool
-}
-
-// Bucket is what the Service needs of one bucket.
-type Bucket struct {
-	// Name is a descriptors.ValidBucketName: safe in a Structured Field
-	// string, a JSON body and a metric label.
-	Name string
-	// ID is the bucket's id in the counter (see snapshot.ID).
-	ID  counter.Bucket
-	Key descriptors.KeyKind
-	// Shadow buckets count and report as usual but never deny.
-	Shadow bool
-	// CountFailures: the bucket counts failures reported later (failed
-	// logins); the check only peeks at it.
-	CountFailures bool
-	// DenyMissingKey refuses (403) a request lacking the key; otherwise it
-	// is allowed uncounted.
-	DenyMissingKey bool
-	// DenyOverflow refuses (429) a new key the counter has no room for;
-	// otherwise it is allowed uncounted.
-	DenyOverflow bool
 }
 
 // Service answers Envoy's Check calls. Create it with New; Update swaps
@@ -119,7 +100,7 @@ type generation struct {
 
 type bucketState struct {
 	id      counter.Bucket // in the counter
-	rule    Bucket
+	rule    snapshot.Bucket
 	quoted  string // the bucket name as a Structured Field string
 	metrics bucketMetrics
 }
@@ -224,15 +205,9 @@ func (s *Service) prepare(cfg Config, m *descriptors.Engine, limits Limits) (fun
 func ConfigFrom(snap *snapshot.Snapshot) Config {
 	r := snap.Rules
 	c := Config{
-		Buckets:               make([]Bucket, len(r.Buckets)),
+		Buckets:               snap.RuleBuckets(),
 		Routes:                make([]string, len(r.Routes)),
 		DenyUnreadableAccount: r.Keys.UnreadableAccount == rules.AccountDeny,
-	}
-	for i, b := range snap.RuleBuckets() {
-		c.Buckets[i] = Bucket{
-			Name: b.Name, ID: b.ID, Key: b.Key.Kind, Shadow: b.Shadow,
-			CountFailures: b.CountFailures, DenyMissingKey: b.DenyMissingKey, DenyOverflow: b.DenyOverflow,
-		}
 	}
 	for i, rt := range r.Routes {
 		c.Routes[i] = rt.Name
@@ -369,7 +344,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.R
 			continue
 		}
 		login = login || b.rule.CountFailures
-		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && g.denyUnreadableAcct {
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key.Kind == descriptors.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
 			return s.denyUnreadable(b)

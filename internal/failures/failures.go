@@ -97,8 +97,9 @@ type Limits interface {
 
 // Config is what a Recorder needs of the configuration.
 type Config struct {
-	// Buckets are indexed as the Check's (the matcher's dense indices).
-	Buckets []Bucket
+	// Buckets are the rules file's, indexed as the Check's (the matcher's
+	// dense indices); reports count in those with CountFailures.
+	Buckets []snapshot.Bucket
 	// Routes are the route rules, for reports that name one.
 	Routes []Route
 	// StatusCodes are the response codes that count as failures
@@ -107,17 +108,6 @@ type Config struct {
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by, as the
 	// Check keys them.
 	IPv6Prefix int
-}
-
-// Bucket is what a Recorder needs of one bucket.
-type Bucket struct {
-	Name string
-	// ID is the bucket's id in the counter (see snapshot.ID).
-	ID  counter.Bucket
-	Key descriptors.KeyKind
-	// CountFailures marks the buckets reports count in; others are
-	// never touched.
-	CountFailures bool
 }
 
 // Route is one route rule: a report names it by Name, or an unnamed one by
@@ -258,13 +248,10 @@ func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
 func ConfigFrom(snap *snapshot.Snapshot) Config {
 	r := snap.Rules
 	c := Config{
-		Buckets:     make([]Bucket, len(r.Buckets)),
+		Buckets:     snap.RuleBuckets(),
 		Routes:      make([]Route, len(r.Routes)),
 		StatusCodes: r.Failures.StatusCodes,
 		IPv6Prefix:  r.Keys.IPv6Prefix,
-	}
-	for i, b := range snap.RuleBuckets() {
-		c.Buckets[i] = Bucket{Name: b.Name, ID: b.ID, Key: b.Key.Kind, CountFailures: b.CountFailures}
 	}
 	for i, rt := range r.Routes {
 		c.Routes[i] = Route{Name: rt.Name, Path: rt.Path, Buckets: rt.Buckets}
@@ -588,7 +575,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	res := ReportResult{Counted: map[string]BucketState{}}
 	for _, b := range buckets {
 		var key string
-		switch g.cfg.Buckets[b].Key {
+		switch g.cfg.Buckets[b].Key.Kind {
 		case descriptors.KeyIP:
 			key = ip
 		case descriptors.KeyAccount:
