@@ -30,6 +30,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
 
@@ -81,7 +82,7 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	limits := limits.NewResolver(snapshot.RulesLimits(r), over)
-	h.svc, err = authz.New(indexConfig(t, r), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	h.svc, err = authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,15 +760,4 @@ func TestIPv6ClientsByNetwork(t *testing.T) {
 	if got := fails["login_ip"].GetStringValue(); got != "2001:db8:7:9::/64" {
 		t.Errorf("login_ip key in the metadata %q, want the /64", got)
 	}
-}
-
-// indexConfig is the Check's configuration of r with each bucket's index
-// as its counter id, so that a test reads the counter by index.
-func indexConfig(t testing.TB, r *rules.Rules) authz.Config {
-	t.Helper()
-	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return authz.ConfigFrom(snap)
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
@@ -58,7 +59,7 @@ func newAuthz(t testing.TB) *authz.Service {
 	}
 	clock := &testclock.Clock{}
 	clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	svc, err := authz.New(authz.ConfigFrom(indexSnapshot(t, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), nil),
+	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), nil),
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler), authz.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -284,15 +285,4 @@ func TestTLS(t *testing.T) {
 	if err == nil || errors.Is(err, io.ErrNoProgress) {
 		t.Fatalf("an http/1.1 TLS client was served: %v", err)
 	}
-}
-
-// indexSnapshot is the snapshot of r with each bucket's index as its
-// counter id.
-func indexSnapshot(t testing.TB, r *rules.Rules) *snapshot.Snapshot {
-	t.Helper()
-	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
 }

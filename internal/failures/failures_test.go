@@ -35,6 +35,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
 
@@ -71,11 +72,11 @@ func newHarness(t *testing.T, token string) *harness {
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	limits := limits.NewResolver(snapshot.RulesLimits(r), nil)
-	svc, err := authz.New(authz.ConfigFrom(indexSnapshot(t, r)), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
+	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = failures.New(failures.ConfigFrom(indexSnapshot(t, r)), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(failures.ConfigFrom(indexSnapshot(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +508,7 @@ func TestRouteIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := failures.ConfigFrom(indexSnapshot(t, r))
+	cfg := failures.ConfigFrom(snapshottest.ByIndex(t, r))
 	if i := failures.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
 		t.Errorf("route login at %d", i)
 	}
@@ -532,7 +533,7 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(failures.ConfigFrom(indexSnapshot(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,22 +581,11 @@ routes:
 	}
 }
 
-// indexSnapshot is the snapshot of r with each bucket's index as its
-// counter id, so that a test reads the counter by index.
-func indexSnapshot(t testing.TB, r *rules.Rules) *snapshot.Snapshot {
-	t.Helper()
-	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
-
 // idsConfig is failure counting's configuration of r with the given
 // counter ids, by index.
 func idsConfig(t testing.TB, r *rules.Rules, ids ...counter.Bucket) failures.Config {
 	t.Helper()
-	c := failures.ConfigFrom(indexSnapshot(t, r))
+	c := failures.ConfigFrom(snapshottest.ByIndex(t, r))
 	for i := range c.Buckets {
 		c.Buckets[i].ID = ids[i]
 	}

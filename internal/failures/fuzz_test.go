@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
@@ -58,7 +59,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := failures.ConfigFrom(indexSnapshot(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
+	cfg, limits := failures.ConfigFrom(snapshottest.ByIndex(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // populated returns a cache holding n tenants, each with an
@@ -123,7 +124,7 @@ func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name str
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(authz.ConfigFrom(indexSnapshot(b, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
+			svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(b, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -190,15 +191,4 @@ func BenchmarkOverrideFor(b *testing.B) {
 			})
 		})
 	}
-}
-
-// indexSnapshot is the snapshot of r with each bucket's index as its
-// counter id, as the overrides here are filed.
-func indexSnapshot(t testing.TB, r *rules.Rules) *snapshot.Snapshot {
-	t.Helper()
-	snap, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, snapshot.ByPosition())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
 }
