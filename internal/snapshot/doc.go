@@ -9,8 +9,8 @@
 //     makes its counts comparable (name, window, algorithm, reserve; see
 //     Key and ID). A reload keeps a bucket's counts exactly when its Key
 //     is unchanged, and the ids to drop are those of the old snapshot the
-//     new one lacks (Dropped). Ids never leave the process: peers name
-//     buckets.
+//     new one lacks or gives another Key (Dropped). Ids never leave the
+//     process: peers name buckets.
 //   - Compile refuses, and returns no snapshot, what no component could
 //     serve: no rules, routes that do not compile, an overridable RLS
 //     rule named as a rules bucket, a name given twice, two keys with one

@@ -129,7 +129,7 @@ type Snapshot struct {
 	// rlsconfig index; empty without RLS.
 	RLSRules, RLSLimits []Bucket
 
-	ids map[counter.Bucket]bool
+	keys map[counter.Bucket]Key // by id
 }
 
 // Compile makes the snapshot of src. It refuses (and returns no
@@ -192,10 +192,7 @@ func (s *Snapshot) assignIDs(id func(Key) counter.Bucket) error {
 		}
 		byID[b.ID] = k
 	}
-	s.ids = make(map[counter.Bucket]bool, len(byID))
-	for id := range byID {
-		s.ids[id] = true
-	}
+	s.keys = byID
 	return nil
 }
 
@@ -214,17 +211,21 @@ func ByPosition() func(Key) counter.Bucket {
 }
 
 // Has reports whether the snapshot has a bucket of counter id id.
-func (s *Snapshot) Has(id counter.Bucket) bool { return s.ids[id] }
+func (s *Snapshot) Has(id counter.Bucket) bool {
+	_, ok := s.keys[id]
+	return ok
+}
 
-// Dropped are the ids of old's buckets that s no longer has: their counts
-// are to be dropped once s serves. Nil old: none.
+// Dropped are the ids of old's buckets that s no longer has, or has for
+// another Key (a collision across the two, which Compile cannot see):
+// their counts are to be dropped once s serves. Nil old: none.
 func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
 	if old == nil {
 		return nil
 	}
 	var out []counter.Bucket
-	for i := range old.Buckets {
-		if id := old.Buckets[i].ID; !s.ids[id] {
+	for id, k := range old.keys {
+		if now, ok := s.keys[id]; !ok || now != k {
 			out = append(out, id)
 		}
 	}
@@ -243,7 +244,10 @@ func (s *Snapshot) Reserved() []counter.Bucket {
 }
 
 // RuleBuckets are the rules file's buckets, by index.
-func (s *Snapshot) RuleBuckets() []Bucket { return s.Buckets[:len(s.Rules.Buckets)] }
+func (s *Snapshot) RuleBuckets() []Bucket {
+	n := len(s.Rules.Buckets)
+	return s.Buckets[:n:n]
+}
 
 // Limits are the rules file's buckets as limit resolution and override
 // validation take them, by index.

@@ -128,3 +128,23 @@ quota:
 		t.Errorf("participants count %+v", p)
 	}
 }
+
+// An id that one snapshot gives to a bucket and the next to another (a
+// collision no single compile sees) is dropped: the new bucket does not
+// inherit the old one's counts.
+func TestCollisionAcrossSnapshotsDropped(t *testing.T) {
+	src := func(name string) snapshot.Sources {
+		return snapshot.Sources{Rules: parse(t, strings.NewReplacer("x:", name+":", "[x,", "["+name+",").Replace(base))}
+	}
+	old, err := snapshot.CompileWith(src("x"), snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := snapshot.CompileWith(src("v"), snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := next.Dropped(old); !slices.Equal(d, []counter.Bucket{0}) {
+		t.Fatalf("dropped %v, want x's id 0, now v's", d)
+	}
+}
