@@ -26,12 +26,17 @@ type preparer interface {
 	Prepare(*snapshot.Snapshot) (swap func(), err error)
 }
 
-// frontEnd is one protocol the node serves: what it is called in a
-// refused reload's error, how it takes a snapshot, what it adds to the
+// part is a component a reload swaps: what it is called in a refused
+// reload's error and how it takes a snapshot.
+type part struct {
+	name string
+	svc  preparer
+}
+
+// frontEnd is one protocol the node serves: a part, what it adds to the
 // listeners and what runs beside them.
 type frontEnd struct {
-	name  string
-	svc   preparer
+	part
 	serve func(*server.Services)
 	run   func(context.Context) error // nil: nothing
 }
@@ -62,7 +67,7 @@ func newCheck(c *core) (*frontEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &frontEnd{name: "check", svc: svc, serve: func(s *server.Services) { s.Authz = svc }}, nil
+	return &frontEnd{part: part{"check", svc}, serve: func(s *server.Services) { s.Authz = svc }}, nil
 }
 
 // newFailures counts failed logins from Envoy's access log and POST
@@ -73,7 +78,7 @@ func newFailures(c *core) (*frontEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &frontEnd{name: "failure counting", svc: rec, serve: func(s *server.Services) { s.AccessLog, s.Failures = rec, rec }}, nil
+	return &frontEnd{part: part{"failure counting", rec}, serve: func(s *server.Services) { s.AccessLog, s.Failures = rec, rec }}, nil
 }
 
 // newRLQS serves StreamRateLimitQuotas when the rules file has a quota
@@ -93,7 +98,7 @@ func newRLQS(c *core) (*frontEnd, error) {
 		return nil, err
 	}
 	// The server ends its streams after the drain delay.
-	return &frontEnd{name: "RLQS", svc: svc, serve: func(s *server.Services) { s.RateLimitQuota = svc }, run: svc.Run}, nil
+	return &frontEnd{part: part{"RLQS", svc}, serve: func(s *server.Services) { s.RateLimitQuota = svc }, run: svc.Run}, nil
 }
 
 // newRLS serves Envoy's ratelimit filter (ShouldRateLimit) when the node
@@ -109,7 +114,7 @@ func newRLS(c *core) (*frontEnd, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &frontEnd{name: "ShouldRateLimit", svc: svc, serve: func(s *server.Services) { s.RateLimit = svc }}, nil
+	return &frontEnd{part: part{"ShouldRateLimit", svc}, serve: func(s *server.Services) { s.RateLimit = svc }}, nil
 }
 
 // rlsLimits resolves an overridable RLS rule's limit by its counter id:

@@ -124,7 +124,7 @@ type Node struct {
 	fronts       []*frontEnd
 
 	// What Reload swaps; see reload.go.
-	parts   []*frontEnd // the overrides cache and the replicator, when the node has them, then fronts
+	parts   []part // the overrides cache and the replicator, when the node has them, then fronts
 	reloads *reloadMetrics
 	mu      sync.Mutex         // serialises reloads; guards cur
 	cur     *snapshot.Snapshot // the configuration served
@@ -168,12 +168,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	var parts []*frontEnd
+	var parts []part
 	if cache != nil {
-		parts = append(parts, &frontEnd{name: "tenant overrides", svc: prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
+		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
 	}
 	if repl != nil {
-		parts = append(parts, &frontEnd{name: "replication", svc: repl})
+		parts = append(parts, part{"replication", repl})
 	}
 	c := &core{snap: snap, store: store, over: over, repl: repl, cfg: &cfg, reg: reg, log: log}
 	var fronts []*frontEnd
@@ -185,6 +185,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		}
 		if f != nil {
 			fronts = append(fronts, f)
+			parts = append(parts, f.part)
 			f.serve(&services)
 		}
 	}
@@ -208,7 +209,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{
 		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv, fronts: fronts,
-		parts: append(parts, fronts...), reloads: rm, cur: snap, sketch: sketch, log: log,
+		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {
 		srv.Close()
