@@ -2,7 +2,7 @@ package node
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -108,7 +108,7 @@ func newRLS(c *core) (*frontEnd, error) {
 		return nil, nil
 	}
 	if c.snap.RLS == nil {
-		return nil, fmt.Errorf("ShouldRateLimit: no RLS rules")
+		return nil, errors.New("ShouldRateLimit: no RLS rules")
 	}
 	svc, err := rls.New(rls.ConfigFrom(c.snap, c.cfg.RLS.Settings), c.store, rlsLimits{c.over}, c.reg, c.log, rls.Options{})
 	if err != nil {
