@@ -109,6 +109,7 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 	n.cur = snap
 	reset := snap.Dropped(old)
 	dropped := n.store.DropBuckets(reset)
+	n.sketch.Forget(reset)
 	r := snap.Rules
 	attrs := []any{"buckets", len(r.Buckets), "routes", len(r.Routes), "buckets_reset", len(reset), "keys_dropped", dropped}
 	if snap.RLS != nil {
