@@ -14,7 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func root(t *testing.T) string {
@@ -37,7 +37,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range r.Buckets {
-		lim, ok := limits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
+		lim, ok := limits.NewResolver(snapshot.RulesLimits(r), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
 		if b.Count == rules.CountFailures {
 			continue
 		}
@@ -58,7 +58,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Errorf("memory config: max_keys %d", r.Counter.MaxKeys)
 	}
 	for _, name := range []string{"token_create", "token_create_2", "token_create_3"} {
-		lim, _ := limits.NewResolver(wiring.Limits(r, nil), nil).Configured(counter.Bucket(indexOf(r, name)))
+		lim, _ := limits.NewResolver(snapshot.RulesLimits(r), nil).Configured(counter.Bucket(indexOf(r, name)))
 		if lim.ScaleMS != 90_000 || lim.Limit != 10 {
 			t.Errorf("memory config: %s %+v, want 10 per 90s", name, lim)
 		}

@@ -22,7 +22,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 const limitsUsage = `Usage: ratelimit-authz limits COMMAND [flags] ARGS
@@ -194,9 +194,8 @@ func (c *dbCommand) rules() (limits.Buckets, error) {
 		}
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
 	}
-	bs := wiring.Limits(r, nil)
 	if c.rlsDir == "" {
-		return bs, nil
+		return c.compile(snapshot.Sources{Rules: r})
 	}
 	cfg, err := rlsconfig.LoadDir(c.rlsDir, c.rlsDotfiles, rlsconfig.Options{MergeDomains: c.rlsMerge})
 	if err != nil {
@@ -205,18 +204,21 @@ func (c *dbCommand) rules() (limits.Buckets, error) {
 		}
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
 	}
-	// Ids after the buckets' indices, as the server gives each its own.
-	ids := make([]counter.Bucket, len(cfg.Rules()))
-	for i := range ids {
-		ids[i] = counter.Bucket(len(bs) + i)
-	}
-	for _, rb := range wiring.RLSOverridable(cfg, ids) {
-		if _, dup := bs.Index(rb.Name); dup {
-			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: the RLS rule name %q is also a bucket of %s: the server refuses this configuration", c.name, rb.Name, source)}
+	for _, rule := range cfg.Rules() {
+		if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
+			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: the RLS rule name %q is also a bucket of %s: the server refuses this configuration", c.name, rule.Name, source)}
 		}
-		bs = append(bs, rb)
 	}
-	return bs, nil
+	return c.compile(snapshot.Sources{Rules: r, RLS: cfg})
+}
+
+// compile is the overridable buckets of src as the server compiles them.
+func (c *dbCommand) compile(src snapshot.Sources) (limits.Buckets, error) {
+	snap, err := snapshot.Compile(src)
+	if err != nil {
+		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
+	}
+	return snap.Overridable(), nil
 }
 
 // connect opens the database; the caller closes it.

@@ -24,6 +24,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
@@ -48,11 +51,10 @@ type Limits interface {
 
 // Config is what the Service needs of the configuration.
 type Config struct {
-	// Buckets are indexed as the matcher's buckets (its dense indices).
-	Buckets []Bucket
-	// IDs are the buckets' ids in the counter, by the same index: ids
-	// that survive reloads (see counter.Bucket). nil: the index itself.
-	IDs []counter.Bucket
+	// Buckets are the rules file's, indexed as the matcher's buckets (its
+	// dense indices). Their names are descriptors.ValidBucketName: safe in
+	// a Structured Field string, a JSON body and a metric label.
+	Buckets []snapshot.Bucket
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
@@ -62,25 +64,6 @@ type Config struct {
 	DenyUnreadableAccount bool
 }
 
-// Bucket is what the Service needs of one bucket.
-type Bucket struct {
-	// Name is a descriptors.ValidBucketName: safe in a Structured Field
-	// string, a JSON body and a metric label.
-	Name string
-	Key  descriptors.KeyKind
-	// Shadow buckets count and report as usual but never deny.
-	Shadow bool
-	// CountFailures: the bucket counts failures reported later (failed
-	// logins); the check only peeks at it.
-	CountFailures bool
-	// DenyMissingKey refuses (403) a request lacking the key; otherwise it
-	// is allowed uncounted.
-	DenyMissingKey bool
-	// DenyOverflow refuses (429) a new key the counter has no room for;
-	// otherwise it is allowed uncounted.
-	DenyOverflow bool
-}
-
 // Service answers Envoy's Check calls. Create it with New; Update swaps
 // its configuration while it serves.
 type Service struct {
@@ -88,6 +71,7 @@ type Service struct {
 
 	gen     atomic.Pointer[generation]
 	limiter Limiter
+	over    limits.Overrides
 	log     *slog.Logger
 	now     func() time.Time
 	m       *metrics
@@ -116,7 +100,7 @@ type generation struct {
 
 type bucketState struct {
 	id      counter.Bucket // in the counter
-	rule    Bucket
+	rule    snapshot.Bucket
 	quoted  string // the bucket name as a Structured Field string
 	metrics bucketMetrics
 }
@@ -125,6 +109,9 @@ type bucketState struct {
 type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
+	// Overrides are the tenant overrides Prepare resolves a snapshot's
+	// limits over; nil: the configured limits only.
+	Overrides limits.Overrides
 }
 
 // New returns a Service for cfg, matching requests with m, resolving
@@ -142,7 +129,7 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 		return nil, err
 	}
 	s := &Service{
-		limiter: lim, log: log, now: opts.Now, m: mt,
+		limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -177,23 +164,58 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 // validates first: on an error nothing changes. The metrics stay those
 // registered by New (children for new bucket names are added).
 func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error {
-	if err := checkConfig(cfg, m, limits); err != nil {
+	swap, err := s.prepare(cfg, m, limits)
+	if err != nil {
 		return err
 	}
-	g := s.newGeneration(cfg, m, limits)
-	old := s.gen.Swap(g)
-	// The series of buckets the new configuration no longer has go: a
-	// renamed bucket must not leave a frozen one behind.
-	keep := make(map[string]bool, len(g.buckets))
-	for _, b := range g.buckets {
-		keep[b.rule.Name] = true
+	swap()
+	return nil
+}
+
+// Prepare validates snap for the Check, its limits resolved over
+// Options.Overrides, and returns what makes it the configuration of the
+// next Check; it changes nothing itself.
+func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	return s.prepare(ConfigFrom(snap), snap.Matcher, limits.NewResolver(snap.Limits(), s.over))
+}
+
+func (s *Service) prepare(cfg Config, m *descriptors.Engine, limits Limits) (func(), error) {
+	if err := checkConfig(cfg, m, limits); err != nil {
+		return nil, err
 	}
-	for _, b := range old.buckets {
-		if !keep[b.rule.Name] {
-			s.m.forget(b.rule.Name)
+	g := s.newGeneration(cfg, m, limits)
+	return func() {
+		old := s.gen.Swap(g)
+		// The series of buckets the new configuration no longer has go: a
+		// renamed bucket must not leave a frozen one behind.
+		keep := make(map[string]bool, len(g.buckets))
+		for _, b := range g.buckets {
+			keep[b.rule.Name] = true
+		}
+		for _, b := range old.buckets {
+			if !keep[b.rule.Name] {
+				s.m.forget(b.rule.Name)
+			}
+		}
+	}, nil
+}
+
+// ConfigFrom is the Check's part of snap: the rules file's buckets and
+// routes.
+func ConfigFrom(snap *snapshot.Snapshot) Config {
+	r := snap.Rules
+	c := Config{
+		Buckets:               snap.RuleBuckets(),
+		Routes:                make([]string, len(r.Routes)),
+		DenyUnreadableAccount: r.Keys.UnreadableAccount == rules.AccountDeny,
+	}
+	for i, rt := range r.Routes {
+		c.Routes[i] = rt.Name
+		if rt.Name == "" {
+			c.Routes[i] = rt.Path
 		}
 	}
-	return nil
+	return c
 }
 
 func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
@@ -202,9 +224,6 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 	}
 	if len(cfg.Buckets) != m.NumBuckets() || len(cfg.Routes) != m.NumRoutes() {
 		return fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
-	}
-	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
-		return fmt.Errorf("authz: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
 	}
 	for _, b := range cfg.Buckets {
 		if !descriptors.ValidBucketName(b.Name) {
@@ -216,13 +235,9 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 
 func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
-	for i, b := range cfg.Buckets {
-		id := counter.Bucket(i)
-		if cfg.IDs != nil {
-			id = cfg.IDs[i]
-		}
+	for _, b := range cfg.Buckets {
 		g.buckets = append(g.buckets, bucketState{
-			id:      id,
+			id:      b.ID,
 			rule:    b,
 			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
 			metrics: s.m.forBucket(b.Name),
@@ -329,7 +344,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.R
 			continue
 		}
 		login = login || b.rule.CountFailures
-		if d.Key == descriptors.UnreadableAccount && b.rule.Key == descriptors.KeyAccount && g.denyUnreadableAcct {
+		if d.Key == descriptors.UnreadableAccount && b.rule.Key.Kind == descriptors.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
 			return s.denyUnreadable(b)

@@ -29,8 +29,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // t0 is the start of a minute, so 1 s and 1 min windows both begin here.
@@ -80,8 +81,8 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
-	limits := limits.NewResolver(wiring.Limits(r, nil), over)
-	h.svc, err = authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	limits := limits.NewResolver(snapshot.RulesLimits(r), over)
+	h.svc, err = authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

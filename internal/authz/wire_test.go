@@ -9,11 +9,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // equivalenceConfig has a bucket of every key kind, failure counting,
@@ -156,7 +158,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := h.svc.Update(wiring.Authz(next, nil), m, limits.NewResolver(wiring.Limits(next, nil), nil)); err != nil {
+	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
 		t.Fatal(err)
 	}
 	// Decoded without x-api-key, the request would be refused for

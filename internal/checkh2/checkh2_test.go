@@ -34,9 +34,10 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // newAuthz is the product's Check handler on the shipped configuration,
@@ -58,7 +59,7 @@ func newAuthz(t testing.TB) *authz.Service {
 	}
 	clock := &testclock.Clock{}
 	clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits.NewResolver(wiring.Limits(r, nil), nil),
+	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), nil),
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler), authz.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -28,11 +28,11 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("Algorithm(%d)", uint8(a))
 }
 
-// Bucket identifies a bucket for the life of a node: the first
-// configuration's buckets are 0..n−1 in its order, and a reload keeps the
-// id of every bucket whose name, window, algorithm and reserve are
-// unchanged (see package wiring). Nodes name buckets to each other by
-// name, never by id. Counts of one key in different buckets never mix.
+// Bucket identifies a bucket in the store: any 32-bit value (package
+// snapshot derives it from what makes a bucket's counts comparable, so a
+// reload keeps the id of every bucket whose name, window, algorithm and
+// reserve are unchanged). Nodes name buckets to each other by name, never
+// by id. Counts of one key in different buckets never mix.
 type Bucket uint32
 
 // Bounds of a Limit. They are chosen so that every product the store

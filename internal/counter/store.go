@@ -307,18 +307,16 @@ func satAdd(a, n int64) int64 {
 	return a + n
 }
 
-// reservedSet is an immutable set of buckets, by id.
+// reservedSet is an immutable set of buckets, by id (ids are hashes,
+// spread over the whole range: a map, not a slice by id).
 type reservedSet struct {
-	in  []bool // by bucket
+	in  map[Bucket]bool
 	any bool
 }
 
 func newReservedSet(bs []Bucket) *reservedSet {
-	rs := &reservedSet{any: len(bs) > 0}
+	rs := &reservedSet{in: make(map[Bucket]bool, len(bs)), any: len(bs) > 0}
 	for _, b := range bs {
-		if int(b) >= len(rs.in) {
-			rs.in = append(rs.in, make([]bool, int(b)+1-len(rs.in))...)
-		}
 		rs.in[b] = true
 	}
 	return rs
@@ -332,7 +330,7 @@ func (s *Store) SetReserved(bs []Bucket) { s.reserved.Store(newReservedSet(bs)) 
 // room is how many keys sh may hold when a key of bucket is added.
 func (s *Store) room(sh *shard, bucket Bucket) int {
 	rs := s.reserved.Load()
-	if !rs.any || (int(bucket) < len(rs.in) && rs.in[bucket]) {
+	if !rs.any || rs.in[bucket] {
 		return sh.capacity
 	}
 	return sh.capacity - sh.reserve
@@ -349,7 +347,7 @@ func (s *Store) DropBuckets(bs []Bucket) int {
 		return 0
 	}
 	drop := newReservedSet(bs).in
-	gone := func(b Bucket) bool { return int(b) < len(drop) && drop[b] }
+	gone := func(b Bucket) bool { return drop[b] }
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]

@@ -16,7 +16,7 @@ const module = "github.com/ratelimit-authz/ratelimit-authz/"
 
 // configSide is configuration and wire decoding: what check-config, the
 // CLI and the fuzzers load, and what a node compiles before it serves.
-var configSide = []string{"internal/rules", "internal/rlsconfig", "internal/limits", "internal/checkwire", "internal/descriptors", "internal/counter"}
+var configSide = []string{"internal/rules", "internal/rlsconfig", "internal/limits", "internal/snapshot", "internal/checkwire", "internal/descriptors", "internal/counter"}
 
 // servingSide is what talks to the network or a database: drivers, NATS,
 // gRPC, the front ends and the packages that assemble them. Module

@@ -55,6 +55,8 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // The dynamic-metadata contract between the Check, which writes it on
@@ -95,11 +97,9 @@ type Limits interface {
 
 // Config is what a Recorder needs of the configuration.
 type Config struct {
-	// Buckets are indexed as the Check's (the matcher's dense indices).
-	Buckets []Bucket
-	// IDs are the buckets' ids in the counter, by the same index (see
-	// counter.Bucket). nil: the index itself.
-	IDs []counter.Bucket
+	// Buckets are the rules file's, indexed as the Check's (the matcher's
+	// dense indices); reports count in those with CountFailures.
+	Buckets []snapshot.Bucket
 	// Routes are the route rules, for reports that name one.
 	Routes []Route
 	// StatusCodes are the response codes that count as failures
@@ -108,15 +108,6 @@ type Config struct {
 	// IPv6Prefix is the prefix length IPv6 clients are keyed by, as the
 	// Check keys them.
 	IPv6Prefix int
-}
-
-// Bucket is what a Recorder needs of one bucket.
-type Bucket struct {
-	Name string
-	Key  descriptors.KeyKind
-	// CountFailures marks the buckets reports count in; others are
-	// never touched.
-	CountFailures bool
 }
 
 // Route is one route rule: a report names it by Name, or an unnamed one by
@@ -149,6 +140,9 @@ type Options struct {
 	Token string
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
+	// Overrides are the tenant overrides Prepare resolves a snapshot's
+	// limits over; nil: the configured limits only.
+	Overrides limits.Overrides
 }
 
 // Recorder counts reported failures. Create it with New; Update swaps its
@@ -158,6 +152,7 @@ type Recorder struct {
 
 	gen   atomic.Pointer[generation]
 	count Counter
+	over  limits.Overrides
 	log   *slog.Logger
 	now   func() time.Time
 	token []byte
@@ -174,8 +169,7 @@ type Recorder struct {
 type generation struct {
 	cfg     Config
 	limits  Limits
-	byName  map[string]int // bucket name → index
-	ids     []counter.Bucket
+	byName  map[string]int  // bucket name → index
 	metrics []bucketMetrics // by index
 	// failureBuckets are the buckets with count: failures, in config order.
 	failureBuckets []int
@@ -197,7 +191,7 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
-	rec := &Recorder{count: c, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	rec := &Recorder{count: c, over: opts.Overrides, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
@@ -214,30 +208,60 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 // report being counted finishes on the previous one. It validates first:
 // on an error nothing changes.
 func (rec *Recorder) Update(cfg Config, limits Limits) error {
-	if limits == nil {
-		return errors.New("failures: Update needs limits")
-	}
-	if err := checkConfig(cfg); err != nil {
+	swap, err := rec.prepare(cfg, limits)
+	if err != nil {
 		return err
 	}
-	g := rec.newGeneration(cfg, limits)
-	old := rec.gen.Swap(g)
-	// The series of failure buckets the new configuration no longer has
-	// go: a renamed bucket must not leave a frozen one behind.
-	for _, b := range old.cfg.Buckets {
-		if i, ok := g.byName[b.Name]; b.CountFailures && (!ok || !g.cfg.Buckets[i].CountFailures) {
-			rec.m.forget(b.Name)
-		}
-	}
+	swap()
 	return nil
+}
+
+// Prepare validates snap for failure counting, its limits resolved over
+// Options.Overrides, and returns what makes it the configuration of the
+// next report; it changes nothing itself.
+func (rec *Recorder) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	return rec.prepare(ConfigFrom(snap), limits.NewResolver(snap.Limits(), rec.over))
+}
+
+func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
+	if limits == nil {
+		return nil, errors.New("failures: Update needs limits")
+	}
+	if err := checkConfig(cfg); err != nil {
+		return nil, err
+	}
+	g := rec.newGeneration(cfg, limits)
+	return func() {
+		old := rec.gen.Swap(g)
+		// The series of failure buckets the new configuration no longer
+		// has go: a renamed bucket must not leave a frozen one behind.
+		for _, b := range old.cfg.Buckets {
+			if i, ok := g.byName[b.Name]; b.CountFailures && (!ok || !g.cfg.Buckets[i].CountFailures) {
+				rec.m.forget(b.Name)
+			}
+		}
+	}, nil
+}
+
+// ConfigFrom is failure counting's part of snap: the rules file's
+// buckets, routes, failure codes and IPv6 prefix.
+func ConfigFrom(snap *snapshot.Snapshot) Config {
+	r := snap.Rules
+	c := Config{
+		Buckets:     snap.RuleBuckets(),
+		Routes:      make([]Route, len(r.Routes)),
+		StatusCodes: r.Failures.StatusCodes,
+		IPv6Prefix:  r.Keys.IPv6Prefix,
+	}
+	for i, rt := range r.Routes {
+		c.Routes[i] = Route{Name: rt.Name, Path: rt.Path, Buckets: rt.Buckets}
+	}
+	return c
 }
 
 func checkConfig(cfg Config) error {
 	if len(cfg.StatusCodes) == 0 {
 		return errors.New("failures: no status codes count as failures")
-	}
-	if cfg.IDs != nil && len(cfg.IDs) != len(cfg.Buckets) {
-		return fmt.Errorf("failures: %d bucket ids for %d buckets", len(cfg.IDs), len(cfg.Buckets))
 	}
 	for _, rt := range cfg.Routes {
 		for _, b := range rt.Buckets {
@@ -250,13 +274,7 @@ func checkConfig(cfg Config) error {
 }
 
 func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
-	g := &generation{cfg: cfg, limits: limits, byName: map[string]int{}, ids: cfg.IDs, metrics: rec.m.forBuckets(cfg.Buckets)}
-	if g.ids == nil {
-		g.ids = make([]counter.Bucket, len(cfg.Buckets))
-		for i := range g.ids {
-			g.ids[i] = counter.Bucket(i)
-		}
-	}
+	g := &generation{cfg: cfg, limits: limits, byName: map[string]int{}, metrics: rec.m.forBuckets(cfg.Buckets)}
 	for i, b := range cfg.Buckets {
 		if _, dup := g.byName[b.Name]; !dup {
 			g.byName[b.Name] = i
@@ -279,7 +297,7 @@ func (g *generation) isFailure(code uint32) bool {
 // refused, never dropped unseen; the check then fails closed on the same
 // full table (failure buckets deny on overflow by default).
 func (rec *Recorder) record(g *generation, b int, key string, lim counter.Limit, now time.Time) counter.Result {
-	after := rec.count.Incr(g.ids[b], key, lim, 1, now)
+	after := rec.count.Incr(g.cfg.Buckets[b].ID, key, lim, 1, now)
 	bm := g.metrics[b]
 	if after.Overflow {
 		bm.refused.Inc()
@@ -557,7 +575,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	res := ReportResult{Counted: map[string]BucketState{}}
 	for _, b := range buckets {
 		var key string
-		switch g.cfg.Buckets[b].Key {
+		switch g.cfg.Buckets[b].Key.Kind {
 		case descriptors.KeyIP:
 			key = ip
 		case descriptors.KeyAccount:

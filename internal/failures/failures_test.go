@@ -34,8 +34,9 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // t0 starts a minute: the login buckets' windows begin here.
@@ -70,12 +71,12 @@ func newHarness(t *testing.T, token string) *harness {
 	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limits := limits.NewResolver(wiring.Limits(r, nil), nil)
-	svc, err := authz.New(wiring.Authz(r, nil), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
+	limits := limits.NewResolver(snapshot.RulesLimits(r), nil)
+	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = failures.New(wiring.Failures(r, nil), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +463,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(wiring.Failures(r, nil), overflowing{}, limits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +508,7 @@ func TestRouteIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := wiring.Failures(r, nil)
+	cfg := failures.ConfigFrom(snapshottest.ByIndex(t, r))
 	if i := failures.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
 		t.Errorf("route login at %d", i)
 	}
@@ -532,7 +533,7 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(wiring.Failures(r, nil), store, limits.NewResolver(wiring.Limits(r, nil), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -565,7 +566,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Update(wiring.Failures(next, []counter.Bucket{20, 1}), limits.NewResolver(wiring.Limits(next, []counter.Bucket{20, 1}), nil)); err != nil {
+	if err := rec.Update(idsConfig(t, next, 20, 1), limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
 		t.Fatal(err)
 	}
 	if series("login_ip") {
@@ -578,4 +579,15 @@ routes:
 	if !series("login_addr") {
 		t.Error("the new bucket counted no failure")
 	}
+}
+
+// idsConfig is failure counting's configuration of r with the given
+// counter ids, by index.
+func idsConfig(t testing.TB, r *rules.Rules, ids ...counter.Bucket) failures.Config {
+	t.Helper()
+	c := failures.ConfigFrom(snapshottest.ByIndex(t, r))
+	for i := range c.Buckets {
+		c.Buckets[i].ID = ids[i]
+	}
+	return c
 }

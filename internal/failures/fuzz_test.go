@@ -19,7 +19,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
@@ -58,7 +59,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := wiring.Failures(r, nil), limits.NewResolver(wiring.Limits(r, nil), nil)
+	cfg, limits := failures.ConfigFrom(snapshottest.ByIndex(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 type reportResult = string
@@ -75,7 +77,7 @@ func (m *metrics) forget(name string) {
 
 // forBuckets are the children of the buckets' metrics, by bucket index;
 // set for failure buckets.
-func (m *metrics) forBuckets(buckets []Bucket) []bucketMetrics {
+func (m *metrics) forBuckets(buckets []snapshot.Bucket) []bucketMetrics {
 	bm := make([]bucketMetrics, len(buckets))
 	for i, b := range buckets {
 		if b.CountFailures {

@@ -9,7 +9,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func TestParseRate(t *testing.T) {
@@ -55,7 +55,7 @@ func TestValidate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(limits.OverridableBuckets(wiring.Limits(r, nil)), ","); got != "activity_create,inbound,token_generate,upload" {
+	if got := strings.Join(limits.OverridableBuckets(snapshot.RulesLimits(r)), ","); got != "activity_create,inbound,token_generate,upload" {
 		t.Fatalf("overridable buckets of the shipped config: %s", got)
 	}
 	allowed := "activity_create, inbound, token_generate, upload"
@@ -70,7 +70,7 @@ func TestValidate(t *testing.T) {
 		{o: limits.Override{Bucket: "upload", Limit: 0, ScaleMS: 1000}, err: "limit 0"},
 		{o: limits.Override{Bucket: "upload", Limit: 5, ScaleMS: 1500}, err: "window 1500 ms is not one of 1s, 1m, 1h, 1d"},
 	} {
-		err := limits.Validate(wiring.Limits(r, nil), tc.o)
+		err := limits.Validate(snapshot.RulesLimits(r), tc.o)
 		switch {
 		case tc.err == "" && err != nil:
 			t.Errorf("%+v: %v", tc.o, err)

@@ -72,20 +72,20 @@ func adminAsk(r *replicate.Replicator) func(context.Context, []byte) ([]admin.Pe
 // its route default, or none (its keys' limits come from elsewhere).
 func (n *Node) adminBuckets() []admin.Bucket {
 	n.mu.Lock()
-	g := n.cur
+	snap := n.cur
 	n.mu.Unlock()
 	var bs []admin.Bucket
-	for i, b := range g.rules.Buckets {
+	for i, b := range snap.Rules.Buckets {
 		lim := b.Limit
 		if !b.HasLimit {
 			lim = b.Default
 		}
-		bs = append(bs, admin.Bucket{ID: g.ids.IDs[i], Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"})
+		bs = append(bs, admin.Bucket{ID: snap.Buckets[i].ID, Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"})
 	}
-	if g.rls != nil {
-		for i, r := range g.rls.Rules() {
+	if snap.RLS != nil {
+		for i, r := range snap.RLS.Rules() {
 			lim, _ := r.Limit()
-			bs = append(bs, admin.Bucket{ID: g.rlsRuleIDs[i], Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls"})
+			bs = append(bs, admin.Bucket{ID: snap.RLSRules[i].ID, Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls"})
 		}
 	}
 	return bs

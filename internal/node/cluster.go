@@ -13,11 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // Cluster is the cluster backend: counts replicated over NATS. Secrets
@@ -100,30 +97,6 @@ func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prom
 			"whoever can publish on the NATS subjects can change counts, and whoever can subscribe reads every key (IPs, accounts, tenants)")
 	}
 	return repl, nil
-}
-
-// peerBounds is what a peer may report per bucket: the window length of
-// the bucket's limit on this node (its own, else the route default, else
-// the built-in one) with limit × replicate.PeerCountFactor, and for an
-// overridable bucket every window a tenant override can have
-// (limits.Scales), with any count an override allows.
-func peerBounds(r *rules.Rules) replicate.BucketWindows {
-	w := make(replicate.BucketWindows, len(r.Buckets))
-	res := limits.NewResolver(wiring.Limits(r, nil), nil)
-	for i := range r.Buckets {
-		m := map[int64]int64{}
-		add := func(l counter.Limit) { m[l.ScaleMS] = max(m[l.ScaleMS], replicate.BoundFor(l.Limit)) }
-		if l, ok := res.Configured(counter.Bucket(i)); ok {
-			add(l)
-		}
-		if r.Buckets[i].Overridable {
-			for _, sc := range limits.Scales {
-				add(counter.Limit{Limit: counter.MaxLimit, ScaleMS: sc.MS})
-			}
-		}
-		w[i] = m
-	}
-	return w
 }
 
 // readyAfter is what readiness waits for: the replicator's warm start.

@@ -1,8 +1,9 @@
 // Package node assembles one ratelimit-authz node from a Config: the
-// in-memory counter, the route matcher, the ext_authz Check service,
-// failed-login counting, the tenant-override cache (with a database URL),
-// the replicator (with a Cluster), the listeners of package server, and the
-// Prometheus registry every component reports to.
+// in-memory counter, the tenant-override cache (with a database URL), the
+// replicator (with a Cluster), the front ends it lists in frontends.go
+// (the ext_authz Check, failed-login counting, RLQS, ShouldRateLimit),
+// the listeners of package server, and the Prometheus registry every
+// component reports to.
 //
 // Invariants:
 //
@@ -14,11 +15,12 @@
 //   - Shutdown is ordered: the server drains and stops every front end
 //     before the replicator stops, so its final batch carries every check
 //     answered meanwhile.
-//   - A reload (ReloadSources, ReloadFrom) builds the whole new generation
-//     first (an error changes nothing), then each component takes it; a
-//     bucket keeps its counts while its name, window, algorithm and reserve
-//     hold. Reloads are serialised; one changing the counter's bounds is
-//     refused.
+//   - A reload (ReloadSources, ReloadFrom) compiles the sources into one
+//     snapshot and has every component prepare it (an error changes
+//     nothing), then swaps them all and drops the counts of the ids the
+//     old snapshot had and the new one lacks; a bucket keeps its counts
+//     while its name, window, algorithm and reserve hold. Reloads are
+//     serialised; one changing the counter's bounds is refused.
 //
 // Failure mode: New returns an error for a Config it cannot serve (no
 // rules, a negative interval, a listener that cannot be bound, an invalid

@@ -15,18 +15,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // Config is a node's configuration. Rules is required; every other zero
@@ -127,24 +121,15 @@ type Node struct {
 	runOverrides func(context.Context) error
 	srv          *server.Server
 	running      atomic.Bool
+	fronts       []*frontEnd
 
 	// What Reload swaps; see reload.go.
-	svc     *authz.Service
-	rec     *failures.Recorder
-	over    limits.Overrides // nil: no database
-	cache   *overrides.Cache // nil: no database
-	ids     *wiring.IDs
+	parts   []part // the overrides cache and the replicator, when the node has them, then fronts
 	reloads *reloadMetrics
-	mu      sync.Mutex  // serialises reloads; guards cur
-	cur     *generation // the configuration served
-	// rlsSvc serves ShouldRateLimit with the RLS part of each generation
-	// under rlsSettings; nil: the node serves no RLS rules.
-	rlsSvc      *rls.Service
-	rlsSettings rls.Settings
-	// rlqsSvc serves StreamRateLimitQuotas with the quota section of each
-	// generation; nil: the rules file has none.
-	rlqsSvc *rlqs.Service
-	admin   *admin.Server // nil: off
+	mu      sync.Mutex         // serialises reloads; guards cur
+	cur     *snapshot.Snapshot // the configuration served
+	sketch  *top.Sketch        // nil: no admin listener
+	admin   *admin.Server      // nil: off
 	log     *slog.Logger
 }
 
@@ -163,56 +148,49 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	ids := new(wiring.IDs)
-	g, err := planGeneration(Sources{Rules: cfg.Rules, RLS: rc}, ids)
+	snap, err := snapshot.Compile(Sources{Rules: cfg.Rules, RLS: rc})
 	if err != nil {
 		return nil, err
 	}
-	r := g.rules
 	sketch, err := newSketch(cfg.Admin, reg)
 	if err != nil {
 		return nil, err
 	}
-	store, err := newCounter(r, g.reserved, cfg.Cluster != nil, sketch, reg)
+	store, err := newCounter(snap.Rules, snap.Reserved(), cfg.Cluster != nil, sketch, reg)
 	if err != nil {
 		return nil, err
 	}
-	overrides, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, g.overridable, reg, log)
+	over, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, snap.Overridable(), reg, log)
 	if err != nil {
 		return nil, err
 	}
-	g.build(overrides)
-	svc, err := authz.New(g.authz, g.matcher, store, g.limits, reg, log, authz.Options{})
+	repl, err := newReplicator(cfg.Cluster, replicate.TableFrom(snap), store, reg, log)
 	if err != nil {
 		return nil, err
 	}
-	var rlsSvc *rls.Service
-	var rlsSettings rls.Settings
-	if cfg.RLS != nil {
-		rlsSettings = cfg.RLS.Settings
-		if rlsSvc, err = rls.New(g.rlsConfig(rlsSettings), store, rlsLimits{overrides}, reg, log, rls.Options{}); err != nil {
+	var parts []part
+	if cache != nil {
+		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
+	}
+	if repl != nil {
+		parts = append(parts, part{"replication", repl})
+	}
+	c := &core{snap: snap, store: store, over: over, repl: repl, cfg: &cfg, reg: reg, log: log}
+	var fronts []*frontEnd
+	services := server.Services{}
+	for _, newFront := range frontEnds() {
+		f, err := newFront(c)
+		if err != nil {
 			return nil, err
 		}
-	}
-	repl, err := newReplicator(cfg.Cluster, g.table, store, reg, log)
-	if err != nil {
-		return nil, err
-	}
-	var rlqsSvc *rlqs.Service
-	if r.Quota != nil {
-		if rlqsSvc, err = rlqs.New(g.rlqsConfig(), store, reg, log, rlqsOptions(cfg.Cluster, repl)); err != nil {
-			return nil, err
+		if f != nil {
+			fronts = append(fronts, f)
+			parts = append(parts, f.part)
+			f.serve(&services)
 		}
-	}
-	rec, err := failures.New(g.failures, store, g.limits, reg, log, failures.Options{Token: cfg.FailuresToken})
-	if err != nil {
-		return nil, err
 	}
 	rm, err := newReloadMetrics(reg, log)
 	if err != nil {
-		return nil, err
-	}
-	if err := ids.Commit(g.ids, time.Now()); err != nil {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{
@@ -225,14 +203,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
 		Limits:                  cfg.Limits,
 		StreamWorkers:           cfg.StreamWorkers,
-	}, services(svc, rlsSvc, rlqsSvc, rec), reg, log)
+	}, services, reg, log)
 	if err != nil {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv,
-		svc: svc, rec: rec, over: overrides, cache: cache, ids: ids, reloads: rm, cur: g,
-		rlsSvc: rlsSvc, rlsSettings: rlsSettings, rlqsSvc: rlqsSvc, log: log,
+		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv, fronts: fronts,
+		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {
 		srv.Close()
@@ -240,6 +217,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	return n, nil
 }
+
+// prepareFunc is a preparer from a function.
+type prepareFunc func(*snapshot.Snapshot) (func(), error)
+
+func (f prepareFunc) Prepare(s *snapshot.Snapshot) (func(), error) { return f(s) }
 
 // Run serves until ctx ends, then shuts down in the order of the package
 // doc and returns nil, or the first error of a component. It may be
@@ -258,8 +240,10 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return runReplicator(gctx, srvDone, n.repl) }) // final batch after gRPC stops
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
-	if n.rlqsSvc != nil {
-		g.Go(func() error { return n.rlqsSvc.Run(gctx) }) // the server ends its streams after the drain delay
+	for _, f := range n.fronts {
+		if f.run != nil {
+			g.Go(func() error { return f.run(gctx) })
+		}
 	}
 	return g.Wait()
 }

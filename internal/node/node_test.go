@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
@@ -353,19 +354,23 @@ routes:
   - {method: POST, path: /b, buckets: [custom], defaults: {custom: {limit: 9, per: 10s}}}
   - {method: POST, path: /c, buckets: [custom]}
 `)
-	b := peerBounds(r)
+	snap, err := snapshot.Compile(Sources{Rules: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := replicate.TableFrom(snap).Bounds
 	for _, c := range []struct {
 		bucket string
 		scale  int64
 		want   int64
 		ok     bool
 	}{
-		{"activity_create", 1000, replicate.BoundFor(counter.MaxLimit), true}, // own 100/s, and overrides
-		{"activity_create", 3_600_000, replicate.BoundFor(counter.MaxLimit), true},
+		{"activity_create", 1000, snapshot.BoundFor(counter.MaxLimit), true}, // own 100/s, and overrides
+		{"activity_create", 3_600_000, snapshot.BoundFor(counter.MaxLimit), true},
 		{"activity_create", 2000, 0, false},
-		{"login_ip", 60_000, 5 * replicate.PeerCountFactor, true}, // built-in 5/min
+		{"login_ip", 60_000, 5 * snapshot.PeerCountFactor, true}, // built-in 5/min
 		{"login_ip", 1000, 0, false},
-		{"custom", 10_000, 9 * replicate.PeerCountFactor, true}, // its route default
+		{"custom", 10_000, 9 * snapshot.PeerCountFactor, true}, // its route default
 		{"custom", 60_000, 0, false},
 	} {
 		got, ok := b.PeerBound(counter.Bucket(r.BucketIndex(c.bucket)), c.scale)

@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // rlsText is an RLS configuration of domain d: kept at perMinute a
@@ -73,7 +74,7 @@ func TestReloadRLSRules(t *testing.T) {
 	cfg := local(reloadRules(t, 10, 10, "1h"))
 	cfg.RLS = &RLS{Layout: layout}
 	n := start(t, cfg)
-	svc := n.rlsSvc
+	svc := rlsService(t, n.Node)
 	ext := func() (*rules.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
 	if got := rlsAllowed(t, svc, "kept", 3); got != 3 {
 		t.Fatalf("kept: %d of 3", got)
@@ -111,19 +112,20 @@ func TestReloadRLSRules(t *testing.T) {
 	}
 	seen := map[uint32]string{}
 	g := n.cur
-	for i, id := range g.ids.IDs {
+	table := replicate.TableFrom(g)
+	for i, id := range table.IDs {
 		if other, dup := seen[uint32(id)]; dup {
-			t.Fatalf("id %d given to %s and %s", id, other, g.table.Buckets[i])
+			t.Fatalf("id %d given to %s and %s", id, other, table.Buckets[i])
 		}
-		seen[uint32(id)] = g.table.Buckets[i]
+		seen[uint32(id)] = table.Buckets[i]
 	}
-	bounds, _ := g.table.Bounds.(replicate.BucketWindows)
-	if len(g.table.Buckets) != len(g.ids.IDs) || len(g.table.Algorithms) != len(g.ids.IDs) || len(bounds) != len(g.ids.IDs) {
-		t.Fatalf("replication table of %d names, %d algorithms and %d bounds for %d ids", len(g.table.Buckets), len(g.table.Algorithms), len(bounds), len(g.ids.IDs))
+	bounds, _ := table.Bounds.(replicate.BucketWindows)
+	if len(table.Buckets) != len(table.IDs) || len(table.Algorithms) != len(table.IDs) || len(bounds) != len(table.IDs) {
+		t.Fatalf("replication table of %d names, %d algorithms and %d bounds for %d ids", len(table.Buckets), len(table.Algorithms), len(bounds), len(table.IDs))
 	}
 	// Peers may report an RLS rule in its own window only.
-	kept := slices.Index(g.table.Buckets, g.rls.Rules()[0].Bucket)
-	if mx, ok := bounds.PeerBound(counter.Bucket(kept), 60_000); !ok || mx != replicate.BoundFor(6) {
+	kept := slices.Index(table.Buckets, g.RLS.Rules()[0].Bucket)
+	if mx, ok := bounds.PeerBound(counter.Bucket(kept), 60_000); !ok || mx != snapshot.BoundFor(6) {
 		t.Errorf("kept's bound per minute: %d %v", mx, ok)
 	}
 	if _, ok := bounds.PeerBound(counter.Bucket(kept), 3_600_000); ok {
@@ -151,5 +153,42 @@ func TestReloadRLSRules(t *testing.T) {
 	}
 	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {
 		t.Fatal("a refused reload changed the RLS rules")
+	}
+}
+
+// A reload that one component refuses after the others accepted it
+// changes nothing: the Check keeps its limits and counts, the snapshot
+// served and the counter's keys stay, and the refusal is counted.
+func TestReloadRefusedByOneComponentChangesNothing(t *testing.T) {
+	cfg := local(reloadRules(t, 3, 3, "1h"))
+	cfg.RLS = &RLS{Layout: rlsLayout(t, map[string]string{"d.yaml": rlsText(5, "hour")})}
+	n := start(t, cfg)
+	c, _ := dial(t, n.GRPCAddr())
+	if got := spendN(t, c, "/spend", "acme", 3); got != 3 {
+		t.Fatalf("%d of the first 3 allowed", got)
+	}
+	svc := rlsService(t, n.Node)
+	if got := rlsAllowed(t, svc, "changed", 1); got != 1 {
+		t.Fatal("RLS rule changed refused its first hit")
+	}
+	cur, keys := n.cur, n.store.Len()
+	// spend's window and limit change (a new id: its counts would go), and
+	// no RLS rules come with it: the Check, failure counting and RLQS
+	// accept it, ShouldRateLimit refuses it.
+	err := n.ReloadSources(context.Background(), Sources{Rules: reloadRules(t, 10, 3, "1m")})
+	if err == nil || !strings.Contains(err.Error(), "ShouldRateLimit") {
+		t.Fatalf("a generation without RLS rules: %v, want ShouldRateLimit's refusal", err)
+	}
+	if n.cur != cur || n.store.Len() != keys {
+		t.Fatalf("the refused reload changed the snapshot or dropped keys (%d → %d)", keys, n.store.Len())
+	}
+	if checkPath(t, c, "/spend", "acme") {
+		t.Fatal("spend admitted a 4th check: the refused reload swapped the Check's limits or dropped its counts")
+	}
+	if got := rlsAllowed(t, svc, "changed", 3); got != 2 {
+		t.Fatalf("RLS rule changed admitted %d of 3 more, want 2 (3 per hour, 1 counted)", got)
+	}
+	if v := gathered(t, n, `ratelimit_authz_config_reloads_total{result="failure"}`); v != 1 {
+		t.Errorf("reloads_total{failure} = %v, want 1", v)
 	}
 }

@@ -17,16 +17,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // rlsLayout writes envoyproxy/ratelimit configuration files in upstream's
@@ -212,11 +211,11 @@ func TestRLSTenantOverride(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ruleIDs := make([]counter.Bucket, len(rc.Rules()))
-	for i := range ruleIDs {
-		ruleIDs[i] = counter.Bucket(len(r.Buckets) + i)
+	snap, err := snapshot.Compile(Sources{Rules: r, RLS: rc})
+	if err != nil {
+		t.Fatal(err)
 	}
-	store, err := overridedb.NewStore(conn, append(wiring.Limits(r, nil), wiring.RLSOverridable(rc, ruleIDs)...))
+	store, err := overridedb.NewStore(conn, snap.Overridable())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,4 +239,16 @@ func TestRLSTenantOverride(t *testing.T) {
 			t.Errorf("%s: current limit %v, want %d/%v", tc.tenant, l, tc.rpu, tc.unit)
 		}
 	}
+}
+
+// rlsService is the ShouldRateLimit service n serves.
+func rlsService(t *testing.T, n *Node) *rls.Service {
+	t.Helper()
+	for _, f := range n.fronts {
+		if svc, ok := f.svc.(*rls.Service); ok {
+			return svc
+		}
+	}
+	t.Fatal("the node serves no ShouldRateLimit")
+	return nil
 }

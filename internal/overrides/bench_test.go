@@ -16,7 +16,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // populated returns a cache holding n tenants, each with an
@@ -123,7 +124,7 @@ func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name str
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(wiring.Authz(r, nil), m, store, limits.NewResolver(wiring.Limits(r, nil), bc.over), newRegistry(), discardLog(), authz.Options{})
+			svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(b, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

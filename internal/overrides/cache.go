@@ -122,10 +122,10 @@ type bucketInfo struct {
 // view is what the cache needs of one configuration's buckets, immutable.
 type view struct {
 	buckets map[string]bucketInfo // overridable buckets by name
-	// route and names are indexed by bucket id; ownerNames are the owner
-	// key names this configuration uses, ownerIndex their inverse.
-	route      []keyRoute
-	names      []string
+	// route and names are by bucket id; ownerNames are the owner key
+	// names this configuration uses, ownerIndex their inverse.
+	route      map[counter.Bucket]keyRoute
+	names      map[counter.Bucket]string
 	ownerNames []string
 	ownerIndex map[string]int
 }
@@ -133,29 +133,22 @@ type view struct {
 // newView builds the view of bs, warning about overridable buckets whose
 // overrides can never apply.
 func newView(bs limits.Buckets, log *slog.Logger) (*view, error) {
-	v := &view{buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{}}
-	maxID := -1
-	seen := map[counter.Bucket]bool{}
+	v := &view{
+		buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{},
+		route: make(map[counter.Bucket]keyRoute, len(bs)), names: make(map[counter.Bucket]string, len(bs)),
+	}
 	for i := range bs {
-		id := bs.ID(i)
-		if seen[id] {
-			return nil, fmt.Errorf("overrides: bucket id %d given twice", id)
+		if _, dup := v.names[bs.ID(i)]; dup {
+			return nil, fmt.Errorf("overrides: bucket id %d given twice", bs.ID(i))
 		}
-		seen[id] = true
-		maxID = max(maxID, int(id))
+		v.names[bs.ID(i)] = bs[i].Name
 	}
-	if maxID >= 1<<24 {
-		return nil, fmt.Errorf("overrides: bucket id %d is implausibly large", maxID)
-	}
-	v.route = make([]keyRoute, maxID+1)
-	v.names = make([]string, maxID+1)
 	v.ownerNames = limits.OwnerKeyNames(bs)
 	for i, n := range v.ownerNames {
 		v.ownerIndex[n] = i
 	}
 	for i, b := range bs {
 		id := bs.ID(i)
-		v.names[id] = b.Name
 		if !b.Overridable {
 			continue
 		}
@@ -173,12 +166,7 @@ func newView(bs limits.Buckets, log *slog.Logger) (*view, error) {
 	return v, nil
 }
 
-func (v *view) name(id counter.Bucket) string {
-	if int(id) < len(v.names) {
-		return v.names[id]
-	}
-	return ""
-}
+func (v *view) name(id counter.Bucket) string { return v.names[id] }
 
 var _ limits.Overrides = (*Cache)(nil)
 
@@ -261,13 +249,29 @@ func NewCache(cfg Config, bs limits.Buckets, reg prometheus.Registerer, log *slo
 // whole table (overrides skipped before for naming a bucket the new
 // configuration adds apply from then on). On an error nothing changes.
 func (c *Cache) Update(bs limits.Buckets) error {
-	if bs == nil {
-		return errors.New("overrides: Update needs the configured buckets")
-	}
-	v, err := newView(bs, c.log)
+	swap, err := c.Prepare(bs)
 	if err != nil {
 		return err
 	}
+	swap()
+	return nil
+}
+
+// Prepare validates bs as Update does and returns what makes them the
+// configuration (Update's work); it changes nothing itself.
+func (c *Cache) Prepare(bs limits.Buckets) (swap func(), err error) {
+	if bs == nil {
+		return nil, errors.New("overrides: Update needs the configured buckets")
+	}
+	v, err := newView(bs, c.log)
+	if err != nil {
+		return nil, err
+	}
+	return func() { c.update(v) }, nil
+}
+
+// update re-resolves the overrides held against v (see Update).
+func (c *Cache) update(v *view) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.snap.Load()
@@ -303,7 +307,6 @@ func (c *Cache) Update(bs limits.Buckets) error {
 	c.m.loaded.Set(float64(next.entries))
 	c.m.ownersLoaded.Set(float64(next.ownerKeys))
 	c.m.invalidRows.Set(float64(len(c.invalid) + len(c.invalidOwners)))
-	return nil
 }
 
 // OverrideFor returns the override of bucket (its id in the configured
@@ -315,11 +318,11 @@ func (c *Cache) Update(bs limits.Buckets) error {
 // that other requests share. Like Override it reads memory only.
 func (c *Cache) OverrideFor(bucket counter.Bucket, key string) (counter.Limit, bool) {
 	s := c.snap.Load()
-	if int(bucket) >= len(s.view.route) {
+	if s.entries == 0 {
 		return counter.Limit{}, false
 	}
 	r := s.view.route[bucket]
-	if r.kind == routeNone || s.entries == 0 {
+	if r.kind == routeNone {
 		return counter.Limit{}, false
 	}
 	tenant := key

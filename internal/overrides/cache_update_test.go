@@ -5,11 +5,12 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Update re-resolves the overrides held against a new configuration by
@@ -43,7 +44,7 @@ routes:
 	// Ids as the node's allocator would give them: new ones, far from the
 	// indices, so that a lookup by index would miss.
 	ids := []counter.Bucket{40, 41, 42, 43}
-	if err := c.Update(wiring.Limits(next, ids)); err != nil {
+	if err := c.Update(withIDs(snapshot.RulesLimits(next), ids...)); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := c.Override("acme", 42); !ok || got != (counter.Limit{Limit: 200, ScaleMS: 1000, Algorithm: counter.Sliding}) {
@@ -76,7 +77,7 @@ routes:
 	if err := c.Update(nil); err == nil {
 		t.Error("Update(nil) accepted")
 	}
-	dup := wiring.Limits(next, []counter.Bucket{1, 1, 2, 3})
+	dup := withIDs(snapshot.RulesLimits(next), 1, 1, 2, 3)
 	if err := c.Update(dup); err == nil {
 		t.Error("an id given twice accepted")
 	}
@@ -122,7 +123,7 @@ routes:
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.Update(wiring.Limits(next, []counter.Bucket{30})) }()
+	go func() { done <- c.Update(withIDs(snapshot.RulesLimits(next), 30)) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -141,4 +142,12 @@ routes:
 	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 0 {
 		t.Errorf("invalid rows %v, want 0: the read against the old configuration was published", got)
 	}
+}
+
+// withIDs gives bs the counter ids ids, by index.
+func withIDs(bs limits.Buckets, ids ...counter.Bucket) limits.Buckets {
+	for i := range bs {
+		bs[i].ID, bs[i].IDSet = ids[i], true
+	}
+	return bs
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // TestSnapshotFileWhenPostgresIsAway: a cache that loaded from Postgres
@@ -23,7 +23,7 @@ import (
 func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	e := setup(t)
 	inb, upl := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("upload"))
-	s, err := overridedb.NewStore(e.Conn, wiring.Limits(e.rules, nil))
+	s, err := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

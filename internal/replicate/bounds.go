@@ -4,9 +4,10 @@ import "github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 
 // Bounds says what a real peer can report for a bucket, so that a count
 // from the wire is merged only when this node could have made it too.
-// Package node wires it from the configuration (and the window lengths tenant
-// overrides can have); Config.Bounds nil accepts every window length and
-// count the counter accepts.
+// TableFrom takes it from the snapshot (snapshot.Bucket.PeerBounds: the
+// window lengths of the bucket's limit and of tenant overrides);
+// Config.Bounds nil accepts every window length and count the counter
+// accepts.
 type Bounds interface {
 	// PeerBound returns the largest running count a peer may report for
 	// bucket (its index in the Table) in windows of scaleMS, and false when no limit of the bucket
@@ -25,16 +26,4 @@ func (w BucketWindows) PeerBound(bucket counter.Bucket, scaleMS int64) (int64, b
 	}
 	n, ok := w[bucket][scaleMS]
 	return n, ok
-}
-
-// PeerCountFactor is how far above its limit a peer's running count may
-// be and still be merged as is: a count bucket (failed logins) keeps
-// counting after the limit is reached, a little. Counts above limit ×
-// PeerCountFactor are merged at that bound, which still denies.
-const PeerCountFactor = 4
-
-// BoundFor is the count bound of a limit: limit × PeerCountFactor, at
-// most counter.MaxCount.
-func BoundFor(limit int64) int64 {
-	return min(limit*PeerCountFactor, counter.MaxCount)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
@@ -34,7 +35,7 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 	cfg := Config{
 		Keys:            [][]byte{keyA},
 		MaxMessageBytes: 64 << 10, // below the server's max_payload, so oversized ones arrive
-		Bounds:          BucketWindows{{long.ScaleMS: BoundFor(lim.Limit)}, {long.ScaleMS: BoundFor(lim.Limit)}},
+		Bounds:          BucketWindows{{long.ScaleMS: snapshot.BoundFor(lim.Limit)}, {long.ScaleMS: snapshot.BoundFor(lim.Limit)}},
 		// Short, so that replayed sync requests are refused by rate too.
 		SyncAnswersPerSecond: 2,
 		WarmStartTimeout:     waitLong,

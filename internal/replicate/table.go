@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Table is the configuration replication follows: which buckets this node
@@ -29,13 +30,10 @@ type Table struct {
 type table struct {
 	idx    map[string]int   // name → index
 	ids    []counter.Bucket // by index
-	names  []string         // by id; "": not in this configuration
+	names  map[counter.Bucket]string
 	algs   []counter.Algorithm
 	bounds Bounds
 }
-
-// maxTableID bounds the ids a Table may hold (names is a slice by id).
-const maxTableID = 1 << 24
 
 func newTable(t Table) (*table, error) {
 	if len(t.Buckets) == 0 {
@@ -47,8 +45,10 @@ func newTable(t Table) (*table, error) {
 	if t.Algorithms != nil && len(t.Algorithms) != len(t.Buckets) {
 		return nil, fmt.Errorf("replicate: %d algorithms for %d buckets", len(t.Algorithms), len(t.Buckets))
 	}
-	tb := &table{idx: make(map[string]int, len(t.Buckets)), ids: make([]counter.Bucket, len(t.Buckets)), algs: t.Algorithms, bounds: t.Bounds}
-	maxID := 0
+	tb := &table{
+		idx: make(map[string]int, len(t.Buckets)), ids: make([]counter.Bucket, len(t.Buckets)),
+		names: make(map[counter.Bucket]string, len(t.Buckets)), algs: t.Algorithms, bounds: t.Bounds,
+	}
 	for i, b := range t.Buckets {
 		if _, dup := tb.idx[b]; b == "" || len(b) > maxNameLen || dup {
 			return nil, fmt.Errorf("replicate: bucket name %q is empty, too long or repeated", b)
@@ -58,29 +58,43 @@ func newTable(t Table) (*table, error) {
 		if t.IDs != nil {
 			id = t.IDs[i]
 		}
-		if id >= maxTableID {
-			return nil, fmt.Errorf("replicate: bucket id %d is implausibly large", id)
-		}
-		tb.ids[i] = id
-		maxID = max(maxID, int(id))
-	}
-	tb.names = make([]string, maxID+1)
-	for i, id := range tb.ids {
-		if tb.names[id] != "" {
+		if _, dup := tb.names[id]; dup {
 			return nil, fmt.Errorf("replicate: bucket id %d given twice", id)
 		}
-		tb.names[id] = t.Buckets[i]
+		tb.ids[i], tb.names[id] = id, b
 	}
 	return tb, nil
 }
 
 // name is the bucket name of a counter id, "" when this configuration
 // does not have it (a bucket a reload removed).
-func (tb *table) name(id counter.Bucket) string {
-	if int(id) < len(tb.names) {
-		return tb.names[id]
+func (tb *table) name(id counter.Bucket) string { return tb.names[id] }
+
+// TableFrom is the table of snap: every bucket of every source, by name,
+// with its algorithm and what a peer may report of it.
+func TableFrom(snap *snapshot.Snapshot) Table {
+	t := Table{
+		Buckets:    make([]string, len(snap.Buckets)),
+		IDs:        make([]counter.Bucket, len(snap.Buckets)),
+		Algorithms: make([]counter.Algorithm, len(snap.Buckets)),
 	}
-	return ""
+	w := make(BucketWindows, len(snap.Buckets))
+	for i, b := range snap.Buckets {
+		t.Buckets[i], t.IDs[i], t.Algorithms[i], w[i] = b.Name, b.ID, b.Limit.Algorithm, b.PeerBounds
+	}
+	t.Bounds = w
+	return t
+}
+
+// Prepare validates snap's table and returns what makes it the
+// configuration of the next batch sent and received; it changes nothing
+// itself.
+func (r *Replicator) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	tb, err := newTable(TableFrom(snap))
+	if err != nil {
+		return nil, err
+	}
+	return func() { r.tab.Store(tb) }, nil
 }
 
 // Update makes t the configuration of the next batch sent and received;

@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 const fuzzRules = `
@@ -36,7 +36,7 @@ func fuzzConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Quota: r.Quota, Limits: limits.NewResolver(wiring.Limits(r, nil), nil)}
+	c := Config{Quota: r.Quota, Limits: limits.NewResolver(snapshot.RulesLimits(r), nil)}
 	for i, b := range r.Buckets {
 		c.Buckets = append(c.Buckets, Bucket{Name: b.Name, ID: counter.Bucket(i), DenyMissingKey: b.OnMissingKey == rules.Deny,
 			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true})

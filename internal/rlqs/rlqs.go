@@ -21,8 +21,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Counter counts usage per (bucket, key) in windows. *counter.Store is one.
@@ -102,6 +104,9 @@ type Options struct {
 	// other nodes' participants that joined with it: a replication round
 	// trip. Default DefaultSettle.
 	Settle time.Duration
+	// Overrides are the tenant overrides Prepare resolves a snapshot's
+	// limits over; nil: the configured limits only.
+	Overrides limits.Overrides
 }
 
 // DefaultTick is Options.Tick's default.
@@ -190,6 +195,31 @@ func (s *Service) Update(cfg Config) error {
 	}
 	s.cur.Store(st)
 	return nil
+}
+
+// Prepare validates snap's quota section, its limits resolved over
+// Options.Overrides, and returns what makes it the configuration of the
+// next report; it changes nothing itself.
+func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	st, err := newState(ConfigFrom(snap, limits.NewResolver(snap.Limits(), s.opts.Overrides)))
+	if err != nil {
+		return nil, err
+	}
+	return func() { s.cur.Store(st) }, nil
+}
+
+// ConfigFrom is RLQS's part of snap, its limits resolved by lim: the
+// quota section and the rules file's buckets, each with its participants
+// count when the section maps it.
+func ConfigFrom(snap *snapshot.Snapshot, lim Limits) Config {
+	c := Config{Quota: snap.Rules.Quota, Limits: lim, Buckets: make([]Bucket, len(snap.Rules.Buckets))}
+	for i, b := range snap.RuleBuckets() {
+		c.Buckets[i] = Bucket{Name: b.Name, ID: b.ID, Shadow: b.Shadow, DenyMissingKey: b.DenyMissingKey, DenyOverflow: b.DenyOverflow}
+		if b.Participants >= 0 {
+			c.Buckets[i].Participants, c.Buckets[i].HasParticipants = snap.Buckets[b.Participants].ID, true
+		}
+	}
+	return c
 }
 
 // SweepInterval is how often Run reclaims the idle groups.

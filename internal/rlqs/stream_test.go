@@ -24,8 +24,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
 )
 
 // t0 is the start of a day, so of every window up to a day long.
@@ -68,7 +68,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rlqs.Config{Quota: r.Quota, Limits: limits.NewResolver(wiring.Limits(r, nil), nil)}
+	cfg := rlqs.Config{Quota: r.Quota, Limits: limits.NewResolver(snapshot.RulesLimits(r), nil)}
 	for i, b := range r.Buckets {
 		cfg.Buckets = append(cfg.Buckets, rlqs.Bucket{
 			Name: b.Name, ID: counter.Bucket(i), Shadow: b.Shadow,
@@ -299,7 +299,7 @@ func sameID(a, b map[string]string) bool {
 }
 
 func (h *harness) count(bucket int, key string) int64 {
-	l, _ := limits.NewResolver(wiring.Limits(h.rules, nil), nil).Limit(counter.Bucket(bucket), key)
+	l, _ := limits.NewResolver(snapshot.RulesLimits(h.rules), nil).Limit(counter.Bucket(bucket), key)
 	return h.store.Peek(counter.Bucket(bucket), key, l, h.clock.Now()).Count
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
@@ -153,6 +154,37 @@ func (s *Service) Update(cfg Config) error {
 		s.m.forget(old, next)
 	}
 	return nil
+}
+
+// Prepare validates snap's RLS rules for ShouldRateLimit under the
+// settings in force and returns what makes them the configuration of the
+// next call; it changes nothing itself.
+func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
+	if snap.RLS == nil {
+		return nil, errors.New("no RLS rules: this node serves ShouldRateLimit")
+	}
+	next, err := s.build(ConfigFrom(snap, s.Settings()))
+	if err != nil {
+		return nil, err
+	}
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.m.forget(s.cur.Swap(next), next)
+	}, nil
+}
+
+// ConfigFrom is ShouldRateLimit's part of snap under settings: the RLS
+// rules with their buckets' ids.
+func ConfigFrom(snap *snapshot.Snapshot, settings Settings) Config {
+	c := Config{Rules: snap.RLS, Settings: settings}
+	for _, b := range snap.RLSRules {
+		c.RuleIDs = append(c.RuleIDs, b.ID)
+	}
+	for _, b := range snap.RLSLimits {
+		c.LimitIDs = append(c.LimitIDs, b.ID)
+	}
+	return c
 }
 
 func (s *Service) build(cfg Config) (*state, error) {

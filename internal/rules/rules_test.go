@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/wiring"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func TestShippedConfig(t *testing.T) {
@@ -373,7 +373,7 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 // limitOf resolves bucket b's configured limit as a node does: the one
 // resolver, without overrides.
 func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
-	return limits.NewResolver(wiring.Limits(r, nil), nil).Limit(counter.Bucket(b), "")
+	return limits.NewResolver(snapshot.RulesLimits(r), nil).Limit(counter.Bucket(b), "")
 }
 
 // The configuration holds windows, header names and methods to the one

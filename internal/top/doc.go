@@ -28,7 +28,8 @@
 // of several shard locks, tried in turn from a random one, so goroutines
 // recording at once rarely wait on each other. Memory is bounded by
 // Config.Buckets × shards × the summaries' fixed size ([Sketch.MemoryBytes]),
-// whatever the keys; bucket ids at or above Config.Buckets are not recorded.
+// whatever the keys; a bucket beyond Config.Buckets is not recorded
+// (Forget frees the room of buckets a reload removed).
 // A Sketch is safe for concurrent use; a nil *Sketch records nothing.
 //
 // Failure mode: none at run time — a bucket id out of range is skipped.

@@ -39,7 +39,8 @@ type Config struct {
 	// bucket's hits in a period is always listed. Default 16, at most
 	// MaxK.
 	K int
-	// Buckets bounds the bucket ids recorded: [0, Buckets). Default 256,
+	// Buckets bounds the buckets recorded at once (any ids; a bucket
+	// beyond them is not recorded until Forget frees room). Default 256,
 	// at most MaxBuckets.
 	Buckets int
 	// MaxKeyBytes bounds the bytes kept of a key; a longer key is kept as
@@ -81,19 +82,20 @@ func (c Config) withDefaults() (Config, error) {
 // Sketch holds the top keys of every bucket. It is safe for concurrent
 // use; a nil *Sketch records nothing and reads empty. Create one with New.
 type Sketch struct {
-	shards []shard
-	mask   uint32
-	k      int
-	maxKey int
-	seed   maphash.Seed
+	shards     []shard
+	mask       uint32
+	k          int
+	maxKey     int
+	maxBuckets int // per shard
+	seed       maphash.Seed
 }
 
 // shard is one independently locked copy of every bucket's summaries,
 // padded so that neighbouring shards' locks do not share a cache line.
 type shard struct {
 	mu sync.Mutex
-	b  []*bucketSums // by bucket id; nil until the bucket's first hit here
-	_  [128 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof([]*bucketSums{})]byte
+	b  map[counter.Bucket]*bucketSums // by bucket id, from the bucket's first hit here
+	_  [128 - unsafe.Sizeof(sync.Mutex{}) - unsafe.Sizeof(map[counter.Bucket]*bucketSums{})]byte
 }
 
 // bucketSums is one shard's summaries of one bucket, by outcome
@@ -127,9 +129,9 @@ func New(cfg Config) (*Sketch, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Sketch{shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1), k: cfg.K, maxKey: cfg.MaxKeyBytes, seed: maphash.MakeSeed()}
+	s := &Sketch{shards: make([]shard, cfg.Shards), mask: uint32(cfg.Shards - 1), k: cfg.K, maxKey: cfg.MaxKeyBytes, maxBuckets: cfg.Buckets, seed: maphash.MakeSeed()}
 	for i := range s.shards {
-		s.shards[i].b = make([]*bucketSums, cfg.Buckets)
+		s.shards[i].b = make(map[counter.Bucket]*bucketSums)
 	}
 	return s, nil
 }
@@ -165,11 +167,11 @@ func (s *Sketch) bucketBytes() int64 {
 
 // Hit records n hits of key in bucket at ms (unix ms), admitted or
 // denied, counted in window number window of scaleMS ms (as the counter
-// numbers them). n ≤ 0, a bucket id out of range or a nil Sketch records
-// nothing. It does not allocate once the bucket's summaries exist in the
+// numbers them). n ≤ 0, a bucket beyond Config.Buckets or a nil Sketch
+// records nothing. It does not allocate once the bucket's summaries exist in the
 // shard it picks, and does not retain key.
 func (s *Sketch) Hit(bucket counter.Bucket, key string, n int64, allowed bool, window, scaleMS, ms int64) {
-	if s == nil || n <= 0 || int(bucket) >= len(s.shards[0].b) {
+	if s == nil || n <= 0 {
 		return
 	}
 	var buf [MaxMaxKeyBytes]byte
@@ -193,6 +195,10 @@ func (s *Sketch) Hit(bucket counter.Bucket, key string, n int64, allowed bool, w
 	}
 	bs := sh.b[bucket]
 	if bs == nil {
+		if len(sh.b) >= s.maxBuckets {
+			sh.mu.Unlock()
+			return
+		}
 		bs = s.newBucketSums()
 		sh.b[bucket] = bs
 	}
@@ -285,6 +291,26 @@ func satAdd(a, b uint64) uint64 {
 	return math.MaxUint64
 }
 
+// mapEntryBytes is what a shard's map holds per bucket beside its
+// summaries: the id, the pointer and the map's overhead, roughly.
+const mapEntryBytes = 24
+
+// Forget drops what the sketch holds of the buckets ids (a reload removed
+// them), so that their room serves others.
+func (s *Sketch) Forget(ids []counter.Bucket) {
+	if s == nil || len(ids) == 0 {
+		return
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, id := range ids {
+			delete(sh.b, id)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // MemoryBytes is the memory the sketch holds: its shards and the
 // summaries of the buckets that have been hit, which are fixed in size.
 func (s *Sketch) MemoryBytes() int64 {
@@ -295,12 +321,7 @@ func (s *Sketch) MemoryBytes() int64 {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += int64(cap(sh.b)) * 8
-		for _, bs := range sh.b {
-			if bs != nil {
-				n += s.bucketBytes()
-			}
-		}
+		n += int64(len(sh.b)) * (mapEntryBytes + s.bucketBytes())
 		sh.mu.Unlock()
 	}
 	return n

@@ -203,10 +203,21 @@ func TestBounds(t *testing.T) {
 	if got := nilSketch.Read(0, t0, 10); got.Minute.Admitted != 0 || nilSketch.MemoryBytes() != 0 {
 		t.Fatalf("nil sketch read %+v", got)
 	}
-	s := newSketch(t, top.Config{Buckets: 4})
-	hit(s, 4, "k", true, t0) // out of range: skipped
-	if got := s.Read(4, t0, 10); got.Minute.Admitted != 0 {
-		t.Fatalf("bucket out of range read %+v", got)
+	s := newSketch(t, top.Config{Buckets: 4, Shards: 1})
+	for b := range counter.Bucket(4) {
+		hit(s, b<<20, "k", true, t0) // ids are hashes: any value
+	}
+	hit(s, 4<<20, "k", true, t0) // a fifth bucket: skipped
+	if got := s.Read(4<<20, t0, 10); got.Minute.Admitted != 0 {
+		t.Fatalf("bucket beyond Config.Buckets read %+v", got)
+	}
+	if got := s.Read(3<<20, t0, 10); got.Minute.Admitted != 1 {
+		t.Fatalf("bucket within Config.Buckets read %+v", got)
+	}
+	s.Forget([]counter.Bucket{0})
+	hit(s, 4<<20, "k", true, t0) // room again
+	if got := s.Read(4<<20, t0, 10); got.Minute.Admitted != 1 || s.Read(0, t0, 10).Minute.Admitted != 0 {
+		t.Fatalf("after Forget: the fifth bucket read %+v", got)
 	}
 	for _, c := range []top.Config{{K: -1}, {K: top.MaxK + 1}, {Buckets: top.MaxBuckets + 1}, {MaxKeyBytes: 8}, {MaxKeyBytes: 256}, {Shards: 65}} {
 		if _, err := top.New(c); err == nil {

@@ -1,0 +1,290 @@
+package snapshot
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+)
+
+// Sources are the configuration files of one snapshot, read and validated
+// by their own parsers.
+type Sources struct {
+	Rules *rules.Rules      // the rules file; required
+	RLS   *rlsconfig.Config // the envoyproxy/ratelimit directory; nil: none
+}
+
+// Origin says which source a bucket comes from and what Index means.
+type Origin uint8
+
+const (
+	// FromRules is a bucket of the rules file; Index is its index there
+	// (and in the matcher).
+	FromRules Origin = iota
+	// FromRLSRule is an envoyproxy/ratelimit rule; Index is its index in
+	// rlsconfig.Config.Rules.
+	FromRLSRule
+	// FromRLSLimits holds the descriptor-supplied limits of one domain and
+	// unit; Index is its index in rlsconfig.Config.LimitBuckets.
+	FromRLSLimits
+	// FromQuota is the RLQS participants count of a bucket the quota
+	// section maps; Index is that bucket's index in the rules file.
+	FromQuota
+)
+
+// ParticipantsPrefix begins the name of a participants count: the
+// prefix, then the name of the bucket whose participants it counts (a "/"
+// no bucket of the rules file has).
+const ParticipantsPrefix = "rlqs/participants/"
+
+// Bucket is one bucket of a snapshot, whatever its source: what it is
+// called, how it is counted and limited, and its id in the counter.
+type Bucket struct {
+	// Name names the bucket to peers (replication) and in metrics and
+	// logs; unique in a snapshot.
+	Name   string
+	Origin Origin
+	Index  int
+	// ID is the bucket's id in the counter: Key's hash (see ID).
+	ID counter.Bucket
+	// Limit is the limit the bucket counts under without a tenant
+	// override, when HasLimit: its own ▸ the route default ▸ the built-in
+	// one of a shipped name. Its window and algorithm are the counts'
+	// (zero for a rules bucket without a limit; an RLS rule's unit and
+	// algorithm, and an RLS limit bucket's unit, even without one).
+	Limit    counter.Limit
+	HasLimit bool
+	// Key is where a request's key of it comes from.
+	Key descriptors.KeySpec
+	// Overridable buckets take tenant overrides, filed under
+	// OverrideName (an RLS rule's name; a bucket's own name otherwise).
+	Overridable  bool
+	OverrideName string
+	// Reserved buckets may use the counter's reserve of keys.
+	Reserved bool
+	// Shadow buckets count and report but never deny.
+	Shadow bool
+	// CountFailures: the bucket counts failures reported after the fact;
+	// a check only peeks at it.
+	CountFailures bool
+	// DenyMissingKey refuses a request that lacks the key; otherwise it
+	// is allowed uncounted.
+	DenyMissingKey bool
+	// DenyOverflow refuses a new key the counter has no room for;
+	// otherwise it is allowed uncounted.
+	DenyOverflow bool
+	// Participants is the index in Snapshot.Buckets of the bucket's RLQS
+	// participants count; -1: none (the quota section does not map it).
+	Participants int
+	// PeerBounds are the window lengths (ms) a peer may report of the
+	// bucket, each with the largest count merged as is.
+	PeerBounds map[int64]int64
+}
+
+// Key is what makes counts comparable: counts made under another name,
+// window, algorithm or reserve would mislead, so any change gives the
+// bucket another id and a reload drops the old id's counts.
+type Key struct {
+	Name      string
+	ScaleMS   int64
+	Algorithm counter.Algorithm
+	Reserved  bool
+}
+
+// ID is the counter id of k: the 32-bit FNV-1a hash of its fields. Ids
+// never cross the wire (peers name buckets), so only this process needs
+// to agree with itself; Compile refuses two keys with one id.
+func ID(k Key) counter.Bucket {
+	h := fnv.New32a()
+	b := make([]byte, 0, len(k.Name)+32)
+	b = append(b, k.Name...)
+	b = append(b, 0)
+	b = strconv.AppendInt(b, k.ScaleMS, 10)
+	b = append(b, 0, byte(k.Algorithm))
+	if k.Reserved {
+		b = append(b, 1)
+	}
+	h.Write(b)
+	return counter.Bucket(h.Sum32())
+}
+
+// Snapshot is one compiled configuration, immutable and safe for
+// concurrent use: every bucket of every source with its id, and the
+// compiled routes. A component reads the snapshot it was handed.
+type Snapshot struct {
+	Rules   *rules.Rules
+	RLS     *rlsconfig.Config // nil: none
+	Matcher *descriptors.Engine
+	// Buckets are every bucket: the rules file's first, by index (so
+	// Buckets[i] is rules bucket i and matcher bucket i), then the RLS
+	// rules', the RLS limit buckets' and the participants counts.
+	Buckets []Bucket
+	// RLSRules and RLSLimits are the RLS buckets, sub-slices of Buckets by
+	// rlsconfig index; empty without RLS.
+	RLSRules, RLSLimits []Bucket
+
+	keys map[counter.Bucket]Key // by id
+}
+
+// Compile makes the snapshot of src. It refuses (and returns no
+// snapshot) what no component could serve: no rules, routes that do not
+// compile, an overridable RLS rule named as a rules bucket, a name given
+// twice, two buckets whose keys hash to one id.
+func Compile(src Sources) (*Snapshot, error) { return CompileWith(src, ID) }
+
+// CompileWith is Compile with the ids given by id instead of ID: tests
+// give ids by position (see ByPosition) or force a collision.
+func CompileWith(src Sources, id func(Key) counter.Bucket) (*Snapshot, error) {
+	r := src.Rules
+	if r == nil {
+		return nil, errors.New("snapshot: no rules")
+	}
+	if src.RLS != nil {
+		if err := checkRLSNames(src.RLS, r); err != nil {
+			return nil, err
+		}
+	}
+	m, err := descriptors.New(r.Descriptors())
+	if err != nil {
+		return nil, fmt.Errorf("compile routes: %w", err)
+	}
+	s := &Snapshot{Rules: r, RLS: src.RLS, Matcher: m}
+	s.addRules(r)
+	if src.RLS != nil {
+		s.addRLS(src.RLS)
+	}
+	s.addQuota(r)
+	if err := s.assignIDs(id); err != nil {
+		return nil, err
+	}
+	for i := range s.Buckets {
+		switch s.Buckets[i].Origin {
+		case FromRLSRule:
+			s.RLSRules = s.Buckets[i-s.Buckets[i].Index : i+1 : i+1]
+		case FromRLSLimits:
+			s.RLSLimits = s.Buckets[i-s.Buckets[i].Index : i+1 : i+1]
+		}
+	}
+	return s, nil
+}
+
+// assignIDs gives every bucket its id, refusing a name given twice and a
+// collision: two keys with one id would share counts.
+func (s *Snapshot) assignIDs(id func(Key) counter.Bucket) error {
+	names := make(map[string]bool, len(s.Buckets))
+	byID := make(map[counter.Bucket]Key, len(s.Buckets))
+	for i := range s.Buckets {
+		b := &s.Buckets[i]
+		if names[b.Name] {
+			return fmt.Errorf("snapshot: bucket %q is named twice", b.Name)
+		}
+		names[b.Name] = true
+		k := b.CountKey()
+		b.ID = id(k)
+		if other, dup := byID[b.ID]; dup {
+			return fmt.Errorf("snapshot: buckets %q and %q have one counter id (%d), so they would share counts: rename one", other.Name, k.Name, b.ID)
+		}
+		byID[b.ID] = k
+	}
+	s.keys = byID
+	return nil
+}
+
+// CountKey is the identity of b's counts (see Key): its name, its
+// limit's window and algorithm (zero without one) and its reserve.
+func (b *Bucket) CountKey() Key {
+	return Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
+}
+
+// ByPosition is an id function for CompileWith that gives each bucket its
+// position in Snapshot.Buckets (a rules bucket its index), so that a test
+// reads the counter by index. It serves one compile.
+func ByPosition() func(Key) counter.Bucket {
+	var next counter.Bucket
+	return func(Key) counter.Bucket { next++; return next - 1 }
+}
+
+// Has reports whether the snapshot has a bucket of counter id id.
+func (s *Snapshot) Has(id counter.Bucket) bool {
+	_, ok := s.keys[id]
+	return ok
+}
+
+// Dropped are the ids of old's buckets that s no longer has, or has for
+// another Key (a collision across the two, which Compile cannot see):
+// their counts are to be dropped once s serves. Nil old: none.
+func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
+	if old == nil {
+		return nil
+	}
+	var out []counter.Bucket
+	for id, k := range old.keys {
+		if now, ok := s.keys[id]; !ok || now != k {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Reserved are the ids of the reserved buckets.
+func (s *Snapshot) Reserved() []counter.Bucket {
+	var out []counter.Bucket
+	for i := range s.Buckets {
+		if s.Buckets[i].Reserved {
+			out = append(out, s.Buckets[i].ID)
+		}
+	}
+	return out
+}
+
+// RuleBuckets are the rules file's buckets, by index.
+func (s *Snapshot) RuleBuckets() []Bucket {
+	n := len(s.Rules.Buckets)
+	return s.Buckets[:n:n]
+}
+
+// Limits are the rules file's buckets as limit resolution and override
+// validation take them, by index.
+func (s *Snapshot) Limits() limits.Buckets {
+	bs := RulesLimits(s.Rules)
+	for i := range bs {
+		bs[i].ID, bs[i].IDSet = s.Buckets[i].ID, true
+	}
+	return bs
+}
+
+// Overridable are every overridable bucket of both formats, for the one
+// override cache: an RLS rule's overrides are filed under the rule's name
+// (keyed by tenant: the descriptor's first value) and found by its id.
+func (s *Snapshot) Overridable() limits.Buckets {
+	bs := s.Limits()
+	for _, b := range s.RLSRules {
+		if b.Overridable {
+			bs = append(bs, limits.Bucket{
+				Name: b.OverrideName, ID: b.ID, IDSet: true, Overridable: true,
+				Key: b.Key, HasLimit: b.HasLimit,
+			})
+			if b.HasLimit {
+				bs[len(bs)-1].Limit = b.Limit
+			}
+		}
+	}
+	return bs
+}
+
+// checkRLSNames refuses an overridable rule named as a rules bucket: a
+// tenant override names one bucket.
+func checkRLSNames(c *rlsconfig.Config, r *rules.Rules) error {
+	for _, rule := range c.Rules() {
+		if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
+			return fmt.Errorf("%s:%d:%d: overridable rule %q has the name of an ext_authz bucket: tenant overrides could not tell them apart", rule.File, rule.Line, rule.Column, rule.Name)
+		}
+	}
+	return nil
+}

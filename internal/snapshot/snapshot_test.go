@@ -1,0 +1,150 @@
+package snapshot_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+)
+
+func parse(t *testing.T, yaml string) *rules.Rules {
+	t.Helper()
+	r, err := rules.Parse([]byte(yaml), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func compile(t *testing.T, r *rules.Rules) *snapshot.Snapshot {
+	t.Helper()
+	s, err := snapshot.Compile(snapshot.Sources{Rules: r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+const base = `keys: {tenant_header: x-tenant-id}
+counter: {reserved_keys: 10}
+buckets:
+  x: {limit: 10, per: 1s, key: tenant}
+  y: {limit: 10, per: 1m, key: tenant, algorithm: sliding}
+  z: {limit: 5, per: 1m, key: ip, count: failures}
+routes:
+  - {method: POST, path: /a, buckets: [x, y, z]}
+`
+
+func ids(s *snapshot.Snapshot) map[string]counter.Bucket {
+	m := map[string]counter.Bucket{}
+	for _, b := range s.Buckets {
+		m[b.Name] = b.ID
+	}
+	return m
+}
+
+// A bucket keeps its id while its name, window, algorithm and reserve
+// hold, whatever else changes (its limit, its order, the other buckets);
+// any of the four changing gives another id, and Dropped lists the ids
+// that went away.
+func TestIDsFollowWhatMakesCountsComparable(t *testing.T) {
+	first := compile(t, parse(t, base))
+	if !first.Buckets[2].Reserved {
+		t.Fatal("the failures bucket is not reserved")
+	}
+	// Reordered, x's limit changed, y's window changed, z no longer
+	// reserved (it counts requests now), w added.
+	second := compile(t, parse(t, `keys: {tenant_header: x-tenant-id}
+counter: {reserved_keys: 10}
+buckets:
+  w: {limit: 1, per: 1s, key: tenant}
+  z: {limit: 5, per: 1m, key: ip}
+  x: {limit: 99, per: 1s, key: tenant}
+  y: {limit: 10, per: 1s, key: tenant, algorithm: sliding}
+routes:
+  - {method: POST, path: /a, buckets: [w, x, y, z]}
+`))
+	a, b := ids(first), ids(second)
+	if a["x"] != b["x"] {
+		t.Error("x changed only its limit and lost its id")
+	}
+	if a["y"] == b["y"] || a["z"] == b["z"] {
+		t.Error("y (window) or z (reserve) kept its id")
+	}
+	dropped := second.Dropped(first)
+	slices.Sort(dropped)
+	want := []counter.Bucket{a["y"], a["z"]}
+	slices.Sort(want)
+	if !slices.Equal(dropped, want) {
+		t.Errorf("dropped %v, want y's and z's old ids %v", dropped, want)
+	}
+	if !second.Has(b["w"]) || second.Has(a["y"]) {
+		t.Error("Has disagrees with the buckets")
+	}
+	// The same sources compile to the same ids.
+	if again := ids(compile(t, parse(t, base))); again["y"] != a["y"] {
+		t.Error("one configuration compiled twice has two ids")
+	}
+}
+
+// Two distinct keys with one id would share counts: refused at compile,
+// naming both buckets.
+func TestCollisionRefused(t *testing.T) {
+	r := parse(t, base)
+	_, err := snapshot.CompileWith(snapshot.Sources{Rules: r}, func(k snapshot.Key) counter.Bucket {
+		if k.Name == "y" {
+			return snapshot.ID(snapshot.Key{Name: "x", ScaleMS: 1000})
+		}
+		return snapshot.ID(k)
+	})
+	if err == nil || !strings.Contains(err.Error(), `"x"`) || !strings.Contains(err.Error(), `"y"`) {
+		t.Fatalf("a collision: %v, want it refused naming x and y", err)
+	}
+}
+
+// A quota section gives every bucket it maps one participants count,
+// named after it, in a window of its own.
+func TestQuotaParticipants(t *testing.T) {
+	s := compile(t, parse(t, `keys: {tenant_header: x-tenant-id}
+buckets:
+  x: {limit: 10, per: 1s, key: tenant}
+  y: {limit: 10, per: 1s, key: tenant}
+routes:
+  - {method: POST, path: /a, buckets: [x, y]}
+quota:
+  domains: [d]
+  buckets:
+    - {match: {name: a}, key: tenant, bucket: y}
+    - {match: {name: b}, key: tenant, bucket: y}
+`))
+	if len(s.Buckets) != 3 || s.Buckets[0].Participants != -1 || s.Buckets[1].Participants != 2 {
+		t.Fatalf("buckets %+v: want y alone to have a participants count", s.Buckets)
+	}
+	p := s.Buckets[2]
+	if p.Name != snapshot.ParticipantsPrefix+"y" || p.Origin != snapshot.FromQuota || p.Limit.ScaleMS != snapshot.ParticipantsWindow.Milliseconds() {
+		t.Errorf("participants count %+v", p)
+	}
+}
+
+// An id that one snapshot gives to a bucket and the next to another (a
+// collision no single compile sees) is dropped: the new bucket does not
+// inherit the old one's counts.
+func TestCollisionAcrossSnapshotsDropped(t *testing.T) {
+	src := func(name string) snapshot.Sources {
+		return snapshot.Sources{Rules: parse(t, strings.NewReplacer("x:", name+":", "[x,", "["+name+",").Replace(base))}
+	}
+	old, err := snapshot.CompileWith(src("x"), snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := snapshot.CompileWith(src("v"), snapshot.ByPosition())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := next.Dropped(old); !slices.Equal(d, []counter.Bucket{0}) {
+		t.Fatalf("dropped %v, want x's id 0, now v's", d)
+	}
+}
