@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -32,13 +32,13 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 	if err := writeAllowedConfig(root(t), allowed); err != nil {
 		t.Fatal(err)
 	}
-	r, err := rules.LoadFile(allowed)
+	r, err := configfile.LoadFile(allowed)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, b := range r.Buckets {
 		lim, ok := limits.NewResolver(snapshot.RulesLimits(r), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
-		if b.Count == rules.CountFailures {
+		if b.Count == configfile.CountFailures {
 			continue
 		}
 		if !ok || lim.Limit != roomyLimit {
@@ -50,7 +50,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 	if err := writeMemoryConfig(root(t), mem, 90*time.Second, 3, 1_250_000); err != nil {
 		t.Fatal(err)
 	}
-	r, err = rules.LoadFile(mem)
+	r, err = configfile.LoadFile(mem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 	if err := writeClusterConfig(cl, 20); err != nil {
 		t.Fatal(err)
 	}
-	if r, err = rules.LoadFile(cl); err != nil {
+	if r, err = configfile.LoadFile(cl); err != nil {
 		t.Fatal(err)
 	}
 	if len(r.Buckets) != 2 || len(r.Routes) != 2 {
@@ -81,7 +81,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 	}
 }
 
-func indexOf(r *rules.Rules, name string) int {
+func indexOf(r *configfile.Rules, name string) int {
 	for i, b := range r.Buckets {
 		if b.Name == name {
 			return i

@@ -14,7 +14,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 // shippedConfig is the server configuration the benchmarks start from.
@@ -54,7 +54,7 @@ func editConfig(root, out string, edit func(top *yaml.Node) error) error {
 // writeChecked validates a configuration as the server would and writes
 // it.
 func writeChecked(out string, data []byte) error {
-	if _, err := rules.Parse(data, out); err != nil {
+	if _, err := configfile.Parse(data, out); err != nil {
 		return fmt.Errorf("generated configuration %s is invalid: %w", out, err)
 	}
 	return os.WriteFile(out, data, 0o644)

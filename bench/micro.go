@@ -12,7 +12,7 @@ import (
 
 // microPackages are the hot-path packages whose Go benchmarks make bench
 // runs.
-var microPackages = []string{"./internal/counter/", "./internal/descriptors/", "./internal/authz/"}
+var microPackages = []string{"./internal/counter/", "./internal/match/", "./internal/authz/"}
 
 // benchstatTool is run with `go run tool@version`, which neither reads nor
 // changes the project's go.mod.

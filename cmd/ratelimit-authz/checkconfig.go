@@ -11,10 +11,10 @@ import (
 	"strings"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -67,7 +67,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	}
 	r, source, err := loadRules(path, explicit, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		if ps, ok := rules.AsProblems(err); ok {
+		if ps, ok := configfile.AsProblems(err); ok {
 			for _, p := range ps {
 				fmt.Fprintln(stderr, p)
 			}
@@ -102,18 +102,18 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 // must not be one of the ext_authz buckets too.
 func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bool, stdout, stderr io.Writer) error {
 	cfg, err := rlsconfig.LoadDir(dir, dotfiles, rlsconfig.Options{MergeDomains: merge})
-	var problems rules.Problems
+	var problems configfile.Problems
 	if err != nil {
-		ps, ok := rules.AsProblems(err)
+		ps, ok := configfile.AsProblems(err)
 		if !ok {
 			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
 		}
 		problems = append(problems, ps...)
 	}
-	var r *rules.Rules
+	var r *configfile.Rules
 	if withConfig {
-		r, err = rules.LoadFile(path)
-		if ps, ok := rules.AsProblems(err); ok {
+		r, err = configfile.LoadFile(path)
+		if ps, ok := configfile.AsProblems(err); ok {
 			problems = append(problems, ps...)
 		} else if err != nil {
 			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
@@ -122,7 +122,7 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 	if cfg != nil && r != nil {
 		for _, rule := range cfg.Rules() {
 			if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
-				problems = append(problems, rules.Problem{File: rule.File, Line: rule.Line, Column: rule.Column,
+				problems = append(problems, configfile.Problem{File: rule.File, Line: rule.Line, Column: rule.Column,
 					Msg: fmt.Sprintf("overridable rule %s is also a bucket of %s: tenant overrides would apply to both; rename one", rule.Name, path)})
 			}
 		}
@@ -188,7 +188,7 @@ func leanProblems(bootstrap []byte, checkPort int, rls bool) ([]string, error) {
 
 // trustWarnings lists what a valid configuration trusts that a client can
 // set, unless the Envoy bootstrap (when given) makes it safe.
-func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionManager) []string {
+func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.ConnectionManager) []string {
 	var out []string
 	warn := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	// Every connection manager running ext_authz must protect the check.
@@ -208,9 +208,9 @@ func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionM
 	for _, b := range r.Buckets {
 		var h string
 		switch {
-		case b.Key.Kind == descriptors.KeyTenant:
+		case b.Key.Kind == match.KeyTenant:
 			h = r.Keys.TenantHeader
-		case b.Key.Kind == descriptors.KeyHeader:
+		case b.Key.Kind == match.KeyHeader:
 			h = b.Key.Name
 		default:
 			continue
@@ -253,7 +253,7 @@ func trustWarnings(r *rules.Rules, envoyPath string, cms []envoyconf.ConnectionM
 	}
 
 	for _, b := range r.Buckets {
-		if b.Count == rules.CountFailures && b.OnOverflow == rules.Allow {
+		if b.Count == configfile.CountFailures && b.OnOverflow == configfile.Allow {
 			warn("bucket %s counts failures with on_overflow: allow: when the key table is full its lockout is off, which a guesser can cause by flooding keys; remove on_overflow (deny is the default for failure buckets)", b.Name)
 		}
 	}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 const defaultConfigPath = "config/ratelimit.yaml"
@@ -154,15 +154,15 @@ func (e *envFlags) set(name, env string) bool {
 // loadRules reads the configuration. When no file was asked for and the
 // default path does not exist, the configuration shipped in the binary is
 // used, so the binary runs anywhere.
-func loadRules(path string, explicit bool, log *slog.Logger) (*rules.Rules, string, error) {
+func loadRules(path string, explicit bool, log *slog.Logger) (*configfile.Rules, string, error) {
 	if !explicit {
 		if _, err := os.Stat(path); os.IsNotExist(err) {
 			log.Info("no configuration file; using the shipped default", "path", path)
-			r, err := rules.Parse(config.Default(), config.Name)
+			r, err := configfile.Parse(config.Default(), config.Name)
 			return r, config.Name, err
 		}
 	}
-	r, err := rules.LoadFile(path)
+	r, err := configfile.LoadFile(path)
 	return r, path, err
 }
 

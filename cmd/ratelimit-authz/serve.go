@@ -11,8 +11,8 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
@@ -202,7 +202,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	}
 	r, source, err := loadRules(c.configPath, c.configExplicit, log)
 	if err != nil {
-		if ps, ok := rules.AsProblems(err); ok {
+		if ps, ok := configfile.AsProblems(err); ok {
 			return fmt.Errorf("configuration has %d problem(s):\n%w", len(ps), ps)
 		}
 		return err
@@ -222,7 +222,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	if c.started != nil {
 		c.started(n)
 	}
-	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*rules.Rules, error) {
+	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*configfile.Rules, error) {
 		// The same reading as at start: the file, or the shipped
 		// configuration when the default path is missing.
 		r, _, err := loadRules(c.configPath, c.configExplicit, log)
@@ -249,7 +249,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 // nodeConfig completes the node's Config: the rules, the version, and
 // the secrets the flags name, read from the environment or files here
 // (the database URL, the NATS credentials).
-func (c *serveConfig) nodeConfig(r *rules.Rules) (node.Config, error) {
+func (c *serveConfig) nodeConfig(r *configfile.Rules) (node.Config, error) {
 	cfg := c.node
 	cfg.Rules, cfg.Version = r, version
 	url, err := c.overrides.db.resolve()

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/filewatch"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // reloader re-reads the configuration when SIGHUP arrives or, with
@@ -22,8 +22,8 @@ import (
 // configuration. It never stops the node.
 type reloader struct {
 	node    *node.Node
-	load    func() (*rules.Rules, error) // read and validated as at start; the node reads its RLS rules itself
-	watcher *filewatch.Watcher           // nil: --watch-config off, or no file to watch
+	load    func() (*configfile.Rules, error) // read and validated as at start; the node reads its RLS rules itself
+	watcher *filewatch.Watcher                // nil: --watch-config off, or no file to watch
 	log     *slog.Logger
 }
 
@@ -78,7 +78,7 @@ func (rl *reloader) reload(ctx context.Context, why string) {
 		rl.log.Info("configuration reload applied", "trigger", why, "took", time.Since(start).Round(time.Microsecond))
 		return
 	}
-	if ps, ok := rules.AsProblems(err); ok {
+	if ps, ok := configfile.AsProblems(err); ok {
 		rl.log.Error("configuration reload refused: the previous configuration keeps serving", "trigger", why, "problems", len(ps))
 		for _, p := range ps {
 			rl.log.Error("configuration problem", "problem", p.String())

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 func TestParseMix(t *testing.T) {
@@ -182,11 +182,11 @@ func TestGeneratorIsDeterministic(t *testing.T) {
 // rule and yields a key for each of its buckets, every route rule is
 // exercised by the "api" mix, and "unmatched" matches nothing.
 func TestCatalogueMatchesShippedConfig(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng, err := descriptors.New(r.Descriptors())
+	eng, err := match.New(r.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +199,8 @@ func TestCatalogueMatchesShippedConfig(t *testing.T) {
 		req := g.next()
 		cr := checkRequest(req, 1, time.Unix(0, 0))
 		h := cr.GetAttributes().GetRequest().GetHttp()
-		in := descriptors.Request{
-			Method: h.GetMethod(), Path: h.GetPath(), Headers: descriptors.AppendMap(nil, h.GetHeaders(), nil), Body: h.GetBody(),
+		in := match.Request{
+			Method: h.GetMethod(), Path: h.GetPath(), Headers: match.AppendMap(nil, h.GetHeaders(), nil), Body: h.GetBody(),
 			PeerAddress: cr.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress(),
 		}
 		res := eng.Describe(&in, nil)

@@ -22,10 +22,10 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
@@ -139,7 +139,7 @@ func TestCheckAgainstTheNoopServer(t *testing.T) {
 
 func TestCheckAgainstTheRealService(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

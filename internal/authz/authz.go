@@ -21,11 +21,11 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -52,7 +52,7 @@ type Limits interface {
 // Config is what the Service needs of the configuration.
 type Config struct {
 	// Buckets are the rules file's, indexed as the matcher's buckets (its
-	// dense indices). Their names are descriptors.ValidBucketName: safe in
+	// dense indices). Their names are match.ValidBucketName: safe in
 	// a Structured Field string, a JSON body and a metric label.
 	Buckets []snapshot.Bucket
 	// Routes are the labels of the matcher's routes, by route index (its
@@ -60,7 +60,7 @@ type Config struct {
 	Routes []string
 	// DenyUnreadableAccount refuses (403) a login whose account cannot
 	// be read, in the buckets keyed by account; otherwise it is counted
-	// under descriptors.UnreadableAccount.
+	// under match.UnreadableAccount.
 	DenyUnreadableAccount bool
 }
 
@@ -90,7 +90,7 @@ var _ checkwire.Server = (*Service)(nil)
 // decides wholly under it, so a check in flight during Update finishes on
 // the configuration it started with.
 type generation struct {
-	matcher            *descriptors.Engine
+	matcher            *match.Engine
 	dec                *checkwire.Decoder // reads what matcher needs
 	limits             Limits
 	routes             []string
@@ -117,7 +117,7 @@ type Options struct {
 // New returns a Service for cfg, matching requests with m, resolving
 // limits with limits and counting with lim. cfg must describe the buckets
 // and routes m was compiled from. Its metrics go to reg.
-func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
 	if lim == nil || reg == nil || log == nil {
 		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
 	}
@@ -163,7 +163,7 @@ func New(cfg Config, m *descriptors.Engine, lim Limiter, limits Limits, reg prom
 // of the next Check; a Check in flight finishes on the previous one. It
 // validates first: on an error nothing changes. The metrics stay those
 // registered by New (children for new bucket names are added).
-func (s *Service) Update(cfg Config, m *descriptors.Engine, limits Limits) error {
+func (s *Service) Update(cfg Config, m *match.Engine, limits Limits) error {
 	swap, err := s.prepare(cfg, m, limits)
 	if err != nil {
 		return err
@@ -179,7 +179,7 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	return s.prepare(ConfigFrom(snap), snap.Matcher, limits.NewResolver(snap.Limits(), s.over))
 }
 
-func (s *Service) prepare(cfg Config, m *descriptors.Engine, limits Limits) (func(), error) {
+func (s *Service) prepare(cfg Config, m *match.Engine, limits Limits) (func(), error) {
 	if err := checkConfig(cfg, m, limits); err != nil {
 		return nil, err
 	}
@@ -207,7 +207,7 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 	c := Config{
 		Buckets:               snap.RuleBuckets(),
 		Routes:                make([]string, len(r.Routes)),
-		DenyUnreadableAccount: r.Keys.UnreadableAccount == rules.AccountDeny,
+		DenyUnreadableAccount: r.Keys.UnreadableAccount == configfile.AccountDeny,
 	}
 	for i, rt := range r.Routes {
 		c.Routes[i] = rt.Name
@@ -218,7 +218,7 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 	return c
 }
 
-func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
+func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 	if m == nil || limits == nil {
 		return errors.New("authz: the configuration needs a matcher and limits")
 	}
@@ -226,14 +226,14 @@ func checkConfig(cfg Config, m *descriptors.Engine, limits Limits) error {
 		return fmt.Errorf("authz: the config has %d buckets and %d routes, the matcher %d and %d", len(cfg.Buckets), len(cfg.Routes), m.NumBuckets(), m.NumRoutes())
 	}
 	for _, b := range cfg.Buckets {
-		if !descriptors.ValidBucketName(b.Name) {
+		if !match.ValidBucketName(b.Name) {
 			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
 		}
 	}
 	return nil
 }
 
-func (s *Service) newGeneration(cfg Config, m *descriptors.Engine, limits Limits) *generation {
+func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for _, b := range cfg.Buckets {
 		g.buckets = append(g.buckets, bucketState{
@@ -312,8 +312,8 @@ func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkw
 }
 
 // decideOn decides on in under g; the generic and the wire path share it.
-func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.Request, now time.Time) *authv3.CheckResponse {
-	var descBuf [maxApplied]descriptors.Descriptor
+func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request, now time.Time) *authv3.CheckResponse {
+	var descBuf [maxApplied]match.Descriptor
 	res := g.matcher.Describe(in, descBuf[:0])
 	if res.UnknownBuckets > 0 {
 		s.m.unknown.Add(float64(res.UnknownBuckets))
@@ -344,7 +344,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *descriptors.R
 			continue
 		}
 		login = login || b.rule.CountFailures
-		if d.Key == descriptors.UnreadableAccount && b.rule.Key.Kind == descriptors.KeyAccount && g.denyUnreadableAcct {
+		if d.Key == match.UnreadableAccount && b.rule.Key.Kind == match.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
 			return s.denyUnreadable(b)
@@ -613,7 +613,7 @@ func (sv *strValue) set(s string) *structpb.Value {
 // reports later through its access log is counted against the same keys:
 // failures maps each failure-counting bucket to its key, or to the list
 // of its keys when it has several (every account a login presents).
-func (s *Service) loginMetadata(g *generation, res descriptors.Result) *structpb.Struct {
+func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struct {
 	// One copy of every request-derived string, so the metadata does not
 	// point into the request, made valid UTF-8 so the response marshals.
 	n := len(res.ClientIP) + len(res.Account)
@@ -671,10 +671,10 @@ func (s *Service) loginMetadata(g *generation, res descriptors.Result) *structpb
 	m.keysKind.StructValue = &m.keys
 	m.keysVal.Kind = &m.keysKind
 	m.outer.Fields = map[string]*structpb.Value{
-		failures.MetaIP:       m.strs[0].set(ip),
-		failures.MetaAccount:  m.strs[1].set(account),
-		failures.MetaRoute:    m.strs[2].set(route),
-		failures.MetaFailures: &m.keysVal,
+		lockout.MetaIP:       m.strs[0].set(ip),
+		lockout.MetaAccount:  m.strs[1].set(account),
+		lockout.MetaRoute:    m.strs[2].set(route),
+		lockout.MetaFailures: &m.keysVal,
 	}
 	return &m.outer
 }

@@ -23,11 +23,11 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -39,7 +39,7 @@ var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
 type harness struct {
 	t     testing.TB
-	rules *rules.Rules
+	rules *configfile.Rules
 	clock *testclock.Clock
 	store *counter.Store
 	reg   *prometheus.Registry
@@ -67,11 +67,11 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	if yaml != "" {
 		data = []byte(yaml)
 	}
-	r, err := rules.Parse(data, "test.yaml")
+	r, err := configfile.Parse(data, "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := descriptors.New(r.Descriptors())
+	m, err := match.New(r.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,10 +380,10 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	h.expectRun(20, true, login)
 	resp := h.check(login)
 	md := resp.GetDynamicMetadata().GetFields()
-	if md[failures.MetaIP].GetStringValue() != "203.0.113.9" || md[failures.MetaAccount].GetStringValue() != "alice@example.com" || md[failures.MetaRoute].GetStringValue() != "login" {
+	if md[lockout.MetaIP].GetStringValue() != "203.0.113.9" || md[lockout.MetaAccount].GetStringValue() != "alice@example.com" || md[lockout.MetaRoute].GetStringValue() != "login" {
 		t.Errorf("metadata %v", md)
 	}
-	fails := md[failures.MetaFailures].GetStructValue().GetFields()
+	fails := md[lockout.MetaFailures].GetStructValue().GetFields()
 	if fails["login_ip"].GetStringValue() != "203.0.113.9" || fails["login_account"].GetStringValue() != "alice@example.com" {
 		t.Errorf("failures metadata %v", fails)
 	}
@@ -400,7 +400,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	if got := responseHeaders(resp)["retry-after"]; got != "40" {
 		t.Errorf("retry-after %q, want 40", got)
 	}
-	if resp.GetDynamicMetadata().GetFields()[failures.MetaAccount].GetStringValue() != "alice@example.com" {
+	if resp.GetDynamicMetadata().GetFields()[lockout.MetaAccount].GetStringValue() != "alice@example.com" {
 		t.Error("denied login lacks metadata")
 	}
 	h.expectRun(1, true, req{path: "/portal/login", peer: "203.0.113.50", headers: map[string]string{"x-login-account": "bob@example.com"}})
@@ -417,7 +417,7 @@ func (o overrides) OverrideFor(bucket counter.Bucket, key string) (counter.Limit
 }
 
 func TestTenantOverridesComeFirst(t *testing.T) {
-	r, _ := rules.Parse(config.Default(), "")
+	r, _ := configfile.Parse(config.Default(), "")
 	act, tok := counter.Bucket(r.BucketIndex("activity_create")), counter.Bucket(r.BucketIndex("token_create"))
 	h := newHarnessWith(t, "", overrides{
 		"big": {act: {Limit: 200, ScaleMS: 1000}},
@@ -646,7 +646,7 @@ func TestLoginDecoyAccountHeader(t *testing.T) {
 	if got := responseHeaders(resp)["ratelimit-policy"]; strings.Count(got, `"login_account"`) != 1 {
 		t.Errorf("ratelimit-policy %q: want one login_account item for two accounts", got)
 	}
-	keys := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
+	keys := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
 	if len(keys) != 2 || keys[0].GetStringValue() != "decoy1@example.com" || keys[1].GetStringValue() != "alice@example.com" {
 		t.Fatalf("login_account keys in the metadata: %v, want the decoy and the body account", keys)
 	}
@@ -686,15 +686,15 @@ func TestLoginUnreadableAccount(t *testing.T) {
 		if !allowed(resp) {
 			t.Fatalf("unreadable %d before any failure: %v", i, resp)
 		}
-		got := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()["login_account"].GetStringValue()
-		if got != descriptors.UnreadableAccount {
+		got := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()["login_account"].GetStringValue()
+		if got != match.UnreadableAccount {
 			t.Errorf("unreadable %d: login_account key %q, want the shared key", i, got)
 		}
 	}
 	// Five failures of unreadable logins lock every unreadable login, not
 	// readable ones.
 	lim := counter.Limit{Limit: 5, ScaleMS: 60000}
-	h.store.Incr(counter.Bucket(h.rules.BucketIndex("login_account")), descriptors.UnreadableAccount, lim, 5, h.clock.Now())
+	h.store.Incr(counter.Bucket(h.rules.BucketIndex("login_account")), match.UnreadableAccount, lim, 5, h.clock.Now())
 	for i, r := range unreadable {
 		r.peer = fmt.Sprintf("198.51.100.%d", i+1)
 		if resp := h.check(r); allowed(resp) {
@@ -756,7 +756,7 @@ func TestIPv6ClientsByNetwork(t *testing.T) {
 	h.expectRun(1, false, req{path: "/api/v1/tokens", peer: "::ffff:198.51.100.200"})
 
 	resp := h.check(req{path: "/admin/login", peer: "2001:db8:7:9::abcd", headers: map[string]string{"x-login-account": "alice@example.com"}})
-	fails := resp.GetDynamicMetadata().GetFields()[failures.MetaFailures].GetStructValue().GetFields()
+	fails := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()
 	if got := fails["login_ip"].GetStringValue(); got != "2001:db8:7:9::/64" {
 		t.Errorf("login_ip key in the metadata %q, want the /64", got)
 	}

@@ -1,6 +1,6 @@
 // Package authz is the Envoy ext_authz gRPC service: it implements
 // envoy.service.auth.v3.Authorization/Check by turning the request into
-// descriptors (package descriptors), resolving each bucket's limit, counting
+// descriptors (package match), resolving each bucket's limit, counting
 // the hit through a Limiter (package counter) and answering.
 //
 // Invariants:

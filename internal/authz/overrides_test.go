@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // ownedOverrides resolves like the node's cache: a key is either a tenant
@@ -49,7 +49,7 @@ func admitted(h *harness, n int, r func(i int) req) int {
 // request's tenant header neither picks the override nor resets the
 // channel's count; only the channel's owner decides.
 func TestOverrideFollowsTheKeyNotTheHeader(t *testing.T) {
-	r, _ := rules.Parse(config.Default(), "")
+	r, _ := configfile.Parse(config.Default(), "")
 	inb, act := counter.Bucket(r.BucketIndex("inbound")), counter.Bucket(r.BucketIndex("activity_create"))
 	over := &ownedOverrides{
 		tenantKeyed: map[counter.Bucket]bool{act: true},

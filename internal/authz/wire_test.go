@@ -11,9 +11,9 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
@@ -54,7 +54,7 @@ func FuzzCheckWireEquivalence(f *testing.F) {
 		{path: "/api/v1/tokens", headers: map[string]string{"x-envoy-external-address": "2001:db8::1"}},
 		{path: "/admin/login", headers: map[string]string{"x-login-account": "Alice@Example.com", "content-type": "application/json"}, body: `{"email":"bob@example.com"}`},
 		{path: "/admin/login", headers: map[string]string{"content-type": "application/x-www-form-urlencoded", "x-envoy-auth-partial-body": "false"}, body: "email=carol%40example.com"},
-		{path: "/anything", ext: map[string]string{descriptors.ExtBuckets: "tenant,ip", descriptors.ExtRoute: "inbound"}},
+		{path: "/anything", ext: map[string]string{match.ExtBuckets: "tenant,ip", match.ExtRoute: "inbound"}},
 	} {
 		f.Add(marshalRequest(f, checkRequest(r)))
 	}
@@ -146,7 +146,7 @@ routes:
 		t.Fatal("the first configuration does not read x-api-key, yet it was kept")
 	}
 
-	next, err := rules.Parse([]byte(`
+	next, err := configfile.Parse([]byte(`
 buckets:
   by_key: {limit: 1, per: 1m, key: "header:x-api-key", on_missing_key: deny}
 routes:
@@ -154,7 +154,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := descriptors.New(next.Descriptors())
+	m, err := match.New(next.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}

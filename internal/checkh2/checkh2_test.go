@@ -30,10 +30,10 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testcert"
@@ -45,11 +45,11 @@ import (
 // per tenant).
 func newAuthz(t testing.TB) *authz.Service {
 	t.Helper()
-	r, err := rules.Parse(config.Default(), "ratelimit.yaml")
+	r, err := configfile.Parse(config.Default(), "ratelimit.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := descriptors.New(r.Descriptors())
+	m, err := match.New(r.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,14 +16,14 @@ const module = "github.com/ratelimit-authz/ratelimit-authz/"
 
 // configSide is configuration and wire decoding: what check-config, the
 // CLI and the fuzzers load, and what a node compiles before it serves.
-var configSide = []string{"internal/rules", "internal/rlsconfig", "internal/limits", "internal/snapshot", "internal/checkwire", "internal/descriptors", "internal/counter"}
+var configSide = []string{"internal/configfile", "internal/rlsconfig", "internal/limits", "internal/snapshot", "internal/checkwire", "internal/match", "internal/counter"}
 
 // servingSide is what talks to the network or a database: drivers, NATS,
 // gRPC, the front ends and the packages that assemble them. Module
 // packages are written without the module path.
 var servingSide = []string{
 	"github.com/jackc/pgx", "github.com/nats-io/nats.go", "google.golang.org/grpc",
-	"internal/authz", "internal/rls", "internal/rlqs", "internal/failures", "internal/checkh2", "internal/node", "internal/server", "internal/replicate",
+	"internal/authz", "internal/rls", "internal/rlqs", "internal/lockout", "internal/checkh2", "internal/node", "internal/server", "internal/replicate",
 	"internal/overridedb", "internal/overrides",
 }
 
@@ -49,11 +49,11 @@ var rules = []rule{{
 	why: "it is arithmetic that the counter, replication and RLQS call; a dependency on any package of the server would put it above one of them",
 }, {
 	name: "wire decoding does not depend on route matching",
-	from: []string{"internal/checkwire"}, to: []string{"internal/descriptors"},
+	from: []string{"internal/checkwire"}, to: []string{"internal/match"},
 	why: "the decoder reads bytes into a request; matching routes is what a consumer of that request does",
 }, {
 	name: "the two configuration formats are independent",
-	from: []string{"internal/rlsconfig"}, to: []string{"internal/rules"},
+	from: []string{"internal/rlsconfig"}, to: []string{"internal/configfile"},
 	why: "envoyproxy/ratelimit's descriptor files and the rules file are separate sources; neither needs the other's parser",
 }}
 
@@ -69,10 +69,10 @@ var exceptions = []exception{{
 	from: "internal/checkwire", to: "google.golang.org/grpc",
 	why: "checkwire holds the gRPC codec (grpc/encoding, grpc/mem) and the Authorization service's registration (grpc.ServiceDesc) beside the decoder; they move to the Check front end's package when each front end gets one (issue 25, step 2)",
 }, {
-	from: "internal/checkwire", to: "internal/descriptors",
+	from: "internal/checkwire", to: "internal/match",
 	why: "Decode fills a descriptors.Request, the matcher's input, and reads the header names and extensions the Engine wants; the request type moves to the compiled configuration's core with the one snapshot (issue 25, step 1)",
 }, {
-	from: "internal/rlsconfig", to: "internal/rules",
+	from: "internal/rlsconfig", to: "internal/configfile",
 	why: "rlsconfig reports its problems as rules.Problems, so that the CLI and the node print both formats' problems alike; the problem type leaves rules with the one snapshot that both formats compile into (issue 25, step 1)",
 }}
 

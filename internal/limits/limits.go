@@ -12,7 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // ErrInvalid is wrapped by every validation error: bad tenant, key, actor
@@ -178,11 +178,11 @@ var keyNameRE = regexp.MustCompile("^([A-Za-z_][A-Za-z0-9_]{0,63}|header:[!#$%&'
 // "header:NAME" for a header key. ok is false for keys no tenant can own:
 // the tenant itself (its override follows the key directly) and the
 // client's identities (ip, account).
-func OwnerKeyName(k descriptors.KeySpec) (name string, ok bool) {
+func OwnerKeyName(k match.KeySpec) (name string, ok bool) {
 	switch k.Kind {
-	case descriptors.KeyPathParam:
+	case match.KeyPathParam:
 		return k.Name, true
-	case descriptors.KeyHeader:
+	case match.KeyHeader:
 		return "header:" + k.Name, true
 	}
 	return "", false

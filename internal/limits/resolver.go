@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Bucket is what limit resolution and override validation need of one
@@ -19,7 +19,7 @@ type Bucket struct {
 	// index.
 	ID    counter.Bucket
 	IDSet bool
-	Key   descriptors.KeySpec
+	Key   match.KeySpec
 	// Overridable buckets take tenant overrides; others never do.
 	Overridable bool
 	// Limit is the bucket's own configured limit, when HasLimit.

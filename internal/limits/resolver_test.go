@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 func TestParseWindow(t *testing.T) {
@@ -52,7 +52,7 @@ func TestResolverOrder(t *testing.T) {
 	own := counter.Limit{Limit: 3, ScaleMS: 1000}
 	def := counter.Limit{Limit: 4, ScaleMS: 1000}
 	bs := limits.Buckets{
-		{Name: "own", Limit: own, HasLimit: true, Default: def, HasDefault: true, Overridable: true, Key: descriptors.KeySpec{Kind: descriptors.KeyTenant}},
+		{Name: "own", Limit: own, HasLimit: true, Default: def, HasDefault: true, Overridable: true, Key: match.KeySpec{Kind: match.KeyTenant}},
 		{Name: "by_default", Default: def, HasDefault: true},
 		{Name: "upload"}, // a shipped name: the built-in 10/s
 		{Name: "nothing", Overridable: true},

@@ -9,8 +9,8 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
@@ -73,8 +73,8 @@ func newCheck(c *core) (*frontEnd, error) {
 // newFailures counts failed logins from Envoy's access log and POST
 // /v1/failures.
 func newFailures(c *core) (*frontEnd, error) {
-	rec, err := failures.New(failures.ConfigFrom(c.snap), c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log,
-		failures.Options{Token: c.cfg.FailuresToken, Overrides: c.over})
+	rec, err := lockout.New(lockout.ConfigFrom(c.snap), c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log,
+		lockout.Options{Token: c.cfg.FailuresToken, Overrides: c.over})
 	if err != nil {
 		return nil, err
 	}

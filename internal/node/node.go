@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
@@ -28,7 +28,7 @@ import (
 type Config struct {
 	// Rules is the validated configuration (buckets, routes, the
 	// counter's bounds). Required.
-	Rules *rules.Rules
+	Rules *configfile.Rules
 	// Version is the version label of ratelimit_authz_build_info; default
 	// "dev".
 	Version string
@@ -306,7 +306,7 @@ func newRegistry(version string) *prometheus.Registry {
 
 // newCounter is the node's counter and its metrics; a cluster node tracks
 // its changes for replication.
-func newCounter(r *rules.Rules, reserved []counter.Bucket, cluster bool, sk *top.Sketch, reg prometheus.Registerer) (*counter.Store, error) {
+func newCounter(r *configfile.Rules, reserved []counter.Bucket, cluster bool, sk *top.Sketch, reg prometheus.Registerer) (*counter.Store, error) {
 	cfg := counterConfig(r.Counter, cluster)
 	cfg.Reserved = reserved // by id
 	if sk != nil {          // a nil *top.Sketch in the interface would not be a nil Observer

@@ -17,29 +17,29 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
-func shipped(t *testing.T) *rules.Rules {
+func shipped(t *testing.T) *configfile.Rules {
 	t.Helper()
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func parseRules(t *testing.T, text string) *rules.Rules {
+func parseRules(t *testing.T, text string) *configfile.Rules {
 	t.Helper()
-	r, err := rules.Parse([]byte(text), "test.yaml")
+	r, err := configfile.Parse([]byte(text), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func parseRules(t *testing.T, text string) *rules.Rules {
 }
 
 // local is the configuration of a local node on free loopback ports.
-func local(r *rules.Rules) Config {
+func local(r *configfile.Rules) Config {
 	return Config{Rules: r, Version: "v-test", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"}
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -30,7 +30,7 @@ type Sources = snapshot.Sources
 // from zero. Settings that only a restart applies (the counter's bounds)
 // must be unchanged, or the reload is refused. Reloads are serialised.
 // The RLS rules in force stay (see ReloadSources).
-func (n *Node) Reload(ctx context.Context, r *rules.Rules) error {
+func (n *Node) Reload(ctx context.Context, r *configfile.Rules) error {
 	start := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -53,7 +53,7 @@ func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 // serves ShouldRateLimit, the RLS rules from their directory (Config.RLS),
 // each read and validated as at start, and reloads both as one
 // snapshot; a load error is a refused reload too, counted alike.
-func (n *Node) ReloadFrom(ctx context.Context, load func() (*rules.Rules, error)) error {
+func (n *Node) ReloadFrom(ctx context.Context, load func() (*configfile.Rules, error)) error {
 	start := time.Now()
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -121,7 +121,7 @@ func (n *Node) reload(ctx context.Context, s Sources) error {
 
 // restartOnly refuses a reload that changes what only a restart applies:
 // the counter's bounds size its tables when the node starts.
-func restartOnly(old, r *rules.Rules) error {
+func restartOnly(old, r *configfile.Rules) error {
 	var changed []string
 	o, c := old.Counter, r.Counter
 	if o.MaxKeys != c.MaxKeys {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
@@ -15,7 +15,7 @@ import (
 // clusterReloadRules: shared is the same on both nodes; win and alg differ
 // by window and algorithm when a node's variant differs; extraX exists on
 // one node only.
-func clusterReloadRules(t *testing.T, winPer, alg, extra string) *rules.Rules {
+func clusterReloadRules(t *testing.T, winPer, alg, extra string) *configfile.Rules {
 	t.Helper()
 	return parseRules(t, fmt.Sprintf(`keys:
   tenant_header: x-tenant-id
@@ -39,7 +39,7 @@ routes:
 // those buckets replicate too. Over a real nats-server process.
 func TestClusterNodesWithDifferentConfigurations(t *testing.T) {
 	nats := testnats.StartProcess(t)
-	cluster := func(id string, r *rules.Rules) Config {
+	cluster := func(id string, r *configfile.Rules) Config {
 		cfg := local(r)
 		// Without budget shares every count is sent when it changes,
 		// which is what this test follows.

@@ -12,11 +12,11 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -75,7 +75,7 @@ func TestReloadRLSRules(t *testing.T) {
 	cfg.RLS = &RLS{Layout: layout}
 	n := start(t, cfg)
 	svc := rlsService(t, n.Node)
-	ext := func() (*rules.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
+	ext := func() (*configfile.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
 	if got := rlsAllowed(t, svc, "kept", 3); got != 3 {
 		t.Fatalf("kept: %d of 3", got)
 	}
@@ -136,7 +136,7 @@ func TestReloadRLSRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := n.ReloadFrom(context.Background(), ext)
-	if ps, ok := rules.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
+	if ps, ok := configfile.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
 		t.Fatalf("a broken RLS file: %v, want its located problems", err)
 	}
 	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {

@@ -13,13 +13,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // reloadRules is a configuration with two tenant buckets on their own
 // routes; spend and other are the limits, window the spend bucket's.
-func reloadRules(t *testing.T, spend, other int, window string) *rules.Rules {
+func reloadRules(t *testing.T, spend, other int, window string) *configfile.Rules {
 	t.Helper()
 	return parseRules(t, fmt.Sprintf(`keys:
   tenant_header: x-tenant-id
@@ -175,12 +175,12 @@ func TestReloadRefused(t *testing.T) {
 	n := start(t, local(reloadRules(t, 2, 2, "1h")))
 	c, _ := dial(t, n.GRPCAddr())
 	spendN(t, c, "/spend", "acme", 1)
-	_, parseErr := rules.Parse([]byte("buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n"), "broken.yaml")
+	_, parseErr := configfile.Parse([]byte("buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n"), "broken.yaml")
 	if parseErr == nil {
 		t.Fatal("the broken configuration parses")
 	}
-	err := n.ReloadFrom(context.Background(), func() (*rules.Rules, error) { return nil, parseErr })
-	if ps, ok := rules.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
+	err := n.ReloadFrom(context.Background(), func() (*configfile.Rules, error) { return nil, parseErr })
+	if ps, ok := configfile.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
 		t.Fatalf("a broken file: %v, want its located problems", err)
 	}
 	bigger := reloadRules(t, 2, 2, "1h")

@@ -12,15 +12,15 @@ import (
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
 
 // quotaRules: one tenant budget of 100 an hour (no window ends during a
 // test), spent by Check on /t and by RLQS bucket ids {name: t, tenant: …}.
-func quotaRules(t *testing.T, extra string) *rules.Rules {
+func quotaRules(t *testing.T, extra string) *configfile.Rules {
 	t.Helper()
 	return parseRules(t, `keys:
   tenant_header: x-tenant-id

@@ -4,8 +4,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // FuzzFastEntries holds the fast decoder to the general one: whatever it
@@ -49,7 +49,7 @@ func FuzzFastEntries(f *testing.F) {
 		for _, fe := range fast {
 			o := limits.Override{Bucket: string(fe.Bucket), Limit: fe.Limit, ScaleMS: fe.ScaleMS}
 			i := slices.IndexFunc(entries, func(e limits.Override) bool { return e.Bucket == o.Bucket })
-			good := o.Valid() && descriptors.ValidBucketName(o.Bucket)
+			good := o.Valid() && match.ValidBucketName(o.Bucket)
 			switch {
 			case good && (i < 0 || entries[i] != o):
 				t.Fatalf("%q: fast path %+v, general path %v / problems %v", raw, o, entries, problems)

@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -16,12 +16,12 @@ import (
 // shipped configuration.
 type env struct {
 	*testpg.DB
-	rules *rules.Rules
+	rules *configfile.Rules
 }
 
 func setup(t *testing.T) *env {
 	t.Helper()
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

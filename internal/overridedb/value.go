@@ -7,8 +7,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // The stored value of tenant_limits.limits is a JSON object of bucket name
@@ -50,7 +50,7 @@ func ParseLimits(raw []byte) (entries []limits.Override, problems []EntryProblem
 
 func parseEntry(name string, raw json.RawMessage) (limits.Override, error) {
 	o := limits.Override{Bucket: name}
-	if !descriptors.ValidBucketName(name) {
+	if !match.ValidBucketName(name) {
 		return o, fmt.Errorf("%w: %q is not a bucket name", limits.ErrInvalid, name)
 	}
 	var fields map[string]json.RawMessage

@@ -11,18 +11,18 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // populated returns a cache holding n tenants, each with an
 // activity_create override ("tenant-0" … ).
-func populated(b *testing.B, r *rules.Rules, n int) *overrides.Cache {
+func populated(b *testing.B, r *configfile.Rules, n int) *overrides.Cache {
 	c := newTestCache(b, r)
 	rows := make(map[string]string, n)
 	for i := range n {
@@ -64,7 +64,7 @@ func BenchmarkOverride(b *testing.B) {
 // with the cache wired in as the node does, against none.
 func BenchmarkCheckWithOverrides(b *testing.B) {
 	roomy := strings.NewReplacer("limit: 100\n", "limit: 2000000000\n", "limit: 500\n", "limit: 2000000000\n").Replace(string(config.Default()))
-	r, err := rules.Parse([]byte(roomy), "roomy")
+	r, err := configfile.Parse([]byte(roomy), "roomy")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,13 +110,13 @@ func BenchmarkCheckWithOverrides(b *testing.B) {
 	checkBench(b, r, inbound, "inbound-owned-channel", owned)
 }
 
-func checkBench(b *testing.B, r *rules.Rules, req *authv3.CheckRequest, name string, over limits.Overrides) {
+func checkBench(b *testing.B, r *configfile.Rules, req *authv3.CheckRequest, name string, over limits.Overrides) {
 	for _, bc := range []struct {
 		name string
 		over limits.Overrides
 	}{{name, over}} {
 		b.Run(bc.name, func(b *testing.B) {
-			m, err := descriptors.New(r.Descriptors())
+			m, err := match.New(r.Descriptors())
 			if err != nil {
 				b.Fatal(err)
 			}

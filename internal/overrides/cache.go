@@ -17,8 +17,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 )
 
@@ -155,7 +155,7 @@ func newView(bs limits.Buckets, log *slog.Logger) (*view, error) {
 		// An override replaces the limit and window; the algorithm stays
 		// the bucket's.
 		v.buckets[b.Name] = bucketInfo{index: id, algorithm: b.Limit.Algorithm}
-		if b.Key.Kind == descriptors.KeyTenant {
+		if b.Key.Kind == match.KeyTenant {
 			v.route[id] = keyRoute{kind: routeSelf}
 		} else if n, ok := limits.OwnerKeyName(b.Key); ok {
 			v.route[id] = keyRoute{kind: routeOwner, owner: v.ownerIndex[n]}

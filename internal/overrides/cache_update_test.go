@@ -4,12 +4,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -27,7 +27,7 @@ func TestCacheUpdate(t *testing.T) {
 	if got := metric(t, c.reg, "ratelimit_authz_overrides_invalid_rows"); got != 1 {
 		t.Fatalf("invalid rows %v before the update, want 1 (beta names a bucket not configured)", got)
 	}
-	next, err := rules.Parse([]byte(`keys:
+	next, err := configfile.Parse([]byte(`keys:
   tenant_header: x-tenant-id
 buckets:
   fresh: {limit: 1, per: 1m, key: tenant, overridable: true}
@@ -112,7 +112,7 @@ func TestCacheUpdateDuringBlockedRefresh(t *testing.T) {
 	}
 	poll.UntilTrue(t, 10*time.Second, 10*time.Millisecond, blocked)
 
-	next, err := rules.Parse([]byte(`keys:
+	next, err := configfile.Parse([]byte(`keys:
   tenant_header: x-tenant-id
 buckets:
   fresh: {limit: 1, per: 1m, key: tenant, overridable: true}

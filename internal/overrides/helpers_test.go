@@ -12,18 +12,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
-func shippedRules(t testing.TB) *rules.Rules {
+func shippedRules(t testing.TB) *configfile.Rules {
 	t.Helper()
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func shippedRules(t testing.TB) *rules.Rules {
 // shipped configuration.
 type env struct {
 	*testpg.DB
-	rules *rules.Rules
+	rules *configfile.Rules
 }
 
 func setup(t *testing.T) *env {

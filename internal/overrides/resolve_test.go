@@ -8,9 +8,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -18,7 +18,7 @@ func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func newTestCache(t testing.TB, r *rules.Rules) *overrides.Cache {
+func newTestCache(t testing.TB, r *configfile.Rules) *overrides.Cache {
 	t.Helper()
 	c, err := overrides.NewCache(overrides.Config{URL: "postgres://127.0.0.1:1/none"}, snapshot.RulesLimits(r), newRegistry(), discardLog())
 	if err != nil {
@@ -36,7 +36,7 @@ buckets:
   sliding: {limit: 10, per: 1m, key: tenant, overridable: true, algorithm: sliding}
   closed:  {limit: 10, per: 1s, key: tenant}
 routes: [{path: /x, buckets: [fixed, sliding, closed]}]`
-	r, err := rules.Parse([]byte(yaml), "test.yaml")
+	r, err := configfile.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

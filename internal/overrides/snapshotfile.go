@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 )
 
@@ -116,7 +116,7 @@ func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
 			switch {
 			case limits.ValidateTenant(tenant) != nil:
 				return nil, bad(n, "invalid tenant")
-			case !descriptors.ValidBucketName(bucket):
+			case !match.ValidBucketName(bucket):
 				return nil, bad(n, "invalid bucket name")
 			case err1 != nil || err2 != nil || !o.Valid():
 				return nil, bad(n, "invalid limit or window")

@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -32,13 +32,13 @@ quota:
 `
 
 func fuzzConfig(t testing.TB) Config {
-	r, err := rules.Parse([]byte(fuzzRules), "fuzz.yaml")
+	r, err := configfile.Parse([]byte(fuzzRules), "fuzz.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := Config{Quota: r.Quota, Limits: limits.NewResolver(snapshot.RulesLimits(r), nil)}
 	for i, b := range r.Buckets {
-		c.Buckets = append(c.Buckets, Bucket{Name: b.Name, ID: counter.Bucket(i), DenyMissingKey: b.OnMissingKey == rules.Deny,
+		c.Buckets = append(c.Buckets, Bucket{Name: b.Name, ID: counter.Bucket(i), DenyMissingKey: b.OnMissingKey == configfile.Deny,
 			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true})
 	}
 	return c
@@ -175,7 +175,7 @@ func check(t *testing.T, m *rlqspb.RateLimitQuotaUsageReports, resp *rlqspb.Rate
 		if tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket(); tb != nil && (tb.GetMaxTokens() == 0 || tb.GetMaxTokens() > 10) {
 			t.Fatalf("token bucket of %d tokens, limits at most 10", tb.GetMaxTokens())
 		}
-		if d := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); a.GetQuotaAssignmentAction() != nil && d != rules.DefaultQuotaAssignmentTTL && (d != time.Second || a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != 0) {
+		if d := a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); a.GetQuotaAssignmentAction() != nil && d != configfile.DefaultQuotaAssignmentTTL && (d != time.Second || a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != 0) {
 			t.Fatalf("TTL %v", a.GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration())
 		}
 	}

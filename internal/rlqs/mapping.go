@@ -4,7 +4,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 // Bounds of one bucket id, as Envoy sends it. Its values come from client
@@ -40,7 +40,7 @@ type entry struct {
 type kv struct{ k, v string }
 
 // NewMapping compiles the entries of a quota section.
-func NewMapping(q []rules.QuotaBucket) *Mapping {
+func NewMapping(q []configfile.QuotaBucket) *Mapping {
 	m := &Mapping{entries: make([]entry, len(q))}
 	for i, e := range q {
 		ms := make([]kv, 0, len(e.Match))

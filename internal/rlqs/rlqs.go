@@ -20,9 +20,9 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
@@ -61,7 +61,7 @@ type Bucket struct {
 // Config is one configuration the Service serves.
 type Config struct {
 	// Quota is the quota section of the rules file. Required.
-	Quota *rules.Quota
+	Quota *configfile.Quota
 	// Buckets are the rules file's buckets, by index.
 	Buckets []Bucket
 	// Limits resolves the buckets' limits, by the same index.
@@ -573,7 +573,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	}
 	if !t.matched {
 		res(resUnmatched)
-		return policy(st.cfg.Quota.Unmatched == rules.Deny), true
+		return policy(st.cfg.Quota.Unmatched == configfile.Deny), true
 	}
 	b := st.cfg.Buckets[t.m.Bucket]
 	if t.m.Key == "" {
@@ -641,7 +641,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 func (str *stream) untracked(st *state, id map[string]string, reported int64, now time.Time) action {
 	m, ok := st.mapping.Lookup(id)
 	if !ok {
-		return policy(st.cfg.Quota.Unmatched == rules.Deny)
+		return policy(st.cfg.Quota.Unmatched == configfile.Deny)
 	}
 	b := st.cfg.Buckets[m.Bucket]
 	if m.Key == "" {

@@ -19,11 +19,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
@@ -59,12 +59,12 @@ type harness struct {
 	reg   *prometheus.Registry
 	svc   *rlqs.Service
 	conn  *grpc.ClientConn
-	rules *rules.Rules
+	rules *configfile.Rules
 }
 
-func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
+func config(t testing.TB, yaml string) (rlqs.Config, *configfile.Rules) {
 	t.Helper()
-	r, err := rules.Parse([]byte(yaml), "test.yaml")
+	r, err := configfile.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *rules.Rules) {
 	for i, b := range r.Buckets {
 		cfg.Buckets = append(cfg.Buckets, rlqs.Bucket{
 			Name: b.Name, ID: counter.Bucket(i), Shadow: b.Shadow,
-			DenyMissingKey: b.OnMissingKey == rules.Deny, DenyOverflow: b.OnOverflow == rules.Deny,
+			DenyMissingKey: b.OnMissingKey == configfile.Deny, DenyOverflow: b.OnOverflow == configfile.Deny,
 			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true,
 		})
 	}

@@ -8,9 +8,9 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // The conformance cases of docs/envoyproxy-ratelimit.md §6; each test
@@ -55,9 +55,9 @@ func problemsOf(t *testing.T, files []rlsconfig.File, opts rlsconfig.Options) []
 	if c != nil {
 		t.Errorf("Parse returned a Config with its problems")
 	}
-	ps, ok := rules.AsProblems(err)
+	ps, ok := configfile.AsProblems(err)
 	if !ok {
-		t.Fatalf("Parse error %v is not rules.Problems", err)
+		t.Fatalf("Parse error %v is not configfile.Problems", err)
 	}
 	var out []string
 	for _, p := range ps {

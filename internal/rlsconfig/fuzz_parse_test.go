@@ -8,9 +8,9 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // FuzzParse: any bytes parse without a panic, into either problems (each
@@ -37,7 +37,7 @@ func FuzzParse(f *testing.F) {
 		files := []rlsconfig.File{{Name: "f.yaml", Data: data}}
 		c, err := rlsconfig.Parse(files, rlsconfig.Options{})
 		if err != nil {
-			ps, ok := rules.AsProblems(err)
+			ps, ok := configfile.AsProblems(err)
 			if !ok || len(ps) == 0 || len(ps) > rlsconfig.MaxProblems+1 || c != nil {
 				t.Fatalf("error %v (problems %v), config %v", err, ok, c != nil)
 			}
@@ -57,7 +57,7 @@ func FuzzParse(f *testing.F) {
 			if r.Bucket != c2.Rules()[i].Bucket || r.StatsKey != c2.Rules()[i].StatsKey {
 				t.Fatalf("rule %d named %q then %q", i, r.Bucket, c2.Rules()[i].Bucket)
 			}
-			if seen[r.Bucket] || len(r.Bucket) > rlsconfig.MaxBucketName || descriptors.ValidBucketName(r.Bucket) {
+			if seen[r.Bucket] || len(r.Bucket) > rlsconfig.MaxBucketName || match.ValidBucketName(r.Bucket) {
 				t.Fatalf("bucket %q", r.Bucket)
 			}
 			seen[r.Bucket] = true

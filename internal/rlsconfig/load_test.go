@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 func domainYAML(d string) string {
@@ -67,9 +67,9 @@ func loadProblems(t *testing.T, l rlsconfig.Layout) []string {
 	if err == nil {
 		t.Fatalf("Load accepted it: domains %v", c.Domains())
 	}
-	ps, ok := rules.AsProblems(err)
+	ps, ok := configfile.AsProblems(err)
 	if !ok {
-		t.Fatalf("Load: %v is not rules.Problems", err)
+		t.Fatalf("Load: %v is not configfile.Problems", err)
 	}
 	var out []string
 	for _, p := range ps {

@@ -12,9 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Bounds on what one Parse accepts, so that a hostile or mistaken file
@@ -52,7 +52,7 @@ var (
 )
 
 // Parse parses and validates configuration files, each one domain. On any
-// problem it returns a nil *Config and a rules.Problems listing every one
+// problem it returns a nil *Config and a configfile.Problems listing every one
 // (file:line:column: upstream's message), files in name order. An invalid
 // Options.DefaultAlgorithm is a plain error: the caller's, not the files'.
 func Parse(files []File, opts Options) (*Config, error) {
@@ -86,7 +86,7 @@ func Parse(files []File, opts Options) (*Config, error) {
 type builder struct {
 	opts        Options
 	cfg         *Config
-	problems    rules.Problems
+	problems    configfile.Problems
 	descriptors int               // over all files
 	overridable map[string]string // rate_limit.name → where first
 	// composites holds each level's composite keys (key, or key_value),
@@ -113,7 +113,7 @@ func (b *builder) errorf(n *yaml.Node, format string, args ...any) {
 		format, args = "config error, more than %d problems: fix these first", []any{MaxProblems}
 		b.capped = true
 	}
-	pr := rules.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
+	pr := configfile.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		pr.Line, pr.Column = n.Line, n.Column
 	}
@@ -567,7 +567,7 @@ func (b *builder) checkRateLimit(rl *yaml.Node, r Rule, nodes rateLimitNodes, un
 			b.errorf(nodes.overridable, "an unlimited rule cannot be overridable: a tenant override sets a limit")
 		case b.tenantShared:
 			b.errorf(nodes.overridable, "an overridable rule's first descriptor cannot have share_threshold: its value is the tenant, and every tenant it matches would share one count under the limit of whichever tenant a request names")
-		case !descriptors.ValidBucketName(r.Name):
+		case !match.ValidBucketName(r.Name):
 			b.errorf(cmp.Or(nodes.name, nodes.overridable), "an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not '%s': tenant overrides name it", r.Name)
 		case dup:
 			b.errorf(nodes.name, "rate_limit.name '%s' is overridable in two rules (first at %s): tenant overrides could not tell them apart", r.Name, first)

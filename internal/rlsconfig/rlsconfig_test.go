@@ -9,7 +9,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
 
@@ -55,7 +55,7 @@ func TestBucketNames(t *testing.T) {
 		if len(name) > rlsconfig.MaxBucketName {
 			t.Errorf("%s: %d bytes", what, len(name))
 		}
-		if descriptors.ValidBucketName(name) {
+		if match.ValidBucketName(name) {
 			t.Errorf("%s: %q is a valid ext_authz bucket name", what, name)
 		}
 		if prev, dup := seen[name]; dup {

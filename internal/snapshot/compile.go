@@ -3,11 +3,11 @@ package snapshot
 import (
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // PeerCountFactor is how far above its limit a peer's running count may
@@ -31,7 +31,7 @@ const ParticipantsWindow = 5 * time.Second
 // window with limit × PeerCountFactor and, for an overridable bucket,
 // every window a tenant override can have (limits.Scales) with any count
 // an override allows.
-func (s *Snapshot) addRules(r *rules.Rules) {
+func (s *Snapshot) addRules(r *configfile.Rules) {
 	resolver := limits.NewResolver(RulesLimits(r), nil)
 	reserved := make(map[counter.Bucket]bool, len(r.Counter.Reserved))
 	for _, b := range r.Counter.Reserved {
@@ -42,9 +42,9 @@ func (s *Snapshot) addRules(r *rules.Rules) {
 			Name: rb.Name, Origin: FromRules, Index: i,
 			Key: rb.Key, Overridable: rb.Overridable, OverrideName: rb.Name,
 			Reserved: reserved[counter.Bucket(i)], Shadow: rb.Shadow,
-			CountFailures:  rb.Count == rules.CountFailures,
-			DenyMissingKey: rb.OnMissingKey == rules.Deny,
-			DenyOverflow:   rb.OnOverflow == rules.Deny,
+			CountFailures:  rb.Count == configfile.CountFailures,
+			DenyMissingKey: rb.OnMissingKey == configfile.Deny,
+			DenyOverflow:   rb.OnOverflow == configfile.Deny,
 			Participants:   -1,
 			PeerBounds:     map[int64]int64{},
 		}
@@ -67,7 +67,7 @@ func (s *Snapshot) addRules(r *rules.Rules) {
 // RulesLimits are the rules file's buckets as limit resolution and
 // override validation take them, by index, with no ids (the index
 // stands for one): what the limits CLI and tests need without a snapshot.
-func RulesLimits(r *rules.Rules) limits.Buckets {
+func RulesLimits(r *configfile.Rules) limits.Buckets {
 	bs := make(limits.Buckets, len(r.Buckets))
 	for i, b := range r.Buckets {
 		bs[i] = limits.Bucket{
@@ -93,7 +93,7 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 		r := &c.Rules()[i]
 		b := Bucket{
 			Name: r.Bucket, Origin: FromRLSRule, Index: i,
-			Key:         descriptors.KeySpec{Kind: descriptors.KeyTenant},
+			Key:         match.KeySpec{Kind: match.KeyTenant},
 			Overridable: r.Overridable, OverrideName: r.Name, Shadow: r.Shadow,
 			Participants: -1,
 			PeerBounds:   map[int64]int64{},
@@ -134,7 +134,7 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 // max_streams (the nodes of a cluster share one rules file): a larger
 // count is clamped, so a forged one can shrink shares, never enlarge
 // them.
-func (s *Snapshot) addQuota(r *rules.Rules) {
+func (s *Snapshot) addQuota(r *configfile.Rules) {
 	if r.Quota == nil {
 		return
 	}

@@ -6,17 +6,17 @@ import (
 	"hash/fnv"
 	"strconv"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 )
 
 // Sources are the configuration files of one snapshot, read and validated
 // by their own parsers.
 type Sources struct {
-	Rules *rules.Rules      // the rules file; required
+	Rules *configfile.Rules // the rules file; required
 	RLS   *rlsconfig.Config // the envoyproxy/ratelimit directory; nil: none
 }
 
@@ -61,7 +61,7 @@ type Bucket struct {
 	Limit    counter.Limit
 	HasLimit bool
 	// Key is where a request's key of it comes from.
-	Key descriptors.KeySpec
+	Key match.KeySpec
 	// Overridable buckets take tenant overrides, filed under
 	// OverrideName (an RLS rule's name; a bucket's own name otherwise).
 	Overridable  bool
@@ -118,9 +118,9 @@ func ID(k Key) counter.Bucket {
 // concurrent use: every bucket of every source with its id, and the
 // compiled routes. A component reads the snapshot it was handed.
 type Snapshot struct {
-	Rules   *rules.Rules
+	Rules   *configfile.Rules
 	RLS     *rlsconfig.Config // nil: none
-	Matcher *descriptors.Engine
+	Matcher *match.Engine
 	// Buckets are every bucket: the rules file's first, by index (so
 	// Buckets[i] is rules bucket i and matcher bucket i), then the RLS
 	// rules', the RLS limit buckets' and the participants counts.
@@ -150,7 +150,7 @@ func CompileWith(src Sources, id func(Key) counter.Bucket) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	m, err := descriptors.New(r.Descriptors())
+	m, err := match.New(r.Descriptors())
 	if err != nil {
 		return nil, fmt.Errorf("compile routes: %w", err)
 	}
@@ -280,7 +280,7 @@ func (s *Snapshot) Overridable() limits.Buckets {
 
 // checkRLSNames refuses an overridable rule named as a rules bucket: a
 // tenant override names one bucket.
-func checkRLSNames(c *rlsconfig.Config, r *rules.Rules) error {
+func checkRLSNames(c *rlsconfig.Config, r *configfile.Rules) error {
 	for _, rule := range c.Rules() {
 		if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
 			return fmt.Errorf("%s:%d:%d: overridable rule %q has the name of an ext_authz bucket: tenant overrides could not tell them apart", rule.File, rule.Line, rule.Column, rule.Name)

@@ -5,21 +5,21 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
-func parse(t *testing.T, yaml string) *rules.Rules {
+func parse(t *testing.T, yaml string) *configfile.Rules {
 	t.Helper()
-	r, err := rules.Parse([]byte(yaml), "test.yaml")
+	r, err := configfile.Parse([]byte(yaml), "test.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func compile(t *testing.T, r *rules.Rules) *snapshot.Snapshot {
+func compile(t *testing.T, r *configfile.Rules) *snapshot.Snapshot {
 	t.Helper()
 	s, err := snapshot.Compile(snapshot.Sources{Rules: r})
 	if err != nil {

@@ -1,4 +1,4 @@
-package rules
+package configfile
 
 import (
 	"fmt"
@@ -10,8 +10,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Quota is the rate limit quota service (RLQS) part of a configuration:
@@ -275,9 +275,9 @@ func quotaBucketProblem(r *Rules, b int) string {
 	switch {
 	case bk.Count == CountFailures:
 		return "counts failures: Envoy's quota reports count requests"
-	case bk.Key.Kind == descriptors.KeyIP:
+	case bk.Key.Kind == match.KeyIP:
 		return "is keyed by ip: a bucket id carries values as Envoy built them from the request, not the trusted client address an ip key means"
-	case bk.Key.Kind == descriptors.KeyAccount:
+	case bk.Key.Kind == match.KeyAccount:
 		return "is keyed by account: a bucket id carries values as Envoy built them from the request, not the normalised login account"
 	}
 	lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}

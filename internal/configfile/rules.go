@@ -1,4 +1,4 @@
-// Package rules loads and validates the server's rate-limit configuration:
+// Package configfile loads and validates the server's rate-limit configuration:
 // the buckets (budgets), the route rules that spend from them, where request
 // keys come from, and the counter's bounds.
 //
@@ -6,7 +6,7 @@
 // and returns no Rules when there is any: a node never starts on a
 // configuration it only half understood. The result is immutable and safe
 // for concurrent use.
-package rules
+package configfile
 
 import (
 	"errors"
@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Rules is a validated configuration.
@@ -57,7 +57,7 @@ type AccountPolicy uint8
 
 const (
 	// AccountShared counts it under one strict key shared by every such
-	// login (descriptors.UnreadableAccount): the default.
+	// login (match.UnreadableAccount): the default.
 	AccountShared AccountPolicy = iota
 	// AccountDeny refuses it (403) at the check.
 	AccountDeny
@@ -104,7 +104,7 @@ type Bucket struct {
 	// (limits.Resolver resolves it).
 	Limit    counter.Limit
 	HasLimit bool
-	Key      descriptors.KeySpec
+	Key      match.KeySpec
 	// Shadow buckets count and report as usual but never deny.
 	Shadow      bool
 	Count       Counting
@@ -148,8 +148,8 @@ func (r *Rules) BucketIndex(name string) int {
 }
 
 // Descriptors returns the configuration of the request matcher.
-func (r *Rules) Descriptors() descriptors.Config {
-	c := descriptors.Config{
+func (r *Rules) Descriptors() match.Config {
+	c := match.Config{
 		TenantHeader:             r.Keys.TenantHeader,
 		AccountHeader:            r.Keys.AccountHeader,
 		AccountBodyField:         r.Keys.AccountBodyField,
@@ -158,10 +158,10 @@ func (r *Rules) Descriptors() descriptors.Config {
 		IPv6Prefix:               r.Keys.IPv6Prefix,
 	}
 	for _, b := range r.Buckets {
-		c.Buckets = append(c.Buckets, descriptors.Bucket{Name: b.Name, Key: b.Key})
+		c.Buckets = append(c.Buckets, match.Bucket{Name: b.Name, Key: b.Key})
 	}
 	for _, rt := range r.Routes {
-		c.Routes = append(c.Routes, descriptors.Route{
+		c.Routes = append(c.Routes, match.Route{
 			Name: rt.Name, Method: rt.Method, Template: rt.Path, Buckets: rt.Buckets,
 		})
 	}

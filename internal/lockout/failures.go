@@ -1,4 +1,4 @@
-// Package failures counts failed logins (or any responses configured as
+// Package lockout counts failed logins (or any responses configured as
 // failures) in the buckets whose count is "failures".
 //
 // Reports arrive two ways:
@@ -27,7 +27,7 @@
 // Bad reports never crash the node: entries without metadata, of other
 // routes, with unknown buckets or non-string keys are skipped and counted
 // by reason. A Recorder is safe for concurrent use.
-package failures
+package lockout
 
 import (
 	"context"
@@ -54,8 +54,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -72,9 +72,9 @@ const (
 )
 
 // maxKeysPerBucket bounds the keys one entry may list for one bucket: the
-// Check lists at most descriptors.MaxAccounts accounts and the shared key
+// Check lists at most match.MaxAccounts accounts and the shared key
 // of unreadable ones. A longer list is malformed and counts nothing.
-const maxKeysPerBucket = descriptors.MaxAccounts + 1
+const maxKeysPerBucket = match.MaxAccounts + 1
 
 // maxKeyBytes bounds a key taken from a report; longer ones are refused.
 // (The Check's keys are bounded by what Envoy accepts in a header or body.)
@@ -545,7 +545,7 @@ func (rec *Recorder) reject(w http.ResponseWriter, code int, result reportResult
 func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	// Keyed as a check keys it: IPv6 by its network.
 	g := rec.gen.Load()
-	ip, ok := descriptors.IPKey(rep.IP, g.cfg.IPv6Prefix)
+	ip, ok := match.IPKey(rep.IP, g.cfg.IPv6Prefix)
 	if !ok {
 		return ReportResult{}, fmt.Errorf("ip %q is not an IP address", rep.IP)
 	}
@@ -554,7 +554,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if len(rep.Account) > maxKeyBytes {
 			return ReportResult{}, fmt.Errorf("account is longer than %d bytes", maxKeyBytes)
 		}
-		if account = descriptors.NormalizeAccount(rep.Account); account == "" {
+		if account = match.NormalizeAccount(rep.Account); account == "" {
 			return ReportResult{}, errors.New("account must be valid UTF-8 text")
 		}
 	}
@@ -576,9 +576,9 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 	for _, b := range buckets {
 		var key string
 		switch g.cfg.Buckets[b].Key.Kind {
-		case descriptors.KeyIP:
+		case match.KeyIP:
 			key = ip
-		case descriptors.KeyAccount:
+		case match.KeyAccount:
 			key = account
 		}
 		if key == "" {

@@ -1,4 +1,4 @@
-package rules
+package configfile
 
 import (
 	"cmp"
@@ -13,8 +13,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // The configuration grammar, as Parse reads it (YAML; an unknown or
@@ -57,12 +57,12 @@ import (
 //	             counts requests, is keyed by tenant, path:<param> or header:<name>
 //	             and has a limit; no two entries match the same bucket ids)
 //
-// bucket-name is [a-z][a-z0-9_]{0,62} (descriptors.ValidBucketName);
+// bucket-name is [a-z][a-z0-9_]{0,62} (match.ValidBucketName);
 // header names are lowercase tokens, or a pseudo-header such as :authority
-// (descriptors.HeaderNameProblem); param is [A-Za-z_][A-Za-z0-9_]*
-// (descriptors.ValidParamName); a method is A–Z only
-// (descriptors.ValidMethod); two routes with the same method and the same
-// template shape are one route given twice (descriptors.RouteKey);
+// (match.HeaderNameProblem); param is [A-Za-z_][A-Za-z0-9_]*
+// (match.ValidParamName); a method is A–Z only
+// (match.ValidMethod); two routes with the same method and the same
+// template shape are one route given twice (match.RouteKey);
 // a route default is the bucket's limit on every route (one per bucket,
 // and none for a bucket with its own limit), since a client picks the route
 // by its path. The shipped config/ratelimit.yaml and docs/configuration.md
@@ -172,7 +172,7 @@ func (p *parser) parse(data []byte) *Rules {
 	if len(p.problems) == 0 {
 		// The matcher has its own checks; anything it still refuses is a
 		// problem of the file as a whole.
-		if _, err := descriptors.New(r.Descriptors()); err != nil {
+		if _, err := match.New(r.Descriptors()); err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
 				p.errorf(routesNode, "%s", line)
 			}
@@ -258,7 +258,7 @@ func (p *parser) parseKeys(n *yaml.Node, k *Keys) {
 			if !ok {
 				return
 			}
-			if s != "" && descriptors.HeaderNameProblem(s) != "" {
+			if s != "" && match.HeaderNameProblem(s) != "" {
 				p.errorf(v, "keys.%s: %q is not a lowercase header name", key, s)
 				return
 			}
@@ -360,32 +360,32 @@ func (p *parser) limitField(key string, v *yaml.Node, what string, l *counter.Li
 	}
 }
 
-func (p *parser) parseKeySpec(v *yaml.Node, what string) (descriptors.KeySpec, bool) {
+func (p *parser) parseKeySpec(v *yaml.Node, what string) (match.KeySpec, bool) {
 	s, ok := p.str(v, what)
 	if !ok {
-		return descriptors.KeySpec{}, false
+		return match.KeySpec{}, false
 	}
 	switch {
 	case s == "tenant":
-		return descriptors.KeySpec{Kind: descriptors.KeyTenant}, true
+		return match.KeySpec{Kind: match.KeyTenant}, true
 	case s == "ip":
-		return descriptors.KeySpec{Kind: descriptors.KeyIP}, true
+		return match.KeySpec{Kind: match.KeyIP}, true
 	case s == "account":
-		return descriptors.KeySpec{Kind: descriptors.KeyAccount}, true
-	case strings.HasPrefix(s, "path:") && descriptors.ValidParamName(s[5:]):
-		return descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: s[5:]}, true
-	case strings.HasPrefix(s, "header:") && descriptors.HeaderNameProblem(s[7:]) == "":
-		return descriptors.KeySpec{Kind: descriptors.KeyHeader, Name: s[7:]}, true
+		return match.KeySpec{Kind: match.KeyAccount}, true
+	case strings.HasPrefix(s, "path:") && match.ValidParamName(s[5:]):
+		return match.KeySpec{Kind: match.KeyPathParam, Name: s[5:]}, true
+	case strings.HasPrefix(s, "header:") && match.HeaderNameProblem(s[7:]) == "":
+		return match.KeySpec{Kind: match.KeyHeader, Name: s[7:]}, true
 	}
 	p.errorf(v, "%s: %q is not a key (tenant, ip, account, path:<param>, header:<lowercase-name>)", what, s)
-	return descriptors.KeySpec{}, false
+	return match.KeySpec{}, false
 }
 
 func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
 		what := "buckets." + name
-		if !descriptors.ValidBucketName(name) {
+		if !match.ValidBucketName(name) {
 			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
 		}
 		b := Bucket{Name: name}
@@ -472,7 +472,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 				names[name] = true
 			case "method":
 				m, ok := p.str(v, what+".method")
-				if ok && (m == "" || !descriptors.ValidMethod(m)) {
+				if ok && (m == "" || !match.ValidMethod(m)) {
 					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
 				}
 				method = m
@@ -510,7 +510,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 			if !ok {
 				continue
 			}
-			if err := descriptors.ValidateTemplate(path); err != nil {
+			if err := match.ValidateTemplate(path); err != nil {
 				p.errorf(pn, "%s: path %q can never match: %v", what, path, err)
 				continue
 			}
@@ -582,16 +582,16 @@ func (p *parser) crossCheck(r *Rules) {
 	seen := map[string]int{}
 	for _, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
-		sk, _ := descriptors.RouteKey(rt.Method, rt.Path)
+		sk, _ := match.RouteKey(rt.Method, rt.Path)
 		if prev, ok := seen[sk]; ok {
 			p.errorf(at, "route %s %s repeats the route at line %d (same method and path shape)", methodOrAny(rt.Method), rt.Path, prev)
 		} else {
 			seen[sk] = rt.Line
 		}
-		params := descriptors.TemplateParams(rt.Path)
+		params := match.TemplateParams(rt.Path)
 		for _, b := range rt.Buckets {
 			bk := r.Buckets[b]
-			if bk.Key.Kind == descriptors.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
+			if bk.Key.Kind == match.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
 				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
 			}
 			lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
@@ -603,10 +603,10 @@ func (p *parser) crossCheck(r *Rules) {
 	// A bucket no route names is allowed: Envoy may name it in
 	// context_extensions.
 	for _, b := range r.Buckets {
-		if b.Key.Kind == descriptors.KeyTenant && r.Keys.TenantHeader == "" {
+		if b.Key.Kind == match.KeyTenant && r.Keys.TenantHeader == "" {
 			p.errorf(nil, "bucket %q is keyed by tenant but keys.tenant_header is empty", b.Name)
 		}
-		if b.Key.Kind == descriptors.KeyAccount && r.Keys.AccountHeader == "" && r.Keys.AccountBodyField == "" {
+		if b.Key.Kind == match.KeyAccount && r.Keys.AccountHeader == "" && r.Keys.AccountBodyField == "" {
 			p.errorf(nil, "bucket %q is keyed by account but neither keys.account_header nor keys.account_body_field is set", b.Name)
 		}
 	}

@@ -1,4 +1,4 @@
-package failures_test
+package lockout_test
 
 import (
 	"context"
@@ -27,12 +27,12 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -46,7 +46,7 @@ type harness struct {
 	t      *testing.T
 	clock  *testclock.Clock
 	reg    *prometheus.Registry
-	rec    *failures.Recorder
+	rec    *lockout.Recorder
 	authz  authv3.AuthorizationClient
 	logs   alsv3.AccessLogServiceClient
 	stream grpc.ClientStreamingClient[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]
@@ -56,11 +56,11 @@ type harness struct {
 // sharing one counter, as a node does.
 func newHarness(t *testing.T, token string) *harness {
 	t.Helper()
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := descriptors.New(r.Descriptors())
+	m, err := match.New(r.Descriptors())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func newHarness(t *testing.T, token string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, failures.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, lockout.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func allowed(r *authv3.CheckResponse) bool { return r.GetStatus().GetCode() == i
 func entry(resp *authv3.CheckResponse, code uint32) *accesslogv3.HTTPAccessLogEntry {
 	return &accesslogv3.HTTPAccessLogEntry{
 		CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
-			FilterMetadata: map[string]*structpb.Struct{failures.MetadataNamespace: resp.GetDynamicMetadata()},
+			FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: resp.GetDynamicMetadata()},
 		}},
 		Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code)},
 	}
@@ -278,20 +278,20 @@ func TestMalformedAndHostileEntries(t *testing.T) {
 	md := func(fields map[string]*structpb.Value) *accesslogv3.HTTPAccessLogEntry {
 		return &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				failures.MetadataNamespace: {Fields: fields},
+				lockout.MetadataNamespace: {Fields: fields},
 			}}},
 			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(401)},
 		}
 	}
 	h.send(
-		md(map[string]*structpb.Value{failures.MetaFailures: structpb.NewStringValue("not a struct")}),
-		md(map[string]*structpb.Value{failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStringValue("not a struct")}),
+		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"login_ip": structpb.NewNumberValue(7), // not a string
 		}})}),
-		md(map[string]*structpb.Value{failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"inbound": structpb.NewStringValue("ch"), // not a failure bucket
 		}})}),
-		md(map[string]*structpb.Value{failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"login_account": structpb.NewStringValue(strings.Repeat("a", 1<<20)), // huge
 		}})}),
 		&accesslogv3.HTTPAccessLogEntry{}, // nothing at all
@@ -335,7 +335,7 @@ func TestHTTPReports(t *testing.T) {
 			t.Errorf("%.40s: %d %s", body, code, resp)
 		}
 	}
-	var last failures.ReportResult
+	var last lockout.ReportResult
 	for i := 0; i < 5; i++ {
 		code, body := post("Bearer s3cret", `{"ip":"203.0.113.9","account":" Mallory@X ","route":"login"}`)
 		if code != 200 {
@@ -416,8 +416,8 @@ func TestMalformedKeyLists(t *testing.T) {
 	list := func(vals ...*structpb.Value) *accesslogv3.HTTPAccessLogEntry {
 		return &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				failures.MetadataNamespace: {Fields: map[string]*structpb.Value{
-					failures.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				lockout.MetadataNamespace: {Fields: map[string]*structpb.Value{
+					lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 						"login_account": structpb.NewListValue(&structpb.ListValue{Values: vals}),
 					}}),
 				}},
@@ -458,16 +458,16 @@ func (overflowing) Incr(counter.Bucket, string, counter.Limit, int64, time.Time)
 // A failure the counter cannot keep is counted as refused, not lost
 // silently, and a report says so.
 func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := rec.Report(failures.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"})
+	res, err := rec.Report(lockout.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +490,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 func TestHTTPReportKeysIPv6ByNetwork(t *testing.T) {
 	h := newHarness(t, "")
 	for i := range 5 {
-		if _, err := h.rec.Report(failures.Report{IP: fmt.Sprintf("2001:db8:5:6::%x", i+1), Route: "login", Account: "x@y"}); err != nil {
+		if _, err := h.rec.Report(lockout.Report{IP: fmt.Sprintf("2001:db8:5:6::%x", i+1), Route: "login", Account: "x@y"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -504,18 +504,18 @@ func TestHTTPReportKeysIPv6ByNetwork(t *testing.T) {
 
 // A report names a route by its name, or an unnamed one by its path.
 func TestRouteIndex(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := failures.ConfigFrom(snapshottest.ByIndex(t, r))
-	if i := failures.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
+	cfg := lockout.ConfigFrom(snapshottest.ByIndex(t, r))
+	if i := lockout.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
 		t.Errorf("route login at %d", i)
 	}
-	if i := failures.RouteIndex(cfg, "/api/v1/tokens"); i < 0 || cfg.Routes[i].Path != "/api/v1/tokens" {
+	if i := lockout.RouteIndex(cfg, "/api/v1/tokens"); i < 0 || cfg.Routes[i].Path != "/api/v1/tokens" {
 		t.Errorf("route by path at %d", i)
 	}
-	if failures.RouteIndex(cfg, "nope") != -1 {
+	if lockout.RouteIndex(cfg, "nope") != -1 {
 		t.Error("unknown route found")
 	}
 }
@@ -524,7 +524,7 @@ func TestRouteIndex(t *testing.T) {
 // deletes its series, so a renamed bucket leaves no frozen one behind; the
 // buckets that stay keep theirs, and the new one counts.
 func TestUpdateForgetsRemovedBuckets(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,13 +533,13 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := failures.New(failures.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{Token: "t"})
+	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := func() {
 		t.Helper()
-		if _, err := rec.Report(failures.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"}); err != nil {
+		if _, err := rec.Report(lockout.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -555,7 +555,7 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 	if !series("login_ip") || !series("login_account") {
 		t.Fatal("no series for the login buckets after a failure")
 	}
-	next, err := rules.Parse([]byte(`keys:
+	next, err := configfile.Parse([]byte(`keys:
   account_header: x-login-account
 buckets:
   login_addr:    {limit: 5, per: 1m, key: ip, count: failures}
@@ -583,9 +583,9 @@ routes:
 
 // idsConfig is failure counting's configuration of r with the given
 // counter ids, by index.
-func idsConfig(t testing.TB, r *rules.Rules, ids ...counter.Bucket) failures.Config {
+func idsConfig(t testing.TB, r *configfile.Rules, ids ...counter.Bucket) lockout.Config {
 	t.Helper()
-	c := failures.ConfigFrom(snapshottest.ByIndex(t, r))
+	c := lockout.ConfigFrom(snapshottest.ByIndex(t, r))
 	for i := range c.Buckets {
 		c.Buckets[i].ID = ids[i]
 	}

@@ -1,4 +1,4 @@
-// Package descriptors turns one HTTP request, as Envoy's ext_authz
+// Package match turns one HTTP request, as Envoy's ext_authz
 // CheckRequest describes it, into rate-limit descriptors: which configured
 // buckets apply and the key each one counts under. It is a leaf: the caller
 // reads the fields it needs out of the CheckRequest into a Request (only the
@@ -28,4 +28,4 @@
 //
 // The design (which buckets apply, keys, the failure mode in detail) is in
 // docs/design/routes-and-keys.md.
-package descriptors
+package match

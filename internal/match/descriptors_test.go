@@ -1,4 +1,4 @@
-package descriptors
+package match
 
 import (
 	"slices"
@@ -415,7 +415,7 @@ func TestContextExtensions(t *testing.T) {
 	}
 }
 
-// TestSharedRouteName covers one rule with several templates, as internal/rules
+// TestSharedRouteName covers one rule with several templates, as internal/configfile
 // produces for "paths: [...]": ratelimit_route picks the member whose
 // template matches the path.
 func TestSharedRouteName(t *testing.T) {

@@ -1,4 +1,4 @@
-package failures_test
+package lockout_test
 
 import (
 	"io"
@@ -14,11 +14,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/failures"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
@@ -31,7 +31,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	seed := func(fields map[string]*structpb.Value, code uint32) {
 		e := &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				failures.MetadataNamespace: {Fields: fields},
+				lockout.MetadataNamespace: {Fields: fields},
 			}}},
 			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code)},
 		}
@@ -44,29 +44,29 @@ func FuzzAccessLogEntry(f *testing.F) {
 	keys := func(m map[string]*structpb.Value) *structpb.Value {
 		return structpb.NewStructValue(&structpb.Struct{Fields: m})
 	}
-	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{"login_ip": s("203.0.113.1"), "login_account": s("a@x")}), failures.MetaRoute: s("login")}, 401)
-	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{
+	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{"login_ip": s("203.0.113.1"), "login_account": s("a@x")}), lockout.MetaRoute: s("login")}, 401)
+	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{
 		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a@x"), s("b@x"), s(" unreadable")}}),
 	})}, 401)
-	seed(map[string]*structpb.Value{failures.MetaFailures: keys(map[string]*structpb.Value{
+	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{
 		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a"), s("a"), structpb.NewNullValue()}}),
 		"inbound":       s("c"),
 	})}, 401)
-	seed(map[string]*structpb.Value{failures.MetaFailures: s("x")}, 200)
+	seed(map[string]*structpb.Value{lockout.MetaFailures: s("x")}, 200)
 	f.Add([]byte{0x0a, 0xff})
 
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := failures.ConfigFrom(snapshottest.ByIndex(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
+	cfg, limits := lockout.ConfigFrom(snapshottest.ByIndex(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {
 			return
 		}
 		c := &countingCounter{}
-		rec, err := failures.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), failures.Options{})
+		rec, err := lockout.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +78,10 @@ func FuzzAccessLogEntry(f *testing.F) {
 			t.Fatal("a failure counted under the empty key")
 		}
 		for b, n := range c.n {
-			if n > descriptors.MaxAccounts+1 {
+			if n > match.MaxAccounts+1 {
 				t.Fatalf("bucket %d: %d failures from one entry", b, n)
 			}
-			if r.Buckets[b].Count != rules.CountFailures {
+			if r.Buckets[b].Count != configfile.CountFailures {
 				t.Fatalf("failure counted in bucket %s, which does not count failures", r.Buckets[b].Name)
 			}
 		}

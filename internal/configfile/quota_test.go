@@ -1,4 +1,4 @@
-package rules_test
+package configfile_test
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 const quotaBase = `
@@ -23,7 +23,7 @@ routes:
 `
 
 func TestQuotaSection(t *testing.T) {
-	r, err := rules.Parse([]byte(quotaBase+`
+	r, err := configfile.Parse([]byte(quotaBase+`
 quota:
   domains: [api, other]
   assignment_ttl: 7s
@@ -44,7 +44,7 @@ quota:
 		t.Fatal("no quota section")
 	}
 	if strings.Join(q.Domains, ",") != "api,other" || q.AssignmentTTL != 7*time.Second || q.AbandonAfter != 30*time.Second ||
-		q.Unmatched != rules.Deny || q.MaxStreams != 3 || q.MaxBucketIDs != 9 {
+		q.Unmatched != configfile.Deny || q.MaxStreams != 3 || q.MaxBucketIDs != 9 {
 		t.Errorf("quota: %+v", q)
 	}
 	if len(q.Buckets) != 3 {
@@ -60,7 +60,7 @@ quota:
 }
 
 func TestQuotaDefaults(t *testing.T) {
-	r, err := rules.Parse([]byte(quotaBase+`
+	r, err := configfile.Parse([]byte(quotaBase+`
 quota:
   domains: [api]
   buckets: [{match: {name: t}, bucket: per_tenant, key: tenant}]
@@ -69,19 +69,19 @@ quota:
 		t.Fatal(err)
 	}
 	q := r.Quota
-	if q.AssignmentTTL != rules.DefaultQuotaAssignmentTTL || q.AbandonAfter != rules.DefaultQuotaAbandonAfter ||
-		q.Unmatched != rules.Allow || q.MaxStreams != rules.DefaultQuotaMaxStreams || q.MaxBucketIDs != rules.DefaultQuotaMaxBucketIDs {
+	if q.AssignmentTTL != configfile.DefaultQuotaAssignmentTTL || q.AbandonAfter != configfile.DefaultQuotaAbandonAfter ||
+		q.Unmatched != configfile.Allow || q.MaxStreams != configfile.DefaultQuotaMaxStreams || q.MaxBucketIDs != configfile.DefaultQuotaMaxBucketIDs {
 		t.Errorf("defaults: %+v", q)
 	}
 	// No section: no RLQS.
-	r, err = rules.Parse([]byte(quotaBase), "q.yaml")
+	r, err = configfile.Parse([]byte(quotaBase), "q.yaml")
 	if err != nil || r.Quota != nil {
 		t.Fatalf("no quota section: %+v, %v", r.Quota, err)
 	}
 }
 
 func TestShippedQuota(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,14 +133,14 @@ func TestQuotaProblems(t *testing.T) {
 		{"not a mapping", `[a]`, `quota must be a mapping`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := rules.Parse([]byte(quotaBase+"quota: "+tc.quota+"\n"), "q.yaml")
+			r, err := configfile.Parse([]byte(quotaBase+"quota: "+tc.quota+"\n"), "q.yaml")
 			if err == nil {
 				t.Fatalf("parsed: %+v", r.Quota)
 			}
 			if r != nil {
 				t.Fatal("rules returned with problems")
 			}
-			if _, ok := rules.AsProblems(err); !ok || !strings.Contains(err.Error(), tc.want) {
+			if _, ok := configfile.AsProblems(err); !ok || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v\nwant %q", err, tc.want)
 			}
 		})

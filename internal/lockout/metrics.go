@@ -1,4 +1,4 @@
-package failures
+package lockout
 
 import (
 	"fmt"

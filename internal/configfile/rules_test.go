@@ -1,4 +1,4 @@
-package rules_test
+package configfile_test
 
 import (
 	"os"
@@ -7,15 +7,15 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/descriptors"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rules"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func TestShippedConfig(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatalf("shipped config: %v", err)
 	}
@@ -30,17 +30,17 @@ func TestShippedConfig(t *testing.T) {
 
 	want := map[string]struct {
 		limit, scale int64
-		key          descriptors.KeySpec
-		count        rules.Counting
+		key          match.KeySpec
+		count        configfile.Counting
 		overridable  bool
 	}{
-		"activity_create": {100, 1000, descriptors.KeySpec{Kind: descriptors.KeyTenant}, rules.CountRequests, true},
-		"upload":          {10, 1000, descriptors.KeySpec{Kind: descriptors.KeyTenant}, rules.CountRequests, true},
-		"inbound":         {500, 1000, descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: "channel"}, rules.CountRequests, true},
-		"token_generate":  {10, 60000, descriptors.KeySpec{Kind: descriptors.KeyPathParam, Name: "channel"}, rules.CountRequests, true},
-		"token_create":    {10, 60000, descriptors.KeySpec{Kind: descriptors.KeyIP}, rules.CountRequests, false},
-		"login_ip":        {5, 60000, descriptors.KeySpec{Kind: descriptors.KeyIP}, rules.CountFailures, false},
-		"login_account":   {5, 60000, descriptors.KeySpec{Kind: descriptors.KeyAccount}, rules.CountFailures, false},
+		"activity_create": {100, 1000, match.KeySpec{Kind: match.KeyTenant}, configfile.CountRequests, true},
+		"upload":          {10, 1000, match.KeySpec{Kind: match.KeyTenant}, configfile.CountRequests, true},
+		"inbound":         {500, 1000, match.KeySpec{Kind: match.KeyPathParam, Name: "channel"}, configfile.CountRequests, true},
+		"token_generate":  {10, 60000, match.KeySpec{Kind: match.KeyPathParam, Name: "channel"}, configfile.CountRequests, true},
+		"token_create":    {10, 60000, match.KeySpec{Kind: match.KeyIP}, configfile.CountRequests, false},
+		"login_ip":        {5, 60000, match.KeySpec{Kind: match.KeyIP}, configfile.CountFailures, false},
+		"login_account":   {5, 60000, match.KeySpec{Kind: match.KeyAccount}, configfile.CountFailures, false},
 	}
 	if len(r.Buckets) != len(want) {
 		t.Fatalf("got %d buckets, want %d", len(r.Buckets), len(want))
@@ -67,12 +67,12 @@ func TestShippedConfig(t *testing.T) {
 		t.Errorf("failure codes %v, want [401]", r.Failures.StatusCodes)
 	}
 	if r.Keys.TenantHeader != "x-tenant-id" || r.Keys.AccountHeader != "x-login-account" || r.Keys.AccountBodyField != "email" || r.Keys.TrustedHops != 0 ||
-		r.Keys.IPv6Prefix != 64 || r.Keys.UnreadableAccount != rules.AccountShared {
+		r.Keys.IPv6Prefix != 64 || r.Keys.UnreadableAccount != configfile.AccountShared {
 		t.Errorf("keys: %+v", r.Keys)
 	}
 	// The lockout fails closed on a full key table; request buckets do not.
 	for _, b := range r.Buckets {
-		if want := map[bool]rules.Action{true: rules.Deny, false: rules.Allow}[b.Count == rules.CountFailures]; b.OnOverflow != want {
+		if want := map[bool]configfile.Action{true: configfile.Deny, false: configfile.Allow}[b.Count == configfile.CountFailures]; b.OnOverflow != want {
 			t.Errorf("%s: on_overflow %v, want %v", b.Name, b.OnOverflow, want)
 		}
 	}
@@ -86,7 +86,7 @@ routes:
 `
 
 func TestParseFeatures(t *testing.T) {
-	r, err := rules.Parse([]byte(`
+	r, err := configfile.Parse([]byte(`
 keys: {tenant_header: x-org, trusted_hops: 2, use_external_address_header: false}
 counter: {max_keys: 5000, max_key_bytes: 64}
 failures: {status_codes: [401, 403, 401]}
@@ -115,7 +115,7 @@ routes:
 		t.Errorf("counter: %+v", r.Counter)
 	}
 	b := r.Buckets[0]
-	if !b.Shadow || b.OnMissingKey != rules.Deny || b.OnOverflow != rules.Deny || b.Key.Kind != descriptors.KeyHeader || b.Key.Name != "x-api-key" {
+	if !b.Shadow || b.OnMissingKey != configfile.Deny || b.OnOverflow != configfile.Deny || b.Key.Kind != match.KeyHeader || b.Key.Name != "x-api-key" {
 		t.Errorf("bucket: %+v", b)
 	}
 	if l, _ := limitOf(r, 0); l != (counter.Limit{Limit: 3, ScaleMS: 500, Algorithm: counter.Sliding}) {
@@ -273,14 +273,14 @@ routes: [{path: /x, buckets: [b]}]`, []string{"keys.trusted_hops must be between
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := rules.Parse([]byte(tc.yaml), "t.yaml")
+			r, err := configfile.Parse([]byte(tc.yaml), "t.yaml")
 			if err == nil {
 				t.Fatalf("no error; rules %+v", r)
 			}
 			if r != nil {
 				t.Error("rules returned along with problems")
 			}
-			ps, ok := rules.AsProblems(err)
+			ps, ok := configfile.AsProblems(err)
 			if !ok || len(ps) == 0 {
 				t.Fatalf("error is not Problems: %v", err)
 			}
@@ -301,14 +301,14 @@ routes: [{path: /x, buckets: [b]}]`, []string{"keys.trusted_hops must be between
 
 // Several problems in one file are all reported, in one pass.
 func TestParseReportsEveryProblem(t *testing.T) {
-	_, err := rules.Parse([]byte(`
+	_, err := configfile.Parse([]byte(`
 buckets:
   a: {limit: -1, per: 1s, key: tenant}
   b: {limit: 5, per: soon, key: tenant}
 routes:
   - {path: /x, buckets: [c]}
 `), "t.yaml")
-	ps, _ := rules.AsProblems(err)
+	ps, _ := configfile.AsProblems(err)
 	if len(ps) < 3 {
 		t.Fatalf("want at least 3 problems, got %d:\n%v", len(ps), err)
 	}
@@ -317,7 +317,7 @@ routes:
 // Routes may share a bucket's default when they agree, and a failure
 // bucket fails closed on a full key table unless told otherwise.
 func TestParseSafeDefaults(t *testing.T) {
-	r, err := rules.Parse([]byte(`
+	r, err := configfile.Parse([]byte(`
 keys: {ipv6_prefix: 56, unreadable_account: deny}
 buckets:
   shared: {key: tenant}
@@ -332,22 +332,22 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Keys.IPv6Prefix != 56 || r.Keys.UnreadableAccount != rules.AccountDeny {
+	if r.Keys.IPv6Prefix != 56 || r.Keys.UnreadableAccount != configfile.AccountDeny {
 		t.Errorf("keys: %+v", r.Keys)
 	}
 	if l, ok := limitOf(r, 0); !ok || l.Limit != 5 || l.ScaleMS != 1000 {
 		t.Errorf("route /c without a default: %+v %v, want the bucket's one default", l, ok)
 	}
-	for i, want := range []rules.Action{rules.Allow, rules.Deny, rules.Allow, rules.Allow} {
+	for i, want := range []configfile.Action{configfile.Allow, configfile.Deny, configfile.Allow, configfile.Allow} {
 		if got := r.Buckets[i].OnOverflow; got != want {
 			t.Errorf("%s: on_overflow %v, want %v", r.Buckets[i].Name, got, want)
 		}
 	}
-	d, err := rules.Parse([]byte(minimal), "t.yaml")
+	d, err := configfile.Parse([]byte(minimal), "t.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Keys.IPv6Prefix != 64 || d.Keys.UnreadableAccount != rules.AccountShared {
+	if d.Keys.IPv6Prefix != 64 || d.Keys.UnreadableAccount != configfile.AccountShared {
 		t.Errorf("default keys: %+v", d.Keys)
 	}
 }
@@ -355,13 +355,13 @@ routes:
 // Failure buckets fail closed on a full key table: the counter keeps them
 // a reserve that keys of other buckets cannot fill.
 func TestFailureBucketsAreReserved(t *testing.T) {
-	r, err := rules.Parse(config.Default(), config.Name)
+	r, err := configfile.Parse(config.Default(), config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var want []counter.Bucket
 	for i, b := range r.Buckets {
-		if b.Count == rules.CountFailures {
+		if b.Count == configfile.CountFailures {
 			want = append(want, counter.Bucket(i))
 		}
 	}
@@ -372,15 +372,15 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 
 // limitOf resolves bucket b's configured limit as a node does: the one
 // resolver, without overrides.
-func limitOf(r *rules.Rules, b int) (counter.Limit, bool) {
+func limitOf(r *configfile.Rules, b int) (counter.Limit, bool) {
 	return limits.NewResolver(snapshot.RulesLimits(r), nil).Limit(counter.Bucket(b), "")
 }
 
 // The configuration holds windows, header names and methods to the one
 // rule each that the rest of the product uses (limits.ParseWindow,
-// descriptors.HeaderNameProblem, descriptors.ValidMethod).
+// match.HeaderNameProblem, match.ValidMethod).
 func TestSharedRules(t *testing.T) {
-	r, err := rules.Parse([]byte(`
+	r, err := configfile.Parse([]byte(`
 buckets:
   daily: {limit: 5, per: 1d, key: "header::authority"}
   minutely: {limit: 5, per: Minute, key: tenant}
@@ -398,11 +398,11 @@ routes: [{method: GET, path: /x, buckets: [daily, minutely]}]`), "t.yaml")
 		`{method: M-SEARCH, path: /x, buckets: [b]}`,
 		`{method: "", path: /x, buckets: [b]}`,
 	} {
-		if _, err := rules.Parse([]byte("buckets: {b: {limit: 1, per: 1s, key: tenant}}\nroutes: ["+bad+"]"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "is not an uppercase HTTP method") {
+		if _, err := configfile.Parse([]byte("buckets: {b: {limit: 1, per: 1s, key: tenant}}\nroutes: ["+bad+"]"), "t.yaml"); err == nil || !strings.Contains(err.Error(), "is not an uppercase HTTP method") {
 			t.Errorf("%s: %v", bad, err)
 		}
 	}
-	if _, err := rules.Parse([]byte(`
+	if _, err := configfile.Parse([]byte(`
 buckets: {b: {limit: 1, per: 1s, key: "header:a:b"}}
 routes: [{path: /x, buckets: [b]}]`), "t.yaml"); err == nil {
 		t.Error("a colon inside a header name accepted")
