@@ -114,3 +114,23 @@ func TestGuberStatus(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGuberStatus: any answer is read as under (0), over (1) or an error,
+// never a panic.
+func FuzzGuberStatus(f *testing.F) {
+	var over []byte
+	over = protowire.AppendTag(over, 1, protowire.VarintType)
+	over = protowire.AppendVarint(over, 1)
+	var b []byte
+	b = protowire.AppendTag(b, 1, protowire.BytesType)
+	b = protowire.AppendBytes(b, over)
+	f.Add(b)
+	f.Add([]byte{0x0a, 0x02, 0x2a, 0x00})
+	f.Add([]byte{0x0a, 0x80})
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := guberStatus(in)
+		if err == nil && got != 0 && got != 1 {
+			t.Fatalf("status %d", got)
+		}
+	})
+}

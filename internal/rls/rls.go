@@ -60,7 +60,7 @@ type Service struct {
 	opts    Options
 	m       *metrics
 
-	mu  sync.Mutex // serialises Update
+	mu  sync.Mutex // serialises the swaps of Update and Prepare
 	cur atomic.Pointer[state]
 
 	// keys holds *[]byte buffers the counter keys of a call are built in.
@@ -143,16 +143,11 @@ func New(cfg Config, lim Limiter, limits Limits, reg prometheus.Registerer, log 
 // error the previous configuration stays. Counts are the counter's: a rule
 // whose bucket id is unchanged keeps its counts.
 func (s *Service) Update(cfg Config) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	next, err := s.build(cfg)
+	swap, err := s.prepare(cfg)
 	if err != nil {
 		return err
 	}
-	old := s.cur.Swap(next)
-	if old != nil {
-		s.m.forget(old, next)
-	}
+	swap()
 	return nil
 }
 
@@ -163,14 +158,23 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	if snap.RLS == nil {
 		return nil, errors.New("no RLS rules: this node serves ShouldRateLimit")
 	}
-	next, err := s.build(ConfigFrom(snap, s.Settings()))
+	return s.prepare(ConfigFrom(snap, s.Settings()))
+}
+
+// prepare builds cfg's state and returns the swap that makes it the one
+// in force; the swaps are serialised so that each forgets the series of
+// the state it replaced.
+func (s *Service) prepare(cfg Config) (func(), error) {
+	next, err := s.build(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return func() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		s.m.forget(s.cur.Swap(next), next)
+		if old := s.cur.Swap(next); old != nil {
+			s.m.forget(old, next)
+		}
 	}, nil
 }
 
