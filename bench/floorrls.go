@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 )
 
@@ -40,8 +39,7 @@ func (r *runner) rlsFloorTargets(ctx context.Context, cpu int) (targets []*serve
 			targets = nil
 		}
 	}()
-	dirs := map[bool]string{}
-	envs := map[bool][]string{}
+	envs := map[bool][]string{} // RUNTIME_*: this server reads upstream's environment too
 	for _, denied := range []bool{false, true} {
 		name, perUnit := "floor-rls-allowed", uint32(2_000_000_000)
 		if denied {
@@ -50,7 +48,6 @@ func (r *runner) rlsFloorTargets(ctx context.Context, cpu int) (targets []*serve
 		if envs[denied], err = r.rlsRuntime(ctx, name, perUnit, "second"); err != nil {
 			return nil, err
 		}
-		dirs[denied] = filepath.Join(r.tmp, name, "ratelimit", "config")
 	}
 	outcome := map[bool]string{false: "allowed", true: "denied"}
 	add := func(name, mode string, denied bool, start func() (*server, error)) error {
@@ -65,20 +62,20 @@ func (r *runner) rlsFloorTargets(ctx context.Context, cpu int) (targets []*serve
 		targets = append(targets, t)
 		return nil
 	}
-	serve := func(name string, lean bool, head ...string) func() (*server, error) {
+	serve := func(name string, env []string, lean bool, head ...string) func() (*server, error) {
 		return func() (*server, error) {
-			return r.startServer(ctx, cpu, "floor-"+name, nil, lean, head[0], head[1:]...)
+			return r.startServer(ctx, cpu, "floor-"+name, env, lean, head[0], head[1:]...)
 		}
 	}
 	name := floorRLS + floorDefaultNoop
-	if err := add(name, "rls", false, serve(name, false, r.bins.bench, "noop-grpc", "--lifetime", r.lifetime().String())); err != nil {
+	if err := add(name, "rls", false, serve(name, nil, false, r.bins.bench, "noop-grpc", "--lifetime", r.lifetime().String())); err != nil {
 		return targets, err
 	}
 	for _, path := range []string{"", floorLean} {
 		for _, denied := range []bool{false, true} {
 			name := floorRLS + path + outcome[denied]
-			head := append([]string{r.bins.server}, r.serve(r.allowedCfg, "--rls-config-dir", dirs[denied])...)
-			if err := add(name, "rls", denied, serve(name, path != "", head...)); err != nil {
+			head := append([]string{r.bins.server}, r.serve(r.allowedCfg)...)
+			if err := add(name, "rls", denied, serve(name, envs[denied], path != "", head...)); err != nil {
 				return targets, err
 			}
 		}
