@@ -46,7 +46,33 @@ func FuzzDecodeAnswer(f *testing.F) {
 			if len(bt.Epochs) > top.Epochs || len(bt.Minute.TopAdmitted) > maxKeys || len(bt.Minute.TopDenied) > maxKeys {
 				t.Fatalf("bucket out of bounds accepted: %+v", bt)
 			}
+			if len(bt.Bucket) > maxBucketBytes {
+				t.Fatalf("bucket name of %d bytes accepted", len(bt.Bucket))
+			}
+			for _, k := range append(bt.Minute.TopAdmitted, bt.Minute.TopDenied...) {
+				if len(k.Key) > top.MaxMaxKeyBytes {
+					t.Fatalf("key of %d bytes accepted", len(k.Key))
+				}
+			}
 			top.Merge([]top.Tops{bt.Tops, bt.Tops}, 3)
 		}
 	})
+}
+
+// A peer's answer with a key or a bucket name longer than any node keeps
+// is refused, not merged and shown.
+func TestDecodeAnswerRefusesLongNames(t *testing.T) {
+	long := strings.Repeat("k", top.MaxMaxKeyBytes+1)
+	for name, s := range map[string]string{
+		"key":    `{"buckets":[{"bucket":"a","minute":{"denied":1,"top_denied":[{"key":"` + long + `","hits":1}]}}]}`,
+		"bucket": `{"buckets":[{"bucket":"` + strings.Repeat("b", maxBucketBytes+1) + `","minute":{}}]}`,
+	} {
+		if _, err := decodeAnswer([]byte(s)); err == nil {
+			t.Errorf("%s too long: accepted", name)
+		}
+	}
+	ok := `{"buckets":[{"bucket":"a","minute":{"denied":1,"top_denied":[{"key":"` + long[:top.MaxMaxKeyBytes] + `","hits":1}]}}]}`
+	if _, err := decodeAnswer([]byte(ok)); err != nil {
+		t.Errorf("a key of MaxMaxKeyBytes: %v", err)
+	}
 }

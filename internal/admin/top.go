@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"time"
 
@@ -196,12 +197,25 @@ func decodeAnswer(b []byte) (TopResponse, error) {
 		return r, fmt.Errorf("%d buckets, at most %d", len(r.Buckets), maxAnswerBuckets)
 	}
 	for _, b := range r.Buckets {
+		if len(b.Bucket) > maxBucketBytes {
+			return r, fmt.Errorf("a bucket name of %d bytes, at most %d", len(b.Bucket), maxBucketBytes)
+		}
 		if len(b.Epochs) > top.Epochs {
 			return r, fmt.Errorf("bucket %q: %d epochs", b.Bucket, len(b.Epochs))
 		}
 		for _, p := range []*top.Period{&b.Minute, b.Window} {
-			if p != nil && (len(p.TopAdmitted) > maxKeys || len(p.TopDenied) > maxKeys) {
+			if p == nil {
+				continue
+			}
+			if len(p.TopAdmitted) > maxKeys || len(p.TopDenied) > maxKeys {
 				return r, fmt.Errorf("bucket %q: more than %d keys in a list", b.Bucket, maxKeys)
+			}
+			// A node keeps at most MaxMaxKeyBytes of a key: a longer one is
+			// no node's answer.
+			for _, k := range slices.Concat(p.TopAdmitted, p.TopDenied) {
+				if len(k.Key) > top.MaxMaxKeyBytes {
+					return r, fmt.Errorf("bucket %q: a key of %d bytes, at most %d", b.Bucket, len(k.Key), top.MaxMaxKeyBytes)
+				}
 			}
 		}
 	}
