@@ -54,55 +54,6 @@ type RateLimitFilter struct {
 // entries are its actions' in order.
 type RateLimit struct {
 	Actions []Action `json:"actions"`
-	// HitsAddend is the descriptor's own hits_addend. Envoy 1.40 sends it
-	// only from the filter's rate_limits (RateLimitPerRoute's or its own),
-	// not from a route's or a virtual host's (docs/envoy.md, Costs and
-	// releases): WithRateLimitRoutes writes a route that has one into its
-	// RateLimitPerRoute, and WithRateLimitFilter refuses one.
-	HitsAddend *HitsAddend `json:"hits_addend,omitempty"`
-	// ApplyOnStreamDone sends the descriptor in a second call when the
-	// stream is done, whose answer Envoy ignores, instead of before the
-	// request.
-	ApplyOnStreamDone bool `json:"apply_on_stream_done,omitempty"`
-}
-
-// HitsAddend is a descriptor's hits_addend: a number, or a substitution
-// format (one field, e.g. "%RESP(x-usage-total-tokens)%"). Build it with
-// Hits or HitsFrom.
-type HitsAddend struct {
-	Number *uint64 `json:"number,omitempty"`
-	Format string  `json:"format,omitempty"`
-}
-
-// Hits is the hits_addend n (0: a check that counts nothing).
-func Hits(n uint64) *HitsAddend { return &HitsAddend{Number: &n} }
-
-// HitsFrom is the hits_addend Envoy reads with the substitution format f.
-func HitsFrom(f string) *HitsAddend { return &HitsAddend{Format: f} }
-
-// maxHitsAddend is the largest hits_addend Envoy accepts.
-const maxHitsAddend = 1_000_000_000
-
-func (h *HitsAddend) validate() error {
-	switch {
-	case (h.Number == nil) == (h.Format == ""):
-		return errors.New("hits_addend: want exactly one of a number and a format")
-	case h.Number != nil && *h.Number > maxHitsAddend:
-		return fmt.Errorf("hits_addend: %d is above Envoy's %d", *h.Number, maxHitsAddend)
-	case h.Format != "" && strings.Count(h.Format, "%") != 2:
-		return fmt.Errorf("hits_addend: format %q: want exactly one %%FIELD%%", h.Format)
-	}
-	return text("hits_addend: format", h.Format)
-}
-
-// hasHitsAddend reports whether a descriptor of rls sets its hits_addend.
-func hasHitsAddend(rls []RateLimit) bool {
-	for _, rl := range rls {
-		if rl.HitsAddend != nil {
-			return true
-		}
-	}
-	return false
 }
 
 // Action is one rate limit action: exactly one field is set. Build it
@@ -240,11 +191,6 @@ func validateRateLimits(rls []RateLimit) error {
 				return fmt.Errorf("rate_limits[%d].actions[%d]: %w", i, j, err)
 			}
 		}
-		if rl.HitsAddend != nil {
-			if err := rl.HitsAddend.validate(); err != nil {
-				return fmt.Errorf("rate_limits[%d]: %w", i, err)
-			}
-		}
 	}
 	return nil
 }
@@ -295,9 +241,6 @@ func WithRateLimitFilter(cfg []byte, f RateLimitFilter) ([]byte, error) {
 	}
 	if err := validateRateLimits(f.RateLimits); err != nil {
 		return nil, fmt.Errorf("envoyconf: rate limit filter: %w", err)
-	}
-	if hasHitsAddend(f.RateLimits) {
-		return nil, errors.New("envoyconf: rate limit filter: a virtual host's rate_limits cannot carry hits_addend: Envoy does not send it from there")
 	}
 	header := rateLimitFilter
 	if strings.Count(s, "\n"+header+"\n") == 0 {
@@ -414,30 +357,16 @@ func WithRateLimitRoutes(cfg []byte, routes ...RateLimitRoute) ([]byte, error) {
 			return nil, fmt.Errorf("envoyconf: route %q: %w", r.Name, err)
 		}
 		match, _ := json.Marshal(map[string]string{"prefix": r.Prefix})
-		// The route's rate_limits, or RateLimitPerRoute's when a
-		// descriptor has a hits_addend (the only place Envoy sends it).
-		route, per := map[string]any{"cluster": "app"}, map[string]any{"@type": rateLimitPerRouteTyp}
-		if hasHitsAddend(r.RateLimits) {
-			per["rate_limits"] = r.RateLimits
-		} else {
-			route["rate_limits"] = r.RateLimits
-		}
-		if r.Domain != "" {
-			per["domain"] = r.Domain
-		}
-		rj, err := json.Marshal(route)
+		route, err := json.Marshal(map[string]any{"cluster": "app", "rate_limits": r.RateLimits})
 		if err != nil {
 			return nil, fmt.Errorf("envoyconf: route %q: %w", r.Name, err)
 		}
 		b.WriteString("              - name: " + quote(r.Name) + "\n")
 		b.WriteString("                match: " + string(match) + "\n")
-		b.WriteString("                route: " + string(rj) + "\n")
-		if len(per) > 1 {
-			pj, err := json.Marshal(map[string]any{"envoy.filters.http.ratelimit": per})
-			if err != nil {
-				return nil, fmt.Errorf("envoyconf: route %q: %w", r.Name, err)
-			}
-			b.WriteString("                typed_per_filter_config: " + string(pj) + "\n")
+		b.WriteString("                route: " + string(route) + "\n")
+		if r.Domain != "" {
+			per, _ := json.Marshal(map[string]any{"envoy.filters.http.ratelimit": map[string]string{"@type": rateLimitPerRouteTyp, "domain": r.Domain}})
+			b.WriteString("                typed_per_filter_config: " + string(per) + "\n")
 		}
 	}
 	i := strings.Index(s, "\n"+notFoundRoute) + 1

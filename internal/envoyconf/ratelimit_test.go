@@ -152,13 +152,13 @@ func TestRenderRLS(t *testing.T) {
 		if r.Name == "not_found" {
 			continue
 		}
-		if len(r.Route.RateLimits) == 0 {
+		if len(r.Route.RateLimits) == 0 && len(r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].RateLimits) == 0 {
 			t.Errorf("route %s has no rate_limits", r.Name)
 		}
 		domains[r.Name] = r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].Domain
 	}
 	want := map[string]string{"example1": "mongo_cps", "example2": "messaging", "example3": "", "example4": "example4",
-		"example5": "internal", "example6": "example6", "example7": "example7"}
+		"example5": "internal", "example6": "example6", "example7": "example7", "llm": "llm"}
 	for name, d := range want {
 		if got, ok := domains[name]; !ok || got != d {
 			t.Errorf("route %s: domain %q (present %v), want %q", name, got, ok, d)
@@ -238,10 +238,7 @@ func TestWithRateLimitRoutes(t *testing.T) {
 	}
 	out, err = WithRateLimitRoutes(out,
 		RateLimitRoute{Name: "hourly", Prefix: "/hourly", Domain: "rls_e2e", RateLimits: []RateLimit{{Actions: []Action{GenericKey("", "hourly")}}}},
-		RateLimitRoute{Name: "all", Prefix: "/all", RateLimits: allActions},
-		RateLimitRoute{Name: "cost", Prefix: "/cost", Domain: "llm", RateLimits: []RateLimit{
-			{Actions: []Action{RequestHeader("x-tenant-id", "tenant")}, HitsAddend: Hits(0)},
-			{Actions: []Action{RequestHeader("x-tenant-id", "tenant")}, HitsAddend: HitsFrom("%RESP(x-usage-total-tokens)%"), ApplyOnStreamDone: true}}})
+		RateLimitRoute{Name: "all", Prefix: "/all", RateLimits: allActions})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,15 +251,10 @@ func TestWithRateLimitRoutes(t *testing.T) {
 	for _, r := range bs.hcm().RouteConfig.VirtualHosts[0].Routes {
 		names = append(names, r.Name)
 	}
-	if n := len(names); n < 4 || names[n-4] != "hourly" || names[n-3] != "all" || names[n-2] != "cost" || names[n-1] != "not_found" {
-		t.Fatalf("routes %v, want hourly, all and cost before not_found", names)
+	if n := len(names); n < 3 || names[n-3] != "hourly" || names[n-2] != "all" || names[n-1] != "not_found" {
+		t.Fatalf("routes %v, want hourly and all before not_found", names)
 	}
-	// hits_addend is sent only from RateLimitPerRoute.rate_limits.
-	if r := bs.hcm().RouteConfig.VirtualHosts[0].Routes[len(names)-2]; len(r.Route.RateLimits) != 0 ||
-		r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].Domain != "llm" || len(r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].RateLimits) != 2 {
-		t.Errorf("route cost: %+v", r)
-	}
-	r := bs.hcm().RouteConfig.VirtualHosts[0].Routes[len(names)-4]
+	r := bs.hcm().RouteConfig.VirtualHosts[0].Routes[len(names)-3]
 	if r.Match.Prefix != "/hourly" || r.Route.Cluster != "app" || r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].Domain != "rls_e2e" ||
 		len(r.Route.RateLimits) != 1 || r.Route.RateLimits[0].Actions[0]["generic_key"]["descriptor_value"] != "hourly" {
 		t.Errorf("route hourly: %+v", r)
@@ -287,24 +279,23 @@ func TestRateLimitOptionErrors(t *testing.T) {
 	rls := shippedRLS(t)
 	good := RateLimitFilter{Domain: "d", Cluster: ShippedRLSCluster}
 	for name, f := range map[string]RateLimitFilter{
-		"empty domain":      {Cluster: ShippedRLSCluster},
-		"no cluster":        {Domain: "d"},
-		"unknown cluster":   {Domain: "d", Cluster: "elsewhere"},
-		"bad cluster name":  {Domain: "d", Cluster: "a: b"},
-		"negative timeout":  {Domain: "d", Cluster: ShippedRLSCluster, Timeout: -time.Second},
-		"empty descriptor":  {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{}}},
-		"no action kind":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{{}}}}},
-		"two action kinds":  {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{{RemoteAddress: &struct{}{}, GenericKey: &genericKey{DescriptorValue: "v"}}}}}},
-		"empty generic":     {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "")}}}},
-		"header upper":      {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("X-User", "user")}}}},
-		"header with nl":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("x\nname: y", "user")}}}},
-		"header no key":     {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("x-user", "")}}}},
-		"match no value":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{HeaderValueMatch("k", "", "x-a", "b")}}}},
-		"domain with nl":    {Domain: "a\nb", Cluster: ShippedRLSCluster},
-		"domain not utf-8":  {Domain: "\xff", Cluster: ShippedRLSCluster},
-		"value with nul":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "a\x00")}}}},
-		"match bad header":  {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{HeaderValueMatch("k", "v", ":path", "b")}}}},
-		"virtual host hits": {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: Hits(1)}}},
+		"empty domain":     {Cluster: ShippedRLSCluster},
+		"no cluster":       {Domain: "d"},
+		"unknown cluster":  {Domain: "d", Cluster: "elsewhere"},
+		"bad cluster name": {Domain: "d", Cluster: "a: b"},
+		"negative timeout": {Domain: "d", Cluster: ShippedRLSCluster, Timeout: -time.Second},
+		"empty descriptor": {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{}}},
+		"no action kind":   {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{{}}}}},
+		"two action kinds": {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{{RemoteAddress: &struct{}{}, GenericKey: &genericKey{DescriptorValue: "v"}}}}}},
+		"empty generic":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "")}}}},
+		"header upper":     {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("X-User", "user")}}}},
+		"header with nl":   {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("x\nname: y", "user")}}}},
+		"header no key":    {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{RequestHeader("x-user", "")}}}},
+		"match no value":   {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{HeaderValueMatch("k", "", "x-a", "b")}}}},
+		"domain with nl":   {Domain: "a\nb", Cluster: ShippedRLSCluster},
+		"domain not utf-8": {Domain: "\xff", Cluster: ShippedRLSCluster},
+		"value with nul":   {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "a\x00")}}}},
+		"match bad header": {Domain: "d", Cluster: ShippedRLSCluster, RateLimits: []RateLimit{{Actions: []Action{HeaderValueMatch("k", "v", ":path", "b")}}}},
 	} {
 		if out, err := WithRateLimitFilter(rls, f); err == nil {
 			t.Errorf("%s: accepted:\n%s", name, out)
@@ -322,11 +313,6 @@ func TestRateLimitOptionErrors(t *testing.T) {
 		"no rate limit": {Name: "r", Prefix: "/r"},
 		"bad action":    {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{{}}}}},
 		"shipped name":  {Name: "example3", Prefix: "/r", RateLimits: allActions},
-		"hits both":     {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: &HitsAddend{Number: Hits(1).Number, Format: "%BYTES_SENT%"}}}},
-		"hits neither":  {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: &HitsAddend{}}}},
-		"hits too many": {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: Hits(1_000_000_001)}}},
-		"hits two":      {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: HitsFrom("%REQ(a)%%REQ(b)%")}}},
-		"hits newline":  {Name: "r", Prefix: "/r", RateLimits: []RateLimit{{Actions: []Action{GenericKey("k", "v")}, HitsAddend: HitsFrom("%REQ(a\n)%")}}},
 	} {
 		if out, err := WithRateLimitRoutes(rls, r); err == nil {
 			t.Errorf("%s: accepted:\n%s", name, out)

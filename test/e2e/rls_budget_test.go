@@ -9,31 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
-// rlsTokens is a token budget: 10,000 tokens a minute per tenant, charged
-// with what the upstream reports (rate_limit.charge).
-const rlsTokens = `domain: llm
-descriptors:
-  - key: tenant
-    rate_limit:
-      unit: minute
-      requests_per_unit: 10000
-      charge: true
-`
-
-// tokenBudget and tokensPerRequest are rlsTokens' limit and what the
-// test's upstream reports for every request.
+// tokenBudget is the limit of config/rls/config/llm.yaml, and
+// tokensPerRequest what the test's upstream reports for every request.
 const tokenBudget, tokensPerRequest = 10000, 700
-
-// llmRoute checks the tenant's budget before the request (hits_addend 0)
-// and charges the tokens the upstream reported when the stream is done.
-var llmRoute = envoyconf.RateLimitRoute{Name: "llm", Prefix: "/v1/chat", Domain: "llm", RateLimits: []envoyconf.RateLimit{
-	{Actions: []envoyconf.Action{envoyconf.RequestHeader("x-tenant-id", "tenant")}, HitsAddend: envoyconf.Hits(0)},
-	{Actions: []envoyconf.Action{envoyconf.RequestHeader("x-tenant-id", "tenant")}, HitsAddend: envoyconf.HitsFrom("%RESP(x-usage-total-tokens)%"), ApplyOnStreamDone: true},
-}}
 
 // llmUpstream is an LLM-like application: every request uses
 // tokensPerRequest tokens, reported in x-usage-total-tokens; it counts
@@ -67,9 +48,11 @@ func (u *llmUpstream) count(tenant string) int {
 }
 
 // TestRLSTokenBudgetThroughEnvoy: a tenant's budget of 10,000 tokens a
-// minute through Envoy's ratelimit filter, the tokens known only from the
-// upstream's x-usage-total-tokens, charged at the end of each stream
-// (apply_on_stream_done) and checked before each request (hits_addend 0):
+// minute through Envoy's ratelimit filter, as shipped (route llm of
+// envoy/ratelimit-rls.yaml, config/rls/config/llm.yaml): the tokens known
+// only from the upstream's x-usage-total-tokens, charged at the end of
+// each stream (apply_on_stream_done) and checked before each request
+// (hits_addend 0):
 // once the budget is spent, requests get 429 with Retry-After before the
 // upstream; every admitted request's tokens are charged; and the tokens
 // charged stay within the budget plus the in-flight bound, for one client
@@ -80,11 +63,10 @@ func testRLSTokenBudget(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)
 	s := prepareRLSStack(t, 1, lean)
 	up := startLLMUpstream(t)
-	runtimeRoot := writeRLSRuntime(t, map[string]string{"llm.yaml": rlsTokens})
+	runtimeRoot := writeRLSRuntime(t, rlsExamples(t))
 	a := s.rlsAddrs(s.addrs, 0, 1)
 	a.App = up.addr
-	routes := func(b []byte) ([]byte, error) { return envoyconf.WithRateLimitRoutes(b, llmRoute) }
-	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a, routes))
+	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a))
 	s.startRLSServer(serverBin, runtimeRoot)
 	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
 		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
