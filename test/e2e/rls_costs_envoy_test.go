@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,6 +113,9 @@ func (s *rlsStub) take() []stubCall {
 	s.calls = nil
 	return c
 }
+
+// requestID is a request_id entry as stubCall.String writes it.
+var requestID = regexp.MustCompile(`request_id=[^,\] ]*`)
 
 // costFieldsBootstrap is a bootstrap of Envoy's ratelimit filter with one
 // route per question about hits_addend, apply_on_stream_done and
@@ -224,9 +228,10 @@ static_resources:
                     "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
                     domain: negative
                     rate_limits:
-                    - actions: [ { generic_key: { descriptor_value: acquire } } ]
+                    - actions: [ { generic_key: { descriptor_value: acquire } }, { request_headers: { header_name: x-request-id, descriptor_key: request_id } },
+                                 { request_headers: { header_name: x-deny, descriptor_key: deny, skip_if_absent: true } } ]
                       hits_addend: { number: 1 }
-                    - actions: [ { generic_key: { descriptor_value: release } } ]
+                    - actions: [ { generic_key: { descriptor_value: release } }, { request_headers: { header_name: x-request-id, descriptor_key: request_id } } ]
                       apply_on_stream_done: true
                       hits_addend: { number: 1, is_negative_hits: true }
           http_filters:
@@ -391,14 +396,27 @@ func TestEnvoyRateLimitCostFields(t *testing.T) {
 			"done hits_addend=0 [generic_key=check hits=0]",
 			"done hits_addend=0 [generic_key=bytes-sent hits=5] [generic_key=number,deny=1 hits=9]"}},
 		// is_negative_hits: the descriptor's hits_addend with the flag.
+		// The x-request-id Envoy generated is the same in both calls (ID
+		// below: checked equal, then replaced), and a denied acquire is
+		// still followed by its release.
 		{"/negative", nil, 200, []string{
-			"negative hits_addend=0 [generic_key=acquire hits=1]",
-			"negative hits_addend=0 [generic_key=release hits=1 negative]"}},
+			"negative hits_addend=0 [generic_key=acquire,request_id=ID hits=1]",
+			"negative hits_addend=0 [generic_key=release,request_id=ID hits=1 negative]"}},
+		{"/negative", map[string]string{"x-deny": "1"}, 429, []string{
+			"negative hits_addend=0 [generic_key=acquire,request_id=ID,deny=1 hits=1]",
+			"negative hits_addend=0 [generic_key=release,request_id=ID hits=1 negative]"}},
 	} {
 		st, calls := send(c.path, c.hdr, len(c.calls))
 		got := make([]string, len(calls))
+		ids := map[string]bool{}
 		for i, cl := range calls {
-			got[i] = cl.String()
+			got[i] = requestID.ReplaceAllStringFunc(cl.String(), func(m string) string {
+				ids[m] = true
+				return "request_id=ID"
+			})
+		}
+		if len(ids) > 1 || ids["request_id="] {
+			t.Errorf("%s %v: request ids %v, want one, not empty", c.path, c.hdr, ids)
 		}
 		if st != c.status || !slices.Equal(got, c.calls) {
 			t.Errorf("%s %v: %d, calls\n\t%s\nwant %d, calls\n\t%s", c.path, c.hdr, st, strings.Join(got, "\n\t"), c.status, strings.Join(c.calls, "\n\t"))
