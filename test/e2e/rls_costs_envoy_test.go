@@ -285,6 +285,15 @@ func TestEnvoyRateLimitCostFields(t *testing.T) {
 	// The app answers x-usage-total-tokens with the request's x-report and
 	// a body of x-body-bytes bytes.
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("x-slow") != "" {
+			// It answers nothing until Envoy gives the request up (the
+			// bound only ends the test's handler should Envoy never do).
+			select {
+			case <-r.Context().Done():
+			case <-time.After(30 * time.Second):
+			}
+			return
+		}
 		if v := r.Header.Get("x-report"); v != "" {
 			w.Header().Set("x-usage-total-tokens", v)
 		}
@@ -421,5 +430,27 @@ func TestEnvoyRateLimitCostFields(t *testing.T) {
 		if st != c.status || !slices.Equal(got, c.calls) {
 			t.Errorf("%s %v: %d, calls\n\t%s\nwant %d, calls\n\t%s", c.path, c.hdr, st, strings.Join(got, "\n\t"), c.status, strings.Join(c.calls, "\n\t"))
 		}
+	}
+
+	// A client that gives up while the upstream is still working: the
+	// stream is reset, and the stream-done call (the release) is still
+	// made, long before the upstream's handler would end on its own.
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addrs[1]+"/negative", nil)
+	req.Header.Set("x-slow", "1")
+	impatient := &http.Client{Timeout: 300 * time.Millisecond, Transport: &http.Transport{Proxy: nil}}
+	if resp, err := impatient.Do(req); err == nil {
+		resp.Body.Close()
+		t.Fatalf("the slow request was answered %d before the client gave up", resp.StatusCode)
+	}
+	var calls []string
+	poll.UntilTrue(t, 5*time.Second, 5*time.Millisecond, func() bool {
+		for _, c := range stub.take() {
+			calls = append(calls, requestID.ReplaceAllString(c.String(), "request_id=ID"))
+		}
+		return len(calls) >= 2
+	})
+	if want := []string{"negative hits_addend=0 [generic_key=acquire,request_id=ID hits=1]",
+		"negative hits_addend=0 [generic_key=release,request_id=ID hits=1 negative]"}; !slices.Equal(calls, want) {
+		t.Errorf("a request the client abandoned: calls\n\t%s\nwant\n\t%s", strings.Join(calls, "\n\t"), strings.Join(want, "\n\t"))
 	}
 }
