@@ -45,8 +45,8 @@ var rateLimitSchema = sync.OnceValue(func() *rateLimitSchemas {
 
 // RateLimitDecoder reads a RateLimitRequest's wire form into a
 // RateLimitRequest: the domain, the request's hits_addend and each
-// descriptor's entries, limit (requests_per_unit, unit) and hits_addend,
-// the strings as views into the input. Everything else is checked as
+// descriptor's entries, limit (requests_per_unit, unit), hits_addend and
+// is_negative_hits, the strings as views into the input. Everything else is checked as
 // proto.Unmarshal checks it and skipped, so it accepts and rejects exactly
 // what proto.Unmarshal does. It keeps at most maxDescriptors+1
 // descriptors and maxEntries+1 entries a descriptor (the rest is checked,
@@ -94,7 +94,7 @@ func (r *RateLimitRequest) Message() *rlsv3.RateLimitRequest { return &r.msg }
 func (r *RateLimitRequest) Reset() {
 	for _, d := range r.descs[:r.nd] {
 		d.Entries = d.Entries[:0]
-		d.Limit, d.HitsAddend = nil, nil
+		d.Limit, d.HitsAddend, d.IsNegativeHits = nil, nil, false
 	}
 	for _, e := range r.entries[:r.ne] {
 		e.Key, e.Value = "", ""
@@ -172,6 +172,11 @@ func (d *RateLimitDecoder) descriptor(r *RateLimitRequest, b []byte, depth int) 
 	desc := take(&r.descs, &r.nd)
 	r.ptrs = append(r.ptrs[:r.nd-1], desc)
 	return n, fields(s, v, depth-1, func(num protowire.Number, typ protowire.Type, b []byte, depth int) (int, error) {
+		if num == 4 && typ == protowire.VarintType { // is_negative_hits
+			v, m := protowire.ConsumeVarint(b)
+			desc.IsNegativeHits = v != 0
+			return m, nil // m < 0: fields reports it
+		}
 		if typ != protowire.BytesType || num < 1 || num > 3 {
 			return skipField, nil
 		}

@@ -45,6 +45,9 @@ func rateLimitView(m *rlsv3.RateLimitRequest, maxD, maxE int) string {
 		if h := d.GetHitsAddend(); h != nil {
 			fmt.Fprintf(&b, " hits %d", h.GetValue())
 		}
+		if d.GetIsNegativeHits() {
+			fmt.Fprintf(&b, " negative")
+		}
 	}
 	return b.String()
 }
@@ -176,21 +179,21 @@ func TestDecodeRateLimitMatchesProtoUnmarshal(t *testing.T) {
 func TestDecodeRateLimitValues(t *testing.T) {
 	d := NewRateLimitDecoder(testMaxDescriptors, testMaxEntries)
 	var r RateLimitRequest
-	in := rlReq(str(1, "d"), varint(3, 1<<32+5), rlDesc(rlEntry("k", "v"), rlLimit(varint(1, 5), varint(2, 3)), rlLimit(varint(1, 9)), rlHits(varint(1, 7))))
+	in := rlReq(str(1, "d"), varint(3, 1<<32+5), rlDesc(rlEntry("k", "v"), rlLimit(varint(1, 5), varint(2, 3)), rlLimit(varint(1, 9)), rlHits(varint(1, 7)), varint(4, 2)))
 	if err := d.Decode(in, &r); err != nil {
 		t.Fatal(err)
 	}
 	m := r.Message()
 	desc := m.Descriptors[0]
 	if m.Domain != "d" || m.HitsAddend != 5 || len(m.Descriptors) != 1 || desc.Entries[0].Key != "k" || desc.Entries[0].Value != "v" ||
-		desc.Limit.RequestsPerUnit != 9 || desc.Limit.Unit != 3 || desc.HitsAddend.Value != 7 {
+		desc.Limit.RequestsPerUnit != 9 || desc.Limit.Unit != 3 || desc.HitsAddend.Value != 7 || !desc.IsNegativeHits {
 		t.Errorf("%v", m)
 	}
 	if !within(m.Domain, in) || !within(desc.Entries[0].Value, in) {
 		t.Error("strings are not views into the input")
 	}
 	r.Reset()
-	if m.Domain != "" || desc.Entries != nil && len(desc.Entries) != 0 || desc.Limit != nil || m.Descriptors != nil {
+	if m.Domain != "" || desc.Entries != nil && len(desc.Entries) != 0 || desc.Limit != nil || desc.IsNegativeHits || m.Descriptors != nil {
 		t.Errorf("Reset kept %v", m)
 	}
 }

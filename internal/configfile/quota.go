@@ -59,6 +59,11 @@ type QuotaBucket struct {
 	// key; it is not one of Match. An empty value is a missing key: the
 	// bucket's on_missing_key decides.
 	Key string
+	// Cost is what one request Envoy reports counts in the bucket, in its
+	// unit: 1 when not given, at most counter.MaxLimit. Envoy's quota
+	// filter reports request counts only, so a cost here is a constant per
+	// request of the bucket ids the entry matches.
+	Cost int64
 	// Line is where the entry is in the file.
 	Line int
 }
@@ -196,10 +201,10 @@ func (p *parser) parseQuotaBuckets(n *yaml.Node, q *Quota, r *Rules) {
 	seen := map[string]int{} // shape → line of the first entry with it
 	for i, en := range n.Content {
 		what := fmt.Sprintf("quota.buckets[%d]", i)
-		e := QuotaBucket{Match: map[string]string{}, Line: en.Line}
+		e := QuotaBucket{Match: map[string]string{}, Cost: 1, Line: en.Line}
 		var sawBucket, sawKey, ok = false, false, true
 		before := len(p.problems)
-		p.eachKey(en, what, []string{"match", "bucket", "key"}, func(key string, _, v *yaml.Node) {
+		p.eachKey(en, what, []string{"match", "bucket", "key", "cost"}, func(key string, _, v *yaml.Node) {
 			switch key {
 			case "match":
 				p.eachKey(v, what+".match", nil, func(name string, kn, vn *yaml.Node) {
@@ -239,6 +244,10 @@ func (p *parser) parseQuotaBuckets(n *yaml.Node, q *Quota, r *Rules) {
 					return
 				}
 				e.Key = name
+			case "cost":
+				if x, ok := p.integer(v, what+".cost", 1, counter.MaxLimit); ok {
+					e.Cost = x
+				}
 			}
 		})
 		if en.Kind != yaml.MappingNode {

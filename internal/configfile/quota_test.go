@@ -34,7 +34,7 @@ quota:
   buckets:
     - {match: {name: t}, bucket: per_tenant, key: tenant}
     - {match: {name: c, env: prod}, bucket: per_channel, key: channel}
-    - {bucket: per_tenant, key: org}
+    - {bucket: per_tenant, key: org, cost: 25}
 `), "q.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -51,10 +51,10 @@ quota:
 		t.Fatalf("entries: %+v", q.Buckets)
 	}
 	e := q.Buckets[1]
-	if int(e.Bucket) != r.BucketIndex("per_channel") || e.Key != "channel" || len(e.Match) != 2 || e.Match["env"] != "prod" || e.Line == 0 {
+	if int(e.Bucket) != r.BucketIndex("per_channel") || e.Key != "channel" || len(e.Match) != 2 || e.Match["env"] != "prod" || e.Cost != 1 || e.Line == 0 {
 		t.Errorf("entry 1: %+v", e)
 	}
-	if len(q.Buckets[2].Match) != 0 || q.Buckets[2].Key != "org" {
+	if len(q.Buckets[2].Match) != 0 || q.Buckets[2].Key != "org" || q.Buckets[2].Cost != 25 {
 		t.Errorf("entry 2: %+v", q.Buckets[2])
 	}
 }
@@ -131,6 +131,10 @@ func TestQuotaProblems(t *testing.T) {
 		{"max streams", `{domains: [a], max_streams: 0, buckets: [{bucket: per_tenant, key: t}]}`, `quota.max_streams must be between 1 and`},
 		{"max bucket ids", `{domains: [a], max_bucket_ids: -1, buckets: [{bucket: per_tenant, key: t}]}`, `quota.max_bucket_ids must be between 1 and`},
 		{"not a mapping", `[a]`, `quota must be a mapping`},
+		{"cost 0", `{domains: [a], buckets: [{bucket: per_tenant, key: t, cost: 0}]}`, `quota.buckets[0].cost must be between 1 and 2147483647`},
+		{"cost negative", `{domains: [a], buckets: [{bucket: per_tenant, key: t, cost: -5}]}`, `quota.buckets[0].cost must be between 1 and 2147483647`},
+		{"cost huge", `{domains: [a], buckets: [{bucket: per_tenant, key: t, cost: 2147483648}]}`, `quota.buckets[0].cost must be between 1 and 2147483647`},
+		{"cost text", `{domains: [a], buckets: [{bucket: per_tenant, key: t, cost: many}]}`, `quota.buckets[0].cost`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := configfile.Parse([]byte(quotaBase+"quota: "+tc.quota+"\n"), "q.yaml")

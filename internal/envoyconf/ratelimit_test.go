@@ -62,7 +62,8 @@ type rlsRoute struct {
 		RateLimits []rateLimitYAML `yaml:"rate_limits"`
 	}
 	TypedPerFilterConfig map[string]struct {
-		Domain string
+		Domain     string
+		RateLimits []rateLimitYAML `yaml:"rate_limits"`
 	} `yaml:"typed_per_filter_config"`
 }
 
@@ -151,13 +152,13 @@ func TestRenderRLS(t *testing.T) {
 		if r.Name == "not_found" {
 			continue
 		}
-		if len(r.Route.RateLimits) == 0 {
+		if len(r.Route.RateLimits) == 0 && len(r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].RateLimits) == 0 {
 			t.Errorf("route %s has no rate_limits", r.Name)
 		}
 		domains[r.Name] = r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].Domain
 	}
 	want := map[string]string{"example1": "mongo_cps", "example2": "messaging", "example3": "", "example4": "example4",
-		"example5": "internal", "example6": "example6", "example7": "example7"}
+		"example5": "internal", "example6": "example6", "example7": "example7", "llm": "llm"}
 	for name, d := range want {
 		if got, ok := domains[name]; !ok || got != d {
 			t.Errorf("route %s: domain %q (present %v), want %q", name, got, ok, d)

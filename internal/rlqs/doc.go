@@ -7,10 +7,12 @@
 // Each stream is a participant of every bucket id it reports. A bucket id
 // maps to a bucket of the rules file and a counter key ([Mapping]); the
 // usage a report carries is counted into that (bucket, key) with
-// Counter.Incr, so it replicates like any hit, and each participant is
+// Counter.Incr, so it replicates like any hit, each request at its
+// mapping entry's Cost in the bucket's unit, and each participant is
 // assigned its share of what remains of the window's budget
-// (share.Participant) as a token bucket: DENY_ALL when nothing is left, ALLOW_ALL for a bucket without
-// limit or in shadow mode.
+// (share.Participant) as a token bucket of the requests it pays for
+// (share / Cost): DENY_ALL when that is none, ALLOW_ALL for a bucket
+// without limit or in shadow mode.
 //
 // Invariants: within a window, the shares this node hands out at one
 // instant add up to at most what remains, and within the window a share

@@ -28,7 +28,7 @@ quota:
   buckets:
     - {match: {name: t}, bucket: tenant_rate, key: tenant}
     - {match: {name: c, env: prod}, bucket: channel_rate, key: channel}
-    - {bucket: tenant_rate, key: org}
+    - {bucket: tenant_rate, key: org, cost: 2147483647}
 `
 
 func fuzzConfig(t testing.TB) Config {

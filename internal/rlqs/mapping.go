@@ -17,12 +17,14 @@ const (
 )
 
 // Match is where a bucket id counts: bucket Bucket (an index into
-// Config.Buckets) under counter key Key. Entry is the index of the mapping
-// entry that matched.
+// Config.Buckets) under counter key Key, Cost a request (at least 1, at
+// most counter.MaxLimit). Entry is the index of the mapping entry that
+// matched.
 type Match struct {
 	Entry  int
 	Bucket int
 	Key    string
+	Cost   int64
 }
 
 // Mapping finds the entry of a quota section a bucket id matches. It is
@@ -35,6 +37,7 @@ type entry struct {
 	match  []kv // sorted by name
 	key    string
 	bucket int
+	cost   int64
 }
 
 type kv struct{ k, v string }
@@ -48,7 +51,7 @@ func NewMapping(q []configfile.QuotaBucket) *Mapping {
 			ms = append(ms, kv{k, v})
 		}
 		slices.SortFunc(ms, func(a, b kv) int { return strings.Compare(a.k, b.k) })
-		m.entries[i] = entry{match: ms, key: e.Key, bucket: int(e.Bucket)}
+		m.entries[i] = entry{match: ms, key: e.Key, bucket: int(e.Bucket), cost: max(1, e.Cost)}
 	}
 	return m
 }
@@ -75,7 +78,7 @@ func (m *Mapping) Lookup(id map[string]string) (Match, bool) {
 			}
 		}
 		if all {
-			return Match{Entry: i, Bucket: e.bucket, Key: key}, true
+			return Match{Entry: i, Bucket: e.bucket, Key: key, Cost: e.cost}, true
 		}
 	}
 	return Match{}, false

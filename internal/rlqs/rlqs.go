@@ -518,7 +518,7 @@ func (str *stream) unchanged(t *tracked, now time.Time, refresh time.Duration) b
 		return false
 	}
 	r := str.s.counter.Peek(b.ID, t.m.Key, lim, now)
-	return !r.Overflow && r.Window == t.sent.window && r.Remaining > 0
+	return !r.Overflow && r.Window == t.sent.window && r.Remaining >= t.m.Cost
 }
 
 func (str *stream) abandon(k string, t *tracked) *rlqspb.RateLimitQuotaResponse_BucketAction {
@@ -585,9 +585,13 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		res(resCounted)
 		return action{strat: stratAllowAll}, true
 	}
+	// Counts are in the bucket's unit, Cost a request; tokens and reports
+	// are Envoy's, in requests. allowed ≤ MaxInt32 and Cost ≤ MaxLimit:
+	// the product fits.
+	cost := t.m.Cost
 	var r counter.Result
 	if n := attributed(u.allowed, u.span, now, lim.ScaleMS); n > 0 {
-		r = s.counter.Incr(b.ID, t.m.Key, lim, n, now)
+		r = s.counter.Incr(b.ID, t.m.Key, lim, n*cost, now)
 	} else {
 		r = s.counter.Peek(b.ID, t.m.Key, lim, now)
 	}
@@ -618,7 +622,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	// only one (others' unreported usage is not counted yet) and all of
 	// the window's usage is counted.
 	exact = n == 1 && (u.span <= 0 || u.span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
-	tokens := share.Participant(r.Remaining, n, local, rank)
+	tokens := share.Participant(r.Remaining, n, local, rank) / cost
 	if tokens <= 0 {
 		return action{strat: stratDenyAll, budget: true, window: r.Window, scaleMS: lim.ScaleMS}, exact
 	}
@@ -630,7 +634,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		// since it would not spend more than the share anyway.
 		spanMS := u.span.Milliseconds()
 		perWindow := share.Participant(lim.Limit, n, local, rank)
-		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(lim.ScaleMS) <= float64(perWindow)*float64(spanMS)
+		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(cost)*float64(lim.ScaleMS) <= float64(perWindow)*float64(spanMS)
 	}
 	return action{strat: stratTokenBucket, tokens: uint32(min(tokens, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
 }
@@ -648,7 +652,7 @@ func (str *stream) untracked(st *state, id map[string]string, reported int64, no
 		return policy(b.DenyMissingKey)
 	}
 	if lim, ok := st.cfg.Limits.Limit(counter.Bucket(m.Bucket), m.Key); ok && reported > 0 {
-		str.s.counter.Incr(b.ID, m.Key, lim, reported, now)
+		str.s.counter.Incr(b.ID, m.Key, lim, reported*m.Cost, now)
 	}
 	return policy(b.DenyOverflow)
 }

@@ -16,6 +16,12 @@
 //   - n hits are admitted at once iff all n fit, else none is counted: a
 //     denied hit is never counted (upstream counts it), so a key stays at
 //     its limit and a limit of 0 is OVER_LIMIT from the first check.
+//   - A charged rule (rlsconfig.Rule.Charge) counts its hits whether or
+//     not they fit, OVER_LIMIT when the count is then past the limit: a
+//     cost reported once spent (Envoy's apply_on_stream_done) is never
+//     lost, and a check (hits 0) denies once the budget is spent.
+//   - A descriptor with is_negative_hits counts nothing, neither a refill
+//     nor a charge: OK.
 //   - A descriptor-supplied limit replaces the rule in a configured domain;
 //     an overridable rule takes its limit from Limits, keyed by the value of
 //     the descriptor's first entry (the tenant).

@@ -37,6 +37,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(1, &rlsv3.RateLimitRequest{Descriptors: ds(withHits(desc("key_1", "value_1", "user", "u"), 1<<40), desc())})
 	seed(2, &rlsv3.RateLimitRequest{Descriptors: ds(desc("tenant", "acme", "route", "r"), desc("unlimited", "u"), desc("blocked", "b"), desc("sliding", "s"), desc("week", "w"))})
 	seed(3, &rlsv3.RateLimitRequest{Descriptors: ds(desc("files", strings.Repeat("f", 300)))})
+	seed(none, &rlsv3.RateLimitRequest{Domain: "service", HitsAddend: 1 << 31, Descriptors: ds(withHits(desc("tokens", "a"), 1<<40), negative(withHits(desc("tokens", "a"), 5)),
+		withHits(desc("tokens_sliding", "b"), 0), desc("tokens_shadow", "c"), negative(desc("hello", "world")))})
 
 	f.Fuzz(func(t *testing.T, pick uint8, raw []byte) {
 		req := &rlsv3.RateLimitRequest{}

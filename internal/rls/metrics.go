@@ -30,10 +30,13 @@ const (
 	decOverflow                     // the counter could not track a new key
 	decUnlimited                    // an unlimited rule: not counted
 	decReplaced                     // replaced by another matched rule: not counted
+	decCharged                      // a charge counted within the limit
+	decChargedOver                  // a charge counted past the limit
+	decNegative                     // is_negative_hits, a refill: refused, not counted
 	numDecisions
 )
 
-var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced"}
+var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced", "charged", "charged_over", "negative"}
 
 // unknownDomain is the domain label of requests whose domain is not
 // configured: the one value no configured domain can have (upstream
@@ -57,7 +60,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain", "code"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_total",
-			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced).",
+			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced, charged, charged_over, negative).",
 		}, []string{"bucket", "decision"}),
 		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_unmatched_total",

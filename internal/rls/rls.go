@@ -23,10 +23,12 @@ import (
 )
 
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
-// Neither method may keep key after it returns: the service passes a view
-// of a buffer it reuses (the store copies the keys it keeps).
+// No method may keep key after it returns: the service passes a view of a
+// buffer it reuses (the store copies the keys it keeps). Incr counts the
+// hits of a charged rule, whether or not they fit.
 type Limiter interface {
 	TakeN(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
+	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
 	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
 }
 
@@ -472,6 +474,7 @@ type target struct {
 	report  int64         // the limit the status reports
 	scaleMS int64         // its window
 	shadow  bool
+	charge  bool // hits are counted whether or not they fit (rlsconfig.Rule.Charge)
 	current *rlsv3.RateLimitResponse_RateLimit
 }
 
@@ -486,6 +489,18 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 	case kindReplaced:
 		st.rules[m.idx].m[decReplaced].Inc()
 		return s.statusOK
+	}
+	if d.GetIsNegativeHits() {
+		// A refill is refused: this server gives no budget back, and
+		// counting the hits as positive would charge a release again.
+		if m.kind == kindLimit {
+			st.limits[m.idx].m[decNegative].Inc()
+		} else {
+			st.rules[m.idx].m[decNegative].Inc()
+		}
+		return s.statusOK
+	}
+	switch m.kind {
 	case kindLimit:
 		ls := &st.limits[m.idx]
 		rpu := d.GetLimit().GetRequestsPerUnit()
@@ -501,7 +516,7 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 			return s.statusUnlimited
 		}
 		t = target{m: &rs.m, bucket: rs.rule.Bucket, id: rs.id, report: int64(rs.rule.RequestsPerUnit),
-			scaleMS: rs.scaleMS, shadow: rs.rule.Shadow, current: rs.current}
+			scaleMS: rs.scaleMS, shadow: rs.rule.Shadow, charge: rs.rule.Charge, current: rs.current}
 		if rs.counted {
 			t.lim = rs.lim
 			if rs.rule.Overridable {
@@ -517,8 +532,8 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 // count counts hits against t and fills the descriptor's status.
 func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, key []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
 	var (
-		over, overflow bool
-		count, resetMS int64
+		over, overflow, charged bool
+		count, resetMS          int64
 	)
 	switch {
 	case t.lim.Limit == 0:
@@ -535,6 +550,21 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 		over = !r.Overflow && !r.Allowed
 		if over && t.lim.Algorithm == counter.Sliding {
 			resetMS = r.RetryAfterMS
+		}
+	case t.charge:
+		// A charge is counted whether or not it fits: its cost was spent
+		// (Envoy reports it when the stream is done and ignores the
+		// answer). It is over when the count is past the limit.
+		r := s.limiter.Incr(t.id, keyString(key), t.lim, hits, now)
+		count, resetMS = r.Count, r.ResetMS
+		switch {
+		case r.Overflow:
+			overflow, over = true, st.settings.DenyOverflow
+		default:
+			charged, over = true, r.Count > t.lim.Limit
+			if over && t.lim.Algorithm == counter.Sliding {
+				resetMS = r.RetryAfterMS
+			}
 		}
 	default:
 		r := s.limiter.TakeN(t.id, keyString(key), t.lim, hits, now)
@@ -557,6 +587,17 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 		t.m[decOverflow].Inc()
 		if over {
 			c = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	case charged:
+		if over {
+			s.logOver(ctx, t, key)
+			t.m[decChargedOver].Inc()
+			if !t.shadow {
+				c = rlsv3.RateLimitResponse_OVER_LIMIT
+			}
+		} else {
+			t.m[decCharged].Inc()
+			remaining = min(max(0, t.report-count), math.MaxUint32)
 		}
 	case over:
 		s.logOver(ctx, t, key)

@@ -268,7 +268,8 @@ func TestHugeAddends(t *testing.T) {
 		{name: "descriptor addend 2^64-1", domain: "service", descs: ds(withHits(desc("hello", "world"), math.MaxUint64)), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s"},
 		{name: "request addend 2^32-1", domain: "service", hits: math.MaxUint32, descs: ds(d), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s"},
 		{name: "nothing counted", domain: "service", descs: ds(d), want: "OK | OK 10/MINUTE 9 1m0s"},
-		{name: "negative hits are not a refill", domain: "service", descs: ds(&ratelimitv3.RateLimitDescriptor{Entries: d.Entries, IsNegativeHits: true}), want: "OK | OK 10/MINUTE 8 1m0s"},
+		{name: "negative hits are neither a refill nor a charge", domain: "service", descs: ds(&ratelimitv3.RateLimitDescriptor{Entries: d.Entries, IsNegativeHits: true}), want: "OK | OK - 0 -"},
+		{name: "still nothing counted", domain: "service", descs: ds(d), want: "OK | OK 10/MINUTE 8 1m0s"},
 	})
 }
 

@@ -51,6 +51,11 @@ type Rule struct {
 	// bucket name, unique among the overridable rules); the tenant is the
 	// value of the request descriptor's first entry.
 	Overridable bool
+	// Charge is the extension rate_limit.charge: the rule's hits are
+	// charged, counted whether or not they fit (a cost reported after the
+	// request was answered, by Envoy's apply_on_stream_done, which ignores
+	// the answer); a hits_addend of 0 still checks without counting.
+	Charge bool
 	// Where the descriptor is written.
 	File         string
 	Line, Column int

@@ -3,8 +3,8 @@
 // validate (Parse), load upstream's runtime directory layout (Load,
 // LoadDir), find the most specific rule for a request descriptor
 // (Config.Match), and name each rule's counters. docs/envoyproxy-ratelimit.md
-// §1 and §3.1 are the reference; two extensions sit inside rate_limit:
-// algorithm (fixed | sliding) and overridable.
+// §1 and §3.1 are the reference; three extensions sit inside rate_limit:
+// algorithm (fixed | sliding), overridable and charge.
 //
 // Invariants:
 //

@@ -29,6 +29,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors: &a [{key: k, descriptors: *a}]",
 		"domain: d\ndescriptors:\n  - key: k\n    value: \"*a*\"\n    share_threshold: true\n    rate_limit: {unit: week, requests_per_unit: 0, algorithm: sliding}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, name: n, replaces: [{name: m}]}\n    metadata: {a: [1, {b: 2.5}]}\n",
+		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10000, charge: true, overridable: true, name: t}\n  - key: u\n    rate_limit: {unlimited: true, charge: yes}\n",
 		"domain: \"\\0/#%\"\ndescriptors: [{key: \"\\u00e9\", rate_limit: {unit: SECOND, requests_per_unit: 0x10}}]",
 	} {
 		f.Add([]byte(s))

@@ -47,7 +47,7 @@ const (
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "overridable"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "overridable", "charge"}
 	replacesKeys   = []string{"name"}
 )
 
@@ -349,7 +349,7 @@ func (b *builder) level(n *yaml.Node, lv *level, parentKey string, path []string
 }
 
 type rateLimitNodes struct {
-	unit, rpu, unlimited, name, replaces, algorithm, overridable *yaml.Node
+	unit, rpu, unlimited, name, replaces, algorithm, overridable, charge *yaml.Node
 }
 
 func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []string, depth int) {
@@ -521,6 +521,9 @@ func (b *builder) rateLimitFields(rl *yaml.Node, r *Rule, nodes *rateLimitNodes,
 		case "overridable":
 			r.Overridable, _ = b.boolean(v)
 			nodes.overridable = v
+		case "charge":
+			r.Charge, _ = b.boolean(v)
+			nodes.charge = v
 		}
 	})
 }
@@ -560,6 +563,9 @@ func (b *builder) checkRateLimit(rl *yaml.Node, r Rule, nodes rateLimitNodes, un
 				b.errorf(rl, "%v", err)
 			}
 		}
+	}
+	if r.Charge && r.Unlimited {
+		b.errorf(nodes.charge, "an unlimited rule cannot charge: it counts nothing")
 	}
 	if r.Overridable {
 		switch first, dup := b.overridable[r.Name]; {

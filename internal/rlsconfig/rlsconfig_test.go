@@ -107,20 +107,27 @@ descriptors:
   - key: other
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 10, replaces: [{name: per_tenant}]}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 10000, charge: true}
 `))
 	r := c.Rules()[0]
-	if r.Algorithm != counter.Sliding || !r.Overridable || r.Name != "per_tenant" || r.File != "e.yaml" || r.Line != 3 || r.Column != 5 {
+	if r.Algorithm != counter.Sliding || !r.Overridable || r.Charge || r.Name != "per_tenant" || r.File != "e.yaml" || r.Line != 3 || r.Column != 5 {
 		t.Errorf("rule 0: %+v", r)
 	}
 	r = c.Rules()[1]
 	if r.Algorithm != counter.Fixed || r.Overridable || !r.Shadow || len(r.Replaces) != 1 || r.Replaces[0] != "per_tenant" {
 		t.Errorf("rule 1: %+v", r)
 	}
+	if r = c.Rules()[2]; !r.Charge || r.RequestsPerUnit != 10000 {
+		t.Errorf("rule 2: %+v", r)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: leaky}\n", "x.yaml:4:65: rate_limit.algorithm must be fixed or sliding, not 'leaky'"},
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: Bad-Name}\n", "x.yaml:4:79: an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not 'Bad-Name': tenant overrides name it"},
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true}\n", "x.yaml:4:67: an overridable rule needs rate_limit.name to be a bucket name ([a-z][a-z0-9_]{0,62}), not '': tenant overrides name it"},
 		{"    rate_limit: {unlimited: true, overridable: true, name: x}\n", "x.yaml:4:48: an unlimited rule cannot be overridable: a tenant override sets a limit"},
+		{"    rate_limit: {unlimited: true, charge: true}\n", "x.yaml:4:43: an unlimited rule cannot charge: it counts nothing"},
+		{"    rate_limit: {unit: minute, requests_per_unit: 1, charge: maybe}\n", "x.yaml:4:62: error loading config file: cannot unmarshal \"maybe\" into bool"},
 		{"    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n  - key: k2\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:79: rate_limit.name 'x' is overridable in two rules (first at x.yaml:4:79): tenant overrides could not tell them apart"},
 		{"    value: \"*\"\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 1, overridable: true, name: x}\n", "x.yaml:6:67: an overridable rule's first descriptor cannot have share_threshold: its value is the tenant, and every tenant it matches would share one count under the limit of whichever tenant a request names"},
 		{"    quota_mode: true\n", "x.yaml:4:5: quota_mode is not supported by ratelimit-authz: remove it, or set it to false (an over-limit quota descriptor would fail the request here)"},
