@@ -106,8 +106,11 @@ type Bucket struct {
 	HasLimit bool
 	Key      match.KeySpec
 	// Shadow buckets count and report as usual but never deny.
-	Shadow      bool
-	Count       Counting
+	Shadow bool
+	Count  Counting
+	// Cost says what a hit costs: CostFailures for count: failures,
+	// CostRequests (1 a request, or a route's constant) without cost.
+	Cost        Cost
 	Overridable bool
 	// OnMissingKey applies when the request lacks the bucket's key: it is
 	// never counted against a shared empty key.
@@ -133,7 +136,10 @@ type Route struct {
 	Path     string
 	Buckets  []counter.Bucket
 	Defaults map[counter.Bucket]counter.Limit // route defaults
-	Line     int
+	// Costs are the route's constant costs of a hit of its buckets that
+	// count requests (1 for those it does not name); nil: none.
+	Costs map[counter.Bucket]int64
+	Line  int
 }
 
 // BucketIndex returns the index (the counter.Bucket) of the named bucket,
