@@ -723,7 +723,14 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 // no-op when the window is no longer held, the key is unknown, its scale
 // is not lim.ScaleMS, or nothing local is left to undo in that window.
 func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
-	if !lim.valid() {
+	s.ReleaseN(bucket, key, lim, window, 1)
+}
+
+// ReleaseN undoes one TakeN of n hits as Release undoes a Take: it takes
+// back at most what is local in that window, never below 0; n ≤ 0 does
+// nothing.
+func (s *Store) ReleaseN(bucket Bucket, key string, lim Limit, window, n int64) {
+	if !lim.valid() || n <= 0 {
 		return
 	}
 	k := mapKey{bucket, s.storedKey(key)}
@@ -732,7 +739,7 @@ func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
 	if i := sh.find(tag, bucket, k.key); i != noEntry {
 		if e := &sh.entries[i]; int64(e.scale) == lim.ScaleMS &&
 			(window == e.newest || window == e.newest-1) && e.local[window&1] > 0 {
-			e.local[window&1]--
+			e.local[window&1] -= min(n, e.local[window&1])
 		}
 	}
 	sh.mu.Unlock()
