@@ -57,6 +57,18 @@ const RefuseMissing = -1
 // the check then only peeks and the access log charges.
 func (c Cost) AfterResponse() bool { return c.Source >= CostFailures }
 
+// RequestHeader is the request header a check reads the cost from, or ""
+// when the cost is not a request header's value.
+func (c Cost) RequestHeader() string {
+	switch c.Source {
+	case CostRequestHeader:
+		return c.Header
+	case CostContentLength:
+		return "content-length"
+	}
+	return ""
+}
+
 // Metadata is the field of the Check's dynamic metadata that names the
 // bucket's key for the access log: failure buckets under "failures",
 // response-charged ones under "charges", so that Envoy's access-log

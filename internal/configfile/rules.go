@@ -11,6 +11,7 @@ package configfile
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -165,6 +166,9 @@ func (r *Rules) Descriptors() match.Config {
 	}
 	for _, b := range r.Buckets {
 		c.Buckets = append(c.Buckets, match.Bucket{Name: b.Name, Key: b.Key})
+		if h := b.Cost.RequestHeader(); h != "" && !slices.Contains(c.CostHeaders, h) {
+			c.CostHeaders = append(c.CostHeaders, h)
+		}
 	}
 	for _, rt := range r.Routes {
 		c.Routes = append(c.Routes, match.Route{
