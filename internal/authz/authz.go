@@ -32,8 +32,9 @@ import (
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
 type Limiter interface {
 	Take(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	TakeN(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
 	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
-	Release(bucket counter.Bucket, key string, lim counter.Limit, window int64)
+	ReleaseN(bucket counter.Bucket, key string, lim counter.Limit, window, n int64)
 }
 
 var _ Limiter = (*counter.Store)(nil)
@@ -58,6 +59,9 @@ type Config struct {
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
+	// RouteCosts are the constant costs of each route's buckets, by route
+	// index (configfile.Route.Costs); nil: every request costs 1.
+	RouteCosts []map[counter.Bucket]int64
 	// DenyUnreadableAccount refuses (403) a login whose account cannot
 	// be read, in the buckets keyed by account; otherwise it is counted
 	// under match.UnreadableAccount.
@@ -79,7 +83,8 @@ type Service struct {
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
 	statusUnreadable                      *rpcstatus.Status
-	http429, http403                      *typev3.HttpStatus
+	statusBadCost                         *rpcstatus.Status
+	http429, http403, http400             *typev3.HttpStatus
 	allowBare, pathTooLong                *authv3.CheckResponse
 	allowBarePre, pathTooLongPre          *checkwire.Prebuilt
 }
@@ -96,13 +101,39 @@ type generation struct {
 	routes             []string
 	denyUnreadableAcct bool
 	buckets            []bucketState
+	// routeCosts are the constant costs of each route's buckets, by route
+	// index; nil when no route gives one (every request costs 1).
+	routeCosts [][]routeCost
 }
 
 type bucketState struct {
-	id      counter.Bucket // in the counter
-	rule    snapshot.Bucket
-	quoted  string // the bucket name as a Structured Field string
-	metrics bucketMetrics
+	id   counter.Bucket // in the counter
+	rule snapshot.Bucket
+	// take says how a check spends from the bucket.
+	take takeKind
+	// quoted is the bucket name as a Structured Field string; unit the
+	// RateLimit-Policy parameters of its quota unit after it (";qu=…",
+	// empty for requests). noFields: a unit the draft has no name for,
+	// left out of the header fields.
+	quoted   string
+	unit     string
+	noFields bool
+	metrics  bucketMetrics
+}
+
+// takeKind is how a check spends from a bucket.
+type takeKind uint8
+
+const (
+	takeOne     takeKind = iota // a hit costs 1 (or the route's constant): Take
+	takeCost                    // a hit costs what the request says: TakeN
+	peekCharged                 // charged after the response: Peek, deny once spent
+)
+
+// routeCost is a route's constant cost of one of its buckets.
+type routeCost struct {
+	bucket counter.Bucket
+	n      int64
 }
 
 // Options are the optional parts of a Service.
@@ -135,6 +166,8 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
 		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+		http400:       &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+		statusBadCost: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "request cost cannot be read"},
 	}
 	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
 	if s.now == nil {
@@ -214,6 +247,12 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 		if rt.Name == "" {
 			c.Routes[i] = rt.Path
 		}
+		if rt.Costs != nil {
+			if c.RouteCosts == nil {
+				c.RouteCosts = make([]map[counter.Bucket]int64, len(r.Routes))
+			}
+			c.RouteCosts[i] = rt.Costs
+		}
 	}
 	return c
 }
@@ -230,20 +269,75 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
 		}
 	}
+	if cfg.RouteCosts != nil && len(cfg.RouteCosts) != len(cfg.Routes) {
+		return fmt.Errorf("authz: the config has costs of %d routes and %d routes", len(cfg.RouteCosts), len(cfg.Routes))
+	}
+	for _, costs := range cfg.RouteCosts {
+		for b, n := range costs {
+			if int(b) >= len(cfg.Buckets) || n < 1 {
+				return fmt.Errorf("authz: a route cost %d of bucket %d is out of range", n, b)
+			}
+		}
+	}
 	return nil
 }
 
 func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for _, b := range cfg.Buckets {
-		g.buckets = append(g.buckets, bucketState{
-			id:      b.ID,
-			rule:    b,
-			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
-			metrics: s.m.forBucket(b.Name),
-		})
+		bs := bucketState{
+			id:     b.ID,
+			rule:   b,
+			quoted: strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
+		}
+		switch {
+		case b.Cost.AfterResponse():
+			bs.take = peekCharged
+		case b.Cost.Source != configfile.CostRequests:
+			bs.take = takeCost
+		}
+		costed := bs.take == takeCost || (bs.take == takeOne && hasRouteCost(cfg.RouteCosts, b.Index))
+		bs.metrics = s.m.forBucket(b.Name, costed)
+		switch u := b.Cost.QuotaUnit(); u {
+		case "requests":
+		case "":
+			bs.noFields = true
+		default:
+			bs.unit = `;qu="` + u + `"`
+		}
+		g.buckets = append(g.buckets, bs)
+	}
+	for i, costs := range cfg.RouteCosts {
+		if g.routeCosts == nil {
+			g.routeCosts = make([][]routeCost, len(cfg.RouteCosts))
+		}
+		for b, n := range costs {
+			g.routeCosts[i] = append(g.routeCosts[i], routeCost{b, n})
+		}
 	}
 	return g
+}
+
+func hasRouteCost(costs []map[counter.Bucket]int64, b int) bool {
+	for _, c := range costs {
+		if _, ok := c[counter.Bucket(b)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// cost is what a hit of b costs on route (an index, or -1): the route's
+// constant, or 1.
+func (g *generation) cost(route int, b counter.Bucket) int64 {
+	if route >= 0 && route < len(g.routeCosts) {
+		for _, c := range g.routeCosts[route] {
+			if c.bucket == b {
+				return c.n
+			}
+		}
+	}
+	return 1
 }
 
 // taken is a hit already counted for the current request, to give back if
@@ -253,6 +347,10 @@ type taken struct {
 	key    string
 	lim    counter.Limit
 	window int64
+	n      int64
+	// admitted counts the cost once the request is allowed; nil for a
+	// bucket whose hits cost 1.
+	admitted prometheus.Counter
 }
 
 // applied is one bucket's verdict, for the RateLimit header fields.
@@ -334,7 +432,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		hits       = takenBuf[:0]
 		appliedBuf [maxApplied]applied
 		verdicts   = appliedBuf[:0]
-		login      bool
+		charged    bool // a bucket is charged after the response: the access log needs its keys
 	)
 	for _, d := range res.Descriptors {
 		b := &g.buckets[d.Bucket]
@@ -343,7 +441,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			s.m.unknown.Inc()
 			continue
 		}
-		login = login || b.rule.CountFailures
+		charged = charged || b.take == peekCharged
 		if d.Key == match.UnreadableAccount && b.rule.Key.Kind == match.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
@@ -358,10 +456,26 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			continue
 		}
 		var r counter.Result
-		if b.rule.CountFailures {
+		n := int64(1)
+		switch {
+		case b.take == peekCharged:
 			r = s.limiter.Peek(b.id, d.Key, lim, now)
-		} else {
+		case b.take == takeOne && g.routeCosts == nil:
 			r = s.limiter.Take(b.id, d.Key, lim, now)
+		default:
+			if b.take == takeCost {
+				var problem configfile.CostProblem
+				v, present := in.Headers.Get(b.rule.Cost.RequestHeader())
+				if n, problem = b.rule.Cost.Request(v, present); problem != configfile.CostOK {
+					b.metrics.checks[decInvalidCost].Inc()
+					b.metrics.costRefused[problem].Inc()
+					s.giveBack(hits)
+					return s.denyInvalidCost(b, problem)
+				}
+			} else {
+				n = g.cost(res.Route, d.Bucket)
+			}
+			r = s.limiter.TakeN(b.id, d.Key, lim, n, now)
 		}
 		switch {
 		case r.Overflow:
@@ -374,28 +488,38 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			continue
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
-			if !b.rule.CountFailures {
-				hits = append(hits, taken{b.id, d.Key, lim, r.Window})
+			if b.take != peekCharged {
+				hits = append(hits, taken{b.id, d.Key, lim, r.Window, n, b.metrics.costAdmitted})
 			}
 		default:
 			b.metrics.exceeded.Inc()
+			if b.metrics.costDenied != nil && b.take != peekCharged {
+				b.metrics.costDenied.Add(float64(n))
+			}
 			if !b.rule.Shadow {
 				b.metrics.checks[decDenied].Inc()
 				s.giveBack(hits)
 				var md *structpb.Struct
-				if login {
-					md = s.loginMetadata(g, res)
+				if charged {
+					md = s.chargeMetadata(g, res, true)
 				}
 				return s.denyLimited(ctx, b, d.Key, lim, r, md)
 			}
 			b.metrics.checks[decShadowDenied].Inc()
 			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
 		}
-		verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+		if !b.noFields {
+			verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+		}
+	}
+	for _, t := range hits {
+		if t.admitted != nil {
+			t.admitted.Add(float64(t.n))
+		}
 	}
 	var md *structpb.Struct
-	if login {
-		md = s.loginMetadata(g, res)
+	if charged {
+		md = s.chargeMetadata(g, res, false)
 	}
 	return s.allow(verdicts, md)
 }
@@ -420,7 +544,7 @@ func addVerdict(vs []applied, v applied) []applied {
 
 func (s *Service) giveBack(hits []taken) {
 	for _, t := range hits {
-		s.limiter.Release(t.bucket, t.key, t.lim, t.window)
+		s.limiter.ReleaseN(t.bucket, t.key, t.lim, t.window, t.n)
 	}
 }
 
@@ -433,13 +557,15 @@ func seconds(ms int64) int64 {
 	return (ms + 999) / 1000
 }
 
-// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1.
+// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1, and
+// the quota unit of a budget in bytes (;qu="content-bytes").
 func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
 	dst = append(dst, b.quoted...)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, lim.Limit, 10)
 	dst = append(dst, ";w="...)
-	return strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+	dst = strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+	return append(dst, b.unit...)
 }
 
 // appendRateLimit appends one RateLimit item: "name";r=99;t=1.
@@ -537,11 +663,14 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 
 	d := new(deniedReply)
 	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "retry-after", all[:i1])
-	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "ratelimit-policy", all[i1:i2])
-	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit", all[i2:i3])
-	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "content-type", "application/json")
+	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "content-type", "application/json")
+	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit-policy", all[i1:i2])
+	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "ratelimit", all[i2:i3])
 	d.denied.Status = s.http429
 	d.denied.Headers = d.ptrs[:]
+	if b.noFields {
+		d.denied.Headers = d.ptrs[:2]
+	}
 	d.denied.Body = all[i3:]
 	d.wrap.DeniedResponse = &d.denied
 	d.resp.Status = s.statusLimited
@@ -552,6 +681,21 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 
 func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
 	return s.deny403(b, s.statusDenied, "missing_rate_limit_key")
+}
+
+// denyInvalidCost refuses (400) a request whose cost of b cannot be read:
+// absent without a configured missing, not a number, negative, repeated
+// or above max. The body names the bucket and the problem.
+func (s *Service) denyInvalidCost(b *bucketState, p configfile.CostProblem) *authv3.CheckResponse {
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
+	d.denied.Status = s.http400
+	d.denied.Headers = d.ptrs[:1]
+	d.denied.Body = `{"error":"invalid_cost","bucket":` + b.quoted + `,"problem":"` + p.String() + `"}` + "\n"
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusBadCost
+	d.resp.HttpResponse = &d.wrap
+	return &d.resp
 }
 
 func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
@@ -587,15 +731,16 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 	)
 }
 
-// loginMeta is the dynamic metadata of a login check in one allocation
-// (plus its two maps and one string): login routes are where floods of
-// password guesses arrive. A bucket with several keys (a login presenting
-// several accounts) costs a list more.
-type loginMeta struct {
-	outer, keys structpb.Struct
-	keysVal     structpb.Value
-	keysKind    structpb.Value_StructValue
-	strs        [3 + maxApplied]strValue
+// chargeMeta is the dynamic metadata of a check with buckets charged
+// after the response, in one allocation (plus its maps and one string):
+// login routes are where floods of password guesses arrive. A bucket with
+// several keys (a login presenting several accounts) costs a list more.
+type chargeMeta struct {
+	outer                 structpb.Struct
+	failures, charges     structpb.Struct
+	failuresVal, chargesV structpb.Value
+	failuresK, chargesK   structpb.Value_StructValue
+	strs                  [3 + maxApplied]strValue
 }
 
 type strValue struct {
@@ -609,11 +754,16 @@ func (sv *strValue) set(s string) *structpb.Value {
 	return &sv.v
 }
 
-// loginMetadata reports who the request was, so that a failure Envoy
-// reports later through its access log is counted against the same keys:
-// failures maps each failure-counting bucket to its key, or to the list
-// of its keys when it has several (every account a login presents).
-func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struct {
+// chargeMetadata reports who the request was, so that what Envoy reports
+// later through its access log is charged to the same keys: each bucket
+// charged after the response maps to its key, or to the list of its keys
+// when it has several (every account a login presents), under the field
+// its cost names (configfile.Cost.Metadata: "failures" for failed logins,
+// "charges" for response costs), so that Envoy's access-log filter can
+// send failures only when the status is one. A denied request reached no
+// upstream and costs nothing: its metadata lists no charges (a failed
+// login's keys stay, as a denial is no failure).
+func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *structpb.Struct {
 	// One copy of every request-derived string, so the metadata does not
 	// point into the request, made valid UTF-8 so the response marshals.
 	n := len(res.ClientIP) + len(res.Account)
@@ -637,14 +787,34 @@ func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struc
 		return v
 	}
 
-	m := new(loginMeta)
+	m := new(chargeMeta)
 	ip := next(len(res.ClientIP))
 	account := next(len(res.Account))
-	m.keys.Fields = make(map[string]*structpb.Value, 2)
+	route := ""
+	if res.Route >= 0 {
+		route = g.routes[res.Route]
+	}
+	m.outer.Fields = make(map[string]*structpb.Value, 5)
+	m.outer.Fields[lockout.MetaIP] = m.strs[0].set(ip)
+	m.outer.Fields[lockout.MetaAccount] = m.strs[1].set(account)
+	m.outer.Fields[lockout.MetaRoute] = m.strs[2].set(route)
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &g.buckets[d.Bucket]
-		if !b.rule.CountFailures || key == "" {
+		if b.take != peekCharged || (denied && b.rule.Cost.Source != configfile.CostFailures) {
+			continue
+		}
+		into, val, kind := &m.charges, &m.chargesV, &m.chargesK
+		if b.rule.Cost.Source == configfile.CostFailures {
+			into, val, kind = &m.failures, &m.failuresVal, &m.failuresK
+		}
+		if into.Fields == nil {
+			into.Fields = make(map[string]*structpb.Value, 2)
+			kind.StructValue = into
+			val.Kind = kind
+			m.outer.Fields[b.rule.Cost.Metadata()] = val
+		}
+		if key == "" {
 			continue
 		}
 		var v *structpb.Value
@@ -653,28 +823,16 @@ func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struc
 		} else {
 			v = structpb.NewStringValue(key)
 		}
-		prev, seen := m.keys.Fields[b.rule.Name]
+		prev, seen := into.Fields[b.rule.Name]
 		switch {
 		case !seen:
-			m.keys.Fields[b.rule.Name] = v
+			into.Fields[b.rule.Name] = v
 		case prev.GetListValue() != nil:
 			l := prev.GetListValue()
 			l.Values = append(l.Values, v)
 		default:
-			m.keys.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
+			into.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
 		}
-	}
-	route := ""
-	if res.Route >= 0 {
-		route = g.routes[res.Route]
-	}
-	m.keysKind.StructValue = &m.keys
-	m.keysVal.Kind = &m.keysKind
-	m.outer.Fields = map[string]*structpb.Value{
-		lockout.MetaIP:       m.strs[0].set(ip),
-		lockout.MetaAccount:  m.strs[1].set(account),
-		lockout.MetaRoute:    m.strs[2].set(route),
-		lockout.MetaFailures: &m.keysVal,
 	}
 	return &m.outer
 }

@@ -42,7 +42,7 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 			Name: rb.Name, Origin: FromRules, Index: i,
 			Key: rb.Key, Overridable: rb.Overridable, OverrideName: rb.Name,
 			Reserved: reserved[counter.Bucket(i)], Shadow: rb.Shadow,
-			CountFailures:  rb.Count == configfile.CountFailures,
+			Cost:           rb.Cost,
 			DenyMissingKey: rb.OnMissingKey == configfile.Deny,
 			DenyOverflow:   rb.OnOverflow == configfile.Deny,
 			Participants:   -1,

@@ -70,9 +70,10 @@ type Bucket struct {
 	Reserved bool
 	// Shadow buckets count and report but never deny.
 	Shadow bool
-	// CountFailures: the bucket counts failures reported after the fact;
-	// a check only peeks at it.
-	CountFailures bool
+	// Cost is what a hit costs and when it is known: at the check (taken
+	// then) or only from the response (Cost.AfterResponse: a check only
+	// peeks and the access log charges; failed logins are one such cost).
+	Cost configfile.Cost
 	// DenyMissingKey refuses a request that lacks the key; otherwise it
 	// is allowed uncounted.
 	DenyMissingKey bool
@@ -88,13 +89,16 @@ type Bucket struct {
 }
 
 // Key is what makes counts comparable: counts made under another name,
-// window, algorithm or reserve would mislead, so any change gives the
+// window, algorithm, reserve or unit would mislead, so any change gives the
 // bucket another id and a reload drops the old id's counts.
 type Key struct {
 	Name      string
 	ScaleMS   int64
 	Algorithm counter.Algorithm
 	Reserved  bool
+	// Unit is what a cost bucket counts (configfile.Cost.String: its
+	// source and header); "" for requests and failures.
+	Unit string
 }
 
 // ID is the counter id of k: the 32-bit FNV-1a hash of its fields. Ids
@@ -109,6 +113,10 @@ func ID(k Key) counter.Bucket {
 	b = append(b, 0, byte(k.Algorithm))
 	if k.Reserved {
 		b = append(b, 1)
+	}
+	if k.Unit != "" {
+		b = append(b, 0)
+		b = append(b, k.Unit...)
 	}
 	h.Write(b)
 	return counter.Bucket(h.Sum32())
@@ -197,9 +205,14 @@ func (s *Snapshot) assignIDs(id func(Key) counter.Bucket) error {
 }
 
 // CountKey is the identity of b's counts (see Key): its name, its
-// limit's window and algorithm (zero without one) and its reserve.
+// limit's window and algorithm (zero without one), its reserve and the
+// unit of a cost bucket.
 func (b *Bucket) CountKey() Key {
-	return Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
+	k := Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
+	if src := b.Cost.Source; src != configfile.CostRequests && src != configfile.CostFailures {
+		k.Unit = b.Cost.String()
+	}
+	return k
 }
 
 // ByPosition is an id function for CompileWith that gives each bucket its
