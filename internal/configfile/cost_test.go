@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func TestParseCosts(t *testing.T) {
@@ -261,4 +262,20 @@ func FuzzCost(f *testing.F) {
 			t.Fatalf("Request(%q) takes %d of max %d", v, n, max)
 		}
 	})
+}
+
+// The worked example of docs/cost-budgets.md is valid and says what the
+// document says.
+func TestLLMBudgetExample(t *testing.T) {
+	r, err := configfile.LoadFile("../../config/examples/llm-budget.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := r.Buckets[r.BucketIndex("llm_tokens")]
+	if tokens.Cost.Source != configfile.CostResponseHeader || tokens.Cost.Header != "x-usage-total-tokens" || tokens.Limit.Limit != 10000 || !tokens.Overridable {
+		t.Errorf("llm_tokens: %+v", tokens)
+	}
+	if got := r.Routes[2].Costs[counter.Bucket(r.BucketIndex("api_calls"))]; got != 10 {
+		t.Errorf("embeddings cost %d, want 10", got)
+	}
 }
