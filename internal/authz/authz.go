@@ -469,6 +469,9 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 				if n, problem = b.rule.Cost.Request(v, present); problem != configfile.CostOK {
 					b.metrics.checks[decInvalidCost].Inc()
 					b.metrics.costRefused[problem].Inc()
+					if b.rule.Shadow { // reported, never refused: shadow turns a new budget on safely
+						continue
+					}
 					s.giveBack(hits)
 					return s.denyInvalidCost(b, problem)
 				}

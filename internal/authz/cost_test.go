@@ -5,8 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 const costYAML = `
@@ -238,4 +244,57 @@ func TestCostCheckAllocations(t *testing.T) {
 			t.Errorf("%s: %.1f allocs per check, budget %.0f", tc.name, got, tc.max)
 		}
 	}
+}
+
+// A shadow cost bucket counts and reports but never denies, nor refuses.
+func TestShadowCostNeverDenies(t *testing.T) {
+	h := newHarness(t, `
+buckets:
+  b: {limit: 10, per: 1m, key: tenant, mode: shadow, cost: {request_header: x-cost, max: 8}}
+routes: [{path: /x, buckets: [b]}]`)
+	r := req{path: "/x", headers: costHeaders("t", "x-cost", "8")}
+	h.expectRun(4, true, r)
+	if got := h.metric("ratelimit_authz_cost_admitted_total", "bucket", "b"); got != 8 {
+		t.Errorf("admitted %v, want 8", got)
+	}
+	if got := h.metric("ratelimit_authz_cost_denied_total", "bucket", "b"); got != 24 {
+		t.Errorf("denied %v, want 24 (3 × 8, shadow)", got)
+	}
+	// A cost that cannot be read is reported, not refused: shadow mode
+	// turns a new budget on without refusing what it would refuse.
+	if d := h.check(req{path: "/x", headers: costHeaders("t", "x-cost", "x")}); !allowed(d) {
+		t.Errorf("unreadable cost in shadow mode: %v", d)
+	}
+	if got := h.metric("ratelimit_authz_cost_refused_total", "bucket", "b", "problem", "invalid"); got != 1 {
+		t.Errorf("shadow refusals reported %v, want 1", got)
+	}
+}
+
+// A reload that makes a bucket's cost come from a request header makes
+// the decoders keep that header, on both paths.
+func TestReloadReadsTheNewCostHeader(t *testing.T) {
+	h := newHarness(t, `
+buckets:
+  b: {limit: 10, per: 1m, key: tenant}
+routes: [{path: /x, buckets: [b]}]`)
+	r := req{path: "/x", headers: costHeaders("t", "x-cost", "10")}
+	h.expectRun(2, true, r)
+	next, err := configfile.Parse([]byte(`
+buckets:
+  b: {limit: 10, per: 1m, key: tenant, cost: {request_header: x-cost}}
+routes: [{path: /x, buckets: [b]}]`), "next.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := match.New(next.Descriptors())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
+		t.Fatal(err)
+	}
+	// The harness's store is shared and ids are indices here, so the
+	// 2 counted before the reload remain: 8 left, 10 does not fit.
+	h.expectRun(2, false, r)
+	h.expectRun(2, true, req{path: "/x", headers: costHeaders("t", "x-cost", "4")})
 }
