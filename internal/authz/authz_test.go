@@ -559,6 +559,24 @@ func allocsPerCheck(t *testing.T, h *harness, wire []byte) float64 {
 	})
 }
 
+// reload makes yaml the Service's configuration (Update), on the same
+// counter: ids are indices, so a bucket keeps its counts by position.
+func (h *harness) reload(yaml string) {
+	h.t.Helper()
+	next, err := configfile.Parse([]byte(yaml), "next.yaml")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := match.New(next.Descriptors())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(h.t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
+		h.t.Fatal(err)
+	}
+	h.rules = next
+}
+
 // id is the counter id of the named bucket (its index: see newHarness).
 func (h *harness) id(name string) counter.Bucket { return counter.Bucket(h.rules.BucketIndex(name)) }
 

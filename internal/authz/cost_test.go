@@ -5,14 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 const costYAML = `
@@ -279,20 +273,10 @@ buckets:
 routes: [{path: /x, buckets: [b]}]`)
 	r := req{path: "/x", headers: costHeaders("t", "x-cost", "10")}
 	h.expectRun(2, true, r)
-	next, err := configfile.Parse([]byte(`
+	h.reload(`
 buckets:
   b: {limit: 10, per: 1m, key: tenant, cost: {request_header: x-cost}}
-routes: [{path: /x, buckets: [b]}]`), "next.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := match.New(next.Descriptors())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
-		t.Fatal(err)
-	}
+routes: [{path: /x, buckets: [b]}]`)
 	// The harness's store is shared and ids are indices here, so the
 	// 2 counted before the reload remain: 8 left, 10 does not fit.
 	h.expectRun(2, false, r)

@@ -5,8 +5,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +21,8 @@ import (
 // Envoys — A checking on every node, B on node-3 alone, each access log
 // charging the node its stream reached — hold one 10,000 tokens a minute
 // budget: every admitted token is charged once, on the nodes the two
-// access logs reached, and once the charges replicate every node denies.
+// access logs reached, and once the charges replicate every node denies,
+// those no access log reached included.
 // The overshoot (the requests admitted before every node saw the charges
 // that spent the budget) is logged: docs/cost-budgets.md reports it.
 func TestTokenBudgetAcrossNodes(t *testing.T) {
@@ -65,26 +66,7 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 	}
 	awayFromMinuteEdgeBy(40 * time.Second)
 
-	var wg sync.WaitGroup
-	for _, l := range listeners {
-		for range workersPerEnvoy {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 100 {
-					r, err := post(l, cost)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.status != http.StatusOK {
-						return
-					}
-				}
-			}()
-		}
-	}
-	wg.Wait()
+	untilDenied(t, 2*workersPerEnvoy, func(w int) (*response, error) { return post(listeners[w%2], cost) })
 	// Every admitted token is charged, on whichever node an access log
 	// reached; the sum over the nodes is the cluster's.
 	var perNode []float64
@@ -107,14 +89,10 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 	if total < llmTokenBudget {
 		t.Errorf("denied with %d of %d tokens charged", total, llmTokenBudget)
 	}
-	charged := 0
-	for _, v := range perNode {
-		if v > 0 {
-			charged++
-		}
-	}
-	if charged < 2 {
-		t.Errorf("charges reached %d node(s), want the two access logs' nodes: %v", charged, perNode)
+	// Two access-log streams, three nodes: at least one node was charged
+	// nothing, and must deny all the same.
+	if !slices.Contains(perNode, 0) {
+		t.Fatalf("every node was charged (%v): two access logs reach at most two", perNode)
 	}
 	// One budget, not one per node: once the charges replicate every node
 	// denies, those no access log charged included. Probes through A

@@ -59,6 +59,33 @@ func awayFromMinuteEdgeBy(d time.Duration) {
 	}
 }
 
+// untilDenied runs workers that each send requests back to back until one
+// is not admitted (at most 100 each), and returns how many were admitted.
+func untilDenied(t *testing.T, workers int, send func(worker int) (*response, error)) int {
+	t.Helper()
+	var ok atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				r, err := send(w)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.status != http.StatusOK {
+					return
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return int(ok.Load())
+}
+
 // TestCostBudgetsThroughEnvoy runs the worked example through the real
 // Envoy: an upstream that reports the tokens each completion used, Envoy's
 // access log carrying them to the server, a 10,000 tokens a minute budget
@@ -192,27 +219,8 @@ func TestCostBudgetsThroughEnvoy(t *testing.T) {
 		// the overshoot is the tokens of the requests checked while the
 		// charges that spent the budget were still on their way.
 		const tenant, workers, cost = "freerun", 8, 1000
-		var ok atomic.Int64
-		var wg sync.WaitGroup
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for range 100 {
-					r, err := completion(tenant, cost)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if r.status != http.StatusOK {
-						return
-					}
-					ok.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-		total := int(ok.Load()) * cost
+		ok := untilDenied(t, workers, func(int) (*response, error) { return completion(tenant, cost) })
+		total := ok * cost
 		allCharged(t)
 		t.Logf("%d workers back to back: %d tokens charged of a %d budget (%d over, %d requests)",
 			workers, total, llmTokenBudget, total-llmTokenBudget, (total-llmTokenBudget)/cost)
