@@ -739,11 +739,19 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 // login routes are where floods of password guesses arrive. A bucket with
 // several keys (a login presenting several accounts) costs a list more.
 type chargeMeta struct {
-	outer                 structpb.Struct
-	failures, charges     structpb.Struct
-	failuresVal, chargesV structpb.Value
-	failuresK, chargesK   structpb.Value_StructValue
-	strs                  [3 + maxApplied]strValue
+	outer structpb.Struct
+	// keys is the first field of bucket keys (failures or charges); a
+	// route with both kinds of buckets allocates the second.
+	keys     keyStruct
+	keysUsed bool
+	strs     [3 + maxApplied]strValue
+}
+
+// keyStruct is one field of bucket keys: bucket name → key(s).
+type keyStruct struct {
+	st   structpb.Struct
+	val  structpb.Value
+	kind structpb.Value_StructValue
 }
 
 type strValue struct {
@@ -797,25 +805,34 @@ func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *
 	if res.Route >= 0 {
 		route = g.routes[res.Route]
 	}
-	m.outer.Fields = make(map[string]*structpb.Value, 5)
+	m.outer.Fields = make(map[string]*structpb.Value, 4)
 	m.outer.Fields[lockout.MetaIP] = m.strs[0].set(ip)
 	m.outer.Fields[lockout.MetaAccount] = m.strs[1].set(account)
 	m.outer.Fields[lockout.MetaRoute] = m.strs[2].set(route)
+	var fields [2]*structpb.Struct // failures, charges
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &g.buckets[d.Bucket]
 		if b.take != peekCharged || (denied && b.rule.Cost.Source != configfile.CostFailures) {
 			continue
 		}
-		into, val, kind := &m.charges, &m.chargesV, &m.chargesK
-		if b.rule.Cost.Source == configfile.CostFailures {
-			into, val, kind = &m.failures, &m.failuresVal, &m.failuresK
+		field := 0 // failures
+		if b.rule.Cost.Source != configfile.CostFailures {
+			field = 1 // charges
 		}
-		if into.Fields == nil {
+		into := fields[field]
+		if into == nil {
+			ks := &m.keys
+			if m.keysUsed {
+				ks = new(keyStruct)
+			}
+			m.keysUsed = true
+			into = &ks.st
 			into.Fields = make(map[string]*structpb.Value, 2)
-			kind.StructValue = into
-			val.Kind = kind
-			m.outer.Fields[b.rule.Cost.Metadata()] = val
+			ks.kind.StructValue = into
+			ks.val.Kind = &ks.kind
+			m.outer.Fields[b.rule.Cost.Metadata()] = &ks.val
+			fields[field] = into
 		}
 		if key == "" {
 			continue
