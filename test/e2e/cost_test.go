@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -251,6 +252,23 @@ func TestCostBudgetsThroughEnvoy(t *testing.T) {
 			if r.status == http.StatusTooManyRequests && r.header.Get("Retry-After") == "" {
 				t.Errorf("step %d: 429 without Retry-After", i)
 			}
+		}
+		// A header sent twice reaches the check joined with ",": refused.
+		req, err := http.NewRequest(http.MethodPost, "http://"+c.addrs.Listener+batchPath, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("x-tenant-id", "batchco2")
+		req.Header.Add("x-batch-size", "1")
+		req.Header.Add("x-batch-size", "2")
+		resp, err := c.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `"problem":"repeated"`) {
+			t.Errorf("x-batch-size sent twice: %d %s, want 400 repeated", resp.StatusCode, body)
 		}
 		if got := c.up.count(batchPath); got != 3 {
 			t.Errorf("the upstream saw %d batches, want 3", got)
