@@ -201,12 +201,18 @@ func New(cfg Config) (*Store, error) {
 // digestLen is the length of a stored digest key: "#" + 32 hex digits.
 const digestLen = 1 + 2*16
 
-// storedKey returns the form of key the store holds: key itself, or its
-// digest when it is too long or starts with the digest marker '#'. Digesting
+// storedKey returns the form of key the store holds: StoredKey under
+// Config.MaxKeyBytes.
+func (s *Store) storedKey(key string) string { return StoredKey(key, s.maxKeyBytes) }
+
+// StoredKey returns the form of key a store bounded to maxBytes per key
+// holds: key itself, or its digest ("#" and 32 hex digits) when it is
+// longer than maxBytes or starts with the digest marker '#'. Digesting
 // '#'-keys too makes the mapping injective (barring SHA-256 collisions): a
-// raw key can never equal the digest of another key.
-func (s *Store) storedKey(key string) string {
-	if len(key) <= s.maxKeyBytes && (len(key) == 0 || key[0] != '#') {
+// raw key can never equal the digest of another key. A key kept as it is
+// is returned without allocating.
+func StoredKey(key string, maxBytes int) string {
+	if len(key) <= maxBytes && (len(key) == 0 || key[0] != '#') {
 		return key
 	}
 	return digest(key)
