@@ -85,6 +85,10 @@ type Replicator struct {
 	answerer  atomic.Pointer[Answerer]  // nil: queries are not answered
 	query     querier                   // owned by the query subscription
 
+	castHandler atomic.Pointer[CastHandler] // nil: casts are dropped
+	cast        caster                      // owned by the cast subscription
+	castSeq     atomic.Uint64               // the last cast's number
+
 	// Owned by Run's loop (tick).
 	lastShares   share.Split
 	scratch      []member
@@ -107,6 +111,7 @@ type shared struct {
 	batchSubj string
 	syncSubj  string
 	querySubj string
+	castSubj  string
 	peers     *peerTable
 	seal      *sealer // nil: no cluster key
 	hooks     hooks
@@ -155,6 +160,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
 		querySubj: cfg.SubjectPrefix + ".query",
+		castSubj:  cfg.SubjectPrefix + ".cast",
 		peers:     newPeerTable(cfg.MaxPeers),
 		hooks:     h,
 	}

@@ -21,6 +21,7 @@ import (
 //	kind 3, sync reply:   limits · origins · entries (each with its origin)
 //	kind 4, query:        body (string)
 //	kind 5, answer:       body (string)
+//	kind 6, cast:         body (string)
 //	limits   = n (uvarint) · n × (bucket name (string) · scale_ms (uvarint) · algorithm (1 byte))
 //	origins  = n (uvarint) · n × (node (string) · incarnation (8 bytes LE))
 //	entries  = n (uvarint) · n × (limit index (uvarint) · window offset (varint)
@@ -48,6 +49,9 @@ const (
 	// is a peer's answer, on the asker's inbox.
 	kindQuery  msgKind = 4
 	kindAnswer msgKind = 5
+	// kindCast carries a body another component broadcasts to every peer
+	// (see cast.go); its seq numbers the sender's casts.
+	kindCast msgKind = 6
 )
 
 // wireVersion is the wire format version this package writes and reads.
@@ -125,7 +129,7 @@ type message struct {
 	Limits  []wireLimit
 	Origins []origin
 	Entries []entry
-	// Body is a query's or an answer's content.
+	// Body is a query's, an answer's or a cast's content.
 	Body string
 }
 
@@ -174,7 +178,7 @@ func (m *message) encode(b []byte) []byte {
 	switch m.Kind {
 	case kindSyncRequest:
 		return b
-	case kindQuery, kindAnswer:
+	case kindQuery, kindAnswer, kindCast:
 		return appendString(b, m.Body)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Limits)))
@@ -350,7 +354,7 @@ func decode(data []byte, m *message) error {
 		return fmt.Errorf("%w: version %d", errVersion, data[2])
 	}
 	m.Kind = msgKind(data[3])
-	if m.Kind < kindBatch || m.Kind > kindAnswer {
+	if m.Kind < kindBatch || m.Kind > kindCast {
 		return fmt.Errorf("%w: unknown kind %d", errMalformed, data[3])
 	}
 	d := decoder{b: data[4:]}
@@ -370,7 +374,7 @@ func decode(data []byte, m *message) error {
 	}
 	switch m.Kind {
 	case kindSyncRequest:
-	case kindQuery, kindAnswer:
+	case kindQuery, kindAnswer, kindCast:
 		m.Body = d.string("body", 0, len(d.b))
 	default:
 		nl := d.count("limits", maxLimits, 3)
