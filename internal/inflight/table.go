@@ -146,9 +146,17 @@ type shardState struct {
 	// per sweepGap).
 	minExpiry, lastSweep int64
 	highLeases           int
-	expired, denied      [2]uint64 // expired: [0]; denied: [0] at the limit, [1] full or refused id
+	expired              uint64
+	denied               [3]uint64 // by deniedLimit, deniedFull, deniedID
 	refusedGauges        uint64
 }
+
+// Indices of shardState.denied.
+const (
+	deniedLimit = iota
+	deniedFull
+	deniedID
+)
 
 // sweepGap is the least time between two sweeps of a shard that Acquire
 // runs, so that a flood of leases at the bound costs one pass over the
@@ -240,7 +248,7 @@ func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int6
 	if !ok {
 		sh := t.shardFor(k)
 		sh.mu.Lock()
-		sh.denied[1]++
+		sh.denied[deniedID]++
 		sh.mu.Unlock()
 		return Result{Outcome: DeniedRequestID}
 	}
@@ -253,12 +261,12 @@ func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int6
 		g = sh.keys[k]
 	}
 	if g != nil && g.local+g.remote >= limit {
-		sh.denied[0]++
+		sh.denied[deniedLimit]++
 		return Result{Outcome: DeniedLimit, InFlight: g.local + g.remote}
 	}
 	if g != nil {
 		if _, dup := sh.leases[lid]; dup {
-			sh.denied[1]++
+			sh.denied[deniedID]++
 			return Result{Outcome: DeniedRequestID, InFlight: g.local + g.remote}
 		}
 	}
@@ -267,7 +275,7 @@ func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int6
 			g = sh.keys[k]
 		}
 		if len(sh.leases) >= t.leaseCap || (g == nil && len(sh.keys) >= t.keyCap) {
-			sh.denied[1]++
+			sh.denied[deniedFull]++
 			return Result{Outcome: DeniedFull}
 		}
 	}
@@ -338,7 +346,7 @@ func (sh *shard) sweep(ms int64, expiry time.Duration, gauges bool) {
 				continue
 			}
 			delete(sh.leases, lid)
-			sh.expired[0]++
+			sh.expired++
 			g := sh.keys[lid.keyID]
 			g.local--
 			sh.list(g)
@@ -509,10 +517,10 @@ func (t *Table) InFlight(bucket counter.Bucket, key string) (local, remote int64
 // Stats are a Table's totals since New.
 type Stats struct {
 	Leases, Keys int // held now
-	// Expired counts leases swept unreleased; DeniedLimit, denials at
-	// the limit; DeniedOther, denials for a full table or a refused
-	// request id; RefusedGauges, peers' gauges not kept for want of room.
-	Expired, DeniedLimit, DeniedOther, RefusedGauges uint64
+	// Expired counts leases swept unreleased; DeniedLimit, DeniedFull
+	// and DeniedRequestID the denials of each Outcome; RefusedGauges,
+	// peers' gauges not kept for want of room.
+	Expired, DeniedLimit, DeniedFull, DeniedRequestID, RefusedGauges uint64
 }
 
 // Stats returns the totals, locking each shard in turn.
@@ -523,9 +531,10 @@ func (t *Table) Stats() Stats {
 		sh.mu.Lock()
 		s.Leases += len(sh.leases)
 		s.Keys += len(sh.keys)
-		s.Expired += sh.expired[0]
-		s.DeniedLimit += sh.denied[0]
-		s.DeniedOther += sh.denied[1]
+		s.Expired += sh.expired
+		s.DeniedLimit += sh.denied[deniedLimit]
+		s.DeniedFull += sh.denied[deniedFull]
+		s.DeniedRequestID += sh.denied[deniedID]
 		s.RefusedGauges += sh.refusedGauges
 		sh.mu.Unlock()
 	}

@@ -142,7 +142,7 @@ func TestFullTableFailsClosed(t *testing.T) {
 	clk.Add(time.Second)
 	tb.Sweep(clk.Now())
 	wantOutcome(t, tb.Acquire(b, "k", "y", 100, time.Second, clk.Now()), Acquired, 1)
-	if st := tb.Stats(); st.Expired != 3 || st.DeniedOther != 2 {
+	if st := tb.Stats(); st.Expired != 3 || st.DeniedFull != 2 {
 		t.Fatalf("stats %+v, want 3 expired, 2 denied full", st)
 	}
 }
