@@ -14,7 +14,10 @@
 //     are held as 128-bit hashes under the table's secret seeds.
 //   - Acquire admits while the key's leases here plus the peers' gauges
 //     are below the limit, atomically per key (racing acquisitions admit
-//     exactly the limit on one node).
+//     exactly the limit on one node), and, with shares
+//     ([Table.SetShares]), while this node's leases its peers do not
+//     know of stay within its share of the free slots: a burst on every
+//     node at once holds the limit, not nodes × limit.
 //   - A lease not released within its time to live is swept and counted
 //     as expired unreleased: its slot comes back after the time to live,
 //     never before, and at most a sweep interval later.

@@ -13,12 +13,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
-// Caster broadcasts a body to every peer (replicate.Replicator.Cast).
+// Caster broadcasts a body to every peer (replicate.Replicator.Cast),
+// and says how the live nodes split the budgets (Nodes 1 while NATS is
+// away or shares are off).
 type Caster interface {
 	Cast(body []byte) error
 	MaxCast() int
+	Shares() share.Split
 }
 
 // SyncConfig configures a [Sync]. A zero field means its default.
@@ -34,12 +38,19 @@ type SyncConfig struct {
 	// SweepInterval: expired leases and silent peers' gauges are swept
 	// this often; 250 ms.
 	SweepInterval time.Duration
+	// NoShares turns the shares of the free slots off (Table.SetShares):
+	// each node admits up to the limit on its view.
+	NoShares bool
 	// MaxForwards bounds the releases waiting to be forwarded; 4096.
 	// Beyond, a release is dropped and counted (its lease then expires).
 	MaxForwards int
 	// Now is the clock; time.Now.
 	Now func() time.Time
 }
+
+// minDelivery is the least delivery delay of a cast the shares assume
+// (as share.Delay does for batches).
+const minDelivery = 5 * time.Millisecond
 
 // Defaults of SyncConfig.
 const (
@@ -202,9 +213,16 @@ func (s *Sync) Run(ctx context.Context) error {
 			s.t.Sweep(now)
 			lastSweep = now
 		}
-		gauges = s.t.Changes(gauges[:0])
+		gauges = s.t.Changes(gauges[:0], now)
 		if s.cast == nil {
 			continue
+		}
+		if !s.cfg.NoShares {
+			sp := s.cast.Shares()
+			// The peers cast their gauges every Interval, not every
+			// early gap: the delay covers one.
+			sp.Delay = max(sp.Delay, s.cfg.Interval+minDelivery)
+			s.t.SetShares(sp)
 		}
 		s.castGauges(p, gauges)
 		if now.Sub(lastFull) >= s.cfg.FullInterval {

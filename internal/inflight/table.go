@@ -8,10 +8,12 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
 // Config bounds a [Table]. A zero field means its default.
@@ -127,6 +129,9 @@ type Table struct {
 	shift    uint
 	leaseCap int // per shard
 	keyCap   int // per shard
+	// shares is the split in effect (SetShares): nodes<<48 | rank<<32 |
+	// delay ms; 0: none.
+	shares atomic.Uint64
 }
 
 type shard struct {
@@ -186,6 +191,9 @@ type gauge struct {
 	remote int64
 	peers  []peerGauge
 	listed bool
+	// What Changes last reported of local (pubNew, at pubAt ms) and the
+	// report before it that was already in effect (pubOld); see admits.
+	pubNew, pubOld, pubAt int64
 }
 
 type peerGauge struct {
@@ -235,10 +243,77 @@ func (t *Table) lease(requestID string, k keyID) (leaseID, bool) {
 	return leaseID{k, [2]uint64{maphash.String(t.idSeeds[0], requestID), maphash.String(t.idSeeds[1], requestID)}}, true
 }
 
-// Acquire takes a lease for requestID on (bucket, key) when the key has
-// fewer than limit requests in flight, counting this node's leases and
-// the peers' gauges; the lease is released by Release or expires ttl
-// after now. A denial takes nothing.
+// SetShares sets how the live nodes split each key's free slots (see
+// admits): how many, this node's rank among them, and how long after
+// Changes reported a gauge the peers are taken to hold it. Nodes ≤ 1, or
+// a split out of range, turns shares off. Safe to call while the table
+// is in use.
+func (t *Table) SetShares(sp share.Split) {
+	if sp.Nodes <= 1 || sp.Nodes > math.MaxUint16 || sp.Rank < 0 || sp.Rank >= sp.Nodes || sp.Delay < 0 {
+		t.shares.Store(0)
+		return
+	}
+	t.shares.Store(uint64(sp.Nodes)<<48 | uint64(sp.Rank)<<32 | uint64(min(sp.Delay.Milliseconds(), math.MaxUint32)))
+}
+
+// Shares is the split SetShares set (Nodes 1: none).
+func (t *Table) Shares() share.Split {
+	sv := t.shares.Load()
+	if sv == 0 {
+		return share.Split{Nodes: 1}
+	}
+	return share.Split{Nodes: int(sv >> 48), Rank: int(uint16(sv >> 32)), Delay: time.Duration(uint32(sv)) * time.Millisecond}
+}
+
+// admits reports whether g admits one more request under limit at ms.
+//
+// Always: local + remote < limit. With shares (SetShares), also: the
+// requests this node admitted beyond what its peers are known to hold of
+// it stay within its share of the slots no node is known to hold,
+//
+//	local − reported < share of (limit − reported − remote)
+//
+// where reported is this node's gauge as of a report at least the delay
+// old. While no node is known to hold a slot of the key the share is an
+// even split of the free slots (share.Participant over every node: the
+// shares add up to them exactly); then it is share.Split.Of, weighed by
+// the slots each node is known to hold, so that a node carrying all the
+// traffic takes most of what is free each round of the delay. When the
+// nodes hold the same reports their shares add up to the free slots
+// (rounded up: at most nodes − 1 over), so a burst on every node at once
+// holds about the limit instead of nodes × limit
+// (docs/design/inflight.md).
+func (t *Table) admits(g *gauge, limit, ms int64) bool {
+	if g.local+g.remote >= limit {
+		return false
+	}
+	sv := t.shares.Load()
+	if sv == 0 {
+		return true
+	}
+	sp := share.Split{Nodes: int(sv >> 48), Rank: int(uint16(sv >> 32))}
+	reported := g.pubOld
+	if ms-g.pubAt >= int64(uint32(sv)) {
+		reported = g.pubNew
+	}
+	free := min(limit-reported-g.remote, limit)
+	if free <= 0 {
+		return false
+	}
+	var n int64
+	if all := reported + g.remote; all <= 0 {
+		n = max(1, share.Participant(free, int64(sp.Nodes), int64(sp.Nodes), int64(sp.Rank)))
+	} else {
+		n = sp.Of(limit, free, reported, all, 0)
+	}
+	return g.local-reported < n
+}
+
+// Acquire takes a lease for requestID on (bucket, key) when the key
+// admits one more request under limit (see admits: this node's leases
+// and the peers' gauges, and this node's share of the free slots); the
+// lease is released by Release or expires ttl after now. A denial takes
+// nothing.
 func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
 	if limit < 1 || ttl <= 0 {
 		return Result{Outcome: DeniedInvalid}
@@ -257,10 +332,10 @@ func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int6
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	g := sh.keys[k]
-	if g != nil && g.local+g.remote >= limit && sh.sweepIfDue(ms, t.cfg.GaugeExpiry) {
+	if g != nil && !t.admits(g, limit, ms) && sh.sweepIfDue(ms, t.cfg.GaugeExpiry) {
 		g = sh.keys[k]
 	}
-	if g != nil && g.local+g.remote >= limit {
+	if g != nil && !t.admits(g, limit, ms) {
 		sh.denied[deniedLimit]++
 		return Result{Outcome: DeniedLimit, InFlight: g.local + g.remote}
 	}
@@ -416,14 +491,21 @@ type Gauge struct {
 }
 
 // Changes appends to dst this node's gauge of every key whose leases
-// changed since the previous call (0 for a key with none left) and
-// returns it. The keys are the table's own immutable strings.
-func (t *Table) Changes(dst []Gauge) []Gauge {
+// changed since the previous call (0 for a key with none left), noting
+// that it is reported at now, and returns it. The keys are the table's
+// own immutable strings.
+func (t *Table) Changes(dst []Gauge, now time.Time) []Gauge {
+	ms := now.UnixMilli()
+	delay := int64(uint32(t.shares.Load()))
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for _, g := range sh.changed {
 			dst = append(dst, Gauge{g.bucket, g.key, g.local})
+			if ms-g.pubAt >= delay {
+				g.pubOld = g.pubNew
+			}
+			g.pubNew, g.pubAt = g.local, ms
 			g.listed = false
 			if g.empty() {
 				delete(sh.keys, keyID{g.bucket, g.key})

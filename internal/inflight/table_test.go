@@ -167,7 +167,7 @@ func TestFloodIsBounded(t *testing.T) {
 	}
 	clk.Add(time.Minute)
 	tb.Sweep(clk.Now())
-	tb.Changes(nil)
+	tb.Changes(nil, t0)
 	tb.Sweep(clk.Now())
 	if st := tb.Stats(); st.Leases != 0 || st.Keys != 0 || st.Expired != uint64(admitted) {
 		t.Fatalf("after expiry: %+v, want empty with %d expired", st, admitted)
@@ -178,7 +178,7 @@ func TestLongKeysAreDigested(t *testing.T) {
 	tb := newTable(t, Config{MaxKeyBytes: 16})
 	long := strings.Repeat("k", 10000)
 	tb.Acquire(1, long, "r", 2, time.Minute, t0)
-	ch := tb.Changes(nil)
+	ch := tb.Changes(nil, t0)
 	if len(ch) != 1 || len(ch[0].Key) != 33 || ch[0].Key[0] != '#' {
 		t.Fatalf("changes %v, want one digested key", ch)
 	}
@@ -241,15 +241,15 @@ func TestChangesReportEachKeyOnceWithItsLatestCount(t *testing.T) {
 	tb.Acquire(1, "k", "a", 5, time.Minute, t0)
 	tb.Acquire(1, "k", "b", 5, time.Minute, t0)
 	tb.Release(1, "k", "a")
-	ch := tb.Changes(nil)
+	ch := tb.Changes(nil, t0)
 	if len(ch) != 1 || ch[0].N != 1 || ch[0].Key != "k" {
 		t.Fatalf("changes %+v", ch)
 	}
-	if ch := tb.Changes(nil); len(ch) != 0 {
+	if ch := tb.Changes(nil, t0); len(ch) != 0 {
 		t.Fatalf("changes again %+v", ch)
 	}
 	tb.Release(1, "k", "b")
-	if ch := tb.Changes(nil); len(ch) != 1 || ch[0].N != 0 {
+	if ch := tb.Changes(nil, t0); len(ch) != 1 || ch[0].N != 0 {
 		t.Fatalf("changes after the last release %+v, want k at 0", ch)
 	}
 	if st := tb.Stats(); st.Keys != 0 {

@@ -94,8 +94,9 @@ type Replicator struct {
 	scratch      []member
 	dupNames     map[string]bool // node ids several live processes claimed at the last tick
 	dupScratch   map[string]bool
-	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
-	shareDelayMS atomic.Int64 // lastShares.Delay, for the gauge
+	shareNodes   atomic.Int64                // lastShares.Nodes, for the gauge
+	shareDelayMS atomic.Int64                // lastShares.Delay, for the gauge
+	shares       atomic.Pointer[share.Split] // lastShares, for Shares
 }
 
 // shared is what every part of a Replicator reads: set by New, never
@@ -236,6 +237,17 @@ func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
 // (ratelimit_authz_replicate_share_nodes): 1 while NATS is away or shares
 // are off. Safe for concurrent use.
 func (r *Replicator) Nodes() int { return max(int(r.shareNodes.Load()), 1) }
+
+// Shares is the split of the budgets in effect: the live nodes, this
+// node's rank among them and the delay (Nodes 1 while NATS is away or
+// shares are off), for a component that splits budgets of its own like
+// the counter's (package inflight's slots). Safe for concurrent use.
+func (r *Replicator) Shares() share.Split {
+	if sh := r.shares.Load(); sh != nil {
+		return *sh
+	}
+	return share.Split{Nodes: 1}
+}
 
 // Identity is this process's node id and incarnation. The node id is a
 // name that several processes may claim (logged and counted); the pair
@@ -531,5 +543,6 @@ func (r *Replicator) setShares(live []member, connected bool) {
 		r.lastShares = sh
 		r.shareNodes.Store(int64(sh.Nodes))
 		r.shareDelayMS.Store(sh.Delay.Milliseconds())
+		r.shares.Store(&sh)
 	}
 }
