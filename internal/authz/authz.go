@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -75,6 +76,7 @@ type Service struct {
 
 	gen     atomic.Pointer[generation]
 	limiter Limiter
+	leases  Leases // nil: no concurrency bucket may be configured
 	over    limits.Overrides
 	log     *slog.Logger
 	now     func() time.Time
@@ -82,7 +84,7 @@ type Service struct {
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
-	statusUnreadable                      *rpcstatus.Status
+	statusUnreadable, statusBadRequestID  *rpcstatus.Status
 	statusBadCost                         *rpcstatus.Status
 	http429, http403, http400             *typev3.HttpStatus
 	allowBare, pathTooLong                *authv3.CheckResponse
@@ -100,6 +102,7 @@ type generation struct {
 	limits             Limits
 	routes             []string
 	denyUnreadableAcct bool
+	leases             bool // some bucket counts requests in flight
 	buckets            []bucketState
 	// routeCosts are the constant costs of each route's buckets, by route
 	// index; nil when no route gives one (every request costs 1).
@@ -143,6 +146,9 @@ type Options struct {
 	// Overrides are the tenant overrides Prepare resolves a snapshot's
 	// limits over; nil: the configured limits only.
 	Overrides limits.Overrides
+	// Leases holds the concurrency buckets' leases; nil: a configuration
+	// with a concurrency bucket is refused.
+	Leases Leases
 }
 
 // New returns a Service for cfg, matching requests with m, resolving
@@ -152,7 +158,7 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 	if lim == nil || reg == nil || log == nil {
 		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
 	}
-	if err := checkConfig(cfg, m, limits); err != nil {
+	if err := checkConfig(cfg, m, limits, opts.Leases); err != nil {
 		return nil, err
 	}
 	mt, err := newMetrics(reg)
@@ -160,7 +166,7 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 		return nil, err
 	}
 	s := &Service{
-		limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
+		limiter: lim, leases: opts.Leases, over: opts.Overrides, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
@@ -169,6 +175,7 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 		http400:       &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
 		statusBadCost: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "request cost cannot be read"},
 	}
+	s.statusBadRequestID = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "request lacks a usable " + RequestIDHeader}
 	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
 	if s.now == nil {
 		s.now = time.Now
@@ -213,7 +220,7 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 }
 
 func (s *Service) prepare(cfg Config, m *match.Engine, limits Limits) (func(), error) {
-	if err := checkConfig(cfg, m, limits); err != nil {
+	if err := checkConfig(cfg, m, limits, s.leases); err != nil {
 		return nil, err
 	}
 	g := s.newGeneration(cfg, m, limits)
@@ -257,7 +264,7 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 	return c
 }
 
-func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
+func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) error {
 	if m == nil || limits == nil {
 		return errors.New("authz: the configuration needs a matcher and limits")
 	}
@@ -267,6 +274,9 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 	for _, b := range cfg.Buckets {
 		if !match.ValidBucketName(b.Name) {
 			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
+		}
+		if b.Concurrency && leases == nil {
+			return fmt.Errorf("authz: bucket %q counts requests in flight, and the service has no lease table", b.Name)
 		}
 	}
 	if cfg.RouteCosts != nil && len(cfg.RouteCosts) != len(cfg.Routes) {
@@ -285,6 +295,11 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for _, b := range cfg.Buckets {
+		if b.Concurrency && !g.leases {
+			// The decoder keeps the request id too.
+			g.leases = true
+			g.dec = checkwire.NewDecoder(append(slices.Clone(m.HeaderNames()), RequestIDHeader), m.WantsBody())
+		}
 		bs := bucketState{
 			id:     b.ID,
 			rule:   b,
@@ -340,8 +355,8 @@ func (g *generation) cost(route int, b counter.Bucket) int64 {
 	return 1
 }
 
-// taken is a hit already counted for the current request, to give back if
-// a later bucket denies it.
+// taken is a hit already counted for the current request, or a lease it
+// holds, to give back if a later bucket denies it.
 type taken struct {
 	bucket counter.Bucket
 	key    string
@@ -351,6 +366,10 @@ type taken struct {
 	// admitted counts the cost once the request is allowed; nil for a
 	// bucket whose hits cost 1.
 	admitted prometheus.Counter
+	// b is set for a lease of this concurrency bucket (under requestID)
+	// instead of a hit.
+	b         *bucketState
+	requestID string
 }
 
 // applied is one bucket's verdict, for the RateLimit header fields.
@@ -433,6 +452,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		appliedBuf [maxApplied]applied
 		verdicts   = appliedBuf[:0]
 		charged    bool // a bucket is charged after the response: the access log needs its keys
+		leased     bool // hits holds a lease
 	)
 	for _, d := range res.Descriptors {
 		b := &g.buckets[d.Bucket]
@@ -453,6 +473,19 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 				s.giveBack(hits)
 				return s.denyMissingKey(b)
 			}
+			continue
+		}
+		if b.rule.Concurrency {
+			v, held, acquired, deny := s.acquire(ctx, b, d.Key, requestID(in), lim, now)
+			if deny != nil {
+				s.giveBack(hits)
+				return deny
+			}
+			if acquired {
+				hits = append(hits, held)
+				leased = true
+			}
+			verdicts = addVerdict(verdicts, v)
 			continue
 		}
 		var r counter.Result
@@ -492,7 +525,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
 			if b.take != peekCharged {
-				hits = append(hits, taken{b.id, d.Key, lim, r.Window, n, b.metrics.costAdmitted})
+				hits = append(hits, taken{bucket: b.id, key: d.Key, lim: lim, window: r.Window, n: n, admitted: b.metrics.costAdmitted})
 			}
 		default:
 			b.metrics.exceeded.Inc()
@@ -524,6 +557,9 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 	if charged {
 		md = s.chargeMetadata(g, res, false)
 	}
+	if leased {
+		md = withLeases(md, hits)
+	}
 	return s.allow(verdicts, md)
 }
 
@@ -547,6 +583,10 @@ func addVerdict(vs []applied, v applied) []applied {
 
 func (s *Service) giveBack(hits []taken) {
 	for _, t := range hits {
+		if t.b != nil {
+			s.leases.Release(t.bucket, t.key, t.requestID)
+			continue
+		}
 		s.limiter.ReleaseN(t.bucket, t.key, t.lim, t.window, t.n)
 	}
 }
@@ -561,8 +601,12 @@ func seconds(ms int64) int64 {
 }
 
 // appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1, and
-// the quota unit of a budget in bytes (;qu="content-bytes").
+// the quota unit of a budget in bytes (;qu="content-bytes"); a
+// concurrency bucket's: see appendConcurrencyPolicy.
 func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
+	if b.rule.Concurrency {
+		return appendConcurrencyPolicy(dst, b, lim)
+	}
 	dst = append(dst, b.quoted...)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, lim.Limit, 10)
@@ -653,12 +697,19 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 	i2 := len(out)
 	out = appendRateLimit(out, b, 0, r.RetryAfterMS)
 	i3 := len(out)
-	out = append(out, `{"error":"rate_limited","bucket":`...)
-	out = append(out, b.quoted...)
-	out = append(out, `,"limit":`...)
-	out = strconv.AppendInt(out, lim.Limit, 10)
-	out = append(out, `,"window_seconds":`...)
-	out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	if b.rule.Concurrency {
+		out = append(out, `{"error":"concurrency_limited","bucket":`...)
+		out = append(out, b.quoted...)
+		out = append(out, `,"limit":`...)
+		out = strconv.AppendInt(out, lim.Limit, 10)
+	} else {
+		out = append(out, `{"error":"rate_limited","bucket":`...)
+		out = append(out, b.quoted...)
+		out = append(out, `,"limit":`...)
+		out = strconv.AppendInt(out, lim.Limit, 10)
+		out = append(out, `,"window_seconds":`...)
+		out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	}
 	out = append(out, `,"retry_after_seconds":`...)
 	out = strconv.AppendInt(out, retry, 10)
 	out = append(out, "}\n"...)
@@ -683,7 +734,7 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 }
 
 func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
-	return s.deny403(b, s.statusDenied, "missing_rate_limit_key")
+	return s.denyStatus(b, s.statusDenied, s.http403, "missing_rate_limit_key")
 }
 
 // denyInvalidCost refuses (400) a request whose cost of b cannot be read:
@@ -702,15 +753,15 @@ func (s *Service) denyInvalidCost(b *bucketState, p configfile.CostProblem) *aut
 }
 
 func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
-	return s.deny403(b, s.statusUnreadable, "unreadable_account")
+	return s.denyStatus(b, s.statusUnreadable, s.http403, "unreadable_account")
 }
 
-// deny403 is a 403 refusal of a request the bucket cannot count, with the
-// JSON body {"error": code, "bucket": name}.
-func (s *Service) deny403(b *bucketState, st *rpcstatus.Status, code string) *authv3.CheckResponse {
+// denyStatus is a refusal (403, or 400) of a request the bucket cannot
+// count, with the JSON body {"error": code, "bucket": name}.
+func (s *Service) denyStatus(b *bucketState, st *rpcstatus.Status, hs *typev3.HttpStatus, code string) *authv3.CheckResponse {
 	d := new(deniedReply)
 	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
-	d.denied.Status = s.http403
+	d.denied.Status = hs
 	d.denied.Headers = d.ptrs[:1]
 	d.denied.Body = `{"error":"` + code + `","bucket":` + b.quoted + "}\n"
 	d.wrap.DeniedResponse = &d.denied

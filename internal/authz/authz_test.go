@@ -25,6 +25,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
@@ -42,8 +43,10 @@ type harness struct {
 	rules *configfile.Rules
 	clock *testclock.Clock
 	store *counter.Store
-	reg   *prometheus.Registry
-	svc   *authz.Service
+	// leases holds the concurrency buckets' leases.
+	leases *inflight.Table
+	reg    *prometheus.Registry
+	svc    *authz.Service
 	// clients call the Service through the lean path (checkwire's codec
 	// and service, as internal/server registers it) and through the generic
 	// one (grpc-go's proto codec and the generated service), in turn:
@@ -80,9 +83,12 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 		t.Fatal(err)
 	}
 	h := &harness{t: t, rules: r, clock: &testclock.Clock{}, store: store, reg: prometheus.NewRegistry()}
+	if h.leases, err = inflight.New(inflight.Config{}); err != nil {
+		t.Fatal(err)
+	}
 	h.clock.Set(t0)
 	limits := limits.NewResolver(snapshot.RulesLimits(r), over)
-	h.svc, err = authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now})
+	h.svc, err = authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now, Leases: h.leases})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,10 +36,14 @@ import (
 //	bucket   = { limit: 1 … 2^31−1, per: window,   (both or neither: neither takes
 //	             algorithm: fixed | sliding,        a route default or a built-in one)
 //	             key: tenant | ip | account | path:<param> | header:<lowercase-name>,
-//	             mode: enforce | shadow, count: requests | failures,
+//	             mode: enforce | shadow, count: requests | failures | concurrency,
 //	             cost: cost (none: 1 a request, or the route's costs),
+//	             lease_ttl: 1s … 24h (1m; count: concurrency only),
 //	             overridable: bool, on_missing_key: allow | deny,
 //	             on_overflow: allow | deny (deny for count: failures) }
+//	           (count: concurrency limits requests in flight: a limit and no
+//	           per, algorithm or cost, no route default, no on_overflow: a
+//	           full lease table denies)
 //	cost     = content_length | response_bytes
 //	           | { request_header: header-name | response_header: header-name
 //	               | response_trailer: header-name | content_length: true
@@ -393,7 +397,7 @@ func (p *parser) parseKeySpec(v *yaml.Node, what string) (match.KeySpec, bool) {
 }
 
 func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
-	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "cost", "overridable", "on_missing_key", "on_overflow"}
+	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "cost", "lease_ttl", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
 		what := "buckets." + name
 		if !match.ValidBucketName(name) {
@@ -402,13 +406,19 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		b := Bucket{Name: name}
 		before := len(p.problems)
 		var hasKey, hasLimit, hasPer, hasOverflow bool
-		var costNode *yaml.Node
-		p.eachKey(v, what, fields, func(key string, _, fv *yaml.Node) {
+		var costNode, windowNode, ttlNode, overflowNode *yaml.Node
+		p.eachKey(v, what, fields, func(key string, kn, fv *yaml.Node) {
 			switch key {
 			case "limit", "per", "algorithm":
 				p.limitField(key, fv, what, &b.Limit)
 				hasLimit = hasLimit || key == "limit"
 				hasPer = hasPer || key == "per"
+				if key != "limit" {
+					windowNode = kn
+				}
+			case "lease_ttl":
+				ttlNode = kn
+				b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, MaxLeaseTTL)
 			case "key":
 				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
 			case "mode":
@@ -416,7 +426,7 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 					b.Shadow = i == 1
 				}
 			case "count":
-				if i, ok := p.enum(fv, what+".count", "requests", "failures"); ok {
+				if i, ok := p.enum(fv, what+".count", "requests", "failures", "concurrency"); ok {
 					b.Count = Counting(i)
 				}
 			case "cost":
@@ -433,8 +443,18 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 					b.OnOverflow = Action(i)
 					hasOverflow = true
 				}
+				overflowNode = kn
 			}
 		})
+		if b.Count == CountConcurrency {
+			if costNode != nil {
+				p.errorf(costNode, "%s: count: concurrency counts requests in flight; a cost is for a bucket counting requests", what)
+			}
+			p.concurrencyBucket(&b, what, kn, hasLimit, windowNode, overflowNode)
+			hasPer = hasLimit // a concurrency limit has no window
+		} else if ttlNode != nil {
+			p.errorf(ttlNode, "%s.lease_ttl: only a bucket with count: concurrency has leases", what)
+		}
 		if b.Count == CountFailures {
 			if costNode != nil {
 				p.errorf(costNode, "%s: count: failures charges 1 per failure; a cost is for a bucket counting requests", what)
@@ -611,6 +631,10 @@ func (p *parser) routeCosts(v *yaml.Node, what string, r *Rules) map[counter.Buc
 			p.errorf(kn, "%s: bucket %q costs %s, not a constant per request", what, name, r.Buckets[b].Cost)
 			return
 		}
+		if r.Buckets[b].Count == CountConcurrency {
+			p.errorf(kn, "%s: bucket %q counts requests in flight: one each, no cost", what, name)
+			return
+		}
 		if n, ok := p.integer(cn, what+"."+name, 1, MaxCostMax); ok {
 			out[counter.Bucket(b)] = n
 		}
@@ -627,6 +651,29 @@ func bucketNames(r *Rules) string {
 		names[i] = b.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// concurrencyBucket checks and completes a bucket with count:
+// concurrency: a limit of requests in flight, no window, no overflow
+// policy (a full lease table denies), a lease time to live.
+func (p *parser) concurrencyBucket(b *Bucket, what string, at *yaml.Node, hasLimit bool, window, overflow *yaml.Node) {
+	if !hasLimit {
+		p.errorf(at, "%s: count: concurrency needs a limit (requests in flight)", what)
+	}
+	if window != nil {
+		p.errorf(window, "%s: count: concurrency limits requests in flight: no per or algorithm", what)
+	}
+	if overflow != nil {
+		p.errorf(overflow, "%s.on_overflow: count: concurrency always denies when its lease table is full", what)
+	}
+	if b.Key.Kind == match.KeyAccount {
+		p.errorf(at, "%s: count: concurrency is keyed by one key a request; a login's accounts are several", what)
+	}
+	b.Limit.ScaleMS, b.Limit.Algorithm = ConcurrencyScaleMS, counter.Fixed
+	b.OnOverflow = Deny
+	if b.LeaseTTL == 0 {
+		b.LeaseTTL = DefaultLeaseTTL
+	}
 }
 
 // crossCheck finds what no single field shows: routes that repeat one

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
@@ -80,6 +81,23 @@ const (
 	// CountFailures counts only failures reported after the fact (failed
 	// logins); the check only peeks at the counter.
 	CountFailures
+	// CountConcurrency counts requests in flight: the check takes a lease
+	// per request (package inflight), the access log releases it.
+	CountConcurrency
+)
+
+// Concurrency buckets: their limit is requests in flight, without a
+// window. ConcurrencyScaleMS is the nominal window their limits carry, so
+// that a limit, a tenant override and its resolution work as for any
+// bucket (an override's window is ignored).
+const (
+	ConcurrencyScaleMS = 1000
+	// DefaultLeaseTTL is a concurrency bucket's lease_ttl by default:
+	// longer than any request should take; set it to the route's timeout
+	// plus a margin.
+	DefaultLeaseTTL = time.Minute
+	// MaxLeaseTTL bounds lease_ttl.
+	MaxLeaseTTL = 24 * time.Hour
 )
 
 // Action is what happens to a request a bucket cannot count.
@@ -127,6 +145,10 @@ type Bucket struct {
 	// bucket has one limit whatever route a request matched.
 	Default    counter.Limit
 	HasDefault bool
+
+	// LeaseTTL is a concurrency bucket's lease time to live: a lease not
+	// released by then expires and frees its slot.
+	LeaseTTL time.Duration
 }
 
 // Route is one route rule. A rule with several paths becomes several Routes

@@ -82,6 +82,7 @@ const (
 	MetaRoute         = "route"    // the route rule's name, or its path template
 	MetaFailures      = "failures" // struct: failure-counting bucket name → key, or list of keys (every account a login presents)
 	MetaCharges       = "charges"  // struct: response-charged cost bucket name → key, or list of keys
+	MetaLeases        = "leases"   // struct: concurrency bucket name → key of the lease the request holds (released by its entry)
 )
 
 // metaFields are the metadata fields that name keys to charge, each the

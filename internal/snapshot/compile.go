@@ -43,6 +43,8 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 			Key: rb.Key, Overridable: rb.Overridable, OverrideName: rb.Name,
 			Reserved: reserved[counter.Bucket(i)], Shadow: rb.Shadow,
 			Cost:           rb.Cost,
+			Concurrency:    rb.Count == configfile.CountConcurrency,
+			LeaseTTL:       rb.LeaseTTL,
 			DenyMissingKey: rb.OnMissingKey == configfile.Deny,
 			DenyOverflow:   rb.OnOverflow == configfile.Deny,
 			Participants:   -1,

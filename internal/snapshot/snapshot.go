@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -74,6 +75,11 @@ type Bucket struct {
 	// then) or only from the response (Cost.AfterResponse: a check only
 	// peeks and the access log charges; failed logins are one such cost).
 	Cost configfile.Cost
+	// Concurrency buckets limit requests in flight: a check takes a lease
+	// of LeaseTTL (package inflight), the access log releases it; their
+	// Limit's window is nominal (configfile.ConcurrencyScaleMS).
+	Concurrency bool
+	LeaseTTL    time.Duration
 	// DenyMissingKey refuses a request that lacks the key; otherwise it
 	// is allowed uncounted.
 	DenyMissingKey bool
@@ -206,11 +212,14 @@ func (s *Snapshot) assignIDs(id func(Key) counter.Bucket) error {
 
 // CountKey is the identity of b's counts (see Key): its name, its
 // limit's window and algorithm (zero without one), its reserve and the
-// unit of a cost bucket.
+// unit of a cost or concurrency bucket.
 func (b *Bucket) CountKey() Key {
 	k := Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
 	if src := b.Cost.Source; src != configfile.CostRequests && src != configfile.CostFailures {
 		k.Unit = b.Cost.String()
+	}
+	if b.Concurrency {
+		k.Unit = "concurrent-requests"
 	}
 	return k
 }
@@ -240,6 +249,18 @@ func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
 	for id, k := range old.keys {
 		if now, ok := s.keys[id]; !ok || now != k {
 			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Concurrency are the concurrency buckets' ids by name (the names they
+// travel under between nodes).
+func (s *Snapshot) Concurrency() map[string]counter.Bucket {
+	out := map[string]counter.Bucket{}
+	for _, b := range s.RuleBuckets() {
+		if b.Concurrency {
+			out[b.Name] = b.ID
 		}
 	}
 	return out
