@@ -5,6 +5,13 @@
 // body bytes) in the buckets whose cost says so. Both are one mechanism:
 // the Check peeks and records the keys, the access log charges.
 //
+// It also releases the leases of the buckets whose count is
+// "concurrency": Envoy's access-log entry of a request that holds leases
+// (the Check recorded them in its dynamic metadata under MetaLeases)
+// releases each under the request's id (request.request_id), whatever the
+// response; a lease this node does not hold is released at the peer that
+// does (package inflight).
+//
 // Reports arrive two ways:
 //   - Envoy's gRPC access log (envoy.service.accesslog.v3.AccessLogService,
 //     StreamAccessLogs): each entry is charged against the keys the Check
@@ -98,6 +105,13 @@ const maxKeysPerBucket = match.MaxAccounts + 1
 // (The Check's keys are bounded by what Envoy accepts in a header or body.)
 const maxKeyBytes = 1024
 
+// Releaser releases a request's lease of a concurrency bucket (by its
+// request id), here or, forwarded, at the peer that holds it;
+// *inflight.Sync is one.
+type Releaser interface {
+	Release(bucket counter.Bucket, key, requestID string) bool
+}
+
 // Counter charges hits. *counter.Store is one.
 type Counter interface {
 	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
@@ -161,6 +175,9 @@ type Options struct {
 	// Overrides are the tenant overrides Prepare resolves a snapshot's
 	// limits over; nil: the configured limits only.
 	Overrides limits.Overrides
+	// Leases releases the leases an entry names; nil: entries naming
+	// leases are malformed.
+	Leases Releaser
 }
 
 // Recorder counts reported failures. Create it with New; Update swaps its
@@ -168,13 +185,14 @@ type Options struct {
 type Recorder struct {
 	alsv3.UnimplementedAccessLogServiceServer
 
-	gen   atomic.Pointer[generation]
-	count Counter
-	over  limits.Overrides
-	log   *slog.Logger
-	now   func() time.Time
-	token []byte
-	m     *metrics
+	gen    atomic.Pointer[generation]
+	count  Counter
+	leases Releaser // nil: none
+	over   limits.Overrides
+	log    *slog.Logger
+	now    func() time.Time
+	token  []byte
+	m      *metrics
 
 	// closing ends the long-lived access-log streams at shutdown: gRPC's
 	// graceful stop would otherwise wait for Envoy to hang up.
@@ -221,7 +239,7 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
-	rec := &Recorder{count: c, over: opts.Overrides, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	rec := &Recorder{count: c, leases: opts.Leases, over: opts.Overrides, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
@@ -399,14 +417,19 @@ const (
 	entryCounted   entryResult = iota // charged in at least one bucket
 	entryIgnored                      // not a failure, or not a route with buckets charged after the response
 	entryMalformed                    // metadata present but unusable
+	entryReleased                     // the request's leases released (not a failure)
 	numEntryResults
 )
 
-var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed"}
+var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed", "released"}
 
 func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	g := rec.gen.Load()
 	md := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[MetadataNamespace]
+	released := entryIgnored
+	if lv, ok := md.GetFields()[MetaLeases]; ok {
+		released = rec.releaseLeases(g, lv, e.GetRequest().GetRequestId())
+	}
 	failure := g.isFailure(e.GetResponse().GetResponseCode().GetValue())
 	var now time.Time
 	counted, bad := 0, 0
@@ -453,7 +476,32 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	case bad > 0:
 		return entryMalformed
 	}
-	return entryIgnored // no keys: nothing known about the client
+	return released // no keys to charge: the leases' outcome, if any
+}
+
+// releaseLeases releases the leases an entry's metadata names (bucket
+// name → key, as the Check recorded them) under the request's id,
+// whatever the response: each frees the lease of that request, bucket
+// and key only, if this node or a peer holds it.
+func (rec *Recorder) releaseLeases(g *generation, lv *structpb.Value, requestID string) entryResult {
+	ls := lv.GetStructValue()
+	if ls == nil || rec.leases == nil || requestID == "" || len(ls.GetFields()) > len(g.cfg.Buckets) {
+		return entryMalformed
+	}
+	bad := 0
+	for name, v := range ls.GetFields() {
+		key, ok := stringValue(v)
+		b, known := g.byName[name]
+		if !ok || !known || !g.cfg.Buckets[b].Concurrency {
+			bad++
+			continue
+		}
+		rec.leases.Release(g.cfg.Buckets[b].ID, key, requestID)
+	}
+	if bad > 0 {
+		return entryMalformed
+	}
+	return entryReleased
 }
 
 // charge is what entry e charges bucket b (configfile.Cost.Response for a

@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	})
 	entries := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "accesslog_entries_total",
-		Help: "Access-log entries received, by result: counted (charged in a bucket), ignored (not a failure, or not a route with buckets charged after the response), malformed.",
+		Help: "Access-log entries received, by result: counted (charged in a bucket), released (the request's leases of concurrency buckets released, nothing charged), ignored (not a failure, or not a route with buckets charged after the response, and no lease), malformed.",
 	}, []string{"result"})
 	reports := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "http_reports_total",
