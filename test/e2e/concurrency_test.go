@@ -1,0 +1,283 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
+)
+
+// Concurrency budgets through the real Envoy: the shipped bootstrap, a
+// server config whose legacy_tokens route (/api/v1/tokens, routed by the
+// shipped bootstrap through ext_authz) spends a concurrency bucket, and an
+// upstream that holds each request until the test lets it go, and
+// measures how many it holds at once.
+
+// concurrencyPath is a route of the shipped bootstrap.
+const concurrencyPath = "/api/v1/tokens"
+
+func concurrencyConfig(t *testing.T, dir string, limit int, ttl time.Duration) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`
+buckets:
+  db_pool: {count: concurrency, limit: %d, lease_ttl: %s, key: tenant}
+routes:
+  - {name: legacy_tokens, method: POST, path: %s, buckets: [db_pool]}
+`, limit, ttl, concurrencyPath)
+	p := filepath.Join(dir, "concurrency.yaml")
+	if err := os.WriteFile(p, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// gatedUpstream holds every request until its gate is open (a closed
+// gate holds them until opened), counting those it holds and the most
+// it held at once.
+type gatedUpstream struct {
+	addr    string
+	mu      sync.Mutex
+	gate    chan struct{} // closed: open
+	held    int
+	maxHeld int
+	served  atomic.Int64
+}
+
+func startGatedUpstream(t *testing.T) *gatedUpstream {
+	t.Helper()
+	u := &gatedUpstream{gate: make(chan struct{})}
+	close(u.gate)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.held++
+		u.maxHeld = max(u.maxHeld, u.held)
+		gate := u.gate
+		u.mu.Unlock()
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+		}
+		u.mu.Lock()
+		u.held--
+		u.mu.Unlock()
+		u.served.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"ok":true}`)
+	}))
+	t.Cleanup(srv.Close)
+	u.addr = srv.Listener.Addr().String()
+	return u
+}
+
+// close makes the upstream hold the requests that arrive from now on.
+func (u *gatedUpstream) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.gate = make(chan struct{})
+}
+
+// open lets every held request and every later one through.
+func (u *gatedUpstream) open() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	select {
+	case <-u.gate:
+	default:
+		close(u.gate)
+	}
+}
+
+func (u *gatedUpstream) holding() (held, maxHeld int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.held, u.maxHeld
+}
+
+func startConcurrencyStack(t *testing.T, limit int, ttl time.Duration) (*stack, *gatedUpstream) {
+	t.Helper()
+	s := prepareStack(t, 1)
+	up := startGatedUpstream(t)
+	s.addrs.App = up.addr
+	s.startEnvoy()
+	s.startServer(serverBinary(t), concurrencyConfig(t, s.logs.dir, limit, ttl))
+	return s, up
+}
+
+// concurrentPosts sends n requests of tenant at once and returns their
+// statuses, in the order they finished (0: the exchange broke, an error
+// unless broken is set).
+func (s *stack) concurrentPosts(n int, tenant string, broken bool) <-chan int {
+	out := make(chan int, n)
+	for range n {
+		go func() {
+			r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": tenant})
+			if err != nil {
+				if !broken {
+					s.t.Errorf("concurrentPosts: %v", err)
+				}
+				out <- 0
+				return
+			}
+			if r.status == http.StatusTooManyRequests && (r.header.Get("Retry-After") != "1" ||
+				r.header.Get("RateLimit-Policy") != `"db_pool";q=5;qu="concurrent-requests"`) {
+				s.t.Errorf("429 with Retry-After %q, RateLimit-Policy %q", r.header.Get("Retry-After"), r.header.Get("RateLimit-Policy"))
+			}
+			out <- r.status
+		}()
+	}
+	return out
+}
+
+const inFlightSeries = `ratelimit_authz_inflight_requests{bucket="db_pool"}`
+
+// TestConcurrencyThroughEnvoy: a tenant limited to 5 requests in flight
+// sends 20 at once: 5 reach the upstream, which holds them, and the 15
+// others are answered 429 while those 5 are still held; once they end
+// (their access-log entries release the leases) new ones pass; after
+// 2,000 more requests from 20 clients nothing has leaked: the upstream
+// never held more than 5, and the server holds no lease and lost no
+// release.
+func TestConcurrencyThroughEnvoy(t *testing.T) {
+	s, up := startConcurrencyStack(t, 5, time.Minute)
+	up.close()
+	statuses := s.concurrentPosts(20, "acme", false)
+	denied := 0
+	for denied < 15 {
+		select {
+		case st := <-statuses:
+			if st != http.StatusTooManyRequests {
+				t.Fatalf("status %d while the upstream holds every admitted request: only 429s can finish", st)
+			}
+			denied++
+		case <-time.After(processLifetime(t)):
+			t.Fatalf("%d 429s, want 15", denied)
+		}
+	}
+	if held, _ := up.holding(); held != 5 {
+		t.Fatalf("the upstream holds %d, want 5", held)
+	}
+	up.open()
+	for range 5 {
+		if st := <-statuses; st != http.StatusOK {
+			t.Fatalf("an admitted request ended with %d", st)
+		}
+	}
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if v := s.serverMetric(inFlightSeries); v != 0 {
+			return fmt.Errorf("%v in flight after every request ended", v)
+		}
+		return nil
+	})
+	// The slots are back: 5 more are held at once.
+	up.close()
+	statuses = s.concurrentPosts(5, "acme", false)
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if held, _ := up.holding(); held != 5 {
+			return fmt.Errorf("the upstream holds %d, want 5", held)
+		}
+		return nil
+	})
+	up.open()
+	for range 5 {
+		if st := <-statuses; st != http.StatusOK {
+			t.Fatalf("status %d after the slots came back", st)
+		}
+	}
+
+	// 2,000 more from 20 clients, the upstream open.
+	var ok, limited atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case r.status == http.StatusOK:
+					ok.Add(1)
+				case r.status == http.StatusTooManyRequests:
+					limited.Add(1)
+				default:
+					t.Errorf("status %d", r.status)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if v, l := s.serverMetric(inFlightSeries), s.serverMetric("ratelimit_authz_inflight_leases"); v != 0 || l != 0 {
+			return fmt.Errorf("%v in flight, %v leases after 2,000 requests ended", v, l)
+		}
+		return nil
+	})
+	_, maxHeld := up.holding()
+	if maxHeld > 5 {
+		t.Errorf("the upstream held %d at once, limit 5", maxHeld)
+	}
+	if exp := s.serverMetric("ratelimit_authz_inflight_leases_expired_total"); exp != 0 {
+		t.Errorf("%v leases expired: releases were lost", exp)
+	}
+	if unknown := s.serverMetric("ratelimit_authz_inflight_releases_unknown_total"); unknown != 0 {
+		t.Errorf("%v releases named no lease", unknown)
+	}
+	t.Logf("2,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok.Load(), limited.Load(), maxHeld)
+}
+
+// TestConcurrencyEnvoyKilled: Envoy killed with 5 requests in flight
+// sends no access-log entry for them: their slots come back when the
+// leases expire, not before.
+func TestConcurrencyEnvoyKilled(t *testing.T) {
+	const ttl = 3 * time.Second
+	s, up := startConcurrencyStack(t, 5, ttl)
+	up.close()
+	start := time.Now() // every lease is acquired after this
+	statuses := s.concurrentPosts(5, "acme", true)
+	poll.Until(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if held, _ := up.holding(); held != 5 {
+			return fmt.Errorf("the upstream holds %d, want 5", held)
+		}
+		return nil
+	})
+	s.envoy.kill(t)
+	for range 5 {
+		<-statuses // the connections broke
+	}
+	up.open()
+	s.startEnvoy()
+	// Until the leases expire every request is denied; the first that
+	// passes was sent at least a lease's time to live after the leases
+	// were taken.
+	var passedSentAt time.Time
+	poll.Until(t, ttl+20*time.Second, 50*time.Millisecond, func() error {
+		sent := time.Now()
+		r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
+		if err != nil {
+			return err
+		}
+		if r.status != http.StatusOK {
+			return fmt.Errorf("status %d", r.status)
+		}
+		passedSentAt = sent
+		return nil
+	})
+	d := passedSentAt.Sub(start)
+	if d < ttl {
+		t.Fatalf("a request passed %v after the leases were taken, before their time to live %v", d, ttl)
+	}
+	t.Logf("the first request to pass was sent %v after the leases were taken (time to live %v)", d.Round(time.Millisecond), ttl)
+	if exp := s.serverMetric("ratelimit_authz_inflight_leases_expired_total"); exp != 5 {
+		t.Errorf("%v leases expired, want 5", exp)
+	}
+}
