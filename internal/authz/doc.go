@@ -38,6 +38,12 @@
 //   - a request whose cost of a bucket cannot be read (absent without a
 //     configured missing, not a number, negative, repeated, above max) is
 //     refused with 400, never let through free (configfile.Cost.Request);
+//   - a concurrency bucket (requests in flight, package inflight) takes a
+//     lease keyed by x-request-id: a request without a usable one is
+//     refused with 400, one at the limit or a full lease table denied with
+//     429 and Retry-After 1; the leases a request holds are in its dynamic
+//     metadata for its access-log entry to release, and given back when a
+//     later bucket denies;
 //   - shadow buckets count and report but never deny, nor refuse an
 //     unreadable cost;
 //   - a path longer than 8 KiB is denied with 414.
