@@ -236,21 +236,9 @@ func (s *Sync) Run(ctx context.Context) error {
 
 // castGauges casts gs, in as many bodies as they need.
 func (s *Sync) castGauges(p *packer, gs []Gauge) {
-	if len(gs) == 0 {
-		return
-	}
-	names := s.names.Load()
-	s.begin(p, kindGauges)
-	for _, g := range gs {
-		name, ok := names.names[g.Bucket]
-		if !ok {
-			continue // a bucket a reload removed
-		}
-		if !p.add(name, wireEntry{Key: g.Key, N: g.N}) {
-			s.m.castErrors.Inc()
-		}
-	}
-	p.flush()
+	s.castEntries(p, kindGauges, len(gs), func(i int) (counter.Bucket, wireEntry) {
+		return gs[i].Bucket, wireEntry{Key: gs[i].Key, N: gs[i].N}
+	})
 }
 
 // castForwards casts the releases waiting to be forwarded.
@@ -259,23 +247,36 @@ func (s *Sync) castForwards(p *packer) {
 	fs := s.forwards
 	s.forwards = nil
 	s.mu.Unlock()
-	if len(fs) == 0 {
-		return
+	n := s.castEntries(p, kindReleases, len(fs), func(i int) (counter.Bucket, wireEntry) {
+		return fs[i].bucket, wireEntry{Key: fs[i].key, ID: fs[i].request}
+	})
+	s.m.forwarded.Add(float64(n))
+}
+
+// castEntries casts the n entries of kind that entry returns, in as many
+// bodies as they need, and returns how many it packed; an entry of a
+// bucket a reload removed is skipped, one larger than a body counted.
+func (s *Sync) castEntries(p *packer, kind byte, n int, entry func(int) (counter.Bucket, wireEntry)) int {
+	if n == 0 {
+		return 0
 	}
 	names := s.names.Load()
-	s.begin(p, kindReleases)
-	for _, f := range fs {
-		name, ok := names.names[f.bucket]
+	s.begin(p, kind)
+	packed := 0
+	for i := range n {
+		b, e := entry(i)
+		name, ok := names.names[b]
 		if !ok {
 			continue
 		}
-		if p.add(name, wireEntry{Key: f.key, ID: f.request}) {
-			s.m.forwarded.Inc()
+		if p.add(name, e) {
+			packed++
 		} else {
 			s.m.castErrors.Inc()
 		}
 	}
 	p.flush()
+	return packed
 }
 
 func (s *Sync) begin(p *packer, kind byte) {

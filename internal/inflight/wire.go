@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wirecode"
 )
 
 // The body of a cast (replicate.Replicator.Cast seals, numbers and
@@ -51,17 +52,12 @@ type body struct {
 	Entries []wireEntry
 }
 
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
 // encode appends m's encoding to b.
 func (m *body) encode(b []byte) []byte {
 	b = append(b, m.Kind)
 	b = binary.AppendUvarint(b, uint64(len(m.Buckets)))
 	for _, n := range m.Buckets {
-		b = appendString(b, n)
+		b = wirecode.AppendString(b, n)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Entries)))
 	for _, e := range m.Entries {
@@ -72,63 +68,11 @@ func (m *body) encode(b []byte) []byte {
 
 func (e *wireEntry) append(b []byte, kind byte) []byte {
 	b = binary.AppendUvarint(b, uint64(e.Bucket))
-	b = appendString(b, e.Key)
+	b = wirecode.AppendString(b, e.Key)
 	if kind == kindGauges {
 		return binary.AppendUvarint(b, uint64(e.N))
 	}
-	return appendString(b, e.ID)
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{errMalformed}, args...)...)
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("%s: bad varint", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) string(what string, minLen, maxLen int) string {
-	n := d.uvarint(what)
-	if d.err != nil {
-		return ""
-	}
-	if n < uint64(minLen) || n > uint64(maxLen) || n > uint64(len(d.b)) {
-		d.fail("%s: length %d outside [%d, %d] or past the end", what, n, minLen, min(maxLen, len(d.b)))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-// count reads a table length, bounded by maxN and by what the rest of the
-// body can hold at minLen bytes an item, so that a forged count cannot
-// make decodeBody allocate more than the body's size warrants.
-func (d *decoder) count(what string, maxN, minLen int) int {
-	n := d.uvarint(what)
-	if d.err == nil && (n > uint64(maxN) || n > uint64(len(d.b)/minLen)) {
-		d.fail("%s: %d is too many", what, n)
-	}
-	if d.err != nil {
-		return 0
-	}
-	return int(n)
+	return wirecode.AppendString(b, e.ID)
 }
 
 // decodeBody reads data into m, reusing m's slices; its strings are
@@ -142,38 +86,36 @@ func decodeBody(data []byte, m *body) error {
 	if m.Kind != kindGauges && m.Kind != kindReleases {
 		return fmt.Errorf("%w: unknown kind %d", errMalformed, m.Kind)
 	}
-	d := decoder{b: data[1:]}
-	nb := d.count("buckets", maxBuckets, 2)
+	d := wirecode.Decoder{B: data[1:], Malformed: errMalformed}
+	nb := d.Count("buckets", maxBuckets, 2)
 	for range nb {
-		m.Buckets = append(m.Buckets, d.string("bucket name", 1, maxNameLen))
+		m.Buckets = append(m.Buckets, d.String("bucket name", 1, maxNameLen))
 	}
-	ne := d.count("entries", 1<<31, minWireEntryLen)
+	ne := d.Count("entries", 1<<31, minWireEntryLen)
 	for range ne {
-		if d.err != nil {
+		if d.Err != nil {
 			break
 		}
 		var e wireEntry
-		bi := d.uvarint("entry bucket")
-		e.Key = d.string("entry key", 0, maxWireKeyLen)
+		bi := d.Uvarint("entry bucket")
+		e.Key = d.String("entry key", 0, maxWireKeyLen)
 		if m.Kind == kindGauges {
-			n := d.uvarint("entry count")
-			if d.err == nil && n > counter.MaxLimit {
-				d.fail("entry count %d", n)
+			n := d.Uvarint("entry count")
+			if d.Err == nil && n > counter.MaxLimit {
+				d.Fail("entry count %d", n)
 			}
 			e.N = int64(n)
 		} else {
-			e.ID = d.string("entry request id", 1, maxWireIDLen)
+			e.ID = d.String("entry request id", 1, maxWireIDLen)
 		}
-		if d.err == nil && bi >= uint64(len(m.Buckets)) {
-			d.fail("entry bucket %d of %d", bi, len(m.Buckets))
+		if d.Err == nil && bi >= uint64(len(m.Buckets)) {
+			d.Fail("entry bucket %d of %d", bi, len(m.Buckets))
 		}
 		e.Bucket = int(bi)
 		m.Entries = append(m.Entries, e)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	return d.err
+	d.End()
+	return d.Err
 }
 
 // packer packs entries into bodies of at most max bytes, each with the
@@ -198,15 +140,6 @@ func (p *packer) start(kind byte) {
 	p.size = 1
 }
 
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
 // add appends one entry of bucket name, emitting the current body first
 // when the entry would not fit in it. It reports false for an entry
 // larger than a body on its own (dropped).
@@ -216,7 +149,7 @@ func (p *packer) add(name string, e wireEntry) bool {
 		bi, have := p.idx[name]
 		if !have {
 			bi = len(p.msg.Buckets)
-			extra += uvarintLen(uint64(len(name))) + len(name)
+			extra += wirecode.UvarintLen(uint64(len(name))) + len(name)
 		}
 		e.Bucket = bi
 		extra += len(e.append(p.buf[:0], p.msg.Kind))
@@ -224,7 +157,7 @@ func (p *packer) add(name string, e wireEntry) bool {
 		if !have {
 			nb++
 		}
-		if p.size+extra+uvarintLen(uint64(nb))+uvarintLen(uint64(len(p.msg.Entries)+1)) <= p.max {
+		if p.size+extra+wirecode.UvarintLen(uint64(nb))+wirecode.UvarintLen(uint64(len(p.msg.Entries)+1)) <= p.max {
 			if !have {
 				p.idx[name] = bi
 				p.msg.Buckets = append(p.msg.Buckets, name)

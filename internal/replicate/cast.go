@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wirecode"
 )
 
 // Casts: another component of the node (the in-flight gauges and
@@ -49,7 +50,7 @@ func (r *Replicator) MaxCast() int {
 	}
 	// The header: magic, version, kind, node, incarnation, sent_at, seq,
 	// the body's length.
-	return n - (4 + uvarintLen(uint64(len(r.self.Node))) + len(r.self.Node) + 8 + 10 + 10 + 10)
+	return n - (4 + wirecode.UvarintLen(uint64(len(r.self.Node))) + len(r.self.Node) + 8 + 10 + 10 + 10)
 }
 
 // Cast sends body to every peer. It fails when this node is not
