@@ -160,3 +160,28 @@ func TestSetSharesOutOfRangeTurnsThemOff(t *testing.T) {
 		t.Errorf("shares %+v", got)
 	}
 }
+
+// TestSharesReleasedSlotsAreNotTakenTwice: a node that released slots
+// and reported it must not admit into them again on its older, higher
+// report while its peers, told of the release, admit into them too.
+func TestSharesReleasedSlotsAreNotTakenTwice(t *testing.T) {
+	const limit = 4
+	c := newSim(t, 2)
+	for c.acquire(0, limit) {
+	}
+	c.deliver()
+	c.clk.Add(simDelay)
+	for c.acquire(1, limit) {
+	}
+	c.deliver()
+	c.clk.Add(simDelay)
+	for len(c.held[0]) > 0 {
+		c.release(0, 0)
+	}
+	c.deliver() // node 1 now knows node 0 holds nothing
+	for c.acquire(0, limit) || c.acquire(1, limit) {
+	}
+	if n := c.total(); n > limit+1 {
+		t.Fatalf("the cluster holds %d after node 0 released and both admitted again, over %d", n, limit+1)
+	}
+}

@@ -273,8 +273,9 @@ func (t *Table) Shares() share.Split {
 //
 //	local − reported < share of (limit − reported − remote)
 //
-// where reported is this node's gauge as of a report at least the delay
-// old. While no node is known to hold a slot of the key the share is an
+// where reported is this node's gauge as every peer is known to hold it:
+// its latest report once that is the delay old, before then the lower of
+// it and the report before. While no node is known to hold a slot of the key the share is an
 // even split of the free slots (share.Participant over every node: the
 // shares add up to them exactly); then it is share.Split.Of, weighed by
 // the slots each node is known to hold, so that a node carrying all the
@@ -292,7 +293,12 @@ func (t *Table) admits(g *gauge, limit, ms int64) bool {
 		return true
 	}
 	sp := share.Split{Nodes: int(sv >> 48), Rank: int(uint16(sv >> 32))}
-	reported := g.pubOld
+	// What every peer is known to hold of this node: the latest report
+	// once it is the delay old; before, the lower of it and the one
+	// before, since a peer may hold either. The lower: a report of
+	// released slots lets the peers admit into them at once, so this node
+	// must not count them as its own any more.
+	reported := min(g.pubOld, g.pubNew)
 	if ms-g.pubAt >= int64(uint32(sv)) {
 		reported = g.pubNew
 	}

@@ -75,12 +75,15 @@ func newCluster(t *testing.T, n int) *cluster {
 }
 
 // newClusterWith is newCluster with the server configuration config and
-// the shipped bootstrap changed by envoyEdit (nil: as shipped).
-func newClusterWith(t *testing.T, n int, config string, envoyEdit func([]byte) ([]byte, error)) *cluster {
+// the stack changed by edit before anything starts (nil: none), e.g. the
+// shipped bootstrap changed by its envoyEdit, or another upstream.
+func newClusterWith(t *testing.T, n int, config string, edit func(*stack)) *cluster {
 	t.Helper()
 	c := &cluster{owner: t, serverBin: serverBinary(t), config: config, natsBin: testnats.Binary(t)}
 	c.stack = prepareStack(t, n)
-	c.envoyEdit = envoyEdit
+	if edit != nil {
+		edit(c.stack)
+	}
 	c.pg = testpg.Start(t)
 	t.Cleanup(func() { // before the log folder's cleanup, which prints it
 		if t.Failed() {

@@ -26,7 +26,7 @@ import (
 // The overshoot (the requests admitted before every node saw the charges
 // that spent the budget) is logged: docs/cost-budgets.md reports it.
 func TestTokenBudgetAcrossNodes(t *testing.T) {
-	c := newClusterWith(t, 3, filepath.Join(root(t), costConfig), withCostExample)
+	c := newClusterWith(t, 3, filepath.Join(root(t), costConfig), func(s *stack) { s.envoyEdit = withCostExample })
 	more := freeport.TestAddrs(t, 2)
 	shipped, err := os.ReadFile(filepath.Join(root(t), envoyconf.Path))
 	if err != nil {

@@ -93,7 +93,7 @@ func untilDenied(t *testing.T, workers int, send func(worker int) (*response, er
 // per tenant; a Postgres override; a declared batch size and a budget in
 // prompt bytes taken at the check.
 func TestCostBudgetsThroughEnvoy(t *testing.T) {
-	c := newClusterWith(t, 1, filepath.Join(root(t), costConfig), withCostExample)
+	c := newClusterWith(t, 1, filepath.Join(root(t), costConfig), func(s *stack) { s.envoyEdit = withCostExample })
 	nd := c.nodes[0]
 	// admitted is the tokens of every completion answered 200: what the
 	// access log must have charged once its entries have arrived.
