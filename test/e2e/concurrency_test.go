@@ -146,7 +146,7 @@ const inFlightSeries = `ratelimit_authz_inflight_requests{bucket="db_pool"}`
 // sends 20 at once: 5 reach the upstream, which holds them, and the 15
 // others are answered 429 while those 5 are still held; once they end
 // (their access-log entries release the leases) new ones pass; after
-// 2,000 more requests from 20 clients nothing has leaked: the upstream
+// 10,000 more requests from 20 clients nothing has leaked: the upstream
 // never held more than 5, and the server holds no lease and lost no
 // release.
 func TestConcurrencyThroughEnvoy(t *testing.T) {
@@ -196,14 +196,14 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 		}
 	}
 
-	// 2,000 more from 20 clients, the upstream open.
+	// 10,000 more from 20 clients, the upstream open.
 	var ok, limited atomic.Int64
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 100 {
+			for range 500 {
 				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
 				switch {
 				case err != nil:
@@ -223,7 +223,7 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	wg.Wait()
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if v, l := s.serverMetric(inFlightSeries), s.serverMetric("ratelimit_authz_inflight_leases"); v != 0 || l != 0 {
-			return fmt.Errorf("%v in flight, %v leases after 2,000 requests ended", v, l)
+			return fmt.Errorf("%v in flight, %v leases after 10,000 requests ended", v, l)
 		}
 		return nil
 	})
@@ -237,7 +237,7 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	if unknown := s.serverMetric("ratelimit_authz_inflight_releases_unknown_total"); unknown != 0 {
 		t.Errorf("%v releases named no lease", unknown)
 	}
-	t.Logf("2,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok.Load(), limited.Load(), maxHeld)
+	t.Logf("10,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok.Load(), limited.Load(), maxHeld)
 }
 
 // TestConcurrencyEnvoyKilled: Envoy killed with 5 requests in flight
