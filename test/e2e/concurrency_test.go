@@ -1,15 +1,25 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
+	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
@@ -49,6 +59,7 @@ type gatedUpstream struct {
 	gate    chan struct{} // closed: open
 	held    int
 	maxHeld int
+	ids     []string // x-request-id of the requests held now
 	served  atomic.Int64
 }
 
@@ -57,9 +68,11 @@ func startGatedUpstream(t *testing.T) *gatedUpstream {
 	u := &gatedUpstream{gate: make(chan struct{})}
 	close(u.gate)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("x-request-id")
 		u.mu.Lock()
 		u.held++
 		u.maxHeld = max(u.maxHeld, u.held)
+		u.ids = append(u.ids, id)
 		gate := u.gate
 		u.mu.Unlock()
 		select {
@@ -71,6 +84,7 @@ func startGatedUpstream(t *testing.T) *gatedUpstream {
 		}
 		u.mu.Lock()
 		u.held--
+		u.ids = slices.DeleteFunc(u.ids, func(x string) bool { return x == id })
 		u.mu.Unlock()
 		u.served.Add(1)
 		w.Header().Set("Content-Type", "application/json")
@@ -97,6 +111,13 @@ func (u *gatedUpstream) open() {
 	default:
 		close(u.gate)
 	}
+}
+
+// heldIDs are the request ids of the requests held now.
+func (u *gatedUpstream) heldIDs() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.ids)
 }
 
 func (u *gatedUpstream) holding() (held, maxHeld int) {
@@ -144,7 +165,10 @@ const inFlightSeries = `ratelimit_authz_inflight_requests{bucket="db_pool"}`
 
 // TestConcurrencyThroughEnvoy: a tenant limited to 5 requests in flight
 // sends 20 at once: 5 reach the upstream, which holds them, and the 15
-// others are answered 429 while those 5 are still held; once they end
+// others are answered 429 while those 5 are still held; forged
+// access-log entries sent to the server's gRPC port meanwhile (an unknown
+// id, a held id under another tenant, another bucket) and a replayed one
+// later free nothing; once they end
 // (their access-log entries release the leases) new ones pass; after
 // 10,000 more requests from 20 clients nothing has leaked: the upstream
 // never held more than 5, and the server holds no lease and lost no
@@ -168,6 +192,24 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	if held, _ := up.holding(); held != 5 {
 		t.Fatalf("the upstream holds %d, want 5", held)
 	}
+	// Forged access-log entries on the server's gRPC port free nothing:
+	// an id no request has, a held request's id under another tenant's
+	// key, and under a bucket that is not a concurrency bucket.
+	ids := up.heldIDs()
+	forge := s.accessLog(t)
+	forge(leaseEntry("forged-id", "db_pool", "acme"), leaseEntry(ids[0], "db_pool", "other-tenant"), leaseEntry(ids[1], "nope", "acme"))
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := s.serverMetric(`ratelimit_authz_failures_accesslog_entries_total{result="malformed"}`) + s.serverMetric(`ratelimit_authz_failures_accesslog_entries_total{result="released"}`); n < 3 {
+			return fmt.Errorf("%v forged entries read, want 3", n)
+		}
+		return nil
+	})
+	if v := s.serverMetric(inFlightSeries); v != 5 {
+		t.Fatalf("%v in flight after forged releases, want 5", v)
+	}
+	if r := s.mustPost(concurrencyPath, map[string]string{"x-tenant-id": "acme"}); r.status != http.StatusTooManyRequests {
+		t.Fatalf("status %d after forged releases, want 429", r.status)
+	}
 	up.open()
 	for range 5 {
 		if st := <-statuses; st != http.StatusOK {
@@ -180,6 +222,8 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 		}
 		return nil
 	})
+	// A replayed entry of a finished request frees nothing of the next.
+	forge(leaseEntry(ids[0], "db_pool", "acme"))
 	// The slots are back: 5 more are held at once.
 	up.close()
 	statuses = s.concurrentPosts(5, "acme", false)
@@ -189,6 +233,9 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 		}
 		return nil
 	})
+	if v := s.serverMetric(inFlightSeries); v != 5 {
+		t.Fatalf("%v in flight, want 5", v)
+	}
 	up.open()
 	for range 5 {
 		if st := <-statuses; st != http.StatusOK {
@@ -234,8 +281,9 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	if exp := s.serverMetric("ratelimit_authz_inflight_leases_expired_total"); exp != 0 {
 		t.Errorf("%v leases expired: releases were lost", exp)
 	}
-	if unknown := s.serverMetric("ratelimit_authz_inflight_releases_unknown_total"); unknown != 0 {
-		t.Errorf("%v releases named no lease", unknown)
+	// The forged ones and the replayed one named no lease: 3.
+	if unknown := s.serverMetric("ratelimit_authz_inflight_releases_unknown_total"); unknown != 3 {
+		t.Errorf("%v releases named no lease, want the 3 forged", unknown)
 	}
 	t.Logf("10,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok.Load(), limited.Load(), maxHeld)
 }
@@ -370,4 +418,43 @@ func TestConcurrencyClusterTwoEnvoys(t *testing.T) {
 	}
 	t.Logf("2,000 requests over 2 Envoys and %d nodes in %v, limit %d in flight: %d passed, %d limited; the upstream held at most %d at once; %v releases forwarded to the holder",
 		nodes, took.Round(time.Millisecond), limit, ok.Load(), limited.Load(), maxHeld, freed)
+}
+
+// leaseEntry is an access-log entry as Envoy sends it for a request that
+// holds a lease of bucket under key.
+func leaseEntry(requestID, bucket, key string) *accesslogv3.HTTPAccessLogEntry {
+	leases := &structpb.Struct{Fields: map[string]*structpb.Value{bucket: structpb.NewStringValue(key)}}
+	return &accesslogv3.HTTPAccessLogEntry{
+		CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+			"envoy.filters.http.ext_authz": {Fields: map[string]*structpb.Value{"leases": structpb.NewStructValue(leases)}},
+		}}},
+		Request:  &accesslogv3.HTTPRequestProperties{RequestId: requestID},
+		Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(200)},
+	}
+}
+
+// accessLog opens an access-log stream to the server's gRPC port, as an
+// attacker who reaches it would, and returns what sends entries on it.
+func (s *stack) accessLog(t *testing.T) func(...*accesslogv3.HTTPAccessLogEntry) {
+	t.Helper()
+	conn, err := grpc.NewClient(s.addrs.Authz[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := alsv3.NewAccessLogServiceClient(conn).StreamAccessLogs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(es ...*accesslogv3.HTTPAccessLogEntry) {
+		t.Helper()
+		err := stream.Send(&alsv3.StreamAccessLogsMessage{LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+			HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: es},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
