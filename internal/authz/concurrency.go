@@ -89,20 +89,42 @@ func appendConcurrencyPolicy(dst []byte, b *bucketState, lim counter.Limit) []by
 	return append(dst, `;qu="concurrent-requests"`...)
 }
 
+// leaseMeta is the dynamic metadata of the leases a request holds, in
+// one allocation (plus its maps) for up to two leases.
+type leaseMeta struct {
+	outer, leases structpb.Struct
+	leasesVal     structpb.Value
+	leasesKind    structpb.Value_StructValue
+	keys          [2]strValue // most requests hold one lease; more take one allocation each
+}
+
 // withLeases adds to md (nil: a new Struct) the leases the request holds,
 // under lockout.MetaLeases: bucket name → key, so that the access-log
 // entry of the request releases them.
 func withLeases(md *structpb.Struct, hits []taken) *structpb.Struct {
-	leases := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	m := new(leaseMeta)
+	m.leases.Fields = make(map[string]*structpb.Value, 1)
+	n := 0
 	for _, t := range hits {
-		if t.b != nil {
-			leases.Fields[t.b.rule.Name] = structpb.NewStringValue(t.key)
+		if t.b == nil {
+			continue
 		}
+		var v *structpb.Value
+		if n < len(m.keys) {
+			v = m.keys[n].set(t.key)
+		} else {
+			v = structpb.NewStringValue(t.key)
+		}
+		m.leases.Fields[t.b.rule.Name] = v
+		n++
 	}
 	if md == nil {
-		md = &structpb.Struct{Fields: make(map[string]*structpb.Value, 1)}
+		m.outer.Fields = make(map[string]*structpb.Value, 1)
+		md = &m.outer
 	}
-	md.Fields[lockout.MetaLeases] = structpb.NewStructValue(leases)
+	m.leasesKind.StructValue = &m.leases
+	m.leasesVal.Kind = &m.leasesKind
+	md.Fields[lockout.MetaLeases] = &m.leasesVal
 	return md
 }
 

@@ -1,12 +1,14 @@
 package authz_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 )
 
@@ -105,5 +107,46 @@ func TestConcurrencyLeaseGivenBackOnLaterDenial(t *testing.T) {
 	}
 	if l, _ := h.leases.InFlight(0, "acme"); l != 1 {
 		t.Fatalf("%d in flight after 5 denials by the rate bucket, want 1", l)
+	}
+}
+
+// TestConcurrencyManyLeases: a request holding leases of several
+// buckets records each in the metadata.
+func TestConcurrencyManyLeases(t *testing.T) {
+	h := newHarness(t, `
+buckets:
+  a: {count: concurrency, limit: 3, key: tenant}
+  b: {count: concurrency, limit: 3, key: tenant}
+  c: {count: concurrency, limit: 3, key: "header:x-user"}
+routes:
+  - {path: /x, buckets: [a, b, c]}
+`)
+	resp := h.check(req{path: "/x", headers: map[string]string{"x-tenant-id": "acme", "x-user": "u", "x-request-id": "r"}})
+	if got := leases(resp); !allowed(resp) || len(got) != 3 || got["a"] != "acme" || got["b"] != "acme" || got["c"] != "u" {
+		t.Fatalf("allowed %v, leases %v", allowed(resp), got)
+	}
+}
+
+// BenchmarkCheckConcurrency: a check of a concurrency bucket, its lease
+// released after it (as the access log does), through the lean decoder.
+func BenchmarkCheckConcurrency(b *testing.B) {
+	h := newHarness(b, concurrencyRules)
+	const n = 1 << 12
+	wires, ids := make([][]byte, n), make([]string, n)
+	for i := range wires {
+		ids[i] = fmt.Sprintf("0f8fad5b-d9cb-469f-a165-%012d", i)
+		wires[i] = marshalRequest(b, checkRequest(req{path: "/reports", headers: withID("acme", ids[i])}))
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	var r checkwire.Request
+	for b.Loop() {
+		if err := r.Decode(h.svc.Decoder(), wires[i%n]); err != nil {
+			b.Fatal(err)
+		}
+		h.svc.CheckWire(ctx, &r)
+		h.leases.Release(0, "acme", ids[i%n])
+		i++
 	}
 }
