@@ -244,30 +244,7 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	}
 
 	// 10,000 more from 20 clients, the upstream open.
-	var ok, limited atomic.Int64
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 500 {
-				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
-				switch {
-				case err != nil:
-					t.Error(err)
-					return
-				case r.status == http.StatusOK:
-					ok.Add(1)
-				case r.status == http.StatusTooManyRequests:
-					limited.Add(1)
-				default:
-					t.Errorf("status %d", r.status)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	ok, limited := tenantLoad(t, []*stack{s}, 20, 500)
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if v, l := s.serverMetric(inFlightSeries), s.serverMetric("ratelimit_authz_inflight_leases"); v != 0 || l != 0 {
 			return fmt.Errorf("%v in flight, %v leases after 10,000 requests ended", v, l)
@@ -285,7 +262,7 @@ func TestConcurrencyThroughEnvoy(t *testing.T) {
 	if unknown := s.serverMetric("ratelimit_authz_inflight_releases_unknown_total"); unknown != 3 {
 		t.Errorf("%v releases named no lease, want the 3 forged", unknown)
 	}
-	t.Logf("10,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok.Load(), limited.Load(), maxHeld)
+	t.Logf("10,000 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once", ok, limited, maxHeld)
 }
 
 // TestConcurrencyEnvoyKilled: Envoy killed with 5 requests in flight
@@ -361,41 +338,14 @@ func TestConcurrencyClusterTwoEnvoys(t *testing.T) {
 	t.Cleanup(second.client.CloseIdleConnections)
 	second.startEnvoy()
 
-	var ok, limited atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for i := range 40 {
-		s := c.stack
-		if i%2 == 1 {
-			s = &second
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range 50 {
-				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
-				switch {
-				case err != nil:
-					t.Error(err)
-					return
-				case r.status == http.StatusOK:
-					ok.Add(1)
-				case r.status == http.StatusTooManyRequests:
-					limited.Add(1)
-				default:
-					t.Errorf("status %d", r.status)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	ok, limited := tenantLoad(t, []*stack{c.stack, &second}, 40, 50)
 	took := time.Since(start)
 	_, maxHeld := up.holding()
 	if maxHeld > nodes*limit {
 		t.Errorf("the upstream held %d at once, over %d nodes × limit %d", maxHeld, nodes, limit)
 	}
-	if ok.Load() == 0 {
+	if ok == 0 {
 		t.Fatal("no request passed")
 	}
 	poll.Until(t, 20*time.Second, 20*time.Millisecond, func() error {
@@ -417,7 +367,7 @@ func TestConcurrencyClusterTwoEnvoys(t *testing.T) {
 		t.Errorf("%v releases forwarded, %v freed at the holder: want some, all forwarded", forwarded, freed)
 	}
 	t.Logf("2,000 requests over 2 Envoys and %d nodes in %v, limit %d in flight: %d passed, %d limited; the upstream held at most %d at once; %v releases forwarded to the holder",
-		nodes, took.Round(time.Millisecond), limit, ok.Load(), limited.Load(), maxHeld, freed)
+		nodes, took.Round(time.Millisecond), limit, ok, limited, maxHeld, freed)
 }
 
 // leaseEntry is an access-log entry as Envoy sends it for a request that
@@ -457,4 +407,38 @@ func (s *stack) accessLog(t *testing.T) func(...*accesslogv3.HTTPAccessLogEntry)
 			t.Fatal(err)
 		}
 	}
+}
+
+// tenantLoad runs clients clients of tenant acme, spread over the stacks'
+// Envoys in turn, each sending perClient requests one after the other,
+// and counts those that passed and those limited; any other outcome fails
+// the test.
+func tenantLoad(t *testing.T, stacks []*stack, clients, perClient int) (ok, limited int64) {
+	t.Helper()
+	var nOK, nLimited atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		s := stacks[i%len(stacks)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range perClient {
+				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
+				switch {
+				case err != nil:
+					t.Error(err)
+					return
+				case r.status == http.StatusOK:
+					nOK.Add(1)
+				case r.status == http.StatusTooManyRequests:
+					nLimited.Add(1)
+				default:
+					t.Errorf("status %d", r.status)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return nOK.Load(), nLimited.Load()
 }
