@@ -150,3 +150,25 @@ func BenchmarkCheckConcurrency(b *testing.B) {
 		i++
 	}
 }
+
+// TestConcurrencyTenantOverride: a tenant override of an overridable
+// concurrency bucket sets its limit in flight; its window is ignored.
+func TestConcurrencyTenantOverride(t *testing.T) {
+	h := newHarnessWith(t, `
+buckets:
+  db_pool: {count: concurrency, limit: 3, key: tenant, overridable: true}
+routes:
+  - {path: /reports, buckets: [db_pool]}
+`, overrides{"big": {0: {Limit: 5, ScaleMS: 60_000}}})
+	for i := range 5 {
+		h.expectRun(1, true, req{path: "/reports", headers: withID("big", fmt.Sprint("b", i))})
+	}
+	resp := h.check(req{path: "/reports", headers: withID("big", "b5")})
+	if allowed(resp) || responseHeaders(resp)["ratelimit-policy"] != `"db_pool";q=5;qu="concurrent-requests"` {
+		t.Fatalf("the sixth of big's: allowed %v, %v", allowed(resp), responseHeaders(resp))
+	}
+	for i := range 3 {
+		h.expectRun(1, true, req{path: "/reports", headers: withID("small", fmt.Sprint("s", i))})
+	}
+	h.expectRun(1, false, req{path: "/reports", headers: withID("small", "s3")})
+}
