@@ -252,6 +252,26 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 		}
 	}
 
+	// A cost charged from a response header or trailer is read from the
+	// access-log entry: Envoy sends only the ones it is told to log.
+	for _, b := range r.Buckets {
+		var logged func(envoyconf.ConnectionManager) []string
+		field := ""
+		switch b.Cost.Source {
+		case configfile.CostResponseHeader:
+			logged, field = func(c envoyconf.ConnectionManager) []string { return c.LoggedResponseHeaders }, "additional_response_headers_to_log"
+		case configfile.CostResponseTrailer:
+			logged, field = func(c envoyconf.ConnectionManager) []string { return c.LoggedResponseTrailers }, "additional_response_trailers_to_log"
+		default:
+			continue
+		}
+		for _, c := range checked {
+			if !slices.Contains(logged(c), b.Cost.Header) {
+				warn("bucket %s charges %s, but the gRPC access log of listener %q of %s does not log it: every response charges the cost's missing (%d); add %s to the access log's %s", b.Name, b.Cost, c.Listener, envoyPath, b.Cost.Missing, b.Cost.Header, field)
+			}
+		}
+	}
+
 	for _, b := range r.Buckets {
 		if b.Count == configfile.CountFailures && b.OnOverflow == configfile.Allow {
 			warn("bucket %s counts failures with on_overflow: allow: when the key table is full its lockout is off, which a guesser can cause by flooding keys; remove on_overflow (deny is the default for failure buckets)", b.Name)

@@ -509,3 +509,55 @@ func TestServeRefusesBadConfig(t *testing.T) {
 		t.Errorf("missing config: %v", err)
 	}
 }
+
+// check-config --envoy says when a bucket charges from a response header
+// or trailer the bootstrap's gRPC access log does not log: every response
+// would charge the cost's missing.
+func TestCheckConfigWarnsOfUnloggedCostHeaders(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := strings.Replace(string(shipped), "                buffer_flush_interval: 0.1s\n",
+		"                buffer_flush_interval: 0.1s\n              additional_response_headers_to_log: [ X-Usage-Total-Tokens ]\n              additional_response_trailers_to_log: [ x-tokens ]\n", 1)
+	if logged == string(shipped) {
+		t.Fatal("the shipped bootstrap's access log changed: update this test")
+	}
+	withLog := filepath.Join(dir, "envoy.yaml")
+	if err := os.WriteFile(withLog, []byte(logged), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "cost.yaml")
+	os.WriteFile(cfg, []byte(`
+buckets:
+  tokens: {limit: 100, per: 1m, key: "header:x-org", cost: {response_header: x-usage-total-tokens}}
+  trailer: {limit: 100, per: 1m, key: "header:x-org", cost: {response_trailer: x-tokens}}
+routes: [{path: /x, buckets: [tokens, trailer]}]
+`), 0o644)
+	for _, tc := range []struct {
+		envoy string
+		want  []string
+	}{
+		{"../../envoy/ratelimit-authz.yaml", []string{
+			`bucket tokens charges response_header x-usage-total-tokens, but the gRPC access log of listener "ingress"`,
+			"add x-usage-total-tokens to the access log's additional_response_headers_to_log",
+			"add x-tokens to the access log's additional_response_trailers_to_log",
+		}},
+		{withLog, nil},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(ctx, []string{"check-config", "--config", cfg, "--envoy", tc.envoy}, env(nil), &out, &errOut); err != nil {
+			t.Fatalf("%s: %v", tc.envoy, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut.String(), w) {
+				t.Errorf("%s: no %q in\n%s", tc.envoy, w, errOut.String())
+			}
+		}
+		if tc.want == nil && strings.Contains(errOut.String(), "charges response_") {
+			t.Errorf("%s logs both, yet:\n%s", tc.envoy, errOut.String())
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -32,8 +33,9 @@ import (
 // Limiter counts hits per (bucket, key) in windows. *counter.Store is one.
 type Limiter interface {
 	Take(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
+	TakeN(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
 	Peek(bucket counter.Bucket, key string, lim counter.Limit, now time.Time) counter.Result
-	Release(bucket counter.Bucket, key string, lim counter.Limit, window int64)
+	ReleaseN(bucket counter.Bucket, key string, lim counter.Limit, window, n int64)
 }
 
 var _ Limiter = (*counter.Store)(nil)
@@ -58,6 +60,9 @@ type Config struct {
 	// Routes are the labels of the matcher's routes, by route index (its
 	// name, else its path template): the route of a login's metadata.
 	Routes []string
+	// RouteCosts are the constant costs of each route's buckets, by route
+	// index (configfile.Route.Costs); nil: every request costs 1.
+	RouteCosts []map[counter.Bucket]int64
 	// DenyUnreadableAccount refuses (403) a login whose account cannot
 	// be read, in the buckets keyed by account; otherwise it is counted
 	// under match.UnreadableAccount.
@@ -71,6 +76,7 @@ type Service struct {
 
 	gen     atomic.Pointer[generation]
 	limiter Limiter
+	leases  Leases // nil: no concurrency bucket may be configured
 	over    limits.Overrides
 	log     *slog.Logger
 	now     func() time.Time
@@ -78,8 +84,9 @@ type Service struct {
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
-	statusUnreadable                      *rpcstatus.Status
-	http429, http403                      *typev3.HttpStatus
+	statusUnreadable, statusBadRequestID  *rpcstatus.Status
+	statusBadCost                         *rpcstatus.Status
+	http429, http403, http400             *typev3.HttpStatus
 	allowBare, pathTooLong                *authv3.CheckResponse
 	allowBarePre, pathTooLongPre          *checkwire.Prebuilt
 }
@@ -95,14 +102,41 @@ type generation struct {
 	limits             Limits
 	routes             []string
 	denyUnreadableAcct bool
+	leases             bool // some bucket counts requests in flight
 	buckets            []bucketState
+	// routeCosts are the constant costs of each route's buckets, by route
+	// index; nil when no route gives one (every request costs 1).
+	routeCosts [][]routeCost
 }
 
 type bucketState struct {
-	id      counter.Bucket // in the counter
-	rule    snapshot.Bucket
-	quoted  string // the bucket name as a Structured Field string
-	metrics bucketMetrics
+	id   counter.Bucket // in the counter
+	rule snapshot.Bucket
+	// take says how a check spends from the bucket.
+	take takeKind
+	// quoted is the bucket name as a Structured Field string; unit the
+	// RateLimit-Policy parameters of its quota unit after it (";qu=…",
+	// empty for requests). noFields: a unit the draft has no name for,
+	// left out of the header fields.
+	quoted   string
+	unit     string
+	noFields bool
+	metrics  bucketMetrics
+}
+
+// takeKind is how a check spends from a bucket.
+type takeKind uint8
+
+const (
+	takeOne     takeKind = iota // a hit costs 1 (or the route's constant): Take
+	takeCost                    // a hit costs what the request says: TakeN
+	peekCharged                 // charged after the response: Peek, deny once spent
+)
+
+// routeCost is a route's constant cost of one of its buckets.
+type routeCost struct {
+	bucket counter.Bucket
+	n      int64
 }
 
 // Options are the optional parts of a Service.
@@ -112,6 +146,9 @@ type Options struct {
 	// Overrides are the tenant overrides Prepare resolves a snapshot's
 	// limits over; nil: the configured limits only.
 	Overrides limits.Overrides
+	// Leases holds the concurrency buckets' leases; nil: a configuration
+	// with a concurrency bucket is refused.
+	Leases Leases
 }
 
 // New returns a Service for cfg, matching requests with m, resolving
@@ -121,7 +158,7 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 	if lim == nil || reg == nil || log == nil {
 		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
 	}
-	if err := checkConfig(cfg, m, limits); err != nil {
+	if err := checkConfig(cfg, m, limits, opts.Leases); err != nil {
 		return nil, err
 	}
 	mt, err := newMetrics(reg)
@@ -129,13 +166,16 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 		return nil, err
 	}
 	s := &Service{
-		limiter: lim, over: opts.Overrides, log: log, now: opts.Now, m: mt,
+		limiter: lim, leases: opts.Leases, over: opts.Overrides, log: log, now: opts.Now, m: mt,
 		statusOK:      &rpcstatus.Status{Code: int32(codes.OK)},
 		statusLimited: &rpcstatus.Status{Code: int32(codes.ResourceExhausted), Message: "rate limited"},
 		statusDenied:  &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "request lacks a rate-limit key"},
 		http429:       &typev3.HttpStatus{Code: typev3.StatusCode_TooManyRequests},
 		http403:       &typev3.HttpStatus{Code: typev3.StatusCode_Forbidden},
+		http400:       &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+		statusBadCost: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "request cost cannot be read"},
 	}
+	s.statusBadRequestID = &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "request lacks a usable " + RequestIDHeader}
 	s.statusUnreadable = &rpcstatus.Status{Code: int32(codes.PermissionDenied), Message: "login account cannot be read"}
 	if s.now == nil {
 		s.now = time.Now
@@ -180,7 +220,7 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 }
 
 func (s *Service) prepare(cfg Config, m *match.Engine, limits Limits) (func(), error) {
-	if err := checkConfig(cfg, m, limits); err != nil {
+	if err := checkConfig(cfg, m, limits, s.leases); err != nil {
 		return nil, err
 	}
 	g := s.newGeneration(cfg, m, limits)
@@ -214,11 +254,17 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 		if rt.Name == "" {
 			c.Routes[i] = rt.Path
 		}
+		if rt.Costs != nil {
+			if c.RouteCosts == nil {
+				c.RouteCosts = make([]map[counter.Bucket]int64, len(r.Routes))
+			}
+			c.RouteCosts[i] = rt.Costs
+		}
 	}
 	return c
 }
 
-func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
+func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) error {
 	if m == nil || limits == nil {
 		return errors.New("authz: the configuration needs a matcher and limits")
 	}
@@ -229,6 +275,19 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 		if !match.ValidBucketName(b.Name) {
 			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
 		}
+		if b.Concurrency && leases == nil {
+			return fmt.Errorf("authz: bucket %q counts requests in flight, and the service has no lease table", b.Name)
+		}
+	}
+	if cfg.RouteCosts != nil && len(cfg.RouteCosts) != len(cfg.Routes) {
+		return fmt.Errorf("authz: the config has costs of %d routes and %d routes", len(cfg.RouteCosts), len(cfg.Routes))
+	}
+	for _, costs := range cfg.RouteCosts {
+		for b, n := range costs {
+			if int(b) >= len(cfg.Buckets) || n < 1 {
+				return fmt.Errorf("authz: a route cost %d of bucket %d is out of range", n, b)
+			}
+		}
 	}
 	return nil
 }
@@ -236,23 +295,81 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits) error {
 func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for _, b := range cfg.Buckets {
-		g.buckets = append(g.buckets, bucketState{
-			id:      b.ID,
-			rule:    b,
-			quoted:  strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
-			metrics: s.m.forBucket(b.Name),
-		})
+		if b.Concurrency && !g.leases {
+			// The decoder keeps the request id too.
+			g.leases = true
+			g.dec = checkwire.NewDecoder(append(slices.Clone(m.HeaderNames()), RequestIDHeader), m.WantsBody())
+		}
+		bs := bucketState{
+			id:     b.ID,
+			rule:   b,
+			quoted: strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
+		}
+		switch {
+		case b.Cost.AfterResponse():
+			bs.take = peekCharged
+		case b.Cost.Source != configfile.CostRequests:
+			bs.take = takeCost
+		}
+		costed := bs.take == takeCost || (bs.take == takeOne && hasRouteCost(cfg.RouteCosts, b.Index))
+		bs.metrics = s.m.forBucket(b.Name, costed)
+		switch u := b.Cost.QuotaUnit(); u {
+		case "requests":
+		case "":
+			bs.noFields = true
+		default:
+			bs.unit = `;qu="` + u + `"`
+		}
+		g.buckets = append(g.buckets, bs)
+	}
+	for i, costs := range cfg.RouteCosts {
+		if g.routeCosts == nil {
+			g.routeCosts = make([][]routeCost, len(cfg.RouteCosts))
+		}
+		for b, n := range costs {
+			g.routeCosts[i] = append(g.routeCosts[i], routeCost{b, n})
+		}
 	}
 	return g
 }
 
-// taken is a hit already counted for the current request, to give back if
-// a later bucket denies it.
+func hasRouteCost(costs []map[counter.Bucket]int64, b int) bool {
+	for _, c := range costs {
+		if _, ok := c[counter.Bucket(b)]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// cost is what a hit of b costs on route (an index, or -1): the route's
+// constant, or 1.
+func (g *generation) cost(route int, b counter.Bucket) int64 {
+	if route >= 0 && route < len(g.routeCosts) {
+		for _, c := range g.routeCosts[route] {
+			if c.bucket == b {
+				return c.n
+			}
+		}
+	}
+	return 1
+}
+
+// taken is a hit already counted for the current request, or a lease it
+// holds, to give back if a later bucket denies it.
 type taken struct {
 	bucket counter.Bucket
 	key    string
 	lim    counter.Limit
 	window int64
+	n      int64
+	// admitted counts the cost once the request is allowed; nil for a
+	// bucket whose hits cost 1.
+	admitted prometheus.Counter
+	// b is set for a lease of this concurrency bucket (under requestID)
+	// instead of a hit.
+	b         *bucketState
+	requestID string
 }
 
 // applied is one bucket's verdict, for the RateLimit header fields.
@@ -334,7 +451,8 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		hits       = takenBuf[:0]
 		appliedBuf [maxApplied]applied
 		verdicts   = appliedBuf[:0]
-		login      bool
+		charged    bool // a bucket is charged after the response: the access log needs its keys
+		leased     bool // hits holds a lease
 	)
 	for _, d := range res.Descriptors {
 		b := &g.buckets[d.Bucket]
@@ -343,7 +461,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			s.m.unknown.Inc()
 			continue
 		}
-		login = login || b.rule.CountFailures
+		charged = charged || b.take == peekCharged
 		if d.Key == match.UnreadableAccount && b.rule.Key.Kind == match.KeyAccount && g.denyUnreadableAcct {
 			b.metrics.checks[decUnreadable].Inc()
 			s.giveBack(hits)
@@ -357,11 +475,43 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			}
 			continue
 		}
+		if b.rule.Concurrency {
+			v, held, acquired, deny := s.acquire(ctx, b, d.Key, requestID(in), lim, now)
+			if deny != nil {
+				s.giveBack(hits)
+				return deny
+			}
+			if acquired {
+				hits = append(hits, held)
+				leased = true
+			}
+			verdicts = addVerdict(verdicts, v)
+			continue
+		}
 		var r counter.Result
-		if b.rule.CountFailures {
+		n := int64(1)
+		switch {
+		case b.take == peekCharged:
 			r = s.limiter.Peek(b.id, d.Key, lim, now)
-		} else {
+		case b.take == takeOne && g.routeCosts == nil:
 			r = s.limiter.Take(b.id, d.Key, lim, now)
+		default:
+			if b.take == takeCost {
+				var problem configfile.CostProblem
+				v, present := in.Headers.Get(b.rule.Cost.RequestHeader())
+				if n, problem = b.rule.Cost.Request(v, present); problem != configfile.CostOK {
+					b.metrics.checks[decInvalidCost].Inc()
+					b.metrics.costRefused[problem].Inc()
+					if b.rule.Shadow { // reported, never refused: shadow turns a new budget on safely
+						continue
+					}
+					s.giveBack(hits)
+					return s.denyInvalidCost(b, problem)
+				}
+			} else {
+				n = g.cost(res.Route, d.Bucket)
+			}
+			r = s.limiter.TakeN(b.id, d.Key, lim, n, now)
 		}
 		switch {
 		case r.Overflow:
@@ -374,28 +524,41 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 			continue
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
-			if !b.rule.CountFailures {
-				hits = append(hits, taken{b.id, d.Key, lim, r.Window})
+			if b.take != peekCharged {
+				hits = append(hits, taken{bucket: b.id, key: d.Key, lim: lim, window: r.Window, n: n, admitted: b.metrics.costAdmitted})
 			}
 		default:
 			b.metrics.exceeded.Inc()
+			if b.metrics.costDenied != nil && b.take != peekCharged {
+				b.metrics.costDenied.Add(float64(n))
+			}
 			if !b.rule.Shadow {
 				b.metrics.checks[decDenied].Inc()
 				s.giveBack(hits)
 				var md *structpb.Struct
-				if login {
-					md = s.loginMetadata(g, res)
+				if charged {
+					md = s.chargeMetadata(g, res, true)
 				}
 				return s.denyLimited(ctx, b, d.Key, lim, r, md)
 			}
 			b.metrics.checks[decShadowDenied].Inc()
 			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
 		}
-		verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+		if !b.noFields {
+			verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+		}
+	}
+	for _, t := range hits {
+		if t.admitted != nil {
+			t.admitted.Add(float64(t.n))
+		}
 	}
 	var md *structpb.Struct
-	if login {
-		md = s.loginMetadata(g, res)
+	if charged {
+		md = s.chargeMetadata(g, res, false)
+	}
+	if leased {
+		md = withLeases(md, hits)
 	}
 	return s.allow(verdicts, md)
 }
@@ -420,7 +583,11 @@ func addVerdict(vs []applied, v applied) []applied {
 
 func (s *Service) giveBack(hits []taken) {
 	for _, t := range hits {
-		s.limiter.Release(t.bucket, t.key, t.lim, t.window)
+		if t.b != nil {
+			s.leases.Release(t.bucket, t.key, t.requestID)
+			continue
+		}
+		s.limiter.ReleaseN(t.bucket, t.key, t.lim, t.window, t.n)
 	}
 }
 
@@ -433,13 +600,19 @@ func seconds(ms int64) int64 {
 	return (ms + 999) / 1000
 }
 
-// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1.
+// appendPolicy appends one RateLimit-Policy item: "name";q=100;w=1, and
+// the quota unit of a budget in bytes (;qu="content-bytes"); a
+// concurrency bucket's: see appendConcurrencyPolicy.
 func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
+	if b.rule.Concurrency {
+		return appendConcurrencyPolicy(dst, b, lim)
+	}
 	dst = append(dst, b.quoted...)
 	dst = append(dst, ";q="...)
 	dst = strconv.AppendInt(dst, lim.Limit, 10)
 	dst = append(dst, ";w="...)
-	return strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+	dst = strconv.AppendInt(dst, seconds(lim.ScaleMS), 10)
+	return append(dst, b.unit...)
 }
 
 // appendRateLimit appends one RateLimit item: "name";r=99;t=1.
@@ -524,12 +697,19 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 	i2 := len(out)
 	out = appendRateLimit(out, b, 0, r.RetryAfterMS)
 	i3 := len(out)
-	out = append(out, `{"error":"rate_limited","bucket":`...)
-	out = append(out, b.quoted...)
-	out = append(out, `,"limit":`...)
-	out = strconv.AppendInt(out, lim.Limit, 10)
-	out = append(out, `,"window_seconds":`...)
-	out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	if b.rule.Concurrency {
+		out = append(out, `{"error":"concurrency_limited","bucket":`...)
+		out = append(out, b.quoted...)
+		out = append(out, `,"limit":`...)
+		out = strconv.AppendInt(out, lim.Limit, 10)
+	} else {
+		out = append(out, `{"error":"rate_limited","bucket":`...)
+		out = append(out, b.quoted...)
+		out = append(out, `,"limit":`...)
+		out = strconv.AppendInt(out, lim.Limit, 10)
+		out = append(out, `,"window_seconds":`...)
+		out = strconv.AppendInt(out, seconds(lim.ScaleMS), 10)
+	}
 	out = append(out, `,"retry_after_seconds":`...)
 	out = strconv.AppendInt(out, retry, 10)
 	out = append(out, "}\n"...)
@@ -537,11 +717,14 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 
 	d := new(deniedReply)
 	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "retry-after", all[:i1])
-	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "ratelimit-policy", all[i1:i2])
-	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit", all[i2:i3])
-	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "content-type", "application/json")
+	d.ptrs[1] = header(&d.opts[1], &d.vals[1], "content-type", "application/json")
+	d.ptrs[2] = header(&d.opts[2], &d.vals[2], "ratelimit-policy", all[i1:i2])
+	d.ptrs[3] = header(&d.opts[3], &d.vals[3], "ratelimit", all[i2:i3])
 	d.denied.Status = s.http429
 	d.denied.Headers = d.ptrs[:]
+	if b.noFields {
+		d.denied.Headers = d.ptrs[:2]
+	}
 	d.denied.Body = all[i3:]
 	d.wrap.DeniedResponse = &d.denied
 	d.resp.Status = s.statusLimited
@@ -551,19 +734,34 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 }
 
 func (s *Service) denyMissingKey(b *bucketState) *authv3.CheckResponse {
-	return s.deny403(b, s.statusDenied, "missing_rate_limit_key")
+	return s.denyStatus(b, s.statusDenied, s.http403, "missing_rate_limit_key")
+}
+
+// denyInvalidCost refuses (400) a request whose cost of b cannot be read:
+// absent without a configured missing, not a number, negative, repeated
+// or above max. The body names the bucket and the problem.
+func (s *Service) denyInvalidCost(b *bucketState, p configfile.CostProblem) *authv3.CheckResponse {
+	d := new(deniedReply)
+	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
+	d.denied.Status = s.http400
+	d.denied.Headers = d.ptrs[:1]
+	d.denied.Body = `{"error":"invalid_cost","bucket":` + b.quoted + `,"problem":"` + p.String() + `"}` + "\n"
+	d.wrap.DeniedResponse = &d.denied
+	d.resp.Status = s.statusBadCost
+	d.resp.HttpResponse = &d.wrap
+	return &d.resp
 }
 
 func (s *Service) denyUnreadable(b *bucketState) *authv3.CheckResponse {
-	return s.deny403(b, s.statusUnreadable, "unreadable_account")
+	return s.denyStatus(b, s.statusUnreadable, s.http403, "unreadable_account")
 }
 
-// deny403 is a 403 refusal of a request the bucket cannot count, with the
-// JSON body {"error": code, "bucket": name}.
-func (s *Service) deny403(b *bucketState, st *rpcstatus.Status, code string) *authv3.CheckResponse {
+// denyStatus is a refusal (403, or 400) of a request the bucket cannot
+// count, with the JSON body {"error": code, "bucket": name}.
+func (s *Service) denyStatus(b *bucketState, st *rpcstatus.Status, hs *typev3.HttpStatus, code string) *authv3.CheckResponse {
 	d := new(deniedReply)
 	d.ptrs[0] = header(&d.opts[0], &d.vals[0], "content-type", "application/json")
-	d.denied.Status = s.http403
+	d.denied.Status = hs
 	d.denied.Headers = d.ptrs[:1]
 	d.denied.Body = `{"error":"` + code + `","bucket":` + b.quoted + "}\n"
 	d.wrap.DeniedResponse = &d.denied
@@ -587,15 +785,24 @@ func (s *Service) logLimited(ctx context.Context, msg string, b *bucketState, ke
 	)
 }
 
-// loginMeta is the dynamic metadata of a login check in one allocation
-// (plus its two maps and one string): login routes are where floods of
-// password guesses arrive. A bucket with several keys (a login presenting
-// several accounts) costs a list more.
-type loginMeta struct {
-	outer, keys structpb.Struct
-	keysVal     structpb.Value
-	keysKind    structpb.Value_StructValue
-	strs        [3 + maxApplied]strValue
+// chargeMeta is the dynamic metadata of a check with buckets charged
+// after the response, in one allocation (plus its maps and one string):
+// login routes are where floods of password guesses arrive. A bucket with
+// several keys (a login presenting several accounts) costs a list more.
+type chargeMeta struct {
+	outer structpb.Struct
+	// keys is the first field of bucket keys (failures or charges); a
+	// route with both kinds of buckets allocates the second.
+	keys     keyStruct
+	keysUsed bool
+	strs     [3 + maxApplied]strValue
+}
+
+// keyStruct is one field of bucket keys: bucket name → key(s).
+type keyStruct struct {
+	st   structpb.Struct
+	val  structpb.Value
+	kind structpb.Value_StructValue
 }
 
 type strValue struct {
@@ -609,11 +816,16 @@ func (sv *strValue) set(s string) *structpb.Value {
 	return &sv.v
 }
 
-// loginMetadata reports who the request was, so that a failure Envoy
-// reports later through its access log is counted against the same keys:
-// failures maps each failure-counting bucket to its key, or to the list
-// of its keys when it has several (every account a login presents).
-func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struct {
+// chargeMetadata reports who the request was, so that what Envoy reports
+// later through its access log is charged to the same keys: each bucket
+// charged after the response maps to its key, or to the list of its keys
+// when it has several (every account a login presents), under the field
+// its cost names (configfile.Cost.Metadata: "failures" for failed logins,
+// "charges" for response costs), so that Envoy's access-log filter can
+// send failures only when the status is one. A denied request reached no
+// upstream and costs nothing: its metadata lists no charges (a failed
+// login's keys stay, as a denial is no failure).
+func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *structpb.Struct {
 	// One copy of every request-derived string, so the metadata does not
 	// point into the request, made valid UTF-8 so the response marshals.
 	n := len(res.ClientIP) + len(res.Account)
@@ -637,14 +849,43 @@ func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struc
 		return v
 	}
 
-	m := new(loginMeta)
+	m := new(chargeMeta)
 	ip := next(len(res.ClientIP))
 	account := next(len(res.Account))
-	m.keys.Fields = make(map[string]*structpb.Value, 2)
+	route := ""
+	if res.Route >= 0 {
+		route = g.routes[res.Route]
+	}
+	m.outer.Fields = make(map[string]*structpb.Value, 4)
+	m.outer.Fields[lockout.MetaIP] = m.strs[0].set(ip)
+	m.outer.Fields[lockout.MetaAccount] = m.strs[1].set(account)
+	m.outer.Fields[lockout.MetaRoute] = m.strs[2].set(route)
+	var fields [2]*structpb.Struct // failures, charges
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &g.buckets[d.Bucket]
-		if !b.rule.CountFailures || key == "" {
+		if b.take != peekCharged || (denied && b.rule.Cost.Source != configfile.CostFailures) {
+			continue
+		}
+		field := 0 // failures
+		if b.rule.Cost.Source != configfile.CostFailures {
+			field = 1 // charges
+		}
+		into := fields[field]
+		if into == nil {
+			ks := &m.keys
+			if m.keysUsed {
+				ks = new(keyStruct)
+			}
+			m.keysUsed = true
+			into = &ks.st
+			into.Fields = make(map[string]*structpb.Value, 2)
+			ks.kind.StructValue = into
+			ks.val.Kind = &ks.kind
+			m.outer.Fields[b.rule.Cost.Metadata()] = &ks.val
+			fields[field] = into
+		}
+		if key == "" {
 			continue
 		}
 		var v *structpb.Value
@@ -653,28 +894,16 @@ func (s *Service) loginMetadata(g *generation, res match.Result) *structpb.Struc
 		} else {
 			v = structpb.NewStringValue(key)
 		}
-		prev, seen := m.keys.Fields[b.rule.Name]
+		prev, seen := into.Fields[b.rule.Name]
 		switch {
 		case !seen:
-			m.keys.Fields[b.rule.Name] = v
+			into.Fields[b.rule.Name] = v
 		case prev.GetListValue() != nil:
 			l := prev.GetListValue()
 			l.Values = append(l.Values, v)
 		default:
-			m.keys.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
+			into.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
 		}
-	}
-	route := ""
-	if res.Route >= 0 {
-		route = g.routes[res.Route]
-	}
-	m.keysKind.StructValue = &m.keys
-	m.keysVal.Kind = &m.keysKind
-	m.outer.Fields = map[string]*structpb.Value{
-		lockout.MetaIP:       m.strs[0].set(ip),
-		lockout.MetaAccount:  m.strs[1].set(account),
-		lockout.MetaRoute:    m.strs[2].set(route),
-		lockout.MetaFailures: &m.keysVal,
 	}
 	return &m.outer
 }

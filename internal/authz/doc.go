@@ -9,9 +9,13 @@
 //     for "authorization failed"): an allowed request gets OK with
 //     RateLimit-Policy and RateLimit headers; one over a limit, a denial
 //     Envoy turns into HTTP 429 with Retry-After.
-//   - A request whose buckets all allow it is counted in each of them; when
-//     a later bucket denies, the hits taken from earlier ones are given
-//     back, so a denied request costs no budget. A bucket keyed by account
+//   - A request whose buckets all allow it is counted in each of them (its
+//     cost: 1, the route's constant, or what a request header or its
+//     content-length says, all of it or a denial); when a later bucket
+//     denies, the hits taken from earlier ones are given back, so a denied
+//     request costs no budget. A bucket charged after the response (failed
+//     logins, a response's cost) is only peeked at: the check denies once
+//     it is spent and records the request's keys for the access log. A bucket keyed by account
 //     checks every account the login presents.
 //   - Each bucket's limit comes from the Limits given to New (the one
 //     resolver, limits.Resolver), asked with the bucket and the request's
@@ -31,7 +35,17 @@
 //     429 (the default for buckets counting failures);
 //   - a login whose account cannot be read is counted under one shared key,
 //     or with keys.unreadable_account: deny refused with 403;
-//   - shadow buckets count and report but never deny;
+//   - a request whose cost of a bucket cannot be read (absent without a
+//     configured missing, not a number, negative, repeated, above max) is
+//     refused with 400, never let through free (configfile.Cost.Request);
+//   - a concurrency bucket (requests in flight, package inflight) takes a
+//     lease keyed by x-request-id: a request without a usable one is
+//     refused with 400, one at the limit or a full lease table denied with
+//     429 and Retry-After 1; the leases a request holds are in its dynamic
+//     metadata for its access-log entry to release, and given back when a
+//     later bucket denies;
+//   - shadow buckets count and report but never deny, nor refuse an
+//     unreadable cost;
 //   - a path longer than 8 KiB is denied with 414.
 //
 // The reasoning behind each decision is in docs/design/ext-authz-check.md.

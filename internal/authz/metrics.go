@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 // decision is the outcome of one bucket for one check, the value of the
@@ -17,26 +19,33 @@ const (
 	decMissingKey                   // the request lacked the bucket's key
 	decOverflow                     // the counter could not track a new key
 	decUnreadable                   // a login whose account cannot be read, refused (keys.unreadable_account: deny)
+	decInvalidCost                  // the request's cost cannot be read: refused with 400
 	numDecisions
 )
 
-var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "missing_key", "overflow", "unreadable_account"}
+var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "missing_key", "overflow", "unreadable_account", "invalid_cost"}
 
 // bucketMetrics holds one bucket's metric children, created once so that
 // Check never looks a label up.
 type bucketMetrics struct {
 	checks   [numDecisions]prometheus.Counter
 	exceeded prometheus.Counter
+	// Set for buckets whose hits cost more than 1 at the check (a cost
+	// or a route's constant): the cost admitted, denied and refused.
+	costAdmitted, costDenied prometheus.Counter
+	costRefused              [len(configfile.CostProblemNames)]prometheus.Counter
 }
 
 type metrics struct {
-	checks      *prometheus.CounterVec
-	exceeded    *prometheus.CounterVec
-	unmatched   prometheus.Counter
-	unknown     prometheus.Counter
-	pathTooLong prometheus.Counter
-	duration    prometheus.Histogram
-	collectors  []prometheus.Collector
+	checks                   *prometheus.CounterVec
+	exceeded                 *prometheus.CounterVec
+	costAdmitted, costDenied *prometheus.CounterVec
+	costRefused              *prometheus.CounterVec
+	unmatched                prometheus.Counter
+	unknown                  prometheus.Counter
+	pathTooLong              prometheus.Counter
+	duration                 prometheus.Histogram
+	collectors               []prometheus.Collector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -50,6 +59,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: ns, Name: "exceeded_total",
 			Help: "Checks over a bucket's limit, enforced or shadow, by bucket.",
 		}, []string{"bucket"}),
+		costAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cost", Name: "admitted_total",
+			Help: "Cost taken at Check by the requests a bucket admitted (in the bucket's unit), by bucket; buckets whose hits cost more than 1 only.",
+		}, []string{"bucket"}),
+		costDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cost", Name: "denied_total",
+			Help: "Cost of the requests a bucket found over its limit at Check (in the bucket's unit, enforced or shadow), by bucket.",
+		}, []string{"bucket"}),
+		costRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Subsystem: "cost", Name: "refused_total",
+			Help: "Requests refused with 400 because their cost cannot be read, by bucket and problem (missing, invalid, repeated, over_max).",
+		}, []string{"bucket", "problem"}),
 		unmatched: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Name: "checks_unmatched_total",
 			Help: "Checks that matched no route rule: allowed and not counted.",
@@ -68,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(2e-6, 2.5, 12), // 2 µs .. ~50 ms
 		}),
 	}
-	m.collectors = []prometheus.Collector{m.checks, m.exceeded, m.unmatched, m.unknown, m.pathTooLong, m.duration}
+	m.collectors = []prometheus.Collector{m.checks, m.exceeded, m.costAdmitted, m.costDenied, m.costRefused, m.unmatched, m.unknown, m.pathTooLong, m.duration}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("authz: register metrics: %w", err)
@@ -83,13 +104,27 @@ func (m *metrics) forget(name string) {
 		m.checks.DeleteLabelValues(name, decisionNames[d])
 	}
 	m.exceeded.DeleteLabelValues(name)
+	m.costAdmitted.DeleteLabelValues(name)
+	m.costDenied.DeleteLabelValues(name)
+	m.costRefused.DeletePartialMatch(prometheus.Labels{"bucket": name})
 }
 
-func (m *metrics) forBucket(name string) bucketMetrics {
+// forBucket are the children of one bucket; costed: its hits cost more
+// than 1 at the check.
+func (m *metrics) forBucket(name string, costed bool) bucketMetrics {
 	var bm bucketMetrics
 	for d := range numDecisions {
 		bm.checks[d] = m.checks.WithLabelValues(name, decisionNames[d])
 	}
 	bm.exceeded = m.exceeded.WithLabelValues(name)
+	if costed {
+		bm.costAdmitted = m.costAdmitted.WithLabelValues(name)
+		bm.costDenied = m.costDenied.WithLabelValues(name)
+		for p, pn := range configfile.CostProblemNames {
+			if p != int(configfile.CostOK) {
+				bm.costRefused[p] = m.costRefused.WithLabelValues(name, pn)
+			}
+		}
+	}
 	return bm
 }

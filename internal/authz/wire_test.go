@@ -9,18 +9,13 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // equivalenceConfig has a bucket of every key kind, failure counting,
-// shadow and deny policies, so that any difference in what the two paths
-// read shows in a decision.
+// costs of every source, shadow and deny policies, so that any
+// difference in what the two paths read shows in a decision.
 const equivalenceConfig = `
 keys:
   tenant_header: x-tenant-id
@@ -35,8 +30,14 @@ buckets:
   login_ip: {limit: 2, per: 1m, key: ip, count: failures}
   login_account: {limit: 2, per: 1m, key: account, count: failures}
   api_key: {limit: 3, per: 1s, key: "header:x-api-key", mode: shadow}
+  declared: {limit: 10, per: 1s, key: tenant, cost: {request_header: x-cost, max: 6}}
+  bytes: {limit: 100, per: 1s, key: tenant, cost: {content_length: true, max: 60, missing: 7}}
+  tokens: {limit: 10, per: 1s, key: tenant, cost: {response_header: x-tokens}}
+  weighted: {limit: 10, per: 1s, key: tenant}
 routes:
   - {method: POST, path: /api/activities, buckets: [tenant]}
+  - {path: /llm, buckets: [bytes, declared, tokens]}
+  - {path: /heavy, buckets: [weighted], costs: {weighted: 4}}
   - {name: inbound, path: "/api/inbound/{channel}", buckets: [chan, api_key]}
   - {path: /api/v1/tokens, buckets: [ip]}
   - {method: POST, path: /admin/login, buckets: [login_ip, login_account]}
@@ -55,6 +56,9 @@ func FuzzCheckWireEquivalence(f *testing.F) {
 		{path: "/admin/login", headers: map[string]string{"x-login-account": "Alice@Example.com", "content-type": "application/json"}, body: `{"email":"bob@example.com"}`},
 		{path: "/admin/login", headers: map[string]string{"content-type": "application/x-www-form-urlencoded", "x-envoy-auth-partial-body": "false"}, body: "email=carol%40example.com"},
 		{path: "/anything", ext: map[string]string{match.ExtBuckets: "tenant,ip", match.ExtRoute: "inbound"}},
+		{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "5", "content-length": "30"}},
+		{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "5,1"}},
+		{path: "/heavy", headers: tenant("acme")},
 	} {
 		f.Add(marshalRequest(f, checkRequest(r)))
 	}
@@ -98,6 +102,9 @@ func TestCheckWireAnswersAsCheck(t *testing.T) {
 			{path: "/admin/login", headers: map[string]string{"x-login-account": "alice@example.com"}},
 			{path: "/" + strings.Repeat("x", 9000)},
 			{path: "/nothing"},
+			{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "3", "content-length": "20"}},
+			{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "-3"}},
+			{path: "/heavy", headers: tenant("acme")},
 		} {
 			wire := marshalRequest(t, checkRequest(r))
 			var m authv3.CheckRequest
@@ -146,21 +153,11 @@ routes:
 		t.Fatal("the first configuration does not read x-api-key, yet it was kept")
 	}
 
-	next, err := configfile.Parse([]byte(`
+	h.reload(`
 buckets:
   by_key: {limit: 1, per: 1m, key: "header:x-api-key", on_missing_key: deny}
 routes:
-  - {path: /x, buckets: [by_key]}`), "next.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := match.New(next.Descriptors())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
-		t.Fatal(err)
-	}
+  - {path: /x, buckets: [by_key]}`)
 	// Decoded without x-api-key, the request would be refused for
 	// lacking its key (403); read again, it is allowed, then limited.
 	ctx := context.Background()

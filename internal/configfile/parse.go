@@ -36,16 +36,31 @@ import (
 //	bucket   = { limit: 1 … 2^31−1, per: window,   (both or neither: neither takes
 //	             algorithm: fixed | sliding,        a route default or a built-in one)
 //	             key: tenant | ip | account | path:<param> | header:<lowercase-name>,
-//	             mode: enforce | shadow, count: requests | failures,
+//	             mode: enforce | shadow, count: requests | failures | concurrency,
+//	             cost: cost (none: 1 a request, or the route's costs),
+//	             lease_ttl: 1s … 24h (1m; count: concurrency only),
 //	             overridable: bool, on_missing_key: allow | deny,
 //	             on_overflow: allow | deny (deny for count: failures) }
+//	           (count: concurrency limits requests in flight: a limit and no
+//	           per, algorithm or cost, no route default, no on_overflow: a
+//	           full lease table denies)
+//	cost     = content_length | response_bytes
+//	           | { request_header: header-name | response_header: header-name
+//	               | response_trailer: header-name | content_length: true
+//	               | response_bytes: true,           (exactly one)
+//	               max: 1 … 2^31−1 (2^31−1),
+//	               missing: 0 … max (request-time: none = refused; response-time: 0) }
+//	           (not with count: failures; see Cost.Request and Cost.Response
+//	           for what a hostile value does)
 //	window   = Go duration of whole milliseconds, at most 2^31−1 ms (500ms, 1s, 1m, 1h)
 //	           | a unit in any case: 1s, s, sec, second, 1m, m, min, minute, 1h, h, hour, 1d, d, day
 //	           (limits.ParseWindow, the one grammar; overrides take a subset)
 //	routes   = [ route, … ]                         (at least one)
 //	route    = { name: unique string, method: uppercase letters (GET, POST, …),
 //	             path: template | paths: [ template, … ], buckets: [ bucket-name, … ],
-//	             defaults: { bucket-name: { limit, per, algorithm }, … } }
+//	             defaults: { bucket-name: { limit, per, algorithm }, … },
+//	             costs: { bucket-name: 1 … 2^31−1, … } }  (a constant cost of a
+//	             bucket of this route without a cost of its own)
 //	template = /segment/… where a segment may be {param}
 //	quota    = { domains: [ domain, … ] (required),  (Envoy RLQS; see Quota)
 //	             assignment_ttl: 1s … 24h (5s), abandon_after: 1s … 24h (1m),
@@ -382,7 +397,7 @@ func (p *parser) parseKeySpec(v *yaml.Node, what string) (match.KeySpec, bool) {
 }
 
 func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
-	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "overridable", "on_missing_key", "on_overflow"}
+	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "cost", "lease_ttl", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
 		what := "buckets." + name
 		if !match.ValidBucketName(name) {
@@ -391,12 +406,19 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		b := Bucket{Name: name}
 		before := len(p.problems)
 		var hasKey, hasLimit, hasPer, hasOverflow bool
-		p.eachKey(v, what, fields, func(key string, _, fv *yaml.Node) {
+		var costNode, windowNode, ttlNode, overflowNode *yaml.Node
+		p.eachKey(v, what, fields, func(key string, kn, fv *yaml.Node) {
 			switch key {
 			case "limit", "per", "algorithm":
 				p.limitField(key, fv, what, &b.Limit)
 				hasLimit = hasLimit || key == "limit"
 				hasPer = hasPer || key == "per"
+				if key != "limit" {
+					windowNode = kn
+				}
+			case "lease_ttl":
+				ttlNode = kn
+				b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, MaxLeaseTTL)
 			case "key":
 				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
 			case "mode":
@@ -404,9 +426,12 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 					b.Shadow = i == 1
 				}
 			case "count":
-				if i, ok := p.enum(fv, what+".count", "requests", "failures"); ok {
+				if i, ok := p.enum(fv, what+".count", "requests", "failures", "concurrency"); ok {
 					b.Count = Counting(i)
 				}
+			case "cost":
+				costNode = fv
+				b.Cost, _ = p.parseCost(fv, what+".cost")
 			case "overridable":
 				b.Overridable, _ = p.boolean(fv, what+".overridable")
 			case "on_missing_key":
@@ -418,10 +443,26 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 					b.OnOverflow = Action(i)
 					hasOverflow = true
 				}
+				overflowNode = kn
 			}
 		})
-		if !hasOverflow && b.Count == CountFailures {
-			b.OnOverflow = Deny
+		if b.Count == CountConcurrency {
+			if costNode != nil {
+				p.errorf(costNode, "%s: count: concurrency counts requests in flight; a cost is for a bucket counting requests", what)
+			}
+			p.concurrencyBucket(&b, what, kn, hasLimit, windowNode, overflowNode)
+			hasPer = hasLimit // a concurrency limit has no window
+		} else if ttlNode != nil {
+			p.errorf(ttlNode, "%s.lease_ttl: only a bucket with count: concurrency has leases", what)
+		}
+		if b.Count == CountFailures {
+			if costNode != nil {
+				p.errorf(costNode, "%s: count: failures charges 1 per failure; a cost is for a bucket counting requests", what)
+			}
+			b.Cost = Cost{Source: CostFailures}
+			if !hasOverflow {
+				b.OnOverflow = Deny
+			}
 		}
 		if !hasKey && v.Kind == yaml.MappingNode {
 			p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
@@ -451,7 +492,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	if len(n.Content) == 0 {
 		p.errorf(n, "routes is empty")
 	}
-	fields := []string{"name", "method", "path", "paths", "buckets", "defaults"}
+	fields := []string{"name", "method", "path", "paths", "buckets", "defaults", "costs"}
 	names := map[string]bool{}
 	for i, rn := range n.Content {
 		what := fmt.Sprintf("routes[%d]", i)
@@ -460,6 +501,8 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 			paths        []*yaml.Node
 			buckets      []counter.Bucket
 			defaults     map[counter.Bucket]counter.Limit
+			costs        map[counter.Bucket]int64
+			costsNode    *yaml.Node
 			sawBuckets   bool
 		)
 		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
@@ -489,6 +532,8 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 				buckets = p.bucketRefs(v, what+".buckets", r)
 			case "defaults":
 				defaults = p.routeDefaults(v, what+".defaults", r)
+			case "costs":
+				costs, costsNode = p.routeCosts(v, what+".costs", r), v
 			}
 		})
 		if rn.Kind != yaml.MappingNode {
@@ -505,6 +550,11 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 				p.errorf(rn, "%s.defaults: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
 			}
 		}
+		for b := range costs {
+			if !slices.Contains(buckets, b) {
+				p.errorf(costsNode, "%s.costs: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
+			}
+		}
 		for _, pn := range paths {
 			path, ok := p.str(pn, what+".path")
 			if !ok {
@@ -516,7 +566,7 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 			}
 			r.Routes = append(r.Routes, Route{
 				Name: name, Method: method, Path: path, Buckets: buckets,
-				Defaults: defaults, Line: pn.Line,
+				Defaults: defaults, Costs: costs, Line: pn.Line,
 			})
 		}
 	}
@@ -567,12 +617,63 @@ func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.
 	return out
 }
 
+// routeCosts reads a route's constant costs: bucket-name: 1 … 2^31−1,
+// each of a bucket that counts requests without a cost of its own.
+func (p *parser) routeCosts(v *yaml.Node, what string, r *Rules) map[counter.Bucket]int64 {
+	out := map[counter.Bucket]int64{}
+	p.eachKey(v, what, nil, func(name string, kn, cn *yaml.Node) {
+		b := r.BucketIndex(name)
+		if b < 0 {
+			p.errorf(kn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+			return
+		}
+		if src := r.Buckets[b].Cost.Source; src != CostRequests {
+			p.errorf(kn, "%s: bucket %q costs %s, not a constant per request", what, name, r.Buckets[b].Cost)
+			return
+		}
+		if r.Buckets[b].Count == CountConcurrency {
+			p.errorf(kn, "%s: bucket %q counts requests in flight: one each, no cost", what, name)
+			return
+		}
+		if n, ok := p.integer(cn, what+"."+name, 1, MaxCostMax); ok {
+			out[counter.Bucket(b)] = n
+		}
+	})
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
 func bucketNames(r *Rules) string {
 	names := make([]string, len(r.Buckets))
 	for i, b := range r.Buckets {
 		names[i] = b.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// concurrencyBucket checks and completes a bucket with count:
+// concurrency: a limit of requests in flight, no window, no overflow
+// policy (a full lease table denies), a lease time to live.
+func (p *parser) concurrencyBucket(b *Bucket, what string, at *yaml.Node, hasLimit bool, window, overflow *yaml.Node) {
+	if !hasLimit {
+		p.errorf(at, "%s: count: concurrency needs a limit (requests in flight)", what)
+	}
+	if window != nil {
+		p.errorf(window, "%s: count: concurrency limits requests in flight: no per or algorithm", what)
+	}
+	if overflow != nil {
+		p.errorf(overflow, "%s.on_overflow: count: concurrency always denies when its lease table is full", what)
+	}
+	if b.Key.Kind == match.KeyAccount {
+		p.errorf(at, "%s: count: concurrency is keyed by one key a request; a login's accounts are several", what)
+	}
+	b.Limit.ScaleMS, b.Limit.Algorithm = ConcurrencyScaleMS, counter.Fixed
+	b.OnOverflow = Deny
+	if b.LeaseTTL == 0 {
+		b.LeaseTTL = DefaultLeaseTTL
+	}
 }
 
 // crossCheck finds what no single field shows: routes that repeat one

@@ -11,7 +11,9 @@ package configfile
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
@@ -79,6 +81,23 @@ const (
 	// CountFailures counts only failures reported after the fact (failed
 	// logins); the check only peeks at the counter.
 	CountFailures
+	// CountConcurrency counts requests in flight: the check takes a lease
+	// per request (package inflight), the access log releases it.
+	CountConcurrency
+)
+
+// Concurrency buckets: their limit is requests in flight, without a
+// window. ConcurrencyScaleMS is the nominal window their limits carry, so
+// that a limit, a tenant override and its resolution work as for any
+// bucket (an override's window is ignored).
+const (
+	ConcurrencyScaleMS = 1000
+	// DefaultLeaseTTL is a concurrency bucket's lease_ttl by default:
+	// longer than any request should take; set it to the route's timeout
+	// plus a margin.
+	DefaultLeaseTTL = time.Minute
+	// MaxLeaseTTL bounds lease_ttl.
+	MaxLeaseTTL = 24 * time.Hour
 )
 
 // Action is what happens to a request a bucket cannot count.
@@ -106,8 +125,11 @@ type Bucket struct {
 	HasLimit bool
 	Key      match.KeySpec
 	// Shadow buckets count and report as usual but never deny.
-	Shadow      bool
-	Count       Counting
+	Shadow bool
+	Count  Counting
+	// Cost says what a hit costs: CostFailures for count: failures,
+	// CostRequests (1 a request, or a route's constant) without cost.
+	Cost        Cost
 	Overridable bool
 	// OnMissingKey applies when the request lacks the bucket's key: it is
 	// never counted against a shared empty key.
@@ -123,6 +145,10 @@ type Bucket struct {
 	// bucket has one limit whatever route a request matched.
 	Default    counter.Limit
 	HasDefault bool
+
+	// LeaseTTL is a concurrency bucket's lease time to live: a lease not
+	// released by then expires and frees its slot.
+	LeaseTTL time.Duration
 }
 
 // Route is one route rule. A rule with several paths becomes several Routes
@@ -133,7 +159,10 @@ type Route struct {
 	Path     string
 	Buckets  []counter.Bucket
 	Defaults map[counter.Bucket]counter.Limit // route defaults
-	Line     int
+	// Costs are the route's constant costs of a hit of its buckets that
+	// count requests (1 for those it does not name); nil: none.
+	Costs map[counter.Bucket]int64
+	Line  int
 }
 
 // BucketIndex returns the index (the counter.Bucket) of the named bucket,
@@ -159,6 +188,9 @@ func (r *Rules) Descriptors() match.Config {
 	}
 	for _, b := range r.Buckets {
 		c.Buckets = append(c.Buckets, match.Bucket{Name: b.Name, Key: b.Key})
+		if h := b.Cost.RequestHeader(); h != "" && !slices.Contains(c.CostHeaders, h) {
+			c.CostHeaders = append(c.CostHeaders, h)
+		}
 	}
 	for _, rt := range r.Routes {
 		c.Routes = append(c.Routes, match.Route{

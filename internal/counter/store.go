@@ -201,12 +201,18 @@ func New(cfg Config) (*Store, error) {
 // digestLen is the length of a stored digest key: "#" + 32 hex digits.
 const digestLen = 1 + 2*16
 
-// storedKey returns the form of key the store holds: key itself, or its
-// digest when it is too long or starts with the digest marker '#'. Digesting
+// storedKey returns the form of key the store holds: StoredKey under
+// Config.MaxKeyBytes.
+func (s *Store) storedKey(key string) string { return StoredKey(key, s.maxKeyBytes) }
+
+// StoredKey returns the form of key a store bounded to maxBytes per key
+// holds: key itself, or its digest ("#" and 32 hex digits) when it is
+// longer than maxBytes or starts with the digest marker '#'. Digesting
 // '#'-keys too makes the mapping injective (barring SHA-256 collisions): a
-// raw key can never equal the digest of another key.
-func (s *Store) storedKey(key string) string {
-	if len(key) <= s.maxKeyBytes && (len(key) == 0 || key[0] != '#') {
+// raw key can never equal the digest of another key. A key kept as it is
+// is returned without allocating.
+func StoredKey(key string, maxBytes int) string {
+	if len(key) <= maxBytes && (len(key) == 0 || key[0] != '#') {
 		return key
 	}
 	return digest(key)
@@ -723,7 +729,14 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 // no-op when the window is no longer held, the key is unknown, its scale
 // is not lim.ScaleMS, or nothing local is left to undo in that window.
 func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
-	if !lim.valid() {
+	s.ReleaseN(bucket, key, lim, window, 1)
+}
+
+// ReleaseN undoes one TakeN of n hits as Release undoes a Take: it takes
+// back at most what is local in that window, never below 0; n ≤ 0 does
+// nothing.
+func (s *Store) ReleaseN(bucket Bucket, key string, lim Limit, window, n int64) {
+	if !lim.valid() || n <= 0 {
 		return
 	}
 	k := mapKey{bucket, s.storedKey(key)}
@@ -732,7 +745,7 @@ func (s *Store) Release(bucket Bucket, key string, lim Limit, window int64) {
 	if i := sh.find(tag, bucket, k.key); i != noEntry {
 		if e := &sh.entries[i]; int64(e.scale) == lim.ScaleMS &&
 			(window == e.newest || window == e.newest-1) && e.local[window&1] > 0 {
-			e.local[window&1]--
+			e.local[window&1] -= min(n, e.local[window&1])
 		}
 	}
 	sh.mu.Unlock()

@@ -144,3 +144,28 @@ func TestTakeNAllocs(t *testing.T) {
 		t.Errorf("TakeN on an existing key: %v allocations, want 0", a)
 	}
 }
+
+// ReleaseN gives back what one TakeN took, and never more than is local
+// in that window: a give-back cannot refund another node's hits or go
+// below 0.
+func TestReleaseN(t *testing.T) {
+	lim := Limit{Limit: 100, ScaleMS: 1000}
+	s := newStore(t, Config{})
+	now := at(t, "10:00:00.000")
+	w := s.TakeN(1, "k", lim, 30, now).Window
+	s.TakeN(1, "k", lim, 20, now)
+	s.ReleaseN(1, "k", lim, w, 30)
+	if _, total := s.Count(1, "k", lim, w); total != 20 {
+		t.Fatalf("after giving back 30 of 50: %d", total)
+	}
+	s.ReleaseN(1, "k", lim, w, 0)
+	s.ReleaseN(1, "k", lim, w, -5)
+	if _, total := s.Count(1, "k", lim, w); total != 20 {
+		t.Fatalf("n ≤ 0 gave back: %d", total)
+	}
+	s.Add(1, "k", lim, w, 40, now) // a peer's hits
+	s.ReleaseN(1, "k", lim, w, 1000)
+	if local, total := s.Count(1, "k", lim, w); local != 0 || total != 40 {
+		t.Fatalf("giving back more than was taken: local %d, total %d; want 0, 40", local, total)
+	}
+}

@@ -26,6 +26,11 @@ type ConnectionManager struct {
 	// ext_authz removes, or overwrites with OVERWRITE_IF_EXISTS_OR_ADD: a
 	// client's copy never reaches the check.
 	Cleared []string
+	// LoggedResponseHeaders and LoggedResponseTrailers are the lowercase
+	// additional_response_headers_to_log and
+	// additional_response_trailers_to_log of its gRPC access logs: what a
+	// cost charged after the response can be read from.
+	LoggedResponseHeaders, LoggedResponseTrailers []string
 }
 
 // Clears reports whether the connection manager removes or overwrites
@@ -37,6 +42,7 @@ func (c ConnectionManager) Clears(header string) bool {
 const (
 	hcmName           = "envoy.filters.network.http_connection_manager"
 	hcmType           = "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	grpcLogType       = "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
 	extAuthzType      = "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz"
 	headerMutationTyp = "envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
 )
@@ -75,6 +81,22 @@ func connectionManager(listener string, tc any) ConnectionManager {
 	for _, r := range list(get(tc, "internal_address_config", "cidr_ranges")) {
 		prefix, _ := get(r, "address_prefix").(string)
 		c.InternalCIDRs = append(c.InternalCIDRs, fmt.Sprintf("%s/%d", prefix, integer(get(r, "prefix_len"))))
+	}
+	for _, al := range list(get(tc, "access_log")) {
+		atc := get(al, "typed_config")
+		if !isType(atc, grpcLogType) {
+			continue
+		}
+		for _, h := range list(get(atc, "additional_response_headers_to_log")) {
+			if s, ok := h.(string); ok {
+				c.LoggedResponseHeaders = append(c.LoggedResponseHeaders, strings.ToLower(s))
+			}
+		}
+		for _, h := range list(get(atc, "additional_response_trailers_to_log")) {
+			if s, ok := h.(string); ok {
+				c.LoggedResponseTrailers = append(c.LoggedResponseTrailers, strings.ToLower(s))
+			}
+		}
 	}
 	for _, f := range list(get(tc, "http_filters")) {
 		ftc := get(f, "typed_config")

@@ -3,7 +3,10 @@
 // envoy/ratelimit-authz.yaml that answers every request 200 with a small
 // JSON body — except a login (a path ending in /login) without the right
 // password, which gets 401, the failure Envoy's access log reports to the
-// server — and counts, per path, the requests that reached it.
+// server — and counts, per path, the requests that reached it. A
+// completion (a path ending in /llm/completions) reports the tokens it
+// used in UsageHeader, as LLM APIs do: the request's TokensHeader, or
+// DefaultTokens; the token budget charges it from Envoy's access log.
 package exampleapp
 
 import (
@@ -18,6 +21,16 @@ import (
 
 // Password is the only password a login accepts.
 const Password = "right"
+
+const (
+	// UsageHeader is the response header a completion reports its tokens in.
+	UsageHeader = "x-usage-total-tokens"
+	// TokensHeader is the request header that says how many tokens a
+	// completion uses (a test's stand-in for a prompt).
+	TokensHeader = "x-example-tokens"
+	// DefaultTokens is what a completion uses without TokensHeader.
+	DefaultTokens = "1000"
+)
 
 // maxBody bounds what a request body is read to.
 const maxBody = 1 << 20
@@ -39,6 +52,13 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a.hits[r.URL.Path]++
 	a.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
+	if strings.HasSuffix(r.URL.Path, "/llm/completions") {
+		tokens := r.Header.Get(TokensHeader)
+		if tokens == "" {
+			tokens = DefaultTokens
+		}
+		w.Header().Set(UsageHeader, tokens)
+	}
 	if strings.HasSuffix(r.URL.Path, "/login") && password(r.Header.Get("Content-Type"), body) != Password {
 		w.WriteHeader(http.StatusUnauthorized)
 		io.WriteString(w, `{"error":"bad credentials"}`)

@@ -46,3 +46,23 @@ func TestApp(t *testing.T) {
 		t.Errorf("after Reset: %d", n)
 	}
 }
+
+func TestCompletionReportsTokens(t *testing.T) {
+	app := New()
+	for tokens, want := range map[string]string{"": DefaultTokens, "250": "250"} {
+		req := httptest.NewRequest(http.MethodPost, "/api/llm/completions", strings.NewReader(`{}`))
+		if tokens != "" {
+			req.Header.Set(TokensHeader, tokens)
+		}
+		rec := httptest.NewRecorder()
+		app.ServeHTTP(rec, req)
+		if got := rec.Header().Get(UsageHeader); rec.Code != 200 || got != want {
+			t.Errorf("tokens %q: %d, %s %q, want %q", tokens, rec.Code, UsageHeader, got, want)
+		}
+	}
+	rec := httptest.NewRecorder()
+	app.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/api/activities", nil))
+	if got := rec.Header().Get(UsageHeader); got != "" {
+		t.Errorf("an activity reports tokens %q", got)
+	}
+}

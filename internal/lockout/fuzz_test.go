@@ -24,16 +24,20 @@ import (
 )
 
 // FuzzAccessLogEntry: whatever an access-log entry holds (it arrives over
-// the gRPC port), decoding it never panics, and it counts at most
-// maxKeysPerBucket failures per failure bucket.
+// the gRPC port), decoding it never panics, it counts at most
+// maxKeysPerBucket charges per bucket, only in buckets charged after the
+// response, each between 0 and the cost's max (1 for a failure).
 func FuzzAccessLogEntry(f *testing.F) {
 	s := structpb.NewStringValue
-	seed := func(fields map[string]*structpb.Value, code uint32) {
+	seed := func(fields map[string]*structpb.Value, code uint32, headers ...string) {
 		e := &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 				lockout.MetadataNamespace: {Fields: fields},
 			}}},
-			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code)},
+			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code), ResponseHeaders: map[string]string{}, ResponseBodyBytes: 1 << 40},
+		}
+		for i := 0; i+1 < len(headers); i += 2 {
+			e.Response.ResponseHeaders[headers[i]] = headers[i+1]
 		}
 		b, err := proto.Marshal(e)
 		if err != nil {
@@ -53,6 +57,9 @@ func FuzzAccessLogEntry(f *testing.F) {
 		"inbound":       s("c"),
 	})}, 401)
 	seed(map[string]*structpb.Value{lockout.MetaFailures: s("x")}, 200)
+	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "1234")
+	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "-5,99999999999999999999")
+	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme"), "login_ip": s("a")})}, 401)
 	f.Add([]byte{0x0a, 0xff})
 
 	r, err := configfile.Parse(config.Default(), config.Name)
@@ -79,10 +86,18 @@ func FuzzAccessLogEntry(f *testing.F) {
 		}
 		for b, n := range c.n {
 			if n > match.MaxAccounts+1 {
-				t.Fatalf("bucket %d: %d failures from one entry", b, n)
+				t.Fatalf("bucket %d: %d charges from one entry", b, n)
 			}
-			if r.Buckets[b].Count != configfile.CountFailures {
-				t.Fatalf("failure counted in bucket %s, which does not count failures", r.Buckets[b].Name)
+			cost := r.Buckets[b].Cost
+			if !cost.AfterResponse() {
+				t.Fatalf("charge in bucket %s, which the check counts itself", r.Buckets[b].Name)
+			}
+			max := cost.Max
+			if cost.Source == configfile.CostFailures {
+				max = 1
+			}
+			if c.min[b] < 0 || c.max[b] > max {
+				t.Fatalf("bucket %s charged between %d and %d, outside 0 … %d", r.Buckets[b].Name, c.min[b], c.max[b], max)
 			}
 		}
 	})
@@ -90,13 +105,18 @@ func FuzzAccessLogEntry(f *testing.F) {
 
 type countingCounter struct {
 	n        map[counter.Bucket]int
+	min, max map[counter.Bucket]int64 // of the charges
 	emptyKey bool
 }
 
-func (c *countingCounter) Incr(b counter.Bucket, key string, _ counter.Limit, _ int64, _ time.Time) counter.Result {
+func (c *countingCounter) Incr(b counter.Bucket, key string, _ counter.Limit, n int64, _ time.Time) counter.Result {
 	if c.n == nil {
-		c.n = map[counter.Bucket]int{}
+		c.n, c.min, c.max = map[counter.Bucket]int{}, map[counter.Bucket]int64{}, map[counter.Bucket]int64{}
 	}
+	if _, seen := c.n[b]; !seen || n < c.min[b] {
+		c.min[b] = n
+	}
+	c.max[b] = max(c.max[b], n)
 	c.n[b]++
 	c.emptyKey = c.emptyKey || key == ""
 	return counter.Result{Allowed: true}

@@ -1,15 +1,33 @@
-// Package lockout counts failed logins (or any responses configured as
-// failures) in the buckets whose count is "failures".
+// Package lockout charges the buckets whose hits are known only from the
+// response (configfile.Cost.AfterResponse): failed logins (or any
+// responses configured as failures) in the buckets whose count is
+// "failures", and the cost a response reports (a header, a trailer, its
+// body bytes) in the buckets whose cost says so. Both are one mechanism:
+// the Check peeks and records the keys, the access log charges.
+//
+// It also releases the leases of the buckets whose count is
+// "concurrency": Envoy's access-log entry of a request that holds leases
+// (the Check recorded them in its dynamic metadata under MetaLeases)
+// releases each under the request's id (request.request_id), whatever the
+// response; a lease this node does not hold is released at the peer that
+// does (package inflight).
 //
 // Reports arrive two ways:
 //   - Envoy's gRPC access log (envoy.service.accesslog.v3.AccessLogService,
-//     StreamAccessLogs): each entry whose response code is a failure code
-//     is counted against the keys the Check recorded in the request's
-//     dynamic metadata (namespace envoy.filters.http.ext_authz, see the
-//     Meta* constants). The Check and the report thus agree on the client
-//     IP and account without the application calling the limiter.
+//     StreamAccessLogs): each entry is charged against the keys the Check
+//     recorded in the request's dynamic metadata (namespace
+//     envoy.filters.http.ext_authz, see the Meta* constants): 1 in each
+//     failure bucket when the response code is a failure code, the
+//     response's cost in each cost bucket. The Check and the report thus
+//     agree on the client IP, account and tenant without the application
+//     calling the limiter.
 //   - POST /v1/failures on the admin port, for applications not behind
-//     Envoy's access log, refused without the configured bearer token.
+//     Envoy's access log, refused without the configured bearer token
+//     (failures only).
+//
+// A charge only adds: a reported cost is never negative and never above
+// the cost's max (configfile.Cost.Response says what each hostile value
+// charges, counted by outcome in cost_charge_values_total).
 //
 // A bucket's key in the metadata is a string, or a list of strings when
 // the login presented several accounts: the failure counts against each.
@@ -53,6 +71,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
@@ -69,7 +88,13 @@ const (
 	MetaAccount       = "account"  // the normalised login account ("" when none)
 	MetaRoute         = "route"    // the route rule's name, or its path template
 	MetaFailures      = "failures" // struct: failure-counting bucket name → key, or list of keys (every account a login presents)
+	MetaCharges       = "charges"  // struct: response-charged cost bucket name → key, or list of keys
+	MetaLeases        = "leases"   // struct: concurrency bucket name → key of the lease the request holds (released by its entry)
 )
+
+// metaFields are the metadata fields that name keys to charge, each the
+// configfile.Cost.Metadata of the buckets it lists.
+var metaFields = [...]string{MetaFailures, MetaCharges}
 
 // maxKeysPerBucket bounds the keys one entry may list for one bucket: the
 // Check lists at most match.MaxAccounts accounts and the shared key
@@ -80,7 +105,14 @@ const maxKeysPerBucket = match.MaxAccounts + 1
 // (The Check's keys are bounded by what Envoy accepts in a header or body.)
 const maxKeyBytes = 1024
 
-// Counter counts failures. *counter.Store is one.
+// Releaser releases a request's lease of a concurrency bucket (by its
+// request id), here or, forwarded, at the peer that holds it;
+// *inflight.Sync is one.
+type Releaser interface {
+	Release(bucket counter.Bucket, key, requestID string) bool
+}
+
+// Counter charges hits. *counter.Store is one.
 type Counter interface {
 	Incr(bucket counter.Bucket, key string, lim counter.Limit, n int64, now time.Time) counter.Result
 }
@@ -98,7 +130,7 @@ type Limits interface {
 // Config is what a Recorder needs of the configuration.
 type Config struct {
 	// Buckets are the rules file's, indexed as the Check's (the matcher's
-	// dense indices); reports count in those with CountFailures.
+	// dense indices); reports charge those whose Cost.AfterResponse.
 	Buckets []snapshot.Bucket
 	// Routes are the route rules, for reports that name one.
 	Routes []Route
@@ -143,6 +175,9 @@ type Options struct {
 	// Overrides are the tenant overrides Prepare resolves a snapshot's
 	// limits over; nil: the configured limits only.
 	Overrides limits.Overrides
+	// Leases releases the leases an entry names; nil: entries naming
+	// leases are malformed.
+	Leases Releaser
 }
 
 // Recorder counts reported failures. Create it with New; Update swaps its
@@ -150,13 +185,14 @@ type Options struct {
 type Recorder struct {
 	alsv3.UnimplementedAccessLogServiceServer
 
-	gen   atomic.Pointer[generation]
-	count Counter
-	over  limits.Overrides
-	log   *slog.Logger
-	now   func() time.Time
-	token []byte
-	m     *metrics
+	gen    atomic.Pointer[generation]
+	count  Counter
+	leases Releaser // nil: none
+	over   limits.Overrides
+	log    *slog.Logger
+	now    func() time.Time
+	token  []byte
+	m      *metrics
 
 	// closing ends the long-lived access-log streams at shutdown: gRPC's
 	// graceful stop would otherwise wait for Envoy to hang up.
@@ -175,6 +211,18 @@ type generation struct {
 	failureBuckets []int
 }
 
+// family names the metrics of a bucket charged after the response:
+// "failures" or "cost" ("" for the others).
+func family(b snapshot.Bucket) string {
+	switch {
+	case b.Cost.Source == configfile.CostFailures:
+		return "failures"
+	case b.Cost.AfterResponse():
+		return "cost"
+	}
+	return ""
+}
+
 // CloseStreams ends every open access-log stream with UNAVAILABLE (Envoy
 // reconnects, to another node if this one is going away) and refuses new
 // ones. The server calls it before its graceful stop. Idempotent.
@@ -191,7 +239,7 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 	if err := checkConfig(cfg); err != nil {
 		return nil, err
 	}
-	rec := &Recorder{count: c, over: opts.Overrides, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
+	rec := &Recorder{count: c, leases: opts.Leases, over: opts.Overrides, log: log, now: opts.Now, token: []byte(opts.Token), closing: make(chan struct{})}
 	if rec.now == nil {
 		rec.now = time.Now
 	}
@@ -236,8 +284,9 @@ func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
 		// The series of failure buckets the new configuration no longer
 		// has go: a renamed bucket must not leave a frozen one behind.
 		for _, b := range old.cfg.Buckets {
-			if i, ok := g.byName[b.Name]; b.CountFailures && (!ok || !g.cfg.Buckets[i].CountFailures) {
-				rec.m.forget(b.Name)
+			was := family(b)
+			if i, ok := g.byName[b.Name]; was != "" && (!ok || family(g.cfg.Buckets[i]) != was) {
+				rec.m.forget(b.Name, was)
 			}
 		}
 	}, nil
@@ -279,7 +328,7 @@ func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
 		if _, dup := g.byName[b.Name]; !dup {
 			g.byName[b.Name] = i
 		}
-		if b.CountFailures {
+		if b.Cost.Source == configfile.CostFailures {
 			g.failureBuckets = append(g.failureBuckets, i)
 		}
 	}
@@ -291,26 +340,27 @@ func (g *generation) isFailure(code uint32) bool {
 	return slices.Contains(g.cfg.StatusCodes, code)
 }
 
-// record counts one failure of key in bucket b under lim.
-// It returns where the key stands afterwards: Allowed false means locked.
-// A failure the counter cannot keep (its key table is full) is counted in
-// refused, never dropped unseen; the check then fails closed on the same
-// full table (failure buckets deny on overflow by default).
-func (rec *Recorder) record(g *generation, b int, key string, lim counter.Limit, now time.Time) counter.Result {
-	after := rec.count.Incr(g.cfg.Buckets[b].ID, key, lim, 1, now)
+// record charges n (a failure: 1) to key in bucket b under lim.
+// It returns where the key stands afterwards: Allowed false means locked
+// out, or the budget spent. A charge the counter cannot keep (its key
+// table is full) is counted in refused, never dropped unseen; the check
+// then fails closed on the same full table (failure buckets deny on
+// overflow by default).
+func (rec *Recorder) record(g *generation, b int, key string, lim counter.Limit, n int64, now time.Time) counter.Result {
+	after := rec.count.Incr(g.cfg.Buckets[b].ID, key, lim, n, now)
 	bm := g.metrics[b]
 	if after.Overflow {
 		bm.refused.Inc()
 		// Debug: the metric is the signal; a flood must not become log volume.
-		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "failure not counted: counter key table full",
+		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "charge not counted: counter key table full",
 			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key))
 		return after
 	}
-	bm.failures.Inc()
+	bm.counted.Add(float64(n))
 	// This failure began the lockout when it took the count from below
 	// the limit to it: one failure adds one to the count (to the rounded-up
 	// estimate, for a sliding window).
-	if !after.Allowed && !after.Overflow && after.Count-1 < lim.Limit {
+	if bm.lockouts != nil && !after.Allowed && after.Count-n < lim.Limit {
 		bm.lockouts.Inc()
 		rec.log.LogAttrs(context.Background(), slog.LevelDebug, "locked out",
 			slog.String("bucket", g.cfg.Buckets[b].Name), slog.String("key", key),
@@ -364,51 +414,61 @@ func (rec *Recorder) receive(stream grpc.ClientStreamingServer[alsv3.StreamAcces
 type entryResult int
 
 const (
-	entryCounted   entryResult = iota // counted in at least one bucket
-	entryIgnored                      // not a failure, or not a route with failure buckets
+	entryCounted   entryResult = iota // charged in at least one bucket
+	entryIgnored                      // not a failure, or not a route with buckets charged after the response
 	entryMalformed                    // metadata present but unusable
+	entryReleased                     // the request's leases released (not a failure)
 	numEntryResults
 )
 
-var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed"}
+var entryResultNames = [numEntryResults]string{"counted", "ignored", "malformed", "released"}
 
 func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	g := rec.gen.Load()
-	if !g.isFailure(e.GetResponse().GetResponseCode().GetValue()) {
-		return entryIgnored
-	}
 	md := e.GetCommonProperties().GetMetadata().GetFilterMetadata()[MetadataNamespace]
-	fv, ok := md.GetFields()[MetaFailures]
-	if !ok {
-		return entryIgnored // a route without failure buckets
+	released := entryIgnored
+	if lv, ok := md.GetFields()[MetaLeases]; ok {
+		released = rec.releaseLeases(g, lv, e.GetRequest().GetRequestId())
 	}
-	fs := fv.GetStructValue()
-	if fs == nil {
-		return entryMalformed
-	}
-	now := rec.now()
+	failure := g.isFailure(e.GetResponse().GetResponseCode().GetValue())
+	var now time.Time
 	counted, bad := 0, 0
-	for name, v := range fs.GetFields() {
-		keys, ok := keyList(v)
-		b, known := g.byName[name]
-		if !ok || !known || !g.cfg.Buckets[b].CountFailures {
+	for _, field := range metaFields {
+		fv, ok := md.GetFields()[field]
+		if !ok || (field == MetaFailures && !failure) {
+			continue // a route without such buckets, or not a failure
+		}
+		fs := fv.GetStructValue()
+		if fs == nil {
 			bad++
 			continue
 		}
-		limited := false
-		for _, key := range keys.all() {
-			lim, ok := g.limits.Limit(counter.Bucket(b), key)
-			if !ok {
-				limited = true
-				break
+		if now.IsZero() {
+			now = rec.now()
+		}
+		for name, v := range fs.GetFields() {
+			keys, ok := keyList(v)
+			b, known := g.byName[name]
+			if !ok || !known || g.cfg.Buckets[b].Cost.Metadata() != field || !g.cfg.Buckets[b].Cost.AfterResponse() {
+				bad++
+				continue
 			}
-			rec.record(g, b, key, lim, now)
+			n := g.charge(b, e)
+			limited := false
+			for _, key := range keys.all() {
+				lim, ok := g.limits.Limit(counter.Bucket(b), key)
+				if !ok {
+					limited = true
+					break
+				}
+				rec.record(g, b, key, lim, n, now)
+			}
+			if limited {
+				bad++
+				continue
+			}
+			counted++
 		}
-		if limited {
-			bad++
-			continue
-		}
-		counted++
 	}
 	switch {
 	case counted > 0:
@@ -416,7 +476,60 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 	case bad > 0:
 		return entryMalformed
 	}
-	return entryIgnored // no keys: nothing known about the client
+	return released // no keys to charge: the leases' outcome, if any
+}
+
+// releaseLeases releases the leases an entry's metadata names (bucket
+// name → key, as the Check recorded them) under the request's id,
+// whatever the response: each frees the lease of that request, bucket
+// and key only, if this node or a peer holds it.
+func (rec *Recorder) releaseLeases(g *generation, lv *structpb.Value, requestID string) entryResult {
+	ls := lv.GetStructValue()
+	if ls == nil || rec.leases == nil || requestID == "" || len(ls.GetFields()) > len(g.cfg.Buckets) {
+		return entryMalformed
+	}
+	bad := 0
+	for name, v := range ls.GetFields() {
+		key, ok := stringValue(v)
+		b, known := g.byName[name]
+		if !ok || !known || !g.cfg.Buckets[b].Concurrency {
+			bad++
+			continue
+		}
+		rec.leases.Release(g.cfg.Buckets[b].ID, key, requestID)
+	}
+	if bad > 0 {
+		return entryMalformed
+	}
+	return entryReleased
+}
+
+// charge is what entry e charges bucket b (configfile.Cost.Response for a
+// reported value), its outcome counted; a failure charges 1.
+func (g *generation) charge(b int, e *accesslogv3.HTTPAccessLogEntry) int64 {
+	c := g.cfg.Buckets[b].Cost
+	var (
+		n int64
+		p configfile.CostProblem
+	)
+	switch c.Source {
+	case configfile.CostFailures:
+		return 1
+	case configfile.CostResponseBytes:
+		if bytes := e.GetResponse().GetResponseBodyBytes(); bytes > uint64(c.Max) {
+			n, p = c.Max, configfile.CostOverMax
+		} else {
+			n = int64(bytes)
+		}
+	case configfile.CostResponseHeader:
+		v, ok := e.GetResponse().GetResponseHeaders()[c.Header]
+		n, p = c.Response(v, ok)
+	case configfile.CostResponseTrailer:
+		v, ok := e.GetResponse().GetResponseTrailers()[c.Header]
+		n, p = c.Response(v, ok)
+	}
+	g.metrics[b].values[p].Inc()
+	return n
 }
 
 // keys are the keys of one bucket in an entry: one, or a list.
@@ -566,7 +679,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		}
 		buckets = nil
 		for _, b := range g.cfg.Routes[route].Buckets {
-			if g.cfg.Buckets[b].CountFailures {
+			if g.cfg.Buckets[b].Cost.Source == configfile.CostFailures {
 				buckets = append(buckets, int(b))
 			}
 		}
@@ -588,7 +701,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if !ok {
 			continue
 		}
-		st := rec.record(g, b, key, lim, now)
+		st := rec.record(g, b, key, lim, 1, now)
 		res.Counted[g.cfg.Buckets[b].Name] = BucketState{
 			Key: key, Count: st.Count, Limit: lim.Limit, Locked: !st.Allowed, RetryAfterMS: st.RetryAfterMS,
 			Refused: st.Overflow,

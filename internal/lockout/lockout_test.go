@@ -56,7 +56,13 @@ type harness struct {
 // sharing one counter, as a node does.
 func newHarness(t *testing.T, token string) *harness {
 	t.Helper()
-	r, err := configfile.Parse(config.Default(), config.Name)
+	return newHarnessFor(t, token, config.Default())
+}
+
+// newHarnessFor is newHarness on the configuration yaml.
+func newHarnessFor(t *testing.T, token string, yaml []byte) *harness {
+	t.Helper()
+	r, err := configfile.Parse(yaml, config.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +133,18 @@ func (h *harness) check(l login) *authv3.CheckResponse {
 	if l.body != "" || len(l.raw) > 0 {
 		headers["x-envoy-auth-partial-body"] = "false" // Envoy sets it on a buffered body
 	}
+	return h.checkRequest(l.path, headers, l.body, l.raw)
+}
+
+// checkHeaders sends a Check of POST path with headers and no body.
+func (h *harness) checkHeaders(path string, headers map[string]string) *authv3.CheckResponse {
+	h.t.Helper()
+	headers[":method"], headers[":path"] = "POST", path
+	return h.checkRequest(path, headers, "", nil)
+}
+
+func (h *harness) checkRequest(path string, headers map[string]string, body string, raw []byte) *authv3.CheckResponse {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := h.authz.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
@@ -134,7 +152,7 @@ func (h *harness) check(l login) *authv3.CheckResponse {
 			SocketAddress: &corev3.SocketAddress{Address: "127.0.0.1"},
 		}}},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
-			Method: "POST", Path: l.path, Headers: headers, Body: l.body, RawBody: l.raw,
+			Method: "POST", Path: path, Headers: headers, Body: body, RawBody: raw,
 		}},
 	}})
 	if err != nil {

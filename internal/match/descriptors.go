@@ -80,6 +80,10 @@ type Config struct {
 	// ip-keyed buckets: 0 means 64, 128 means per address. IPv4 clients
 	// (IPv4-mapped IPv6 included) are keyed per address.
 	IPv6Prefix int
+	// CostHeaders are headers the caller reads itself (a bucket's cost,
+	// such as content-length): HeaderNames lists them too, so that a
+	// decoder keeps them. Each is a lowercase header name.
+	CostHeaders []string
 }
 
 // Request is what the caller reads out of Envoy's CheckRequest. Describe
@@ -152,7 +156,8 @@ type Engine struct {
 	bucketByName map[string]counter.Bucket
 	routeByName  map[string][]int // in config order
 
-	headerNames []string // every header Describe reads, each once
+	costHeaders []string
+	headerNames []string // every header Describe reads, and costHeaders, each once
 	wantsBody   bool
 
 	tenantHeader  string
@@ -196,7 +201,13 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 
+	for _, h := range cfg.CostHeaders {
+		if p := HeaderNameProblem(h); p != "" {
+			fail("CostHeaders %q: %s", h, p)
+		}
+	}
 	e := &Engine{
+		costHeaders:   slices.Clone(cfg.CostHeaders),
 		buckets:       slices.Clone(cfg.Buckets),
 		bucketByName:  make(map[string]counter.Bucket, len(cfg.Buckets)),
 		routeByName:   make(map[string][]int),
@@ -366,11 +377,15 @@ func (e *Engine) reads() ([]string, bool) {
 			}
 		}
 	}
+	for _, h := range e.costHeaders {
+		add(h)
+	}
 	return names, body
 }
 
-// HeaderNames returns the names of every header Describe may read (the
-// Engine must not modify it): a Request needs hold only these.
+// HeaderNames returns the names of every header Describe may read, and
+// Config.CostHeaders (the caller must not modify it): a Request needs
+// hold only these.
 func (e *Engine) HeaderNames() []string { return e.headerNames }
 
 // WantsBody reports whether Describe may read Request.Body (a bucket keys

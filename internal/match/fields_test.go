@@ -51,6 +51,16 @@ func TestHeaderNames(t *testing.T) {
 	if e.WantsBody() {
 		t.Fatal("no account bucket: the body is not wanted")
 	}
+	// Cost headers are read by the caller: listed, once, after the rest.
+	cfg.CostHeaders = []string{"x-cost", "content-length", "x-tenant-id"}
+	e = mustNew(t, cfg)
+	if got := e.HeaderNames(); !slices.Equal(got, []string{"x-tenant-id", "x-cost", "content-length"}) {
+		t.Fatalf("HeaderNames with cost headers = %q", got)
+	}
+	cfg.CostHeaders = []string{"X-Cost"}
+	if _, err := New(cfg); err == nil {
+		t.Fatal("an uppercase cost header was accepted")
+	}
 	if got := (&Engine{}).HeaderNames(); len(got) != 0 {
 		t.Fatalf("zero Engine reads %q", got)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
@@ -49,9 +50,11 @@ type core struct {
 	store *counter.Store
 	over  limits.Overrides
 	repl  *replicate.Replicator
-	cfg   *Config
-	reg   prometheus.Registerer
-	log   *slog.Logger
+	// leases are the concurrency buckets' leases.
+	leases *inflight.Sync
+	cfg    *Config
+	reg    prometheus.Registerer
+	log    *slog.Logger
 }
 
 // frontEnds are the protocols a node may serve, each built from the
@@ -63,7 +66,7 @@ func frontEnds() []func(*core) (*frontEnd, error) {
 
 // newCheck serves ext_authz Check.
 func newCheck(c *core) (*frontEnd, error) {
-	svc, err := authz.New(authz.ConfigFrom(c.snap), c.snap.Matcher, c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log, authz.Options{Overrides: c.over})
+	svc, err := authz.New(authz.ConfigFrom(c.snap), c.snap.Matcher, c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log, authz.Options{Overrides: c.over, Leases: c.leases.Table()})
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +77,7 @@ func newCheck(c *core) (*frontEnd, error) {
 // /v1/failures.
 func newFailures(c *core) (*frontEnd, error) {
 	rec, err := lockout.New(lockout.ConfigFrom(c.snap), c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log,
-		lockout.Options{Token: c.cfg.FailuresToken, Overrides: c.over})
+		lockout.Options{Token: c.cfg.FailuresToken, Overrides: c.over, Leases: c.leases})
 	if err != nil {
 		return nil, err
 	}

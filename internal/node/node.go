@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -118,6 +119,7 @@ type Node struct {
 	reg          *prometheus.Registry
 	store        *counter.Store
 	repl         *replicate.Replicator // nil: the local backend
+	leases       *inflight.Sync
 	runOverrides func(context.Context) error
 	srv          *server.Server
 	running      atomic.Bool
@@ -168,6 +170,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	leases, err := newLeases(repl, snap, reg, log)
+	if err != nil {
+		return nil, err
+	}
 	var parts []part
 	if cache != nil {
 		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
@@ -175,7 +181,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if repl != nil {
 		parts = append(parts, part{"replication", repl})
 	}
-	c := &core{snap: snap, store: store, over: over, repl: repl, cfg: &cfg, reg: reg, log: log}
+	parts = append(parts, part{"in-flight leases", prepareFunc(func(s *snapshot.Snapshot) (func(), error) {
+		return func() { leases.SetBuckets(s.Concurrency()) }, nil
+	})})
+	c := &core{snap: snap, store: store, over: over, repl: repl, leases: leases, cfg: &cfg, reg: reg, log: log}
 	var fronts []*frontEnd
 	services := server.Services{}
 	for _, newFront := range frontEnds() {
@@ -208,7 +217,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv, fronts: fronts,
+		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, srv: srv, fronts: fronts,
 		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {
@@ -239,6 +248,7 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { defer close(srvDone); return n.srv.Run(gctx) })
 	g.Go(func() error { return runReplicator(gctx, srvDone, n.repl) }) // final batch after gRPC stops
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
+	g.Go(func() error { return n.leases.Run(gctx) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
 	for _, f := range n.fronts {
 		if f.run != nil {
@@ -291,6 +301,29 @@ func (n *Node) Gatherer() prometheus.Gatherer { return n.reg }
 // CounterBytes is the memory the counter's arrays hold (see
 // counter.Store.MemoryBytes).
 func (n *Node) CounterBytes() int64 { return n.store.MemoryBytes() }
+
+// newLeases is the lease table of the concurrency buckets, run by a Sync
+// that shares it with the peers over the replicator's casts (repl nil: a
+// node alone).
+func newLeases(repl *replicate.Replicator, snap *snapshot.Snapshot, reg prometheus.Registerer, log *slog.Logger) (*inflight.Sync, error) {
+	t, err := inflight.New(inflight.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("create the lease table: %w", err)
+	}
+	var c inflight.Caster
+	if repl != nil {
+		c = repl
+	}
+	s, err := inflight.NewSync(t, c, inflight.SyncConfig{}, reg, log)
+	if err != nil {
+		return nil, fmt.Errorf("create the lease table: %w", err)
+	}
+	s.SetBuckets(snap.Concurrency())
+	if repl != nil {
+		repl.SetCastHandler(s.Receive)
+	}
+	return s, nil
+}
 
 // newRegistry is the node's registry with the process-wide collectors and
 // build_info.

@@ -62,7 +62,7 @@ func (r *Replicator) connect(ctx context.Context, offline *atomic.Bool) (*nats.C
 	return nc, nil
 }
 
-// subscribe subscribes to the batch, sync and query subjects; NATS calls each
+// subscribe subscribes to the batch, sync, query and cast subjects; NATS calls each
 // handler for one message at a time.
 func (r *Replicator) subscribe(nc *nats.Conn) error {
 	for _, s := range []struct {
@@ -72,6 +72,7 @@ func (r *Replicator) subscribe(nc *nats.Conn) error {
 		{r.batchSubj, r.guard("batch", r.recv.onBatch)},
 		{r.syncSubj, r.guard("sync request", func(m *nats.Msg) { r.syncer.onRequest(nc, m) })},
 		{r.querySubj, r.guard("query", func(m *nats.Msg) { r.onQuery(nc, m) })},
+		{r.castSubj, r.guard("cast", r.onCast)},
 	} {
 		sub, err := nc.Subscribe(s.subj, s.h)
 		if err != nil {

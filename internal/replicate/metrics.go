@@ -44,6 +44,7 @@ type malformedReasons struct {
 	unknownKey prometheus.Counter // sealed with a key this node does not hold
 	auth       prometheus.Counter // does not open: altered, truncated, forged, or sealed for another use
 	clock      prometheus.Counter // sent at a time further from this node's clock than MaxClockSkew
+	replayed   prometheus.Counter // a cast numbered at or below the last one delivered from its sender
 }
 
 func (m *malformedReasons) reasons() []reason {
@@ -51,6 +52,7 @@ func (m *malformedReasons) reasons() []reason {
 		{"decode", &m.decode}, {"version", &m.version}, {"oversize", &m.oversize}, {"kind", &m.kind},
 		{"self", &m.self}, {"unsealed", &m.unsealed}, {"sealed_without_key", &m.noKey},
 		{"unknown_key", &m.unknownKey}, {"unauthentic", &m.auth}, {"clock", &m.clock},
+		{"replayed", &m.replayed},
 	}
 }
 

@@ -35,6 +35,11 @@ type peer struct {
 	period                 time.Time // start of this clock period
 	periodMin, prevMin     int64     // least age in this period and the previous one, ms; noAge: none
 	skewLogged, lateLogged time.Time
+
+	// Read and written by the cast handler only: the number of the last
+	// cast delivered.
+	castSeq     uint64
+	haveCastSeq bool
 }
 
 // peerTable maps peers to the counter's PeerIDs. It holds at most max

@@ -85,13 +85,18 @@ type Replicator struct {
 	answerer  atomic.Pointer[Answerer]  // nil: queries are not answered
 	query     querier                   // owned by the query subscription
 
+	castHandler atomic.Pointer[CastHandler] // nil: casts are dropped
+	cast        caster                      // owned by the cast subscription
+	castSeq     atomic.Uint64               // the last cast's number
+
 	// Owned by Run's loop (tick).
 	lastShares   share.Split
 	scratch      []member
 	dupNames     map[string]bool // node ids several live processes claimed at the last tick
 	dupScratch   map[string]bool
-	shareNodes   atomic.Int64 // lastShares.Nodes, for the gauge
-	shareDelayMS atomic.Int64 // lastShares.Delay, for the gauge
+	shareNodes   atomic.Int64                // lastShares.Nodes, for the gauge
+	shareDelayMS atomic.Int64                // lastShares.Delay, for the gauge
+	shares       atomic.Pointer[share.Split] // lastShares, for Shares
 }
 
 // shared is what every part of a Replicator reads: set by New, never
@@ -107,6 +112,7 @@ type shared struct {
 	batchSubj string
 	syncSubj  string
 	querySubj string
+	castSubj  string
 	peers     *peerTable
 	seal      *sealer // nil: no cluster key
 	hooks     hooks
@@ -155,6 +161,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		batchSubj: cfg.SubjectPrefix + ".batch",
 		syncSubj:  cfg.SubjectPrefix + ".sync",
 		querySubj: cfg.SubjectPrefix + ".query",
+		castSubj:  cfg.SubjectPrefix + ".cast",
 		peers:     newPeerTable(cfg.MaxPeers),
 		hooks:     h,
 	}
@@ -230,6 +237,17 @@ func (r *Replicator) markReady() { r.readyOnce.Do(func() { close(r.ready) }) }
 // (ratelimit_authz_replicate_share_nodes): 1 while NATS is away or shares
 // are off. Safe for concurrent use.
 func (r *Replicator) Nodes() int { return max(int(r.shareNodes.Load()), 1) }
+
+// Shares is the split of the budgets in effect: the live nodes, this
+// node's rank among them and the delay (Nodes 1 while NATS is away or
+// shares are off), for a component that splits budgets of its own like
+// the counter's (package inflight's slots). Safe for concurrent use.
+func (r *Replicator) Shares() share.Split {
+	if sh := r.shares.Load(); sh != nil {
+		return *sh
+	}
+	return share.Split{Nodes: 1}
+}
 
 // Identity is this process's node id and incarnation. The node id is a
 // name that several processes may claim (logged and counted); the pair
@@ -525,5 +543,6 @@ func (r *Replicator) setShares(live []member, connected bool) {
 		r.lastShares = sh
 		r.shareNodes.Store(int64(sh.Nodes))
 		r.shareDelayMS.Store(sh.Delay.Milliseconds())
+		r.shares.Store(&sh)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/wirecode"
 )
 
 // The wire format, version 1. All integers are varints (encoding/binary:
@@ -21,6 +22,7 @@ import (
 //	kind 3, sync reply:   limits · origins · entries (each with its origin)
 //	kind 4, query:        body (string)
 //	kind 5, answer:       body (string)
+//	kind 6, cast:         body (string)
 //	limits   = n (uvarint) · n × (bucket name (string) · scale_ms (uvarint) · algorithm (1 byte))
 //	origins  = n (uvarint) · n × (node (string) · incarnation (8 bytes LE))
 //	entries  = n (uvarint) · n × (limit index (uvarint) · window offset (varint)
@@ -48,6 +50,9 @@ const (
 	// is a peer's answer, on the asker's inbox.
 	kindQuery  msgKind = 4
 	kindAnswer msgKind = 5
+	// kindCast carries a body another component broadcasts to every peer
+	// (see cast.go); its seq numbers the sender's casts.
+	kindCast msgKind = 6
 )
 
 // wireVersion is the wire format version this package writes and reads.
@@ -125,18 +130,13 @@ type message struct {
 	Limits  []wireLimit
 	Origins []origin
 	Entries []entry
-	// Body is a query's or an answer's content.
+	// Body is a query's, an answer's or a cast's content.
 	Body string
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
 }
 
 func appendHeader(b []byte, h *header) []byte {
 	b = append(b, magic[0], magic[1], wireVersion, byte(h.Kind))
-	b = appendString(b, h.Node)
+	b = wirecode.AppendString(b, h.Node)
 	b = binary.LittleEndian.AppendUint64(b, h.Incarnation)
 	b = binary.AppendVarint(b, h.SentAtMS)
 	b = binary.AppendUvarint(b, h.Seq)
@@ -150,23 +150,6 @@ func appendHeader(b []byte, h *header) []byte {
 	return b
 }
 
-func uvarintLen(x uint64) int {
-	n := 1
-	for x >= 0x80 {
-		x >>= 7
-		n++
-	}
-	return n
-}
-
-func varintLen(x int64) int {
-	ux := uint64(x) << 1
-	if x < 0 {
-		ux = ^ux
-	}
-	return uvarintLen(ux)
-}
-
 // encode appends the encoding of m to b. Entries must index m.Limits (and
 // m.Origins for a sync reply); encode does not check.
 func (m *message) encode(b []byte) []byte {
@@ -174,19 +157,19 @@ func (m *message) encode(b []byte) []byte {
 	switch m.Kind {
 	case kindSyncRequest:
 		return b
-	case kindQuery, kindAnswer:
-		return appendString(b, m.Body)
+	case kindQuery, kindAnswer, kindCast:
+		return wirecode.AppendString(b, m.Body)
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Limits)))
 	for _, l := range m.Limits {
-		b = appendString(b, l.Name)
+		b = wirecode.AppendString(b, l.Name)
 		b = binary.AppendUvarint(b, uint64(l.ScaleMS))
 		b = append(b, byte(l.Algorithm))
 	}
 	if m.Kind == kindSyncReply {
 		b = binary.AppendUvarint(b, uint64(len(m.Origins)))
 		for _, o := range m.Origins {
-			b = appendString(b, o.Node)
+			b = wirecode.AppendString(b, o.Node)
 			b = binary.LittleEndian.AppendUint64(b, o.Incarnation)
 		}
 	}
@@ -201,7 +184,7 @@ func (m *message) appendEntry(b []byte, e *entry) []byte {
 	scale := m.Limits[e.Limit].ScaleMS
 	b = binary.AppendUvarint(b, uint64(e.Limit))
 	b = binary.AppendVarint(b, e.Window-counter.WindowOf(m.SentAtMS, scale))
-	b = appendString(b, e.Key)
+	b = wirecode.AppendString(b, e.Key)
 	b = binary.AppendUvarint(b, uint64(e.Count))
 	if m.Kind == kindSyncReply {
 		b = binary.AppendUvarint(b, uint64(e.Origin))
@@ -211,97 +194,23 @@ func (m *message) appendEntry(b []byte, e *entry) []byte {
 
 // entryLen is the encoded length of e in m, whose limit has scale ms.
 func (m *message) entryLen(e *entry, scale int64) int {
-	n := uvarintLen(uint64(e.Limit)) + varintLen(e.Window-counter.WindowOf(m.SentAtMS, scale)) +
-		uvarintLen(uint64(len(e.Key))) + len(e.Key) + uvarintLen(uint64(e.Count))
+	n := wirecode.UvarintLen(uint64(e.Limit)) + wirecode.VarintLen(e.Window-counter.WindowOf(m.SentAtMS, scale)) +
+		wirecode.UvarintLen(uint64(len(e.Key))) + len(e.Key) + wirecode.UvarintLen(uint64(e.Count))
 	if m.Kind == kindSyncReply {
-		n += uvarintLen(uint64(e.Origin))
+		n += wirecode.UvarintLen(uint64(e.Origin))
 	}
 	return n
 }
 
-// decoder reads a message, recording the first error.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{errMalformed}, args...)...)
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("%s: bad varint", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	x, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("%s: bad varint", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return x
-}
-
-func (d *decoder) byte(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("%s: truncated", what)
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uint64(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("%s: truncated", what)
-		return 0
-	}
-	x := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return x
-}
-
-func (d *decoder) string(what string, minLen, maxLen int) string {
-	n := d.uvarint(what)
-	if d.err != nil {
-		return ""
-	}
-	if n < uint64(minLen) || n > uint64(maxLen) || n > uint64(len(d.b)) {
-		d.fail("%s: length %d outside [%d, %d] or past the end", what, n, minLen, min(maxLen, len(d.b)))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
+// decoder reads a message (see package wirecode), recording the first
+// error, which wraps errMalformed.
+type decoder struct{ wirecode.Decoder }
 
 // node reads a node id and checks it with validNode.
 func (d *decoder) node(what string) string {
-	s := d.string(what, 1, maxNodeLen)
-	if d.err == nil && !validNode(s) {
-		d.fail("%s %q: not printable ASCII", what, s)
+	s := d.String(what, 1, maxNodeLen)
+	if d.Err == nil && !validNode(s) {
+		d.Fail("%s %q: not printable ASCII", what, s)
 		return ""
 	}
 	return s
@@ -322,21 +231,6 @@ func validNode(s string) bool {
 	return true
 }
 
-// count reads a table length, bounded by max and by what the rest of the
-// message can hold at minLen bytes an item, so that a forged count cannot
-// make decode allocate more than the message's size warrants.
-func (d *decoder) count(what string, maxN, minLen int) int {
-	n := d.uvarint(what)
-	if d.err != nil {
-		return 0
-	}
-	if n > uint64(maxN) || n > uint64(len(d.b)/minLen) {
-		d.fail("%s: %d is too many", what, n)
-		return 0
-	}
-	return int(n)
-}
-
 // decode reads data into m, reusing m's slices. The strings in m are
 // copies: m does not keep data. Every error wraps errMalformed or
 // errVersion; m is then in an unspecified state.
@@ -350,98 +244,96 @@ func decode(data []byte, m *message) error {
 		return fmt.Errorf("%w: version %d", errVersion, data[2])
 	}
 	m.Kind = msgKind(data[3])
-	if m.Kind < kindBatch || m.Kind > kindAnswer {
+	if m.Kind < kindBatch || m.Kind > kindCast {
 		return fmt.Errorf("%w: unknown kind %d", errMalformed, data[3])
 	}
-	d := decoder{b: data[4:]}
+	d := decoder{wirecode.Decoder{B: data[4:], Malformed: errMalformed}}
 	m.Node = d.node("node")
-	m.Incarnation = d.uint64("incarnation")
-	m.SentAtMS = d.varint("sent_at")
-	m.Seq = d.uvarint("seq")
-	if d.err == nil && (m.SentAtMS < -1<<53 || m.SentAtMS > 1<<53) {
-		d.fail("sent_at %d out of range", m.SentAtMS)
+	m.Incarnation = d.Uint64("incarnation")
+	m.SentAtMS = d.Varint("sent_at")
+	m.Seq = d.Uvarint("seq")
+	if d.Err == nil && (m.SentAtMS < -1<<53 || m.SentAtMS > 1<<53) {
+		d.Fail("sent_at %d out of range", m.SentAtMS)
 	}
 	if m.Kind == kindSyncReply {
-		f := d.byte("flags")
+		f := d.Byte("flags")
 		if f&^1 != 0 {
-			d.fail("unknown flags %#x", f)
+			d.Fail("unknown flags %#x", f)
 		}
 		m.Last = f&1 != 0
 	}
 	switch m.Kind {
 	case kindSyncRequest:
-	case kindQuery, kindAnswer:
-		m.Body = d.string("body", 0, len(d.b))
+	case kindQuery, kindAnswer, kindCast:
+		m.Body = d.String("body", 0, len(d.B))
 	default:
-		nl := d.count("limits", maxLimits, 3)
+		nl := d.Count("limits", maxLimits, 3)
 		for range nl {
-			l := wireLimit{Name: d.string("bucket name", 1, maxNameLen)}
-			scale := d.uvarint("scale")
-			alg := d.byte("algorithm")
-			if d.err != nil {
+			l := wireLimit{Name: d.String("bucket name", 1, maxNameLen)}
+			scale := d.Uvarint("scale")
+			alg := d.Byte("algorithm")
+			if d.Err != nil {
 				break
 			}
 			if scale < 1 || scale > counter.MaxScaleMS || alg > byte(counter.Sliding) {
-				d.fail("limit %q: scale %d ms or algorithm %d out of range", l.Name, scale, alg)
+				d.Fail("limit %q: scale %d ms or algorithm %d out of range", l.Name, scale, alg)
 				break
 			}
 			l.ScaleMS, l.Algorithm = int64(scale), counter.Algorithm(alg)
 			m.Limits = append(m.Limits, l)
 		}
 		if m.Kind == kindSyncReply {
-			no := d.count("origins", maxOrigins, 10)
+			no := d.Count("origins", maxOrigins, 10)
 			for range no {
 				o := origin{Node: d.node("origin node")}
-				o.Incarnation = d.uint64("origin incarnation")
-				if d.err != nil {
+				o.Incarnation = d.Uint64("origin incarnation")
+				if d.Err != nil {
 					break
 				}
 				m.Origins = append(m.Origins, o)
 			}
 		}
-		ne := d.count("entries", math.MaxInt32, minEntryLen)
+		ne := d.Count("entries", math.MaxInt32, minEntryLen)
 		for range ne {
 			e := d.entry(m)
-			if d.err != nil {
+			if d.Err != nil {
 				break
 			}
 			m.Entries = append(m.Entries, e)
 		}
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	return d.err
+	d.End()
+	return d.Err
 }
 
 func (d *decoder) entry(m *message) entry {
 	var e entry
-	li := d.uvarint("entry limit")
-	off := d.varint("entry window")
-	e.Key = d.string("entry key", 0, maxKeyLen)
-	count := d.uvarint("entry count")
+	li := d.Uvarint("entry limit")
+	off := d.Varint("entry window")
+	e.Key = d.String("entry key", 0, maxKeyLen)
+	count := d.Uvarint("entry count")
 	if m.Kind == kindSyncReply {
-		oi := d.uvarint("entry origin")
-		if d.err == nil && oi >= uint64(len(m.Origins)) {
-			d.fail("entry origin %d of %d", oi, len(m.Origins))
+		oi := d.Uvarint("entry origin")
+		if d.Err == nil && oi >= uint64(len(m.Origins)) {
+			d.Fail("entry origin %d of %d", oi, len(m.Origins))
 		}
 		e.Origin = int(oi)
 	}
-	if d.err != nil {
+	if d.Err != nil {
 		return e
 	}
 	if li >= uint64(len(m.Limits)) {
-		d.fail("entry limit %d of %d", li, len(m.Limits))
+		d.Fail("entry limit %d of %d", li, len(m.Limits))
 		return e
 	}
 	// A sender only has counts of the window of its clock, the one before
 	// (sliding) and, merged from a peer whose clock is ahead, the next.
 	if off < -1 || off > 1 {
-		d.fail("entry window offset %d", off)
+		d.Fail("entry window offset %d", off)
 		return e
 	}
 	if count > counter.MaxCount {
-		d.fail("entry count %d", count)
+		d.Fail("entry count %d", count)
 		return e
 	}
 	e.Limit = int(li)
@@ -486,9 +378,9 @@ func (s *splitter) clearBody() {
 }
 
 func (s *splitter) total(extra, limits, origins, entries int) int {
-	n := s.size + extra + uvarintLen(uint64(limits)) + uvarintLen(uint64(entries))
+	n := s.size + extra + wirecode.UvarintLen(uint64(limits)) + wirecode.UvarintLen(uint64(entries))
 	if s.msg.Kind == kindSyncReply {
-		n += uvarintLen(uint64(origins))
+		n += wirecode.UvarintLen(uint64(origins))
 	}
 	return n
 }
@@ -501,13 +393,13 @@ func (s *splitter) add(l wireLimit, o origin, window int64, key string, count in
 		li, haveL := s.limitIdx[l]
 		if !haveL {
 			li = len(s.msg.Limits)
-			extra += uvarintLen(uint64(len(l.Name))) + len(l.Name) + uvarintLen(uint64(l.ScaleMS)) + 1
+			extra += wirecode.UvarintLen(uint64(len(l.Name))) + len(l.Name) + wirecode.UvarintLen(uint64(l.ScaleMS)) + 1
 		}
 		oi, haveO := 0, true
 		if s.msg.Kind == kindSyncReply {
 			if oi, haveO = s.originIdx[o]; !haveO {
 				oi = len(s.msg.Origins)
-				extra += uvarintLen(uint64(len(o.Node))) + len(o.Node) + 8
+				extra += wirecode.UvarintLen(uint64(len(o.Node))) + len(o.Node) + 8
 			}
 		}
 		e := entry{Limit: li, Origin: oi, Window: window, Key: key, Count: count}

@@ -37,6 +37,7 @@ func sampleMessages() []message {
 		{header: header{Kind: kindQuery, Node: "n", Incarnation: 1, SentAtMS: sent}, Body: `{"bucket":"upload"}`},
 		{header: header{Kind: kindAnswer, Node: "m", Incarnation: 2, SentAtMS: sent}, Body: "\x00\xff"},
 		{header: header{Kind: kindAnswer, Node: "m", Incarnation: 2, SentAtMS: sent}},
+		{header: header{Kind: kindCast, Node: "m", Incarnation: 2, SentAtMS: sent, Seq: 9}, Body: "\x01\x00"},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strconv"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -70,9 +71,15 @@ type Bucket struct {
 	Reserved bool
 	// Shadow buckets count and report but never deny.
 	Shadow bool
-	// CountFailures: the bucket counts failures reported after the fact;
-	// a check only peeks at it.
-	CountFailures bool
+	// Cost is what a hit costs and when it is known: at the check (taken
+	// then) or only from the response (Cost.AfterResponse: a check only
+	// peeks and the access log charges; failed logins are one such cost).
+	Cost configfile.Cost
+	// Concurrency buckets limit requests in flight: a check takes a lease
+	// of LeaseTTL (package inflight), the access log releases it; their
+	// Limit's window is nominal (configfile.ConcurrencyScaleMS).
+	Concurrency bool
+	LeaseTTL    time.Duration
 	// DenyMissingKey refuses a request that lacks the key; otherwise it
 	// is allowed uncounted.
 	DenyMissingKey bool
@@ -88,13 +95,16 @@ type Bucket struct {
 }
 
 // Key is what makes counts comparable: counts made under another name,
-// window, algorithm or reserve would mislead, so any change gives the
+// window, algorithm, reserve or unit would mislead, so any change gives the
 // bucket another id and a reload drops the old id's counts.
 type Key struct {
 	Name      string
 	ScaleMS   int64
 	Algorithm counter.Algorithm
 	Reserved  bool
+	// Unit is what a cost bucket counts (configfile.Cost.String: its
+	// source and header); "" for requests and failures.
+	Unit string
 }
 
 // ID is the counter id of k: the 32-bit FNV-1a hash of its fields. Ids
@@ -109,6 +119,10 @@ func ID(k Key) counter.Bucket {
 	b = append(b, 0, byte(k.Algorithm))
 	if k.Reserved {
 		b = append(b, 1)
+	}
+	if k.Unit != "" {
+		b = append(b, 0)
+		b = append(b, k.Unit...)
 	}
 	h.Write(b)
 	return counter.Bucket(h.Sum32())
@@ -197,9 +211,17 @@ func (s *Snapshot) assignIDs(id func(Key) counter.Bucket) error {
 }
 
 // CountKey is the identity of b's counts (see Key): its name, its
-// limit's window and algorithm (zero without one) and its reserve.
+// limit's window and algorithm (zero without one), its reserve and the
+// unit of a cost or concurrency bucket.
 func (b *Bucket) CountKey() Key {
-	return Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
+	k := Key{Name: b.Name, ScaleMS: b.Limit.ScaleMS, Algorithm: b.Limit.Algorithm, Reserved: b.Reserved}
+	if src := b.Cost.Source; src != configfile.CostRequests && src != configfile.CostFailures {
+		k.Unit = b.Cost.String()
+	}
+	if b.Concurrency {
+		k.Unit = "concurrent-requests"
+	}
+	return k
 }
 
 // ByPosition is an id function for CompileWith that gives each bucket its
@@ -227,6 +249,18 @@ func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
 	for id, k := range old.keys {
 		if now, ok := s.keys[id]; !ok || now != k {
 			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Concurrency are the concurrency buckets' ids by name (the names they
+// travel under between nodes).
+func (s *Snapshot) Concurrency() map[string]counter.Bucket {
+	out := map[string]counter.Bucket{}
+	for _, b := range s.RuleBuckets() {
+		if b.Concurrency {
+			out[b.Name] = b.ID
 		}
 	}
 	return out

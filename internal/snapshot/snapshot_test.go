@@ -148,3 +148,34 @@ func TestCollisionAcrossSnapshotsDropped(t *testing.T) {
 		t.Fatalf("dropped %v, want x's id 0, now v's", d)
 	}
 }
+
+// A bucket's unit is part of what makes its counts comparable: a bucket
+// that counted requests and now counts tokens (or counts another header)
+// starts afresh, while a cost's max or missing changing keeps its counts.
+func TestIDsFollowTheCostUnit(t *testing.T) {
+	with := func(cost string) counter.Bucket {
+		s := compile(t, parse(t, `buckets:
+  x: {limit: 10000, per: 1m, key: tenant`+cost+`}
+routes: [{path: /a, buckets: [x]}]
+`))
+		return s.Buckets[0].ID
+	}
+	requests := with("")
+	tokens := with(", cost: {response_header: x-tokens, max: 100}")
+	if tokens == requests {
+		t.Error("a bucket that now counts tokens kept the id of its request counts")
+	}
+	if other := with(", cost: {response_header: x-other}"); other == tokens {
+		t.Error("a bucket counting another header kept its id")
+	}
+	if bytes := with(", cost: content_length"); bytes == requests || bytes == tokens {
+		t.Error("a bucket counting bytes kept another unit's id")
+	}
+	if again := with(", cost: {response_header: x-tokens, max: 5000, missing: 7}"); again != tokens {
+		t.Error("changing a cost's max or missing dropped its counts")
+	}
+	s := compile(t, parse(t, base))
+	if got := s.Buckets[2].Cost.Source; got != configfile.CostFailures {
+		t.Errorf("the failures bucket's cost is %v", got)
+	}
+}

@@ -48,6 +48,43 @@ func Run(t testing.TB) *server.Server {
 	return s
 }
 
+// RunCluster starts n in-process NATS servers routed into one cluster,
+// each on random loopback ports, waits until every server has a route to
+// every other, and shuts them down when the test ends.
+func RunCluster(t testing.TB, n int) []*server.Server {
+	t.Helper()
+	opts := func() server.Options {
+		o := natstest.DefaultTestOptions
+		o.Host, o.Port = "127.0.0.1", -1
+		o.Cluster = server.ClusterOpts{Name: "test", Host: "127.0.0.1", Port: -1}
+		return o
+	}
+	first := opts()
+	srvs := []*server.Server{natstest.RunServer(&first)}
+	seed := server.RoutesFromStr("nats://" + srvs[0].ClusterAddr().String())
+	for range n - 1 {
+		o := opts()
+		o.Routes = seed
+		srvs = append(srvs, natstest.RunServer(&o))
+	}
+	t.Cleanup(func() {
+		for _, s := range srvs {
+			s.Shutdown()
+			s.WaitForShutdown()
+		}
+	})
+	deadline := time.Now().Add(startTimeout)
+	for _, s := range srvs {
+		for s.NumRoutes() < n-1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("NATS cluster: a server has %d routes after %v, want %d", s.NumRoutes(), startTimeout, n-1)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return srvs
+}
+
 // Unavailable skips the test when a prerequisite is missing, except under
 // CI=true, where a missing prerequisite is a broken build and fails it.
 func Unavailable(t testing.TB, format string, args ...any) {

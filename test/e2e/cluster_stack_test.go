@@ -71,8 +71,19 @@ type node struct {
 // those restarted in subtests, is stopped when t ends.
 func newCluster(t *testing.T, n int) *cluster {
 	t.Helper()
-	c := &cluster{owner: t, serverBin: serverBinary(t), config: serverConfigPath(t), natsBin: testnats.Binary(t)}
+	return newClusterWith(t, n, serverConfigPath(t), nil)
+}
+
+// newClusterWith is newCluster with the server configuration config and
+// the stack changed by edit before anything starts (nil: none), e.g. the
+// shipped bootstrap changed by its envoyEdit, or another upstream.
+func newClusterWith(t *testing.T, n int, config string, edit func(*stack)) *cluster {
+	t.Helper()
+	c := &cluster{owner: t, serverBin: serverBinary(t), config: config, natsBin: testnats.Binary(t)}
 	c.stack = prepareStack(t, n)
+	if edit != nil {
+		edit(c.stack)
+	}
 	c.pg = testpg.Start(t)
 	t.Cleanup(func() { // before the log folder's cleanup, which prints it
 		if t.Failed() {

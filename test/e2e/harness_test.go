@@ -440,7 +440,12 @@ type response struct {
 // post sends POST path through Envoy's listener. It is safe for
 // concurrent use and returns transport errors rather than failing.
 func (s *stack) post(path string, header map[string]string) (*response, error) {
-	req, err := http.NewRequest(http.MethodPost, "http://"+s.addrs.Listener+path, strings.NewReader(`{}`))
+	return s.postBody(path, header, `{}`)
+}
+
+// postBody is post with body.
+func (s *stack) postBody(path string, header map[string]string, body string) (*response, error) {
+	req, err := http.NewRequest(http.MethodPost, "http://"+s.addrs.Listener+path, strings.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -453,11 +458,11 @@ func (s *stack) post(path string, header map[string]string) (*response, error) {
 		return nil, fmt.Errorf("POST %s: %w", path, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	got, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("POST %s: read body: %w", path, err)
 	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: body}, nil
+	return &response{status: resp.StatusCode, header: resp.Header, body: got}, nil
 }
 
 func (s *stack) mustPost(path string, header map[string]string) *response {
