@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -119,6 +120,7 @@ type Node struct {
 	store        *counter.Store
 	repl         *replicate.Replicator // nil: the local backend
 	runOverrides func(context.Context) error
+	overrides    *overrides.Cache // nil: no database
 	srv          *server.Server
 	running      atomic.Bool
 	fronts       []*frontEnd
@@ -208,7 +210,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, srv: srv, fronts: fronts,
+		cfg: cfg, reg: reg, store: store, repl: repl, runOverrides: runOverrides, overrides: cache, srv: srv, fronts: fronts,
 		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {

@@ -87,12 +87,20 @@ func TestTopThroughEnvoy(t *testing.T) {
 
 	t.Run("browser", func(t *testing.T) {
 		// The page as a real headless browser renders it: noisy first in
-		// its bucket's denied keys, and the bucket's denied rate that of
-		// its 429s over the minute (60 to 70 s: every denial was noisy's).
+		// its bucket's denied keys, the bucket's denied rate that of its
+		// 429s over the minute (60 to 70 s: every denial was noisy's),
+		// the configuration's generation and the overrides' source.
 		dom := browserDOM(t, s.logs.dir, "http://"+adminAddr+"/")
 		first := strings.Index(dom, `class="key denied"`)
 		if first < 0 || !strings.HasPrefix(dom[first:], `class="key denied">noisy<`) {
 			t.Errorf("the rendered page's first denied key is not noisy:\n%s", dom)
+		}
+		// The configuration it started with, never reloaded, and no
+		// database: the configured limits only.
+		for _, want := range []string{`<strong id="generation">1</strong>`, `<span id="last-reload">No reload since start.</span>`, `<strong id="overrides-source">off</strong>`} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("the rendered page has no %q:\n%s", want, dom)
+			}
 		}
 		m := deniedRate.FindStringSubmatch(dom)
 		if m == nil {
