@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -130,9 +131,11 @@ func (a adminState) Config() admin.ConfigState {
 }
 
 func (a adminState) Overrides() admin.OverridesState {
+	// The cache's line names what it describes first; the page names it
+	// once.
 	c := a.n.overrides
 	if c == nil {
-		return admin.OverridesState{Source: "off", Detail: overridesOff}
+		return admin.OverridesState{Source: "off", Detail: "no database URL: the configured limits only"}
 	}
-	return admin.OverridesState{Source: c.SourceName(), Detail: c.State()}
+	return admin.OverridesState{Source: c.SourceName(), Detail: strings.TrimPrefix(c.State(), "overrides: ")}
 }
