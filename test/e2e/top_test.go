@@ -22,9 +22,10 @@ import (
 )
 
 // TestTopThroughEnvoy: one tenant floods activities through Envoy among
-// two thousand tenants sending one each; the server's admin listener
+// ten thousand tenants sending one each; the server's admin listener
 // names it first in activity_create's denied top, in /v1/top and on the
-// status page, with the 429s Envoy answered it.
+// status page, with the 429s Envoy answered it, and the sketch's memory
+// does not grow.
 func TestTopThroughEnvoy(t *testing.T) {
 	serverBin := serverBinary(t)
 	config := serverConfigPath(t)
@@ -33,7 +34,6 @@ func TestTopThroughEnvoy(t *testing.T) {
 	adminAddr := s.spare[0]
 	s.startServer(serverBin, config, "--admin-addr", adminAddr)
 
-	const calm, noisy = 2000, 2000
 	var denied atomic.Int64
 	start := time.Now()
 	firstAt := make(chan time.Duration, 1)
@@ -47,11 +47,11 @@ func TestTopThroughEnvoy(t *testing.T) {
 		}
 		close(firstAt)
 	}()
-	denied.Store(flood(t, s))
+	denied.Store(flood(t, s, s.httpAddr))
 	took := time.Since(start)
 	if d, ok := <-firstAt; ok {
 		t.Logf("%d requests in %v (noisy at %.0f/s against a budget of %d/s); noisy first in the denied top %v after the flood began",
-			calm+noisy, took, noisy/took.Seconds(), activityLimit, d)
+			calmKeys+noisyHits, took, noisyHits/took.Seconds(), activityLimit, d)
 	} else {
 		t.Errorf("noisy never came first in the denied top")
 	}
@@ -147,10 +147,42 @@ func browserDOM(t *testing.T, dir, url string) string {
 	return string(run("--dump-dom"))
 }
 
-// flood sends 2000 activities of the tenant "noisy" through Envoy,
-// interleaved with one of each of 2000 calm tenants, and returns the 429s
-// noisy got.
-func flood(t *testing.T, s *stack) int64 {
+// Flood sizes: the calm tenants, each sending one activity, and the
+// noisy tenant's activities, interleaved one for one (through Envoy
+// about ten times activityLimit); warmKeys calm tenants per node first.
+const (
+	calmKeys  = 10_000
+	noisyHits = 10_000
+	warmKeys  = 1000
+)
+
+// flood sends noisyHits activities of the tenant "noisy" through Envoy,
+// interleaved with one of each of calmKeys calm tenants, and returns the
+// 429s noisy got. Before it, warmKeys calm tenants per node in httpAddrs
+// give activity_create a summary in every shard of each node's sketch;
+// the flood must then leave each sketch's memory
+// (ratelimit_authz_top_memory_bytes) unchanged.
+func flood(t *testing.T, s *stack, httpAddrs ...string) int64 {
+	t.Helper()
+	send(t, s, "", warmKeys*len(httpAddrs), 0)
+	before := make([]float64, len(httpAddrs))
+	for i, a := range httpAddrs {
+		if before[i] = metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); before[i] <= 0 {
+			t.Fatalf("%s: top sketch memory %v after the warm-up", a, before[i])
+		}
+	}
+	denied := send(t, s, "noisy", calmKeys, noisyHits)
+	for i, a := range httpAddrs {
+		if m := metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); m != before[i] {
+			t.Errorf("%s: top sketch memory %v bytes after %d distinct keys, %v before", a, m, calmKeys, before[i])
+		}
+	}
+	return denied
+}
+
+// send posts one activity of each of calm distinct tenants and hits of
+// tenant noisy through Envoy, interleaved, and returns the 429s noisy got.
+func send(t *testing.T, s *stack, noisy string, calm, hits int) int64 {
 	t.Helper()
 	var denied, errs atomic.Int64
 	work := make(chan string)
@@ -162,17 +194,22 @@ func flood(t *testing.T, s *stack) int64 {
 				switch {
 				case err != nil:
 					errs.Add(1)
-				case r.status == http.StatusTooManyRequests && tenant == "noisy":
+				case r.status == http.StatusTooManyRequests && tenant == noisy:
 					denied.Add(1)
 				}
 			}
 		})
 	}
-	for i := range 4000 {
-		if i%2 == 0 {
-			work <- "noisy"
-		} else {
-			work <- fmt.Sprint("calm-", i)
+	prefix := "calm-"
+	if noisy == "" {
+		prefix = "warm-"
+	}
+	for i := range max(calm, hits) {
+		if i < hits {
+			work <- noisy
+		}
+		if i < calm {
+			work <- fmt.Sprint(prefix, i)
 		}
 	}
 	close(work)
