@@ -542,6 +542,18 @@ func writeFloor(b *md, res *Results, f *Floor) {
 			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
 			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
 	}
+	var tops []string
+	for _, w := range []string{"allowed", "denied"} {
+		on, okOn := floorRowOf(f, "saturation", floorLean+w+floorTop)
+		off, okOff := floorRowOf(f, "saturation", floorLean+w)
+		x, okX := floorRatio(f, "saturation", floorLean+w+floorTop, floorLean+w)
+		if okOn && okOff && okX {
+			tops = append(tops, fmt.Sprintf("%s %.2f µs on, %.2f µs off: **%.3f×** (rounds %.3f–%.3f)", w, on.CPUUS, off.CPUUS, x.Median, x.Min, x.Max))
+		}
+	}
+	if len(tops) > 0 {
+		b.f("\nThe top-keys sketch (**lean-…-top**: the same server with an admin listener, `--admin-addr`, which turns the sketch on) against the same server without, lean Check listener at saturation, CPU per check: %s.\n", strings.Join(tops, "; "))
+	}
 	b.f("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
 	b.f("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")
 	for _, x := range f.Ratios {
