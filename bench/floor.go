@@ -324,7 +324,7 @@ type Floor struct {
 	Rows          []FloorRow     `json:"rows"`
 	Ratios        []FloorRatio   `json:"ratios"`
 	Profiles      []FloorProfile `json:"profiles,omitempty"`
-	Runs          []SingleRun    `json:"runs"`
+	Runs          []RunRecord    `json:"runs"`
 }
 
 // FloorRow is one target at one level (saturation or a fixed rate):
