@@ -183,25 +183,8 @@ func TestAdminClusterView(t *testing.T) {
 // overrides in effect come from: off without a database, Postgres with
 // the overrides it holds once loaded.
 func TestAdminPageShowsConfigAndOverrides(t *testing.T) {
-	pg := testpg.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn := testpg.Connect(t, pg.URL())
-	if _, err := overridedb.Migrate(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
 	r := shipped(t)
-	snap, err := snapshot.Compile(Sources{Rules: r})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := overridedb.NewStore(conn, snap.Overridable())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Set(ctx, "big", limits.Override{Bucket: "activity_create", Limit: 500, ScaleMS: 1000}, "test"); err != nil {
-		t.Fatal(err)
-	}
+	dbURL := overridesDB(t, Sources{Rules: r}, "big", limits.Override{Bucket: "activity_create", Limit: 500, ScaleMS: 1000})
 
 	page := func(n *running) string {
 		t.Helper()
@@ -225,7 +208,7 @@ func TestAdminPageShowsConfigAndOverrides(t *testing.T) {
 	off := start(t, cfg)
 	has(page(off), `<strong id="generation">1</strong>`, "No reload since start.", `<strong id="overrides-source">off</strong>`)
 
-	cfg.Overrides = Overrides{DatabaseURL: pg.URL()}
+	cfg.Overrides = Overrides{DatabaseURL: dbURL}
 	n := start(t, cfg)
 	has(page(n), `<strong id="overrides-source">postgres</strong>`, "postgres, current (1 overrides, 0 key owners)")
 
@@ -244,4 +227,30 @@ func TestAdminPageShowsConfigAndOverrides(t *testing.T) {
 	if strings.Contains(body, "reload-problems") {
 		t.Errorf("the applied reload still shows problems:\n%s", body)
 	}
+}
+
+// overridesDB starts a Postgres with the overrides schema, stores one
+// override of tenant for the overridable buckets of s, and returns the
+// database's URL.
+func overridesDB(t *testing.T, s Sources, tenant string, o limits.Override) string {
+	t.Helper()
+	pg := testpg.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := testpg.Connect(t, pg.URL())
+	if _, err := overridedb.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := overridedb.NewStore(conn, snap.Overridable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Set(ctx, tenant, o, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return pg.URL()
 }
