@@ -51,7 +51,7 @@ func TestTopThroughEnvoy(t *testing.T) {
 	took := time.Since(start)
 	if d, ok := <-firstAt; ok {
 		t.Logf("%d requests in %v (noisy at %.0f/s against a budget of %d/s); noisy first in the denied top %v after the flood began",
-			calmKeys+noisyHits, took, noisyHits/took.Seconds(), activityLimit, d)
+			2*calmKeys, took, calmKeys/took.Seconds(), activityLimit, d)
 	} else {
 		t.Errorf("noisy never came first in the denied top")
 	}
@@ -147,42 +147,39 @@ func browserDOM(t *testing.T, dir, url string) string {
 	return string(run("--dump-dom"))
 }
 
-// Flood sizes: the calm tenants, each sending one activity, and the
-// noisy tenant's activities, interleaved one for one (through Envoy
-// about ten times activityLimit); warmKeys calm tenants per node first.
-const (
-	calmKeys  = 10_000
-	noisyHits = 10_000
-	warmKeys  = 1000
-)
+// calmKeys is how many calm tenants a flood sends one activity each,
+// interleaved one for one with the noisy tenant's (through Envoy about
+// ten times activityLimit).
+const calmKeys = 10_000
 
-// flood sends noisyHits activities of the tenant "noisy" through Envoy,
+// flood sends calmKeys activities of the tenant "noisy" through Envoy,
 // interleaved with one of each of calmKeys calm tenants, and returns the
-// 429s noisy got. Before it, warmKeys calm tenants per node in httpAddrs
-// give activity_create a summary in every shard of each node's sketch;
-// the flood must then leave each sketch's memory
-// (ratelimit_authz_top_memory_bytes) unchanged.
+// 429s noisy got. The last three quarters of the flood, distinct keys
+// all, must leave the sketch's memory (ratelimit_authz_top_memory_bytes)
+// of every node in httpAddrs as the first quarter left it: by then
+// activity_create has its summaries in every shard.
 func flood(t *testing.T, s *stack, httpAddrs ...string) int64 {
 	t.Helper()
-	send(t, s, "", warmKeys*len(httpAddrs), 0)
+	denied := send(t, s, 0, calmKeys/4)
 	before := make([]float64, len(httpAddrs))
 	for i, a := range httpAddrs {
 		if before[i] = metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); before[i] <= 0 {
-			t.Fatalf("%s: top sketch memory %v after the warm-up", a, before[i])
+			t.Fatalf("%s: top sketch memory %v after %d keys", a, before[i], calmKeys/4)
 		}
 	}
-	denied := send(t, s, "noisy", calmKeys, noisyHits)
+	denied += send(t, s, calmKeys/4, calmKeys)
 	for i, a := range httpAddrs {
 		if m := metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); m != before[i] {
-			t.Errorf("%s: top sketch memory %v bytes after %d distinct keys, %v before", a, m, calmKeys, before[i])
+			t.Errorf("%s: top sketch memory %v bytes after %d distinct keys, %v after %d", a, m, calmKeys, before[i], calmKeys/4)
 		}
 	}
 	return denied
 }
 
-// send posts one activity of each of calm distinct tenants and hits of
-// tenant noisy through Envoy, interleaved, and returns the 429s noisy got.
-func send(t *testing.T, s *stack, noisy string, calm, hits int) int64 {
+// send posts the activities of calm tenants from to to (one each)
+// through Envoy, each followed by one of "noisy", and returns the 429s
+// noisy got.
+func send(t *testing.T, s *stack, from, to int) int64 {
 	t.Helper()
 	var denied, errs atomic.Int64
 	work := make(chan string)
@@ -194,23 +191,15 @@ func send(t *testing.T, s *stack, noisy string, calm, hits int) int64 {
 				switch {
 				case err != nil:
 					errs.Add(1)
-				case r.status == http.StatusTooManyRequests && tenant == noisy:
+				case r.status == http.StatusTooManyRequests && tenant == "noisy":
 					denied.Add(1)
 				}
 			}
 		})
 	}
-	prefix := "calm-"
-	if noisy == "" {
-		prefix = "warm-"
-	}
-	for i := range max(calm, hits) {
-		if i < hits {
-			work <- noisy
-		}
-		if i < calm {
-			work <- fmt.Sprint(prefix, i)
-		}
+	for i := from; i < to; i++ {
+		work <- fmt.Sprint("calm-", i)
+		work <- "noisy"
 	}
 	close(work)
 	wg.Wait()
