@@ -410,7 +410,7 @@ func accTarget(a *Accuracy, t Target, judge func(*loadresult.Accuracy) (float64,
 // per algorithm, offered load × distribution, before and this tree side
 // by side.
 func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
-	b.f("## 3b. Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
+	b.f("## Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
 	if a.Skipped != "" || a.After == nil {
 		b.f("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
 		return

@@ -260,7 +260,7 @@ func TestAccuracyReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"## 3b. Cluster accuracy", "against the packages of `fc56146abcdef`",
+		"## Cluster accuracy", "against the packages of `fc56146abcdef`",
 		"**fixed**\n\n| offered | spread | before | this tree | windows | pacing behind ≤ |",
 		"| 1.1× | even | 2.00 / 2.00 / 2.00 | **0.97 / 0.98 / 0.99** | 2 |",
 		"| 100× | even | 2.00 / 2.00 / 2.00 | **2.50 / 2.50 / 2.50** | 2 |",

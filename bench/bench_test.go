@@ -68,17 +68,6 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 			t.Errorf("memory config: /api/v1/tokens counts %d buckets, want 3", len(rt.Buckets))
 		}
 	}
-
-	cl := filepath.Join(dir, "cluster.yaml")
-	if err := writeClusterConfig(cl, 20); err != nil {
-		t.Fatal(err)
-	}
-	if r, err = configfile.LoadFile(cl); err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Buckets) != 2 || len(r.Routes) != 2 {
-		t.Errorf("cluster config: %d buckets, %d routes", len(r.Buckets), len(r.Routes))
-	}
 }
 
 func indexOf(r *configfile.Rules, name string) int {
@@ -179,20 +168,6 @@ func TestCompareUsesPairedRatios(t *testing.T) {
 	}
 }
 
-func TestClusterRowDropsPartialWindows(t *testing.T) {
-	res := &loadRun{Result: loadresult.Result{RPS: 200, Windows: []loadresult.Window{
-		{StartMS: 0, Allowed: 5}, {StartMS: 1000, Allowed: 20}, {StartMS: 2000, Allowed: 22},
-		{StartMS: 3000, Allowed: 21}, {StartMS: 4000, Allowed: 3},
-	}}}
-	row := clusterRow("fixed", 10, res, 20)
-	if row.Windows != 3 || row.Min != 20 || row.Max != 22 || row.Median != 21 || row.StartMS[0] != 1000 {
-		t.Errorf("row %+v", row)
-	}
-	if row := clusterRow("fixed", 10, res, 2); row.Windows != 2 || row.Max != 22 {
-		t.Errorf("capped row %+v", row)
-	}
-}
-
 func TestClusterLoadPhases(t *testing.T) {
 	// Windows at 0…9 s; every node under load at 0.3 s (window 0 is
 	// partial), NATS stopped at 3.5 s, started again at 6 s, all nodes
@@ -271,36 +246,42 @@ func TestClusterLoadPhases(t *testing.T) {
 	}
 }
 
+// The throughput and p99 targets are judged from the floor: throughput
+// at saturation against the no-op on the same stack, p99 at 40% of it.
 func TestTargets(t *testing.T) {
 	res := &Results{
-		Single: &Single{Rows: []SingleRow{
-			{Concurrency: 64, Workload: "allowed", Ratio: 0.9, ServerRPS: 90, NoopRPS: 100, Server: Lat{P99: 800}},
-			{Concurrency: 64, Workload: "denied", Ratio: 0.8, ServerRPS: 80, NoopRPS: 100, Server: Lat{P99: 1500}},
+		Floor: &Floor{Rows: []FloorRow{
+			{Level: "saturation", Target: floorNoop, RPS: 100},
+			{Level: "saturation", Target: "allowed", RPS: 90},
+			{Level: "saturation", Target: "denied", RPS: 80},
+			{Level: "40%", Rate: 4000, Target: "allowed", Latency: Lat{P99: 800}},
+			{Level: "40%", Rate: 4000, Target: "denied", Latency: Lat{P99: 1500}},
 		}},
-		Memory:  &Memory{BytesPerKeyRSS: 120, BytesPerKeyHeap: 100},
-		Cluster: &Cluster{Limit: 20, Rows: []ClusterRow{{Algorithm: "fixed", Multiple: 10, Max: 23, Median: 20}, {Algorithm: "sliding", Multiple: 10, Max: 21}}},
+		Memory: &Memory{BytesPerKeyRSS: 120, BytesPerKeyHeap: 100},
 	}
 	got := map[string]Target{}
 	for _, tg := range targets(res) {
 		got[tg.Name] = tg
 	}
-	for name, met := range map[string]bool{"throughput": false, "p99": false, "memory": true, "cluster": false} {
+	for name, met := range map[string]bool{"throughput": false, "p99": false, "memory": true} {
 		tg := got[name]
 		if tg.Met == nil || *tg.Met != met {
 			t.Errorf("%s: met %v, want %v (%+v)", name, tg.Met, met, tg)
 		}
 	}
-	if got["cluster"].Value != 1.15 || !strings.Contains(got["throughput"].Margin, "6% short") {
-		t.Errorf("cluster %+v, throughput %+v", got["cluster"], got["throughput"])
+	if tp := got["throughput"]; tp.Value != 0.8 || !strings.Contains(tp.Margin, "6% short") || !strings.Contains(tp.Measured, "0.90× allowed, 0.80× denied (90 and 80 vs 100 checks/s)") {
+		t.Errorf("throughput %+v", tp)
 	}
-	none := targets(&Results{Cluster: &Cluster{Skipped: "replication not available"}})
-	for _, tg := range none {
+	if p := got["p99"]; p.Value != 1500 || !strings.Contains(p.Measured, "at 4000/s") {
+		t.Errorf("p99 %+v", p)
+	}
+	if _, ok := got["cluster"]; ok {
+		t.Error("a cluster target: the accuracy targets judge the cluster")
+	}
+	for _, tg := range targets(&Results{}) {
 		if tg.Met != nil {
 			t.Errorf("%s judged without figures", tg.Name)
 		}
-	}
-	if !strings.Contains(none[3].Measured, "skipped") {
-		t.Errorf("cluster skipped: %+v", none[3])
 	}
 }
 
@@ -309,45 +290,43 @@ func TestReportRenders(t *testing.T) {
 	r := &runner{out: out, res: &Results{
 		StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0),
 		Env: Env{CPU: "test", Cores: 2},
-		Single: &Single{Plan: Plan{Rounds: 2}, Rows: []SingleRow{{Concurrency: 64, Workload: "allowed", Ratio: 0.5, ServerRPS: 5000, NoopRPS: 10000, Server: Lat{P99: 9000}},
-			{Concurrency: 64, Workload: "denied", Ratio: 0.9, ServerRPS: 9000, NoopRPS: 10000}}},
-		Profile: &Profile{Source: "test", Shares: []ProfileShare{{Part: "Check: x", Share: 0.07}}, Top: "flat flat%"},
-		Memory:  &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
-		Cluster: &Cluster{Skipped: "replication not available"},
+		Floor: &Floor{Rows: []FloorRow{{Level: "saturation", Target: floorNoop, RPS: 10000, CPUUS: 20},
+			{Level: "saturation", Target: "allowed", RPS: 5000, CPUUS: 40}, {Level: "saturation", Target: "denied", RPS: 9000, CPUUS: 22}}},
+		Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
 		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
 			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
 		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
-		RLS: &RLS{Plan: Plan{Rounds: 1, Concurrency: 16}, Rows: []RLSRow{{Descriptors: 3, Denied: true, CPURatio: 1.5, SingleRow: SingleRow{Workload: "3 descriptors, denied",
+		RLS: &RLS{Plan: Plan{Rounds: 1, Concurrency: 16}, Rows: []RLSRow{{Descriptors: 3, Denied: true, CPURatio: 1.5, CompareRow: CompareRow{Workload: "3 descriptors, denied",
 			ServerRPS: 8000, NoopRPS: 10000, Ratio: 0.8, RatioMin: 0.8, RatioMax: 0.8, ServerCPUUS: 60, NoopCPUUS: 40, DeniedShare: 0.99}}},
 			Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 250, BytesPerKeyHeap: 110, Loaded: MemPoint{RSS: 2 << 20, LiveKeys: 1000}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
-		Errors: []StepError{{"cluster", "boom\nmore"}},
-		Plots:  []string{"throughput.png"},
+		Errors: []StepError{{"envoy", "boom\nmore"}},
+		Plots:  []string{"memory.png"},
 	}}
 	r.res.Targets = targets(r.res)
 	if err := r.writeReport(); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
-	for _, want := range []string{"## Targets", "**missed**", "Little's law", "7% of the samples", "## 1. One node", "## 2. Memory", "Skipped: replication not available",
-		"## 4. End to end", "## 5. A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
+	for _, want := range []string{"## Targets", "**missed**", "the server used 40.0 µs allowed and 22.0 µs denied, the no-op on the same stack 20.0 µs", "## Memory",
+		"## End to end", "## A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
 		"| 0 | down | 100 101 99 | 300 |",
-		"## 1b. ShouldRateLimit", "| 3 descriptors, denied | 8000 | 10000 | 0.80 (0.80–0.80) | 60.0 / 40.0 | 1.50× |", "**250 bytes per live descriptor key resident**", "![Throughput", "**cluster failed**: boom", "geomean 1"} {
+		"## ShouldRateLimit", "| 3 descriptors, denied | 8000 | 10000 | 0.80 (0.80–0.80) | 60.0 / 40.0 | 1.50× |", "**250 bytes per live descriptor key resident**", "![RSS and live keys", "**envoy failed**: boom", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
 	}
-	if bytes.Contains(b, []byte("latency-cdf.png")) {
+	if bytes.Contains(b, []byte("latency-cdf-envoy.png")) {
 		t.Error("REPORT.md links a plot that was not drawn")
 	}
 }
 
 func TestOptions(t *testing.T) {
-	o, done, err := parseOptions([]string{"--only", "single,envoy", "--rounds", "3"}, io.Discard, io.Discard)
-	if err != nil || done || !o.only["single"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
+	o, done, err := parseOptions([]string{"--only", "floor,envoy", "--rounds", "3"}, io.Discard, io.Discard)
+	if err != nil || done || !o.only["floor"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
 		t.Errorf("options %+v, %v, %v", o, done, err)
 	}
-	for _, args := range [][]string{{"--only", "bogus"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"--rls-memory-keys", "10"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"--rls-memory-keys", "10"}, {"extra"}, {"--nope"}} {
 		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
 			t.Errorf("%v: no error", args)
 		}

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,22 +14,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
-// Cluster scenario shape.
-const (
-	clusterNodes = 3
-	// clusterLimit per 1 s window. The overshoot is a matter of how much of
-	// the limit arrives within one sync interval, which depends on the
-	// multiple, not on the limit itself; 20/s keeps 100× (2000/s per key)
-	// affordable on two cores.
-	clusterLimit = 20
-	clusterSync  = 100 * time.Millisecond
-)
-
-var clusterMultiples = []int{2, 10, 100}
-
-func (r *runner) clusterEstimate() time.Duration {
-	return time.Duration(r.opt.clusterWin+5)*time.Second + 6*time.Second
-}
+// clusterSync is the sync interval of the cluster scenarios' nodes.
+const clusterSync = 100 * time.Millisecond
 
 // errNoNATS: scripts/install-nats.sh could not provide nats-server.
 var errNoNATS = errors.New("nats-server not available")
@@ -143,55 +126,6 @@ func (h *clusterHarness) metric(name string) ([]float64, error) {
 	return out, nil
 }
 
-// cluster is scenario 3: three nodes on one NATS, each key offered 2×, 10×
-// and 100× its limit, spread evenly over the nodes; what is admitted per
-// window, fixed and sliding. The six (algorithm, multiple) loads run at
-// once, each on its own key.
-func (r *runner) cluster(ctx context.Context) error {
-	c := &Cluster{Nodes: clusterNodes, Limit: clusterLimit, WindowMS: 1000, SyncInterval: clusterSync.String()}
-	r.res.Cluster = c
-	cfg := filepath.Join(r.tmp, "cluster.yaml")
-	if err := writeClusterConfig(cfg, clusterLimit); err != nil {
-		return err
-	}
-	h, err := r.startCluster(ctx, "s3", clusterNodes, cfg, clusterSync)
-	if err != nil {
-		if errors.Is(err, errNoNATS) {
-			c.Skipped = err.Error()
-		}
-		return err
-	}
-	defer h.stop()
-	nodes := h.targets()
-
-	// A warm-up second first: six load processes starting at once on two
-	// cores fall behind schedule and catch up in a burst, which is not
-	// the steady offered load the rows are about.
-	const warmup = 1500 * time.Millisecond
-	dur := time.Duration(c.WindowMS*int64(r.opt.clusterWin+2))*time.Millisecond + 500*time.Millisecond
-	var loads []load
-	for _, alg := range []string{"fixed", "sliding"} {
-		for _, m := range clusterMultiples {
-			rate := m * clusterLimit
-			conc := max(4, rate/250) // ~1 ms per check: room for slow answers
-			loads = append(loads, load{fmt.Sprintf("s3-%s-x%d", alg, m), []string{"check", "--target", strings.Join(nodes, ","),
-				"--connections", strconv.Itoa(clusterNodes), "--routes", clusterRoutes[alg], "--keys", "uniform", "--tenants", "1",
-				"--key-prefix", fmt.Sprintf("%s-x%d-", alg, m), "--rate", strconv.Itoa(rate), "--concurrency", strconv.Itoa(conc),
-				"--duration", dur.String(), "--warmup", warmup.String(), "--timeout", "1s", "--window", "1s"}})
-		}
-	}
-	runs, err := r.loadsAtOnce(ctx, dur+warmup, loads)()
-	if err != nil {
-		return err
-	}
-	for i, alg := range []string{"fixed", "sliding"} {
-		for j, m := range clusterMultiples {
-			c.Rows = append(c.Rows, clusterRow(alg, m, runs[i*len(clusterMultiples)+j], r.opt.clusterWin))
-		}
-	}
-	return nil
-}
-
 // load is one run of the load tool: its name and arguments.
 type load struct {
 	name string
@@ -217,56 +151,4 @@ func (r *runner) loadsAtOnce(ctx context.Context, budget time.Duration, loads []
 		wg.Wait()
 		return runs, errors.Join(errs...)
 	}
-}
-
-// clusterRow summarises one load: the whole windows (the first and last,
-// partial, dropped), at most want of them.
-func clusterRow(alg string, mult int, res *loadRun, want int) ClusterRow {
-	row := ClusterRow{Algorithm: alg, Multiple: mult, OfferedRPS: float64(mult * clusterLimit), AchievedRPS: round1(res.RPS),
-		Errors: res.Errors, MaxInSpan: res.MaxInSpan}
-	ws := res.Windows
-	if len(ws) > 2 {
-		ws = ws[1 : len(ws)-1]
-	}
-	if len(ws) > want {
-		ws = ws[:want]
-	}
-	var admitted []float64
-	for _, w := range ws {
-		row.Admitted = append(row.Admitted, w.Allowed)
-		row.StartMS = append(row.StartMS, w.StartMS)
-		admitted = append(admitted, float64(w.Allowed))
-	}
-	row.Windows = len(ws)
-	if len(ws) > 0 {
-		row.Min, row.Max = slices.Min(row.Admitted), slices.Max(row.Admitted)
-		row.Median = median(admitted)
-	}
-	return row
-}
-
-// Cluster is scenario 3.
-type Cluster struct {
-	Skipped      string       `json:"skipped,omitempty"`
-	Nodes        int          `json:"nodes"`
-	Limit        int          `json:"limit"`
-	WindowMS     int64        `json:"window_ms"`
-	SyncInterval string       `json:"sync_interval"`
-	Rows         []ClusterRow `json:"rows"`
-}
-
-// ClusterRow is one algorithm at one offered load.
-type ClusterRow struct {
-	Algorithm   string  `json:"algorithm"`
-	Multiple    int     `json:"multiple"` // offered load / limit
-	OfferedRPS  float64 `json:"offered_rps"`
-	AchievedRPS float64 `json:"achieved_rps"`
-	Windows     int     `json:"windows"`
-	Min         int64   `json:"min"`
-	Median      float64 `json:"median"`
-	Max         int64   `json:"max"`
-	MaxInSpan   int     `json:"max_in_any_span"`
-	Errors      int64   `json:"errors"`
-	Admitted    []int64 `json:"admitted"` // per window, in order
-	StartMS     []int64 `json:"start_ms"`
 }

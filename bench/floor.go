@@ -28,7 +28,10 @@ import (
 //
 // Beside the server on its gRPC port (allowed, denied), the same server
 // is measured on its lean Check listener (--check-addr; lean-allowed,
-// lean-denied), against the same references and the gRPC port.
+// lean-denied), against the same references and the gRPC port, and there
+// again with the top-keys sketch on (an admin listener, --admin-addr;
+// lean-allowed-top, lean-denied-top) against itself with the sketch off,
+// at saturation.
 //
 // Then the same at fixed rates, shares of the default no-op's saturated
 // throughput, and CPU profiles of the server, the default no-op and the
@@ -47,6 +50,7 @@ const (
 	floorNoop        = "noop"
 	floorBaseline    = "baseline-"
 	floorLean        = "lean-"
+	floorTop         = "-top" // the top-keys sketch on
 )
 
 func (r *runner) floor(ctx context.Context) error {
@@ -90,6 +94,15 @@ func (r *runner) floor(ctx context.Context) error {
 			return err
 		}
 	}
+	// The sketch records only with an admin listener: on a loopback port
+	// of its own, never read during the run.
+	top := "--admin-addr=127.0.0.1:0"
+	if err := add(floorLean+"allowed"+floorTop, r.bins.server, allowedLoad, r.serve(r.allowedCfg, top)...); err != nil {
+		return err
+	}
+	if err := add(floorLean+"denied"+floorTop, r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root), top)...); err != nil {
+		return err
+	}
 	if r.opt.baselineRef != "" {
 		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
 		f.Baseline = &b.FloorBaseline
@@ -114,8 +127,8 @@ func (r *runner) floor(ctx context.Context) error {
 		runs := map[string][]*loadRun{}
 		err := r.rotate(len(targets), func(round, i int) error {
 			t := targets[i]
-			if rate > 0 && t.mode != "" {
-				return nil // ShouldRateLimit and the anchors: at saturation only
+			if rate > 0 && (t.mode != "" || strings.HasSuffix(t.name, floorTop)) {
+				return nil // ShouldRateLimit, the anchors and the sketch: at saturation only
 			}
 			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, t.loadArgs(r.checkArgs(t.addr, floorConcurrency, rate, t.w))...)
 			if err != nil {
@@ -216,6 +229,7 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 		pairs[w] = []string{floorDefaultNoop, floorNoop, floorBaseline + grpcPort}
 		if grpcPort != w {
 			pairs[w] = append(pairs[w], grpcPort) // the lean listener against the gRPC port
+			pairs[w+floorTop] = []string{w}       // the sketch on against off
 		}
 	}
 	for _, w := range slices.Sorted(maps.Keys(pairs)) {
@@ -310,7 +324,7 @@ type Floor struct {
 	Rows          []FloorRow     `json:"rows"`
 	Ratios        []FloorRatio   `json:"ratios"`
 	Profiles      []FloorProfile `json:"profiles,omitempty"`
-	Runs          []SingleRun    `json:"runs"`
+	Runs          []RunRecord    `json:"runs"`
 }
 
 // FloorRow is one target at one level (saturation or a fixed rate):

@@ -108,6 +108,7 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 		"denied":           {floorRun(40, 100), floorRun(50, 100), floorRun(66, 100)},
 		"baseline-allowed": {floorRun(40, 100), floorRun(40, 100), floorRun(40, 100)},
 		"lean-allowed":     {floorRun(10, 50), floorRun(20, 100), floorRun(30, 100)},
+		"lean-allowed-top": {floorRun(11, 50), floorRun(20, 100), floorRun(33, 100)},
 	}
 	got := map[string]FloorRatio{}
 	for _, x := range floorRatios("saturation", 0, runs) {
@@ -141,6 +142,13 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 	}
 	if _, ok := got["allowed/allowed"]; ok {
 		t.Error("the gRPC port compared with itself")
+	}
+	// The sketch on against off, and against nothing else.
+	if l := got["lean-allowed-top/lean-allowed"]; l.Median != 1.1 || l.Min != 1 || l.Max != 1.1 {
+		t.Errorf("lean-allowed-top vs lean-allowed: %+v", l)
+	}
+	if _, ok := got["lean-allowed-top/"+floorDefaultNoop]; ok {
+		t.Error("the sketch on compared with a no-op")
 	}
 	row := floorRow("saturation", 0, "allowed", runs["allowed"])
 	if row.CPUUS != 30 || row.CPUMin != 20 || row.CPUMax != 40 || row.Latency.P99 != 100 || row.DeniedShare != 0 {
@@ -214,8 +222,10 @@ func TestFloorReportRenders(t *testing.T) {
 	res.Floor.Pinning = "servers on CPU 0, load tool on CPU 1"
 	res.Floor.SaturationRPS = 20000
 	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37, WaitShare: 0.025},
-		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6})
+		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6},
+		FloorRow{Level: "saturation", Target: "lean-denied", CPUUS: 20}, FloorRow{Level: "saturation", Target: "lean-denied-top", CPUUS: 20.4})
 	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
+	res.Floor.Ratios = append(res.Floor.Ratios, FloorRatio{Level: "saturation", Workload: "lean-denied-top", Versus: "lean-denied", Median: 1.02, Min: 0.99, Max: 1.05})
 	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
 		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}},
 		{Target: "lean-denied", Level: "10%", Rate: 2000, RPS: 2000, Seconds: 10, File: "cpu-floor-lean-denied-10pct.pprof", Top: "flat  flat%\n10ms 1% runtime.netpoll",
@@ -230,7 +240,8 @@ func TestFloorReportRenders(t *testing.T) {
 		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |", "| 0.0 | 2.5% | 0 |",
 		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) | — |", "| " + profileParts[1].part + " | — | 40.00 µs (25%) |",
 		"| part | allowed at saturation | lean-denied at 10% |", "pprof -top: lean-denied at 10% (2000 checks/s, 10s, <code>runs/cpu-floor-lean-denied-10pct.pprof</code>)",
-		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and"} {
+		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and",
+		"lean Check listener at saturation, CPU per check: denied 20.40 µs on, 20.00 µs off: **1.020×** (rounds 0.990–1.050)."} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}

@@ -4,22 +4,18 @@
 //
 //   - micro: the Go microbenchmarks of the hot path and a benchstat
 //     summary, compared with the previous run's when its settings match;
-//   - floor: CPU per check with the server bound to one CPU and the load
-//     tool to the other, at saturation and at 10% and 40% of it, against a
-//     default-configured grpc-go no-op, the no-op on this tree's stack and
-//     the server of --baseline-ref built in the run; CPU profiles of each;
-//   - single: one node's Check throughput and latency at concurrency 1, 16
-//     and 64, allowed and mostly denied, as a ratio to a no-op ext_authz
-//     server measured in the same run, alternating, so machine noise
-//     cancels; latency at fixed rates; CPU profiles of both;
+//   - floor: CPU per check, throughput and latency with the server bound
+//     to one CPU and the load tool to the other, at saturation and at 10%
+//     and 40% of it, against a default-configured grpc-go no-op, the no-op
+//     on this tree's stack and the server of --baseline-ref built in the
+//     run, alternating, so machine noise cancels; the top-keys sketch on
+//     and off; CPU profiles of each;
 //   - rls: ShouldRateLimit (Envoy's rate limit filter's call) against a
 //     no-op rate limit service on the same gRPC stack, with one and three
 //     descriptors, allowed and denied, CPU per call and throughput as
 //     ratios; then resident memory and live heap per descriptor key;
 //   - memory: resident memory and live keys while distinct keys arrive
 //     within one window, and after they expire;
-//   - cluster: three nodes on one NATS at 2×, 10× and 100× a limit,
-//     admitted per window, fixed and sliding;
 //   - accuracy: three replicated nodes in one process (bench/accuracy, on
 //     the public API of internal/counter and internal/replicate) at 1.1× to 1000× a
 //     limit, evenly and skewed, fixed and sliding: admitted per window,
@@ -65,7 +61,7 @@ import (
 
 func main() { cli.Main("bench", run) }
 
-var allScenarios = []string{"micro", "floor", "single", "rls", "memory", "cluster", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
+var allScenarios = []string{"micro", "floor", "rls", "memory", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
 
 type options struct {
 	out        string
@@ -82,7 +78,6 @@ type options struct {
 	benchtime  string
 	budget     time.Duration
 	plot       bool
-	clusterWin int
 	accWindows int
 	// sharesBaselineRef is the commit whose counter and replication the
 	// accuracy and scale scenarios measure beside this tree's; empty: none.
@@ -122,7 +117,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.DurationVar(&o.memWindow, "memory-window", time.Minute, "window of the memory scenario's bucket; the keys must arrive within one")
 	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
 	fs.Int64Var(&o.rlsMemKeys, "rls-memory-keys", 1_000_000, "distinct descriptor keys of the rls scenario's memory run")
-	fs.IntVar(&o.clusterWin, "cluster-windows", 20, "windows measured in the cluster scenario")
 	fs.IntVar(&o.accWindows, "accuracy-windows", 8, "whole windows counted per row in the accuracy scenario")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
@@ -149,7 +143,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		o.memKeys, o.memWindow = 100_000, 10*time.Second
 		o.rlsMemKeys = 50_000
 		o.count, o.benchtime = 1, "20ms"
-		o.clusterWin = 5
 		o.accWindows = 3
 	}
 	for _, c := range []struct {
@@ -163,7 +156,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		{o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000, "--rls-memory-keys: from 1000 to 16000000"},
 		{o.memBuckets < 1 || o.memBuckets > 8, "--memory-buckets: from 1 to 8"},
 		{o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0, "--memory-window: whole seconds from 1s to 10m"},
-		{o.clusterWin < 3 || o.clusterWin > 120, "--cluster-windows: from 3 to 120"},
 		{o.accWindows < 2 || o.accWindows > 60, "--accuracy-windows: from 2 to 60"},
 		{o.count < 1 || o.count > 20, "--count: from 1 to 20"},
 		{o.budget < time.Minute || o.budget > time.Hour, "--budget: from 1m to 1h"},
@@ -189,9 +181,6 @@ type runner struct {
 	res      *Results
 	// allowedCfg is the shipped configuration with limits nothing reaches.
 	allowedCfg string
-	// s1 figures later steps size themselves by.
-	allowedRPS64 float64
-	fixedRate    float64
 
 	depth int // steps running inside another (memory runs others while it waits)
 
@@ -258,10 +247,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if opt.only["floor"] {
 		r.step(ctx, "floor", r.floor)
 	}
-	if opt.only["single"] {
-		r.step(ctx, "single", r.single)
-		r.step(ctx, "profile", r.profile)
-	}
 	if opt.only["rls"] {
 		r.step(ctx, "rls", r.rls)
 	}
@@ -269,7 +254,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// one, and while its keys expire, the Envoy and cluster scenarios run.
 	var pending []task
 	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy}, {"rlqs", r.rlqsEstimate(), r.rlqs},
-		{"cluster", r.clusterEstimate(), r.cluster}, {"accuracy", r.accuracyEstimate(), r.accuracy},
+		{"accuracy", r.accuracyEstimate(), r.accuracy},
 		{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad}, {"scale", r.scaleEstimate(), r.scale}} {
 		if opt.only[t.name] {
 			pending = append(pending, t)

@@ -108,15 +108,12 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 
 	// Wait for a window that can hold the whole load; run pending tasks
 	// meanwhile.
-	// The rate the load will reach: from the single scenario when it ran,
-	// else from the warm-up just measured (unmatched checks, cheaper than
-	// new keys, so taken at half), so that a busy machine waits for a
-	// window that can hold the load instead of straddling two.
+	// The rate the load will reach: from the warm-up just measured
+	// (unmatched checks, cheaper than new keys, so taken at half), so that
+	// a busy machine waits for a window that can hold the load instead of
+	// straddling two.
 	rate := 15000.0
-	switch {
-	case r.allowedRPS64 > 0:
-		rate = 0.7 * r.allowedRPS64 // unique keys: every request a new entry, and the tool encodes each
-	case warm.RPS > 0:
+	if warm.RPS > 0 {
 		rate = min(rate, 0.5*warm.RPS)
 	}
 	est := time.Duration(float64(checks)/rate*float64(time.Second)) + 3*time.Second

@@ -39,53 +39,6 @@ var profileParts = []struct{ part, fn string }{
 	{"waking the runtime's monitor thread (entersyscallWakeSysmon)", "runtime.entersyscallWakeSysmon"},
 }
 
-// profile takes CPU profiles of the server and of the no-op server under
-// the same fixed-rate load (the allowed workload, up to 64 in flight), so
-// that the difference of the two (pprof -diff_base) is what the check
-// adds per request. The server serves its profiles on --pprof-addr.
-func (r *runner) profile(ctx context.Context) error {
-	p := &Profile{Seconds: 4, Rate: r.fixedRate}
-	if r.opt.quick {
-		p.Seconds = 2
-	}
-	if p.Rate == 0 {
-		p.Rate = 5000
-	}
-	r.res.Profile = p
-
-	srv, err := r.startCheckServer(ctx, "profile-server", r.allowedCfg, nil)
-	if err != nil {
-		return err
-	}
-	defer srv.stop()
-	p.Source = "ratelimit-authz serve --pprof-addr"
-	noop, err := r.startNoop(ctx, "profile-noop")
-	if err != nil {
-		return err
-	}
-	defer noop.stop()
-
-	secs := int(p.Seconds)
-	run, sp, err := r.profileUnderLoad(ctx, -1, "server", srv.pprofURL, secs, 25, r.checkArgs(srv.grpc, 64, p.Rate, allowedLoad)...)
-	if err != nil {
-		return err
-	}
-	p.LoadRPS = round1(run.RPS)
-	_, np, err := r.profileUnderLoad(ctx, -1, "noop", noop.pprofURL, secs, 25, r.checkArgs(noop.grpc, 64, p.Rate, allowedLoad)...)
-	if err != nil {
-		return err
-	}
-	p.File, p.NoopFile, p.Top = filepath.Base(sp.path), filepath.Base(np.path), sp.top
-	p.Shares, p.ServerCPUUS = shares(sp.cum, p.Rate*p.Seconds), perRequestUS(sp.cum, p.Rate, p.Seconds)
-	p.NoopShares, p.NoopCPUUS = shares(np.cum, p.Rate*p.Seconds), perRequestUS(np.cum, p.Rate, p.Seconds)
-	diff, err := r.runTool(ctx, "pprof-diff", time.Minute, nil, r.root, "go", "tool", "pprof", "-top", "-nodecount=20", "-diff_base", np.path, sp.path)
-	if err != nil {
-		return err
-	}
-	p.DiffTop = trimPprof(string(diff))
-	return nil
-}
-
 // pprofRead is a CPU profile's file and what pprof -top and -top -cum say
 // of it.
 type pprofRead struct{ path, top, cum string }
@@ -214,24 +167,6 @@ func shares(top string, requests float64) []ProfileShare {
 		}
 	}
 	return out
-}
-
-// Profile summarises CPU profiles of the server and of the no-op server
-// at the same fixed rate.
-type Profile struct {
-	Source      string         `json:"source"` // where the server's profile came from
-	Seconds     float64        `json:"seconds"`
-	Rate        float64        `json:"rate"`
-	LoadRPS     float64        `json:"load_rps"`
-	Top         string         `json:"top"`         // go tool pprof -top of the server
-	DiffTop     string         `json:"diff_top"`    // go tool pprof -top -diff_base noop server
-	Shares      []ProfileShare `json:"shares"`      // cumulative shares of chosen parts, server
-	NoopShares  []ProfileShare `json:"noop_shares"` // the same parts in the no-op's profile
-	ServerCPUUS float64        `json:"server_cpu_us_per_check"`
-	NoopCPUUS   float64        `json:"noop_cpu_us_per_check"`
-	File        string         `json:"file"`
-	NoopFile    string         `json:"noop_file"`
-	Error       string         `json:"error,omitempty"`
 }
 
 // ProfileShare is the cumulative share of the CPU samples in a part of

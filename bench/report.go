@@ -151,24 +151,18 @@ func shortCommit(b *FloorBaseline) string {
 
 func ptr(b bool) *bool { return &b }
 
-func singleRow(s *Single, c int, w string) (SingleRow, bool) {
-	if s == nil {
-		return SingleRow{}, false
-	}
-	return first(s.Rows, func(r SingleRow) bool { return r.Concurrency == c && r.Workload == w })
-}
-
 // targets judges the run against the four targets.
 func targets(res *Results) []Target {
 	var out []Target
 
-	t := Target{Name: "throughput", Goal: "Check throughput at concurrency 64 ≥ 0.85× the no-op server"}
-	a, okA := singleRow(res.Single, 64, "allowed")
-	d, okD := singleRow(res.Single, 64, "denied")
-	if okA && okD {
-		worst := min(a.Ratio, d.Ratio)
-		t.Value = worst
-		t.Measured = fmt.Sprintf("%.2f× allowed, %.2f× denied (%.0f and %.0f vs %.0f checks/s)", a.Ratio, d.Ratio, a.ServerRPS, d.ServerRPS, a.NoopRPS)
+	t := Target{Name: "throughput", Goal: "Check throughput at saturation ≥ 0.85× the no-op on this tree's stack, allowed and denied (the floor: pinned, 50 in flight)"}
+	a, okA := floorRowOf(res.Floor, "saturation", "allowed")
+	d, okD := floorRowOf(res.Floor, "saturation", "denied")
+	n, okN := floorRowOf(res.Floor, "saturation", floorNoop)
+	if okA && okD && okN && n.RPS > 0 {
+		worst := min(a.RPS, d.RPS) / n.RPS
+		t.Value = round(worst, 3)
+		t.Measured = fmt.Sprintf("%.2f× allowed, %.2f× denied (%.0f and %.0f vs %.0f checks/s)", a.RPS/n.RPS, d.RPS/n.RPS, a.RPS, d.RPS, n.RPS)
 		t.Met = ptr(worst >= targetRatio)
 		if !*t.Met {
 			t.Margin = fmt.Sprintf("%.0f%% short of 0.85×", 100*(targetRatio-worst)/targetRatio)
@@ -176,16 +170,14 @@ func targets(res *Results) []Target {
 	}
 	out = append(out, t)
 
-	t = Target{Name: "p99", Goal: "p99 ≤ 1 ms at concurrency 64"}
+	midRate := shareName(floorShares[1])
+	t = Target{Name: "p99", Goal: "p99 ≤ 1 ms at 40% of saturation, allowed and denied (the floor: pinned, open loop)"}
+	a, okA = floorRowOf(res.Floor, midRate, "allowed")
+	d, okD = floorRowOf(res.Floor, midRate, "denied")
 	if okA && okD {
-		worst := max(a.Server.P99, d.Server.P99)
+		worst := max(a.Latency.P99, d.Latency.P99)
 		t.Value = worst
-		t.Measured = fmt.Sprintf("%s allowed, %s denied (no-op: %s), closed loop", loadresult.Micros(a.Server.P99), loadresult.Micros(d.Server.P99), loadresult.Micros(a.Noop.P99))
-		for _, fr := range res.Single.FixedRate {
-			if fr.Workload == "allowed" {
-				t.Measured += fmt.Sprintf("; %s at a fixed %.0f/s (no-op %s)", loadresult.Micros(fr.Server.P99), fr.Rate, loadresult.Micros(fr.Noop.P99))
-			}
-		}
+		t.Measured = fmt.Sprintf("%s allowed, %s denied at %.0f/s", loadresult.Micros(a.Latency.P99), loadresult.Micros(d.Latency.P99), a.Rate)
 		t.Met = ptr(worst <= targetP99US)
 		if !*t.Met {
 			t.Margin = fmt.Sprintf("%.1f× the 1 ms goal", worst/targetP99US)
@@ -204,51 +196,10 @@ func targets(res *Results) []Target {
 	}
 	out = append(out, t)
 
-	t = Target{Name: "cluster", Goal: "cluster admitted ≤ 1.1× the limit at 10× offered load"}
-	if c := res.Cluster; c != nil && c.Skipped == "" && len(c.Rows) > 0 {
-		var parts []string
-		worst := 0.0
-		for _, r := range c.Rows {
-			if r.Multiple != 10 {
-				continue
-			}
-			x := float64(r.Max) / float64(c.Limit)
-			worst = max(worst, x)
-			parts = append(parts, fmt.Sprintf("%s max %.2f× (median %.2f×)", r.Algorithm, x, r.Median/float64(c.Limit)))
-		}
-		if len(parts) > 0 {
-			t.Value = worst
-			t.Measured = strings.Join(parts, ", ")
-			t.Met = ptr(worst <= targetOvershoot)
-			if !*t.Met {
-				t.Margin = fmt.Sprintf("worst window %.2f× the limit", worst)
-			}
-		}
-	} else if c != nil && c.Skipped != "" {
-		t.Measured = "skipped: " + c.Skipped
-	}
-	out = append(out, t)
 	out = append(out, accuracyTargets(res)...)
 	out = append(out, floorTargets(res)...)
 	return append(out, scaleTarget(res))
 }
-
-// part is the share of the profile part named starting with prefix; the
-// zero share when there is no profile or no such part.
-func part(p *Profile, prefix string) ProfileShare {
-	if p == nil {
-		return ProfileShare{}
-	}
-	for _, s := range p.Shares {
-		if strings.HasPrefix(s.Part, prefix) {
-			return s
-		}
-	}
-	return ProfileShare{}
-}
-
-// share is part's share of the samples.
-func share(p *Profile, prefix string) float64 { return part(p, prefix).Share }
 
 // writeReport writes REPORT.md from the results, one section after
 // another.
@@ -259,11 +210,8 @@ func (r *runner) writeReport() error {
 	writeTargets(&b, res)
 	writeAnalysis(&b, res)
 	section(&b, res, res.Floor, writeFloor)
-	section(&b, res, res.Single, writeSingle)
 	section(&b, res, res.RLS, writeRLS)
-	writeProfile(&b, res)
 	section(&b, res, res.Memory, writeMemory)
-	section(&b, res, res.Cluster, writeCluster)
 	section(&b, res, res.Accuracy, writeAccuracyReport)
 	section(&b, res, res.Envoy, writeEnvoy)
 	section(&b, res, res.RLQS, writeRLQSReport)
@@ -322,39 +270,10 @@ func writeTargets(b *md, res *Results) {
 	b.f("\n")
 }
 
-// writeSingle writes the single scenario's section: one node against the
-// no-op floor.
-func writeSingle(b *md, res *Results, s *Single) {
-	b.f("## 1. One node against the no-op floor\n\n")
-	b.f("`ratelimit-authz serve` and `ratelimit-bench noop` (an ext_authz server on the same gRPC stack, `internal/server`, that answers OK at once) under the same load, %d round(s) of %gs runs (after %gs warm-up), the targets alternating in a rotating order within each round; %d gRPC connections (as Envoy with two workers). Figures are medians over the rounds; the ratio is the median of each round's server/no-op pair (range in brackets).\n\n",
-		s.Rounds, s.RunS, s.WarmupS, s.Conns)
-	b.f("- **allowed**: the example API's route mix (`ratelimit-bench routes`), zipf(1.1) keys over 1000 tenants, 1000 channels, 10000 client IPs, 1000 accounts; limits out of reach, so every check counts and is allowed.\n")
-	b.f("- **denied**: the same mix over 4 keys of each kind against the shipped limits: most checks are over a limit.\n\n")
-	b.f("| concurrency | workload | checks/s | no-op/s | ratio | p50 | p90 | p99 | p99.9 | no-op p99 | denied | CPU µs/check: server / no-op / tool | errors |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range s.Rows {
-		b.f("| %d | %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %s | %s | %s | %s | %s | %.1f%% | %.1f / %.1f / %.1f | %d |\n", row.Concurrency, row.Workload,
-			row.ServerRPS, row.NoopRPS, row.Ratio, row.RatioMin, row.RatioMax, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
-			loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare,
-			row.ServerCPUUS, row.NoopCPUUS, row.ClientCPUUS, row.Errors)
-	}
-	b.f("\nCPU per check is the process's user + system time over the run (/proc/PID/stat) divided by the checks it answered; *tool* is the load tool's own, the same work whichever server it drives.\n")
-	if len(s.FixedRate) > 0 {
-		b.f("\nAt fixed rates (open loop, up to 64 in flight; a request that found every worker busy counts its latency from when it was due), 40%% and 10%% of what the no-op managed at concurrency 64, one run each:\n\n")
-		b.f("| rate | workload | p50 | p90 | p99 | p99.9 | no-op p50 | no-op p99 | no-op p99.9 |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, row := range s.FixedRate {
-			b.f("| %.0f/s | %s | %s | %s | %s | %s | %s | %s | %s |\n", row.Rate, row.Workload, loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P90),
-				loadresult.Micros(row.Server.P99), loadresult.Micros(row.Server.P999), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.Noop.P999))
-		}
-	}
-	b.f("\n")
-	b.plot(res, "latency-cdf.png", "Latency CDF, server vs no-op")
-	b.plot(res, "throughput.png", "Throughput relative to the no-op floor")
-}
-
 // writeRLS writes the rls scenario's section: ShouldRateLimit against
 // the no-op, then memory per descriptor key.
 func writeRLS(b *md, res *Results, rl *RLS) {
-	b.f("## 1b. ShouldRateLimit against the no-op rate limit service\n\n")
+	b.f("## ShouldRateLimit against the no-op rate limit service\n\n")
 	b.f("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`internal/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
 		rl.Concurrency, rl.Conns, rl.Rounds, rl.RunS, rl.WarmupS)
 	b.f("| workload | calls/s | no-op/s | throughput ratio | CPU µs/call server / no-op | CPU ratio | p50 | p99 | no-op p99 | denied | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -376,33 +295,9 @@ func writeRLS(b *md, res *Results, rl *RLS) {
 	}
 }
 
-// writeProfile writes where the server's CPU goes, from the profiles of
-// the single scenario.
-func writeProfile(b *md, res *Results) {
-	p := res.Profile
-	if p == nil || len(p.Shares) == 0 && p.Error == "" {
-		return
-	}
-	b.f("### Where the server's CPU goes\n\n")
-	b.f("CPU profiles of the server and of the no-op server, each for %gs under the allowed workload at a fixed %.0f checks/s (up to 64 in flight), so both answered the same checks: the server used **%.1f µs of CPU per check, the no-op %.1f µs**. Server profile: %s. Cumulative time of each part per check (a part includes the parts it calls; the rows overlap):\n\n",
-		p.Seconds, p.Rate, p.ServerCPUUS, p.NoopCPUUS, p.Source)
-	b.f("| part | server µs/check | share | no-op µs/check |\n|---|---:|---:|---:|\n")
-	for _, s := range p.Shares {
-		noop := "—"
-		for _, n := range p.NoopShares {
-			if n.Part == s.Part {
-				noop = fmt.Sprintf("%.2f", n.PerCheckUS)
-			}
-		}
-		b.f("| %s | %.2f | %.1f%% | %s |\n", s.Part, s.PerCheckUS, 100*s.Share, noop)
-	}
-	b.f("\nProfiles: `runs/%s` and `runs/%s`; `go tool pprof -top -diff_base runs/%s runs/%s` lists what the check adds function by function.\n\n", p.File, p.NoopFile, p.NoopFile, p.File)
-	b.f("<details><summary>pprof -top (server)</summary>\n\n```\n%s\n```\n</details>\n\n", p.Top)
-}
-
 // writeMemory writes the memory scenario's section.
 func writeMemory(b *md, res *Results, m *Memory) {
-	b.f("## 2. Memory: %d distinct keys in one %ds window\n\n", m.Keys, m.WindowS)
+	b.f("## Memory: %d distinct keys in one %ds window\n\n", m.Keys, m.WindowS)
 	copies := "no copy of it"
 	switch {
 	case m.Buckets == 2:
@@ -421,27 +316,9 @@ func writeMemory(b *md, res *Results, m *Memory) {
 	b.plot(res, "memory.png", "RSS and live keys over the memory run")
 }
 
-// writeCluster writes the cluster scenario's section.
-func writeCluster(b *md, res *Results, c *Cluster) {
-	b.f("## 3. Cluster accuracy: %d nodes on one NATS\n\n", c.Nodes)
-	if c.Skipped != "" {
-		b.f("Skipped: %s.\n\n", c.Skipped)
-	} else {
-		b.f("Limit %d per 1 s window on one tenant key per row; the load spread evenly over the %d nodes (one connection each), at a fixed rate of 2×, 10× and 100× the limit; sync interval %s. All six loads ran at once, each on its own key. Admitted = checks answered OK in each whole window (by the midpoint of each call; the first and last, partial, windows dropped). \"busiest\" is the most admitted in any 1 s span, window-aligned or not.\n\n",
-			c.Limit, c.Nodes, c.SyncInterval)
-		b.f("| window | offered | req/s | windows | min | median | max | max / limit | busiest 1 s | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-		for _, row := range c.Rows {
-			b.f("| %s | %d× | %.0f | %d | %d | %.1f | %d | %.2f× | %d | %d |\n", row.Algorithm, row.Multiple, row.AchievedRPS, row.Windows,
-				row.Min, row.Median, row.Max, float64(row.Max)/float64(c.Limit), row.MaxInSpan, row.Errors)
-		}
-		b.f("\nEach node admits, without waiting for the others, up to its share of what no node has been told is spent (the limit less the published counts, split over the %d nodes as the key's traffic was in its previous window), publishes a key once half its share is used, and takes its share of what then remains once its report has reached the others (about 15 ms): so even when the whole limit arrives within the first milliseconds of a window (100×), the nodes together admit about the limit. With a limit of %d, the rounding of shares (a share of 0 counts as 1) may add up to %d hits. A node whose share is used denies for those milliseconds although the cluster has budget left: that is what keeps a window at or just under the limit at 2×. The accuracy scenario below measures the same at up to 1000× in one process.\n\n", c.Nodes, c.Limit, c.Nodes-1)
-		b.plot(res, "cluster-windows.png", "Admitted per window over time")
-	}
-}
-
 // writeEnvoy writes the envoy scenario's section.
 func writeEnvoy(b *md, res *Results, e *EnvoyE2E) {
-	b.f("## 4. End to end through Envoy\n\n")
+	b.f("## End to end through Envoy\n\n")
 	b.f("One Envoy (%s, %d worker) running the shipped bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the ext_authz filter: left out (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz on its lean Check listener, as shipped (**on**). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
 		res.Env.EnvoyVersion, e.Workers, e.Rounds, e.RunS)
 	b.f("| concurrency | off p50 | off p99 | no-op p50 | no-op p99 | on p50 | on p99 | added p50 | added p99 | of which no-op p50 / p99 | req/s off / no-op / on | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -457,7 +334,7 @@ func writeEnvoy(b *md, res *Results, e *EnvoyE2E) {
 
 // writeClusterLoad writes the cluster-load scenario's section.
 func writeClusterLoad(b *md, res *Results, c *ClusterLoad) {
-	b.f("## 5. A cluster through a NATS outage\n\n")
+	b.f("## A cluster through a NATS outage\n\n")
 	b.f("%d nodes (`ratelimit-authz serve --backend cluster`, the shipped configuration, sync interval %s) on one nats-server; one tenant offered %.0f activity writes per second in all against `activity_create` (%d per 1 s window), %.1f/s through each node (one load process and connection per node). Once every node had counted a check of the load, NATS ran for %gs, was stopped (SIGTERM) for %gs, then started again on the same address, and the load ran on for at least %gs: it stopped %.1fs after the start (every node reported itself disconnected %.2fs later) and started again at %.1fs; every node had reconnected %.2fs after that. Admitted = checks answered OK in each 1 s window (by the midpoint of each call); windows across the stop, the restart or the reconnection are *transition*, the first and last *partial*. %d errors.\n\n",
 		c.Nodes, c.SyncInterval, c.RatePerNode*float64(c.Nodes), c.Limit, c.RatePerNode, c.UpS, c.DownS, c.BackS,
 		c.StopAtS, c.DisconnectedS, c.RestartAtS, c.ReconnectedS, c.Errors)
@@ -521,7 +398,7 @@ func writeFloor(b *md, res *Results, f *Floor) {
 		f.Pinning, f.Concurrency, f.Conns, f.Rounds, f.RunS, f.WarmupS)
 	b.f("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
 	b.f("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")
-	b.f("- **allowed**, **denied**: `ratelimit-authz serve` of this tree, with the workloads of section 1.\n")
+	b.f("- **allowed**, **denied**: `ratelimit-authz serve` of this tree. **allowed**: the example API's route mix (`ratelimit-bench routes`), zipf(1.1) keys over 1000 tenants, 1000 channels, 10000 client IPs, 1000 accounts, limits out of reach, so every check counts and is allowed; **denied**: the same mix over 4 keys of each kind against the shipped limits, so most checks are over a limit. **lean-…**: the same on its lean Check listener (`--check-addr`).\n")
 	b.f("- **rls-…**: the same at saturation with `ratelimit-bench rls` (ShouldRateLimit, one descriptor per call, the rls scenario's descriptor file): **rls-default-noop** is `noop-grpc` answering OK; **rls-allowed**, **rls-denied** this tree's server on its gRPC port, **rls-lean-…** on its lean listener; **ratelimit-redis-…** envoyproxy/ratelimit `%s` with a Redis of its own (`redis-server` on the same CPU; CPU per call counts both), **ratelimit-localcache-denied** the same with `LOCAL_CACHE_SIZE_IN_BYTES`=%d (over-limit keys answered without Redis); **gubernator-…** gubernator `%s`, one node, driven with `ratelimit-bench gubernator` (GetRateLimits with the same keys and limits). An anchor that did not build is named in the notes.\n", ratelimitVersion, ratelimitLocalCache, gubernatorVer)
 	if bl := f.Baseline; bl != nil {
 		if bl.Error != "" {
@@ -541,6 +418,18 @@ func writeFloor(b *md, res *Results, f *Floor) {
 		b.f("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %.1f%% | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
 			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
 			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
+	}
+	var tops []string
+	for _, w := range []string{"allowed", "denied"} {
+		on, okOn := floorRowOf(f, "saturation", floorLean+w+floorTop)
+		off, okOff := floorRowOf(f, "saturation", floorLean+w)
+		x, okX := floorRatio(f, "saturation", floorLean+w+floorTop, floorLean+w)
+		if okOn && okOff && okX {
+			tops = append(tops, fmt.Sprintf("%s %.2f µs on, %.2f µs off: **%.3f×** (rounds %.3f–%.3f)", w, on.CPUUS, off.CPUUS, x.Median, x.Min, x.Max))
+		}
+	}
+	if len(tops) > 0 {
+		b.f("\nThe top-keys sketch (**lean-…-top**: the same server with an admin listener, `--admin-addr`, which turns the sketch on) against the same server without, lean Check listener at saturation, CPU per check: %s.\n", strings.Join(tops, "; "))
 	}
 	b.f("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
 	b.f("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")
@@ -647,47 +536,17 @@ func writeAnalysis(b *md, res *Results) {
 		return
 	}
 	b.f("### Why targets were missed\n\n")
-	p := res.Profile
 	for _, t := range missed {
 		switch t.Name {
 		case "throughput":
-			a, _ := singleRow(res.Single, 64, "allowed")
-			if d, ok := singleRow(res.Single, 64, "denied"); ok && d.Ratio < a.Ratio {
-				a = d
-			}
-			b.f("- **Throughput** (%s). The server does everything the no-op does plus the check; ", t.Margin)
-			if a.ServerCPUUS > 0 && a.NoopCPUUS > 0 {
-				predicted := (a.NoopClientCPUUS + a.NoopCPUUS) / (a.ClientCPUUS + a.ServerCPUUS)
-				b.f("at concurrency 64 (%s) it used %.1f µs of CPU per check against the no-op's %.1f µs (%+.0f%%), and the load tool, on the same cores, %.1f µs per check. When the cores are the limit, throughput is cores / (tool + server CPU per check), so these figures predict a ratio of %.2f (measured %.2f). ",
-					a.Workload, a.ServerCPUUS, a.NoopCPUUS, 100*(a.ServerCPUUS/a.NoopCPUUS-1), a.ClientCPUUS, predicted, a.Ratio)
-			}
-			if p != nil && len(p.Shares) > 0 {
-				b.f("In its CPU profile (at a fixed %.0f/s) the handler, `Check`, is %.1f µs per check, %.0f%% of the samples", p.Rate, part(p, "Check").PerCheckUS, 100*share(p, "Check"))
-				b.f(" (descriptors %.0f%%, counter %.0f%%, duration histogram %.0f%%), while work any ext_authz server does dominates: decoding the CheckRequest (a map of every header) %.0f%%, encoding the answer %.0f%%, HTTP/2 frames in and out and their system calls most of the rest, growing the stacks of gRPC's per-call goroutines %.0f%%, GC %.0f%%. ",
-					100*share(p, "descriptors"), 100*share(p, "counter"), 100*share(p, "check duration"),
-					100*share(p, "decode"), 100*share(p, "encode"), 100*share(p, "goroutine stack"), 100*share(p, "garbage"))
-			}
-			if a.ServerCPUUS > 0 {
-				b.f("Sharing the cores with the load tool pulls the ratio towards 1; on a node of its own, CPU-bound, the server would reach about no-op CPU / server CPU = %.2f of the no-op's rate.\n", a.NoopCPUUS/a.ServerCPUUS)
-			} else {
-				b.f("The load tool shares the %d cores, which pulls the ratio towards 1.\n", res.Env.Cores)
-			}
+			f := res.Floor
+			on, _ := floorRowOf(f, "saturation", floorNoop)
+			sa, _ := floorRowOf(f, "saturation", "allowed")
+			sd, _ := floorRowOf(f, "saturation", "denied")
+			b.f("- **Throughput** (%s). Pinned to one CPU, a server's throughput is that CPU over its CPU per check: the server used %.1f µs allowed and %.1f µs denied, the no-op on the same stack %.1f µs. The floor section's profiles show where the difference goes.\n",
+				t.Margin, sa.CPUUS, sd.CPUUS, on.CPUUS)
 		case "p99":
-			a, _ := singleRow(res.Single, 64, "allowed")
-			b.f("- **p99 at concurrency 64** (%s). With 64 requests always in flight, latency is mostly queueing: by Little's law the mean is 64 / throughput = %s at %.0f checks/s.",
-				t.Margin, loadresult.Micros(64/max(a.ServerRPS, 1)*1e6), a.ServerRPS)
-			if a.Noop.P99 > targetP99US {
-				b.f(" The no-op server's own p99 is %s: no ext_authz server meets 1 ms at concurrency 64 closed-loop on these %d shared cores; the check adds %s to it.", loadresult.Micros(a.Noop.P99), res.Env.Cores, loadresult.Micros(a.Server.P99-a.Noop.P99))
-			} else {
-				b.f(" The no-op server's p99 is %s: the check itself adds %s.", loadresult.Micros(a.Noop.P99), loadresult.Micros(a.Server.P99-a.Noop.P99))
-			}
-			for _, fr := range res.Single.FixedRate {
-				if fr.Workload == "allowed" {
-					b.f(" At a fixed %.0f/s (up to 64 in flight) the p99 is %s (no-op %s).", fr.Rate, loadresult.Micros(fr.Server.P99), loadresult.Micros(fr.Noop.P99))
-				}
-			}
-			b.f(" Below saturation the tail is the machine's: both processes share two cores with the load tool, so a check waits whenever the scheduler or a GC cycle runs something else first.")
-			b.f("\n")
+			b.f("- **p99 ≤ 1 ms at 40%% of saturation** (%s). The server runs pinned at a fixed rate it serves with room to spare; a p99 far above the saturated p50 means its CPU was shared with other work on the machine (the floor's *waited* column, the load average in the Steps table).\n", t.Margin)
 		case "memory":
 			m := res.Memory
 			b.f("- **Memory** (%s). RSS counts the whole process, garbage not yet collected included: with GOGC=100 the heap grows to twice the live set before each collection, and here resident memory per key is %.1f× the live heap's %.0f B/key. The live heap per key is the entry in its shard's slab, its slot in the shard's hash table (at most 3/4 full) and the key's bytes in the shard's arena (client IPs here, 7 to 14 bytes); BenchmarkMemoryPerKey measures the same in process (below). A server run with --memory-limit off keeps GOGC's doubling.",
@@ -723,27 +582,6 @@ func writeAnalysis(b *md, res *Results) {
 			b.f("- **RSS per key at 1 M keys** (%s): see the memory section.\n", t.Margin)
 		case "accuracy-overshoot", "accuracy-floor", "accuracy-burst":
 			writeAccuracyAnalysis(b, res, t)
-		case "cluster":
-			c := res.Cluster
-			b.f("- **Cluster** (%s).", t.Margin)
-			for _, row := range c.Rows {
-				if row.Multiple != 10 || float64(row.Max) <= targetOvershoot*float64(c.Limit) {
-					continue
-				}
-				over := 0
-				for _, a := range row.Admitted {
-					if float64(a) > targetOvershoot*float64(c.Limit) {
-						over++
-					}
-				}
-				b.f(" With %s windows at 10×, %d of %d windows admitted over 1.1× the limit (max %d, median %.1f, limit %d).", row.Algorithm, over, row.Windows, row.Max, row.Median, c.Limit)
-				if row.Algorithm == "sliding" {
-					b.f(" With a sliding window the budget reopens continuously as the previous window's weight decays, about limit × sync interval / window = %.0f per interval here, and each node can take a reopening before it hears that the others took it too; the excess then delays the next reopening, so it does not accumulate, but single windows run over.", float64(c.Limit)*float64(clusterSync.Milliseconds())/float64(c.WindowMS))
-				} else {
-					b.f(" Each node admits on its own view until the others' next batch arrives: within one sync interval every node can admit what it has not yet seen the others admit.")
-				}
-			}
-			b.f("\n")
 		}
 	}
 	b.f("\n")

@@ -15,11 +15,8 @@ type Results struct {
 	Env         Env          `json:"env"`
 	Targets     []Target     `json:"targets"`
 	Micro       *Micro       `json:"micro,omitempty"`
-	Single      *Single      `json:"single,omitempty"`
 	Floor       *Floor       `json:"floor,omitempty"`
-	Profile     *Profile     `json:"profile,omitempty"`
 	Memory      *Memory      `json:"memory,omitempty"`
-	Cluster     *Cluster     `json:"cluster,omitempty"`
 	Accuracy    *Accuracy    `json:"accuracy,omitempty"`
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`

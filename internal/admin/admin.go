@@ -67,6 +67,50 @@ type Deps struct {
 	// that did not answer in time; nil: the node is not in a cluster. The
 	// peers answer with Server.Answer.
 	Ask func(ctx context.Context, query []byte) (answers []PeerAnswer, missing []string, err error)
+	// State is the node's configuration and overrides, for the status
+	// page; nil: not shown.
+	State State
+}
+
+// State reads what the status page shows of the node besides its tops.
+// Its methods must be safe for concurrent use and must not block on a
+// reload or on Postgres.
+type State interface {
+	Config() ConfigState
+	Overrides() OverridesState
+}
+
+// ConfigState is the configuration a node serves and its last reload.
+type ConfigState struct {
+	// Generation counts the configurations applied: 1 is the one the
+	// node started with, each applied reload adds one.
+	Generation uint64
+	// Applied is when the configuration served was applied.
+	Applied time.Time
+	// Last is the last reload tried; nil: none since start.
+	Last *Reload
+}
+
+// Reload is one reload's result.
+type Reload struct {
+	At time.Time
+	// Err is why it was refused (the previous configuration keeps
+	// serving); empty: applied.
+	Err string
+	// Problems are the refusal's located problems (file:line:col:
+	// message), when it carries any.
+	Problems []string
+}
+
+// OverridesState is where the tenant overrides in effect come from.
+type OverridesState struct {
+	// Source is "postgres" (the last refresh), "snapshot" (the snapshot
+	// file: Postgres not reached since start), "none" (the configured
+	// limits: nothing loaded) or "off" (no database configured).
+	Source string
+	// Detail is one line: the overrides and key owners in effect, how
+	// current they are and, when degraded, why.
+	Detail string
 }
 
 // PeerAnswer is one peer's answer to a query.

@@ -252,6 +252,49 @@ func TestPage(t *testing.T) {
 	}
 }
 
+// state is a node's configuration and overrides, as given.
+type state struct {
+	config    admin.ConfigState
+	overrides admin.OverridesState
+}
+
+func (s state) Config() admin.ConfigState       { return s.config }
+func (s state) Overrides() admin.OverridesState { return s.overrides }
+
+// The page shows the configuration's generation, the last reload's
+// refusal with each of its problems escaped, and where the overrides
+// come from.
+func TestPageConfigAndOverrides(t *testing.T) {
+	now := time.Now()
+	st := state{
+		config: admin.ConfigState{Generation: 7, Applied: now.Add(-time.Hour), Last: &admin.Reload{
+			At: now.Add(-time.Minute), Err: "2 problems",
+			Problems: []string{"a.yaml:2:3: bucket <b>x</b>", "a.yaml:9:1: unknown key"},
+		}},
+		overrides: admin.OverridesState{Source: "snapshot", Detail: "snapshot file /var/lib/o.json (3 overrides, 0 key owners)"},
+	}
+	url := startWith(t, admin.Config{}, admin.Deps{Sketch: flood(t), State: st})
+	code, _, body := get(t, "GET", url+"/", "")
+	if code != 200 {
+		t.Fatalf("GET /: %d", code)
+	}
+	for _, want := range []string{`<strong id="generation">7</strong>`, "was <strong>refused</strong>",
+		"<code>a.yaml:2:3: bucket &lt;b&gt;x&lt;/b&gt;</code>", "<code>a.yaml:9:1: unknown key</code>",
+		`<strong id="overrides-source">snapshot</strong>`, "(3 overrides, 0 key owners)"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the page has no %q:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "<b>x") {
+		t.Errorf("a problem is not escaped:\n%s", body)
+	}
+	st.config.Last = &admin.Reload{At: now, Err: "node: reload refused: counter.max_keys only changes with a restart"}
+	_, _, body = get(t, "GET", startWith(t, admin.Config{}, admin.Deps{Sketch: flood(t), State: st})+"/", "")
+	if !strings.Contains(body, `<p id="reload-problems"><code>node: reload refused: counter.max_keys only changes with a restart</code></p>`) {
+		t.Errorf("a refusal without located problems is not shown:\n%s", body)
+	}
+}
+
 // The page lists a cluster node's peers, escaping their node ids, and
 // says whether messages are sealed; a node alone says so.
 func TestPageCluster(t *testing.T) {

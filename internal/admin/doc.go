@@ -1,8 +1,9 @@
 // Package admin serves the admin listener: GET /v1/top, the top keys of
 // every bucket as JSON, and a status page at / (server-rendered HTML that
 // refreshes itself, no JavaScript) with the buckets, their rates and top
-// keys, and the node's state read from its metrics (reloads, overrides,
-// peers, connections).
+// keys, the configuration's generation and last reload, where the
+// overrides come from (read through [State]), the cluster's peers, and
+// the node's state read from its metrics (connections, the counter).
 //
 // Keys are personal data (client IPs, accounts, tenants), so the
 // listener is off unless an address is given, and [New] refuses an

@@ -22,6 +22,9 @@ type pageData struct {
 	Buckets  []pageBucket
 	State    []stateRow
 	Cluster  *Cluster // nil: not a cluster node
+	// Config and Overrides are nil when Deps.State is.
+	Config    *ConfigState
+	Overrides *OverridesState
 	// With ?cluster=1, the nodes merged in and those that did not answer.
 	Nodes, Missing []string
 }
@@ -68,11 +71,11 @@ type stateRow struct {
 }
 
 // stateMetrics are the metrics the page shows, by name without the
-// ratelimit_authz_ prefix: the configuration's reloads, where the
-// overrides come from, the cluster, the listeners and the counter.
+// ratelimit_authz_ prefix: the reloads and the overrides' freshness
+// (beside their sections), the cluster, the listeners and the counter.
 var stateMetrics = []string{
-	"config_reloads_total", "config_last_reload_successful", "config_last_reload_success_timestamp_seconds",
-	"overrides_source", "overrides_loaded", "overrides_degraded", "overrides_snapshot_age_seconds", "overrides_invalid_rows",
+	"config_reloads_total",
+	"overrides_degraded", "overrides_snapshot_age_seconds", "overrides_invalid_rows",
 	"replicate_connected", "replicate_peers",
 	"server_connections_open", "rlqs_streams", "failures_accesslog_streams_open",
 	"counter_live_keys", "counter_max_keys", "counter_keys_refused_total",
@@ -91,6 +94,10 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	if s.deps.Cluster != nil {
 		c := s.deps.Cluster()
 		d.Cluster = &c
+	}
+	if s.deps.State != nil {
+		c, o := s.deps.State.Config(), s.deps.State.Overrides()
+		d.Config, d.Overrides = &c, &o
 	}
 	var buf bytes.Buffer
 	if err := s.page.Execute(&buf, d); err != nil {

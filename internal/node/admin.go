@@ -3,10 +3,12 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
@@ -37,7 +39,7 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 	if n.cfg.Admin == nil {
 		return nil, nil
 	}
-	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg}
+	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg, State: adminState{n}}
 	if n.repl != nil {
 		deps.Cluster, deps.Ask = adminCluster(n.repl), adminAsk(n.repl)
 	}
@@ -102,4 +104,38 @@ func adminCluster(r *replicate.Replicator) func() admin.Cluster {
 		}
 		return c
 	}
+}
+
+// adminState is the node's configuration and overrides as the status
+// page reads them: it takes neither the reload lock nor a database
+// connection.
+type adminState struct{ n *Node }
+
+var _ admin.State = adminState{}
+
+func (a adminState) Config() admin.ConfigState {
+	gen, applied, last := a.n.reloads.state()
+	c := admin.ConfigState{Generation: gen, Applied: applied}
+	if last != nil {
+		c.Last = &admin.Reload{At: last.at}
+		if last.err != nil {
+			c.Last.Err = last.err.Error()
+			if ps, ok := configfile.AsProblems(last.err); ok {
+				for _, p := range ps {
+					c.Last.Problems = append(c.Last.Problems, p.String())
+				}
+			}
+		}
+	}
+	return c
+}
+
+func (a adminState) Overrides() admin.OverridesState {
+	// The cache's line names what it describes first; the page names it
+	// once.
+	c := a.n.overrides
+	if c == nil {
+		return admin.OverridesState{Source: "off", Detail: "no database URL: the configured limits only"}
+	}
+	return admin.OverridesState{Source: c.SourceName(), Detail: strings.TrimPrefix(c.State(), "overrides: ")}
 }

@@ -12,9 +12,14 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
 // A node with an admin listener lists, in its bucket's denied top, the
@@ -171,4 +176,81 @@ func TestAdminClusterView(t *testing.T) {
 			t.Errorf("%s: %d hits listed, sent %d", k, listed[k], want)
 		}
 	}
+}
+
+// The status page shows the configuration's generation and the last
+// reload's result with its located problems, and where the tenant
+// overrides in effect come from: off without a database, Postgres with
+// the overrides it holds once loaded.
+func TestAdminPageShowsConfigAndOverrides(t *testing.T) {
+	r := shipped(t)
+	dbURL := overridesDB(t, Sources{Rules: r}, "big", limits.Override{Bucket: "activity_create", Limit: 500, ScaleMS: 1000})
+
+	page := func(n *running) string {
+		t.Helper()
+		code, body := scrape.Page(t, "http://"+n.AdminAddr().String()+"/")
+		if code != 200 {
+			t.Fatalf("GET /: %d", code)
+		}
+		return body
+	}
+	has := func(body string, want ...string) {
+		t.Helper()
+		for _, w := range want {
+			if !strings.Contains(body, w) {
+				t.Errorf("the page has no %q:\n%s", w, body)
+			}
+		}
+	}
+
+	cfg := local(r)
+	cfg.Admin = &admin.Config{Addr: "127.0.0.1:0"}
+	off := start(t, cfg)
+	has(page(off), `<strong id="generation">1</strong>`, "No reload since start.", `<strong id="overrides-source">off</strong>`)
+
+	cfg.Overrides = Overrides{DatabaseURL: dbURL}
+	n := start(t, cfg)
+	has(page(n), `<strong id="overrides-source">postgres</strong>`, "postgres, current (1 overrides, 0 key owners)")
+
+	_, parseErr := configfile.Parse([]byte("buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n"), "broken.yaml")
+	if err := n.ReloadFrom(context.Background(), func() (*configfile.Rules, error) { return nil, parseErr }); err == nil {
+		t.Fatal("the broken configuration reloads")
+	}
+	body := page(n)
+	has(body, `<strong id="generation">1</strong>`, "was <strong>refused</strong>", `<table id="reload-problems">`, "<code>broken.yaml:2:")
+
+	if err := n.Reload(context.Background(), shipped(t)); err != nil {
+		t.Fatal(err)
+	}
+	body = page(n)
+	has(body, `<strong id="generation">2</strong>`, "was applied.")
+	if strings.Contains(body, "reload-problems") {
+		t.Errorf("the applied reload still shows problems:\n%s", body)
+	}
+}
+
+// overridesDB starts a Postgres with the overrides schema, stores one
+// override of tenant for the overridable buckets of s, and returns the
+// database's URL.
+func overridesDB(t *testing.T, s Sources, tenant string, o limits.Override) string {
+	t.Helper()
+	pg := testpg.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := testpg.Connect(t, pg.URL())
+	if _, err := overridedb.Migrate(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := snapshot.Compile(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := overridedb.NewStore(conn, snap.Overridable())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Set(ctx, tenant, o, "test"); err != nil {
+		t.Fatal(err)
+	}
+	return pg.URL()
 }

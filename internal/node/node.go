@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -121,6 +122,7 @@ type Node struct {
 	repl         *replicate.Replicator // nil: the local backend
 	leases       *inflight.Sync
 	runOverrides func(context.Context) error
+	overrides    *overrides.Cache // nil: no database
 	srv          *server.Server
 	running      atomic.Bool
 	fronts       []*frontEnd
@@ -217,7 +219,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, srv: srv, fronts: fronts,
+		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, overrides: cache, srv: srv, fronts: fronts,
 		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {

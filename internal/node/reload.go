@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -145,12 +146,25 @@ func restartOnly(old, r *configfile.Rules) error {
 	return nil
 }
 
-// reloadMetrics are the outcomes of reloads.
+// reloadMetrics are the outcomes of reloads, exported and kept for the
+// status page.
 type reloadMetrics struct {
 	log         *slog.Logger
 	total       map[bool]prometheus.Counter
 	lastSuccess prometheus.Gauge
 	successful  prometheus.Gauge
+
+	mu         sync.Mutex // guards the fields below; never held across a reload
+	generation uint64     // configurations applied: 1 at start
+	applied    time.Time  // when the one served was applied
+	last       *reloadResult
+}
+
+// reloadResult is one reload's outcome: when it was tried and, when it
+// was refused, why.
+type reloadResult struct {
+	at  time.Time
+	err error
 }
 
 func newReloadMetrics(reg prometheus.Registerer, log *slog.Logger) (*reloadMetrics, error) {
@@ -176,12 +190,20 @@ func newReloadMetrics(reg prometheus.Registerer, log *slog.Logger) (*reloadMetri
 			return nil, fmt.Errorf("register reload metrics: %w", err)
 		}
 	}
-	m.lastSuccess.SetToCurrentTime()
+	m.generation, m.applied = 1, time.Now()
+	m.lastSuccess.Set(float64(m.applied.UnixNano()) / 1e9)
 	m.successful.Set(1)
 	return m, nil
 }
 
 func (m *reloadMetrics) record(err error, start time.Time) {
+	m.mu.Lock()
+	m.last = &reloadResult{at: start, err: err}
+	if err == nil {
+		m.generation++
+		m.applied = start
+	}
+	m.mu.Unlock()
 	m.total[err == nil].Inc()
 	if err != nil {
 		m.successful.Set(0)
@@ -189,4 +211,12 @@ func (m *reloadMetrics) record(err error, start time.Time) {
 	}
 	m.successful.Set(1)
 	m.lastSuccess.Set(float64(start.UnixNano()) / 1e9)
+}
+
+// state is the generation served, when it was applied, and the last
+// reload tried (nil: none).
+func (m *reloadMetrics) state() (generation uint64, applied time.Time, last *reloadResult) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.generation, m.applied, m.last
 }

@@ -18,14 +18,11 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
 // rlsLayout writes envoyproxy/ratelimit configuration files in upstream's
@@ -198,34 +195,17 @@ func TestRLSCountsReplicate(t *testing.T) {
 // the rule's name, applies to the descriptors whose first value is that
 // tenant, and to no other.
 func TestRLSTenantOverride(t *testing.T) {
-	pg := testpg.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	conn := testpg.Connect(t, pg.URL())
-	if _, err := overridedb.Migrate(ctx, conn); err != nil {
-		t.Fatal(err)
-	}
 	r := shipped(t)
 	rlsCfg := &RLS{Layout: rlsLayout(t, map[string]string{"edge.yaml": rlsRules})}
 	rc, err := loadRLS(rlsCfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := snapshot.Compile(Sources{Rules: r, RLS: rc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := overridedb.NewStore(conn, snap.Overridable())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Set(ctx, "big", limits.Override{Bucket: "rls_tenant", Limit: 100, ScaleMS: 3_600_000}, "test"); err != nil {
-		t.Fatal(err)
-	}
+	dbURL := overridesDB(t, Sources{Rules: r, RLS: rc}, "big", limits.Override{Bucket: "rls_tenant", Limit: 100, ScaleMS: 3_600_000})
 
 	cfg := local(r)
 	cfg.RLS = rlsCfg
-	cfg.Overrides = Overrides{DatabaseURL: pg.URL()}
+	cfg.Overrides = Overrides{DatabaseURL: dbURL}
 	n := start(t, cfg)
 	_, c := dial(t, n.GRPCAddr())
 	client := rlsv3.NewRateLimitServiceClient(c)

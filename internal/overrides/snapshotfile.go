@@ -371,6 +371,10 @@ func (c *Cache) loadSnapshotFile() {
 // SourcePostgres or SourceSnapshotFile.
 func (c *Cache) Source() int { return int(c.source.Load()) }
 
+// SourceName is Source's name: "none", "postgres" or "snapshot", as the
+// ratelimit_authz_overrides_source metric labels it.
+func (c *Cache) SourceName() string { return sourceNames[c.Source()] }
+
 // State describes in one line where the overrides served come from and
 // whether they are current, for /readyz and operators.
 func (c *Cache) State() string {

@@ -10,7 +10,7 @@ import (
 )
 
 // TestTopClusterThroughEnvoy: three nodes behind one Envoy, each with an
-// admin listener; one tenant floods activities among two thousand calm
+// admin listener; one tenant floods activities among ten thousand calm
 // ones, its checks spread over the nodes. One node's ?cluster=1 names it
 // first in the denied top with every 429 Envoy answered it, whichever
 // node denied them, and no node missing.
@@ -34,7 +34,11 @@ func TestTopClusterThroughEnvoy(t *testing.T) {
 		return nil
 	})
 
-	denied := flood(t, c.stack)
+	httpAddrs := make([]string, len(c.nodes))
+	for i, nd := range c.nodes {
+		httpAddrs[i] = nd.httpAddr
+	}
+	denied := flood(t, c.stack, httpAddrs...)
 	poll.Until(t, 20*time.Second, 100*time.Millisecond, func() error {
 		r, err := readTop(c.client, c.nodes[0].adminAddr, "&cluster=1")
 		if err != nil {

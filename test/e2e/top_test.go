@@ -22,9 +22,10 @@ import (
 )
 
 // TestTopThroughEnvoy: one tenant floods activities through Envoy among
-// two thousand tenants sending one each; the server's admin listener
+// ten thousand tenants sending one each; the server's admin listener
 // names it first in activity_create's denied top, in /v1/top and on the
-// status page, with the 429s Envoy answered it.
+// status page, with the 429s Envoy answered it, and the sketch's memory
+// does not grow.
 func TestTopThroughEnvoy(t *testing.T) {
 	serverBin := serverBinary(t)
 	config := serverConfigPath(t)
@@ -33,7 +34,6 @@ func TestTopThroughEnvoy(t *testing.T) {
 	adminAddr := s.spare[0]
 	s.startServer(serverBin, config, "--admin-addr", adminAddr)
 
-	const calm, noisy = 2000, 2000
 	var denied atomic.Int64
 	start := time.Now()
 	firstAt := make(chan time.Duration, 1)
@@ -47,11 +47,11 @@ func TestTopThroughEnvoy(t *testing.T) {
 		}
 		close(firstAt)
 	}()
-	denied.Store(flood(t, s))
+	denied.Store(flood(t, s, s.httpAddr))
 	took := time.Since(start)
 	if d, ok := <-firstAt; ok {
 		t.Logf("%d requests in %v (noisy at %.0f/s against a budget of %d/s); noisy first in the denied top %v after the flood began",
-			calm+noisy, took, noisy/took.Seconds(), activityLimit, d)
+			2*calmKeys, took, calmKeys/took.Seconds(), activityLimit, d)
 	} else {
 		t.Errorf("noisy never came first in the denied top")
 	}
@@ -87,12 +87,20 @@ func TestTopThroughEnvoy(t *testing.T) {
 
 	t.Run("browser", func(t *testing.T) {
 		// The page as a real headless browser renders it: noisy first in
-		// its bucket's denied keys, and the bucket's denied rate that of
-		// its 429s over the minute (60 to 70 s: every denial was noisy's).
+		// its bucket's denied keys, the bucket's denied rate that of its
+		// 429s over the minute (60 to 70 s: every denial was noisy's),
+		// the configuration's generation and the overrides' source.
 		dom := browserDOM(t, s.logs.dir, "http://"+adminAddr+"/")
 		first := strings.Index(dom, `class="key denied"`)
 		if first < 0 || !strings.HasPrefix(dom[first:], `class="key denied">noisy<`) {
 			t.Errorf("the rendered page's first denied key is not noisy:\n%s", dom)
+		}
+		// The configuration it started with, never reloaded, and no
+		// database: the configured limits only.
+		for _, want := range []string{`<strong id="generation">1</strong>`, `<span id="last-reload">No reload since start.</span>`, `<strong id="overrides-source">off</strong>`} {
+			if !strings.Contains(dom, want) {
+				t.Errorf("the rendered page has no %q:\n%s", want, dom)
+			}
 		}
 		m := deniedRate.FindStringSubmatch(dom)
 		if m == nil {
@@ -139,10 +147,39 @@ func browserDOM(t *testing.T, dir, url string) string {
 	return string(run("--dump-dom"))
 }
 
-// flood sends 2000 activities of the tenant "noisy" through Envoy,
-// interleaved with one of each of 2000 calm tenants, and returns the 429s
+// calmKeys is how many calm tenants a flood sends one activity each,
+// interleaved one for one with the noisy tenant's (through Envoy about
+// ten times activityLimit).
+const calmKeys = 10_000
+
+// flood sends calmKeys activities of the tenant "noisy" through Envoy,
+// interleaved with one of each of calmKeys calm tenants, and returns the
+// 429s noisy got. The last three quarters of the flood, distinct keys
+// all, must leave the sketch's memory (ratelimit_authz_top_memory_bytes)
+// of every node in httpAddrs as the first quarter left it: by then
+// activity_create has its summaries in every shard.
+func flood(t *testing.T, s *stack, httpAddrs ...string) int64 {
+	t.Helper()
+	denied := send(t, s, 0, calmKeys/4)
+	before := make([]float64, len(httpAddrs))
+	for i, a := range httpAddrs {
+		if before[i] = metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); before[i] <= 0 {
+			t.Fatalf("%s: top sketch memory %v after %d keys", a, before[i], calmKeys/4)
+		}
+	}
+	denied += send(t, s, calmKeys/4, calmKeys)
+	for i, a := range httpAddrs {
+		if m := metricOf(t, s.client, a, "ratelimit_authz_top_memory_bytes"); m != before[i] {
+			t.Errorf("%s: top sketch memory %v bytes after %d distinct keys, %v after %d", a, m, calmKeys, before[i], calmKeys/4)
+		}
+	}
+	return denied
+}
+
+// send posts the activities of calm tenants from to to (one each)
+// through Envoy, each followed by one of "noisy", and returns the 429s
 // noisy got.
-func flood(t *testing.T, s *stack) int64 {
+func send(t *testing.T, s *stack, from, to int) int64 {
 	t.Helper()
 	var denied, errs atomic.Int64
 	work := make(chan string)
@@ -160,12 +197,9 @@ func flood(t *testing.T, s *stack) int64 {
 			}
 		})
 	}
-	for i := range 4000 {
-		if i%2 == 0 {
-			work <- "noisy"
-		} else {
-			work <- fmt.Sprint("calm-", i)
-		}
+	for i := from; i < to; i++ {
+		work <- fmt.Sprint("calm-", i)
+		work <- "noisy"
 	}
 	close(work)
 	wg.Wait()
