@@ -23,8 +23,8 @@
 //   - A descriptor with is_negative_hits counts nothing, neither a refill
 //     nor a charge: OK.
 //   - A descriptor-supplied limit replaces the rule in a configured domain;
-//     an overridable rule takes its limit from Limits, keyed by the value of
-//     the descriptor's first entry (the tenant).
+//     an overridable rule takes its limit from Overrides, keyed by the
+//     value of the descriptor's first entry (the tenant).
 //   - With Settings.ResponseHeaders the reply carries the limit, remaining
 //     and reset of one descriptor: the last one over the limit, else the
 //     limited one with the least remaining (the first of equals).
