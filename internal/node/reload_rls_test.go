@@ -13,6 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
@@ -134,7 +135,7 @@ func TestReloadRLSRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := n.ReloadFrom(context.Background(), ext)
-	if ps, ok := configfile.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
+	if ps, ok := problem.As(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
 		t.Fatalf("a broken RLS file: %v, want its located problems", err)
 	}
 	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {
