@@ -41,11 +41,18 @@ func main() { cli.Main("accuracy", run) }
 // nodes is the cluster's size.
 const nodes = 3
 
-// The bucket every row counts in (index 0 of the replicated table).
-const (
-	bucketName = "acc"
-	bucketID   = counter.Bucket(0)
-)
+// bucketOf is the bucket a row of algorithm a counts in: each algorithm
+// has its own (replication drops a count made in another algorithm than
+// its bucket's), whose id is the algorithm.
+func bucketOf(a counter.Algorithm) counter.Bucket { return counter.Bucket(a) }
+
+// replicated are the buckets the nodes replicate, one per algorithm.
+func replicated() []replicate.Bucket {
+	return []replicate.Bucket{
+		{Name: "acc_fixed", ID: bucketOf(counter.Fixed), Algorithm: counter.Fixed},
+		{Name: "acc_sliding", ID: bucketOf(counter.Sliding), Algorithm: counter.Sliding},
+	}
+}
 
 // distributions are the shares of the offered load each node receives.
 var distributions = map[string][nodes]float64{
@@ -248,7 +255,7 @@ func startCluster(ctx context.Context, c config, log *slog.Logger) (*cluster, er
 			return nil, fmt.Errorf("node %s: counter: %w", n.id, err)
 		}
 		n.repl, err = replicate.New(replicate.Config{
-			URL: c.natsURL, NodeID: n.id, Buckets: []string{bucketName}, IDs: []counter.Bucket{bucketID},
+			URL: c.natsURL, NodeID: n.id, Buckets: replicated(),
 			SubjectPrefix: c.prefix, SyncInterval: c.sync,
 		}, n.store, n.reg, log.With("node", n.id))
 		if err != nil {
@@ -421,7 +428,7 @@ func drive(ctx context.Context, n *node, i int, rows []*rowRun, t0, end time.Tim
 			}
 			var admitted int64
 			for range due {
-				if n.store.Take(bucketID, rr.Key, rr.lim, now).Allowed {
+				if n.store.Take(bucketOf(rr.lim.Algorithm), rr.Key, rr.lim, now).Allowed {
 					admitted++
 				}
 			}
@@ -617,7 +624,7 @@ func (cl *cluster) burstRun(ctx context.Context, spec burstSpec, key string, lim
 					switch {
 					case !now.Before(end):
 						outside[i]++
-					case n.store.Take(bucketID, key, lim, now).Allowed:
+					case n.store.Take(bucketOf(lim.Algorithm), key, lim, now).Allowed:
 						out[i] = append(out[i], el)
 					}
 				}

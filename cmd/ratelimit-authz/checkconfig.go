@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
 
@@ -67,7 +68,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	}
 	r, source, err := loadRules(path, explicit, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		if ps, ok := configfile.AsProblems(err); ok {
+		if ps, ok := problem.As(err); ok {
 			for _, p := range ps {
 				fmt.Fprintln(stderr, p)
 			}
@@ -102,9 +103,9 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 // must not be one of the ext_authz buckets too.
 func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bool, stdout, stderr io.Writer) error {
 	cfg, err := rlsconfig.LoadDir(dir, dotfiles, rlsconfig.Options{MergeDomains: merge})
-	var problems configfile.Problems
+	var problems problem.List
 	if err != nil {
-		ps, ok := configfile.AsProblems(err)
+		ps, ok := problem.As(err)
 		if !ok {
 			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
 		}
@@ -113,7 +114,7 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 	var r *configfile.Rules
 	if withConfig {
 		r, err = configfile.LoadFile(path)
-		if ps, ok := configfile.AsProblems(err); ok {
+		if ps, ok := problem.As(err); ok {
 			problems = append(problems, ps...)
 		} else if err != nil {
 			return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
@@ -122,7 +123,7 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 	if cfg != nil && r != nil {
 		for _, rule := range cfg.Rules() {
 			if rule.Overridable && r.BucketIndex(rule.Name) >= 0 {
-				problems = append(problems, configfile.Problem{File: rule.File, Line: rule.Line, Column: rule.Column,
+				problems = append(problems, problem.Problem{File: rule.File, Line: rule.Line, Column: rule.Column,
 					Msg: fmt.Sprintf("overridable rule %s is also a bucket of %s: tenant overrides would apply to both; rename one", rule.Name, path)})
 			}
 		}

@@ -17,10 +17,10 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
@@ -189,7 +189,7 @@ func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stde
 func (c *dbCommand) rules() (limits.Buckets, error) {
 	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
-		if ps, ok := configfile.AsProblems(err); ok {
+		if ps, ok := problem.As(err); ok {
 			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: configuration %s has %d problem(s):\n%v", c.name, source, len(ps), ps)}
 		}
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
@@ -199,7 +199,7 @@ func (c *dbCommand) rules() (limits.Buckets, error) {
 	}
 	cfg, err := rlsconfig.LoadDir(c.rlsDir, c.rlsDotfiles, rlsconfig.Options{MergeDomains: c.rlsMerge})
 	if err != nil {
-		if ps, ok := configfile.AsProblems(err); ok {
+		if ps, ok := problem.As(err); ok {
 			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: the RLS configuration in %s has %d problem(s):\n%v", c.name, c.rlsDir, len(ps), ps)}
 		}
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}

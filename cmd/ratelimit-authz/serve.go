@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
@@ -202,7 +203,7 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	}
 	r, source, err := loadRules(c.configPath, c.configExplicit, log)
 	if err != nil {
-		if ps, ok := configfile.AsProblems(err); ok {
+		if ps, ok := problem.As(err); ok {
 			return fmt.Errorf("configuration has %d problem(s):\n%w", len(ps), ps)
 		}
 		return err

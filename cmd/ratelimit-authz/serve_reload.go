@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/filewatch"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
 
 // reloader re-reads the configuration when SIGHUP arrives or, with
@@ -78,7 +79,7 @@ func (rl *reloader) reload(ctx context.Context, why string) {
 		rl.log.Info("configuration reload applied", "trigger", why, "took", time.Since(start).Round(time.Microsecond))
 		return
 	}
-	if ps, ok := configfile.AsProblems(err); ok {
+	if ps, ok := problem.As(err); ok {
 		rl.log.Error("configuration reload refused: the previous configuration keeps serving", "trigger", why, "problems", len(ps))
 		for _, p := range ps {
 			rl.log.Error("configuration problem", "problem", p.String())

@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // testRLSConfig has a key no test reaches (allowed), one always over
@@ -35,27 +36,17 @@ func NewTestRLS(tb testing.TB, now func() time.Time) *rls.Service {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cfg := rls.Config{Rules: c}
-	for i := range c.Rules() {
-		cfg.RuleIDs = append(cfg.RuleIDs, counter.Bucket(i))
-	}
-	for i := range c.LimitBuckets() {
-		cfg.LimitIDs = append(cfg.LimitIDs, counter.Bucket(len(c.Rules())+i))
-	}
+	cfg := rls.Config{Snapshot: snapshottest.RLS(tb, c)}
 	store, err := counter.New(counter.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := rls.New(cfg, store, noLimits{}, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), rls.Options{Now: now})
+	svc, err := rls.New(cfg, store, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), rls.Options{Now: now})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return svc
 }
-
-type noLimits struct{}
-
-func (noLimits) Limit(counter.Bucket, string) (counter.Limit, bool) { return counter.Limit{}, false }
 
 // RLSRequest is a request of one descriptor key=value of testRLSConfig.
 func RLSRequest(key, value string) *rlsv3.RateLimitRequest {

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
 
 // The configuration grammar, as Parse reads it (YAML; an unknown or
@@ -93,7 +94,7 @@ func LoadFile(path string) (*Rules, error) {
 }
 
 // Parse parses and validates a configuration. On any problem it returns a
-// nil *Rules and a Problems error listing all of them.
+// nil *Rules and a problem.List error listing all of them.
 func Parse(data []byte, file string) (*Rules, error) {
 	p := &parser{file: file}
 	r := p.parse(data)
@@ -105,14 +106,14 @@ func Parse(data []byte, file string) (*Rules, error) {
 
 type parser struct {
 	file     string
-	problems Problems
+	problems problem.List
 	// broken buckets already have a problem reported; checks that follow
 	// from it (no limit, say) would only repeat it.
 	broken map[counter.Bucket]bool
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	pr := Problem{File: p.file, Msg: fmt.Sprintf(format, args...)}
+	pr := problem.Problem{File: p.file, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		pr.Line, pr.Column = n.Line, n.Column
 	}
@@ -126,7 +127,7 @@ var (
 func (p *parser) parse(data []byte) *Rules {
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		p.problems = append(p.problems, Problem{File: p.file, Msg: yamlError(err)})
+		p.problems = append(p.problems, problem.Problem{File: p.file, Msg: yamlError(err)})
 		return nil
 	}
 	r := &Rules{Keys: Keys{

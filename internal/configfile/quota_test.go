@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
 
 const quotaBase = `
@@ -144,7 +145,7 @@ func TestQuotaProblems(t *testing.T) {
 			if r != nil {
 				t.Fatal("rules returned with problems")
 			}
-			if _, ok := configfile.AsProblems(err); !ok || !strings.Contains(err.Error(), tc.want) {
+			if _, ok := problem.As(err); !ok || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v\nwant %q", err, tc.want)
 			}
 		})

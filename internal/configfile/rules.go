@@ -9,10 +9,7 @@
 package configfile
 
 import (
-	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -198,40 +195,4 @@ func (r *Rules) Descriptors() match.Config {
 		})
 	}
 	return c
-}
-
-// Problem is one thing wrong with a configuration file.
-type Problem struct {
-	File   string
-	Line   int
-	Column int
-	Msg    string
-}
-
-func (p Problem) String() string {
-	if p.Line == 0 {
-		return fmt.Sprintf("%s: %s", p.File, p.Msg)
-	}
-	return fmt.Sprintf("%s:%d:%d: %s", p.File, p.Line, p.Column, p.Msg)
-}
-
-// Problems is the error Parse returns: every problem found, in file order.
-type Problems []Problem
-
-func (ps Problems) Error() string {
-	var b strings.Builder
-	for i, p := range ps {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		b.WriteString(p.String())
-	}
-	return b.String()
-}
-
-// AsProblems returns the problems carried by err, if any.
-func AsProblems(err error) (Problems, bool) {
-	var ps Problems
-	ok := errors.As(err, &ps)
-	return ps, ok
 }

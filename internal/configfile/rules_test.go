@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -280,7 +281,7 @@ routes: [{path: /x, buckets: [b]}]`, []string{"keys.trusted_hops must be between
 			if r != nil {
 				t.Error("rules returned along with problems")
 			}
-			ps, ok := configfile.AsProblems(err)
+			ps, ok := problem.As(err)
 			if !ok || len(ps) == 0 {
 				t.Fatalf("error is not Problems: %v", err)
 			}
@@ -308,7 +309,7 @@ buckets:
 routes:
   - {path: /x, buckets: [c]}
 `), "t.yaml")
-	ps, _ := configfile.AsProblems(err)
+	ps, _ := problem.As(err)
 	if len(ps) < 3 {
 		t.Fatalf("want at least 3 problems, got %d:\n%v", len(ps), err)
 	}

@@ -6,12 +6,6 @@
 // clock on its own — every method that needs the time takes it as now
 // (only [Store.Run], the background sweeper, calls time.Now).
 //
-// The methods take their arguments in one order — what is counted
-// (bucket, key, limit), then the window when one is addressed, then a
-// count, then the time: [Store.Take](bucket, key, lim, now),
-// [Store.Peek](bucket, key, lim, now), [Store.Incr](bucket, key, lim, n,
-// now), [Store.Release](bucket, key, lim, window).
-//
 // Invariants:
 //
 //   - Windows are aligned to the wall clock ([WindowOf]; [Live] says which
@@ -39,6 +33,7 @@
 // Config.Observer, when set, is told of each decision Take, TakeN and
 // Incr make (the admin listener's top keys, docs/design/top.md).
 //
-// The design is in docs/design/counter.md; budget shares (the split
-// itself is package share) in docs/design/budget-shares.md.
+// The design (the methods' one order of arguments among it) is in
+// docs/design/counter.md; budget shares (the split itself is package
+// share) in docs/design/budget-shares.md.
 package counter

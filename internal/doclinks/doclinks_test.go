@@ -1,6 +1,7 @@
 // Package doclinks checks that every relative link of README.md and
 // docs/**/*.md names a file that exists and, with a #fragment into a
-// Markdown file, a heading of that file as GitHub renders its anchor.
+// Markdown file, a heading of that file as GitHub renders its anchor; and
+// that every package comment fits a screen of `go doc`.
 package doclinks
 
 import (

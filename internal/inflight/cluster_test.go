@@ -83,7 +83,7 @@ func startCluster(t *testing.T, n int, shares bool) []*clusterNode {
 		log := slog.New(slog.DiscardHandler)
 		nd.r, err = replicate.New(replicate.Config{
 			URL: srvs[i].ClientURL(), NodeID: nd.name, Keys: [][]byte{clusterKey},
-			Buckets: []string{"rate"}, SyncInterval: 50 * time.Millisecond, ShareDelay: shareDelay,
+			Buckets: []replicate.Bucket{{Name: "rate"}}, SyncInterval: 50 * time.Millisecond, ShareDelay: shareDelay,
 		}, store, nd.reg, log)
 		if err != nil {
 			t.Fatal(err)

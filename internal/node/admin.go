@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
@@ -120,7 +120,7 @@ func (a adminState) Config() admin.ConfigState {
 		c.Last = &admin.Reload{At: last.at}
 		if last.err != nil {
 			c.Last.Err = last.err.Error()
-			if ps, ok := configfile.AsProblems(last.err); ok {
+			if ps, ok := problem.As(last.err); ok {
 				for _, p := range ps {
 					c.Last.Problems = append(c.Last.Problems, p.String())
 				}

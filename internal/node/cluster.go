@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Cluster is the cluster backend: counts replicated over NATS. Secrets
@@ -68,16 +69,26 @@ func (c *Cluster) setDefaults() error {
 	return nil
 }
 
+// replicationBuckets are snap's buckets as replication follows them:
+// every bucket of every source, by name, with its id, its algorithm and
+// what a peer may report of it.
+func replicationBuckets(snap *snapshot.Snapshot) []replicate.Bucket {
+	bs := make([]replicate.Bucket, len(snap.Buckets))
+	for i, b := range snap.Buckets {
+		bs[i] = replicate.Bucket{Name: b.Name, ID: b.ID, Algorithm: b.Limit.Algorithm, Bounds: b.PeerBounds}
+	}
+	return bs
+}
+
 // newReplicator returns the replicator of the cluster backend, or nil for
-// the local one (c nil).
-func newReplicator(c *Cluster, t replicate.Table, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
+// the local one (c nil), following snap's buckets.
+func newReplicator(c *Cluster, snap *snapshot.Snapshot, store *counter.Store, reg prometheus.Registerer, log *slog.Logger) (*replicate.Replicator, error) {
 	if c == nil {
 		log.Info("counter backend: local (this node's counts only)")
 		return nil, nil
 	}
 	repl, err := replicate.New(replicate.Config{
-		URL: c.URL, Options: c.Options, NodeID: c.NodeID,
-		Buckets: t.Buckets, IDs: t.IDs, Algorithms: t.Algorithms, Bounds: t.Bounds,
+		URL: c.URL, Options: c.Options, NodeID: c.NodeID, Buckets: replicationBuckets(snap),
 		SubjectPrefix: c.SubjectPrefix, SyncInterval: c.SyncInterval, WarmStartTimeout: c.WarmStartTimeout,
 		Keys: c.Keys, ShareDelay: shareDelay(c.NoShares),
 	}, store, reg, log)

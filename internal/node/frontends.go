@@ -113,22 +113,9 @@ func newRLS(c *core) (*frontEnd, error) {
 	if c.snap.RLS == nil {
 		return nil, errors.New("ShouldRateLimit: no RLS rules")
 	}
-	svc, err := rls.New(rls.ConfigFrom(c.snap, c.cfg.RLS.Settings), c.store, rlsLimits{c.over}, c.reg, c.log, rls.Options{})
+	svc, err := rls.New(rls.Config{Snapshot: c.snap, Settings: c.cfg.RLS.Settings}, c.store, c.over, c.reg, c.log, rls.Options{})
 	if err != nil {
 		return nil, err
 	}
 	return &frontEnd{part: part{"ShouldRateLimit", svc}, serve: func(s *server.Services) { s.RateLimit = svc }}, nil
 }
-
-// rlsLimits resolves an overridable RLS rule's limit by its counter id:
-// the tenant override, if any (the cache files them by id).
-type rlsLimits struct{ over limits.Overrides }
-
-func (l rlsLimits) Limit(id counter.Bucket, tenant string) (counter.Limit, bool) {
-	if l.over == nil || tenant == "" {
-		return counter.Limit{}, false
-	}
-	return l.over.OverrideFor(id, tenant)
-}
-
-var _ rls.Limits = rlsLimits{}

@@ -168,7 +168,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	repl, err := newReplicator(cfg.Cluster, replicate.TableFrom(snap), store, reg, log)
+	repl, err := newReplicator(cfg.Cluster, snap, store, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -181,7 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
 	}
 	if repl != nil {
-		parts = append(parts, part{"replication", repl})
+		parts = append(parts, part{"replication", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return repl.Prepare(replicationBuckets(s)) })})
 	}
 	parts = append(parts, part{"in-flight leases", prepareFunc(func(s *snapshot.Snapshot) (func(), error) {
 		return func() { leases.SetBuckets(s.Concurrency()) }, nil

@@ -22,7 +22,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -358,7 +357,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := replicate.TableFrom(snap).Bounds
+	bs := replicationBuckets(snap)
 	for _, c := range []struct {
 		bucket string
 		scale  int64
@@ -373,13 +372,14 @@ routes:
 		{"custom", 10_000, 9 * snapshot.PeerCountFactor, true}, // its route default
 		{"custom", 60_000, 0, false},
 	} {
-		got, ok := b.PeerBound(counter.Bucket(r.BucketIndex(c.bucket)), c.scale)
+		b := bs[r.BucketIndex(c.bucket)]
+		if b.Name != c.bucket || b.ID != snap.Buckets[r.BucketIndex(c.bucket)].ID {
+			t.Fatalf("replicated bucket %+v for %s", b, c.bucket)
+		}
+		got, ok := b.Bounds[c.scale]
 		if got != c.want || ok != c.ok {
 			t.Errorf("%s at %d ms: %d, %v; want %d, %v", c.bucket, c.scale, got, ok, c.want, c.ok)
 		}
-	}
-	if _, ok := b.PeerBound(99, 1000); ok {
-		t.Error("an unknown bucket index has bounds")
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
@@ -112,23 +112,22 @@ func TestReloadRLSRules(t *testing.T) {
 	}
 	seen := map[uint32]string{}
 	g := n.cur
-	table := replicate.TableFrom(g)
-	for i, id := range table.IDs {
-		if other, dup := seen[uint32(id)]; dup {
-			t.Fatalf("id %d given to %s and %s", id, other, table.Buckets[i])
+	bs := replicationBuckets(g)
+	for _, b := range bs {
+		if other, dup := seen[uint32(b.ID)]; dup {
+			t.Fatalf("id %d given to %s and %s", b.ID, other, b.Name)
 		}
-		seen[uint32(id)] = table.Buckets[i]
-	}
-	bounds, _ := table.Bounds.(replicate.BucketWindows)
-	if len(table.Buckets) != len(table.IDs) || len(table.Algorithms) != len(table.IDs) || len(bounds) != len(table.IDs) {
-		t.Fatalf("replication table of %d names, %d algorithms and %d bounds for %d ids", len(table.Buckets), len(table.Algorithms), len(bounds), len(table.IDs))
+		seen[uint32(b.ID)] = b.Name
 	}
 	// Peers may report an RLS rule in its own window only.
-	kept := slices.Index(table.Buckets, g.RLS.Rules()[0].Bucket)
-	if mx, ok := bounds.PeerBound(counter.Bucket(kept), 60_000); !ok || mx != snapshot.BoundFor(6) {
+	kept := slices.IndexFunc(bs, func(b replicate.Bucket) bool { return b.Name == g.RLS.Rules()[0].Bucket })
+	if kept < 0 {
+		t.Fatal("kept is not replicated")
+	}
+	if mx, ok := bs[kept].Bounds[60_000]; !ok || mx != snapshot.BoundFor(6) {
 		t.Errorf("kept's bound per minute: %d %v", mx, ok)
 	}
-	if _, ok := bounds.PeerBound(counter.Bucket(kept), 3_600_000); ok {
+	if _, ok := bs[kept].Bounds[3_600_000]; ok {
 		t.Error("kept accepts hour windows from peers")
 	}
 	// A broken RLS file: refused with its place, nothing changes.
@@ -136,7 +135,7 @@ func TestReloadRLSRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := n.ReloadFrom(context.Background(), ext)
-	if ps, ok := configfile.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
+	if ps, ok := problem.As(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
 		t.Fatalf("a broken RLS file: %v, want its located problems", err)
 	}
 	if got := rlsAllowed(t, svc, "kept", 1); got != 0 {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -180,7 +181,7 @@ func TestReloadRefused(t *testing.T) {
 		t.Fatal("the broken configuration parses")
 	}
 	err := n.ReloadFrom(context.Background(), func() (*configfile.Rules, error) { return nil, parseErr })
-	if ps, ok := configfile.AsProblems(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
+	if ps, ok := problem.As(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
 		t.Fatalf("a broken file: %v, want its located problems", err)
 	}
 	bigger := reloadRules(t, 2, 2, "1h")

@@ -64,7 +64,7 @@ func startLive(t testing.TB, url, id string, cfg Config, o nodeOpts) *live {
 	store, st := o.stores(t)
 	cfg.URL, cfg.NodeID = url, id
 	if cfg.Buckets == nil {
-		cfg.Buckets = []string{"activity_create", "inbound"}
+		cfg.Buckets = buckets("activity_create", "inbound")
 	}
 	if cfg.SyncInterval == 0 {
 		cfg.SyncInterval = 50 * time.Millisecond

@@ -49,15 +49,9 @@ type Config struct {
 	// its own after them: NoEcho, RetryOnFailedConnect, unlimited
 	// reconnects, and its connection handlers.
 	Options []nats.Option
-	// Buckets are the configured bucket names, by index. Batches name
-	// buckets, so nodes whose configurations differ (during a rollout)
-	// agree on the buckets they share. Required. Buckets, IDs, Algorithms
-	// and Bounds are the first Table (see Table, Replicator.Update).
-	Buckets []string
-	// IDs are the buckets' ids in the counter, by index; nil: the index.
-	IDs []counter.Bucket
-	// Algorithms are the buckets' algorithms, by index; nil: any.
-	Algorithms []counter.Algorithm
+	// Buckets are the configured buckets, replicated by name (see Bucket,
+	// Replicator.Update). Required.
+	Buckets []Bucket
 	// NodeID names this node in its logs and its peers'; default the host
 	// name. A process's identity is its node id and a random incarnation,
 	// drawn at New: two processes never share one, whatever their node
@@ -111,9 +105,6 @@ type Config struct {
 	// can publish on the subjects can then change counts (see
 	// docs/security.md).
 	Keys [][]byte
-	// Bounds says which window lengths and counts a peer may report per
-	// bucket; nil accepts every window and count the counter takes.
-	Bounds Bounds
 	// Heartbeat: a node that published nothing for this long publishes an
 	// empty batch, so that peers know it is alive; 1 s.
 	Heartbeat time.Duration

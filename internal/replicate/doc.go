@@ -31,7 +31,7 @@
 // open under Config.Keys, is larger than MaxMessageBytes, of another
 // version, does not decode, was sent outside MaxClockSkew, comes from a
 // peer beyond MaxPeers, or names a bucket, window or algorithm this node's
-// Table does not hold; counts above the Table's Bounds merge at the bound.
+// buckets do not hold; counts above a bucket's Bounds merge at the bound.
 //
 // The design (the wire, budget shares, identity, warm start, guarantees,
 // liveness, hostile input, structure) is in docs/design/replication.md.

@@ -8,9 +8,11 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
-// fuzzBounds: bucket 0 counts in 1 s windows up to 400, bucket 1 in 1 s
+// fuzzBuckets: bucket 0 counts in 1 s windows up to 400, bucket 1 in 1 s
 // and 1 min windows up to 2000.
-var fuzzBounds = BucketWindows{{1000: 400}, {1000: 2000, 60_000: 2000}}
+func fuzzBuckets() []Bucket {
+	return bounded(map[int64]int64{1000: 400}, map[int64]int64{1000: 2000, 60_000: 2000})
+}
 
 func fuzzSeeds(f *testing.F) {
 	for _, m := range sampleMessages() {
@@ -36,7 +38,8 @@ func FuzzMerge(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := newNodeWith(t, "b", Config{Bounds: fuzzBounds}, nodeOpts{
+		bs := fuzzBuckets()
+		n := newNodeWith(t, "b", Config{Buckets: bs}, nodeOpts{
 			store: store,
 			hooks: hooks{send: func(*nats.Conn, string, []byte) error { return nil }},
 		})
@@ -55,7 +58,10 @@ func FuzzMerge(f *testing.F) {
 			t.Fatalf("%d keys stored, bound 64", store.Len())
 		}
 		for _, pc := range store.Snapshot(nil, n.now) {
-			bound, ok := fuzzBounds.PeerBound(pc.Bucket, pc.ScaleMS)
+			if int(pc.Bucket) >= len(bs) {
+				t.Fatalf("stored %+v: no such bucket", pc)
+			}
+			bound, ok := bs[pc.Bucket].Bounds[pc.ScaleMS]
 			if !ok || pc.Count > bound {
 				t.Fatalf("stored %+v: bound %d, %v", pc, bound, ok)
 			}

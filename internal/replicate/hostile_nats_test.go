@@ -35,7 +35,7 @@ func TestHostileTrafficRealNATS(t *testing.T) {
 	cfg := Config{
 		Keys:            [][]byte{keyA},
 		MaxMessageBytes: 64 << 10, // below the server's max_payload, so oversized ones arrive
-		Bounds:          BucketWindows{{long.ScaleMS: snapshot.BoundFor(lim.Limit)}, {long.ScaleMS: snapshot.BoundFor(lim.Limit)}},
+		Buckets:         bounded(map[int64]int64{long.ScaleMS: snapshot.BoundFor(lim.Limit)}, map[int64]int64{long.ScaleMS: snapshot.BoundFor(lim.Limit)}),
 		// Short, so that replayed sync requests are refused by rate too.
 		SyncAnswersPerSecond: 2,
 		WarmStartTimeout:     waitLong,

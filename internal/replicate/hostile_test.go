@@ -194,8 +194,7 @@ func TestReturningPeerKeepsItsID(t *testing.T) {
 // TestWindowsAndCountsBounded: a window length no limit of the bucket has
 // here is dropped; a count above the bound is merged at the bound.
 func TestWindowsAndCountsBounded(t *testing.T) {
-	bounds := BucketWindows{{1000: 400}, {}}
-	b := newNode(t, "b", Config{Bounds: bounds})
+	b := newNode(t, "b", Config{Buckets: bounded(map[int64]int64{1000: 400}, map[int64]int64{})})
 	week := message{
 		header:  header{Kind: kindBatch, Node: "a", Incarnation: 1, SentAtMS: b.now.UnixMilli()},
 		Limits:  []wireLimit{{Name: "activity_create", ScaleMS: 7 * 86_400_000}, {Name: "inbound", ScaleMS: 1000}},

@@ -60,6 +60,24 @@ func (o nodeOpts) stores(t testing.TB) (*counter.Store, Store) {
 	return store, store
 }
 
+// buckets are buckets of the names, each with its index as id, counted in
+// fixed windows, without bounds.
+func buckets(names ...string) []Bucket {
+	bs := make([]Bucket, len(names))
+	for i, n := range names {
+		bs[i] = Bucket{Name: n, ID: counter.Bucket(i)}
+	}
+	return bs
+}
+
+// bounded are the buckets activity_create and inbound, ids 0 and 1, with
+// the bounds given.
+func bounded(activityCreate, inbound map[int64]int64) []Bucket {
+	bs := buckets("activity_create", "inbound")
+	bs[0].Bounds, bs[1].Bounds = activityCreate, inbound
+	return bs
+}
+
 // newNodeWith returns a node whose clock is its now field.
 func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
 	t.Helper()
@@ -68,7 +86,7 @@ func newNodeWith(t testing.TB, id string, cfg Config, o nodeOpts) *node {
 		cfg.URL = "nats://127.0.0.1:1" // never dialled by these tests
 	}
 	if cfg.Buckets == nil {
-		cfg.Buckets = []string{"activity_create", "inbound"}
+		cfg.Buckets = buckets("activity_create", "inbound")
 	}
 	cfg.NodeID = id
 	n := &node{store: store, reg: prometheus.NewRegistry(), now: t0, logs: &logbuf.Buffer{}}
@@ -287,8 +305,8 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 }
 
 func TestBucketsMatchByName(t *testing.T) {
-	a := newNode(t, "a", Config{Buckets: []string{"old_bucket", "inbound"}})
-	b := newNode(t, "b", Config{Buckets: []string{"inbound", "new_bucket"}})
+	a := newNode(t, "a", Config{Buckets: buckets("old_bucket", "inbound")})
+	b := newNode(t, "b", Config{Buckets: buckets("inbound", "new_bucket")})
 	a.store.Take(0, "k", sec100, a.now) // old_bucket: unknown to b
 	a.store.Take(1, "k", sec100, a.now) // inbound: b's bucket 0
 	a.store.Take(1, "k", sec100, a.now)
@@ -496,7 +514,9 @@ func TestSyncReplyWarmsANewNode(t *testing.T) {
 
 func TestDeferredCountsRetried(t *testing.T) {
 	sliding := counter.Limit{Limit: 100, ScaleMS: 1000, Algorithm: counter.Sliding}
-	a, b := newNode(t, "a", Config{}), newNode(t, "b", Config{})
+	bs := buckets("activity_create", "inbound")
+	bs[0].Algorithm = counter.Sliding
+	a, b := newNode(t, "a", Config{Buckets: bs}), newNode(t, "b", Config{Buckets: bs})
 	// b holds the previous window, which its sliding estimate still reads.
 	b.store.Incr(0, "acme", sliding, 50, t0.Add(-time.Second))
 	// a's clock is ahead: its batch is for b's next window.
@@ -539,20 +559,23 @@ func TestNewValidates(t *testing.T) {
 	store, _ := counter.New(counter.Config{Track: true})
 	log := slog.New(slog.DiscardHandler)
 	for _, cfg := range []Config{
-		{Buckets: []string{"a"}},
+		{Buckets: buckets("a")},
 		{URL: "nats://x"},
-		{URL: "nats://x", Buckets: []string{"a", "a"}},
-		{URL: "nats://x", Buckets: []string{"a"}, SubjectPrefix: "a.*"},
-		{URL: "nats://x", Buckets: []string{"a"}, SubjectPrefix: "a..b"},
-		{URL: "nats://x", Buckets: []string{"a"}, SyncInterval: -1},
-		{URL: "nats://x", Buckets: []string{"a"}, NodeID: strings.Repeat("n", 256)},
-		{URL: "nats://x", Buckets: []string{"a"}, MaxMessageBytes: 100},
+		{URL: "nats://x", Buckets: buckets("a", "a")},
+		{URL: "nats://x", Buckets: []Bucket{{Name: "a", ID: 7}, {Name: "b", ID: 7}}},
+		{URL: "nats://x", Buckets: buckets("")},
+		{URL: "nats://x", Buckets: buckets(strings.Repeat("b", maxNameLen+1))},
+		{URL: "nats://x", Buckets: buckets("a"), SubjectPrefix: "a.*"},
+		{URL: "nats://x", Buckets: buckets("a"), SubjectPrefix: "a..b"},
+		{URL: "nats://x", Buckets: buckets("a"), SyncInterval: -1},
+		{URL: "nats://x", Buckets: buckets("a"), NodeID: strings.Repeat("n", 256)},
+		{URL: "nats://x", Buckets: buckets("a"), MaxMessageBytes: 100},
 	} {
 		if _, err := New(cfg, store, prometheus.NewRegistry(), log); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)
 		}
 	}
-	r, err := New(Config{URL: "nats://x", Buckets: []string{"a"}}, store, prometheus.NewRegistry(), log)
+	r, err := New(Config{URL: "nats://x", Buckets: buckets("a")}, store, prometheus.NewRegistry(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,12 +602,12 @@ func TestTicksAlignToWallClock(t *testing.T) {
 // was taken: after a reload gives that id to another bucket, it is
 // dropped, never sent as the other bucket's.
 func TestRetryAcrossReloadKeepsItsBucket(t *testing.T) {
-	a := newNode(t, "a", Config{Buckets: []string{"old_bucket", "inbound"}})
+	a := newNode(t, "a", Config{Buckets: buckets("old_bucket", "inbound")})
 	a.store.Take(0, "k", sec100, a.now) // old_bucket
 	a.store.Take(1, "k", sec100, a.now) // inbound
 	a.r.tickNoConn(a.now, 1<<20, func([]byte) error { return errors.New("boom") })
 	// A reload removes old_bucket and gives its id to new_bucket.
-	if err := a.r.Update(Table{Buckets: []string{"new_bucket", "inbound"}}); err != nil {
+	if err := a.r.Update(buckets("new_bucket", "inbound")); err != nil {
 		t.Fatal(err)
 	}
 	msgs := a.publish(t, 1<<20)

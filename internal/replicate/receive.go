@@ -197,19 +197,20 @@ func (rv *receiver) merge(m *message, peerOf func(int) counter.PeerID, now time.
 			idx, bound = append(idx, -1), append(bound, 0)
 			continue
 		}
-		if tab.algs != nil && tab.algs[i] != l.Algorithm {
+		bk := &tab.buckets[i]
+		if bk.Algorithm != l.Algorithm {
 			idx, bound = append(idx, -3), append(bound, 0)
 			continue
 		}
 		mx := int64(counter.MaxCount)
-		if tab.bounds != nil {
+		if bk.Bounds != nil {
 			var valid bool
-			if mx, valid = tab.bounds.PeerBound(counter.Bucket(i), l.ScaleMS); !valid {
+			if mx, valid = bk.Bounds[l.ScaleMS]; !valid {
 				idx, bound = append(idx, -2), append(bound, 0)
 				continue
 			}
 		}
-		idx, bound = append(idx, int64(tab.ids[i])), append(bound, mx)
+		idx, bound = append(idx, int64(bk.ID)), append(bound, mx)
 	}
 	for i := range m.Entries {
 		e := &m.Entries[i]

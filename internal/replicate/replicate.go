@@ -165,7 +165,7 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 		peers:     newPeerTable(cfg.MaxPeers),
 		hooks:     h,
 	}
-	tb, err := newTable(Table{Buckets: cfg.Buckets, IDs: cfg.IDs, Algorithms: cfg.Algorithms, Bounds: cfg.Bounds})
+	tb, err := newTable(cfg.Buckets)
 	if err != nil {
 		return nil, err
 	}

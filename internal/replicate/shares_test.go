@@ -137,7 +137,7 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{URL: "nats://127.0.0.1:1", NodeID: "a", Buckets: []string{"x"}}, store, prometheus.NewRegistry(), testLogger(t))
+	r, err := New(Config{URL: "nats://127.0.0.1:1", NodeID: "a", Buckets: buckets("x")}, store, prometheus.NewRegistry(), testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

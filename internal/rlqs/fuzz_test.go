@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 const fuzzRules = `
@@ -36,12 +37,7 @@ func fuzzConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := Config{Quota: r.Quota, Limits: limits.NewResolver(snapshot.RulesLimits(r), nil)}
-	for i, b := range r.Buckets {
-		c.Buckets = append(c.Buckets, Bucket{Name: b.Name, ID: counter.Bucket(i), DenyMissingKey: b.OnMissingKey == configfile.Deny,
-			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true})
-	}
-	return c
+	return ConfigFrom(snapshottest.ByIndex(t, r), limits.NewResolver(snapshot.RulesLimits(r), nil))
 }
 
 // decodeID reads a bucket id from text: entries separated by \x00, name

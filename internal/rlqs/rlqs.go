@@ -42,28 +42,17 @@ type Limits interface {
 	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
 }
 
-// Bucket is what the Service needs of one bucket of the rules file.
-type Bucket struct {
-	Name string
-	// ID is the bucket's id in the counter.
-	ID             counter.Bucket
-	Shadow         bool
-	DenyMissingKey bool
-	DenyOverflow   bool
-	// Participants, when HasParticipants, is the id of the bucket's
-	// participants count (see ParticipantsWindow), replicated with the
-	// other counts so that every node knows the cluster's participants;
-	// without it a node splits over its own participants only.
-	Participants    counter.Bucket
-	HasParticipants bool
-}
-
 // Config is one configuration the Service serves.
 type Config struct {
 	// Quota is the quota section of the rules file. Required.
 	Quota *configfile.Quota
-	// Buckets are the rules file's buckets, by index.
-	Buckets []Bucket
+	// Buckets are a snapshot's buckets (snapshot.Snapshot.Buckets): the
+	// rules file's first, by index, as the quota section names them. A
+	// bucket's Participants is the index here of its participants count
+	// (see ParticipantsWindow), replicated with the other counts so that
+	// every node knows the cluster's participants; -1: none, and a node
+	// splits over its own participants only.
+	Buckets []snapshot.Bucket
 	// Limits resolves the buckets' limits, by the same index.
 	Limits Limits
 }
@@ -78,6 +67,9 @@ func (c Config) validate() error {
 	for i, e := range c.Quota.Buckets {
 		if int(e.Bucket) >= len(c.Buckets) {
 			return fmt.Errorf("rlqs: quota.buckets[%d] names bucket %d of %d", i, e.Bucket, len(c.Buckets))
+		}
+		if p := c.Buckets[e.Bucket].Participants; p >= len(c.Buckets) {
+			return fmt.Errorf("rlqs: bucket %d counts its participants in bucket %d of %d", e.Bucket, p, len(c.Buckets))
 		}
 	}
 	if c.Quota.MaxStreams <= 0 || c.Quota.MaxBucketIDs <= 0 || c.Quota.AssignmentTTL <= 0 || c.Quota.AbandonAfter <= 0 {
@@ -209,17 +201,9 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 }
 
 // ConfigFrom is RLQS's part of snap, its limits resolved by lim: the
-// quota section and the rules file's buckets, each with its participants
-// count when the section maps it.
+// quota section and the snapshot's buckets.
 func ConfigFrom(snap *snapshot.Snapshot, lim Limits) Config {
-	c := Config{Quota: snap.Rules.Quota, Limits: lim, Buckets: make([]Bucket, len(snap.Rules.Buckets))}
-	for i, b := range snap.RuleBuckets() {
-		c.Buckets[i] = Bucket{Name: b.Name, ID: b.ID, Shadow: b.Shadow, DenyMissingKey: b.DenyMissingKey, DenyOverflow: b.DenyOverflow}
-		if b.Participants >= 0 {
-			c.Buckets[i].Participants, c.Buckets[i].HasParticipants = snap.Buckets[b.Participants].ID, true
-		}
-	}
-	return c
+	return Config{Quota: snap.Rules.Quota, Buckets: snap.Buckets, Limits: lim}
 }
 
 // SweepInterval is how often Run reclaims the idle groups.
@@ -512,7 +496,7 @@ func (str *stream) unchanged(t *tracked, now time.Time, refresh time.Duration) b
 	if !t.matched || t.m.Key == "" || t.sent.strat != stratTokenBucket || !t.sent.budget || now.Sub(t.sentAt) >= refresh {
 		return false
 	}
-	b := t.gen.cfg.Buckets[t.m.Bucket]
+	b := &t.gen.cfg.Buckets[t.m.Bucket]
 	lim, ok := t.gen.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
 	if !ok {
 		return false
@@ -575,7 +559,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		res(resUnmatched)
 		return policy(st.cfg.Quota.Unmatched == configfile.Deny), true
 	}
-	b := st.cfg.Buckets[t.m.Bucket]
+	b := &st.cfg.Buckets[t.m.Bucket]
 	if t.m.Key == "" {
 		res(resMissingKey)
 		return policy(b.DenyMissingKey), true
@@ -604,12 +588,13 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	rank, local, announce := s.reg.place(t.gk, t, pw, now.UnixMilli())
 	n := local
 	t.bounded = false
-	if b.HasParticipants {
+	if b.Participants >= 0 {
+		pid := st.cfg.Buckets[b.Participants].ID
 		var pr counter.Result
 		if announce > 0 {
-			pr = s.counter.Incr(b.Participants, t.m.Key, ParticipantsLimit, announce, now)
+			pr = s.counter.Incr(pid, t.m.Key, ParticipantsLimit, announce, now)
 		} else {
-			pr = s.counter.Peek(b.Participants, t.m.Key, ParticipantsLimit, now)
+			pr = s.counter.Peek(pid, t.m.Key, ParticipantsLimit, now)
 		}
 		if !pr.Overflow {
 			n, t.bounded = s.reg.participants(t.gk, pw, pr.Count, local, now.UnixMilli(), s.opts.Settle.Milliseconds(), s.opts.Nodes())
@@ -647,7 +632,7 @@ func (str *stream) untracked(st *state, id map[string]string, reported int64, no
 	if !ok {
 		return policy(st.cfg.Quota.Unmatched == configfile.Deny)
 	}
-	b := st.cfg.Buckets[m.Bucket]
+	b := &st.cfg.Buckets[m.Bucket]
 	if m.Key == "" {
 		return policy(b.DenyMissingKey)
 	}

@@ -2,6 +2,7 @@ package rlqs
 
 import (
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,8 +108,9 @@ func steady(perSecond int) func(sec int) int { return func(int) int { return per
 func simulate(t *testing.T, secs int, rates ...func(sec int) int) []int {
 	t.Helper()
 	cfg := fuzzConfig(t)
+	cfg.Buckets = slices.Clone(cfg.Buckets)
 	for i := range cfg.Buckets {
-		cfg.Buckets[i].HasParticipants = false
+		cfg.Buckets[i].Participants = -1
 	}
 	clock := new(testclock.Clock)
 	start := time.Unix(1764547200, 0).Add(337 * time.Millisecond) // ticks 37 ms into each window

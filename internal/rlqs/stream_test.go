@@ -25,6 +25,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
 
@@ -68,15 +69,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *configfile.Rules) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := rlqs.Config{Quota: r.Quota, Limits: limits.NewResolver(snapshot.RulesLimits(r), nil)}
-	for i, b := range r.Buckets {
-		cfg.Buckets = append(cfg.Buckets, rlqs.Bucket{
-			Name: b.Name, ID: counter.Bucket(i), Shadow: b.Shadow,
-			DenyMissingKey: b.OnMissingKey == configfile.Deny, DenyOverflow: b.OnOverflow == configfile.Deny,
-			Participants: counter.Bucket(len(r.Buckets) + i), HasParticipants: true,
-		})
-	}
-	return cfg, r
+	return rlqs.ConfigFrom(snapshottest.ByIndex(t, r), limits.NewResolver(snapshot.RulesLimits(r), nil)), r
 }
 
 func start(t *testing.T, yaml string, maxKeys int) *harness {

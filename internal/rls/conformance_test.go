@@ -130,9 +130,9 @@ func TestCase33OverallOverLimit(t *testing.T) {
 
 	// A failing update leaves the previous configuration serving.
 	bad := h.config
-	bad.RuleIDs = bad.RuleIDs[:1]
+	bad.Settings.LimitHeader = "bad header"
 	if err := h.update(bad); err == nil {
-		t.Fatal("Update with too few rule ids succeeded")
+		t.Fatal("Update with a limit header that is no header name succeeded")
 	}
 	h.run([]step{{name: "after a failed update", domain: "service", descs: ds(desc("hello", "world")), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s"}})
 }

@@ -1,12 +1,9 @@
-// Package rls is Envoy's rate limit service, RLS v3:
-// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, the API of
-// Envoy's ratelimit filter, answered the way envoyproxy/ratelimit answers it
-// for the same configuration files (package rlsconfig reads them), counted
-// in the node's in-memory counters (package counter) and so replicated
-// like every other count. The gRPC port calls ShouldRateLimit; the lean
-// listener (internal/checkh2) calls AppendShouldRateLimit with the request
-// decoded by internal/checkwire: one decision, the same answer, metrics
-// and counts on both.
+// Package rls is Envoy's rate limit service (RLS v3 ShouldRateLimit, the
+// API of Envoy's ratelimit filter), answered as envoyproxy/ratelimit
+// answers it for the same configuration files (package rlsconfig), counted
+// in the node's counters and so replicated like every count. The gRPC
+// port calls ShouldRateLimit, the lean listener (internal/checkh2)
+// AppendShouldRateLimit: one decision, the same answer, metrics and counts.
 //
 // Invariants:
 //
@@ -17,14 +14,11 @@
 //     denied hit is never counted (upstream counts it), so a key stays at
 //     its limit and a limit of 0 is OVER_LIMIT from the first check.
 //   - A charged rule (rlsconfig.Rule.Charge) counts its hits whether or
-//     not they fit, OVER_LIMIT when the count is then past the limit: a
-//     cost reported once spent (Envoy's apply_on_stream_done) is never
-//     lost, and a check (hits 0) denies once the budget is spent.
-//   - A descriptor with is_negative_hits counts nothing, neither a refill
-//     nor a charge: OK.
+//     not they fit, so a cost reported once spent is never lost; a
+//     descriptor with is_negative_hits counts nothing (OK).
 //   - A descriptor-supplied limit replaces the rule in a configured domain;
-//     an overridable rule takes its limit from Limits, keyed by the value of
-//     the descriptor's first entry (the tenant).
+//     an overridable rule takes its limit from Overrides, keyed by the
+//     value of the descriptor's first entry (the tenant).
 //   - With Settings.ResponseHeaders the reply carries the limit, remaining
 //     and reset of one descriptor: the last one over the limit, else the
 //     limited one with the least remaining (the first of equals).
@@ -41,6 +35,7 @@
 // Settings.DenyOverflow makes it OVER_LIMIT: this is the one place that
 // choice is made.
 //
-// The semantics status by status, and what differs from envoyproxy/ratelimit
-// and why, are in docs/design/rls.md.
+// The semantics status by status (charges and refills among them), and
+// what differs from envoyproxy/ratelimit and why, are in
+// docs/design/rls.md.
 package rls

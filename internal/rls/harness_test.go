@@ -23,10 +23,10 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
 
@@ -80,32 +80,10 @@ func files(t testing.TB, specs ...string) []rlsconfig.File {
 	return fs
 }
 
-// config is what a node gives the service: dense bucket ids, rules first.
+// config is what a node gives the service: c compiled into a snapshot.
 func config(t testing.TB, c *rlsconfig.Config, set rls.Settings) rls.Config {
 	t.Helper()
-	cfg := rls.Config{Rules: c, Settings: set}
-	for i := range c.Rules() {
-		cfg.RuleIDs = append(cfg.RuleIDs, counter.Bucket(i))
-	}
-	for i := range c.LimitBuckets() {
-		cfg.LimitIDs = append(cfg.LimitIDs, counter.Bucket(len(c.Rules())+i))
-	}
-	return cfg
-}
-
-// resolver is the limits view of the rules: overridable ones take
-// tenant overrides under their name, keyed by tenant.
-func resolver(c *rlsconfig.Config, over limits.Overrides) *limits.Resolver {
-	var bs limits.Buckets
-	for _, r := range c.Rules() {
-		l, ok := r.Limit()
-		b := limits.Bucket{Name: r.Bucket, Limit: l, HasLimit: ok}
-		if r.Overridable {
-			b.Name, b.Overridable = r.Name, true
-		}
-		bs = append(bs, b)
-	}
-	return limits.NewResolver(bs, over)
+	return rls.Config{Snapshot: snapshottest.RLS(t, c), Settings: set}
 }
 
 func newHarness(t testing.TB, set rls.Settings, specs ...string) *harness {
@@ -131,7 +109,7 @@ func newHarnessStore(t testing.TB, set rls.Settings, sc counter.Config, specs ..
 		if *tw.store, err = counter.New(sc); err != nil {
 			t.Fatal(err)
 		}
-		if *tw.svc, err = rls.New(h.config, *tw.store, resolver(c, h.over), tw.reg, log, rls.Options{Now: h.clock.Now}); err != nil {
+		if *tw.svc, err = rls.New(h.config, *tw.store, h.over, tw.reg, log, rls.Options{Now: h.clock.Now}); err != nil {
 			t.Fatalf("New: %v", err)
 		}
 	}
@@ -322,7 +300,7 @@ func (h *harness) peer(domain string, d *ratelimitv3.RateLimitDescriptor, count 
 	now := h.clock.Now()
 	for _, store := range []*counter.Store{h.store, h.leanStore} {
 		st := store.Merge(1, counter.WindowCount{
-			Bucket: h.config.RuleIDs[i], Key: string(key), ScaleMS: lim.ScaleMS, Algorithm: lim.Algorithm,
+			Bucket: h.config.Snapshot.RLSRules[i].ID, Key: string(key), ScaleMS: lim.ScaleMS, Algorithm: lim.Algorithm,
 			Window: counter.WindowOf(now.UnixMilli(), lim.ScaleMS), Count: count,
 		}, now)
 		if st != counter.Merged {

@@ -34,21 +34,20 @@ type Limiter interface {
 
 var _ Limiter = (*counter.Store)(nil)
 
-// Limits resolves the limit of an overridable rule's bucket for a tenant
-// (tenant override ▸ the configured limit); *limits.Resolver is one.
-// It is called on the ShouldRateLimit path: it must answer from memory.
-// ok false: no limit known there, and the rule's own applies.
-type Limits interface {
-	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+// Overrides are the tenant overrides of overridable rules, by the rule's
+// bucket id and the tenant; the overrides cache is one. OverrideFor is
+// called on the ShouldRateLimit path: it must answer from memory. ok
+// false: no override, and the rule's own limit applies.
+type Overrides interface {
+	OverrideFor(bucket counter.Bucket, tenant string) (counter.Limit, bool)
 }
 
-// Config is what the Service serves: the rules, the counter bucket of each
-// rule (by rule index) and of each bucket of descriptor-supplied limits (by
-// rlsconfig.Config.LimitBuckets index), and the global settings.
+// Config is what the Service serves: a snapshot's RLS rules and the
+// buckets of its descriptor-supplied limits, each counted under its
+// bucket's id (Snapshot.RLSRules, Snapshot.RLSLimits), and the global
+// settings.
 type Config struct {
-	Rules    *rlsconfig.Config
-	RuleIDs  []counter.Bucket
-	LimitIDs []counter.Bucket
+	Snapshot *snapshot.Snapshot
 	Settings Settings
 }
 
@@ -57,7 +56,7 @@ type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 
 	limiter Limiter
-	limits  Limits
+	over    Overrides // nil: none
 	log     *slog.Logger
 	opts    Options
 	m       *metrics
@@ -109,11 +108,12 @@ type limitState struct {
 	m       [numDecisions]prometheus.Counter
 }
 
-// New returns a Service serving cfg, counting with lim and resolving the
-// limits of overridable rules with limits. Its metrics go to reg.
-func New(cfg Config, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
-	if lim == nil || limits == nil || reg == nil || log == nil {
-		return nil, errors.New("rls: New needs a limiter, limits, a registerer and a logger")
+// New returns a Service serving cfg, counting with lim and taking the
+// limits of overridable rules from over (nil: no overrides). Its metrics
+// go to reg.
+func New(cfg Config, lim Limiter, over Overrides, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+	if lim == nil || reg == nil || log == nil {
+		return nil, errors.New("rls: New needs a limiter, a registerer and a logger")
 	}
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -124,7 +124,7 @@ func New(cfg Config, lim Limiter, limits Limits, reg prometheus.Registerer, log 
 		return nil, err
 	}
 	s := &Service{
-		limiter: lim, limits: limits, log: log, opts: opts, m: mt,
+		limiter: lim, over: over, log: log, opts: opts, m: mt,
 		statusOK:        &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK},
 		statusUnlimited: &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32},
 		// upstream's texts
@@ -160,7 +160,7 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	if snap.RLS == nil {
 		return nil, errors.New("no RLS rules: this node serves ShouldRateLimit")
 	}
-	return s.prepare(ConfigFrom(snap, s.Settings()))
+	return s.prepare(Config{Snapshot: snap, Settings: s.Settings()})
 }
 
 // prepare builds cfg's state and returns the swap that makes it the one
@@ -180,52 +180,31 @@ func (s *Service) prepare(cfg Config) (func(), error) {
 	}, nil
 }
 
-// ConfigFrom is ShouldRateLimit's part of snap under settings: the RLS
-// rules with their buckets' ids.
-func ConfigFrom(snap *snapshot.Snapshot, settings Settings) Config {
-	c := Config{Rules: snap.RLS, Settings: settings}
-	for _, b := range snap.RLSRules {
-		c.RuleIDs = append(c.RuleIDs, b.ID)
-	}
-	for _, b := range snap.RLSLimits {
-		c.LimitIDs = append(c.LimitIDs, b.ID)
-	}
-	return c
-}
-
 func (s *Service) build(cfg Config) (*state, error) {
-	if cfg.Rules == nil {
+	snap := cfg.Snapshot
+	if snap == nil || snap.RLS == nil {
 		return nil, errors.New("rls: no rules")
 	}
-	rules, lbs := cfg.Rules.Rules(), cfg.Rules.LimitBuckets()
-	if len(cfg.RuleIDs) != len(rules) || len(cfg.LimitIDs) != len(lbs) {
-		return nil, fmt.Errorf("rls: %d rules and %d limit buckets, but %d rule ids and %d limit ids", len(rules), len(lbs), len(cfg.RuleIDs), len(cfg.LimitIDs))
-	}
-	seen := make(map[counter.Bucket]bool, len(rules)+len(lbs))
-	for _, id := range append(append([]counter.Bucket(nil), cfg.RuleIDs...), cfg.LimitIDs...) {
-		if seen[id] {
-			return nil, fmt.Errorf("rls: counter bucket %d is given twice: two rules would share counts", id)
-		}
-		seen[id] = true
-	}
+	rc := snap.RLS
+	rules, lbs := rc.Rules(), rc.LimitBuckets()
 	settings, err := cfg.Settings.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	st := &state{
-		cfg: cfg.Rules, settings: settings,
+		cfg: rc, settings: settings,
 		rules:   make([]ruleState, len(rules)),
 		limits:  make([]limitState, len(lbs)),
-		domains: make(map[string]*domainMetrics, len(cfg.Rules.Domains())),
+		domains: make(map[string]*domainMetrics, len(rc.Domains())),
 		unknown: s.m.forDomain(unknownDomain),
 	}
-	for _, d := range cfg.Rules.Domains() {
+	for _, d := range rc.Domains() {
 		st.domains[d] = s.m.forDomain(d)
 	}
-	for i := range rules {
-		r := &rules[i]
-		rs := &st.rules[i]
-		*rs = ruleState{rule: r, id: cfg.RuleIDs[i], scaleMS: r.Unit.Seconds() * 1000, m: s.m.forBucket(r.Bucket)}
+	for _, b := range snap.RLSRules {
+		r := &rules[b.Index]
+		rs := &st.rules[b.Index]
+		*rs = ruleState{rule: r, id: b.ID, scaleMS: r.Unit.Seconds() * 1000, m: s.m.forBucket(r.Bucket)}
 		if !r.Unlimited {
 			if rs.scaleMS <= 0 {
 				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s: unit %s is not a unit", r.File, r.Line, r.Column, r.StatsKey, r.Unit)
@@ -242,10 +221,11 @@ func (s *Service) build(cfg Config) (*state, error) {
 		}
 		st.anyReplaces = st.anyReplaces || len(r.Replaces) > 0
 	}
-	for i, lb := range lbs {
+	for _, b := range snap.RLSLimits {
+		lb := &lbs[b.Index]
 		ms := lb.Unit.Seconds() * 1000
-		st.limits[i] = limitState{
-			bucket: lb.Bucket, id: cfg.LimitIDs[i], unit: lb.Unit, scaleMS: ms,
+		st.limits[b.Index] = limitState{
+			bucket: lb.Bucket, id: b.ID, unit: lb.Unit, scaleMS: ms,
 			usable: ms > 0 && ms <= counter.MaxScaleMS,
 			m:      s.m.forBucket(lb.Bucket),
 		}
@@ -519,8 +499,8 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 			scaleMS: rs.scaleMS, shadow: rs.rule.Shadow, charge: rs.rule.Charge, current: rs.current}
 		if rs.counted {
 			t.lim = rs.lim
-			if rs.rule.Overridable {
-				if l, ok := s.limits.Limit(rs.id, firstValue(d)); ok && l != rs.lim && l.Validate() == nil {
+			if rs.rule.Overridable && s.over != nil {
+				if l, ok := s.overrideOf(rs, d); ok && l != rs.lim {
 					t.lim, t.report, t.scaleMS, t.current = l, l.Limit, l.ScaleMS, sl.override(rs.rule.Name, l)
 				}
 			}
@@ -612,6 +592,18 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 		remaining = min(max(0, t.report-count), math.MaxUint32)
 	}
 	return sl.set(c, t.current, uint32(remaining), seconds(resetMS))
+}
+
+// overrideOf is the tenant override of an overridable rule's bucket for
+// d, whose first entry's value is the tenant: ok false without one (no
+// tenant, none filed, or a limit the counter cannot hold).
+func (s *Service) overrideOf(rs *ruleState, d *ratelimitv3.RateLimitDescriptor) (counter.Limit, bool) {
+	tenant := firstValue(d)
+	if tenant == "" {
+		return counter.Limit{}, false
+	}
+	l, ok := s.over.OverrideFor(rs.id, tenant)
+	return l, ok && l.Validate() == nil
 }
 
 // firstValue is the tenant of an overridable rule: the descriptor's first

@@ -114,7 +114,7 @@ func TestShareThreshold(t *testing.T) {
 func TestOverridableRule(t *testing.T) {
 	h := newHarness(t, rls.Settings{}, "service.yaml")
 	i, _, _ := h.cfg.Match("service", desc("tenant", "x", "route", "y").GetEntries(), nil)
-	h.over[h.config.RuleIDs[i]] = map[string]counter.Limit{
+	h.over[h.config.Snapshot.RLSRules[i].ID] = map[string]counter.Limit{
 		"big":  {Limit: 100, ScaleMS: 3_600_000},
 		"tiny": {Limit: 1, ScaleMS: 60_000},
 	}
@@ -313,23 +313,7 @@ func TestUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Ids as a node keeps them: by bucket name, new names get new ids.
-	ids := map[string]counter.Bucket{}
-	for i, r := range h.cfg.Rules() {
-		ids[r.Bucket] = h.config.RuleIDs[i]
-	}
-	next := rls.Config{Rules: c, Settings: rls.Settings{ShadowMode: true}}
-	fresh := counter.Bucket(1000)
-	for _, r := range c.Rules() {
-		id, ok := ids[r.Bucket]
-		if !ok {
-			id, fresh = fresh, fresh+1
-		}
-		next.RuleIDs = append(next.RuleIDs, id)
-	}
-	for range c.LimitBuckets() {
-		next.LimitIDs, fresh = append(next.LimitIDs, fresh), fresh+1
-	}
+	next := config(t, c, rls.Settings{ShadowMode: true})
 	if err := h.update(next); err != nil {
 		t.Fatal(err)
 	}
@@ -351,10 +335,8 @@ func TestUpdate(t *testing.T) {
 
 	for _, bad := range []rls.Config{
 		{},
-		{Rules: c, RuleIDs: next.RuleIDs, LimitIDs: next.LimitIDs[1:]},
-		{Rules: c, RuleIDs: append([]counter.Bucket{next.LimitIDs[0]}, next.RuleIDs[1:]...), LimitIDs: next.LimitIDs},
-		{Rules: c, RuleIDs: next.RuleIDs, LimitIDs: next.LimitIDs, Settings: rls.Settings{LimitHeader: "bad header"}},
-		{Rules: c, RuleIDs: next.RuleIDs, LimitIDs: next.LimitIDs, Settings: rls.Settings{LimitHeader: "X-A", ResetHeader: "x-a"}},
+		{Snapshot: next.Snapshot, Settings: rls.Settings{LimitHeader: "bad header"}},
+		{Snapshot: next.Snapshot, Settings: rls.Settings{LimitHeader: "X-A", ResetHeader: "x-a"}},
 	} {
 		if err := h.update(bad); err == nil {
 			t.Errorf("Update(%+v) succeeded", bad.Settings)
@@ -416,17 +398,17 @@ func TestNewErrors(t *testing.T) {
 	store, _ := counter.New(counter.Config{})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg := config(t, c, rls.Settings{})
-	if _, err := rls.New(cfg, nil, resolver(c, nil), prometheus.NewRegistry(), log, rls.Options{}); err == nil {
+	if _, err := rls.New(cfg, nil, nil, prometheus.NewRegistry(), log, rls.Options{}); err == nil {
 		t.Error("New without a limiter succeeded")
 	}
-	if _, err := rls.New(cfg, store, resolver(c, nil), prometheus.NewRegistry(), log, rls.Options{MaxEntries: -1}); err == nil {
+	if _, err := rls.New(cfg, store, nil, prometheus.NewRegistry(), log, rls.Options{MaxEntries: -1}); err == nil {
 		t.Error("New with a negative bound succeeded")
 	}
 	reg := prometheus.NewRegistry()
-	if _, err := rls.New(cfg, store, resolver(c, nil), reg, log, rls.Options{}); err != nil {
+	if _, err := rls.New(cfg, store, nil, reg, log, rls.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rls.New(cfg, store, resolver(c, nil), reg, log, rls.Options{}); err == nil {
+	if _, err := rls.New(cfg, store, nil, reg, log, rls.Options{}); err == nil {
 		t.Error("a second Service on one registry succeeded")
 	}
 }

@@ -8,8 +8,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
 
@@ -55,9 +55,9 @@ func problemsOf(t *testing.T, files []rlsconfig.File, opts rlsconfig.Options) []
 	if c != nil {
 		t.Errorf("Parse returned a Config with its problems")
 	}
-	ps, ok := configfile.AsProblems(err)
+	ps, ok := problem.As(err)
 	if !ok {
-		t.Fatalf("Parse error %v is not configfile.Problems", err)
+		t.Fatalf("Parse error %v is not problem.List", err)
 	}
 	var out []string
 	for _, p := range ps {

@@ -8,8 +8,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
 
@@ -38,7 +38,7 @@ func FuzzParse(f *testing.F) {
 		files := []rlsconfig.File{{Name: "f.yaml", Data: data}}
 		c, err := rlsconfig.Parse(files, rlsconfig.Options{})
 		if err != nil {
-			ps, ok := configfile.AsProblems(err)
+			ps, ok := problem.As(err)
 			if !ok || len(ps) == 0 || len(ps) > rlsconfig.MaxProblems+1 || c != nil {
 				t.Fatalf("error %v (problems %v), config %v", err, ok, c != nil)
 			}

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
 
 // ErrNoSubdirectory is returned by Load, with an empty Config, for
@@ -108,12 +108,12 @@ type reader struct {
 	files    []File
 	bytes    int
 	entries  int
-	problems configfile.Problems
+	problems problem.List
 	stop     bool // a bound was reached and reported
 }
 
 func (r *reader) problem(path, format string, args ...any) {
-	r.problems = append(r.problems, configfile.Problem{File: path, Msg: fmt.Sprintf(format, args...)})
+	r.problems = append(r.problems, problem.Problem{File: path, Msg: fmt.Sprintf(format, args...)})
 }
 
 // walk reads directory dir (rel below the root); ancestors are the

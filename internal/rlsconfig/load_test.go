@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
 
@@ -67,9 +67,9 @@ func loadProblems(t *testing.T, l rlsconfig.Layout) []string {
 	if err == nil {
 		t.Fatalf("Load accepted it: domains %v", c.Domains())
 	}
-	ps, ok := configfile.AsProblems(err)
+	ps, ok := problem.As(err)
 	if !ok {
-		t.Fatalf("Load: %v is not configfile.Problems", err)
+		t.Fatalf("Load: %v is not problem.List", err)
 	}
 	var out []string
 	for _, p := range ps {

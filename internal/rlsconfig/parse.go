@@ -12,9 +12,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
 
 // Bounds on what one Parse accepts, so that a hostile or mistaken file
@@ -52,7 +52,7 @@ var (
 )
 
 // Parse parses and validates configuration files, each one domain. On any
-// problem it returns a nil *Config and a configfile.Problems listing every one
+// problem it returns a nil *Config and a problem.List listing every one
 // (file:line:column: upstream's message), files in name order. An invalid
 // Options.DefaultAlgorithm is a plain error: the caller's, not the files'.
 func Parse(files []File, opts Options) (*Config, error) {
@@ -86,7 +86,7 @@ func Parse(files []File, opts Options) (*Config, error) {
 type builder struct {
 	opts        Options
 	cfg         *Config
-	problems    configfile.Problems
+	problems    problem.List
 	descriptors int               // over all files
 	overridable map[string]string // rate_limit.name → where first
 	// composites holds each level's composite keys (key, or key_value),
@@ -113,7 +113,7 @@ func (b *builder) errorf(n *yaml.Node, format string, args ...any) {
 		format, args = "config error, more than %d problems: fix these first", []any{MaxProblems}
 		b.capped = true
 	}
-	pr := configfile.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
+	pr := problem.Problem{File: b.name, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
 		pr.Line, pr.Column = n.Line, n.Column
 	}
