@@ -1,50 +1,22 @@
 // Package lockout charges the buckets whose hits are known only from the
-// response (configfile.Cost.AfterResponse): failed logins (or any
-// responses configured as failures) in the buckets whose count is
-// "failures", and the cost a response reports (a header, a trailer, its
-// body bytes) in the buckets whose cost says so. Both are one mechanism:
-// the Check peeks and records the keys, the access log charges.
+// response, from Envoy's gRPC access log (and POST /v1/failures): 1 per
+// failure (a failed login) in the buckets whose count is "failures", the
+// reported cost (a response header, trailer or body bytes) in the buckets
+// whose cost says so (configfile.Cost.AfterResponse), and it releases the
+// leases of the "concurrency" buckets under the request's id. The Check
+// peeks (or leases) and records the request's keys in its dynamic metadata
+// (the Meta* constants); the access-log entry charges or releases them.
 //
-// It also releases the leases of the buckets whose count is
-// "concurrency": Envoy's access-log entry of a request that holds leases
-// (the Check recorded them in its dynamic metadata under MetaLeases)
-// releases each under the request's id (request.request_id), whatever the
-// response; a lease this node does not hold is released at the peer that
-// does (package inflight).
+// Invariants: a charge only adds, between 0 and the cost's max, under the
+// limit the Check peeks at (one resolver); a release frees only the lease
+// it names; a charge the counter cannot keep (key table full) is counted,
+// never dropped unseen.
 //
-// Reports arrive two ways:
-//   - Envoy's gRPC access log (envoy.service.accesslog.v3.AccessLogService,
-//     StreamAccessLogs): each entry is charged against the keys the Check
-//     recorded in the request's dynamic metadata (namespace
-//     envoy.filters.http.ext_authz, see the Meta* constants): 1 in each
-//     failure bucket when the response code is a failure code, the
-//     response's cost in each cost bucket. The Check and the report thus
-//     agree on the client IP, account and tenant without the application
-//     calling the limiter.
-//   - POST /v1/failures on the admin port, for applications not behind
-//     Envoy's access log, refused without the configured bearer token
-//     (failures only).
+// Failure mode: bad reports never crash the node — entries without
+// metadata, of other routes, with unknown buckets or malformed keys are
+// skipped and counted by reason. A Recorder is safe for concurrent use.
 //
-// A charge only adds: a reported cost is never negative and never above
-// the cost's max (configfile.Cost.Response says what each hostile value
-// charges, counted by outcome in cost_charge_values_total).
-//
-// A bucket's key in the metadata is a string, or a list of strings when
-// the login presented several accounts: the failure counts against each.
-// A failure the counter cannot keep because its key table is full is
-// counted in failures_refused_total (the check fails closed on that table
-// meanwhile), never dropped unseen.
-//
-// A failure counts under the limit the Check peeks at: both ask the one
-// resolver (Limits) with the bucket and the key.
-//
-// Only failures count: successes never reach the counters. The Check only
-// peeks at these buckets, so once one is at its limit every attempt is
-// denied until the window ends, and a denial does not extend the lockout.
-//
-// Bad reports never crash the node: entries without metadata, of other
-// routes, with unknown buckets or non-string keys are skipped and counted
-// by reason. A Recorder is safe for concurrent use.
+// The reasoning is in docs/design/after-response.md.
 package lockout
 
 import (
