@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // workload is a stream of requests and the server that answers it.
@@ -38,8 +39,22 @@ type server struct {
 	name, grpc, http, pprofURL string
 	addr                       string // where its load goes: grpc, or the lean listener's
 	w                          workload
-	mode                       string  // the floor's load: "" (Check), "rls" or "gubernator" (floorrls.go)
+	mode                       string  // the floor's load: "" (Check), "rls", "gubernator" (floorrls.go) or "accesslog"
 	also                       []*proc // processes whose CPU counts with proc's (an anchor's Redis)
+}
+
+// chargesCounted is the access-log entries the server counted so far,
+// for a target loaded with access-log entries; 0 for any other.
+func (s *server) chargesCounted() (float64, error) {
+	if s.mode != "accesslog" {
+		return 0, nil
+	}
+	m, err := scrape.Get(httpClient, "http://"+s.http+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	v, _ := m.Match("ratelimit_authz_failures_accesslog_entries_total", "result", "counted")
+	return v, nil
 }
 
 // stop ends the server and the processes that go with it.

@@ -247,6 +247,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"noop-grpc", "--lifetime", "0s"}, true, "--lifetime"},
 		{[]string{"check", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 		{[]string{"http", "--target", dead, "--duration", "1s"}, false, "does not answer"},
+		{[]string{"accesslog", "--target", dead, "--duration", "1s"}, false, "does not answer"},
+		{[]string{"accesslog", "--cost", "-1"}, true, "--cost"},
 	} {
 		_, out, err := runCLI(t, tc.args...)
 		var ue cli.UsageError
@@ -261,7 +263,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"accesslog", "--help"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)
