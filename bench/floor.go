@@ -168,7 +168,6 @@ func (r *runner) floor(ctx context.Context) error {
 				return fmt.Errorf("%s: the server counted %.0f access-log entries of the %d sent (%v)", t.name, counted1-counted0, res.Sent, err)
 			}
 			runs[t.name] = append(runs[t.name], res)
-			f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
 			return nil
 		})
 		if err != nil {
@@ -358,7 +357,6 @@ type Floor struct {
 	Rows          []FloorRow     `json:"rows"`
 	Ratios        []FloorRatio   `json:"ratios"`
 	Profiles      []FloorProfile `json:"profiles,omitempty"`
-	Runs          []RunRecord    `json:"runs"`
 }
 
 // FloorRow is one target at one level (saturation or a fixed rate):

@@ -167,12 +167,6 @@ func (r *runner) checkArgs(target string, c int, rate float64, w workload) []str
 
 func shippedConfigPath(root string) string { return root + "/" + shippedConfig }
 
-func runOf(round, c int, target string, rate float64, res *loadRun) RunRecord {
-	return RunRecord{Round: round, Concurrency: c, Target: target, Rate: rate, RPS: round1(res.RPS),
-		Allowed: res.Allowed, Denied: res.Denied, Errors: res.Errors, Latency: latOf(res),
-		ServerCPUUS: res.ServerCPUUS, ClientCPUUS: round1(res.ClientCPUUS())}
-}
-
 // compare summarises one workload against the floor: medians over the
 // rounds, and the ratio of each round's pair.
 func compare(c int, w string, server, noop []*loadRun) CompareRow {
@@ -239,19 +233,4 @@ type CompareRow struct {
 	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
 	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
 	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
-}
-
-// RunRecord is one measured run (for the record).
-type RunRecord struct {
-	Round       int     `json:"round"`
-	Concurrency int     `json:"concurrency"`
-	Target      string  `json:"target"` // noop, allowed, denied
-	Rate        float64 `json:"rate,omitempty"`
-	RPS         float64 `json:"rps"`
-	Allowed     int64   `json:"allowed"`
-	Denied      int64   `json:"denied"`
-	Errors      int64   `json:"errors"`
-	Latency     Lat     `json:"latency_us"`
-	ServerCPUUS float64 `json:"server_cpu_us_per_check"`
-	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
 }

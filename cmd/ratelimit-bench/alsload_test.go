@@ -1,19 +1,15 @@
 package main
 
 import (
-	"context"
-	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	alsv3 "github.com/envoyproxy/go-control-plane/envoy/service/accesslog/v3"
 	"google.golang.org/grpc"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/node"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -22,26 +18,8 @@ import (
 // reports, to the bucket it names, and the run ends only once the node
 // has taken them all.
 func TestAccessLogChargesARealNode(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
 	r, err := configfile.LoadFile("../../config/examples/llm-budget.yaml")
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	n, err := node.New(ctx, node.Config{Rules: r, Version: "bench", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		ShutdownTimeout: time.Second, SweepInterval: time.Second}, slog.New(slog.DiscardHandler))
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("node: %v", err)
-		}
-	})
+	n := startNode(t, r, err)
 	res, out, err := runCLI(t, "accesslog", "--target", n.GRPCAddr().String(), "--bucket", "llm_tokens", "--cost", "7",
 		"--tenants", "3", "--keys", "uniform", "--concurrency", "8", "--connections", "2",
 		"--requests", "300", "--warmup", "0", "--duration", "20s", "--json", "-")
