@@ -46,6 +46,19 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		}
 	}
 
+	cost := filepath.Join(dir, "cost.yaml")
+	if err := writeCostConfig(root(t), cost); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = configfile.LoadFile(cost); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range r.Buckets {
+		if b.Count != configfile.CountFailures && (!b.Cost.AfterResponse() || b.Cost.Header != costHeader) {
+			t.Errorf("cost config: bucket %s costs %v, want the response header %s", b.Name, b.Cost, costHeader)
+		}
+	}
+
 	mem := filepath.Join(dir, "memory.yaml")
 	if err := writeMemoryConfig(root(t), mem, 90*time.Second, 3, 1_250_000); err != nil {
 		t.Fatal(err)

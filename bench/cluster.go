@@ -104,14 +104,6 @@ func (h *clusterHarness) stop() {
 	h.stopNATS()
 }
 
-func (h *clusterHarness) targets() []string {
-	var out []string
-	for _, n := range h.nodes {
-		out = append(out, n.grpc)
-	}
-	return out
-}
-
 // metric sums a metric of every node, in node order; an error if a node
 // cannot be read.
 func (h *clusterHarness) metric(name string) ([]float64, error) {

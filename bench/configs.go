@@ -90,20 +90,49 @@ func setScalar(m *yaml.Node, key, value string) error {
 
 // writeAllowedConfig writes the shipped configuration with every request
 // bucket's limit out of reach: the "allowed" workload.
-func writeAllowedConfig(root, out string) error {
-	return editConfig(root, out, func(top *yaml.Node) error {
-		buckets := mapValue(top, "buckets")
-		if buckets == nil || buckets.Kind != yaml.MappingNode {
-			return fmt.Errorf("no buckets")
+func writeAllowedConfig(root, out string) error { return editConfig(root, out, allowAll) }
+
+// allowAll sets every request bucket's limit out of reach.
+func allowAll(top *yaml.Node) error {
+	buckets := mapValue(top, "buckets")
+	if buckets == nil || buckets.Kind != yaml.MappingNode {
+		return fmt.Errorf("no buckets")
+	}
+	for i := 1; i < len(buckets.Content); i += 2 {
+		b := buckets.Content[i]
+		if c := mapValue(b, "count"); c != nil && c.Value == "failures" {
+			continue // login buckets only peek; keep them as shipped
 		}
+		if err := setScalar(b, "limit", strconv.Itoa(roomyLimit)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// costHeader is the response header the cost configuration's buckets
+// charge from, as config/examples/llm-budget.yaml's token budget does.
+const costHeader = "x-usage-total-tokens"
+
+// writeCostConfig writes the allowed configuration with every request
+// bucket a budget charged after the response from costHeader: the Check
+// peeks at each instead of counting, and the access log charges them.
+func writeCostConfig(root, out string) error {
+	return editConfig(root, out, func(top *yaml.Node) error {
+		if err := allowAll(top); err != nil {
+			return err
+		}
+		buckets := mapValue(top, "buckets")
 		for i := 1; i < len(buckets.Content); i += 2 {
 			b := buckets.Content[i]
 			if c := mapValue(b, "count"); c != nil && c.Value == "failures" {
-				continue // login buckets only peek; keep them as shipped
+				continue
 			}
-			if err := setScalar(b, "limit", strconv.Itoa(roomyLimit)); err != nil {
+			var cost yaml.Node
+			if err := yaml.Unmarshal([]byte("{response_header: "+costHeader+", max: 4000}"), &cost); err != nil {
 				return err
 			}
+			b.Content = append(b.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "cost"}, cost.Content[0])
 		}
 		return nil
 	})

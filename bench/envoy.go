@@ -267,7 +267,6 @@ type RLQSBench struct {
 	Plan
 	Rows  []RLQSRow `json:"rows"`
 	Notes []string  `json:"notes,omitempty"`
-	Runs  []RLQSRun `json:"runs"`
 	// Streams is the server alone under simulated Envoys' streams.
 	Streams *RLQSStreams `json:"streams,omitempty"`
 }
@@ -314,20 +313,6 @@ type RLQSRow struct {
 	Errors            int64   `json:"errors"`
 }
 
-// RLQSRun is one measured run, for the record.
-type RLQSRun struct {
-	Concurrency    int     `json:"concurrency"`
-	Round          int     `json:"round"`
-	Listener       string  `json:"listener"`
-	RPS            float64 `json:"rps"`
-	P50            float64 `json:"p50"`
-	P99            float64 `json:"p99"`
-	ServerCPUMS1K  float64 `json:"server_cpu_ms_per_1000,omitempty"`
-	DeniedShare    float64 `json:"denied_share"`
-	Errors         int64   `json:"errors"`
-	RequestsToSend int64   `json:"sent"`
-}
-
 func (r *runner) rlqsEstimate() time.Duration { return r.envoyRunsTime() + 8*time.Second }
 
 // rlqs is the quota scenario: the same requests through three listeners
@@ -370,12 +355,8 @@ func (r *runner) rlqs(ctx context.Context) error {
 	err = r.throughEnvoy(ctx, "q", listeners, rlqsLoad, be.srv.proc, func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64) {
 		cpu := map[string][]float64{}
 		for _, l := range listeners {
-			for i, run := range got[l.name] {
-				per1000 := round(run.ServerCPUUS, 3) // µs per request = ms per 1,000
-				cpu[l.name] = append(cpu[l.name], per1000)
-				res.Runs = append(res.Runs, RLQSRun{Concurrency: c, Round: i + 1, Listener: l.name, RPS: round1(run.RPS),
-					P50: run.Latency.P50, P99: run.Latency.P99, ServerCPUMS1K: per1000, DeniedShare: round(run.DeniedShare(), 4),
-					Errors: run.Errors, RequestsToSend: run.Sent})
+			for _, run := range got[l.name] {
+				cpu[l.name] = append(cpu[l.name], round(run.ServerCPUUS, 3)) // µs per request = ms per 1,000
 			}
 		}
 		row := RLQSRow{Concurrency: c, Errors: errs}

@@ -33,6 +33,13 @@ import (
 // lean-allowed-top, lean-denied-top) against itself with the sketch off,
 // at saturation.
 //
+// Cost budgets charged after the response, at saturation: the lean
+// Check listener with every bucket such a budget (lean-cost-allowed: the
+// Check peeks) against the same listener counting (lean-allowed), and
+// the charges themselves (charges: `ratelimit-bench accesslog`, Envoy's
+// access-log entries each charging a tenant's bucket), CPU per charge
+// checked against the entries the server counted.
+//
 // Then the same at fixed rates, shares of the default no-op's saturated
 // throughput, and CPU profiles of the server, the default no-op and the
 // baseline at saturation.
@@ -51,7 +58,15 @@ const (
 	floorBaseline    = "baseline-"
 	floorLean        = "lean-"
 	floorTop         = "-top" // the top-keys sketch on
+	floorCost        = floorLean + "cost-allowed"
+	floorCharges     = "charges"
 )
+
+// chargesLoad is the access-log load: requests of a tenant route, zipf
+// keys as the allowed load's, each entry charging the tenant's
+// activity_create bucket of the cost configuration.
+var chargesLoad = workload{"charges", []string{"--routes", "activities", "--keys", "zipf", "--zipf-s", "1.1",
+	"--bucket", "activity_create", "--cost-header", costHeader, "--cost", "100"}}
 
 func (r *runner) floor(ctx context.Context) error {
 	f := &Floor{Plan: r.opt.plan(grpcConns, floorConcurrency)}
@@ -103,6 +118,17 @@ func (r *runner) floor(ctx context.Context) error {
 	if err := add(floorLean+"denied"+floorTop, r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root), top)...); err != nil {
 		return err
 	}
+	costCfg := filepath.Join(r.tmp, "cost.yaml")
+	if err := writeCostConfig(r.root, costCfg); err != nil {
+		return err
+	}
+	if err := add(floorCost, r.bins.server, allowedLoad, r.serve(costCfg)...); err != nil {
+		return err
+	}
+	if err := add(floorCharges, r.bins.server, chargesLoad, r.serve(costCfg)...); err != nil {
+		return err
+	}
+	targets[len(targets)-1].mode = "accesslog"
 	if r.opt.baselineRef != "" {
 		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
 		f.Baseline = &b.FloorBaseline
@@ -127,15 +153,21 @@ func (r *runner) floor(ctx context.Context) error {
 		runs := map[string][]*loadRun{}
 		err := r.rotate(len(targets), func(round, i int) error {
 			t := targets[i]
-			if rate > 0 && (t.mode != "" || strings.HasSuffix(t.name, floorTop)) {
-				return nil // ShouldRateLimit, the anchors and the sketch: at saturation only
+			if rate > 0 && (t.mode != "" || strings.HasSuffix(t.name, floorTop) || t.name == floorCost) {
+				return nil // ShouldRateLimit, the anchors, the sketch and costs: at saturation only
+			}
+			counted0, err := t.chargesCounted()
+			if err != nil {
+				return err
 			}
 			res, err := r.loadCPU(ctx, f.LoadCPU, fmt.Sprintf("floor-%s-r%d-%s", name, round+1, t.name), t, t.loadArgs(r.checkArgs(t.addr, floorConcurrency, rate, t.w))...)
 			if err != nil {
 				return err
 			}
+			if counted1, err := t.chargesCounted(); t.mode == "accesslog" && (err != nil || counted1-counted0 != float64(res.Sent)) {
+				return fmt.Errorf("%s: the server counted %.0f access-log entries of the %d sent (%v)", t.name, counted1-counted0, res.Sent, err)
+			}
 			runs[t.name] = append(runs[t.name], res)
-			f.Runs = append(f.Runs, runOf(round+1, floorConcurrency, t.name, rate, res))
 			return nil
 		})
 		if err != nil {
@@ -232,6 +264,7 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 			pairs[w+floorTop] = []string{w}       // the sketch on against off
 		}
 	}
+	pairs[floorCost] = []string{floorLean + "allowed"} // peeking at cost buckets against counting
 	for _, w := range slices.Sorted(maps.Keys(pairs)) {
 		for _, vs := range pairs[w] {
 			srv, ref := runs[w], runs[vs]
@@ -324,7 +357,6 @@ type Floor struct {
 	Rows          []FloorRow     `json:"rows"`
 	Ratios        []FloorRatio   `json:"ratios"`
 	Profiles      []FloorProfile `json:"profiles,omitempty"`
-	Runs          []RunRecord    `json:"runs"`
 }
 
 // FloorRow is one target at one level (saturation or a fixed rate):

@@ -109,6 +109,8 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 		"baseline-allowed": {floorRun(40, 100), floorRun(40, 100), floorRun(40, 100)},
 		"lean-allowed":     {floorRun(10, 50), floorRun(20, 100), floorRun(30, 100)},
 		"lean-allowed-top": {floorRun(11, 50), floorRun(20, 100), floorRun(33, 100)},
+		floorCost:          {floorRun(12, 50), floorRun(24, 100), floorRun(30, 100)},
+		floorCharges:       {floorRun(5, 50), floorRun(5, 100), floorRun(5, 100)},
 	}
 	got := map[string]FloorRatio{}
 	for _, x := range floorRatios("saturation", 0, runs) {
@@ -149,6 +151,16 @@ func TestFloorRatiosPairRounds(t *testing.T) {
 	}
 	if _, ok := got["lean-allowed-top/"+floorDefaultNoop]; ok {
 		t.Error("the sketch on compared with a no-op")
+	}
+	// Peeking at cost buckets against counting, and nothing else; the
+	// charges against nothing.
+	if c := got[floorCost+"/lean-allowed"]; c.Median != 1.2 || c.Min != 1 || c.Max != 1.2 {
+		t.Errorf("%s vs lean-allowed: %+v", floorCost, c)
+	}
+	for k := range got {
+		if w, _, _ := strings.Cut(k, "/"); (w == floorCost && k != floorCost+"/lean-allowed") || w == floorCharges {
+			t.Errorf("unexpected ratio %s", k)
+		}
 	}
 	row := floorRow("saturation", 0, "allowed", runs["allowed"])
 	if row.CPUUS != 30 || row.CPUMin != 20 || row.CPUMax != 40 || row.Latency.P99 != 100 || row.DeniedShare != 0 {
@@ -223,9 +235,12 @@ func TestFloorReportRenders(t *testing.T) {
 	res.Floor.SaturationRPS = 20000
 	res.Floor.Rows = append(res.Floor.Rows, FloorRow{Level: "saturation", Target: floorDefaultNoop, RPS: 20000, CPUUS: 36.2, CPUMin: 35, CPUMax: 37, WaitShare: 0.025},
 		FloorRow{Level: "saturation", Target: floorNoop, CPUUS: 30}, FloorRow{Level: "saturation", Target: "allowed", CPUUS: 32.6},
-		FloorRow{Level: "saturation", Target: "lean-denied", CPUUS: 20}, FloorRow{Level: "saturation", Target: "lean-denied-top", CPUUS: 20.4})
+		FloorRow{Level: "saturation", Target: "lean-denied", CPUUS: 20}, FloorRow{Level: "saturation", Target: "lean-denied-top", CPUUS: 20.4},
+		FloorRow{Level: "saturation", Target: floorCharges, RPS: 41000, CPUUS: 8.5, CPUMin: 8, CPUMax: 9},
+		FloorRow{Level: "saturation", Target: "lean-allowed", CPUUS: 12}, FloorRow{Level: "saturation", Target: floorCost, CPUUS: 12.6})
 	res.Floor.Ratios[0].PerRound = []float64{0.9, 0.91}
 	res.Floor.Ratios = append(res.Floor.Ratios, FloorRatio{Level: "saturation", Workload: "lean-denied-top", Versus: "lean-denied", Median: 1.02, Min: 0.99, Max: 1.05})
+	res.Floor.Ratios = append(res.Floor.Ratios, FloorRatio{Level: "saturation", Workload: floorCost, Versus: "lean-allowed", Median: 1.05, Min: 1.01, Max: 1.09})
 	res.Floor.Profiles = []FloorProfile{{Target: "allowed", RPS: 19000, Seconds: 4, File: "cpu-floor-allowed.pprof", Top: "flat  flat%\n10ms 1% runtime.futex",
 		Shares: []ProfileShare{{Part: profileParts[0].part, Share: 0.5, PerCheckUS: 12.5}}},
 		{Target: "lean-denied", Level: "10%", Rate: 2000, RPS: 2000, Seconds: 10, File: "cpu-floor-lean-denied-10pct.pprof", Top: "flat  flat%\n10ms 1% runtime.netpoll",
@@ -241,7 +256,8 @@ func TestFloorReportRenders(t *testing.T) {
 		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |", "runtime.futex", "cpu-floor-allowed.pprof", "| " + profileParts[0].part + " | 12.50 µs (50%) | — |", "| " + profileParts[1].part + " | — | 40.00 µs (25%) |",
 		"| part | allowed at saturation | lean-denied at 10% |", "pprof -top: lean-denied at 10% (2000 checks/s, 10s, <code>runs/cpu-floor-lean-denied-10pct.pprof</code>)",
 		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and",
-		"lean Check listener at saturation, CPU per check: denied 20.40 µs on, 20.00 µs off: **1.020×** (rounds 0.990–1.050)."} {
+		"lean Check listener at saturation, CPU per check: denied 20.40 µs on, 20.00 µs off: **1.020×** (rounds 0.990–1.050).",
+		"**41000 charges/s**, **8.5 µs of server CPU per charge** (8.0–9.0)", "12.6 µs per check peeking at cost buckets, 12.0 µs counting, **1.050×** (rounds 1.010–1.090)"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}

@@ -111,6 +111,8 @@ func (r *runner) rlsFloorTargets(ctx context.Context, cpu int) (targets []*serve
 // descriptor) or gubernator's, whose limit is in the request.
 func (t *server) loadArgs(check []string) []string {
 	switch t.mode {
+	case "accesslog":
+		return append([]string{"accesslog"}, check[1:]...)
 	case "rls":
 		return append([]string{"rls", "--descriptors", rlsFloorDescriptors}, check[1:]...)
 	case "gubernator":

@@ -1,44 +1,13 @@
 // Command bench is the `make bench` runner: it runs the ratelimit-authz
-// benchmark scenarios and writes bench/results/REPORT.md, results.json and
-// PNG plots:
+// benchmark scenarios (micro, floor, rls, memory, accuracy, cluster-load,
+// envoy, rlqs, scale) and writes bench/results/REPORT.md, results.json and
+// PNG plots. The load is cmd/ratelimit-bench, a process of its own for
+// every run. Targets are judged, never asserted: a missed target is a
+// finding, a failed scenario is recorded and the others still run. Every
+// process it starts is stopped by PID; every address is on loopback.
 //
-//   - micro: the Go microbenchmarks of the hot path and a benchstat
-//     summary, compared with the previous run's when its settings match;
-//   - floor: CPU per check, throughput and latency with the server bound
-//     to one CPU and the load tool to the other, at saturation and at 10%
-//     and 40% of it, against a default-configured grpc-go no-op, the no-op
-//     on this tree's stack and the server of --baseline-ref built in the
-//     run, alternating, so machine noise cancels; the top-keys sketch on
-//     and off; CPU profiles of each;
-//   - rls: ShouldRateLimit (Envoy's rate limit filter's call) against a
-//     no-op rate limit service on the same gRPC stack, with one and three
-//     descriptors, allowed and denied, CPU per call and throughput as
-//     ratios; then resident memory and live heap per descriptor key;
-//   - memory: resident memory and live keys while distinct keys arrive
-//     within one window, and after they expire;
-//   - accuracy: three replicated nodes in one process (bench/accuracy, on
-//     the public API of internal/counter and internal/replicate) at 1.1× to 1000× a
-//     limit, evenly and skewed, fixed and sliding: admitted per window,
-//     this tree beside --shares-baseline-ref built in the run;
-//   - cluster-load: three nodes under steady load while NATS is up, then
-//     stopped, then back: admitted per window, per node and in all;
-//   - envoy: the latency the ext_authz filter adds in Envoy (off, on with
-//     the no-op server, on), the shipped bootstrap rendered by
-//     internal/envoyconf;
-//   - scale: internal/replicate's BenchmarkReplicationScale (3, 10 and 30
-//     nodes, hot keys and a flood) in this tree and in the tree of
-//     --shares-baseline-ref, beside the scale model of
-//     docs/replication-scale.md, and what one nats-server fans out.
-//
-// The load is driven by cmd/ratelimit-bench, built and run as a process
-// of its own for every run; the runner reads each run's result through
-// internal/loadresult, the one schema of that file. The targets in the
-// report are judged, never asserted: a missed target is a finding, not a
-// failed run. A scenario that fails is recorded and the others still run.
-//
-// Every process it starts has a lifetime and is stopped by PID; every
-// address is on loopback. `make bench` runs it through bench/run.sh;
-// `go run ./bench --help` lists the flags.
+// What each scenario measures: docs/performance.md. `go run ./bench
+// --help` lists the flags; `make bench` runs it through bench/run.sh.
 package main
 
 import (

@@ -76,24 +76,6 @@ func (r *runner) profileUnderLoad(ctx context.Context, cpu int, name, pprofURL s
 	return ld.res, pr, err
 }
 
-// perRequestUS reads "Total samples = 1.23s" from pprof output and divides
-// it by the requests of the profile's duration at rate.
-func perRequestUS(top string, rate, seconds float64) float64 {
-	_, rest, ok := strings.Cut(top, "Total samples = ")
-	if !ok {
-		return 0
-	}
-	f := strings.Fields(rest)
-	if len(f) == 0 {
-		return 0
-	}
-	d, err := time.ParseDuration(f[0])
-	if err != nil || rate <= 0 || seconds <= 0 {
-		return 0
-	}
-	return round1(float64(d.Microseconds()) / (rate * seconds))
-}
-
 func fetch(ctx context.Context, url, path string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -400,6 +400,7 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	b.f("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")
 	b.f("- **allowed**, **denied**: `ratelimit-authz serve` of this tree. **allowed**: the example API's route mix (`ratelimit-bench routes`), zipf(1.1) keys over 1000 tenants, 1000 channels, 10000 client IPs, 1000 accounts, limits out of reach, so every check counts and is allowed; **denied**: the same mix over 4 keys of each kind against the shipped limits, so most checks are over a limit. **lean-…**: the same on its lean Check listener (`--check-addr`).\n")
 	b.f("- **rls-…**: the same at saturation with `ratelimit-bench rls` (ShouldRateLimit, one descriptor per call, the rls scenario's descriptor file): **rls-default-noop** is `noop-grpc` answering OK; **rls-allowed**, **rls-denied** this tree's server on its gRPC port, **rls-lean-…** on its lean listener; **ratelimit-redis-…** envoyproxy/ratelimit `%s` with a Redis of its own (`redis-server` on the same CPU; CPU per call counts both), **ratelimit-localcache-denied** the same with `LOCAL_CACHE_SIZE_IN_BYTES`=%d (over-limit keys answered without Redis); **gubernator-…** gubernator `%s`, one node, driven with `ratelimit-bench gubernator` (GetRateLimits with the same keys and limits). An anchor that did not build is named in the notes.\n", ratelimitVersion, ratelimitLocalCache, gubernatorVer)
+	b.f("- **lean-cost-allowed**: the lean listener with every request bucket a budget charged after the response (`cost: {response_header: %s}`), under the allowed load: the Check peeks at each bucket and records its key for the access log instead of counting. **charges**: the same server on its gRPC port under `ratelimit-bench accesslog`, Envoy's access-log stream (one entry per message, one stream per connection) with each entry charging 100 to its tenant's `activity_create`; its checks/s are charges/s, its CPU µs per check CPU per charge, each run checked against the entries the server counted.\n", costHeader)
 	if bl := f.Baseline; bl != nil {
 		if bl.Error != "" {
 			b.f("- **baseline**: not measured (%s): %s.\n", bl.Ref, bl.Error)
@@ -430,6 +431,15 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	}
 	if len(tops) > 0 {
 		b.f("\nThe top-keys sketch (**lean-…-top**: the same server with an admin listener, `--admin-addr`, which turns the sketch on) against the same server without, lean Check listener at saturation, CPU per check: %s.\n", strings.Join(tops, "; "))
+	}
+	if c, ok := floorRowOf(f, "saturation", floorCharges); ok {
+		b.f("\nCost budgets charged after the response: **%.0f charges/s**, **%.1f µs of server CPU per charge** (%.1f–%.1f), the server pinned as the others.", c.RPS, c.CPUUS, c.CPUMin, c.CPUMax)
+		if x, ok := floorRatio(f, "saturation", floorCost, floorLean+"allowed"); ok {
+			pk, _ := floorRowOf(f, "saturation", floorCost)
+			cn, _ := floorRowOf(f, "saturation", floorLean+"allowed")
+			b.f(" The Check on the lean listener: %.1f µs per check peeking at cost buckets, %.1f µs counting, **%.3f×** (rounds %.3f–%.3f).", pk.CPUUS, cn.CPUUS, x.Median, x.Min, x.Max)
+		}
+		b.f("\n")
 	}
 	b.f("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
 	b.f("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")

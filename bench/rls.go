@@ -181,12 +181,6 @@ func (r *runner) rlsMemory(ctx context.Context, res *RLS) error {
 	return nil
 }
 
-// rlsEstimate is how long the rls scenario takes.
-func (r *runner) rlsEstimate() time.Duration {
-	runs := time.Duration(len(rlsWorkloads)*2*r.opt.rounds) * (r.opt.run + r.opt.warmup + time.Second)
-	return runs + time.Duration(r.opt.rlsMemKeys/20_000)*time.Second + 20*time.Second
-}
-
 // RLS is the ShouldRateLimit scenario: the server against the no-op rate
 // limit service, then the memory of descriptor keys.
 type RLS struct {

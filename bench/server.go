@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 // workload is a stream of requests and the server that answers it.
@@ -38,8 +39,22 @@ type server struct {
 	name, grpc, http, pprofURL string
 	addr                       string // where its load goes: grpc, or the lean listener's
 	w                          workload
-	mode                       string  // the floor's load: "" (Check), "rls" or "gubernator" (floorrls.go)
+	mode                       string  // the floor's load: "" (Check), "rls", "gubernator" (floorrls.go) or "accesslog"
 	also                       []*proc // processes whose CPU counts with proc's (an anchor's Redis)
+}
+
+// chargesCounted is the access-log entries the server counted so far,
+// for a target loaded with access-log entries; 0 for any other.
+func (s *server) chargesCounted() (float64, error) {
+	if s.mode != "accesslog" {
+		return 0, nil
+	}
+	m, err := scrape.Get(httpClient, "http://"+s.http+"/metrics")
+	if err != nil {
+		return 0, err
+	}
+	v, _ := m.Match("ratelimit_authz_failures_accesslog_entries_total", "result", "counted")
+	return v, nil
 }
 
 // stop ends the server and the processes that go with it.
@@ -152,12 +167,6 @@ func (r *runner) checkArgs(target string, c int, rate float64, w workload) []str
 
 func shippedConfigPath(root string) string { return root + "/" + shippedConfig }
 
-func runOf(round, c int, target string, rate float64, res *loadRun) RunRecord {
-	return RunRecord{Round: round, Concurrency: c, Target: target, Rate: rate, RPS: round1(res.RPS),
-		Allowed: res.Allowed, Denied: res.Denied, Errors: res.Errors, Latency: latOf(res),
-		ServerCPUUS: res.ServerCPUUS, ClientCPUUS: round1(res.ClientCPUUS())}
-}
-
 // compare summarises one workload against the floor: medians over the
 // rounds, and the ratio of each round's pair.
 func compare(c int, w string, server, noop []*loadRun) CompareRow {
@@ -224,19 +233,4 @@ type CompareRow struct {
 	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
 	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
 	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
-}
-
-// RunRecord is one measured run (for the record).
-type RunRecord struct {
-	Round       int     `json:"round"`
-	Concurrency int     `json:"concurrency"`
-	Target      string  `json:"target"` // noop, allowed, denied
-	Rate        float64 `json:"rate,omitempty"`
-	RPS         float64 `json:"rps"`
-	Allowed     int64   `json:"allowed"`
-	Denied      int64   `json:"denied"`
-	Errors      int64   `json:"errors"`
-	Latency     Lat     `json:"latency_us"`
-	ServerCPUUS float64 `json:"server_cpu_us_per_check"`
-	ClientCPUUS float64 `json:"client_cpu_us_per_check"`
 }

@@ -66,18 +66,15 @@ var algorithms = map[string]counter.Algorithm{"fixed": counter.Fixed, "sliding":
 const tick = time.Millisecond
 
 type config struct {
-	natsURL       string
-	limit         int64
-	window        time.Duration
-	windows       int
-	multiples     []float64
-	algorithms    []string
-	distributions []string
-	sync          time.Duration
-	prefix        string
-	logLevel      slog.Level
-	bursts        []string
-	burstRuns     int
+	natsURL   string
+	limit     int64
+	window    time.Duration
+	windows   int
+	multiples []float64
+	sync      time.Duration
+	prefix    string
+	bursts    []string
+	burstRuns int
 }
 
 func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
@@ -96,18 +93,12 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 	fs.DurationVar(&c.window, "window", time.Second, "window length (whole milliseconds)")
 	fs.IntVar(&c.windows, "windows", 8, "whole windows counted per row")
 	mults := fs.String("multiples", "1.1,2,10,100,1000", "offered loads as multiples of the limit, comma-separated")
-	algs := fs.String("algorithms", "fixed,sliding", "window algorithms, comma-separated: fixed, sliding")
-	dists := fs.String("distributions", "even,skewed", "load distributions over the nodes, comma-separated: even (a third each), skewed (90%, 5%, 5%)")
 	fs.DurationVar(&c.sync, "sync-interval", replicate.DefaultSyncInterval, "replication sync interval")
 	fs.StringVar(&c.prefix, "subject-prefix", "accuracy", "NATS subject prefix of the nodes (another run on the same server should use another)")
-	level := fs.String("log-level", "warn", "log level of the nodes (stderr): debug, info, warn, error")
 	bl := fs.String("bursts", "", "burst scenarios run after the multiples, comma-separated: "+strings.Join(burstNames, ", ")+", or all (each on a key no node has seen; see loadresult.AccuracyBurst)")
 	fs.IntVar(&c.burstRuns, "burst-runs", 6, "runs of each burst scenario, each on a new key in a window of its own")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return c, true, err
-	}
-	if err := c.logLevel.UnmarshalText([]byte(*level)); err != nil {
-		return c, true, cli.UsageError{Msg: fmt.Sprintf("--log-level: %v", err)}
 	}
 	for s := range strings.SplitSeq(*mults, ",") {
 		if strings.TrimSpace(s) == "" && *mults == "" {
@@ -120,12 +111,6 @@ func parse(args []string, stdout, stderr io.Writer) (config, bool, error) {
 		c.multiples = append(c.multiples, m)
 	}
 	var err error
-	if c.algorithms, err = names("--algorithms", *algs, algorithms); err != nil {
-		return c, true, err
-	}
-	if c.distributions, err = names("--distributions", *dists, distributions); err != nil {
-		return c, true, err
-	}
 	switch *bl {
 	case "":
 	case "all":
@@ -187,7 +172,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	out := loadresult.Accuracy{Nodes: nodes, Limit: c.limit, WindowMS: c.window.Milliseconds(), SyncInterval: c.sync.String(),
 		Windows: c.windows, GoVersion: runtime.Version(), StartedAt: time.Now().UTC()}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: c.logLevel}))
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cl, err := startCluster(ctx, c, log)
 	if err != nil {
 		return err
@@ -368,8 +353,8 @@ func (cl *cluster) phase(ctx context.Context, c config, m float64) ([]loadresult
 	slots := int(end.UnixMilli()/wms - w0)
 
 	var rows []*rowRun
-	for _, alg := range c.algorithms {
-		for _, dist := range c.distributions {
+	for _, alg := range []string{"fixed", "sliding"} {
+		for _, dist := range []string{"even", "skewed"} {
 			rr := &rowRun{AccuracyRow: loadresult.AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
 				OfferedPerS: m * float64(c.limit) / c.window.Seconds()}, lim: counter.Limit{Limit: c.limit, ScaleMS: wms, Algorithm: algorithms[alg]}}
 			rr.skip = 1

@@ -40,6 +40,13 @@ type caller interface {
 	close()
 }
 
+// drainer is a caller whose calls the server may still be taking when
+// the last returned (a stream's sends): drain waits until it has taken
+// them all, and the run's time includes that wait.
+type drainer interface {
+	drain(ctx context.Context) error
+}
+
 // loadConfig is one run's load shape.
 type loadConfig struct {
 	concurrency int           // workers: requests in flight at most
@@ -260,6 +267,16 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 	}
 	wg.Wait()
 	rec := mergeStats(cfg, stats, measureFrom, end)
+	if d, ok := c.(drainer); ok {
+		err := d.drain(ctx)
+		if now := time.Now(); rec.sent > 0 && now.After(rec.lastDone) {
+			rec.lastDone = now
+		}
+		if err != nil {
+			rec.classes[classError]++
+			rec.errKinds["drain: "+err.Error()]++
+		}
+	}
 	rec.cpu = cpuTime() - cpu0
 	return rec, nil
 }

@@ -11,6 +11,7 @@
 //	ratelimit-bench check [flags]     load Check over gRPC
 //	ratelimit-bench rls [flags]       load ShouldRateLimit over gRPC
 //	ratelimit-bench gubernator [flags] load gubernator's GetRateLimits over gRPC
+//	ratelimit-bench accesslog [flags] stream access-log entries that charge a cost bucket
 //	ratelimit-bench http [flags]      load the example API over HTTP (through Envoy)
 //	ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server
 //	ratelimit-bench noop-grpc [flags] serve a no-op ext_authz and rate limit server on a default grpc.NewServer()
@@ -43,6 +44,7 @@ Usage:
   ratelimit-bench check [flags]     drive ext_authz Check over gRPC and report throughput and latency
   ratelimit-bench rls [flags]       drive ShouldRateLimit (Envoy's rate limit filter) over gRPC and report the same
   ratelimit-bench gubernator [flags] drive gubernator's GetRateLimits with the rls load's keys and report the same
+  ratelimit-bench accesslog [flags] stream Envoy's access-log entries that charge a cost bucket after the response
   ratelimit-bench http [flags]      drive the example API over HTTP (through Envoy) and report the same
   ratelimit-bench noop [flags]      serve a no-op ext_authz and rate limit server that answers OK at once: the floor
   ratelimit-bench noop-grpc [flags] serve a no-op ext_authz and rate limit server on a default-configured grpc.NewServer(): the floor of any grpc-go server
@@ -62,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "check", "http", "rls", "gubernator":
+	case "check", "http", "rls", "gubernator", "accesslog":
 		return runLoadCmd(ctx, cmd, rest, stdout, stderr)
 	case "noop", "noop-grpc":
 		return runServerCmd(ctx, cmd, rest, stdout, stderr)
@@ -119,8 +121,18 @@ per descriptor the rls load would send (named by the descriptor's first key,
 keyed by its values, --limit per --per, token bucket), then print requests/s,
 latency percentiles and outcomes: any OVER_LIMIT denied, else allowed.`
 	}
+	if mode == "accesslog" {
+		summary = `Stream Envoy's gRPC access log (StreamAccessLogs) to a server, one entry per
+message and one stream per connection, as Envoy's workers do: each entry
+carries the Check's charges metadata (--bucket → the request's tenant) and
+the response header --cost-header reporting --cost, so the server charges
+the bucket after the response. A sent entry counts as allowed; the run ends
+once the server has answered every stream (it answers only at a stream's
+end).`
+	}
 	fs := newFlagSet(mode, summary)
 	var (
+		charge      alsCharge
 		cfg         loadConfig
 		targets     string
 		mixSpec     string
@@ -140,7 +152,11 @@ latency percentiles and outcomes: any OVER_LIMIT denied, else allowed.`
 	fs.Int64Var(&cfg.requests, "requests", 0, "send at most this many requests, warm-up included (0 = bounded by time only)")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "per-request deadline; a request past it is an error")
 	fs.DurationVar(&cfg.window, "window", 0, "count allowed/denied per wall-clock window of this length (e.g. 1s), for accuracy runs; 0 = off")
-	fs.StringVar(&mixSpec, "routes", "api", `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
+	defMix := "api"
+	if mode == "accesslog" {
+		defMix = "activities" // a route whose requests carry a tenant to charge
+	}
+	fs.StringVar(&mixSpec, "routes", defMix, `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
 	fs.StringVar(&cfg.keys.dist, "keys", keysZipf, "key popularity: uniform, zipf (skewed, see --zipf-s) or unique (every request a new key: memory runs)")
 	fs.Float64Var(&cfg.keys.zipfS, "zipf-s", 1.1, "zipf exponent s > 1: key of rank k has weight 1/(k+1)^s")
 	fs.Uint64Var(&populations.tenants, "tenants", 1000, "distinct tenants (x-tenant-id)")
@@ -150,7 +166,12 @@ latency percentiles and outcomes: any OVER_LIMIT denied, else allowed.`
 	fs.StringVar(&cfg.keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "random seed: the same seed gives the same requests")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	grpcMode := mode == "check" || mode == "rls" || mode == "gubernator"
+	grpcMode := mode == "check" || mode == "rls" || mode == "gubernator" || mode == "accesslog"
+	if mode == "accesslog" {
+		fs.StringVar(&charge.bucket, "bucket", "llm_tokens", "the cost `bucket` each entry charges (one charged from a response header)")
+		fs.StringVar(&charge.header, "cost-header", "x-usage-total-tokens", "the response `header` that reports the cost")
+		fs.Int64Var(&charge.cost, "cost", 100, "the cost each entry reports")
+	}
 	if mode == "rls" || mode == "gubernator" {
 		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3 (see above)")
 	}
@@ -199,6 +220,11 @@ latency percentiles and outcomes: any OVER_LIMIT denied, else allowed.`
 		}
 	case "gubernator":
 		c, err = newGuberCaller(list, conns, descriptors, guberLimit, guberPer)
+		if err != nil {
+			return cli.UsageError{Msg: err.Error()}
+		}
+	case "accesslog":
+		c, err = newALSCaller(list, conns, charge)
 		if err != nil {
 			return cli.UsageError{Msg: err.Error()}
 		}

@@ -137,13 +137,13 @@ func TestCheckAgainstTheNoopServer(t *testing.T) {
 	}
 }
 
-func TestCheckAgainstTheRealService(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	r, err := configfile.Parse(config.Default(), config.Name)
+// startNode runs a node of the server on r until the test ends.
+func startNode(t *testing.T, r *configfile.Rules, err error) *node.Node {
+	t.Helper()
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	n, err := node.New(ctx, node.Config{Rules: r, Version: "bench", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
 		ShutdownTimeout: time.Second, SweepInterval: time.Second}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -158,7 +158,12 @@ func TestCheckAgainstTheRealService(t *testing.T) {
 			t.Errorf("node: %v", err)
 		}
 	})
-	addr := n.GRPCAddr().String()
+	return n
+}
+
+func TestCheckAgainstTheRealService(t *testing.T) {
+	r, err := configfile.Parse(config.Default(), config.Name)
+	addr := startNode(t, r, err).GRPCAddr().String()
 	// One tenant, 300 activity writes: the shipped 100/s denies most of
 	// them (fewer if the run straddles a second boundary; on a machine so
 	// busy that the run spans more windows, each window still admits at
@@ -247,6 +252,8 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"noop-grpc", "--lifetime", "0s"}, true, "--lifetime"},
 		{[]string{"check", "--target", dead, "--duration", "1s"}, false, "does not answer"},
 		{[]string{"http", "--target", dead, "--duration", "1s"}, false, "does not answer"},
+		{[]string{"accesslog", "--target", dead, "--duration", "1s"}, false, "does not answer"},
+		{[]string{"accesslog", "--cost", "-1"}, true, "--cost"},
 	} {
 		_, out, err := runCLI(t, tc.args...)
 		var ue cli.UsageError
@@ -261,7 +268,7 @@ func TestCLIErrors(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"accesslog", "--help"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)

@@ -37,7 +37,6 @@ type rlqsConfig struct {
 	keyPrefix  string
 	timeout    time.Duration
 	jsonPath   string
-	verbose    io.Writer // when set, every answer is written to it
 }
 
 func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -55,7 +54,6 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the key values: separate key spaces for concurrent runs")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
-	verbose := fs.Bool("verbose", false, "print every answer (bucket id and action) to stderr, as received")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
@@ -70,9 +68,6 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.UsageError{Msg: "--duration: must be positive"}
 	case c.domain == "" || c.bucketName == "" || c.keyEntry == "":
 		return cli.UsageError{Msg: "--domain, --bucket and --key-entry must not be empty"}
-	}
-	if *verbose {
-		c.verbose = stderr
 	}
 	res, err := rlqsLoad(ctx, c)
 	if err != nil {
@@ -156,9 +151,6 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 					}
 					now := time.Now()
 					mu.Lock()
-					if c.verbose != nil {
-						fmt.Fprintf(c.verbose, "%s stream %d: %v\n", now.Format("15:04:05.000"), s, m)
-					}
 					res.Answers++
 					for _, a := range m.GetBucketAction() {
 						kind := "abandon"

@@ -94,20 +94,18 @@ func TestRLSRequestDescriptors(t *testing.T) {
 // The benchmark's descriptor file is YAML of the format's shape: three
 // rules, each with the limit given.
 func TestRLSBenchConfig(t *testing.T) {
+	type rule struct {
+		Unit            string
+		RequestsPerUnit uint32 `yaml:"requests_per_unit"`
+	}
 	var doc struct {
 		Domain      string
 		Descriptors []struct {
-			Key       string
-			RateLimit *struct {
-				Unit            string
-				RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-			} `yaml:"rate_limit"`
+			Key         string
+			RateLimit   *rule `yaml:"rate_limit"`
 			Descriptors []struct {
 				Key       string
-				RateLimit *struct {
-					Unit            string
-					RequestsPerUnit uint32 `yaml:"requests_per_unit"`
-				} `yaml:"rate_limit"`
+				RateLimit *rule `yaml:"rate_limit"`
 			}
 		}
 	}

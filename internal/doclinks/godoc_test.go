@@ -19,9 +19,7 @@ const maxPackageDoc = 40
 // longDocs are the packages whose comment may still be longer, each with
 // the reason and the work that shortens it. The test fails when one is no
 // longer needed.
-var longDocs = map[string]string{
-	"bench": "the command's comment lists its scenarios, which the bench work in flight is reshaping; shorten it there, linking docs/performance.md",
-}
+var longDocs = map[string]string{}
 
 // TestPackageDocsFitAScreen: every package of the module has a package
 // comment, of at most maxPackageDoc lines.
