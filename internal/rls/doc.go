@@ -16,6 +16,12 @@
 //   - A charged rule (rlsconfig.Rule.Charge) counts its hits whether or
 //     not they fit, so a cost reported once spent is never lost; a
 //     descriptor with is_negative_hits counts nothing (OK).
+//   - A concurrency rule (rlsconfig.Rule.Concurrency) holds leases in
+//     Options.Leases (package inflight, shared with Check and the peers),
+//     keyed by the descriptor's last entry, the request id: a
+//     request-phase descriptor acquires one (OVER_LIMIT at the limit, on
+//     a full table or a repeated id), an is_negative_hits one frees the
+//     lease it names if this cluster granted it, and nothing else.
 //   - A descriptor-supplied limit replaces the rule in a configured domain;
 //     an overridable rule takes its limit from Overrides, keyed by the
 //     value of the descriptor's first entry (the tenant).
