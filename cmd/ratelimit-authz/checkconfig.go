@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
@@ -273,10 +274,36 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 		}
 	}
 
+	// A concurrency bucket's leases are released by the access-log entry
+	// of each request: without one, every slot is held until lease_ttl.
+	for i, b := range r.Buckets {
+		if b.Count != configfile.CountConcurrency || !routed(r, i) {
+			continue
+		}
+		for _, c := range checked {
+			switch {
+			case !c.GRPCAccessLog:
+				warn("bucket %s counts requests in flight, but listener %q of %s has no gRPC access log to release its leases: each request holds its slot until lease_ttl (%s), so the bucket admits about limit requests per lease_ttl; add the access log of envoy/ratelimit-authz.yaml (to the server's gRPC port)", b.Name, c.Listener, envoyPath, b.LeaseTTL)
+			case !c.LogsLeases:
+				warn("bucket %s counts requests in flight, but the gRPC access log of listener %q of %s may drop the entries that release its leases: each request whose entry is dropped holds its slot until lease_ttl (%s); let the log's filter pass them (an or_filter with a metadata_filter on envoy.filters.http.ext_authz, path [{key: leases}], present_match: true, as envoy/ratelimit-authz.yaml)", b.Name, c.Listener, envoyPath, b.LeaseTTL)
+			}
+		}
+	}
+
 	for _, b := range r.Buckets {
 		if b.Count == configfile.CountFailures && b.OnOverflow == configfile.Allow {
 			warn("bucket %s counts failures with on_overflow: allow: when the key table is full its lockout is off, which a guesser can cause by flooding keys; remove on_overflow (deny is the default for failure buckets)", b.Name)
 		}
 	}
 	return out
+}
+
+// routed reports whether a route spends bucket b.
+func routed(r *configfile.Rules, b int) bool {
+	for _, rt := range r.Routes {
+		if slices.Contains(rt.Buckets, counter.Bucket(b)) {
+			return true
+		}
+	}
+	return false
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -558,6 +559,75 @@ routes: [{path: /x, buckets: [tokens, trailer]}]
 		}
 		if tc.want == nil && strings.Contains(errOut.String(), "charges response_") {
 			t.Errorf("%s logs both, yet:\n%s", tc.envoy, errOut.String())
+		}
+	}
+}
+
+// check-config --envoy says when a route spends a concurrency bucket but
+// the bootstrap would not release its leases: no gRPC access log, or one
+// whose filter may drop the entries of requests holding leases. The
+// shipped bootstrap releases them.
+func TestCheckConfigWarnsOfUnreleasedLeases(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The leases branch of the or_filter removed: failures and charges
+	// are still logged, leases are not.
+	leasesBranch := `                - metadata_filter:
+                    matcher:
+                      filter: envoy.filters.http.ext_authz
+                      path: [ { key: leases } ]
+                      value: { present_match: true }
+                    match_if_key_not_found: false
+`
+	if !strings.Contains(string(shipped), leasesBranch) {
+		t.Fatal("the shipped bootstrap's access-log filter changed: update this test")
+	}
+	noLeases := write("no-leases.yaml", strings.Replace(string(shipped), leasesBranch, "", 1))
+	start := strings.Index(string(shipped), "          access_log:\n")
+	end := strings.Index(string(shipped), "          route_config:\n")
+	if start < 0 || end < start {
+		t.Fatal("the shipped bootstrap's access log moved: update this test")
+	}
+	noLog := write("no-log.yaml", string(shipped[:start])+string(shipped[end:]))
+	unfiltered := write("unfiltered.yaml", strings.Replace(string(shipped), "            filter:\n              or_filter:", "            unused_filter:\n              or_filter:", 1))
+	cfg := write("concurrency.yaml", `
+buckets:
+  db_pool: {count: concurrency, limit: 5, lease_ttl: 30s, key: tenant}
+  unused: {count: concurrency, limit: 5, key: tenant}
+  rate: {limit: 10, per: 1s, key: tenant}
+routes: [{path: /x, buckets: [db_pool, rate]}, {path: /y, buckets: [rate]}]
+`)
+	const noLogWarn, dropsWarn = `bucket db_pool counts requests in flight, but listener "ingress" of %s has no gRPC access log to release its leases: each request holds its slot until lease_ttl (30s)`,
+		`bucket db_pool counts requests in flight, but the gRPC access log of listener "ingress" of %s may drop the entries that release its leases`
+	for _, tc := range []struct {
+		envoy, want string
+	}{
+		{"../../envoy/ratelimit-authz.yaml", ""},
+		{unfiltered, ""},
+		{noLog, fmt.Sprintf(noLogWarn, noLog)},
+		{noLeases, fmt.Sprintf(dropsWarn, noLeases)},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(ctx, []string{"check-config", "--config", cfg, "--envoy", tc.envoy}, env(nil), &out, &errOut); err != nil {
+			t.Fatalf("%s: %v", tc.envoy, err)
+		}
+		got := errOut.String()
+		if tc.want != "" && !strings.Contains(got, tc.want) {
+			t.Errorf("%s: no %q in\n%s", tc.envoy, tc.want, got)
+		}
+		if n := strings.Count(got, "counts requests in flight"); n != map[bool]int{true: 0, false: 1}[tc.want == ""] {
+			t.Errorf("%s: %d lease warnings (a bucket no route spends has none):\n%s", tc.envoy, n, got)
 		}
 	}
 }

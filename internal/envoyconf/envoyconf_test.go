@@ -316,6 +316,35 @@ func TestInspectShipped(t *testing.T) {
 	if c.Clears("x-tenant-id") {
 		t.Error("the shipped bootstrap does not strip x-tenant-id")
 	}
+	if !c.GRPCAccessLog || !c.LogsLeases {
+		t.Error("the shipped bootstrap's access log releases leases")
+	}
+}
+
+// LogsLeases: only a filter that passes every entry carrying the
+// "leases" metadata of ext_authz does.
+func TestInspectLogsLeases(t *testing.T) {
+	const leases = `{metadata_filter: {matcher: {filter: envoy.filters.http.ext_authz, path: [{key: leases}], value: {present_match: true}}}}`
+	for filter, want := range map[string]bool{
+		"":                  true,
+		"filter: " + leases: true,
+		"filter: {or_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}":                                                         true,
+		"filter: {and_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}":                                                        false,
+		"filter: {status_code_filter: {}}":                                                                                                   false,
+		"filter: {metadata_filter: {matcher: {filter: envoy.filters.http.ext_authz, path: [{key: charges}], value: {present_match: true}}}}": false,
+		"filter: {metadata_filter: {matcher: {filter: other, path: [{key: leases}], value: {present_match: true}}}}":                         false,
+	} {
+		doc := `static_resources: {listeners: [{name: l, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {access_log: [{name: als, ` +
+			filter + map[bool]string{true: ", ", false: ""}[filter != ""] +
+			`typed_config: {"@type": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig}}]}}]}]}]}`
+		cms, err := Inspect([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", filter, err)
+		}
+		if !cms[0].GRPCAccessLog || cms[0].LogsLeases != want {
+			t.Errorf("%q: %+v, want LogsLeases %v", filter, cms[0], want)
+		}
+	}
 }
 
 func TestInspect(t *testing.T) {

@@ -31,6 +31,12 @@ type ConnectionManager struct {
 	// additional_response_trailers_to_log of its gRPC access logs: what a
 	// cost charged after the response can be read from.
 	LoggedResponseHeaders, LoggedResponseTrailers []string
+	// GRPCAccessLog: the connection manager has a gRPC access log.
+	// LogsLeases: one of them sends the entry of every request whose
+	// check recorded leases (ext_authz dynamic metadata "leases"), which
+	// releases them: it has no filter, or its filter is, or is an
+	// or_filter with, a metadata_filter matching that key present.
+	GRPCAccessLog, LogsLeases bool
 }
 
 // Clears reports whether the connection manager removes or overwrites
@@ -45,6 +51,9 @@ const (
 	grpcLogType       = "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"
 	extAuthzType      = "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz"
 	headerMutationTyp = "envoy.extensions.filters.http.header_mutation.v3.HeaderMutation"
+	// extAuthzName is the dynamic metadata namespace of ext_authz, whatever
+	// the filter is called.
+	extAuthzName = "envoy.filters.http.ext_authz"
 )
 
 // Inspect reads the static listeners of an Envoy bootstrap (YAML or JSON)
@@ -87,6 +96,8 @@ func connectionManager(listener string, tc any) ConnectionManager {
 		if !isType(atc, grpcLogType) {
 			continue
 		}
+		c.GRPCAccessLog = true
+		c.LogsLeases = c.LogsLeases || passesLeases(get(al, "filter"))
 		for _, h := range list(get(atc, "additional_response_headers_to_log")) {
 			if s, ok := h.(string); ok {
 				c.LoggedResponseHeaders = append(c.LoggedResponseHeaders, strings.ToLower(s))
@@ -121,6 +132,33 @@ func connectionManager(listener string, tc any) ConnectionManager {
 		}
 	}
 	return c
+}
+
+// passesLeases reports whether an access-log filter passes every entry
+// that carries the ext_authz metadata "leases": no filter, a
+// metadata_filter requiring it present, or an or_filter with one. Any
+// other filter may drop such entries.
+func passesLeases(f any) bool {
+	if f == nil {
+		return true
+	}
+	if mf := get(f, "metadata_filter"); mf != nil {
+		m := get(mf, "matcher")
+		path := list(get(m, "path"))
+		ns, _ := get(m, "filter").(string)
+		present, _ := get(m, "value", "present_match").(bool)
+		key := ""
+		if len(path) == 1 {
+			key, _ = get(path[0], "key").(string)
+		}
+		return ns == extAuthzName && key == "leases" && present
+	}
+	for _, sub := range list(get(f, "or_filter", "filters")) {
+		if passesLeases(sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // get walks maps by key; nil when a step is missing.

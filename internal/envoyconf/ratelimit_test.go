@@ -158,7 +158,7 @@ func TestRenderRLS(t *testing.T) {
 		domains[r.Name] = r.TypedPerFilterConfig["envoy.filters.http.ratelimit"].Domain
 	}
 	want := map[string]string{"example1": "mongo_cps", "example2": "messaging", "example3": "", "example4": "example4",
-		"example5": "internal", "example6": "example6", "example7": "example7", "llm": "llm"}
+		"example5": "internal", "example6": "example6", "example7": "example7", "llm": "llm", "inflight": "inflight"}
 	for name, d := range want {
 		if got, ok := domains[name]; !ok || got != d {
 			t.Errorf("route %s: domain %q (present %v), want %q", name, got, ok, d)

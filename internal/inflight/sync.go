@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,10 +141,17 @@ func (s *Sync) SetBuckets(byName map[string]counter.Bucket) {
 // Table is the lease table the Sync runs.
 func (s *Sync) Table() *Table { return s.t }
 
+// Acquire is Table.Acquire: a lease that Release frees here or, held by
+// a peer, there.
+func (s *Sync) Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
+	return s.t.Acquire(bucket, key, requestID, limit, ttl, now)
+}
+
 // Release frees requestID's lease of (bucket, key) and reports whether
 // this node held it. A release of a lease it does not hold is counted
 // and, in a cluster, forwarded to the peers: the node that holds it
-// frees it.
+// frees it. It keeps copies of what it forwards, never key or requestID
+// themselves (they may be views of a buffer the caller reuses).
 func (s *Sync) Release(bucket counter.Bucket, key, requestID string) bool {
 	if s.t.Release(bucket, key, requestID) {
 		return true
@@ -158,7 +166,7 @@ func (s *Sync) Release(bucket counter.Bucket, key, requestID string) bool {
 		s.m.forwardsDropped.Inc()
 		return false
 	}
-	s.forwards = append(s.forwards, forward{bucket, counter.StoredKey(key, s.t.cfg.MaxKeyBytes), requestID})
+	s.forwards = append(s.forwards, forward{bucket, strings.Clone(counter.StoredKey(key, s.t.cfg.MaxKeyBytes)), strings.Clone(requestID)})
 	s.mu.Unlock()
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -91,6 +92,26 @@ func TestSyncForwardsUnknownReleasesBounded(t *testing.T) {
 	}
 	if got := value(t, other.m.forwardedFreed); got != 0 {
 		t.Fatalf("another node freed %v", got)
+	}
+}
+
+// TestSyncForwardKeepsCopies: the key and request id of a forwarded
+// release are copied: the caller (the lean RLS path) may reuse the
+// buffer they are views of as soon as Release returns.
+func TestSyncForwardKeepsCopies(t *testing.T) {
+	var c fakeCaster
+	a := newSync(t, &c, SyncConfig{})
+	buf := []byte("acme|r1")
+	a.Release(1, unsafe.String(&buf[0], 4), unsafe.String(&buf[5], 2))
+	copy(buf, "XXXX|YY")
+	a.castForwards(&packer{})
+	holder := newSync(t, nil, SyncConfig{})
+	holder.Acquire(1, "acme", "r1", 5, time.Minute, t0)
+	for _, b := range c.take() {
+		holder.Receive(3, b)
+	}
+	if l, _ := holder.t.InFlight(1, "acme"); l != 0 {
+		t.Fatalf("the forwarded release named another lease: %d still held", l)
 	}
 }
 

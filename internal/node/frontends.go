@@ -113,7 +113,7 @@ func newRLS(c *core) (*frontEnd, error) {
 	if c.snap.RLS == nil {
 		return nil, errors.New("ShouldRateLimit: no RLS rules")
 	}
-	svc, err := rls.New(rls.Config{Snapshot: c.snap, Settings: c.cfg.RLS.Settings}, c.store, c.over, c.reg, c.log, rls.Options{})
+	svc, err := rls.New(rls.Config{Snapshot: c.snap, Settings: c.cfg.RLS.Settings}, c.store, c.over, c.reg, c.log, rls.Options{Leases: c.leases})
 	if err != nil {
 		return nil, err
 	}

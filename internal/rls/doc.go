@@ -13,9 +13,10 @@
 //   - n hits are admitted at once iff all n fit, else none is counted: a
 //     denied hit is never counted (upstream counts it), so a key stays at
 //     its limit and a limit of 0 is OVER_LIMIT from the first check.
-//   - A charged rule (rlsconfig.Rule.Charge) counts its hits whether or
-//     not they fit, so a cost reported once spent is never lost; a
-//     descriptor with is_negative_hits counts nothing (OK).
+//   - A charged rule counts its hits whether or not they fit; a
+//     concurrency rule acquires a lease (Options.Leases) per request id,
+//     and its is_negative_hits frees only that lease; any other
+//     is_negative_hits counts nothing (OK).
 //   - A descriptor-supplied limit replaces the rule in a configured domain;
 //     an overridable rule takes its limit from Overrides, keyed by the
 //     value of the descriptor's first entry (the tenant).
@@ -25,7 +26,7 @@
 //   - A Service is safe for concurrent use; Update swaps the whole
 //     configuration at once, and a call in flight finishes on the one it
 //     started with. ShouldRateLimit does no I/O and takes no lock beyond the
-//     counter's shard locks.
+//     counter's and the lease table's shard locks.
 //
 // Failure mode: only a malformed request is a gRPC error, InvalidArgument
 // (Envoy's failure_mode_deny then decides): an empty domain or descriptor
@@ -35,7 +36,6 @@
 // Settings.DenyOverflow makes it OVER_LIMIT: this is the one place that
 // choice is made.
 //
-// The semantics status by status (charges and refills among them), and
-// what differs from envoyproxy/ratelimit and why, are in
-// docs/design/rls.md.
+// The semantics status by status (charges, leases and refills among
+// them), and what differs from upstream and why: docs/design/rls.md.
 package rls

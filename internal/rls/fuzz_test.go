@@ -19,7 +19,7 @@ import (
 // configured domains, replaces the request's domain, so that mutations
 // explore the rules and not only unknown domains.
 func FuzzShouldRateLimit(f *testing.F) {
-	h := newHarness(f, rls.Settings{ResponseHeaders: true}, "service.yaml", "replaces.yaml", "share_threshold.yaml", "another.yaml")
+	h := newHarness(f, rls.Settings{ResponseHeaders: true}, "service.yaml", "replaces.yaml", "share_threshold.yaml", "another.yaml", inflightYAML)
 	domains := h.cfg.Domains()
 	seed := func(pick uint8, req *rlsv3.RateLimitRequest) {
 		b, err := proto.Marshal(req)
@@ -39,6 +39,8 @@ func FuzzShouldRateLimit(f *testing.F) {
 	seed(3, &rlsv3.RateLimitRequest{Descriptors: ds(desc("files", strings.Repeat("f", 300)))})
 	seed(none, &rlsv3.RateLimitRequest{Domain: "service", HitsAddend: 1 << 31, Descriptors: ds(withHits(desc("tokens", "a"), 1<<40), negative(withHits(desc("tokens", "a"), 5)),
 		withHits(desc("tokens_sliding", "b"), 0), desc("tokens_shadow", "c"), negative(desc("hello", "world")))})
+	seed(none, &rlsv3.RateLimitRequest{Domain: "inflight", Descriptors: ds(acquire("acme", "r1"), acquire("acme", "r1"), release("acme", "r1"), release("acme", "r2"),
+		desc("tenant", "acme", "request_id", ""), desc("tenant", "acme", "request_id", strings.Repeat("i", 200)), negative(desc("shadow", "s", "request_id", "s1")))})
 
 	f.Fuzz(func(t *testing.T, pick uint8, raw []byte) {
 		req := &rlsv3.RateLimitRequest{}

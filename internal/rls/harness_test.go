@@ -23,6 +23,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
@@ -46,11 +47,15 @@ type harness struct {
 	svc    *rls.Service
 	over   overrides
 
-	// The lean path's twin: a Service alike over a store of its own,
-	// called by should with the request's wire form (checkwire).
-	lean      *rls.Service
-	leanStore *counter.Store
-	leanReg   *prometheus.Registry
+	// leases hold the concurrency rules' leases (a node alone).
+	leases *inflight.Sync
+
+	// The lean path's twin: a Service alike over a store and leases of
+	// its own, called by should with the request's wire form (checkwire).
+	lean       *rls.Service
+	leanStore  *counter.Store
+	leanLeases *inflight.Sync
+	leanReg    *prometheus.Registry
 }
 
 // overrides are tenant overrides by (bucket id, tenant).
@@ -102,14 +107,24 @@ func newHarnessStore(t testing.TB, set rls.Settings, sc counter.Config, specs ..
 	h.config = config(t, c, set)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tw := range []struct {
-		store **counter.Store
-		svc   **rls.Service
-		reg   *prometheus.Registry
-	}{{&h.store, &h.svc, h.reg}, {&h.leanStore, &h.lean, h.leanReg}} {
+		store  **counter.Store
+		leases **inflight.Sync
+		svc    **rls.Service
+		reg    *prometheus.Registry
+	}{{&h.store, &h.leases, &h.svc, h.reg}, {&h.leanStore, &h.leanLeases, &h.lean, h.leanReg}} {
 		if *tw.store, err = counter.New(sc); err != nil {
 			t.Fatal(err)
 		}
-		if *tw.svc, err = rls.New(h.config, *tw.store, h.over, tw.reg, log, rls.Options{Now: h.clock.Now}); err != nil {
+		// One shard: both twins' tables sweep and fill alike.
+		tb, err := inflight.New(inflight.Config{Shards: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *tw.leases, err = inflight.NewSync(tb, nil, inflight.SyncConfig{}, tw.reg, log); err != nil {
+			t.Fatal(err)
+		}
+		(*tw.leases).SetBuckets(h.config.Snapshot.Concurrency())
+		if *tw.svc, err = rls.New(h.config, *tw.store, h.over, tw.reg, log, rls.Options{Now: h.clock.Now, Leases: *tw.leases}); err != nil {
 			t.Fatalf("New: %v", err)
 		}
 	}

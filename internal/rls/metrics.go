@@ -32,11 +32,12 @@ const (
 	decReplaced                     // replaced by another matched rule: not counted
 	decCharged                      // a charge counted within the limit
 	decChargedOver                  // a charge counted past the limit
-	decNegative                     // is_negative_hits, a refill: refused, not counted
+	decNegative                     // is_negative_hits: no refill, nothing freed here
+	decReleased                     // is_negative_hits of a concurrency rule: a lease this node held, freed
 	numDecisions
 )
 
-var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced", "charged", "charged_over", "negative"}
+var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced", "charged", "charged_over", "negative", "released"}
 
 // unknownDomain is the domain label of requests whose domain is not
 // configured: the one value no configured domain can have (upstream
@@ -60,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain", "code"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_total",
-			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced, charged, charged_over, negative).",
+			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced, charged, charged_over, negative, released).",
 		}, []string{"bucket", "decision"}),
 		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_unmatched_total",

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
@@ -33,6 +34,17 @@ type Limiter interface {
 }
 
 var _ Limiter = (*counter.Store)(nil)
+
+// Leases holds the leases of concurrency rules; *inflight.Sync is one.
+// Acquire takes a lease of (bucket, key) for a request id; Release frees
+// that one lease, here or, held by a peer, there. Neither may keep key
+// or requestID after it returns (views of buffers the service reuses).
+type Leases interface {
+	Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) inflight.Result
+	Release(bucket counter.Bucket, key, requestID string) bool
+}
+
+var _ Leases = (*inflight.Sync)(nil)
 
 // Overrides are the tenant overrides of overridable rules, by the rule's
 // bucket id and the tenant; the overrides cache is one. OverrideFor is
@@ -205,6 +217,15 @@ func (s *Service) build(cfg Config) (*state, error) {
 		r := &rules[b.Index]
 		rs := &st.rules[b.Index]
 		*rs = ruleState{rule: r, id: b.ID, scaleMS: r.Unit.Seconds() * 1000, m: s.m.forBucket(r.Bucket)}
+		if r.Concurrency {
+			if s.opts.Leases == nil {
+				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s counts requests in flight: the service has no lease table", r.File, r.Line, r.Column, r.StatsKey)
+			}
+			// No window: the unit is UNKNOWN.
+			rs.current = &rlsv3.RateLimitResponse_RateLimit{Name: r.Name, RequestsPerUnit: r.RequestsPerUnit}
+			rs.lim, _ = r.Limit()
+			continue
+		}
 		if !r.Unlimited {
 			if rs.scaleMS <= 0 {
 				return nil, fmt.Errorf("rls: %s:%d:%d: rule %s: unit %s is not a unit", r.File, r.Line, r.Column, r.StatsKey, r.Unit)
@@ -470,6 +491,9 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 		st.rules[m.idx].m[decReplaced].Inc()
 		return s.statusOK
 	}
+	if m.kind == kindRule && st.rules[m.idx].rule.Concurrency {
+		return s.lease(ctx, &st.rules[m.idx], d, keys[m.start:m.end], now, sl)
+	}
 	if d.GetIsNegativeHits() {
 		// A refill is refused: this server gives no budget back, and
 		// counting the hits as positive would charge a release again.
@@ -507,6 +531,48 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 		}
 	}
 	return s.count(ctx, st, &t, hitsOf(d, requestHits), keys[m.start:m.end], now, sl)
+}
+
+// concurrencyRetryS is the duration_until_reset of a concurrency rule's
+// statuses: a slot frees when a request in flight ends, which no window
+// predicts; a second is the least Envoy's Retry-After can say (as Check).
+const concurrencyRetryS = 1
+
+// lease decides a descriptor of a concurrency rule, whose last entry is
+// the request id: with is_negative_hits (Envoy's apply_on_stream_done
+// release) it frees that request's lease of the key, if this cluster
+// granted one, and answers OK; otherwise it acquires one, whatever the
+// addend (a request holds one slot), OVER_LIMIT when the key has its
+// limit in flight, the lease table is full (fail closed) or the id is
+// empty, too long or already holds a lease of the key. A shadow_mode rule
+// answers OK where it would be over, holding nothing.
+func (s *Service) lease(ctx context.Context, rs *ruleState, d *ratelimitv3.RateLimitDescriptor, key []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
+	id := rlsconfig.RequestID(d.GetEntries())
+	if d.GetIsNegativeHits() {
+		if s.opts.Leases.Release(rs.id, keyString(key), id) {
+			rs.m[decReleased].Inc()
+		} else {
+			rs.m[decNegative].Inc() // unknown here: forwarded to the peers
+		}
+		return s.statusOK
+	}
+	r := s.opts.Leases.Acquire(rs.id, keyString(key), id, rs.lim.Limit, rs.rule.LeaseTTL, now)
+	if r.Allowed() {
+		rs.m[decAllowed].Inc()
+		return sl.set(rlsv3.RateLimitResponse_OK, rs.current, uint32(min(max(0, rs.lim.Limit-r.InFlight), math.MaxUint32)), concurrencyRetryS)
+	}
+	t := target{bucket: rs.rule.Bucket, report: rs.lim.Limit, scaleMS: rs.lim.ScaleMS, shadow: rs.rule.Shadow}
+	s.logOver(ctx, &t, key)
+	switch {
+	case rs.rule.Shadow:
+		rs.m[decShadowDenied].Inc()
+		return sl.set(rlsv3.RateLimitResponse_OK, rs.current, 0, concurrencyRetryS)
+	case r.Outcome == inflight.DeniedFull:
+		rs.m[decOverflow].Inc()
+	default: // the limit, or the request id (inflight counts each reason)
+		rs.m[decDenied].Inc()
+	}
+	return sl.set(rlsv3.RateLimitResponse_OVER_LIMIT, rs.current, 0, concurrencyRetryS)
 }
 
 // count counts hits against t and fills the descriptor's status.

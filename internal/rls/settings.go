@@ -82,6 +82,10 @@ func equalFold(a, b string) bool {
 type Options struct {
 	// Now is the clock; nil means time.Now. Only tests set it.
 	Now func() time.Time
+	// Leases holds the leases of concurrency rules (*inflight.Sync, the
+	// node's, shared with Check and the peers); required when a
+	// configuration has one.
+	Leases Leases
 	// MaxDescriptors bounds the descriptors of one request; default 64.
 	// Envoy sends one per matching rate_limits entry of the route, a
 	// number its configuration fixes, not the client.

@@ -1,6 +1,8 @@
 package rlsconfig
 
 import (
+	"time"
+
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -56,6 +58,14 @@ type Rule struct {
 	// request was answered, by Envoy's apply_on_stream_done, which ignores
 	// the answer); a hits_addend of 0 still checks without counting.
 	Charge bool
+	// Concurrency is the extension rate_limit.count: concurrency: the rule
+	// limits requests in flight to RequestsPerUnit (no unit). Its
+	// descriptor's own entry is the request id (a key without a value, the
+	// last of the descriptor): a request-phase call acquires a lease of
+	// LeaseTTL for that id, and a call with is_negative_hits releases it.
+	// The counter key leaves the request id out.
+	Concurrency bool
+	LeaseTTL    time.Duration
 	// Where the descriptor is written.
 	File         string
 	Line, Column int

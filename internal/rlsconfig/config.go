@@ -8,6 +8,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -45,10 +46,14 @@ type node struct {
 }
 
 // Limit is the rule's counter limit; false for Unlimited and for
-// RequestsPerUnit 0 (nothing to count against: every hit is over).
+// RequestsPerUnit 0 (nothing to count against: every hit is over). A
+// concurrency rule's window is nominal (configfile.ConcurrencyScaleMS).
 func (r *Rule) Limit() (counter.Limit, bool) {
 	if r.Unlimited || r.RequestsPerUnit == 0 {
 		return counter.Limit{}, false
+	}
+	if r.Concurrency {
+		return counter.Limit{Limit: int64(r.RequestsPerUnit), ScaleMS: configfile.ConcurrencyScaleMS, Algorithm: counter.Fixed}, true
 	}
 	return counter.Limit{Limit: int64(r.RequestsPerUnit), ScaleMS: r.Unit.Seconds() * 1000, Algorithm: r.Algorithm}, true
 }
@@ -85,6 +90,10 @@ func (c *Config) LimitBucket(domain string, u Unit) (int, bool) {
 // keys and its depth, so the key is injective over what it counts
 // separately.
 //
+// A concurrency rule's last entry is the request id, not part of its
+// counter key: the key is then that of the entries before it, encoded as
+// if the descriptor ended there (RequestID returns the id).
+//
 // rule is -1 when nothing matches (key is returned unchanged);
 // domainFound reports whether the domain is configured. Match never
 // allocates beyond growing key. A nil entry matches as an empty key and value.
@@ -95,6 +104,7 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 	}
 	start := len(key)
 	single := len(entries) == 1
+	var firstValue string // the first level's value as keyed
 	for i, e := range entries {
 		n := lv.find(e.GetKey(), e.GetValue())
 		if n == nil {
@@ -103,6 +113,9 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 		v := e.GetValue()
 		if n.share {
 			v = n.value
+		}
+		if i == 0 {
+			firstValue = v
 		}
 		if single {
 			key = append(key, v...)
@@ -114,6 +127,9 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 			if n.rule < 0 {
 				break
 			}
+			if c.rules[n.rule].Concurrency {
+				key = leaseKey(key, start, len(entries), firstValue, v)
+			}
 			return n.rule, key, true
 		}
 		if n.children == nil {
@@ -122,6 +138,39 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 		lv = n.children
 	}
 	return -1, key[:start], true
+}
+
+// leaseKey is key[:start] followed by the counter key of a concurrency
+// rule matched by n entries, the last (whose keyed value is last, the
+// request id) left out: nothing for one entry, the first level's value
+// alone for two, and the uvarint-prefixed values before the last for
+// more (a prefix of what Match appended).
+func leaseKey(key []byte, start, n int, first, last string) []byte {
+	switch n {
+	case 1:
+		return key[:start]
+	case 2:
+		return append(key[:start], first...)
+	}
+	return key[:len(key)-len(last)-uvarintLen(uint64(len(last)))]
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// RequestID is the request id of a descriptor matched to a concurrency
+// rule: its last entry's value.
+func RequestID(entries []*ratelimitv3.RateLimitDescriptor_Entry) string {
+	if len(entries) == 0 {
+		return ""
+	}
+	return entries[len(entries)-1].GetValue()
 }
 
 func (lv *level) find(k, v string) *node {

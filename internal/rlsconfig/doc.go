@@ -3,8 +3,10 @@
 // validate (Parse), load upstream's runtime directory layout (Load,
 // LoadDir), find the most specific rule for a request descriptor
 // (Config.Match), and name each rule's counters. docs/envoyproxy-ratelimit.md
-// §1 and §3.1 are the reference; three extensions sit inside rate_limit:
-// algorithm (fixed | sliding), overridable and charge.
+// §1 and §3.1 are the reference; four extensions sit inside rate_limit:
+// algorithm (fixed | sliding), overridable, charge, and count:
+// concurrency with lease_ttl (requests in flight, the descriptor's own
+// entry being the request id, left out of the counter key).
 //
 // Invariants:
 //

@@ -30,6 +30,7 @@ func FuzzParse(f *testing.F) {
 		"domain: d\ndescriptors:\n  - key: k\n    value: \"*a*\"\n    share_threshold: true\n    rate_limit: {unit: week, requests_per_unit: 0, algorithm: sliding}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, name: n, replaces: [{name: m}]}\n    metadata: {a: [1, {b: 2.5}]}\n",
 		"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 10000, charge: true, overridable: true, name: t}\n  - key: u\n    rate_limit: {unlimited: true, charge: yes}\n",
+		"domain: d\ndescriptors:\n  - key: t\n    descriptors:\n      - key: id\n        rate_limit: {count: concurrency, requests_per_unit: 5, lease_ttl: 30s}\n  - key: u\n    value: v\n    rate_limit: {count: concurrency, unit: second, lease_ttl: 1ms, charge: true}\n",
 		"domain: \"\\0/#%\"\ndescriptors: [{key: \"\\u00e9\", rate_limit: {unit: SECOND, requests_per_unit: 0x10}}]",
 	} {
 		f.Add([]byte(s))

@@ -26,6 +26,8 @@ var matchCases = []struct {
 	{"nested wildcard", "test-domain", entries("nestedWild", "val1", "wild", "goo2")},
 	{"share threshold", "share-threshold", entries("files", "files/a.pdf")},
 	{"no match", "test-domain", entries("nokey", "x")},
+	{"concurrency", "inflight", entries("tenant", "acme", "request_id", "r1")},
+	{"concurrency, three levels", "inflight", entries("tenant", "acme", "route", "r", "request_id", "r1")},
 	{"unknown domain", "nope", entries("key2", "value2")},
 }
 
@@ -33,7 +35,7 @@ var matchCases = []struct {
 func fuzzConfig(tb testing.TB) *rlsconfig.Config {
 	tb.Helper()
 	var files []rlsconfig.File
-	for _, n := range []string{"basic_config.yaml", "wildcard.yaml", "share_threshold.yaml"} {
+	for _, n := range []string{"basic_config.yaml", "wildcard.yaml", "share_threshold.yaml", "concurrency.yaml"} {
 		b, err := os.ReadFile(filepath.Join("testdata", n))
 		if err != nil {
 			tb.Fatal(err)
@@ -141,6 +143,9 @@ func FuzzMatch(f *testing.F) {
 		{"midWild", "barb"}, {"multiWild", "foobarbaz"},
 		{"nestedWild", "val1", "wild", "goo"},
 		{"files", "files/a"}, {"files_no_share", "files_no_share/"},
+		{"request_id", "r1"}, {"tenant", "acme", "request_id", "r1"},
+		{"tenant", "acme", "route", "r", "request_id", "r1"},
+		{"shared", "pool-a", "request_id", "r1"},
 	} {
 		f.Add("test-domain", encodeEntries(kv...), encodeEntries(kv...))
 		f.Add("share-threshold", encodeEntries(kv...), encodeEntries(kv[:len(kv)-1]...))
@@ -148,6 +153,8 @@ func FuzzMatch(f *testing.F) {
 	f.Add("test-domain", encodeEntries("key1", "value1", "subkey1", "a"), encodeEntries("key1", "value1", "subkey1", "b"))
 	f.Add("test-domain", encodeEntries("key2", "ab", "x", ""), encodeEntries("key2", "a", "bx", ""))
 	f.Add("test-domain", encodeEntries("nestedWild", "val1", "wild", "goo1"), encodeEntries("nestedWild", "val1", "wild", "goo2"))
+	f.Add("inflight", encodeEntries("tenant", "acme", "request_id", "r1"), encodeEntries("tenant", "acme", "request_id", "r2"))
+	f.Add("inflight", encodeEntries("tenant", "ab", "route", "c", "request_id", "r1"), encodeEntries("tenant", "a", "route", "bc", "request_id", "r1"))
 	key := make([]byte, 0, 1<<16)
 	f.Fuzz(func(t *testing.T, domain string, a, b []byte) {
 		ea, eb := decodeEntries(a), decodeEntries(b)
@@ -195,11 +202,26 @@ func equalEntries(a, b []*ratelimitv3.RateLimitDescriptor_Entry) bool {
 	return true
 }
 
-// sameModuloShare: a and b are equal but for values at the one
-// share_threshold level of the fuzz configuration (files: files/*).
+// sameModuloShare: a and b are equal but for values at the
+// share_threshold levels of the fuzz configuration (files: files/*,
+// shared: pool-*) and for the request id, the last entry, of a
+// concurrency rule.
 func sameModuloShare(c *rlsconfig.Config, domain string, a, b []*ratelimitv3.RateLimitDescriptor_Entry) bool {
 	if equalEntries(a, b) {
 		return true
 	}
-	return domain == "share-threshold" && len(a) == 1 && len(b) == 1 && a[0].GetKey() == "files" && b[0].GetKey() == "files"
+	if domain == "share-threshold" && len(a) == 1 && len(b) == 1 && a[0].GetKey() == "files" && b[0].GetKey() == "files" {
+		return true
+	}
+	if domain != "inflight" || len(a) != len(b) {
+		return false
+	}
+	if r, _, _ := c.Match(domain, a, nil); r < 0 || !c.Rules()[r].Concurrency {
+		return false
+	}
+	a, b = a[:len(a)-1], b[:len(b)-1]
+	if len(a) > 0 && a[0].GetKey() == "shared" && b[0].GetKey() == "shared" {
+		a, b = a[1:], b[1:]
+	}
+	return equalEntries(a, b)
 }

@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
@@ -47,7 +49,7 @@ const (
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata"}
-	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "overridable", "charge"}
+	rateLimitKeys  = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "overridable", "charge", "count", "lease_ttl"}
 	replacesKeys   = []string{"name"}
 )
 
@@ -350,6 +352,7 @@ func (b *builder) level(n *yaml.Node, lv *level, parentKey string, path []string
 
 type rateLimitNodes struct {
 	unit, rpu, unlimited, name, replaces, algorithm, overridable, charge *yaml.Node
+	count, leaseTTL                                                      *yaml.Node
 }
 
 func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []string, depth int) {
@@ -442,7 +445,7 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 		kd.keyOnly = nd
 	}
 	path = append(path[:len(path):len(path)], composite)
-	if r, ok := b.rateLimit(rateLimits); ok {
+	if r, ok := b.rateLimit(rateLimits); ok && b.leaseDescriptor(r, at, value, children) {
 		r.StatsKey = finalKey
 		r.Shadow = shadow
 		r.Domain = b.domain
@@ -508,6 +511,7 @@ func (b *builder) rateLimitFields(rl *yaml.Node, r *Rule, nodes *rateLimitNodes,
 		case "replaces":
 			nodes.replaces = v
 		case "algorithm":
+			nodes.algorithm = v
 			a, ok := b.str(v)
 			switch {
 			case !ok:
@@ -524,8 +528,82 @@ func (b *builder) rateLimitFields(rl *yaml.Node, r *Rule, nodes *rateLimitNodes,
 		case "charge":
 			r.Charge, _ = b.boolean(v)
 			nodes.charge = v
+		case "count":
+			nodes.count = v
+			switch c, _ := b.str(v); c {
+			case "requests":
+				r.Concurrency = false
+			case "concurrency":
+				r.Concurrency = true
+			default:
+				b.errorf(v, "rate_limit.count must be requests or concurrency, not '%s'", c)
+			}
+		case "lease_ttl":
+			nodes.leaseTTL = v
+			r.LeaseTTL, _ = b.duration(v)
 		}
 	})
+}
+
+// concurrencyRule checks a rule with count: concurrency: a limit of
+// requests in flight, no window, nothing a window or a cost would mean.
+func (b *builder) concurrencyRule(rl *yaml.Node, r *Rule, nodes rateLimitNodes, unitText string) {
+	switch {
+	case r.Unlimited:
+		b.errorf(nodes.count, "a concurrency rule cannot be unlimited: it limits requests in flight")
+	case unitText != "":
+		b.errorf(nodes.unit, "a concurrency rule has no unit: requests_per_unit is the requests in flight at once")
+	case r.RequestsPerUnit == 0:
+		b.errorf(cmp.Or(nodes.rpu, rl), "a concurrency rule needs requests_per_unit of at least 1: the requests in flight at once")
+	case int64(r.RequestsPerUnit) > counter.MaxLimit:
+		b.errorf(nodes.rpu, "requests_per_unit %d is above the largest limit ratelimit-authz counts (%d: counter.MaxLimit)", r.RequestsPerUnit, counter.MaxLimit)
+	}
+	if r.Charge {
+		b.errorf(nodes.charge, "a concurrency rule cannot charge: a request holds one lease, whatever its cost")
+	}
+	if nodes.algorithm != nil {
+		b.errorf(nodes.algorithm, "a concurrency rule has no window: remove algorithm")
+	}
+	if r.Overridable {
+		b.errorf(nodes.overridable, "a concurrency rule cannot be overridable in an envoyproxy/ratelimit file: use a count: concurrency bucket of the rules file for per-tenant limits")
+	}
+	if r.LeaseTTL == 0 {
+		r.LeaseTTL = configfile.DefaultLeaseTTL
+	}
+}
+
+// leaseDescriptor checks where a concurrency rule is written: its
+// descriptor's entry is the request id, so it takes any value (no value
+// of its own) and nothing is below it. Other rules pass.
+func (b *builder) leaseDescriptor(r Rule, at *yaml.Node, value string, children *yaml.Node) bool {
+	if !r.Concurrency {
+		return true
+	}
+	ok := true
+	if value != "" {
+		b.errorf(at, "a concurrency rule's descriptor is the request id (e.g. key: request_id from x-request-id): give it no value")
+		ok = false
+	}
+	if children != nil {
+		b.errorf(at, "a concurrency rule's descriptor is the request id, the descriptor's last entry: nothing may be below it")
+		ok = false
+	}
+	return ok
+}
+
+// duration reads lease_ttl: a Go duration of whole seconds, 1s to
+// configfile.MaxLeaseTTL.
+func (b *builder) duration(n *yaml.Node) (time.Duration, bool) {
+	s, ok := b.str(n)
+	if !ok {
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < time.Second || d > configfile.MaxLeaseTTL || d%time.Second != 0 {
+		b.errorf(n, "rate_limit.lease_ttl must be a duration of whole seconds from 1s to %s (e.g. 60s, 5m), not '%s'", configfile.MaxLeaseTTL, s)
+		return 0, false
+	}
+	return d, true
 }
 
 // checkRateLimit completes and checks a rule once every rate_limit
@@ -544,6 +622,13 @@ func (b *builder) checkRateLimit(rl *yaml.Node, r Rule, nodes rateLimitNodes, un
 		default:
 			r.Replaces = append(r.Replaces, name)
 		}
+	}
+	if nodes.leaseTTL != nil && !r.Concurrency {
+		b.errorf(nodes.leaseTTL, "only a concurrency rule (count: concurrency) has leases: remove lease_ttl")
+	}
+	if r.Concurrency {
+		b.concurrencyRule(rl, &r, nodes, unitText)
+		return r, len(b.problems) == before
 	}
 	u, unitOK := parseUnit(unitText)
 	if r.Unlimited {

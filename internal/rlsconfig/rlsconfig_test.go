@@ -5,6 +5,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
@@ -249,5 +250,78 @@ descriptors:
 `))
 	if got, want := rulesText(c), "d.a: 5/SECOND\nd.b_hello: 0/SECOND"; got != want {
 		t.Errorf("rules:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A concurrency rule (rate_limit.count: concurrency) limits requests in
+// flight; its descriptor's entry is the request id, left out of the
+// counter key, which is that of the entries before it.
+func TestConcurrencyRules(t *testing.T) {
+	c := mustParse(t, rlsconfig.Options{}, testdata(t, "concurrency.yaml")...)
+	for _, tc := range []struct {
+		name    string
+		entries []*ratelimitv3.RateLimitDescriptor_Entry
+		limit   uint32
+		ttl     time.Duration
+		key     string
+	}{
+		{"the domain", entries("request_id", "r1"), 100, time.Minute, ""},
+		{"a tenant", entries("tenant", "acme", "request_id", "r1"), 5, 30 * time.Second, "acme"},
+		{"a tenant's route", entries("tenant", "acme", "route", "r", "request_id", "r1"), 2, time.Minute, "\x04acme\x01r"},
+		{"a shared pool", entries("shared", "pool-7", "request_id", "r1"), 3, time.Minute, "pool-*"},
+	} {
+		i, key, found := c.Match("inflight", tc.entries, []byte("prefix"))
+		if i < 0 || !found {
+			t.Errorf("%s: no rule", tc.name)
+			continue
+		}
+		r := c.Rules()[i]
+		if !r.Concurrency || r.RequestsPerUnit != tc.limit || r.LeaseTTL != tc.ttl || r.Unit != 0 {
+			t.Errorf("%s: rule %+v", tc.name, r)
+		}
+		if string(key) != "prefix"+tc.key {
+			t.Errorf("%s: key %q, want %q", tc.name, key, "prefix"+tc.key)
+		}
+		if got := rlsconfig.RequestID(tc.entries); got != "r1" {
+			t.Errorf("%s: request id %q", tc.name, got)
+		}
+		if l, ok := r.Limit(); !ok || l.Limit != int64(tc.limit) || l.Validate() != nil {
+			t.Errorf("%s: limit %+v %v", tc.name, l, ok)
+		}
+	}
+	// Two requests of one tenant share a key; two tenants do not.
+	_, k1, _ := c.Match("inflight", entries("tenant", "acme", "request_id", "r1"), nil)
+	_, k2, _ := c.Match("inflight", entries("tenant", "acme", "request_id", "r2"), nil)
+	_, k3, _ := c.Match("inflight", entries("tenant", "other", "request_id", "r1"), nil)
+	if string(k1) != string(k2) || string(k1) == string(k3) {
+		t.Errorf("keys %q %q %q", k1, k2, k3)
+	}
+
+	head := "domain: d\ndescriptors:\n  - key: k\n"
+	for _, tc := range []struct{ yaml, want string }{
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, unit: second}\n", "x.yaml:4:60: a concurrency rule has no unit: requests_per_unit is the requests in flight at once"},
+		{"    rate_limit: {count: concurrency, unlimited: true}\n", "x.yaml:4:25: a concurrency rule cannot be unlimited: it limits requests in flight"},
+		{"    rate_limit: {count: concurrency}\n", "x.yaml:4:17: a concurrency rule needs requests_per_unit of at least 1: the requests in flight at once"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 0}\n", "x.yaml:4:57: a concurrency rule needs requests_per_unit of at least 1: the requests in flight at once"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, charge: true}\n", "x.yaml:4:68: a concurrency rule cannot charge: a request holds one lease, whatever its cost"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, algorithm: fixed}\n", "x.yaml:4:71: a concurrency rule has no window: remove algorithm"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, overridable: true, name: x}\n", "x.yaml:4:73: a concurrency rule cannot be overridable in an envoyproxy/ratelimit file: use a count: concurrency bucket of the rules file for per-tenant limits"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, lease_ttl: 500ms}\n", "x.yaml:4:71: rate_limit.lease_ttl must be a duration of whole seconds from 1s to 24h0m0s (e.g. 60s, 5m), not '500ms'"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, lease_ttl: 25h}\n", "x.yaml:4:71: rate_limit.lease_ttl must be a duration of whole seconds from 1s to 24h0m0s (e.g. 60s, 5m), not '25h'"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5, lease_ttl: soon}\n", "x.yaml:4:71: rate_limit.lease_ttl must be a duration of whole seconds from 1s to 24h0m0s (e.g. 60s, 5m), not 'soon'"},
+		{"    rate_limit: {unit: second, requests_per_unit: 5, lease_ttl: 10s}\n", "x.yaml:4:65: only a concurrency rule (count: concurrency) has leases: remove lease_ttl"},
+		{"    rate_limit: {count: parallel, unit: second, requests_per_unit: 5}\n", "x.yaml:4:25: rate_limit.count must be requests or concurrency, not 'parallel'"},
+		{"    value: v\n    rate_limit: {count: concurrency, requests_per_unit: 5}\n", "x.yaml:3:5: a concurrency rule's descriptor is the request id (e.g. key: request_id from x-request-id): give it no value"},
+		{"    rate_limit: {count: concurrency, requests_per_unit: 5}\n    descriptors: [{key: x}]\n", "x.yaml:3:5: a concurrency rule's descriptor is the request id, the descriptor's last entry: nothing may be below it"},
+	} {
+		got := problemsOf(t, []rlsconfig.File{file("x.yaml", head+tc.yaml)}, rlsconfig.Options{})
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%q:\n got %q\nwant %q", tc.yaml, got, tc.want)
+		}
+	}
+	// count: requests is the default, written out.
+	c = mustParse(t, rlsconfig.Options{}, file("x.yaml", head+"    rate_limit: {count: requests, unit: second, requests_per_unit: 5}\n"))
+	if r := c.Rules()[0]; r.Concurrency || r.Unit != rlsconfig.Second {
+		t.Errorf("count: requests: %+v", r)
 	}
 }

@@ -104,6 +104,13 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 		if !r.Unlimited {
 			b.Limit.ScaleMS = r.Unit.Seconds() * 1000
 		}
+		if r.Concurrency {
+			// Leases, not counts: no peer count is merged.
+			b.Limit, _ = r.Limit()
+			b.HasLimit, b.Concurrency, b.LeaseTTL = true, true, r.LeaseTTL
+			s.Buckets = append(s.Buckets, b)
+			continue
+		}
 		if l, ok := r.Limit(); ok {
 			b.Limit, b.HasLimit = l, true
 			b.PeerBounds[l.ScaleMS] = BoundFor(min(l.Limit, counter.MaxLimitFor(l.ScaleMS)))

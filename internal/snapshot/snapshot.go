@@ -255,10 +255,10 @@ func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
 }
 
 // Concurrency are the concurrency buckets' ids by name (the names they
-// travel under between nodes).
+// travel under between nodes): the rules file's and the RLS rules'.
 func (s *Snapshot) Concurrency() map[string]counter.Bucket {
 	out := map[string]counter.Bucket{}
-	for _, b := range s.RuleBuckets() {
+	for _, b := range s.Buckets {
 		if b.Concurrency {
 			out[b.Name] = b.ID
 		}

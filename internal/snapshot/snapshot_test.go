@@ -1,12 +1,15 @@
 package snapshot_test
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -177,5 +180,46 @@ routes: [{path: /a, buckets: [x]}]
 	s := compile(t, parse(t, base))
 	if got := s.Buckets[2].Cost.Source; got != configfile.CostFailures {
 		t.Errorf("the failures bucket's cost is %v", got)
+	}
+}
+
+// An RLS concurrency rule is a concurrency bucket like the rules file's:
+// named to the peers by Concurrency, its id apart from a rate rule's of
+// the same name, no peer count merged.
+func TestRLSConcurrencyRule(t *testing.T) {
+	rules := parse(t, `buckets:
+  x: {limit: 5, key: tenant, count: concurrency}
+  y: {limit: 10, per: 1s, key: tenant}
+routes: [{path: /a, buckets: [x, y]}]
+`)
+	rc, err := rlsconfig.Parse([]rlsconfig.File{{Name: "f.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: tenant
+    descriptors:
+      - key: request_id
+        rate_limit: {count: concurrency, requests_per_unit: 3, lease_ttl: 20s}
+  - key: other
+    rate_limit: {unit: second, requests_per_unit: 3}
+`)}}, rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := snapshot.Compile(snapshot.Sources{Rules: rules, RLS: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := s.RLSRules[0]
+	if !b.Concurrency || b.LeaseTTL != 20*time.Second || !b.HasLimit || b.Limit.Limit != 3 || len(b.PeerBounds) != 0 {
+		t.Errorf("the concurrency rule's bucket: %+v", b)
+	}
+	if s.RLSRules[1].Concurrency {
+		t.Error("a rate rule is a concurrency bucket")
+	}
+	want := map[string]counter.Bucket{"x": s.Buckets[0].ID, b.Name: b.ID}
+	if got := s.Concurrency(); !maps.Equal(got, want) {
+		t.Errorf("Concurrency %v, want %v", got, want)
+	}
+	if k := b.CountKey(); k.Unit != "concurrent-requests" {
+		t.Errorf("count key %+v", k)
 	}
 }

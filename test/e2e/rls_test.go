@@ -560,7 +560,7 @@ func TestRLSExamplesCheckConfig(t *testing.T) {
 		return string(out), err
 	}
 	out, err := run(filepath.Join(root(t), "config", "rls", "config"))
-	if err != nil || !strings.Contains(out, "8 domains") {
+	if err != nil || !strings.Contains(out, "9 domains") {
 		t.Fatalf("check-config of config/rls/config: %v\n%s", err, out)
 	}
 	t.Logf("check-config --rls-config-dir config/rls/config: %s", strings.TrimSpace(out))
