@@ -235,12 +235,15 @@ func (s *Service) CloseStreams() { s.closeOnce.Do(func() { close(s.done) }) }
 // budget (token bucket, or DENY_ALL with nothing left) in window window
 // of scaleMS; otherwise a blanket rule from a policy. refill: the token
 // bucket refills its tokens once a window (see encode), for a participant
-// that spends less than its share.
+// that spends less than its share. bounded: the share counted every live
+// node as a participant (see Options.Nodes); it travels with the share, so
+// that a refresh of a sent share says what that share counted.
 type action struct {
 	strat   strategy
 	tokens  uint32
 	budget  bool
 	refill  bool
+	bounded bool
 	window  int64
 	scaleMS int64
 }
@@ -258,13 +261,10 @@ type tracked struct {
 	lastReport  time.Time
 	// calm: its latest report (with a span) showed no request denied and
 	// no more requests than its share over the span.
-	calm bool
-	// bounded: its latest share counted every live node as a participant
-	// (see Options.Nodes); sentBounded: so did the one sent last.
-	bounded, sentBounded bool
-	sent                 action
-	sentAt               time.Time
-	hasSent              bool
+	calm    bool
+	sent    action
+	sentAt  time.Time
+	hasSent bool
 }
 
 // stream is the state of one StreamRateLimitQuotas call, owned by its
@@ -421,7 +421,7 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 		}
 		t.lastReport = now
 		a, exact := str.evaluate(t, usage{allowed, denied, span}, now, true)
-		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sentBounded {
+		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sent.bounded {
 			// Not all of the window's usage is counted (part of it was
 			// guessed, or other participants have some unreported): a
 			// larger share could not be handed out safely, and Envoy
@@ -432,7 +432,7 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 			// 1.40 scales the tokens left by the new max_tokens over the
 			// old, so what the participant spent and what it has left
 			// add up to at most the new share.
-			a.tokens = t.sent.tokens
+			a.tokens, a.bounded = t.sent.tokens, t.sent.bounded
 		}
 		// The first budget of a window goes out full, as a tick would send
 		// it, whichever comes first: a report early in a window, before the
@@ -586,8 +586,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	res(resCounted)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
 	rank, local, announce := s.reg.place(t.gk, t, pw, now.UnixMilli())
-	n := local
-	t.bounded = false
+	n, bounded := local, false
 	if b.Participants >= 0 {
 		pid := st.cfg.Buckets[b.Participants].ID
 		var pr counter.Result
@@ -597,7 +596,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 			pr = s.counter.Peek(pid, t.m.Key, ParticipantsLimit, now)
 		}
 		if !pr.Overflow {
-			n, t.bounded = s.reg.participants(t.gk, pw, pr.Count, local, now.UnixMilli(), s.opts.Settle.Milliseconds(), s.opts.Nodes())
+			n, bounded = s.reg.participants(t.gk, pw, pr.Count, local, now.UnixMilli(), s.opts.Settle.Milliseconds(), s.opts.Nodes())
 		}
 	}
 	if b.Shadow {
@@ -609,7 +608,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	exact = n == 1 && (u.span <= 0 || u.span.Milliseconds() <= now.UnixMilli()%lim.ScaleMS)
 	tokens := share.Participant(r.Remaining, n, local, rank) / cost
 	if tokens <= 0 {
-		return action{strat: stratDenyAll, budget: true, window: r.Window, scaleMS: lim.ScaleMS}, exact
+		return action{strat: stratDenyAll, budget: true, bounded: bounded, window: r.Window, scaleMS: lim.ScaleMS}, exact
 	}
 	if fromReport {
 		// Its demand over the span against its share of a whole window's
@@ -621,7 +620,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		perWindow := share.Participant(lim.Limit, n, local, rank)
 		t.calm = spanMS > 0 && u.denied == 0 && float64(u.allowed)*float64(cost)*float64(lim.ScaleMS) <= float64(perWindow)*float64(spanMS)
 	}
-	return action{strat: stratTokenBucket, tokens: uint32(min(tokens, math.MaxUint32)), budget: true, refill: t.calm, window: r.Window, scaleMS: lim.ScaleMS}, exact
+	return action{strat: stratTokenBucket, tokens: uint32(min(tokens, math.MaxUint32)), budget: true, refill: t.calm, bounded: bounded, window: r.Window, scaleMS: lim.ScaleMS}, exact
 }
 
 // untracked is the answer to a bucket id over quota.max_bucket_ids: its
@@ -664,7 +663,7 @@ func (str *stream) send(actions []*rlqspb.RateLimitQuotaResponse_BucketAction, t
 	if fresh && a.strat == stratTokenBucket && !a.refill && t.hasSent && t.sent.strat == stratTokenBucket {
 		actions = append(actions, st.encodeRestart(t.id, str.s.m))
 	}
-	t.sent, t.sentAt, t.hasSent, t.sentBounded = a, now, true, t.bounded
+	t.sent, t.sentAt, t.hasSent = a, now, true
 	return append(actions, st.encode(t.id, a, str.s.m))
 }
 
