@@ -224,6 +224,17 @@ func (s *Store) NearLimit() <-chan struct{} {
 	return s.near
 }
 
+// Spent reports whether, since the previous call, an Incr took a key from
+// admitting to denying (in this node's view: its own count and what its
+// peers reported) or, with shares on, took this node's unreported hits of
+// a key past its share (where a TakeN would have been denied), and clears
+// the note. Such an Incr also signals [Store.NearLimit], after setting
+// the note. A charge is not admission: the peers that peek at the key
+// deny only once they hear of it, so replication publishes it without
+// waiting for its early-batch gap. Always false unless Config.Track is
+// set.
+func (s *Store) Spent() bool { return s.spent.Swap(false) }
+
 // Pending returns how many entries have changes that Changes has not yet
 // reported.
 func (s *Store) Pending() int {

@@ -53,7 +53,8 @@ func packShares(sh share.Split) uint64 {
 // are half its shrunk share or more: a key whose count stays well below its share and that no peer
 // reports is never reported, so a flood of distinct keys costs no
 // replication. Incr is not admission and marks
-// every change as without shares.
+// every change as without shares; it signals NearLimit as a TakeN would,
+// and notes [Store.Spent] where a TakeN would have been denied.
 func (s *Store) SetShares(sh share.Split) error {
 	if sh.Nodes > MaxShareNodes || (sh.Nodes > 1 && (sh.Rank < 0 || sh.Rank >= sh.Nodes)) ||
 		sh.Delay < 0 || sh.Delay > MaxShareDelay {

@@ -39,6 +39,9 @@ type Store struct {
 	// local count leaves a key near its limit; nil unless track. See
 	// [Store.NearLimit].
 	near chan struct{}
+	// spent is set, before near is signalled, when an Incr spends a key's
+	// budget or this node's share of it; see [Store.Spent].
+	spent atomic.Bool
 	// shares is the Shares in effect, packed (see packShares) so that Take
 	// reads it with one atomic load; 0: no shares.
 	shares atomic.Uint64
@@ -703,19 +706,38 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 		sh.noteExpiry(e)
 	}
 	e.local[w&1] = satAdd(e.local[w&1], n)
-	if s.track {
-		sh.mark(i, k, w)
-		if prevUnreported && s.shares.Load() != 0 {
-			sh.mark(i, k, w-1)
-		}
-	}
 	var prev int64
 	if lim.Algorithm == Sliding {
 		prev = e.total(w - 1)
 	}
 	cur := e.total(w)
+	near := false
+	if s.track {
+		sh.mark(i, k, w)
+		sv := s.shares.Load()
+		if prevUnreported && sv != 0 {
+			sh.mark(i, k, w-1)
+		}
+		// A charge is not admission: the peers, which admit and peek on
+		// what they were told, learn of it as of a TakeN: it is published
+		// once this node's unreported hits reach half its share, and at
+		// once (Spent) where a TakeN would have been denied, their share
+		// exceeded. Without shares, at once when it spent the budget.
+		near = isNear(lim, el, prev, cur)
+		before := admits(lim, el, prev, cur-n)
+		spent := before && !admits(lim, el, prev, cur)
+		if sv != 0 && w == e.newest {
+			share, unreported := e.share(sv, lim, w, el, prev)
+			near = near || 2*unreported >= share
+			spent = spent || before && unreported > share
+		}
+		if spent {
+			s.spent.Store(true)
+			near = true
+		}
+	}
 	sh.mu.Unlock()
-	if s.track && isNear(lim, el, prev, cur) {
+	if near {
 		s.signalNear()
 	}
 	if s.obs != nil {

@@ -169,3 +169,46 @@ func TestClusterEarlyBatchesBoundedByGap(t *testing.T) {
 	}
 	t.Logf("%d hits near the limit in %v: %v early batches, %d batches in all", hits.Load(), elapsed.Round(time.Millisecond), early, fromA.Load())
 }
+
+// A charge that spends a key's budget is published at once, within the
+// early gap of the batch before it: the peers, which only peek at such a
+// key, deny once they hear of it.
+func TestClusterChargeThatSpendsIsPublishedAtOnce(t *testing.T) {
+	srv := testnats.Run(t)
+	const gap = 400 * time.Millisecond
+	cfg := Config{SyncInterval: slowTicks, EarlyGap: gap, WarmStartTimeout: 200 * time.Millisecond}
+	aCfg, bCfg := cfg, cfg
+	tickAt := tickFar(&aCfg)
+	tickFar(&bCfg)
+	a := startLive(t, srv.ClientURL(), "a", aCfg, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", bCfg, nodeOpts{})
+	a.waitReady(t)
+	b.waitReady(t)
+
+	lim := counter.Limit{Limit: 10, ScaleMS: counter.MaxScaleMS}
+	seen := func(want int64) func() error {
+		return func() error {
+			if got := b.store.Peek(0, "acme", lim, time.Now()).Count; got != want {
+				return fmt.Errorf("b sees %d of a's %d", got, want)
+			}
+			return nil
+		}
+	}
+	a.store.Incr(0, "acme", lim, 5, time.Now()) // half the limit: an early batch, and the gap starts
+	poll.Until(t, gap, step, seen(5))
+	charged := time.Now()
+	a.store.Incr(0, "acme", lim, 5, charged) // spends it, within the gap
+	poll.Until(t, gap, step, seen(10))
+	if took := time.Since(charged); took >= gap/2 {
+		t.Errorf("b heard of the charge that spent the budget after %v, the early gap being %v", took, gap)
+	}
+	if !time.Now().Before(tickAt) {
+		t.Fatal("a's tick could have sent it")
+	}
+	if b.store.Peek(0, "acme", lim, time.Now()).Allowed {
+		t.Error("b still admits")
+	}
+	if early := metric(t, a.r.m.earlyBatches); early != 2 {
+		t.Errorf("a sent %v early batches, want 2", early)
+	}
+}

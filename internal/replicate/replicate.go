@@ -31,9 +31,11 @@ type Store interface {
 }
 
 // nearLimiter is the optional part of a Store that tells when a local
-// count came near its limit; *counter.Store is one (with Track set).
+// count came near its limit, and whether a charge spent a key's budget;
+// *counter.Store is one (with Track set).
 type nearLimiter interface {
 	NearLimit() <-chan struct{}
+	Spent() bool
 }
 
 // sharer is the optional part of a Store that splits budgets between the
@@ -304,15 +306,21 @@ func (r *Replicator) loop(ctx context.Context, nc *nats.Conn) {
 	defer t.Stop()
 	// Early batches: near receives when a local hit left a key near its
 	// limit; one is published at once unless one went out less than
-	// EarlyGap ago, in which case gapT publishes it when the gap ends.
-	var near <-chan struct{}
+	// EarlyGap ago, in which case gapT publishes it when the gap ends. A
+	// charge that spent a key's budget (spent) is published at once
+	// within the gap too, at most once per gap: so at most two early
+	// batches go out per EarlyGap.
+	var (
+		near  <-chan struct{}
+		spent func() bool
+	)
 	if nl, ok := r.store.(nearLimiter); ok && r.cfg.EarlyGap > 0 {
-		near = nl.NearLimit()
+		near, spent = nl.NearLimit(), nl.Spent
 	}
 	gapT := time.NewTimer(time.Hour)
 	gapT.Stop()
 	defer gapT.Stop()
-	var lastEarly time.Time
+	var lastEarly, lastSpent time.Time
 	gapArmed := false
 	early := func() {
 		lastEarly = r.now()
@@ -329,15 +337,22 @@ func (r *Replicator) loop(ctx context.Context, nc *nats.Conn) {
 			r.tick(nc, r.now())
 			close(done)
 		case <-near:
-			if gapArmed {
-				break // the gap's end publishes this one too
-			}
-			if wait := r.cfg.EarlyGap - r.now().Sub(lastEarly); wait > 0 {
+			now := r.now()
+			wait := r.cfg.EarlyGap - now.Sub(lastEarly)
+			// Read at every signal: the note is of the counts this one
+			// publishes.
+			urgent := spent()
+			switch {
+			case urgent && wait > 0 && now.Sub(lastSpent) >= r.cfg.EarlyGap:
+				lastSpent = now
+				early() // an armed gap still publishes what comes after
+			case gapArmed: // the gap's end publishes this one too
+			case wait > 0:
 				gapT.Reset(wait)
 				gapArmed = true
-				break
+			default:
+				early()
 			}
-			early()
 		case <-gapT.C:
 			gapArmed = false
 			early()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,7 +46,10 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 	listeners := []string{c.addrs.Listener, more[1]}
 
 	const tenant, workersPerEnvoy, cost = "spread", 4, 1000
-	var admittedTokens atomic.Int64
+	var (
+		admittedTokens atomic.Int64
+		burst          timeline
+	)
 	post := func(listener string, tokens int) (*response, error) {
 		req, err := http.NewRequest(http.MethodPost, "http://"+listener+completionsPath, nil)
 		if err != nil {
@@ -54,6 +58,7 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 		req.Header.Set("x-tenant-id", tenant)
 		req.Header.Set(exampleapp.TokensHeader, strconv.Itoa(tokens))
 		req.ContentLength = 0
+		start := time.Now()
 		resp, err := c.client.Do(req)
 		if err != nil {
 			return nil, err
@@ -62,11 +67,13 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 		if resp.StatusCode == http.StatusOK {
 			admittedTokens.Add(int64(tokens))
 		}
+		burst.add(start, time.Now(), resp.StatusCode == http.StatusOK && tokens > 0)
 		return &response{status: resp.StatusCode, header: resp.Header}, nil
 	}
 	awayFromMinuteEdgeBy(40 * time.Second)
 
 	untilDenied(t, 2*workersPerEnvoy, func(w int) (*response, error) { return post(listeners[w%2], cost) })
+	inFlight, late := burst.spent(llmTokenBudget / cost)
 	// Every admitted token is charged, on whichever node an access log
 	// reached; the sum over the nodes is the cluster's.
 	var perNode []float64
@@ -84,8 +91,9 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 		return nil
 	})
 	total := int(admittedTokens.Load())
-	t.Logf("%d clients through two Envoys on three nodes: %d tokens charged of a %d budget (%d over), per node %v",
-		2*workersPerEnvoy, total, llmTokenBudget, total-llmTokenBudget, perNode)
+	t.Logf("%d clients through two Envoys on three nodes: %d tokens charged of a %d budget (%d over), per node %v; "+
+		"when it ran out %d requests were in flight, %d sent later were admitted",
+		2*workersPerEnvoy, total, llmTokenBudget, total-llmTokenBudget, perNode, inFlight, late)
 	if total < llmTokenBudget {
 		t.Errorf("denied with %d of %d tokens charged", total, llmTokenBudget)
 	}
@@ -110,4 +118,53 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// timeline records, from the client's side, when each request of a burst
+// was sent and answered, and whether it was admitted.
+type timeline struct {
+	mu   sync.Mutex
+	reqs []sentRequest
+}
+
+type sentRequest struct {
+	start, end time.Time
+	admitted   bool
+}
+
+func (tl *timeline) add(start, end time.Time, admitted bool) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.reqs = append(tl.reqs, sentRequest{start, end, admitted})
+}
+
+// spent finds when the budget ran out as the client saw it, the answer
+// to the admitted request that completed a budget of n requests, and
+// counts the admitted requests then in flight (sent before, answered
+// after) and those sent later (checked on a node that had not heard of
+// the charges yet). 0, 0 when fewer than n were admitted.
+func (tl *timeline) spent(n int) (inFlight, late int) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	var ends []time.Time
+	for _, r := range tl.reqs {
+		if r.admitted {
+			ends = append(ends, r.end)
+		}
+	}
+	if len(ends) < n {
+		return 0, 0
+	}
+	slices.SortFunc(ends, time.Time.Compare)
+	out := ends[n-1]
+	for _, r := range tl.reqs {
+		switch {
+		case !r.admitted:
+		case r.start.Before(out) && r.end.After(out):
+			inFlight++
+		case !r.start.Before(out):
+			late++
+		}
+	}
+	return inFlight, late
 }
