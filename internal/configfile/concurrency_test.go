@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 )
 
 const concurrencyConfig = `
@@ -36,7 +37,7 @@ func TestParseConcurrencyBuckets(t *testing.T) {
 	if db.Count != configfile.CountConcurrency || db.Limit.Limit != 5 || db.LeaseTTL != 30*time.Second || !db.HasLimit || !db.Overridable {
 		t.Errorf("db_pool: %+v", db)
 	}
-	if jobs.LeaseTTL != configfile.DefaultLeaseTTL || jobs.Limit.ScaleMS != configfile.ConcurrencyScaleMS || jobs.OnOverflow != configfile.Deny {
+	if jobs.LeaseTTL != limits.DefaultLeaseTTL || jobs.Limit.ScaleMS != limits.ConcurrencyScaleMS || jobs.OnOverflow != configfile.Deny {
 		t.Errorf("jobs: %+v", jobs)
 	}
 }

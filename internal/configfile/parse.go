@@ -419,7 +419,7 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 				}
 			case "lease_ttl":
 				ttlNode = kn
-				b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, MaxLeaseTTL)
+				b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, limits.MaxLeaseTTL)
 			case "key":
 				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
 			case "mode":
@@ -670,10 +670,10 @@ func (p *parser) concurrencyBucket(b *Bucket, what string, at *yaml.Node, hasLim
 	if b.Key.Kind == match.KeyAccount {
 		p.errorf(at, "%s: count: concurrency is keyed by one key a request; a login's accounts are several", what)
 	}
-	b.Limit.ScaleMS, b.Limit.Algorithm = ConcurrencyScaleMS, counter.Fixed
+	b.Limit.ScaleMS, b.Limit.Algorithm = limits.ConcurrencyScaleMS, counter.Fixed
 	b.OnOverflow = Deny
 	if b.LeaseTTL == 0 {
-		b.LeaseTTL = DefaultLeaseTTL
+		b.LeaseTTL = limits.DefaultLeaseTTL
 	}
 }
 

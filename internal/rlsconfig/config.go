@@ -8,8 +8,8 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 )
 
 // Config is a parsed, validated set of envoyproxy/ratelimit
@@ -47,13 +47,13 @@ type node struct {
 
 // Limit is the rule's counter limit; false for Unlimited and for
 // RequestsPerUnit 0 (nothing to count against: every hit is over). A
-// concurrency rule's window is nominal (configfile.ConcurrencyScaleMS).
+// concurrency rule's window is nominal (limits.ConcurrencyScaleMS).
 func (r *Rule) Limit() (counter.Limit, bool) {
 	if r.Unlimited || r.RequestsPerUnit == 0 {
 		return counter.Limit{}, false
 	}
 	if r.Concurrency {
-		return counter.Limit{Limit: int64(r.RequestsPerUnit), ScaleMS: configfile.ConcurrencyScaleMS, Algorithm: counter.Fixed}, true
+		return counter.Limit{Limit: int64(r.RequestsPerUnit), ScaleMS: limits.ConcurrencyScaleMS, Algorithm: counter.Fixed}, true
 	}
 	return counter.Limit{Limit: int64(r.RequestsPerUnit), ScaleMS: r.Unit.Seconds() * 1000, Algorithm: r.Algorithm}, true
 }

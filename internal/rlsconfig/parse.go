@@ -13,8 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 )
@@ -568,7 +568,7 @@ func (b *builder) concurrencyRule(rl *yaml.Node, r *Rule, nodes rateLimitNodes, 
 		b.errorf(nodes.overridable, "a concurrency rule cannot be overridable in an envoyproxy/ratelimit file: use a count: concurrency bucket of the rules file for per-tenant limits")
 	}
 	if r.LeaseTTL == 0 {
-		r.LeaseTTL = configfile.DefaultLeaseTTL
+		r.LeaseTTL = limits.DefaultLeaseTTL
 	}
 }
 
@@ -592,15 +592,15 @@ func (b *builder) leaseDescriptor(r Rule, at *yaml.Node, value string, children 
 }
 
 // duration reads lease_ttl: a Go duration of whole seconds, 1s to
-// configfile.MaxLeaseTTL.
+// limits.MaxLeaseTTL.
 func (b *builder) duration(n *yaml.Node) (time.Duration, bool) {
 	s, ok := b.str(n)
 	if !ok {
 		return 0, false
 	}
 	d, err := time.ParseDuration(s)
-	if err != nil || d < time.Second || d > configfile.MaxLeaseTTL || d%time.Second != 0 {
-		b.errorf(n, "rate_limit.lease_ttl must be a duration of whole seconds from 1s to %s (e.g. 60s, 5m), not '%s'", configfile.MaxLeaseTTL, s)
+	if err != nil || d < time.Second || d > limits.MaxLeaseTTL || d%time.Second != 0 {
+		b.errorf(n, "rate_limit.lease_ttl must be a duration of whole seconds from 1s to %s (e.g. 60s, 5m), not '%s'", limits.MaxLeaseTTL, s)
 		return 0, false
 	}
 	return d, true

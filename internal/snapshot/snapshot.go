@@ -77,7 +77,7 @@ type Bucket struct {
 	Cost configfile.Cost
 	// Concurrency buckets limit requests in flight: a check takes a lease
 	// of LeaseTTL (package inflight), the access log releases it; their
-	// Limit's window is nominal (configfile.ConcurrencyScaleMS).
+	// Limit's window is nominal (limits.ConcurrencyScaleMS).
 	Concurrency bool
 	LeaseTTL    time.Duration
 	// DenyMissingKey refuses a request that lacks the key; otherwise it
