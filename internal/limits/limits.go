@@ -231,3 +231,62 @@ func CheckOwnerKeyName(bs Buckets, name string) error {
 	}
 	return fmt.Errorf("%w: no overridable bucket is keyed by %q; key names that take owners: %s", ErrInvalid, name, list)
 }
+
+// Bucket is what limit resolution and override validation need of one
+// configured bucket. Its index in a Buckets is the index the matcher and
+// the Resolver know it by.
+type Bucket struct {
+	Name string
+	// ID is the bucket's id in the counter (see counter.Bucket), by which
+	// the overrides cache files its overrides; IDSet false: the bucket's
+	// index.
+	ID    counter.Bucket
+	IDSet bool
+	Key   match.KeySpec
+	// Overridable buckets take tenant overrides; others never do.
+	Overridable bool
+	// Limit is the bucket's own configured limit, when HasLimit.
+	Limit    counter.Limit
+	HasLimit bool
+	// Default is the limit the route rules give a bucket without one of
+	// its own, when HasDefault: the same on every route (the configuration
+	// refuses routes that disagree), so a client cannot pick it by path.
+	Default    counter.Limit
+	HasDefault bool
+}
+
+// Buckets are the configured buckets, in the configuration's order.
+type Buckets []Bucket
+
+// ID returns the id in the counter of the bucket at index i: its ID when
+// IDSet, else i.
+func (bs Buckets) ID(i int) counter.Bucket {
+	if bs[i].IDSet {
+		return bs[i].ID
+	}
+	return counter.Bucket(i)
+}
+
+// Index returns the id of the named bucket; ok is false when none has
+// that name.
+func (bs Buckets) Index(name string) (b counter.Bucket, ok bool) {
+	for i := range bs {
+		if bs[i].Name == name {
+			return counter.Bucket(i), true
+		}
+	}
+	return 0, false
+}
+
+// Configured returns the bucket's limit without an override: its own ▸
+// the route default ▸ the built-in default of a shipped bucket's name.
+// ok is false when none gives one.
+func (b *Bucket) Configured() (counter.Limit, bool) {
+	switch {
+	case b.HasLimit:
+		return b.Limit, true
+	case b.HasDefault:
+		return b.Default, true
+	}
+	return Builtin(b.Name)
+}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 func TestParseWindow(t *testing.T) {
@@ -43,54 +42,4 @@ func FuzzParseWindow(f *testing.F) {
 			t.Fatalf("ParseWindow(%q) = %d ms, outside [1, %d]", s, ms, int64(counter.MaxScaleMS))
 		}
 	})
-}
-
-// The resolver's order: override ▸ the bucket's own limit ▸ the route
-// default ▸ the built-in default; overrides only for overridable buckets
-// with a limit, and only through a key.
-func TestResolverOrder(t *testing.T) {
-	own := counter.Limit{Limit: 3, ScaleMS: 1000}
-	def := counter.Limit{Limit: 4, ScaleMS: 1000}
-	bs := limits.Buckets{
-		{Name: "own", Limit: own, HasLimit: true, Default: def, HasDefault: true, Overridable: true, Key: match.KeySpec{Kind: match.KeyTenant}},
-		{Name: "by_default", Default: def, HasDefault: true},
-		{Name: "upload"}, // a shipped name: the built-in 10/s
-		{Name: "nothing", Overridable: true},
-	}
-	big := counter.Limit{Limit: 1000, ScaleMS: 60_000}
-	over := fixedOverrides{0: big, 1: big, 3: big}
-	r := limits.NewResolver(bs, over)
-	for _, tc := range []struct {
-		b    counter.Bucket
-		key  string
-		want counter.Limit
-		ok   bool
-	}{
-		{0, "acme", big, true}, // overridable: the override
-		{0, "", own, true},     // no key, no override
-		{1, "acme", def, true}, // not overridable
-		{2, "acme", counter.Limit{Limit: 10, ScaleMS: 1000}, true},
-		{3, "acme", counter.Limit{}, false}, // no limit: no override either
-		{4, "acme", counter.Limit{}, false}, // out of range
-	} {
-		if got, ok := r.Limit(tc.b, tc.key); got != tc.want || ok != tc.ok {
-			t.Errorf("Limit(%d, %q) = %+v, %v; want %+v, %v", tc.b, tc.key, got, ok, tc.want, tc.ok)
-		}
-	}
-	if got, ok := r.Configured(0); !ok || got != own {
-		t.Errorf("Configured(0) = %+v, %v", got, ok)
-	}
-	if got, ok := limits.NewResolver(bs, nil).Limit(0, "acme"); !ok || got != own {
-		t.Errorf("without overrides: %+v, %v", got, ok)
-	}
-	if n := testing.AllocsPerRun(1000, func() { r.Limit(0, "acme") }); n != 0 {
-		t.Errorf("Limit allocates %v times", n)
-	}
-}
-
-type fixedOverrides map[counter.Bucket]counter.Limit
-
-func (o fixedOverrides) OverrideFor(b counter.Bucket, _ string) (counter.Limit, bool) {
-	l, ok := o[b]
-	return l, ok
 }

@@ -32,7 +32,6 @@ const ParticipantsWindow = 5 * time.Second
 // every window a tenant override can have (limits.Scales) with any count
 // an override allows.
 func (s *Snapshot) addRules(r *configfile.Rules) {
-	resolver := limits.NewResolver(RulesLimits(r), nil)
 	reserved := make(map[counter.Bucket]bool, len(r.Counter.Reserved))
 	for _, b := range r.Counter.Reserved {
 		reserved[b] = true
@@ -53,7 +52,7 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 		add := func(l counter.Limit) {
 			b.PeerBounds[l.ScaleMS] = max(b.PeerBounds[l.ScaleMS], BoundFor(l.Limit))
 		}
-		b.Limit, b.HasLimit = resolver.Configured(counter.Bucket(i))
+		b.Limit, b.HasLimit = rb.Configured()
 		if b.HasLimit {
 			add(b.Limit)
 		}
