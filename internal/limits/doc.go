@@ -6,9 +6,11 @@
 // puts a tenant override, through the [Overrides] interface (the
 // overrides cache is one), in front of it. [ParseWindow] is the one
 // grammar of a window length, for the configuration and overrides alike;
-// overrides narrow it to [Scales]. [Validate], [CheckBucket],
-// [CheckOwnerKeyName] and the Validate helpers are what the CLI, the
-// store and the cache check an override or a key owner against.
+// overrides narrow it to [Scales]. [Override.Validate], [ParseRate],
+// [ValidateTenant], [ValidateKeyName] and [ValidateKeyValue] check an
+// override's or a key owner's values; which bucket an override may name
+// is the configuration's (snapshot.Snapshot.OverrideBucket), and
+// [OwnerKeyName] is the name a bucket's key owners are filed under.
 //
 // # Invariants
 //

@@ -65,21 +65,6 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 	}
 }
 
-// RulesLimits are the rules file's buckets as limit resolution and
-// override validation take them, by index, with no ids (the index
-// stands for one): what the limits CLI and tests need without a snapshot.
-func RulesLimits(r *configfile.Rules) limits.Buckets {
-	bs := make(limits.Buckets, len(r.Buckets))
-	for i, b := range r.Buckets {
-		bs[i] = limits.Bucket{
-			Name: b.Name, Key: b.Key, Overridable: b.Overridable,
-			Limit: b.Limit, HasLimit: b.HasLimit,
-			Default: b.Default, HasDefault: b.HasDefault,
-		}
-	}
-	return bs
-}
-
 // addRLS adds the RLS rules, by rule index, then the buckets of
 // descriptor-supplied limits, by LimitBuckets index (fixed windows). A
 // rule's window is its unit's even without a limit (unlimited, or 0 per

@@ -6,7 +6,9 @@
 // Snapshot.Buckets: tenant override ▸ Bucket.Limit. It fails open to the
 // configuration: no override answer, the bucket's limit; no limit at all
 // (a bucket only Envoy's context_extensions name), none, and its caller
-// decides.
+// decides. OverrideBucket, ValidateOverride and CheckOwnerKeyName are what
+// the CLI, the override store and cache check a tenant override or a key
+// owner against: a rules bucket, or an overridable RLS rule by its name.
 //
 // Invariants:
 //
