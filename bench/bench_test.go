@@ -11,10 +11,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func root(t *testing.T) string {
@@ -37,7 +34,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, b := range r.Buckets {
-		lim, ok := limits.NewResolver(snapshot.RulesLimits(r), nil).Configured(counter.Bucket(indexOf(r, b.Name)))
+		lim, ok := b.Configured()
 		if b.Count == configfile.CountFailures {
 			continue
 		}
@@ -71,7 +68,7 @@ func TestGeneratedConfigsAreValid(t *testing.T) {
 		t.Errorf("memory config: max_keys %d", r.Counter.MaxKeys)
 	}
 	for _, name := range []string{"token_create", "token_create_2", "token_create_3"} {
-		lim, _ := limits.NewResolver(snapshot.RulesLimits(r), nil).Configured(counter.Bucket(indexOf(r, name)))
+		lim, _ := r.Buckets[indexOf(r, name)].Configured()
 		if lim.ScaleMS != 90_000 || lim.Limit != 10 {
 			t.Errorf("memory config: %s %+v, want 10 per 90s", name, lim)
 		}

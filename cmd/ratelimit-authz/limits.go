@@ -173,20 +173,20 @@ func (c *dbCommand) failed(err error) error {
 
 // parseRules is parse, then rules: what every command that reads the
 // configuration starts with. done means: return err.
-func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, bs limits.Buckets, done bool, err error) {
+func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stderr io.Writer) (pos []string, snap *snapshot.Snapshot, done bool, err error) {
 	if pos, done, err = c.parse(args, minArgs, maxArgs, stdout, stderr); done {
 		return nil, nil, true, err
 	}
-	if bs, err = c.rules(); err != nil {
+	if snap, err = c.rules(); err != nil {
 		return nil, nil, true, err
 	}
-	return pos, bs, false, nil
+	return pos, snap, false, nil
 }
 
-// rules reads the buckets that accept overrides: those of --config, and
-// the overridable rules of --rls-config-dir when it is given (filed under
-// their names, as the server files them).
-func (c *dbCommand) rules() (limits.Buckets, error) {
+// rules compiles the configuration whose buckets accept overrides: those
+// of --config, and the overridable rules of --rls-config-dir when it is
+// given (filed under their names, as the server files them).
+func (c *dbCommand) rules() (*snapshot.Snapshot, error) {
 	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		if ps, ok := problem.As(err); ok {
@@ -212,13 +212,13 @@ func (c *dbCommand) rules() (limits.Buckets, error) {
 	return c.compile(snapshot.Sources{Rules: r, RLS: cfg})
 }
 
-// compile is the overridable buckets of src as the server compiles them.
-func (c *dbCommand) compile(src snapshot.Sources) (limits.Buckets, error) {
+// compile is src as the server compiles it.
+func (c *dbCommand) compile(src snapshot.Sources) (*snapshot.Snapshot, error) {
 	snap, err := snapshot.Compile(src)
 	if err != nil {
 		return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: %v", c.name, err)}
 	}
-	return snap.Overridable(), nil
+	return snap, nil
 }
 
 // connect opens the database; the caller closes it.
@@ -255,9 +255,9 @@ func (c *dbCommand) withConn(ctx context.Context, fn func(context.Context, *pgx.
 }
 
 // withStore runs fn with a Store on a fresh connection (see withConn).
-func (c *dbCommand) withStore(ctx context.Context, bs limits.Buckets, fn func(context.Context, *overridedb.Store) error) error {
+func (c *dbCommand) withStore(ctx context.Context, snap *snapshot.Snapshot, fn func(context.Context, *overridedb.Store) error) error {
 	return c.withConn(ctx, func(ctx context.Context, conn *pgx.Conn) error {
-		s, err := overridedb.NewStore(conn, bs)
+		s, err := overridedb.NewStore(conn, snap)
 		if err != nil {
 			return c.failed(err)
 		}
@@ -266,16 +266,15 @@ func (c *dbCommand) withStore(ctx context.Context, bs limits.Buckets, fn func(co
 }
 
 // configured describes a bucket's limit without an override.
-func configured(bs limits.Buckets, bucket string) string {
-	i, ok := bs.Index(bucket)
+func configured(snap *snapshot.Snapshot, bucket string) string {
+	b, ok := snap.OverrideTarget(bucket)
 	if !ok {
 		return "(not in the configuration)"
 	}
-	l, ok := bs[i].Configured()
-	if !ok {
+	if !b.HasLimit {
 		return "(set per route)"
 	}
-	return rate(l)
+	return rate(b.Limit)
 }
 
 func rate(l counter.Limit) string { return limits.FormatRate(l.Limit, l.ScaleMS) }
@@ -287,7 +286,7 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 			"in the configuration accept overrides. The change and its audit record are written in\n"+
 			"one transaction; every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, bs, done, err := c.parseRules(args, 3, 3, stdout, stderr)
+	pos, snap, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
 		return err
 	}
@@ -295,30 +294,25 @@ func limitsSet(ctx context.Context, args []string, getenv func(string) string, s
 	// Everything is checked before the database is touched.
 	limit, scaleMS, rateErr := limits.ParseRate(pos[2])
 	o := limits.Override{Bucket: bucket, Limit: limit, ScaleMS: scaleMS}
-	if err := errors.Join(limits.ValidateTenant(tenant), bucketErr(bs, bucket), rateErr, overridedb.ValidateActor(c.actor)); err != nil {
+	b, bucketErr := snap.OverrideBucket(bucket)
+	if err := errors.Join(limits.ValidateTenant(tenant), bucketErr, rateErr, overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		ch, err := s.Set(ctx, tenant, o, c.actor)
 		if err != nil {
 			return c.failed(err)
 		}
-		was := "the configured " + configured(bs, bucket)
+		was := "the configured " + configured(snap, bucket)
 		if ch.Old != nil {
 			was = ch.Old.Rate()
 		}
 		fmt.Fprintf(stdout, "%s %s: %s (was %s)\n", tenant, bucket, o.Rate(), was)
-		i, _ := bs.Index(bucket) // checked by bucketErr
-		if name, ok := limits.OwnerKeyName(bs[i].Key); ok {
+		if name, ok := limits.OwnerKeyName(b.Key); ok {
 			fmt.Fprintf(stdout, "%s is keyed by %s: this applies to the keys %s owns ('limits owner set %s KEY %s')\n", bucket, name, tenant, name, tenant)
 		}
 		return nil
 	})
-}
-
-func bucketErr(bs limits.Buckets, bucket string) error {
-	_, err := limits.CheckBucket(bs, bucket)
-	return err
 }
 
 func limitsDelete(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -326,7 +320,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 		"Remove a tenant's override of BUCKET, or without BUCKET all of its overrides; the\n"+
 			"configured limits apply again. Exit 1 when there is nothing to remove.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, bs, done, err := c.parseRules(args, 1, 2, stdout, stderr)
+	pos, snap, done, err := c.parseRules(args, 1, 2, stdout, stderr)
 	if done {
 		return err
 	}
@@ -339,7 +333,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 	if err := errors.Join(limits.ValidateTenant(tenant), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		changes, err := s.Delete(ctx, tenant, bucket, c.actor)
 		switch {
 		case errors.Is(err, overridedb.ErrNotFound) && bucket != "":
@@ -350,7 +344,7 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 			return c.failed(err)
 		}
 		for _, ch := range changes {
-			fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(bs, ch.Bucket))
+			fmt.Fprintf(stdout, "%s %s: override %s deleted; the configured %s applies\n", tenant, ch.Bucket, ch.Old.Rate(), configured(snap, ch.Bucket))
 		}
 		return nil
 	})
@@ -358,14 +352,14 @@ func limitsDelete(ctx context.Context, args []string, getenv func(string) string
 
 func limitsGet(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits get", " TENANT", "Show a tenant's overrides next to the configured limits.", getenv, 10*time.Second, true)
-	pos, bs, done, err := c.parseRules(args, 1, 1, stdout, stderr)
+	pos, snap, done, err := c.parseRules(args, 1, 1, stdout, stderr)
 	if done {
 		return err
 	}
 	if err := limits.ValidateTenant(pos[0]); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		t, ok, err := s.Get(ctx, pos[0])
 		if err != nil {
 			return c.failed(err)
@@ -377,7 +371,7 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "BUCKET\tOVERRIDE\tCONFIGURED\tNOTE")
 		for _, o := range t.Overrides {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(bs, o.Bucket), note(bs, o.Bucket))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", o.Bucket, o.Rate(), configured(snap, o.Bucket), note(snap, o.Bucket))
 		}
 		tw.Flush()
 		for _, p := range t.Problems {
@@ -389,8 +383,8 @@ func limitsGet(ctx context.Context, args []string, getenv func(string) string, s
 }
 
 // note flags an override the server ignores under this configuration.
-func note(bs limits.Buckets, bucket string) string {
-	if _, err := limits.CheckBucket(bs, bucket); err != nil {
+func note(snap *snapshot.Snapshot, bucket string) string {
+	if _, err := snap.OverrideBucket(bucket); err != nil {
 		return "ignored: not overridable in this configuration"
 	}
 	return ""
@@ -398,17 +392,17 @@ func note(bs limits.Buckets, bucket string) string {
 
 func limitsList(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c := newDBCommand("limits list", "", "Show every tenant override, by tenant.", getenv, time.Minute, true)
-	_, bs, done, err := c.parseRules(args, 0, 0, stdout, stderr)
+	_, snap, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
 		return err
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		return c.table(stdout, "TENANT\tBUCKET\tOVERRIDE\tCONFIGURED\tUPDATED\tNOTE", "override", func(tw io.Writer) (n int, err error) {
 			err = s.List(ctx, func(t overridedb.Tenant) error {
 				updated := t.UpdatedAt.UTC().Format(time.RFC3339)
 				for _, o := range t.Overrides {
 					n++
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(bs, o.Bucket), updated, note(bs, o.Bucket))
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(t.Tenant), o.Bucket, o.Rate(), configured(snap, o.Bucket), updated, note(snap, o.Bucket))
 				}
 				for _, p := range t.Problems {
 					fmt.Fprintf(tw, "%s\t-\t-\t-\t%s\tskipped by the server: %s\n", printable(t.Tenant), updated, printable(p))
@@ -476,11 +470,11 @@ func runAudit(ctx context.Context, name, argsUsage, help string, nargs int, args
 	if c.limit < 1 {
 		return c.usageError(stderr, "--limit must be at least 1")
 	}
-	bs, err := c.rules()
+	snap, err := c.rules()
 	if err != nil {
 		return err
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error { return show(ctx, c, s, pos) })
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error { return show(ctx, c, s, pos) })
 }
 
 // printable escapes what a terminal could act on in text read from the
@@ -543,15 +537,15 @@ func ownerSet(ctx context.Context, args []string, getenv func(string) string, st
 			"buckets keyed by KEY_NAME (inbound, token_generate: channel) then take TENANT's overrides\n"+
 			"for that key. Every node applies it within a second.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, bs, done, err := c.parseRules(args, 3, 3, stdout, stderr)
+	pos, snap, done, err := c.parseRules(args, 3, 3, stdout, stderr)
 	if done {
 		return err
 	}
 	name, key, tenant := pos[0], pos[1], pos[2]
-	if err := errors.Join(limits.CheckOwnerKeyName(bs, name), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), overridedb.ValidateActor(c.actor)); err != nil {
+	if err := errors.Join(snap.CheckOwnerKeyName(name), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		old, err := s.SetOwner(ctx, name, key, tenant, c.actor)
 		if err != nil {
 			return c.failed(err)
@@ -569,7 +563,7 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	c := newDBCommand("limits owner delete", " KEY_NAME KEY --actor NAME",
 		"Remove KEY's owner: its buckets get the configured limits. Exit 1 when it has none.", getenv, 10*time.Second, true)
 	c.f.fs.StringVar(&c.actor, "actor", "", "who makes the change, for the audit log (required)")
-	pos, bs, done, err := c.parseRules(args, 2, 2, stdout, stderr)
+	pos, snap, done, err := c.parseRules(args, 2, 2, stdout, stderr)
 	if done {
 		return err
 	}
@@ -579,7 +573,7 @@ func ownerDelete(ctx context.Context, args []string, getenv func(string) string,
 	if err := errors.Join(limits.ValidateKeyName(name), limits.ValidateKeyValue(key), overridedb.ValidateActor(c.actor)); err != nil {
 		return c.invalid(err)
 	}
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		old, err := s.DeleteOwner(ctx, name, key, c.actor)
 		switch {
 		case errors.Is(err, overridedb.ErrNotFound):
@@ -596,7 +590,7 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 	c := newDBCommand("limits owner list", "", "Show every key owner, by key name and key, or with --tenant only that tenant's keys.", getenv, time.Minute, true)
 	var tenant string
 	c.f.fs.StringVar(&tenant, "tenant", "", "show only the keys of this `tenant`")
-	_, bs, done, err := c.parseRules(args, 0, 0, stdout, stderr)
+	_, snap, done, err := c.parseRules(args, 0, 0, stdout, stderr)
 	if done {
 		return err
 	}
@@ -605,8 +599,8 @@ func ownerList(ctx context.Context, args []string, getenv func(string) string, s
 			return c.invalid(err)
 		}
 	}
-	used := limits.OwnerKeyNames(bs)
-	return c.withStore(ctx, bs, func(ctx context.Context, s *overridedb.Store) error {
+	used := snap.OwnerKeyNames()
+	return c.withStore(ctx, snap, func(ctx context.Context, s *overridedb.Store) error {
 		return c.table(stdout, "KEY_NAME\tKEY\tTENANT\tUPDATED\tNOTE", "owner", func(tw io.Writer) (n int, err error) {
 			err = s.Owners(ctx, tenant, func(o overridedb.Owner) error {
 				n++

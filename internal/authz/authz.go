@@ -40,15 +40,15 @@ type Limiter interface {
 
 var _ Limiter = (*counter.Store)(nil)
 
-// Limits resolves the limit of a bucket for a request's key of it
-// (tenant override ▸ config ▸ route default ▸ built-in);
-// *limits.Resolver is one. It gets the bucket and the key, nothing
-// else, so no other part of a request can change the limit (and so reset
-// the count) of a key that other requests share. It is called on the
-// Check path: it must answer from memory, never wait on I/O. ok false: the
-// bucket has no limit (one only Envoy's context_extensions name).
+// Limits resolves the limit of a bucket, by its index (the matcher's),
+// for a request's key of it (tenant override ▸ config ▸ route default ▸
+// built-in); *snapshot.Resolver is one. It gets the bucket and the key,
+// nothing else, so no other part of a request can change the limit (and
+// so reset the count) of a key that other requests share. It is called on
+// the Check path: it must answer from memory, never wait on I/O. ok false:
+// the bucket has no limit (one only Envoy's context_extensions name).
 type Limits interface {
-	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+	Limit(i int, key string) (counter.Limit, bool)
 }
 
 // Config is what the Service needs of the configuration.
@@ -216,7 +216,7 @@ func (s *Service) Update(cfg Config, m *match.Engine, limits Limits) error {
 // Options.Overrides, and returns what makes it the configuration of the
 // next Check; it changes nothing itself.
 func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
-	return s.prepare(ConfigFrom(snap), snap.Matcher, limits.NewResolver(snap.Limits(), s.over))
+	return s.prepare(ConfigFrom(snap), snap.Matcher, snapshot.NewResolver(snap, s.over))
 }
 
 func (s *Service) prepare(cfg Config, m *match.Engine, limits Limits) (func(), error) {
@@ -456,7 +456,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 	)
 	for _, d := range res.Descriptors {
 		b := &g.buckets[d.Bucket]
-		lim, ok := g.limits.Limit(d.Bucket, d.Key)
+		lim, ok := g.limits.Limit(int(d.Bucket), d.Key)
 		if !ok { // a bucket without a limit, named by Envoy
 			s.m.unknown.Inc()
 			continue

@@ -87,8 +87,8 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 		t.Fatal(err)
 	}
 	h.clock.Set(t0)
-	limits := limits.NewResolver(snapshot.RulesLimits(r), over)
-	h.svc, err = authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now, Leases: h.leases})
+	snap := snapshottest.ByIndex(t, r)
+	h.svc, err = authz.New(authz.ConfigFrom(snap), m, store, snapshot.NewResolver(snap, over), h.reg, slog.New(slog.NewTextHandler(io.Discard, nil)), authz.Options{Now: h.clock.Now, Leases: h.leases})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,7 +577,8 @@ func (h *harness) reload(yaml string) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	if err := h.svc.Update(authz.ConfigFrom(snapshottest.ByIndex(h.t, next)), m, limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
+	snap := snapshottest.ByIndex(h.t, next)
+	if err := h.svc.Update(authz.ConfigFrom(snap), m, snapshot.NewResolver(snap, nil)); err != nil {
 		h.t.Fatal(err)
 	}
 	h.rules = next

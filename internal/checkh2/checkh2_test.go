@@ -32,7 +32,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -59,7 +58,7 @@ func newAuthz(t testing.TB) *authz.Service {
 	}
 	clock := &testclock.Clock{}
 	clock.Set(time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC))
-	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), nil),
+	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil),
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler), authz.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -696,8 +696,7 @@ func (p *parser) crossCheck(r *Rules) {
 			if bk.Key.Kind == match.KeyPathParam && !slices.Contains(params, bk.Key.Name) {
 				p.errorf(at, "route %s %s: bucket %q is keyed by path parameter {%s}, which this path does not capture", methodOrAny(rt.Method), rt.Path, bk.Name, bk.Key.Name)
 			}
-			lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
-			if _, ok := lb.Configured(); !ok && !p.broken[b] {
+			if _, ok := bk.Configured(); !ok && !p.broken[b] {
 				p.errorf(at, "route %s %s: bucket %q has no limit: give limit and per in the bucket or in this route's defaults", methodOrAny(rt.Method), rt.Path, bk.Name)
 			}
 		}

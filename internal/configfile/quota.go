@@ -10,7 +10,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
@@ -291,8 +290,7 @@ func quotaBucketProblem(r *Rules, b int) string {
 	case bk.Key.Kind == match.KeyAccount:
 		return "is keyed by account: a bucket id carries values as Envoy built them from the request, not the normalised login account"
 	}
-	lb := limits.Bucket{Name: bk.Name, Limit: bk.Limit, HasLimit: bk.HasLimit, Default: bk.Default, HasDefault: bk.HasDefault}
-	if _, ok := lb.Configured(); !ok {
+	if _, ok := bk.Configured(); !ok {
 		return "has no limit: give it limit and per"
 	}
 	return ""

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
@@ -103,7 +104,7 @@ type Bucket struct {
 	Name string
 	// Limit is the bucket's own limit; HasLimit is false when the config
 	// gives none and it comes from a route default or the built-in table
-	// (limits.Resolver resolves it).
+	// (see Configured).
 	Limit    counter.Limit
 	HasLimit bool
 	Key      match.KeySpec
@@ -132,6 +133,19 @@ type Bucket struct {
 	// LeaseTTL is a concurrency bucket's lease time to live: a lease not
 	// released by then expires and frees its slot.
 	LeaseTTL time.Duration
+}
+
+// Configured returns the bucket's limit without a tenant override: its
+// own ▸ the route default ▸ the built-in default of a shipped bucket's
+// name (limits.Builtin). ok is false when none gives one.
+func (b *Bucket) Configured() (counter.Limit, bool) {
+	switch {
+	case b.HasLimit:
+		return b.Limit, true
+	case b.HasDefault:
+		return b.Default, true
+	}
+	return limits.Builtin(b.Name)
 }
 
 // Route is one route rule. A rule with several paths becomes several Routes

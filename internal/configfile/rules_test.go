@@ -9,10 +9,8 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 func TestShippedConfig(t *testing.T) {
@@ -371,10 +369,10 @@ func TestFailureBucketsAreReserved(t *testing.T) {
 	}
 }
 
-// limitOf resolves bucket b's configured limit as a node does: the one
-// resolver, without overrides.
+// limitOf is bucket b's configured limit: the one a node counts it under
+// without an override.
 func limitOf(r *configfile.Rules, b int) (counter.Limit, bool) {
-	return limits.NewResolver(snapshot.RulesLimits(r), nil).Limit(counter.Bucket(b), "")
+	return r.Buckets[b].Configured()
 }
 
 // The configuration holds windows, header names and methods to the one

@@ -126,47 +126,6 @@ func validateText(what, v string, max int) error {
 	return nil
 }
 
-// OverridableBuckets lists, sorted, the buckets that accept tenant
-// overrides.
-func OverridableBuckets(bs Buckets) []string {
-	var names []string
-	for _, b := range bs {
-		if b.Overridable {
-			names = append(names, b.Name)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
-// CheckBucket returns the id of the named bucket, or an error wrapping
-// ErrInvalid that names the overridable buckets when it is unknown or not
-// overridable.
-func CheckBucket(bs Buckets, name string) (counter.Bucket, error) {
-	i, known := bs.Index(name)
-	allowed := OverridableBuckets(bs)
-	list := strings.Join(allowed, ", ")
-	if len(allowed) == 0 {
-		list = "none (no bucket in the configuration has overridable: true)"
-	}
-	switch {
-	case !known:
-		return 0, fmt.Errorf("%w: unknown bucket %q; buckets that accept tenant overrides: %s", ErrInvalid, name, list)
-	case !bs[i].Overridable:
-		return 0, fmt.Errorf("%w: bucket %q does not accept tenant overrides; buckets that do: %s", ErrInvalid, name, list)
-	}
-	return i, nil
-}
-
-// Validate checks a whole override against the configured buckets: the
-// bucket is overridable, the limit within bounds, the window allowed.
-func Validate(bs Buckets, o Override) error {
-	if _, err := CheckBucket(bs, o.Bucket); err != nil {
-		return err
-	}
-	return o.Validate()
-}
-
 // MaxKeyValueBytes is the longest key an owner can be recorded for (the
 // database refuses longer ones; the cache does not look them up).
 const MaxKeyValueBytes = 1024
@@ -188,19 +147,6 @@ func OwnerKeyName(k match.KeySpec) (name string, ok bool) {
 	return "", false
 }
 
-// OwnerKeyNames lists, sorted and once each, the key names of the
-// overridable buckets that take their override from a key owner.
-func OwnerKeyNames(bs Buckets) []string {
-	var names []string
-	for _, b := range bs {
-		if n, ok := OwnerKeyName(b.Key); ok && b.Overridable && !slices.Contains(names, n) {
-			names = append(names, n)
-		}
-	}
-	slices.Sort(names)
-	return names
-}
-
 // ValidateKeyName checks the key name of an owner: a path parameter name,
 // or header:NAME, as the database requires.
 func ValidateKeyName(name string) error {
@@ -213,21 +159,3 @@ func ValidateKeyName(name string) error {
 // ValidateKeyValue checks the key an owner is recorded for: 1 to 1024 bytes
 // of UTF-8 without control characters.
 func ValidateKeyValue(value string) error { return validateText("key", value, MaxKeyValueBytes) }
-
-// CheckOwnerKeyName returns an error wrapping ErrInvalid, naming the key
-// names that take owners, when no overridable bucket takes its override
-// from the owner of a key named name.
-func CheckOwnerKeyName(bs Buckets, name string) error {
-	if err := ValidateKeyName(name); err != nil {
-		return err
-	}
-	names := OwnerKeyNames(bs)
-	if slices.Contains(names, name) {
-		return nil
-	}
-	list := strings.Join(names, ", ")
-	if len(names) == 0 {
-		list = "none (no overridable bucket is keyed by a path parameter or a header)"
-	}
-	return fmt.Errorf("%w: no overridable bucket is keyed by %q; key names that take owners: %s", ErrInvalid, name, list)
-}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -41,8 +40,8 @@ func BenchmarkCharge(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lim := limits.NewResolver(snapshot.RulesLimits(r), nil)
-			rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(b, r)), store, lim, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{})
+			snap := snapshottest.ByIndex(b, r)
+			rec, err := lockout.New(lockout.ConfigFrom(snap), store, snapshot.NewResolver(snap, nil), prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

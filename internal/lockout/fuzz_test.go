@@ -16,7 +16,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -66,7 +65,8 @@ func FuzzAccessLogEntry(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg, limits := lockout.ConfigFrom(snapshottest.ByIndex(f, r)), limits.NewResolver(snapshot.RulesLimits(r), nil)
+	snap := snapshottest.ByIndex(f, r)
+	cfg, limits := lockout.ConfigFrom(snap), snapshot.NewResolver(snap, nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {

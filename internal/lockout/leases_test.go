@@ -17,7 +17,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -59,7 +58,7 @@ func newLeaseHarness(t *testing.T) *leaseHarness {
 		t.Fatal(err)
 	}
 	reg, log := prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil))
-	lim := limits.NewResolver(snapshot.RulesLimits(r), nil)
+	lim := snapshot.NewResolver(snapshottest.ByIndex(t, r), nil)
 	now := func() time.Time { return t0 }
 	snap := snapshottest.ByIndex(t, r)
 	if h.svc, err = authz.New(authz.ConfigFrom(snap), m, store, lim, reg, log, authz.Options{Now: now, Leases: h.leases}); err != nil {

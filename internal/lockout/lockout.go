@@ -91,12 +91,12 @@ type Counter interface {
 
 var _ Counter = (*counter.Store)(nil)
 
-// Limits resolves the limit a failure of a bucket's key counts under, the
-// same one the Check peeks at (tenant override ▸ config ▸ route default ▸
-// built-in); *limits.Resolver is one. ok false: the bucket has no
+// Limits resolves the limit a failure of a bucket's key counts under, by
+// the bucket's index in Config.Buckets: the same one the Check peeks at (tenant override ▸ config ▸ route default ▸
+// built-in); *snapshot.Resolver is one. ok false: the bucket has no
 // limit.
 type Limits interface {
-	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+	Limit(i int, key string) (counter.Limit, bool)
 }
 
 // Config is what a Recorder needs of the configuration.
@@ -240,7 +240,7 @@ func (rec *Recorder) Update(cfg Config, limits Limits) error {
 // Options.Overrides, and returns what makes it the configuration of the
 // next report; it changes nothing itself.
 func (rec *Recorder) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
-	return rec.prepare(ConfigFrom(snap), limits.NewResolver(snap.Limits(), rec.over))
+	return rec.prepare(ConfigFrom(snap), snapshot.NewResolver(snap, rec.over))
 }
 
 func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
@@ -428,7 +428,7 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 			n := g.charge(b, e)
 			limited := false
 			for _, key := range keys.all() {
-				lim, ok := g.limits.Limit(counter.Bucket(b), key)
+				lim, ok := g.limits.Limit(b, key)
 				if !ok {
 					limited = true
 					break
@@ -669,7 +669,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		if key == "" {
 			continue // keyed by something a report does not carry, or no account
 		}
-		lim, ok := g.limits.Limit(counter.Bucket(b), key)
+		lim, ok := g.limits.Limit(b, key)
 		if !ok {
 			continue
 		}

@@ -29,7 +29,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
@@ -77,7 +76,7 @@ func newHarnessFor(t *testing.T, token string, yaml []byte) *harness {
 	h := &harness{t: t, clock: &testclock.Clock{}, reg: prometheus.NewRegistry()}
 	h.clock.Set(t0)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	limits := limits.NewResolver(snapshot.RulesLimits(r), nil)
+	limits := snapshot.NewResolver(snapshottest.ByIndex(t, r), nil)
 	svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(t, r)), m, store, limits, h.reg, log, authz.Options{Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -481,7 +480,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
+	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,7 +550,7 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits.NewResolver(snapshot.RulesLimits(r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
+	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -584,7 +583,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rec.Update(idsConfig(t, next, 20, 1), limits.NewResolver(snapshot.RulesLimits(next), nil)); err != nil {
+	if err := rec.Update(idsConfig(t, next, 20, 1), snapshot.NewResolver(snapshottest.ByIndex(t, next), nil)); err != nil {
 		t.Fatal(err)
 	}
 	if series("login_ip") {

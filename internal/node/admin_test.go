@@ -245,7 +245,7 @@ func overridesDB(t *testing.T, s Sources, tenant string, o limits.Override) stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := overridedb.NewStore(conn, snap.Overridable())
+	store, err := overridedb.NewStore(conn, snap)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func frontEnds() []func(*core) (*frontEnd, error) {
 
 // newCheck serves ext_authz Check.
 func newCheck(c *core) (*frontEnd, error) {
-	svc, err := authz.New(authz.ConfigFrom(c.snap), c.snap.Matcher, c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log, authz.Options{Overrides: c.over, Leases: c.leases.Table()})
+	svc, err := authz.New(authz.ConfigFrom(c.snap), c.snap.Matcher, c.store, snapshot.NewResolver(c.snap, c.over), c.reg, c.log, authz.Options{Overrides: c.over, Leases: c.leases.Table()})
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func newCheck(c *core) (*frontEnd, error) {
 // newFailures counts failed logins from Envoy's access log and POST
 // /v1/failures.
 func newFailures(c *core) (*frontEnd, error) {
-	rec, err := lockout.New(lockout.ConfigFrom(c.snap), c.store, limits.NewResolver(c.snap.Limits(), c.over), c.reg, c.log,
+	rec, err := lockout.New(lockout.ConfigFrom(c.snap), c.store, snapshot.NewResolver(c.snap, c.over), c.reg, c.log,
 		lockout.Options{Token: c.cfg.FailuresToken, Overrides: c.over, Leases: c.leases})
 	if err != nil {
 		return nil, err
@@ -96,7 +96,7 @@ func newRLQS(c *core) (*frontEnd, error) {
 	if c.cfg.Cluster != nil && c.repl != nil {
 		opts.Nodes, opts.Settle = c.repl.Nodes, 2*c.cfg.Cluster.SyncInterval
 	}
-	svc, err := rlqs.New(rlqs.ConfigFrom(c.snap, limits.NewResolver(c.snap.Limits(), c.over)), c.store, c.reg, c.log, opts)
+	svc, err := rlqs.New(rlqs.ConfigFrom(c.snap, snapshot.NewResolver(c.snap, c.over)), c.store, c.reg, c.log, opts)
 	if err != nil {
 		return nil, err
 	}

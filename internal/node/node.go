@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	over, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, snap.Overridable(), reg, log)
+	over, cache, runOverrides, overridesState, err := newOverrides(ctx, cfg.Overrides, snap, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	var parts []part
 	if cache != nil {
-		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s.Overridable()) })})
+		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s) })})
 	}
 	if repl != nil {
 		parts = append(parts, part{"replication", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return repl.Prepare(replicationBuckets(s)) })})

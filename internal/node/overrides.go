@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Overrides are the tenant overrides kept in Postgres.
@@ -38,7 +39,7 @@ const overridesOff = "overrides: off (no database URL): the configured limits on
 // the cache and its Run, which keeps it current and closes its connection
 // when ctx ends. state describes the overrides served in one line (for the
 // /readyz body).
-func newOverrides(ctx context.Context, cfg Overrides, bs limits.Buckets, reg prometheus.Registerer, log *slog.Logger) (over limits.Overrides, cache *overrides.Cache, run func(context.Context) error, state func() string, err error) {
+func newOverrides(ctx context.Context, cfg Overrides, snap *snapshot.Snapshot, reg prometheus.Registerer, log *slog.Logger) (over limits.Overrides, cache *overrides.Cache, run func(context.Context) error, state func() string, err error) {
 	if cfg.DatabaseURL == "" {
 		log.Info("tenant overrides off: no database URL (DATABASE_URL, DATABASE_URL_FILE or --database-url)")
 		return nil, nil, func(context.Context) error { return nil }, func() string { return overridesOff }, nil
@@ -46,7 +47,7 @@ func newOverrides(ctx context.Context, cfg Overrides, bs limits.Buckets, reg pro
 	if cfg.SnapshotFile == "" {
 		log.Warn("no --overrides-snapshot: a node started while Postgres cannot be reached serves no tenant overrides until it can")
 	}
-	cache, err = overrides.NewCache(overrides.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, bs, reg, log.With("component", "overrides"))
+	cache, err = overrides.NewCache(overrides.Config{URL: cfg.DatabaseURL, SnapshotFile: cfg.SnapshotFile}, snap, reg, log.With("component", "overrides"))
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}

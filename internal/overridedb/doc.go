@@ -17,7 +17,8 @@
 //   - The database checks refuse what validation refuses (shape, limit
 //     bounds, windows, tenant and key text), so a direct SQL edit is held
 //     to the CLI's rules; which buckets are overridable is configuration,
-//     which SQL cannot see, and [Store] checks it with package limits.
+//     which SQL cannot see, and [Store] checks it against the compiled
+//     snapshot (snapshot.Snapshot.ValidateOverride).
 //   - A Store change is validated first (an invalid one writes nothing,
 //     its error wraps limits.ErrInvalid) and runs in one transaction with
 //     its audit row; the audit row names the claimed actor and the

@@ -25,7 +25,7 @@ type Owner struct {
 // actor in the audit log, and returns the previous owner ("" for none).
 // Validation errors wrap limits.ErrInvalid and write nothing.
 func (s *Store) SetOwner(ctx context.Context, keyName, key, tenant, actor string) (old string, err error) {
-	if err := errors.Join(limits.CheckOwnerKeyName(s.buckets, keyName), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), ValidateActor(actor)); err != nil {
+	if err := errors.Join(s.snap.CheckOwnerKeyName(keyName), limits.ValidateKeyValue(key), limits.ValidateTenant(tenant), ValidateActor(actor)); err != nil {
 		return "", err
 	}
 	err = s.inTx(ctx, actor, func(tx pgx.Tx) error {

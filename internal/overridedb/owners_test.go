@@ -7,13 +7,13 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // TestSetOwnerValidates: bad input writes nothing and says what is wrong.
 func TestSetOwnerValidates(t *testing.T) {
 	e := setup(t)
-	s, err := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
+	s, err := overridedb.NewStore(e.Conn, snapshottest.ByIndex(t, e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

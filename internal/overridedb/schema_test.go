@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -128,7 +128,7 @@ func TestNoSchema(t *testing.T) {
 	e := setup(t)
 	url := e.Server.CreateDatabase(t, "empty")
 	conn := testpg.Connect(t, url)
-	s, _ := overridedb.NewStore(conn, snapshot.RulesLimits(e.rules))
+	s, _ := overridedb.NewStore(conn, snapshottest.ByIndex(t, e.rules))
 	_, _, err := s.Get(e.Ctx, "acme")
 	if !errors.Is(err, overridedb.ErrNoSchema) || !strings.Contains(err.Error(), "ratelimit-authz migrate") {
 		t.Errorf("get without schema: %v", err)

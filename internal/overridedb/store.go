@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // ErrNotFound is wrapped by Store.Delete when there is nothing to delete.
@@ -40,16 +41,17 @@ func ValidateActor(actor string) error {
 // wraps one connection and is not safe for concurrent use; create it with
 // NewStore (the zero Store is not usable).
 type Store struct {
-	conn    *pgx.Conn
-	buckets limits.Buckets
+	conn *pgx.Conn
+	snap *snapshot.Snapshot
 }
 
-// NewStore returns a Store on conn that validates buckets against bs.
-func NewStore(conn *pgx.Conn, bs limits.Buckets) (*Store, error) {
-	if conn == nil || bs == nil {
+// NewStore returns a Store on conn that validates buckets against the
+// configuration snap (its override targets, see snapshot.OverrideBucket).
+func NewStore(conn *pgx.Conn, snap *snapshot.Snapshot) (*Store, error) {
+	if conn == nil || snap == nil {
 		return nil, errors.New("overridedb: NewStore needs a connection and the configured buckets")
 	}
-	return &Store{conn: conn, buckets: bs}, nil
+	return &Store{conn: conn, snap: snap}, nil
 }
 
 // Tenant is one row of tenant_limits.
@@ -125,7 +127,7 @@ type Change struct {
 // Set sets one bucket's override for a tenant, recording actor in the
 // audit log. Validation errors wrap limits.ErrInvalid and write nothing.
 func (s *Store) Set(ctx context.Context, tenant string, o limits.Override, actor string) (Change, error) {
-	if err := errors.Join(limits.ValidateTenant(tenant), ValidateActor(actor), limits.Validate(s.buckets, o)); err != nil {
+	if err := errors.Join(limits.ValidateTenant(tenant), ValidateActor(actor), s.snap.ValidateOverride(o)); err != nil {
 		return Change{}, err
 	}
 	var ch Change

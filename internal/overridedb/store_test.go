@@ -9,12 +9,12 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 func TestStoreSetGetDeleteAudit(t *testing.T) {
 	e := setup(t)
-	s, err := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
+	s, err := overridedb.NewStore(e.Conn, snapshottest.ByIndex(t, e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestStoreSetGetDeleteAudit(t *testing.T) {
 // database as it was, audit log included.
 func TestStoreInvalidWritesNothing(t *testing.T) {
 	e := setup(t)
-	s, _ := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
+	s, _ := overridedb.NewStore(e.Conn, snapshottest.ByIndex(t, e.rules))
 	ok := limits.Override{Bucket: "activity_create", Limit: 200, ScaleMS: 1000}
 	if _, err := s.Set(e.Ctx, "acme", ok, "alice"); err != nil {
 		t.Fatal(err)

@@ -124,7 +124,8 @@ func checkBench(b *testing.B, r *configfile.Rules, req *authv3.CheckRequest, nam
 			if err != nil {
 				b.Fatal(err)
 			}
-			svc, err := authz.New(authz.ConfigFrom(snapshottest.ByIndex(b, r)), m, store, limits.NewResolver(snapshot.RulesLimits(r), bc.over), newRegistry(), discardLog(), authz.Options{})
+			snap := snapshottest.ByIndex(b, r)
+			svc, err := authz.New(authz.ConfigFrom(snap), m, store, snapshot.NewResolver(snap, bc.over), newRegistry(), discardLog(), authz.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
+	compiled "github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // ApplicationName is the cache's application_name in pg_stat_activity,
@@ -130,40 +131,36 @@ type view struct {
 	ownerIndex map[string]int
 }
 
-// newView builds the view of bs, warning about overridable buckets whose
-// overrides can never apply.
-func newView(bs limits.Buckets, log *slog.Logger) (*view, error) {
+// newView builds the view of the overridable buckets of snap (filed
+// under their OverrideName), warning about those whose overrides can
+// never apply.
+func newView(snap *compiled.Snapshot, log *slog.Logger) *view {
 	v := &view{
 		buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{},
-		route: make(map[counter.Bucket]keyRoute, len(bs)), names: make(map[counter.Bucket]string, len(bs)),
+		route: map[counter.Bucket]keyRoute{}, names: map[counter.Bucket]string{},
 	}
-	for i := range bs {
-		if _, dup := v.names[bs.ID(i)]; dup {
-			return nil, fmt.Errorf("overrides: bucket id %d given twice", bs.ID(i))
-		}
-		v.names[bs.ID(i)] = bs[i].Name
-	}
-	v.ownerNames = limits.OwnerKeyNames(bs)
+	v.ownerNames = snap.OwnerKeyNames()
 	for i, n := range v.ownerNames {
 		v.ownerIndex[n] = i
 	}
-	for i, b := range bs {
-		id := bs.ID(i)
+	for i := range snap.Buckets {
+		b := &snap.Buckets[i]
 		if !b.Overridable {
 			continue
 		}
 		// An override replaces the limit and window; the algorithm stays
 		// the bucket's.
-		v.buckets[b.Name] = bucketInfo{index: id, algorithm: b.Limit.Algorithm}
+		v.names[b.ID] = b.OverrideName
+		v.buckets[b.OverrideName] = bucketInfo{index: b.ID, algorithm: b.Limit.Algorithm}
 		if b.Key.Kind == match.KeyTenant {
-			v.route[id] = keyRoute{kind: routeSelf}
+			v.route[b.ID] = keyRoute{kind: routeSelf}
 		} else if n, ok := limits.OwnerKeyName(b.Key); ok {
-			v.route[id] = keyRoute{kind: routeOwner, owner: v.ownerIndex[n]}
+			v.route[b.ID] = keyRoute{kind: routeOwner, owner: v.ownerIndex[n]}
 		} else {
-			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.Name, "key", b.Key.Kind.String())
+			log.Warn("bucket is overridable but keyed by a client identity that no tenant owns: its overrides never apply", "bucket", b.OverrideName, "key", b.Key.Kind.String())
 		}
 	}
-	return v, nil
+	return v
 }
 
 func (v *view) name(id counter.Bucket) string { return v.names[id] }
@@ -201,10 +198,10 @@ type Cache struct {
 	invalidOwners map[[2]string]bool
 }
 
-// NewCache returns a Cache for the overridable buckets of bs. It does not
-// connect: Load or Run does. Its metrics go to reg.
-func NewCache(cfg Config, bs limits.Buckets, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
-	if bs == nil || reg == nil || log == nil {
+// NewCache returns a Cache for the overridable buckets of snap. It does
+// not connect: Load or Run does. Its metrics go to reg.
+func NewCache(cfg Config, snap *compiled.Snapshot, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
+	if snap == nil || reg == nil || log == nil {
 		return nil, errors.New("overrides: NewCache needs the configured buckets, a registerer and a logger")
 	}
 	if err := cfg.setDefaults(); err != nil {
@@ -228,10 +225,7 @@ func NewCache(cfg Config, bs limits.Buckets, reg prometheus.Registerer, log *slo
 		started: time.Now(), invalid: map[string]bool{},
 		invalidOwners: map[[2]string]bool{},
 	}
-	v, err := newView(bs, log)
-	if err != nil {
-		return nil, err
-	}
+	v := newView(snap, log)
 	c.degraded.Store(true) // until the first load
 	c.m, err = newMetrics(reg, c)
 	if err != nil {
@@ -248,8 +242,8 @@ func NewCache(cfg Config, bs limits.Buckets, reg prometheus.Registerer, log *slo
 // finishes on the previous configuration. The next refresh re-reads the
 // whole table (overrides skipped before for naming a bucket the new
 // configuration adds apply from then on). On an error nothing changes.
-func (c *Cache) Update(bs limits.Buckets) error {
-	swap, err := c.Prepare(bs)
+func (c *Cache) Update(snap *compiled.Snapshot) error {
+	swap, err := c.Prepare(snap)
 	if err != nil {
 		return err
 	}
@@ -257,16 +251,13 @@ func (c *Cache) Update(bs limits.Buckets) error {
 	return nil
 }
 
-// Prepare validates bs as Update does and returns what makes them the
+// Prepare validates snap as Update does and returns what makes it the
 // configuration (Update's work); it changes nothing itself.
-func (c *Cache) Prepare(bs limits.Buckets) (swap func(), err error) {
-	if bs == nil {
-		return nil, errors.New("overrides: Update needs the configured buckets")
+func (c *Cache) Prepare(snap *compiled.Snapshot) (swap func(), err error) {
+	if snap == nil {
+		return nil, errors.New("overrides: Update needs the configuration")
 	}
-	v, err := newView(bs, c.log)
-	if err != nil {
-		return nil, err
-	}
+	v := newView(snap, c.log)
 	return func() { c.update(v) }, nil
 }
 

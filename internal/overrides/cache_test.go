@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // expectOverride waits (up to a second: the promise) until the cache
@@ -310,12 +310,12 @@ func TestNewCacheRefusesBadConfig(t *testing.T) {
 		{URL: "postgres://127.0.0.1/x", FullRefreshInterval: 24 * time.Hour},
 		{URL: "postgres://127.0.0.1/x", MinBackoff: time.Second, MaxBackoff: time.Millisecond},
 	} {
-		if _, err := overrides.NewCache(cfg, snapshot.RulesLimits(r), newRegistry(), discardLog()); err == nil {
+		if _, err := overrides.NewCache(cfg, snapshottest.ByIndex(t, r), newRegistry(), discardLog()); err == nil {
 			t.Errorf("NewCache(%+v) accepted", cfg)
 		}
 	}
 	// The URL's password never appears in an error.
-	_, err := overrides.NewCache(overrides.Config{URL: "postgres://u:s3cret@host:notaport/db"}, snapshot.RulesLimits(r), newRegistry(), discardLog())
+	_, err := overrides.NewCache(overrides.Config{URL: "postgres://u:s3cret@host:notaport/db"}, snapshottest.ByIndex(t, r), newRegistry(), discardLog())
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("bad URL error: %v", err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testpg"
 )
 
@@ -74,7 +74,7 @@ func startCache(t *testing.T, e *env, cfg overrides.Config) *running {
 	}
 	reg := prometheus.NewRegistry()
 	logs := &logbuf.Buffer{}
-	c, err := overrides.NewCache(cfg, snapshot.RulesLimits(e.rules), reg, slog.New(slog.NewTextHandler(logs, nil)))
+	c, err := overrides.NewCache(cfg, snapshottest.ByIndex(t, e.rules), reg, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

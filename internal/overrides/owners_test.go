@@ -12,7 +12,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // expectFor waits (up to a second) until OverrideFor(bucket, key) answers
@@ -34,7 +34,7 @@ func expectFor(t *testing.T, c *running, bucket counter.Bucket, key string, want
 func TestOverridesFollowTheKeyOwner(t *testing.T) {
 	e := setup(t)
 	inb, act, tok := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("activity_create")), counter.Bucket(e.rules.BucketIndex("token_create"))
-	s, err := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
+	s, err := overridedb.NewStore(e.Conn, snapshottest.ByIndex(t, e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

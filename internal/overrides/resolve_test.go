@@ -11,7 +11,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 func newRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
@@ -20,7 +20,7 @@ func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard,
 
 func newTestCache(t testing.TB, r *configfile.Rules) *overrides.Cache {
 	t.Helper()
-	c, err := overrides.NewCache(overrides.Config{URL: "postgres://127.0.0.1:1/none"}, snapshot.RulesLimits(r), newRegistry(), discardLog())
+	c, err := overrides.NewCache(overrides.Config{URL: "postgres://127.0.0.1:1/none"}, snapshottest.ByIndex(t, r), newRegistry(), discardLog())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
 
 // TestSnapshotFileWhenPostgresIsAway: a cache that loaded from Postgres
@@ -23,7 +23,7 @@ import (
 func TestSnapshotFileWhenPostgresIsAway(t *testing.T) {
 	e := setup(t)
 	inb, upl := counter.Bucket(e.rules.BucketIndex("inbound")), counter.Bucket(e.rules.BucketIndex("upload"))
-	s, err := overridedb.NewStore(e.Conn, snapshot.RulesLimits(e.rules))
+	s, err := overridedb.NewStore(e.Conn, snapshottest.ByIndex(t, e.rules))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
@@ -37,7 +36,8 @@ func fuzzConfig(t testing.TB) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ConfigFrom(snapshottest.ByIndex(t, r), limits.NewResolver(snapshot.RulesLimits(r), nil))
+	snap := snapshottest.ByIndex(t, r)
+	return ConfigFrom(snap, snapshot.NewResolver(snap, nil))
 }
 
 // decodeID reads a bucket id from text: entries separated by \x00, name

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
@@ -56,7 +55,7 @@ func growStream(t *testing.T) (*stream, peer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ConfigFrom(snapshottest.ByIndex(t, r), limits.NewResolver(snapshot.RulesLimits(r), nil))
+	cfg := ConfigFrom(snapshottest.ByIndex(t, r), snapshot.NewResolver(snapshottest.ByIndex(t, r), nil))
 	store, err := counter.New(counter.Config{Shards: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +67,7 @@ func growStream(t *testing.T) (*stream, peer) {
 		t.Fatal(err)
 	}
 	b := cfg.Quota.Buckets[0].Bucket
-	lim, _ := cfg.Limits.Limit(counter.Bucket(b), "acme")
+	lim, _ := cfg.Limits.Limit(int(b), "acme")
 	p := peer{store: store, usage: cfg.Buckets[b].ID, lim: lim, announceTo: cfg.Buckets[cfg.Buckets[b].Participants].ID}
 	return &stream{s: svc, id: 1, ids: map[string]*tracked{}}, p
 }

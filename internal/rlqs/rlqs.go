@@ -36,10 +36,10 @@ type Counter interface {
 var _ Counter = (*counter.Store)(nil)
 
 // Limits resolves a bucket's limit (by its index in Config.Buckets) for a
-// key: tenant override ▸ configuration. *limits.Resolver is one. ok
+// key: tenant override ▸ configuration. *snapshot.Resolver is one. ok
 // false: no limit, the bucket id is allowed uncounted.
 type Limits interface {
-	Limit(bucket counter.Bucket, key string) (counter.Limit, bool)
+	Limit(i int, key string) (counter.Limit, bool)
 }
 
 // Config is one configuration the Service serves.
@@ -193,7 +193,7 @@ func (s *Service) Update(cfg Config) error {
 // Options.Overrides, and returns what makes it the configuration of the
 // next report; it changes nothing itself.
 func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
-	st, err := newState(ConfigFrom(snap, limits.NewResolver(snap.Limits(), s.opts.Overrides)))
+	st, err := newState(ConfigFrom(snap, snapshot.NewResolver(snap, s.opts.Overrides)))
 	if err != nil {
 		return nil, err
 	}
@@ -497,7 +497,7 @@ func (str *stream) unchanged(t *tracked, now time.Time, refresh time.Duration) b
 		return false
 	}
 	b := &t.gen.cfg.Buckets[t.m.Bucket]
-	lim, ok := t.gen.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
+	lim, ok := t.gen.cfg.Limits.Limit(t.m.Bucket, t.m.Key)
 	if !ok {
 		return false
 	}
@@ -564,7 +564,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		res(resMissingKey)
 		return policy(b.DenyMissingKey), true
 	}
-	lim, ok := st.cfg.Limits.Limit(counter.Bucket(t.m.Bucket), t.m.Key)
+	lim, ok := st.cfg.Limits.Limit(t.m.Bucket, t.m.Key)
 	if !ok {
 		res(resCounted)
 		return action{strat: stratAllowAll}, true
@@ -635,7 +635,7 @@ func (str *stream) untracked(st *state, id map[string]string, reported int64, no
 	if m.Key == "" {
 		return policy(b.DenyMissingKey)
 	}
-	if lim, ok := st.cfg.Limits.Limit(counter.Bucket(m.Bucket), m.Key); ok && reported > 0 {
+	if lim, ok := st.cfg.Limits.Limit(m.Bucket, m.Key); ok && reported > 0 {
 		str.s.counter.Incr(b.ID, m.Key, lim, reported*m.Cost, now)
 	}
 	return policy(b.DenyOverflow)

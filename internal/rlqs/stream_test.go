@@ -21,7 +21,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -69,7 +68,7 @@ func config(t testing.TB, yaml string) (rlqs.Config, *configfile.Rules) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return rlqs.ConfigFrom(snapshottest.ByIndex(t, r), limits.NewResolver(snapshot.RulesLimits(r), nil)), r
+	return rlqs.ConfigFrom(snapshottest.ByIndex(t, r), snapshot.NewResolver(snapshottest.ByIndex(t, r), nil)), r
 }
 
 func start(t *testing.T, yaml string, maxKeys int) *harness {
@@ -292,7 +291,7 @@ func sameID(a, b map[string]string) bool {
 }
 
 func (h *harness) count(bucket int, key string) int64 {
-	l, _ := limits.NewResolver(snapshot.RulesLimits(h.rules), nil).Limit(counter.Bucket(bucket), key)
+	l, _ := snapshot.NewResolver(snapshottest.ByIndex(h.t, h.rules), nil).Limit(bucket, key)
 	return h.store.Peek(counter.Bucket(bucket), key, l, h.clock.Now()).Count
 }
 

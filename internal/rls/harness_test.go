@@ -36,7 +36,7 @@ import (
 var t0 = time.Unix(1764547200, 0).UTC()
 
 // harness is a Service over a real counter.Store and a test clock, with
-// the limits of overridable rules resolved by limits.Resolver.
+// the limits of overridable rules resolved by snapshot.Resolver.
 type harness struct {
 	t      testing.TB
 	clock  *testclock.Clock

@@ -32,7 +32,6 @@ const ParticipantsWindow = 5 * time.Second
 // every window a tenant override can have (limits.Scales) with any count
 // an override allows.
 func (s *Snapshot) addRules(r *configfile.Rules) {
-	resolver := limits.NewResolver(RulesLimits(r), nil)
 	reserved := make(map[counter.Bucket]bool, len(r.Counter.Reserved))
 	for _, b := range r.Counter.Reserved {
 		reserved[b] = true
@@ -53,7 +52,7 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 		add := func(l counter.Limit) {
 			b.PeerBounds[l.ScaleMS] = max(b.PeerBounds[l.ScaleMS], BoundFor(l.Limit))
 		}
-		b.Limit, b.HasLimit = resolver.Configured(counter.Bucket(i))
+		b.Limit, b.HasLimit = rb.Configured()
 		if b.HasLimit {
 			add(b.Limit)
 		}
@@ -64,21 +63,6 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 		}
 		s.Buckets = append(s.Buckets, b)
 	}
-}
-
-// RulesLimits are the rules file's buckets as limit resolution and
-// override validation take them, by index, with no ids (the index
-// stands for one): what the limits CLI and tests need without a snapshot.
-func RulesLimits(r *configfile.Rules) limits.Buckets {
-	bs := make(limits.Buckets, len(r.Buckets))
-	for i, b := range r.Buckets {
-		bs[i] = limits.Bucket{
-			Name: b.Name, Key: b.Key, Overridable: b.Overridable,
-			Limit: b.Limit, HasLimit: b.HasLimit,
-			Default: b.Default, HasDefault: b.HasDefault,
-		}
-	}
-	return bs
 }
 
 // addRLS adds the RLS rules, by rule index, then the buckets of

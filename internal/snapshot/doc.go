@@ -1,7 +1,14 @@
 // Package snapshot compiles every configuration source — the rules file,
 // the envoyproxy/ratelimit directory (rlsconfig), the quota section's
 // participants counts — into one immutable Snapshot with one Bucket type,
-// the one description of a bucket every component reads.
+// the one description of a bucket every component reads. A Resolver
+// decides the limit of a (bucket, key) from it, by the bucket's index in
+// Snapshot.Buckets: tenant override ▸ Bucket.Limit. It fails open to the
+// configuration: no override answer, the bucket's limit; no limit at all
+// (a bucket only Envoy's context_extensions name), none, and its caller
+// decides. OverrideBucket, ValidateOverride and CheckOwnerKeyName are what
+// the CLI, the override store and cache check a tenant override or a key
+// owner against: a rules bucket, or an overridable RLS rule by its name.
 //
 // Invariants:
 //

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
@@ -281,35 +280,6 @@ func (s *Snapshot) Reserved() []counter.Bucket {
 func (s *Snapshot) RuleBuckets() []Bucket {
 	n := len(s.Rules.Buckets)
 	return s.Buckets[:n:n]
-}
-
-// Limits are the rules file's buckets as limit resolution and override
-// validation take them, by index.
-func (s *Snapshot) Limits() limits.Buckets {
-	bs := RulesLimits(s.Rules)
-	for i := range bs {
-		bs[i].ID, bs[i].IDSet = s.Buckets[i].ID, true
-	}
-	return bs
-}
-
-// Overridable are every overridable bucket of both formats, for the one
-// override cache: an RLS rule's overrides are filed under the rule's name
-// (keyed by tenant: the descriptor's first value) and found by its id.
-func (s *Snapshot) Overridable() limits.Buckets {
-	bs := s.Limits()
-	for _, b := range s.RLSRules {
-		if b.Overridable {
-			bs = append(bs, limits.Bucket{
-				Name: b.OverrideName, ID: b.ID, IDSet: true, Overridable: true,
-				Key: b.Key, HasLimit: b.HasLimit,
-			})
-			if b.HasLimit {
-				bs[len(bs)-1].Limit = b.Limit
-			}
-		}
-	}
-	return bs
 }
 
 // checkRLSNames refuses an overridable rule named as a rules bucket: a
