@@ -415,15 +415,22 @@ func (s *stack) accessLog(t *testing.T) func(...*accesslogv3.HTTPAccessLogEntry)
 // the test.
 func tenantLoad(t *testing.T, stacks []*stack, clients, perClient int) (ok, limited int64) {
 	t.Helper()
+	return concurrentLoad(t, clients, perClient, func(client int) (*response, error) {
+		return stacks[client%len(stacks)].post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
+	})
+}
+
+// concurrentLoad has clients goroutines send perClient requests each, one
+// after the other, and counts the answers: 200 admitted, 429 limited. An
+// error or another status fails the test and ends that client.
+func concurrentLoad(t *testing.T, clients, perClient int, send func(client int) (*response, error)) (ok, limited int64) {
+	t.Helper()
 	var nOK, nLimited atomic.Int64
 	var wg sync.WaitGroup
 	for i := range clients {
-		s := stacks[i%len(stacks)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range perClient {
-				r, err := s.post(concurrencyPath, map[string]string{"x-tenant-id": "acme"})
+				r, err := send(i)
 				switch {
 				case err != nil:
 					t.Error(err)
@@ -437,7 +444,7 @@ func tenantLoad(t *testing.T, stacks []*stack, clients, perClient int) (ok, limi
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return nOK.Load(), nLimited.Load()

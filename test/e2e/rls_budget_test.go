@@ -60,17 +60,8 @@ func (u *llmUpstream) count(tenant string) int {
 func TestRLSTokenBudgetThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSTokenBudget) }
 
 func testRLSTokenBudget(t *testing.T, lean bool) {
-	serverBin := serverBinary(t)
-	s := prepareRLSStack(t, 1, lean)
 	up := startLLMUpstream(t)
-	runtimeRoot := writeRLSRuntime(t, rlsExamples(t))
-	a := s.rlsAddrs(s.addrs, 0, 1)
-	a.App = up.addr
-	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a))
-	s.startRLSServer(serverBin, runtimeRoot)
-	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
-		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
-	})
+	s := startRLSExamples(t, lean, up.addr)
 	charges := func() float64 {
 		return s.serverMetric(`ratelimit_authz_rls_descriptors_total{bucket="rls/llm/tenant",decision="charged"}`) +
 			s.serverMetric(`ratelimit_authz_rls_descriptors_total{bucket="rls/llm/tenant",decision="charged_over"}`)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,17 +51,8 @@ func rlsInflightSeries(name, decision string) string {
 func TestRLSConcurrencyThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSConcurrency) }
 
 func testRLSConcurrency(t *testing.T, lean bool) {
-	serverBin := serverBinary(t)
-	s := prepareRLSStack(t, 1, lean)
 	up := startGatedUpstream(t)
-	runtimeRoot := writeRLSRuntime(t, rlsExamples(t))
-	a := s.rlsAddrs(s.addrs, 0, 1)
-	a.App = up.addr
-	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a))
-	s.startRLSServer(serverBin, runtimeRoot)
-	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
-		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
-	})
+	s := startRLSExamples(t, lean, up.addr)
 	metric := func(name, decision string) float64 { return s.serverMetric(rlsInflightSeries(name, decision)) }
 	inFlight := func() float64 { return metric("ratelimit_authz_inflight_requests", "") }
 	get := func(tenant string) (*response, error) {
@@ -157,28 +146,7 @@ func testRLSConcurrency(t *testing.T, lean bool) {
 
 	// 400 more from 20 clients, each held 20 ms.
 	up.hold = 20 * time.Millisecond
-	var ok, limited atomic.Int64
-	var wg sync.WaitGroup
-	for range 20 {
-		wg.Go(func() {
-			for range 20 {
-				r, err := get("acme")
-				switch {
-				case err != nil:
-					t.Error(err)
-					return
-				case r.status == http.StatusOK:
-					ok.Add(1)
-				case r.status == http.StatusTooManyRequests:
-					limited.Add(1)
-				default:
-					t.Errorf("status %d", r.status)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	ok, limited := concurrentLoad(t, 20, 20, func(int) (*response, error) { return get("acme") })
 	// What Envoy makes of a concurrency status (a limit without a unit).
 	poll.Until(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if v := inFlight(); v != 0 {
@@ -215,7 +183,7 @@ func testRLSConcurrency(t *testing.T, lean bool) {
 		t.Errorf("the upstream held %d at once, limit %d", maxHeld, rlsInflightLimit)
 	}
 	t.Logf("400 requests from 20 clients: %d passed, %d limited; the upstream held at most %d at once; %v acquisitions, %v releases",
-		ok.Load(), limited.Load(), maxHeld, metric("ratelimit_authz_rls_descriptors_total", "allowed"), metric("ratelimit_authz_rls_descriptors_total", "released"))
+		ok, limited, maxHeld, metric("ratelimit_authz_rls_descriptors_total", "allowed"), metric("ratelimit_authz_rls_descriptors_total", "released"))
 }
 
 // releaseDesc is the stream-done descriptor of route inflight, as Envoy

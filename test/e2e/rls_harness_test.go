@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 )
 
@@ -105,6 +106,24 @@ func prepareRLSStack(t *testing.T, nodes int, lean bool) *stack {
 	if !lean {
 		s.check = nil
 	}
+	return s
+}
+
+// startRLSExamples starts one node serving the shipped descriptor files
+// and one Envoy with the shipped ratelimit-filter bootstrap in front of
+// the upstream at app, and waits until Envoy sees the node healthy.
+func startRLSExamples(t *testing.T, lean bool, app string) *stack {
+	t.Helper()
+	serverBin := serverBinary(t)
+	s := prepareRLSStack(t, 1, lean)
+	runtimeRoot := writeRLSRuntime(t, rlsExamples(t))
+	a := s.rlsAddrs(s.addrs, 0, 1)
+	a.App = app
+	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a))
+	s.startRLSServer(serverBin, runtimeRoot)
+	poll.Until(t, 10*time.Second, 50*time.Millisecond, func() error {
+		return rlsClusterHealthy(s, s.addrs.Admin, rlsEndpoint(a))
+	})
 	return s
 }
 
