@@ -70,7 +70,7 @@ func TestTokenBudgetAcrossNodes(t *testing.T) {
 		burst.add(start, time.Now(), resp.StatusCode == http.StatusOK && tokens > 0)
 		return &response{status: resp.StatusCode, header: resp.Header}, nil
 	}
-	awayFromMinuteEdgeBy(40 * time.Second)
+	awayFromMinuteEdgeBy(25 * time.Second)
 
 	untilDenied(t, 2*workersPerEnvoy, func(w int) (*response, error) { return post(listeners[w%2], cost) })
 	inFlight, late := burst.spent(llmTokenBudget / cost)

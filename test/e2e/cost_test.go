@@ -125,7 +125,7 @@ func TestCostBudgetsThroughEnvoy(t *testing.T) {
 		})
 		return got
 	}
-	awayFromMinuteEdgeBy(40 * time.Second)
+	awayFromMinuteEdgeBy(25 * time.Second)
 
 	t.Run("token_budget_in_flight_bound", func(t *testing.T) {
 		// Rounds of `inFlight` concurrent completions of `cost` tokens,
