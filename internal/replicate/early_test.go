@@ -29,19 +29,27 @@ func tickFar(cfg *Config) (tickAt time.Time) {
 	return start.Add(cfg.SyncInterval)
 }
 
+// startUnticked starts nodes a and b with cfg, both ticking far in the
+// future (a's first tick at tickAt), and waits until both are ready: what
+// crosses between them is only what early batches publish. b's ticks are
+// moved too: a tick would split b's budget with a (heard from since it
+// answered b's warm start), and these tests count on b's view alone.
+func startUnticked(t *testing.T, url string, cfg Config) (a, b *live, tickAt time.Time) {
+	t.Helper()
+	aCfg, bCfg := cfg, cfg
+	tickAt = tickFar(&aCfg)
+	tickFar(&bCfg)
+	a = startLive(t, url, "a", aCfg, nodeOpts{})
+	b = startLive(t, url, "b", bCfg, nodeOpts{})
+	a.waitReady(t)
+	b.waitReady(t)
+	return a, b, tickAt
+}
+
 func TestClusterEarlyBatchNearLimit(t *testing.T) {
 	srv := testnats.Run(t)
 	cfg := Config{SyncInterval: slowTicks, WarmStartTimeout: 200 * time.Millisecond}
-	aCfg, bCfg := cfg, cfg
-	tickAt := tickFar(&aCfg)
-	// b's ticks too: a tick would split b's budget with a (heard from
-	// since it answered b's warm start), and the test counts on b's view
-	// alone.
-	tickFar(&bCfg)
-	a := startLive(t, srv.ClientURL(), "a", aCfg, nodeOpts{})
-	b := startLive(t, srv.ClientURL(), "b", bCfg, nodeOpts{})
-	a.waitReady(t)
-	b.waitReady(t)
+	a, b, tickAt := startUnticked(t, srv.ClientURL(), cfg)
 
 	lim := counter.Limit{Limit: 10, ScaleMS: counter.MaxScaleMS} // near: 5 left
 	count := func(n *live) int64 {
@@ -177,13 +185,7 @@ func TestClusterChargeThatSpendsIsPublishedAtOnce(t *testing.T) {
 	srv := testnats.Run(t)
 	const gap = 400 * time.Millisecond
 	cfg := Config{SyncInterval: slowTicks, EarlyGap: gap, WarmStartTimeout: 200 * time.Millisecond}
-	aCfg, bCfg := cfg, cfg
-	tickAt := tickFar(&aCfg)
-	tickFar(&bCfg)
-	a := startLive(t, srv.ClientURL(), "a", aCfg, nodeOpts{})
-	b := startLive(t, srv.ClientURL(), "b", bCfg, nodeOpts{})
-	a.waitReady(t)
-	b.waitReady(t)
+	a, b, tickAt := startUnticked(t, srv.ClientURL(), cfg)
 
 	lim := counter.Limit{Limit: 10, ScaleMS: counter.MaxScaleMS}
 	seen := func(want int64) func() error {
