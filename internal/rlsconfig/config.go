@@ -117,6 +117,7 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 		if i == 0 {
 			firstValue = v
 		}
+		before := len(key)
 		if single {
 			key = append(key, v...)
 		} else {
@@ -128,7 +129,17 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 				break
 			}
 			if c.rules[n.rule].Concurrency {
-				key = leaseKey(key, start, len(entries), firstValue, v)
+				// The request id (this entry) is left out: the key is the
+				// entries' before it, encoded as if the descriptor ended
+				// there (one entry alone is its raw value).
+				switch i {
+				case 0:
+					key = key[:start]
+				case 1:
+					key = append(key[:start], firstValue...)
+				default:
+					key = key[:before]
+				}
 			}
 			return n.rule, key, true
 		}
@@ -138,30 +149,6 @@ func (c *Config) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor
 		lv = n.children
 	}
 	return -1, key[:start], true
-}
-
-// leaseKey is key[:start] followed by the counter key of a concurrency
-// rule matched by n entries, the last (whose keyed value is last, the
-// request id) left out: nothing for one entry, the first level's value
-// alone for two, and the uvarint-prefixed values before the last for
-// more (a prefix of what Match appended).
-func leaseKey(key []byte, start, n int, first, last string) []byte {
-	switch n {
-	case 1:
-		return key[:start]
-	case 2:
-		return append(key[:start], first...)
-	}
-	return key[:len(key)-len(last)-uvarintLen(uint64(len(last)))]
-}
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
 }
 
 // RequestID is the request id of a descriptor matched to a concurrency
