@@ -92,9 +92,9 @@ type Counter interface {
 var _ Counter = (*counter.Store)(nil)
 
 // Limits resolves the limit a failure of a bucket's key counts under, by
-// the bucket's index in Config.Buckets: the same one the Check peeks at (tenant override ▸ config ▸ route default ▸
-// built-in); *snapshot.Resolver is one. ok false: the bucket has no
-// limit.
+// the bucket's index in Config.Buckets: the same one the Check peeks at
+// (tenant override ▸ config ▸ route default ▸ built-in);
+// *snapshot.Resolver is one. ok false: the bucket has no limit.
 type Limits interface {
 	Limit(i int, key string) (counter.Limit, bool)
 }

@@ -81,12 +81,13 @@ type Config struct {
 	MaxMessageBytes int
 	// FlushTimeout bounds the final publish at shutdown; 2 s.
 	FlushTimeout time.Duration
-	// EarlyGap is the least time between two early batches: when a local
-	// hit leaves a key near its limit (see counter.Store.NearLimit), the
-	// node publishes its changes at once rather than at the next tick,
-	// but at most once per EarlyGap (a signal within the gap is served
-	// at its end). Default SyncInterval/10; negative turns early batches
-	// off.
+	// EarlyGap spaces early batches: when a local hit leaves a key near
+	// its limit (see counter.Store.NearLimit), the node publishes its
+	// changes at once rather than at the next tick, but at most once per
+	// EarlyGap (a signal within the gap is served at its end); a charge
+	// that spent a budget (counter.Store.Spent) is published at once,
+	// at most once more per EarlyGap. Default SyncInterval/10; negative
+	// turns early batches off.
 	EarlyGap time.Duration
 	// ShareDelay is the least time after publishing a count before a
 	// node takes its peers to hold it, and their answers to it, and grows
