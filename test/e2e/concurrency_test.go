@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -68,6 +69,9 @@ func startGatedUpstream(t *testing.T) *gatedUpstream {
 	u := &gatedUpstream{gate: make(chan struct{})}
 	close(u.gate)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Reading the body to its end lets the server notice a closed
+		// connection (Envoy killed) and cancel the request's context.
+		io.Copy(io.Discard, r.Body)
 		id := r.Header.Get("x-request-id")
 		u.mu.Lock()
 		u.held++
@@ -90,7 +94,8 @@ func startGatedUpstream(t *testing.T) *gatedUpstream {
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"ok":true}`)
 	}))
-	t.Cleanup(srv.Close)
+	t.Cleanup(srv.Close) // waits for the requests it serves: the gate opens first
+	t.Cleanup(u.open)
 	u.addr = srv.Listener.Addr().String()
 	return u
 }
