@@ -3,69 +3,158 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 )
 
-// The accuracy scenario runs bench/accuracy, three replicated nodes in one
-// process on the public API of internal/counter and internal/replicate, against a
-// nats-server of this run: built from this tree, and built from the tree
-// of --shares-baseline-ref with this tree's bench/accuracy copied into it,
-// so that the counter and replication of both are measured by the same
-// program in the same run, one multiple at a time, alternating. The program must therefore
-// use only API that the baseline has too; if it cannot be built there,
-// the baseline is reported missing and this tree is still measured.
+// The accuracy scenario runs three replicated nodes in the runner's
+// process, each with its own counter.Store, replicate.Replicator and NATS
+// connection, on a nats-server of this run. Each row offers one key a
+// multiple of its limit at a fixed rate, spread over the nodes evenly or
+// skewed, with a fixed or a sliding window, and counts what the nodes
+// admitted in each whole window, by the window each Take was made in; the
+// burst scenarios then offer 2× the limit of keys no node has seen.
 
-// accuracyMultiples are the offered loads, as multiples of the limit.
-var accuracyMultiples = []float64{1.1, 2, 10, 100, 1000}
+const (
+	accNodes  = 3
+	accLimit  = 100
+	accWindow = time.Second
+	// accTick is how often each node's driver takes the Takes come due.
+	accTick = time.Millisecond
+	// burstLead is how far into its window each burst run starts.
+	burstLead = 50 * time.Millisecond
+)
 
-// accuracyDir is the program's package, relative to the repository root.
-const accuracyDir = "bench/accuracy"
+// The offered loads (multiples of the limit), and the rows' algorithms and
+// distributions in report order.
+var (
+	accuracyMultiples     = []float64{1.1, 2, 10, 100, 1000}
+	accuracyAlgorithms    = []string{"fixed", "sliding"}
+	accuracyDistributions = []string{"even", "skewed"}
+	accAlgorithm          = map[string]counter.Algorithm{"fixed": counter.Fixed, "sliding": counter.Sliding}
+	// accShares are the shares of the offered load each node receives.
+	accShares = map[string][accNodes]float64{"even": {1.0 / 3, 1.0 / 3, 1.0 / 3}, "skewed": {0.90, 0.05, 0.05}}
+)
 
-// accuracyDeps are the packages of this tree, beside the counter and
-// replication it measures, that the program imports: copied into the
-// baseline's tree with it.
-var accuracyDeps = []string{"internal/cli", "internal/loadresult"}
-
-// accuracyBurstScenarios is how many burst scenarios the program runs
-// with --bursts all; each run of one takes up to two windows (a scenario
-// in a key's second window, two).
-const accuracyBurstScenarios = 6
-
-// accuracyRunTime bounds one run of the program at one multiple: the
-// windows counted, up to two not counted, the wait for a boundary, and
-// the nodes' start and stop.
-func (r *runner) accuracyRunTime() time.Duration {
-	return time.Duration(r.opt.accWindows+3)*time.Second + 5*time.Second
+// burstSpec is a burst scenario: which nodes burst, how many Takes each
+// offers as a multiple of the limit, at what pace, and what it offers.
+type burstSpec struct {
+	name   string
+	nodes  []int
+	mult   float64 // Takes per bursting node, × the limit
+	perMS  float64 // per bursting node and ms, × the limit/100; 0: all at once
+	second bool    // in the key's second window
+	text   string
 }
 
-// accuracyBurstTime bounds one run of the program's burst scenarios, each
-// run opt.accWindows times.
-func (r *runner) accuracyBurstTime() time.Duration {
-	return time.Duration(accuracyBurstScenarios*(2*r.opt.accWindows+2))*time.Second + 5*time.Second
+// burstSpecs: 2× the limit on one node back to back (5 Takes a ms per 100
+// of the limit, what one client sends through Envoy), paced, in turn over
+// the nodes, on every node at once (paced, and all at once: a key's first
+// window's worst case), and in the key's second window.
+var burstSpecs = []burstSpec{
+	{"one", []int{0}, 2, 5, false, "2× back to back on one node (5 Takes a ms per 100 of the limit)"},
+	{"paced", []int{0}, 2, 1, false, "2× on one node, 1 Take a ms per 100 of the limit"},
+	{"round-robin", []int{0, 1, 2}, 2.0 / 3, 5.0 / 3, false, "2× in turn over the 3 nodes, 5 a ms per 100 in all"},
+	{"all", []int{0, 1, 2}, 2, 5, false, "2× on every node, 5 a ms per 100 each"},
+	{"all-instant", []int{0, 1, 2}, 2, 0, false, "2× on every node, each node's all at once: the first window's worst case"},
+	{"next", []int{0}, 2, 5, true, "2× back to back on one node, in the key's second window"},
 }
 
+// Accuracy is the accuracy scenario's figures: per row and per burst
+// scenario, what the cluster admitted of the Takes offered.
+type Accuracy struct {
+	Skipped      string          `json:"skipped,omitempty"`
+	Nodes        int             `json:"nodes"`
+	Limit        int64           `json:"limit"`
+	WindowMS     int64           `json:"window_ms"`
+	SyncInterval string          `json:"sync_interval"`
+	Windows      int             `json:"windows"`
+	ElapsedS     float64         `json:"elapsed_s"`
+	Rows         []AccuracyRow   `json:"rows"`
+	Bursts       []AccuracyBurst `json:"bursts,omitempty"`
+}
+
+// AccuracyRow is one key: an algorithm, a multiple of the limit offered
+// and a distribution over the nodes. The per-window slices are in window
+// order.
+type AccuracyRow struct {
+	Algorithm    string  `json:"algorithm"`
+	Multiple     float64 `json:"multiple"`
+	Distribution string  `json:"distribution"`
+	Key          string  `json:"key"`
+	OfferedPerS  float64 `json:"offered_per_s"` // over the cluster
+	Windows      int     `json:"windows"`
+	Min          int64   `json:"min"`
+	Median       float64 `json:"median"`
+	Max          int64   `json:"max"`
+	// WindowStartMS, Offered, Admitted and AdmittedPerNode are per
+	// counted window: its start (unix ms), the Takes made in it and those
+	// admitted, in all and per node.
+	WindowStartMS   []int64   `json:"window_start_ms"`
+	Offered         []int64   `json:"offered"`
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	// MaxBehindMS is how far behind its schedule any node's oldest due
+	// Take of this row was when its batch ran: the pacing's accuracy.
+	MaxBehindMS float64 `json:"max_behind_ms"`
+}
+
+// AccuracyBurst is one burst scenario, run Runs times, each on a key no
+// node has seen, in a window of its own.
+type AccuracyBurst struct {
+	Scenario string  `json:"scenario"`
+	Runs     int     `json:"runs"`
+	Min      int64   `json:"min"`
+	Median   float64 `json:"median"` // of Admitted, as Min and Max
+	Max      int64   `json:"max"`
+	// Admitted and AdmittedPerNode are per run: the Takes admitted in the
+	// key's window, in all and per node. Late is per run the Takes made
+	// after that window had ended (the machine stalled the drivers): not
+	// counted.
+	Admitted        []int64   `json:"admitted"`
+	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
+	Late            []int64   `json:"late"`
+	// Reach90MS is per run how long after the burst's start the cluster
+	// had admitted 90% of the limit (-1: never).
+	Reach90MS   []float64 `json:"reach90_ms"`
+	MaxBehindMS float64   `json:"max_behind_ms"`
+}
+
+// Row is the run's row of an algorithm, multiple and distribution.
+func (a *Accuracy) Row(alg string, mult float64, dist string) (AccuracyRow, bool) {
+	return first(a.Rows, func(x AccuracyRow) bool {
+		return x.Algorithm == alg && x.Multiple == mult && x.Distribution == dist && x.Windows > 0
+	})
+}
+
+// Burst is the run's burst scenario of that name, if it ran.
+func (a *Accuracy) Burst(scenario string) (AccuracyBurst, bool) {
+	return first(a.Bursts, func(x AccuracyBurst) bool { return x.Scenario == scenario && x.Runs > 0 })
+}
+
+// accuracyEstimate: each multiple's windows, up to three more, the bursts
+// (each run up to two windows), and the nodes' start and stop.
 func (r *runner) accuracyEstimate() time.Duration {
-	runs := 1
-	if r.opt.sharesBaselineRef != "" {
-		runs = 2
-	}
-	return time.Duration(runs)*(time.Duration(len(accuracyMultiples))*r.accuracyRunTime()+r.accuracyBurstTime()) + 30*time.Second // the builds
+	w := r.opt.accWindows
+	return time.Duration(len(accuracyMultiples)*(w+3)+len(burstSpecs)*(2*w+2))*accWindow + 20*time.Second
 }
 
 func (r *runner) accuracy(ctx context.Context) error {
-	a := &Accuracy{}
+	a := &Accuracy{Nodes: accNodes, Limit: accLimit, WindowMS: accWindow.Milliseconds(), SyncInterval: clusterSync.String(), Windows: r.opt.accWindows}
 	r.res.Accuracy = a
-	h, err := r.startCluster(ctx, "acc", 0, "", 0) // nats-server only: the nodes are the program's
+	h, err := r.startCluster(ctx, "acc", 0, "", 0) // nats-server only: the nodes are in this process
 	if err != nil {
 		if errors.Is(err, errNoNATS) {
 			a.Skipped = err.Error()
@@ -73,191 +162,349 @@ func (r *runner) accuracy(ctx context.Context) error {
 		return err
 	}
 	defer h.stop()
-
-	bin := filepath.Join(r.tmp, "accuracy")
-	if err := r.goBuild(ctx, r.root, bin, "./"+accuracyDir); err != nil {
-		return err
-	}
-	var before string
-	if ref := r.opt.sharesBaselineRef; ref != "" {
-		a.Baseline = &FloorBaseline{Ref: ref}
-		if before, err = r.buildAccuracyBaseline(ctx, a.Baseline); err != nil {
-			a.Baseline.Error = firstLine(err.Error())
-			r.note("accuracy: no baseline from %s: %v", ref, a.Baseline.Error)
-		}
-	}
-	// One multiple at a time, then the bursts, this tree and the baseline
-	// alternating (in turn first), so that both meet the same load on the
-	// machine.
-	phases := make([]float64, 0, len(accuracyMultiples)+1)
-	phases = append(phases, accuracyMultiples...)
-	phases = append(phases, 0) // 0: the burst scenarios
-	for i, m := range phases {
-		after := func() error {
-			run, err := r.accuracyRun(ctx, "after", bin, h.natsURL, m)
-			a.After = mergeAccuracy(a.After, run)
-			return err
-		}
-		if before == "" {
-			if err := after(); err != nil {
-				return err
-			}
-			continue
-		}
-		// A baseline that fails ends the baseline's runs, not this tree's.
-		baseline := func() error {
-			run, err := r.accuracyRun(ctx, "before", before, h.natsURL, m)
-			if err != nil {
-				a.Baseline.Error = firstLine(err.Error())
-				r.note("accuracy: the baseline failed at %s, measured no further: %v", accuracyStep(m), a.Baseline.Error)
-				a.Before, before = nil, ""
-				return nil
-			}
-			a.Before = mergeAccuracy(a.Before, run)
-			return nil
-		}
-		steps := []func() error{after, baseline}
-		if i%2 == 1 {
-			steps[0], steps[1] = steps[1], steps[0]
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// mergeAccuracy appends run's rows to into (nil: run itself); run nil
-// leaves into as it is.
-func mergeAccuracy(into, run *loadresult.Accuracy) *loadresult.Accuracy {
-	switch {
-	case run == nil:
-		return into
-	case into == nil:
-		return run
-	}
-	into.Rows = append(into.Rows, run.Rows...)
-	into.Bursts = append(into.Bursts, run.Bursts...)
-	into.ElapsedS += run.ElapsedS
-	into.PeersSeen = into.PeersSeen && run.PeersSeen
-	return into
-}
-
-// buildAccuracyBaseline builds bench/accuracy of this tree against the
-// packages of b.Ref: that commit's tree (git archive, so no worktree is
-// added to the repository) with this tree's bench/accuracy and
-// accuracyDeps copied in. The tree is removed once the program is built.
-func (r *runner) buildAccuracyBaseline(ctx context.Context, b *FloorBaseline) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.accuracyEstimate()+time.Minute)
+	defer cancel()
 	start := time.Now()
-	src, commit, err := r.checkout(ctx, b.Ref, "accuracy-baseline")
-	b.Commit = commit
-	if src != "" {
-		defer os.RemoveAll(src)
-	}
-	if err != nil {
-		return "", err
-	}
-	for _, d := range append([]string{accuracyDir}, accuracyDeps...) {
-		if err := copyDir(filepath.Join(r.root, d), filepath.Join(src, d)); err != nil {
-			return "", fmt.Errorf("copy %s into the baseline tree: %w", d, err)
-		}
-	}
-	progs, err := filepath.Glob(filepath.Join(src, accuracyDir, "*.go"))
-	if err == nil {
-		err = retarget(src, progs...)
-	}
-	if err != nil {
-		return "", fmt.Errorf("retarget the program's imports to the baseline tree: %w", err)
-	}
-	bin := filepath.Join(r.tmp, "accuracy-baseline")
-	if err := r.goBuild(ctx, src, bin, "./"+accuracyDir); err != nil {
-		return "", err
-	}
-	b.BuildS = round1(time.Since(start).Seconds())
-	return bin, nil
-}
-
-// copyDir replaces dst with the regular files of src (not its
-// subfolders).
-func copyDir(src, dst string) error {
-	if err := os.RemoveAll(dst); err != nil {
-		return err
-	}
-	if err := os.MkdirAll(dst, 0o755); err != nil {
-		return err
-	}
-	entries, err := os.ReadDir(src)
+	cl, err := startAccCluster(ctx, h.natsURL, slog.New(slog.NewTextHandler(r.stdout, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return err
 	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
+	defer cl.stop()
+	for _, m := range accuracyMultiples {
+		rows, err := cl.phase(ctx, m, a.Windows)
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644); err != nil {
+		for _, x := range rows {
+			r.printf("accuracy %-7s %6g× %-6s admitted per window min %d median %.1f max %d (limit %d), behind ≤ %.1f ms\n",
+				x.Algorithm, x.Multiple, x.Distribution, x.Min, x.Median, x.Max, a.Limit, x.MaxBehindMS)
+		}
+		a.Rows = append(a.Rows, rows...)
+	}
+	for _, spec := range burstSpecs {
+		b, err := cl.burst(ctx, spec, a.Windows)
+		if err != nil {
 			return err
 		}
+		r.printf("accuracy burst %-12s admitted %v (limit %d), behind ≤ %.1f ms\n", b.Scenario, b.Admitted, a.Limit, b.MaxBehindMS)
+		a.Bursts = append(a.Bursts, b)
 	}
-	return nil
+	a.ElapsedS = round1(time.Since(start).Seconds())
+	return cl.stop()
 }
 
-// accuracyStep names a step of the scenario: a multiple, or 0 for the
-// burst scenarios.
-func accuracyStep(m float64) string {
-	if m == 0 {
-		return "the bursts"
-	}
-	return strconv.FormatFloat(m, 'g', -1, 64) + "×"
+// accNode is one member of the in-process cluster.
+type accNode struct {
+	store *counter.Store
+	repl  *replicate.Replicator
+	done  chan error // Run's result
 }
 
-// accuracyRun runs one build of the program at multiple m (0: its burst
-// scenarios instead) on natsURL (its own subject prefix, so that a late
-// message of another run is not read) and keeps its output in
-// runs/accuracy-<name>-x<m>.json (-bursts.json).
-func (r *runner) accuracyRun(ctx context.Context, name, bin, natsURL string, m float64) (*loadresult.Accuracy, error) {
-	mult := strconv.FormatFloat(m, 'g', -1, 64)
-	label, timeout := "accuracy-"+name+"-x"+mult, r.accuracyRunTime()
-	args := []string{"--nats-url", natsURL, "--subject-prefix", "accuracy." + name, "--windows", strconv.Itoa(r.opt.accWindows),
-		"--sync-interval", clusterSync.String()}
-	if m == 0 {
-		label, timeout = "accuracy-"+name+"-bursts", r.accuracyBurstTime()
-		args = append(args, "--multiples", "", "--bursts", "all", "--burst-runs", strconv.Itoa(r.opt.accWindows))
+type accCluster struct {
+	nodes    []*accNode
+	cancel   context.CancelFunc
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// accBucket is the counter bucket of algorithm a: each algorithm has its
+// own (replication drops a count made in another algorithm than its
+// bucket's).
+func accBucket(a counter.Algorithm) counter.Bucket { return counter.Bucket(a) }
+
+// startAccCluster starts the nodes and waits until each counts the
+// others as peers, so that none admits as if it were alone.
+func startAccCluster(ctx context.Context, natsURL string, log *slog.Logger) (*accCluster, error) {
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	cl := &accCluster{cancel: cancel}
+	buckets := []replicate.Bucket{
+		{Name: "acc_fixed", ID: accBucket(counter.Fixed), Algorithm: counter.Fixed},
+		{Name: "acc_sliding", ID: accBucket(counter.Sliding), Algorithm: counter.Sliding},
+	}
+	for i := range accNodes {
+		n := &accNode{done: make(chan error, 1)}
+		id := "n" + strconv.Itoa(i)
+		var err error
+		if n.store, err = counter.New(counter.Config{Track: true}); err == nil {
+			n.repl, err = replicate.New(replicate.Config{URL: natsURL, NodeID: id, Buckets: buckets, SubjectPrefix: "accuracy", SyncInterval: clusterSync},
+				n.store, prometheus.NewRegistry(), log.With("node", id))
+		}
+		if err != nil {
+			cl.stop()
+			return nil, fmt.Errorf("node %s: %w", id, err)
+		}
+		go func() { n.done <- n.repl.Run(rctx) }()
+		cl.nodes = append(cl.nodes, n)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for i, n := range cl.nodes {
+		for len(n.repl.Peers()) < accNodes-1 {
+			if time.Now().After(deadline) || !cli.Sleep(ctx, 20*time.Millisecond) {
+				cl.stop()
+				return nil, fmt.Errorf("node n%d knows %d peers after 15s, want %d (NATS at %s)", i, len(n.repl.Peers()), accNodes-1, natsURL)
+			}
+		}
+	}
+	return cl, nil
+}
+
+// stop stops every node and waits for it (idempotent): an error if a
+// node's Run failed or did not return in time.
+func (cl *accCluster) stop() error {
+	cl.stopOnce.Do(func() {
+		cl.cancel()
+		timeout := time.After(replicate.DefaultFlushTimeout + 5*time.Second)
+		var errs []error
+		for i, n := range cl.nodes {
+			select {
+			case err := <-n.done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					errs = append(errs, fmt.Errorf("node n%d: %w", i, err))
+				}
+			case <-timeout:
+				errs = append(errs, fmt.Errorf("node n%d: Run did not return after its context was cancelled", i))
+			}
+		}
+		cl.stopErr = errors.Join(errs...)
+	})
+	return cl.stopErr
+}
+
+// rowRun is a row while its phase runs. Each node's driver writes only
+// its own slices.
+type rowRun struct {
+	AccuracyRow
+	lim  counter.Limit
+	rate [accNodes]float64 // Takes per second, per node
+	skip int               // leading windows not counted
+	// counts[node][window of the phase] = {offered, admitted}
+	counts [accNodes][][2]int64
+	behind [accNodes]time.Duration
+}
+
+// phase offers every row of multiple m at once and summarises them. The
+// phase starts lead before a window boundary: that first, partial window
+// is not counted, nor for a sliding window the first whole one (its
+// previous window is empty); then windows whole windows are counted.
+func (cl *accCluster) phase(ctx context.Context, m float64, windows int) ([]AccuracyRow, error) {
+	const lead = 200 * time.Millisecond
+	wms := accWindow.Milliseconds()
+	boundary := time.UnixMilli((time.Now().Add(lead+50*time.Millisecond).UnixMilli()/wms + 1) * wms)
+	t0, end := boundary.Add(-lead), boundary.Add(time.Duration(windows+1)*accWindow)
+	w0 := t0.UnixMilli() / wms
+	slots := int(end.UnixMilli()/wms - w0)
+	var rows []*rowRun
+	for _, alg := range accuracyAlgorithms {
+		for _, dist := range accuracyDistributions {
+			rr := &rowRun{AccuracyRow: AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
+				OfferedPerS: m * accLimit / accWindow.Seconds()}, lim: counter.Limit{Limit: accLimit, ScaleMS: wms, Algorithm: accAlgorithm[alg]}, skip: 1}
+			if rr.lim.Algorithm == counter.Sliding {
+				rr.skip = 2
+			}
+			for i, s := range accShares[dist] {
+				rr.rate[i] = s * rr.OfferedPerS
+				rr.counts[i] = make([][2]int64, slots)
+			}
+			rows = append(rows, rr)
+		}
+	}
+	var wg sync.WaitGroup
+	for i, n := range cl.nodes {
+		wg.Go(func() { drive(ctx, n, i, rows, t0, end, wms, w0) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%g× the limit: %w", m, err)
+	}
+	out := make([]AccuracyRow, 0, len(rows))
+	for _, rr := range rows {
+		out = append(out, rr.summarise(w0, wms, windows))
+	}
+	return out, nil
+}
+
+// drive makes node i's Takes of every row from t0 until end, at each row's
+// rate for the node: every tick it takes at once all those that have come
+// due, at that instant.
+func drive(ctx context.Context, n *accNode, i int, rows []*rowRun, t0, end time.Time, wms, w0 int64) {
+	if !cli.Sleep(ctx, time.Until(t0)) {
+		return
+	}
+	done := make([]int64, len(rows))
+	t := time.NewTicker(accTick)
+	defer t.Stop()
+	for now := time.Now(); now.Before(end); now = time.Now() {
+		el := now.Sub(t0)
+		slot := int(now.UnixMilli()/wms - w0)
+		for j, rr := range rows {
+			rate := rr.rate[i]
+			due := int64(el.Seconds()*rate) - done[j]
+			if due <= 0 {
+				continue
+			}
+			// The oldest due Take was scheduled at (done+1)/rate.
+			if late := el - time.Duration(float64(done[j]+1)/rate*float64(time.Second)); late > rr.behind[i] {
+				rr.behind[i] = late
+			}
+			var admitted int64
+			for range due {
+				if n.store.Take(accBucket(rr.lim.Algorithm), rr.Key, rr.lim, now).Allowed {
+					admitted++
+				}
+			}
+			done[j] += due
+			if slot >= 0 && slot < len(rr.counts[i]) {
+				rr.counts[i][slot][0] += due
+				rr.counts[i][slot][1] += admitted
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// summarise is the row over its counted windows.
+func (rr *rowRun) summarise(w0, wms int64, windows int) AccuracyRow {
+	r := rr.AccuracyRow
+	for s := rr.skip; s < rr.skip+windows && s < len(rr.counts[0]); s++ {
+		var offered, admitted int64
+		per := make([]int64, accNodes)
+		for i := range accNodes {
+			offered += rr.counts[i][s][0]
+			admitted += rr.counts[i][s][1]
+			per[i] = rr.counts[i][s][1]
+		}
+		r.WindowStartMS = append(r.WindowStartMS, (w0+int64(s))*wms)
+		r.Offered = append(r.Offered, offered)
+		r.Admitted = append(r.Admitted, admitted)
+		r.AdmittedPerNode = append(r.AdmittedPerNode, per)
+	}
+	r.Windows = len(r.Admitted)
+	if r.Windows > 0 {
+		r.Min, r.Median, r.Max = spread(r.Admitted)
+	}
+	r.MaxBehindMS = ms(slices.Max(rr.behind[:]))
+	return r
+}
+
+// spread is the least, median and largest of xs (not empty).
+func spread(xs []int64) (lo int64, median float64, hi int64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if k := len(s); k%2 == 1 {
+		median = float64(s[k/2])
 	} else {
-		args = append(args, "--multiples", mult)
+		median = float64(s[k/2-1]+s[k/2]) / 2
 	}
-	out, err := r.runTool(ctx, label, timeout+time.Minute, nil, r.root, bin, args...)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(r.runsDir, label+".json"), out, 0o644); err != nil {
-		return nil, err
-	}
-	return parseAccuracy(out)
+	return s[0], median, s[len(s)-1]
 }
 
-// parseAccuracy reads the program's output and checks that it holds rows
-// or bursts.
-func parseAccuracy(b []byte) (*loadresult.Accuracy, error) {
-	var run loadresult.Accuracy
-	if err := json.Unmarshal(b, &run); err != nil {
-		return nil, fmt.Errorf("accuracy output: %w", err)
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// burst runs spec runs times, each run on a new key, starting burstLead
+// into a window of its own (for a second-window scenario, a first burst
+// in the window before, not counted).
+func (cl *accCluster) burst(ctx context.Context, spec burstSpec, runs int) (AccuracyBurst, error) {
+	b := AccuracyBurst{Scenario: spec.name, Runs: runs}
+	wms := accWindow.Milliseconds()
+	lim := counter.Limit{Limit: accLimit, ScaleMS: wms}
+	nonce := time.Now().UnixNano()
+	var behind time.Duration
+	for run := range runs {
+		key := fmt.Sprintf("burst-%s-%d-%d", spec.name, run, nonce)
+		// The next window that starts at least 100 ms from now.
+		w := (time.Now().Add(100*time.Millisecond).UnixMilli())/wms + 1
+		if spec.second {
+			if _, _, _, err := cl.burstRun(ctx, spec, key, lim, time.UnixMilli(w*wms).Add(burstLead)); err != nil {
+				return b, err
+			}
+			w++
+		}
+		res, outside, late, err := cl.burstRun(ctx, spec, key, lim, time.UnixMilli(w*wms).Add(burstLead))
+		if err != nil {
+			return b, err
+		}
+		behind = max(behind, late)
+		var times []time.Duration // of every admitted Take, from the burst's start
+		perNode := make([]int64, accNodes)
+		for i, r := range res {
+			perNode[i] = int64(len(r))
+			times = append(times, r...)
+		}
+		slices.Sort(times)
+		reach := -1.0
+		if k := accLimit * 9 / 10; len(times) >= k {
+			reach = ms(times[k-1])
+		}
+		b.Admitted = append(b.Admitted, int64(len(times)))
+		b.AdmittedPerNode = append(b.AdmittedPerNode, perNode)
+		b.Late = append(b.Late, outside)
+		b.Reach90MS = append(b.Reach90MS, reach)
 	}
-	if (len(run.Rows) == 0 && len(run.Bursts) == 0) || run.Limit <= 0 {
-		return nil, errors.New("accuracy output: no rows")
-	}
-	return &run, nil
+	b.Min, b.Median, b.Max = spread(b.Admitted)
+	b.MaxBehindMS = ms(behind)
+	return b, nil
 }
 
-// burstCell is min / median / max admitted per run as × of the limit.
-func burstCell(x loadresult.AccuracyBurst, limit int64) string {
-	l := float64(limit)
-	return fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
+// burstRun makes one run's Takes of key from t0 on: each bursting node
+// takes, every tick, those that have come due at the spec's pace (all at
+// once without one). It returns, per node, when after t0 each Take
+// admitted in t0's window was made, how many Takes were made after that
+// window, and how late at most a Take was made.
+func (cl *accCluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, t0 time.Time) ([accNodes][]time.Duration, int64, time.Duration, error) {
+	per := int64(spec.mult * accLimit)
+	perMS := spec.perMS * accLimit / 100
+	var out [accNodes][]time.Duration
+	var late [accNodes]time.Duration
+	var outside [accNodes]int64
+	end := time.UnixMilli((t0.UnixMilli()/lim.ScaleMS + 1) * lim.ScaleMS)
+	var wg sync.WaitGroup
+	for _, i := range spec.nodes {
+		n := cl.nodes[i]
+		wg.Go(func() {
+			if !cli.Sleep(ctx, time.Until(t0)) {
+				return
+			}
+			t := time.NewTicker(accTick)
+			defer t.Stop()
+			for done := int64(0); done < per; {
+				now := time.Now()
+				el := now.Sub(t0)
+				due := per - done
+				if perMS > 0 {
+					due = min(per, int64(float64(el.Microseconds())/1000*perMS)+1) - done
+					// The oldest due Take was scheduled at done/perMS ms.
+					late[i] = max(late[i], el-time.Duration(float64(done)/perMS*float64(time.Millisecond)))
+				}
+				for range due {
+					switch {
+					case !now.Before(end):
+						outside[i]++
+					case n.store.Take(accBucket(lim.Algorithm), key, lim, now).Allowed:
+						out[i] = append(out[i], el)
+					}
+				}
+				done += due
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return out, 0, 0, fmt.Errorf("burst %s: %w", key, err)
+	}
+	var all int64
+	for _, n := range outside {
+		all += n
+	}
+	return out, all, slices.Max(late[:]), nil
 }
 
 // The accuracy targets: admitted per window as × of the limit.
@@ -269,60 +516,53 @@ const (
 	targetAccBurstAll      = 1.5  // max, a burst of 2× on every node of a new key at once
 )
 
-// accuracyAlgorithms and accuracyDistributions are the rows' algorithms
-// and distributions, in report order.
-var (
-	accuracyAlgorithms    = []string{"fixed", "sliding"}
-	accuracyDistributions = []string{"even", "skewed"}
-)
-
 // accExtreme is the largest (or, with lowest, the smallest) of a figure
-// over the rows of run at the multiples, and the row it came from; false
-// if some algorithm has no row at one of them.
-func accExtreme(run *loadresult.Accuracy, mults []float64, lowest bool, fig func(loadresult.AccuracyRow) float64) (float64, loadresult.AccuracyRow, bool) {
+// over the rows at the multiples, and the row it came from; false if some
+// algorithm has no row at one of them.
+func accExtreme(a *Accuracy, mults []float64, lowest bool, fig func(AccuracyRow) float64) (float64, AccuracyRow, bool) {
 	var best float64
-	var at loadresult.AccuracyRow
+	var at AccuracyRow
 	found := false
 	for _, alg := range accuracyAlgorithms {
 		for _, m := range mults {
 			seen := false
 			for _, dist := range accuracyDistributions {
-				row, ok := run.Row(alg, m, dist)
+				row, ok := a.Row(alg, m, dist)
 				if !ok {
 					continue
 				}
 				seen = true
-				x := fig(row) / float64(run.Limit)
+				x := fig(row) / float64(a.Limit)
 				if !found || (lowest && x < best) || (!lowest && x > best) {
 					best, at, found = x, row, true
 				}
 			}
 			if !seen {
-				return 0, loadresult.AccuracyRow{}, false
+				return 0, AccuracyRow{}, false
 			}
 		}
 	}
 	return best, at, found
 }
 
-func rowMax(r loadresult.AccuracyRow) float64    { return float64(r.Max) }
-func rowMedian(r loadresult.AccuracyRow) float64 { return r.Median }
+func rowMax(r AccuracyRow) float64    { return float64(r.Max) }
+func rowMedian(r AccuracyRow) float64 { return r.Median }
 
-func accRowName(r loadresult.AccuracyRow) string {
+func accRowName(r AccuracyRow) string {
 	return fmt.Sprintf("%s %g× %s", r.Algorithm, r.Multiple, r.Distribution)
 }
 
-// accuracyTargets judges this tree's accuracy run (the baseline's figures
-// are given beside it): the max per window against the overshoot goals,
-// the median per window against the floor at 2×, the bursts on a new key.
+// accuracyTargets judges the run: the max per window against the
+// overshoot goals, the median per window against the floor at 2×, the
+// bursts on a new key.
 func accuracyTargets(res *Results) []Target {
 	over := Target{Name: "accuracy-overshoot", Goal: "3 nodes: admitted ≤ 1.10× the limit at 10× and 100× offered, ≤ 1.2× at 1000×; fixed and sliding, even and 90%-skewed (max per window, in process)"}
 	floor := Target{Name: "accuracy-floor", Goal: "3 nodes: ≥ 0.95× of the limit admitted at 2× offered, even and 90%-skewed, fixed and sliding (median per window, in process)"}
 	burst := Target{Name: "accuracy-burst", Goal: "3 nodes, a key no node has seen: 2× the limit back to back on one node admits ≥ 0.90× the limit (min over runs), and 2× on every node at once ≤ 1.5× in its first window (max over runs; in process)"}
 	return []Target{
-		accTarget(res.Accuracy, over, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
-			mid, midAt, ok1 := accExtreme(run, []float64{10, 100}, false, rowMax)
-			high, highAt, ok2 := accExtreme(run, []float64{1000}, false, rowMax)
+		accTarget(res.Accuracy, over, func(a *Accuracy) (float64, []string, string, bool) {
+			mid, midAt, ok1 := accExtreme(a, []float64{10, 100}, false, rowMax)
+			high, highAt, ok2 := accExtreme(a, []float64{1000}, false, rowMax)
 			if !ok1 || !ok2 {
 				return 0, nil, "no rows at 10×, 100× and 1000× for both algorithms", false
 			}
@@ -335,8 +575,8 @@ func accuracyTargets(res *Results) []Target {
 			}
 			return max(mid, high), miss, fmt.Sprintf("max %.2f× at 10×/100× (%s), %.2f× at 1000× (%s)", mid, accRowName(midAt), high, accRowName(highAt)), true
 		}),
-		accTarget(res.Accuracy, floor, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
-			lo, at, ok := accExtreme(run, []float64{2}, true, rowMedian)
+		accTarget(res.Accuracy, floor, func(a *Accuracy) (float64, []string, string, bool) {
+			lo, at, ok := accExtreme(a, []float64{2}, true, rowMedian)
 			if !ok {
 				return 0, nil, "no rows at 2× for both algorithms", false
 			}
@@ -344,8 +584,8 @@ func accuracyTargets(res *Results) []Target {
 			var just []string
 			for _, alg := range accuracyAlgorithms {
 				for _, dist := range accuracyDistributions {
-					if row, ok := run.Row(alg, 1.1, dist); ok {
-						just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(run.Limit)))
+					if row, ok := a.Row(alg, 1.1, dist); ok {
+						just = append(just, fmt.Sprintf("%s %s %.2f×", alg, dist, row.Median/float64(a.Limit)))
 					}
 				}
 			}
@@ -358,13 +598,13 @@ func accuracyTargets(res *Results) []Target {
 			}
 			return lo, miss, text, true
 		}),
-		accTarget(res.Accuracy, burst, func(run *loadresult.Accuracy) (float64, []string, string, bool) {
-			x, ok1 := run.Burst("one")
-			y, ok2 := run.Burst("all-instant")
+		accTarget(res.Accuracy, burst, func(a *Accuracy) (float64, []string, string, bool) {
+			x, ok1 := a.Burst("one")
+			y, ok2 := a.Burst("all-instant")
 			if !ok1 || !ok2 {
 				return 0, nil, "no bursts one and all-instant", false
 			}
-			l := float64(run.Limit)
+			l := float64(a.Limit)
 			one, all := float64(x.Min)/l, float64(y.Max)/l
 			var miss []string
 			if one < targetAccBurst-1e-9 {
@@ -378,170 +618,99 @@ func accuracyTargets(res *Results) []Target {
 	}
 }
 
-// accTarget judges this tree's run of a by judge, which returns the
-// target's value, how it missed its goal (nothing: met) and the figures,
-// and gives the baseline's figures beside them.
-func accTarget(a *Accuracy, t Target, judge func(*loadresult.Accuracy) (float64, []string, string, bool)) Target {
+// accTarget judges a by judge, which returns the target's value, how it
+// missed its goal (nothing: met), the figures, and false when it could
+// not judge.
+func accTarget(a *Accuracy, t Target, judge func(*Accuracy) (float64, []string, string, bool)) Target {
 	switch {
 	case a == nil:
 		return t
-	case a.After == nil:
-		if a.Skipped != "" {
-			t.Measured = "skipped: " + a.Skipped
-		}
+	case a.Skipped != "":
+		t.Measured = "skipped: " + a.Skipped
 		return t
 	}
-	v, miss, text, ok := judge(a.After)
-	t.Measured = "this tree: " + text
+	v, miss, text, ok := judge(a)
+	t.Measured = text
 	if ok {
 		t.Value, t.Met, t.Margin = round(v, 3), ptr(len(miss) == 0), strings.Join(miss, ", ")
-	}
-	switch {
-	case a.Before != nil:
-		_, _, btext, _ := judge(a.Before)
-		t.Measured += "; before (" + shortCommit(a.Baseline) + "): " + btext
-	case a.Baseline != nil && a.Baseline.Error != "":
-		t.Measured += "; no baseline: " + a.Baseline.Error
 	}
 	return t
 }
 
+// cellOf is min / median / max as × of the limit.
+func cellOf(lo int64, median float64, hi int64, limit int64) string {
+	l := float64(limit)
+	return fmt.Sprintf("%.2f / %.2f / %.2f", float64(lo)/l, median/l, float64(hi)/l)
+}
+
 // writeAccuracyReport writes the accuracy scenario's section: a table
-// per algorithm, offered load × distribution, before and this tree side
-// by side.
+// per algorithm, offered load × distribution, then the bursts.
 func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
 	b.f("## Cluster accuracy from 1.1× to 1000× the limit (in process)\n\n")
-	if a.Skipped != "" || a.After == nil {
+	if a.Skipped != "" || len(a.Rows) == 0 {
 		b.f("Not measured: %s.\n\n", cmp.Or(a.Skipped, "the run failed (see Notes)"))
 		return
 	}
-	run := a.After
-	b.f("`bench/accuracy`: %d nodes in one process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit.",
-		run.Nodes, run.Limit, run.WindowMS, run.SyncInterval, run.Windows)
-	switch {
-	case a.Before != nil:
-		b.f(" **before**: the same program built against the packages of `%s` (`--shares-baseline-ref`), on the same nats-server, one multiple at a time, the two builds alternating (in turn first).", a.Baseline.Commit)
-	case a.Baseline != nil && a.Baseline.Error != "":
-		b.f(" No baseline (%s): %s.", a.Baseline.Ref, a.Baseline.Error)
-	}
-	b.f(" The targets judge this tree: the max per window for the overshoot, the median per window for the floor at 2×.\n\n")
-	if !run.PeersSeen {
-		b.f("(This tree's nodes did not report their peers before the load; they were given two heartbeats instead.)\n\n")
-	}
+	b.f("%d nodes in the runner's process, each with its own `counter.Store`, `replicate.Replicator` and NATS connection, on one nats-server of this run; limit %d per %d ms window, sync interval %s. Each row offers one key a multiple of its limit at a fixed rate, each node taking every 1 ms the Takes that have come due, spread **even** (a third per node) or **skewed** (90%%, 5%%, 5%%); the rows of one multiple ran at once, the multiples one after the other. Admitted = Takes admitted in each whole window, by the window each Take was made in; the first, partial window is not counted, nor, for sliding windows, the first whole one (its previous window is empty); %d windows per row. Each cell is min / median / max admitted per window as × of the limit; the targets judge the max per window for the overshoot, the median per window for the floor at 2×.\n\n",
+		a.Nodes, a.Limit, a.WindowMS, a.SyncInterval, a.Windows)
 	// A row whose pacing fell behind by more than a sync interval was
 	// offered its load in bursts (the machine did not run the process in
 	// time): its figures are marked.
-	syncMS := 100.0
-	if d, err := time.ParseDuration(run.SyncInterval); err == nil {
-		syncMS = float64(d.Milliseconds())
-	}
+	syncMS := float64(clusterSync.Milliseconds())
 	marked := false
-	cell := func(x loadresult.AccuracyRow, lim int64) string {
-		l := float64(lim)
-		c := fmt.Sprintf("%.2f / %.2f / %.2f", float64(x.Min)/l, x.Median/l, float64(x.Max)/l)
-		if x.MaxBehindMS > syncMS {
-			c += " †"
-			marked = true
-		}
-		return c
-	}
-	behind := func(x loadresult.AccuracyRow) string { return fmt.Sprintf("%.0f ms", x.MaxBehindMS) }
 	for _, alg := range accuracyAlgorithms {
 		b.f("**%s**\n\n", alg)
-		b.table(a.beside([]string{"offered:", "spread"}, "before:"), "this tree:", "windows:", "pacing behind ≤:")
-		for _, row := range run.Rows {
+		b.table([]string{"offered:", "spread", "admitted:", "windows:", "pacing behind ≤:"})
+		for _, row := range a.Rows {
 			if row.Algorithm != alg {
 				continue
 			}
-			b.f("| %g× | %s |", row.Multiple, row.Distribution)
-			pacing := behind(row)
-			if a.Before != nil {
-				if x, ok := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution); ok {
-					b.f(" %s |", cell(x, a.Before.Limit))
-					pacing = behind(x) + " / " + pacing
-				} else {
-					b.f(" — |")
-					pacing = "— / " + pacing
-				}
+			c := cellOf(row.Min, row.Median, row.Max, a.Limit)
+			if row.MaxBehindMS > syncMS {
+				c += " †"
+				marked = true
 			}
-			b.f(" **%s** | %d | %s |\n", cell(row, run.Limit), row.Windows, pacing)
+			b.f("| %g× | %s | **%s** | %d | %.0f ms |\n", row.Multiple, row.Distribution, c, row.Windows, row.MaxBehindMS)
 		}
 		b.f("\n")
 	}
 	writeAccuracyBursts(b, a)
-	b.f("*Pacing behind* is how late, at most, a node took the oldest Take due (before / this tree): the offered rate held to within it.")
+	b.f("*Pacing behind* is how late, at most, a node took the oldest Take due: the offered rate held to within it.")
 	if marked {
 		b.f(" † marks a row whose pacing fell behind by more than a sync interval (%g ms): the process was not run in time, its load came in bursts, and the nodes could not hear each other meanwhile, so its figures say more about the machine than about the cluster.", syncMS)
 	}
-	b.f("\n\n")
-	b.f("<details><summary>admitted per window</summary>\n\n")
-	b.table(a.beside([]string{"window", "offered:", "spread"}, "before"), "this tree")
-	for _, row := range run.Rows {
-		b.f("| %s | %g× | %s |", row.Algorithm, row.Multiple, row.Distribution)
-		if a.Before != nil {
-			x, _ := a.Before.Row(row.Algorithm, row.Multiple, row.Distribution)
-			b.f(" %s |", strings.Trim(fmt.Sprint(x.Admitted), "[]"))
-		}
-		b.f(" %s |\n", strings.Trim(fmt.Sprint(row.Admitted), "[]"))
+	b.f("\n\n<details><summary>admitted per window</summary>\n\n")
+	b.table([]string{"window", "offered:", "spread", "admitted"})
+	for _, row := range a.Rows {
+		b.f("| %s | %g× | %s | %s |\n", row.Algorithm, row.Multiple, row.Distribution, strings.Trim(fmt.Sprint(row.Admitted), "[]"))
 	}
 	b.f("\n</details>\n\n")
-}
-
-// beside is the columns cols, then the baseline's columns when a has a
-// baseline run.
-func (a *Accuracy) beside(cols []string, baseline ...string) []string {
-	if a.Before != nil {
-		return append(cols, baseline...)
-	}
-	return cols
-}
-
-// accuracyBurstText says what each burst scenario offers.
-var accuracyBurstText = map[string]string{
-	"one":         "2× back to back on one node (5 Takes a ms per 100 of the limit)",
-	"paced":       "2× on one node, 1 Take a ms per 100 of the limit",
-	"round-robin": "2× in turn over the 3 nodes, 5 a ms per 100 in all",
-	"all":         "2× on every node, 5 a ms per 100 each",
-	"all-instant": "2× on every node, each node's all at once: the first window's worst case",
-	"next":        "2× back to back on one node, in the key's second window",
 }
 
 // writeAccuracyBursts writes the burst scenarios' table: admitted per run
 // as × of the limit, and when 90% of it was admitted.
 func writeAccuracyBursts(b *md, a *Accuracy) {
-	run := a.After
-	if len(run.Bursts) == 0 {
+	if len(a.Bursts) == 0 {
 		return
 	}
-	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n", 50)
-	b.table(a.beside([]string{"burst"}, "before:", "90% after:"), "this tree:", "90% after:", "runs:")
-	reach := func(x loadresult.AccuracyBurst) string {
-		s := slices.Clone(x.Reach90MS)
-		slices.Sort(s)
-		if len(s) == 0 || s[len(s)/2] < 0 {
-			return "—"
-		}
-		return fmt.Sprintf("%.0f ms", s[len(s)/2])
-	}
+	b.f("**Bursts on a key no node has seen** (fixed windows; each run on a new key, %d ms into a window of its own; admitted in the key's window as × of the limit, min / median / max over the runs; *90%% after* is the median time from the burst's start until the cluster had admitted 90%% of the limit, — when it never did in most runs)\n\n", burstLead.Milliseconds())
+	b.table([]string{"burst", "admitted:", "90% after:", "runs:"})
 	marked := false
-	cell := func(x loadresult.AccuracyBurst, limit int64) string {
-		c := burstCell(x, limit)
+	for _, x := range a.Bursts {
+		c := cellOf(x.Min, x.Median, x.Max, a.Limit)
 		if slices.ContainsFunc(x.Late, func(n int64) bool { return n > 0 }) {
 			c += " ‡"
 			marked = true
 		}
-		return c
-	}
-	for _, x := range run.Bursts {
-		b.f("| %s |", cmp.Or(accuracyBurstText[x.Scenario], x.Scenario))
-		if a.Before != nil {
-			if y, ok := a.Before.Burst(x.Scenario); ok {
-				b.f(" %s | %s |", cell(y, a.Before.Limit), reach(y))
-			} else {
-				b.f(" — | — |")
-			}
+		reach := "—"
+		if s := slices.Sorted(slices.Values(x.Reach90MS)); len(s) > 0 && s[len(s)/2] >= 0 {
+			reach = fmt.Sprintf("%.0f ms", s[len(s)/2])
 		}
-		b.f(" **%s** | %s | %d |\n", cell(x, run.Limit), reach(x), x.Runs)
+		text := x.Scenario
+		if spec, ok := first(burstSpecs, func(s burstSpec) bool { return s.name == x.Scenario }); ok {
+			text = spec.text
+		}
+		b.f("| %s | **%s** | %s | %d |\n", text, c, reach, x.Runs)
 	}
 	if marked {
 		b.f("\n‡ some runs' drivers were stalled past the key's window: the Takes they made after it are not counted.\n")
@@ -552,14 +721,14 @@ func writeAccuracyBursts(b *md, a *Accuracy) {
 // writeAccuracyAnalysis explains a missed accuracy target: the rows that
 // missed it.
 func writeAccuracyAnalysis(b *md, res *Results, t Target) {
-	run := res.Accuracy.After
+	a := res.Accuracy
 	if t.Name == "accuracy-burst" {
 		b.f("- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
 		return
 	}
-	lim := float64(run.Limit)
+	lim := float64(a.Limit)
 	var rows []string
-	for _, row := range run.Rows {
+	for _, row := range a.Rows {
 		switch {
 		case t.Name == "accuracy-overshoot" && (row.Multiple == 10 || row.Multiple == 100) && float64(row.Max)/lim > targetAccOvershoot+1e-9,
 			t.Name == "accuracy-overshoot" && row.Multiple == 1000 && float64(row.Max)/lim > targetAccOvershootHigh+1e-9:
@@ -570,20 +739,9 @@ func writeAccuracyAnalysis(b *md, res *Results, t Target) {
 	}
 	if t.Name == "accuracy-overshoot" {
 		b.f("- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
-			t.Margin, strings.Join(rows, ", "), float64(run.WindowMS)/100, float64(run.WindowMS)/1000)
+			t.Margin, strings.Join(rows, ", "), float64(a.WindowMS)/100, float64(a.WindowMS)/1000)
 		return
 	}
 	b.f("- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
 		t.Margin, strings.Join(rows, ", "))
-}
-
-// Accuracy is the accuracy scenario: bench/accuracy's output for this
-// tree and for the baseline commit, measured in the same run.
-type Accuracy struct {
-	Skipped string `json:"skipped,omitempty"`
-	// After is this tree's run; Before the baseline's (nil: not measured,
-	// Baseline.Error says why when it was asked for).
-	After    *loadresult.Accuracy `json:"after,omitempty"`
-	Before   *loadresult.Accuracy `json:"before,omitempty"`
-	Baseline *FloorBaseline       `json:"baseline,omitempty"`
 }

@@ -48,8 +48,8 @@ type options struct {
 	budget     time.Duration
 	plot       bool
 	accWindows int
-	// sharesBaselineRef is the commit whose counter and replication the
-	// accuracy and scale scenarios measure beside this tree's; empty: none.
+	// sharesBaselineRef is the commit whose replication the scale
+	// scenario measures beside this tree's; empty: none.
 	sharesBaselineRef string
 	reportOnly        bool
 	// baselineRef is the commit whose server the floor scenario measures
@@ -65,7 +65,7 @@ type options struct {
 const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
 
 // defaultSharesBaselineRef is main before budget shares: the "before" of
-// the accuracy and scale scenarios (admission on each node's own view of
+// the scale scenario (admission on each node's own view of
 // the counts, every change replicated).
 const defaultSharesBaselineRef = "fc56146"
 
@@ -92,7 +92,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.DurationVar(&o.budget, "budget", 20*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
-	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree, in the same run: the accuracy scenario builds its program against that commit's packages, the scale scenario runs this tree's replication benchmark there (empty: none)")
+	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree, in the same run: the scale scenario runs this tree's replication benchmark there (empty: none)")
 	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {

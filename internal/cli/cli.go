@@ -1,11 +1,7 @@
 // Package cli is the command-line shell the commands share: flag parsing
 // whose mistakes are usage errors (every command: ratelimit-authz,
-// cmd/ratelimit-bench, bench, bench/accuracy), and the benchmark
-// commands' main with its signals and exit status.
-//
-// It imports only the standard library: the bench runner copies it, with
-// bench/accuracy, into the tree of an older commit to build the program
-// there.
+// cmd/ratelimit-bench, bench), and the benchmark commands' main with its
+// signals and exit status.
 package cli
 
 import (

@@ -1,7 +1,7 @@
 // Package loadresult is the result of one run of the load tool
 // (`ratelimit-bench check|rls|http --json FILE`, and `ratelimit-bench rlqs`'s,
-// [RLQS]) and of the accuracy program (bench/accuracy, [Accuracy]): the one declaration of the files they
-// write and the bench runner (bench/, `make bench`) reads, so that the
+// [RLQS]): the one declaration of the files it
+// writes and the bench runner (bench/, `make bench`) reads, so that the
 // sides cannot drift apart. Every latency is in microseconds.
 //
 // The runner and the tool are separate processes on purpose: the load's
