@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -38,15 +37,8 @@ type clusterHarness struct {
 // it and n nodes on it with config and sync interval, and waits until all
 // are ready. The caller stops the harness.
 func (r *runner) startCluster(ctx context.Context, name string, n int, config string, sync time.Duration) (*clusterHarness, error) {
-	if r.bins.nats == "" {
-		out, err := r.runTool(ctx, "install-nats", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-nats.sh"))
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errNoNATS, err)
-		}
-		r.bins.nats = lastLine(out)
-		if v, err := commandOutput(ctx, r.root, r.bins.nats, "--version"); err == nil {
-			r.res.Env.NATSVersion = v
-		}
+	if _, err := r.natsServerBin(ctx); err != nil {
+		return nil, err
 	}
 	addrs, err := freeport.Addrs(2)
 	if err != nil {

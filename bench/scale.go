@@ -4,28 +4,18 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 )
 
 // The scale scenario runs internal/replicate's BenchmarkReplicationScale (N
 // nodes in one process on a real nats-server, a hot and a flood load) in
 // this tree and in the tree of --shares-baseline-ref (that commit with
 // this tree's benchmark file), so before and after are measured in one
-// run; it sets the figures beside the scale model of
-// docs/replication-scale.md (scalemodel.go), and measures what one
-// nats-server process fans out on this machine, from which the model
-// gives the node count at which NATS saturates.
+// run. docs/replication-scale.md models these figures.
 
 // scaleBenchFile is the benchmark, copied into the baseline's tree.
 const scaleBenchFile = "internal/replicate/scale_bench_test.go"
@@ -66,12 +56,6 @@ func (r *runner) scale(ctx context.Context) error {
 		return err
 	}
 	s.After = &after
-
-	capacity, err := r.natsCapacity(ctx, natsBin)
-	if err != nil {
-		r.note("scale: nats-server capacity not measured: %v", err)
-	}
-	s.NATS = capacity
 	s.build()
 	return nil
 }
@@ -213,14 +197,8 @@ type Scale struct {
 	Command   string     `json:"command"`
 	Before    *ScaleTree `json:"before,omitempty"`
 	After     *ScaleTree `json:"after"`
-	// Rows join, per node count and load, the model and both trees.
+	// Rows join, per node count and load, both trees.
 	Rows []ScaleRow `json:"rows"`
-	// CPU is the per-hit CPU model fitted to the before tree's rows.
-	CPU  *ScaleCPUFit  `json:"cpu_fit,omitempty"`
-	NATS *NATSCapacity `json:"nats,omitempty"`
-	// Saturation is the node counts at which NATS saturates under the hot
-	// load, from the model and the measured nats-server cost.
-	Saturation []ScaleSaturation `json:"saturation,omitempty"`
 }
 
 // ScaleTree is the benchmark run in one tree.
@@ -248,22 +226,18 @@ func (m *ScaleMetrics) value(unit string) float64 {
 	return m.Values[unit]
 }
 
-// ScaleRow is one node count and load: both trees' figures and the
-// model's, for the current design and for budget shares.
+// ScaleRow is one node count and load: both trees' figures.
 type ScaleRow struct {
-	Nodes       int             `json:"nodes"`
-	Load        string          `json:"load"`
-	Before      *ScaleMetrics   `json:"before,omitempty"`
-	After       *ScaleMetrics   `json:"after,omitempty"`
-	Model       ScalePrediction `json:"model"`
-	ModelShares ScalePrediction `json:"model_shares"`
+	Nodes  int           `json:"nodes"`
+	Load   string        `json:"load"`
+	Before *ScaleMetrics `json:"before,omitempty"`
+	After  *ScaleMetrics `json:"after,omitempty"`
 	// InBRatio is the after tree's in-bytes per 1k hits over the before
 	// tree's; 0 when either is missing.
 	InBRatio float64 `json:"in_b_ratio,omitempty"`
 }
 
-// build joins the trees' rows with the model's predictions and fits the
-// CPU model; the saturation figures follow when NATS was measured.
+// build joins the trees' rows.
 func (s *Scale) build() {
 	find := func(t *ScaleTree, nodes int, load string) *ScaleMetrics {
 		if t == nil {
@@ -278,261 +252,122 @@ func (s *Scale) build() {
 	}
 	s.Rows = nil
 	for _, load := range []string{"hot", "flood"} {
-		for _, n := range scaleNodeCounts {
+		for _, n := range []int{3, 10, 30} {
 			row := ScaleRow{Nodes: n, Load: load, Before: find(s.Before, n, load), After: find(s.After, n, load)}
 			if row.Before == nil && row.After == nil {
 				continue
 			}
-			// The model of each tree's design at that tree's rate: the hot
-			// load's is fixed; the flood's, as fast as it went, sets only
-			// how many ticks it spans.
-			at := func(m, other *ScaleMetrics) (rate float64, hits int) {
-				if m == nil {
-					m = other
-				}
-				if load == "flood" {
-					return m.value(mHits), m.Hits
-				}
-				return hotRate, m.Hits
-			}
-			rate, hits := at(row.Before, row.After)
-			row.Model = predictScale(benchShape, designNow, n, load, rate, hits)
-			rate, hits = at(row.After, row.Before)
-			row.ModelShares = predictScale(benchShape, designShares, n, load, rate, hits)
 			if b, a := row.Before.value(mInB), row.After.value(mInB); b > 0 && row.After != nil {
 				row.InBRatio = round(a/b, 4)
 			}
 			s.Rows = append(s.Rows, row)
 		}
 	}
-	s.CPU = fitScaleCPU(s.Rows)
-	if s.NATS != nil && s.NATS.PerDeliveryUS > 0 {
-		s.Saturation = saturation(benchShape, *s.NATS)
-	}
 }
 
-// scaleNodeCounts are the benchmark's node counts.
-var scaleNodeCounts = []int{3, 10, 30}
+// targetScaleFlood is the budget-shares target: a flood of keys hit once
+// costs each node at most this share of the replication bytes it cost
+// before.
+const targetScaleFlood = 0.01
 
-// NATSCapacity is what one nats-server process did on this machine under
-// a plain fan-out load, and its cost per message fitted from the runs.
-type NATSCapacity struct {
-	Runs []NATSRun `json:"runs"`
-	// Server CPU per message published to it and per message delivered,
-	// fitted to the small-message runs of fan-out 1 and 10.
-	PerPublishUS  float64 `json:"per_publish_us"`
-	PerDeliveryUS float64 `json:"per_delivery_us"`
-}
-
-// NATSRun is one fan-out run: a publisher on its own connection, Fanout
-// subscribers each on their own, messages of Size bytes.
-type NATSRun struct {
-	Fanout      int     `json:"fanout"`
-	Size        int     `json:"size"`
-	Seconds     float64 `json:"seconds"`
-	PublishedPS float64 `json:"published_per_s"`
-	DeliveredPS float64 `json:"delivered_per_s"`
-	DeliveredBS float64 `json:"delivered_bytes_per_s"`
-	// ServerCPU is the server's CPU over the run as a share of one core.
-	ServerCPU float64 `json:"server_cpu"`
-	// PerDeliveryUS is the server's CPU per delivered message.
-	PerDeliveryUS float64 `json:"per_delivery_us"`
-	Dropped       int64   `json:"dropped"`
-}
-
-// natsFanoutRuns are the fan-out runs: fan-out 1 and 10 at a small size
-// (about a hot batch of a large cluster) separate the cost of a publish
-// from that of a delivery; the 1 KiB run shows what size adds.
-var natsFanoutRuns = []struct{ fanout, size int }{{1, 128}, {10, 128}, {10, 1024}}
-
-// natsCapacity starts a nats-server of its own and measures it under
-// each fan-out run.
-func (r *runner) natsCapacity(ctx context.Context, bin string) (*NATSCapacity, error) {
-	addr, err := freeport.Addrs(1)
-	if err != nil {
-		return nil, err
-	}
-	host, port, _ := net.SplitHostPort(addr[0])
-	p, err := r.start("scale-nats", r.lifetime(), nil, bin, "-a", host, "-p", port)
-	if err != nil {
-		return nil, err
-	}
-	defer p.stop()
-	d := 2 * time.Second
-	if r.opt.quick {
-		d = time.Second
-	}
-	c := &NATSCapacity{}
-	for _, x := range natsFanoutRuns {
-		run, err := natsFanout(ctx, "nats://"+addr[0], p.pid(), x.fanout, x.size, d)
-		if err != nil {
-			return c, fmt.Errorf("fan-out %d × %d B: %w", x.fanout, x.size, err)
+// scaleTarget judges the flood's in-bytes per node, after over before, at
+// every node count.
+func scaleTarget(res *Results) Target {
+	t := Target{Name: "scale-flood", Goal: "a flood of keys hit once costs each node ≤ 1% of the replication bytes it cost before budget shares (in-bytes per node per 1k hits, after/before, 3, 10 and 30 nodes)"}
+	s := res.Scale
+	switch {
+	case s == nil:
+		return t
+	case s.Before == nil || s.Before.Error != "":
+		if s.Before != nil {
+			t.Measured = "no baseline: " + s.Before.Error
 		}
-		c.Runs = append(c.Runs, run)
-		r.printf("nats-server fan-out %2d × %4d B: %8.0f published/s, %9.0f delivered/s (%5.1f MB/s), server CPU %.2f cores, %.2f µs per delivery, %d dropped\n",
-			run.Fanout, run.Size, run.PublishedPS, run.DeliveredPS, run.DeliveredBS/1e6, run.ServerCPU, run.PerDeliveryUS, run.Dropped)
+		return t
 	}
-	c.fit()
-	return c, nil
+	var parts []string
+	worst, n := 0.0, 0
+	for _, row := range s.Rows {
+		if row.Load != "flood" || row.Before == nil || row.After == nil || row.Before.value(mInB) <= 0 {
+			continue
+		}
+		n++
+		worst = max(worst, row.InBRatio)
+		parts = append(parts, fmt.Sprintf("%d nodes %.4f× (%.0f → %.0f B)", row.Nodes, row.InBRatio, row.Before.value(mInB), row.After.value(mInB)))
+	}
+	if n == 0 {
+		return t
+	}
+	t.Value = worst
+	t.Measured = strings.Join(parts, ", ") + "; before " + s.Before.Commit[:min(len(s.Before.Commit), 12)]
+	t.Met = ptr(worst <= targetScaleFlood)
+	if !*t.Met {
+		t.Margin = fmt.Sprintf("%.3f× against 0.01×", worst)
+	}
+	return t
 }
 
-// fit solves cpu/s = a × published/s + b × delivered/s from the two
-// small-message runs; when that gives a negative cost (noise), all of it
-// is put on deliveries.
-func (c *NATSCapacity) fit() {
-	var one, ten *NATSRun
-	for i := range c.Runs {
-		x := &c.Runs[i]
-		if x.Size == natsFanoutRuns[0].size && x.Fanout == 1 {
-			one = x
-		}
-		if x.Size == natsFanoutRuns[0].size && x.Fanout == 10 {
-			ten = x
+// writeScale writes the scale scenario's section.
+func writeScale(b *md, res *Results, s *Scale) {
+	b.f("## Replication at scale: 3, 10 and 30 nodes on one NATS\n\n")
+	b.f("`%s`: N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). [docs/replication-scale.md](../../docs/replication-scale.md) models these figures from the wire format and the publishing rules, and says when one NATS server saturates.\n\n",
+		s.Command, s.Benchtime)
+	for _, t := range []*ScaleTree{s.Before, s.After} {
+		switch {
+		case t == nil:
+		case t.Error != "":
+			b.f("- **%s** (%s): not measured: %s\n", t.Tree, t.Ref, t.Error)
+		case t.Tree == "before":
+			b.f("- **before**: `%s` (`--shares-baseline-ref %s`) with this tree's `%s`, %.0fs.\n", t.Commit, t.Ref, scaleBenchFile, t.Seconds)
+		default:
+			b.f("- **after**: this tree, %.0fs.\n", t.Seconds)
 		}
 	}
-	if one == nil || ten == nil || ten.DeliveredPS <= 0 {
+	b.f("\n")
+	b.table([]string{"load", "nodes:", "tree", "out-B/1k hits:", "in-B/1k hits:", "in-msgs/1k hits:", "merged/1k hits:", "in-B/node/s:", "CPU µs/hit:", "hits/s:", "anti-entropy entries/1k hits:", "sync-B/1k hits:", "slow-consumer events:"})
+	for _, row := range s.Rows {
+		for _, x := range []struct {
+			tree string
+			m    *ScaleMetrics
+		}{{"before", row.Before}, {"after", row.After}} {
+			if m := x.m; m != nil {
+				b.f("| %s | %d | %s | %.0f | %.0f | %.2f | %.1f | %.0f | %.2f | %.0f | %.2f | %.0f | %.0f |\n", row.Load, row.Nodes, x.tree,
+					m.value(mOutB), m.value(mInB), m.value(mInMsgs), m.value(mMerged), m.value(mInBs), m.value(mCPU), m.value(mHits), m.value(mAE), m.value(mSyncB), m.value(mSlow))
+			}
+		}
+	}
+	b.f("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns; a flood row that merged fewer than (N−1)/N × 1000 entries per 1k hits received entries that raised nothing (a sync reply had brought them first, or the minute ended before they arrived). A node's first anti-entropy round starts one period (10 s) after it started, so only a measurement that reached it shows anti-entropy entries (counted in out-B, in-B and merged too). The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
+	if s.Before == nil || s.Before.Error != "" {
 		return
 	}
-	// ServerCPU is in cores, so a and b come out in seconds; µs below.
-	a, b, ok := solve2(one.PublishedPS, one.DeliveredPS, one.ServerCPU, ten.PublishedPS, ten.DeliveredPS, ten.ServerCPU)
-	if !ok || a < 0 || b <= 0 {
-		a, b = 0, ten.ServerCPU/ten.DeliveredPS
+	b.f("After over before, same run:\n\n")
+	b.table([]string{"load", "nodes:", "in-B:", "in-msgs:", "merged:", "CPU per hit:"})
+	for _, row := range s.Rows {
+		if row.Before != nil && row.After != nil {
+			b.f("| %s | %d | **%s** | %s | %s | %s |\n", row.Load, row.Nodes, ratio(row.After.value(mInB), row.Before.value(mInB)),
+				ratio(row.After.value(mInMsgs), row.Before.value(mInMsgs)), ratio(row.After.value(mMerged), row.Before.value(mMerged)),
+				ratio(row.After.value(mCPU), row.Before.value(mCPU)))
+		}
 	}
-	c.PerPublishUS, c.PerDeliveryUS = round(a*1e6, 3), round(b*1e6, 3)
+	b.f("\nTarget: the flood rows' in-B ratio ≤ %.2f at every node count.\n\n", targetScaleFlood)
 }
 
-// solve2 solves x1·a + y1·b = z1, x2·a + y2·b = z2.
-func solve2(x1, y1, z1, x2, y2, z2 float64) (a, b float64, ok bool) {
-	det := x1*y2 - x2*y1
-	if det == 0 {
-		return 0, 0, false
+// ratio is a/b, or — when b is 0.
+func ratio(a, b float64) string {
+	if b <= 0 {
+		return "—"
 	}
-	return (z1*y2 - z2*y1) / det, (x1*z2 - x2*z1) / det, true
+	return fmt.Sprintf("%.4f", a/b)
 }
 
-// natsFanout publishes size-byte messages on one connection to fanout
-// subscribers, each on its own connection, for d, and measures the
-// server's CPU (pid) over that time. The publisher flushes every 256
-// messages, so what is in flight stays bounded and the server, not the
-// client's buffer, sets the pace.
-func natsFanout(ctx context.Context, url string, pid, fanout, size int, d time.Duration) (NATSRun, error) {
-	run := NATSRun{Fanout: fanout, Size: size}
-	subj := fmt.Sprintf("fanout.%d.%d", fanout, size)
-	var delivered atomic.Int64
-	var conns []*nats.Conn
-	defer func() {
-		for _, nc := range conns {
-			nc.Close()
-		}
-	}()
-	var subs []*nats.Subscription
-	// The server was just started: the first connection waits for it.
-	first, err := connectWithin(ctx, url, 10*time.Second)
-	if err != nil {
-		return run, err
-	}
-	first.Close()
-	for range fanout {
-		nc, err := nats.Connect(url, nats.Timeout(5*time.Second))
-		if err != nil {
-			return run, fmt.Errorf("connect: %w", err)
-		}
-		conns = append(conns, nc)
-		sub, err := nc.Subscribe(subj, func(*nats.Msg) { delivered.Add(1) })
-		if err != nil {
-			return run, fmt.Errorf("subscribe: %w", err)
-		}
-		if err := sub.SetPendingLimits(-1, -1); err != nil {
-			return run, err
-		}
-		if err := nc.Flush(); err != nil {
-			return run, err
-		}
-		subs = append(subs, sub)
-	}
-	pub, err := nats.Connect(url, nats.Timeout(5*time.Second))
-	if err != nil {
-		return run, fmt.Errorf("connect: %w", err)
-	}
-	conns = append(conns, pub)
-	payload := make([]byte, size)
-	var published atomic.Int64
-	stop := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		for {
-			for range 256 {
-				if err := pub.Publish(subj, payload); err != nil {
-					done <- err
-					return
-				}
-			}
-			published.Add(256)
-			if err := pub.FlushTimeout(5 * time.Second); err != nil {
-				done <- err
-				return
-			}
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-		}
-	}()
-	// Half a second to reach the steady state, then d measured.
-	warm := time.NewTimer(500 * time.Millisecond)
-	select {
-	case <-ctx.Done():
-	case <-warm.C:
-	}
-	c0, err0 := cpuTimeOf(pid)
-	p0, d0, t0 := published.Load(), delivered.Load(), time.Now()
-	measure := time.NewTimer(d)
-	select {
-	case <-ctx.Done():
-	case <-measure.C:
-	}
-	c1, err1 := cpuTimeOf(pid)
-	p1, d1, el := published.Load(), delivered.Load(), time.Since(t0)
-	close(stop)
-	if err := <-done; err != nil {
-		return run, fmt.Errorf("publish: %w", err)
-	}
-	if ctx.Err() != nil {
-		return run, ctx.Err()
-	}
-	if err0 != nil || err1 != nil {
-		return run, fmt.Errorf("nats-server CPU time: %v %v", err0, err1)
-	}
-	for _, s := range subs {
-		n, _ := s.Dropped()
-		run.Dropped += int64(n)
-	}
-	run.Seconds = round(el.Seconds(), 2)
-	run.PublishedPS = round1(float64(p1-p0) / el.Seconds())
-	run.DeliveredPS = round1(float64(d1-d0) / el.Seconds())
-	run.DeliveredBS = round1(run.DeliveredPS * float64(size))
-	run.ServerCPU = round((c1-c0).Seconds()/el.Seconds(), 3)
-	if run.DeliveredPS > 0 {
-		run.PerDeliveryUS = round(run.ServerCPU/run.DeliveredPS*1e6, 3)
-	}
-	return run, nil
-}
-
-// connectWithin connects to url, trying again until within has passed.
-func connectWithin(ctx context.Context, url string, within time.Duration) (*nats.Conn, error) {
-	deadline := time.Now().Add(within)
-	for {
-		nc, err := nats.Connect(url, nats.Timeout(time.Second))
-		if err == nil || time.Now().After(deadline) {
-			if err != nil {
-				err = fmt.Errorf("connect to %s within %v: %w", url, within, err)
-			}
-			return nc, err
-		}
-		if !cli.Sleep(ctx, 50*time.Millisecond) {
-			return nil, ctx.Err()
+// writeScaleMissed explains a missed flood target from the figures.
+func writeScaleMissed(b *md, res *Results, t Target) {
+	b.f("- **A flood's replication** (%s). ", t.Margin)
+	for _, row := range res.Scale.Rows {
+		if m := row.After; row.Load == "flood" && m != nil && m.value(mMerged) > 0 {
+			b.f("At %d nodes each node still received %.0f entries (%.0f B) per 1k hits: every flood key is sent once, by the node that took it, to all the others. ",
+				row.Nodes, m.value(mMerged), m.value(mInB))
+			break
 		}
 	}
+	b.f("Only a rule that sends keys near their share, not every changed key, removes that cost.\n")
 }
