@@ -163,21 +163,6 @@ func TestMedians(t *testing.T) {
 	}
 }
 
-func TestCompareUsesPairedRatios(t *testing.T) {
-	run := func(r loadresult.Result) *loadRun { return &loadRun{Result: r} }
-	server := []*loadRun{run(loadresult.Result{RPS: 90, Requests: 900, Denied: 90}), run(loadresult.Result{RPS: 40, Requests: 400})}
-	noop := []*loadRun{run(loadresult.Result{RPS: 100}), run(loadresult.Result{RPS: 50})}
-	row := compare(64, "allowed", server, noop)
-	// Round ratios 0.9 and 0.8: the median pairs each round with its own
-	// floor, not the medians with each other (65/75).
-	if row.Ratio != 0.85 || row.RatioMin != 0.8 || row.RatioMax != 0.9 {
-		t.Errorf("ratio %v (%v–%v), want 0.85 (0.8–0.9)", row.Ratio, row.RatioMin, row.RatioMax)
-	}
-	if row.ServerRPS != 65 || row.NoopRPS != 75 || row.DeniedShare != round(90.0/1300, 4) {
-		t.Errorf("row %+v", row)
-	}
-}
-
 func TestClusterLoadPhases(t *testing.T) {
 	// Windows at 0…9 s; every node under load at 0.3 s (window 0 is
 	// partial), NATS stopped at 3.5 s, started again at 6 s, all nodes
@@ -306,9 +291,6 @@ func TestReportRenders(t *testing.T) {
 		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
 			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
 		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
-		RLS: &RLS{Plan: Plan{Rounds: 1, Concurrency: 16}, Rows: []RLSRow{{Descriptors: 3, Denied: true, CPURatio: 1.5, CompareRow: CompareRow{Workload: "3 descriptors, denied",
-			ServerRPS: 8000, NoopRPS: 10000, Ratio: 0.8, RatioMin: 0.8, RatioMax: 0.8, ServerCPUUS: 60, NoopCPUUS: 40, DeniedShare: 0.99}}},
-			Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 250, BytesPerKeyHeap: 110, Loaded: MemPoint{RSS: 2 << 20, LiveKeys: 1000}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
 		Errors: []StepError{{"envoy", "boom\nmore"}},
 		Plots:  []string{"memory.png"},
@@ -321,7 +303,7 @@ func TestReportRenders(t *testing.T) {
 	for _, want := range []string{"## Targets", "**missed**", "the server used 40.0 µs allowed and 22.0 µs denied, the no-op on the same stack 20.0 µs", "## Memory",
 		"## End to end", "## A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
 		"| 0 | down | 100 101 99 | 300 |",
-		"## ShouldRateLimit", "| 3 descriptors, denied | 8000 | 10000 | 0.80 (0.80–0.80) | 60.0 / 40.0 | 1.50× |", "**250 bytes per live descriptor key resident**", "![RSS and live keys", "**envoy failed**: boom", "geomean 1"} {
+		"![RSS and live keys", "**envoy failed**: boom", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}
@@ -336,12 +318,12 @@ func TestOptions(t *testing.T) {
 	if err != nil || done || !o.only["floor"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
 		t.Errorf("options %+v, %v, %v", o, done, err)
 	}
-	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"--rls-memory-keys", "10"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"extra"}, {"--nope"}} {
 		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
 			t.Errorf("%v: no error", args)
 		}
 	}
-	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 || o.rlsMemKeys != 50_000 || !o.only["rls"] {
+	if o, _, _ := parseOptions([]string{"--quick"}, io.Discard, io.Discard); o.memKeys != 100_000 || o.rounds != 1 || !o.only["accuracy"] {
 		t.Errorf("quick: %+v", o)
 	}
 	if o, _, _ := parseOptions(nil, io.Discard, io.Discard); !o.only["floor"] || o.baselineRef != defaultBaselineRef {

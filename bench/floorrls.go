@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The floor's ShouldRateLimit part: the same pinning, load tool and
 // accounting as the Check targets, at saturation, with one descriptor per
 // call ((remote_address, <client IP>): Envoy's commonest rate_limits
-// entry) over the rls scenario's descriptor file:
+// entry) over the load tool's descriptor file (`ratelimit-bench rls-config`):
 //
 //   - rls-default-noop: `ratelimit-bench noop-grpc`, which answers
 //     ShouldRateLimit OK on a default grpc.NewServer();
@@ -177,4 +181,25 @@ func rlsFloorTargets(res *Results) []Target {
 		pair("floor-rls-vs-localcache", "ShouldRateLimit on the lean listener: CPU per denial ≤ 0.3× envoyproxy/ratelimit's local-cache denials", targetRLSFloorLocalCache,
 			[2]string{lean + "denied", floorRLCache + "denied"}),
 	}
+}
+
+// rlsRuntime writes a runtime directory (RUNTIME_ROOT/ratelimit/config)
+// with the load tool's descriptor file at perUnit per unit, and returns
+// the environment that points a server at it.
+func (r *runner) rlsRuntime(ctx context.Context, name string, perUnit uint32, unit string) ([]string, error) {
+	root := filepath.Join(r.tmp, name)
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// The load tool writes the file its descriptors match.
+	cfg, err := r.runTool(ctx, "rls-config-"+name, time.Minute, nil, "", r.bins.bench, "rls-config",
+		"--limit", strconv.FormatUint(uint64(perUnit), 10), "--unit", unit)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bench.yaml"), cfg, 0o644); err != nil {
+		return nil, err
+	}
+	return []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit"}, nil
 }

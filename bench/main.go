@@ -1,5 +1,5 @@
 // Command bench is the `make bench` runner: it runs the ratelimit-authz
-// benchmark scenarios (micro, floor, rls, memory, accuracy, cluster-load,
+// benchmark scenarios (micro, floor, memory, accuracy, cluster-load,
 // envoy, rlqs, scale) and writes bench/results/REPORT.md, results.json and
 // PNG plots. The load is cmd/ratelimit-bench, a process of its own for
 // every run. Targets are judged, never asserted: a missed target is a
@@ -30,7 +30,7 @@ import (
 
 func main() { cli.Main("bench", run) }
 
-var allScenarios = []string{"micro", "floor", "rls", "memory", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
+var allScenarios = []string{"micro", "floor", "memory", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
 
 type options struct {
 	out        string
@@ -42,7 +42,6 @@ type options struct {
 	memKeys    int64
 	memBuckets int
 	memWindow  time.Duration
-	rlsMemKeys int64
 	count      int
 	benchtime  string
 	budget     time.Duration
@@ -85,7 +84,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.Int64Var(&o.memKeys, "memory-keys", 1_000_000, "distinct keys of the memory scenario")
 	fs.DurationVar(&o.memWindow, "memory-window", time.Minute, "window of the memory scenario's bucket; the keys must arrive within one")
 	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
-	fs.Int64Var(&o.rlsMemKeys, "rls-memory-keys", 1_000_000, "distinct descriptor keys of the rls scenario's memory run")
 	fs.IntVar(&o.accWindows, "accuracy-windows", 8, "whole windows counted per row in the accuracy scenario")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
 	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
@@ -110,7 +108,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	if o.quick {
 		o.rounds, o.run, o.warmup = 1, time.Second, 300*time.Millisecond
 		o.memKeys, o.memWindow = 100_000, 10*time.Second
-		o.rlsMemKeys = 50_000
 		o.count, o.benchtime = 1, "20ms"
 		o.accWindows = 3
 	}
@@ -122,7 +119,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 		{o.run < 100*time.Millisecond || o.run > time.Minute, "--run: from 100ms to 1m"},
 		{o.warmup < 0 || o.warmup > 10*time.Second, "--warmup: from 0 to 10s"},
 		{o.memKeys < 1000 || o.memKeys > 16_000_000, "--memory-keys: from 1000 to 16000000"},
-		{o.rlsMemKeys < 1000 || o.rlsMemKeys > 16_000_000, "--rls-memory-keys: from 1000 to 16000000"},
 		{o.memBuckets < 1 || o.memBuckets > 8, "--memory-buckets: from 1 to 8"},
 		{o.memWindow < time.Second || o.memWindow > 10*time.Minute || o.memWindow%time.Second != 0, "--memory-window: whole seconds from 1s to 10m"},
 		{o.accWindows < 2 || o.accWindows > 60, "--accuracy-windows: from 2 to 60"},
@@ -215,9 +211,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if opt.only["floor"] {
 		r.step(ctx, "floor", r.floor)
-	}
-	if opt.only["rls"] {
-		r.step(ctx, "rls", r.rls)
 	}
 	// The memory scenario must start early in a window; while it waits for
 	// one, and while its keys expire, the Envoy and cluster scenarios run.

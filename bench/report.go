@@ -210,7 +210,6 @@ func (r *runner) writeReport() error {
 	writeTargets(&b, res)
 	writeAnalysis(&b, res)
 	section(&b, res, res.Floor, writeFloor)
-	section(&b, res, res.RLS, writeRLS)
 	section(&b, res, res.Memory, writeMemory)
 	section(&b, res, res.Accuracy, writeAccuracyReport)
 	section(&b, res, res.Envoy, writeEnvoy)
@@ -270,32 +269,6 @@ func writeTargets(b *md, res *Results) {
 	b.f("\n")
 }
 
-// writeRLS writes the rls scenario's section: ShouldRateLimit against
-// the no-op, then memory per descriptor key.
-func writeRLS(b *md, res *Results, rl *RLS) {
-	b.f("## ShouldRateLimit against the no-op rate limit service\n\n")
-	b.f("`ratelimit-authz serve` answering Envoy's rate limit filter's call (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) from an envoyproxy/ratelimit descriptor file (`ratelimit-bench rls-config`), and `ratelimit-bench noop`, which answers the same call OK at once on the same gRPC stack (`internal/server`), under the same load tool (`ratelimit-bench rls`), concurrency %d, %d gRPC connections, %d round(s) of %gs (after %gs warm-up), the two alternating. Descriptors per call: 1 = `(remote_address, <client IP>)`; 3 = that, `(generic_key, <route>), (tenant, <tenant>)` and `(path, <path>)`. **allowed**: the example API's requests over zipf(1.1) keys, limits out of reach; **denied**: four keys of each kind against 1 a second, so nearly every call is over. Medians over the rounds; ratio = server/no-op per round (range in brackets).\n\n",
-		rl.Concurrency, rl.Conns, rl.Rounds, rl.RunS, rl.WarmupS)
-	b.f("| workload | calls/s | no-op/s | throughput ratio | CPU µs/call server / no-op | CPU ratio | p50 | p99 | no-op p99 | denied | errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range rl.Rows {
-		b.f("| %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.1f / %.1f | %.2f× | %s | %s | %s | %.1f%% | %d |\n", row.Workload, row.ServerRPS, row.NoopRPS,
-			row.Ratio, row.RatioMin, row.RatioMax, row.ServerCPUUS, row.NoopCPUUS, row.CPURatio,
-			loadresult.Micros(row.Server.P50), loadresult.Micros(row.Server.P99), loadresult.Micros(row.Noop.P99), 100*row.DeniedShare, row.Errors)
-	}
-	b.f("\n")
-	if m := rl.Memory; m != nil {
-		b.f("Memory: %d calls, each with one descriptor `(remote_address, <an address never seen>)` against a daily rule, so each brings one live key (%.1fs, %.0f calls/s, %d errors); `counter.max_keys` %d. Resident memory from /proc/PID/status, live keys from `ratelimit_authz_counter_live_keys`, live heap from the first GC after each point (`GODEBUG=gctrace=1`).\n\n",
-			m.Keys, m.LoadS, m.LoadRPS, m.Errors, m.MaxKeysConfig)
-		writeMemPoints(b, memPoint{"before", m.Baseline}, memPoint{"all keys live", m.Loaded})
-		b.f("\n**%.0f bytes per live descriptor key resident**, **%.0f bytes per live key of live heap**.", m.BytesPerKeyRSS, m.BytesPerKeyHeap)
-		if m.Note != "" {
-			b.f(" Note: %s.", m.Note)
-		}
-		b.f("\n\n")
-	}
-}
-
-// writeMemory writes the memory scenario's section.
 func writeMemory(b *md, res *Results, m *Memory) {
 	b.f("## Memory: %d distinct keys in one %ds window\n\n", m.Keys, m.WindowS)
 	copies := "no copy of it"

@@ -116,33 +116,6 @@ func (r *runner) startCheckServer(ctx context.Context, name, config string, env 
 	return r.startServer(ctx, -1, name, env, false, r.bins.server, r.serve(config, extra...)...)
 }
 
-// startTargets starts the no-op server and two of this tree, named
-// prefix-noop, prefix-server-allowed (the allowed configuration, with
-// allowedEnv) and prefix-server-denied (deniedCfg, deniedEnv), each to be
-// measured with its workload; on error none is left running.
-func (r *runner) startTargets(ctx context.Context, prefix string, allowedEnv []string, deniedCfg string, deniedEnv []string) ([]*server, error) {
-	noop, err := r.startNoop(ctx, prefix+"-noop")
-	if err != nil {
-		return nil, err
-	}
-	noop.name, noop.w = "noop", allowedLoad
-	targets := []*server{noop}
-	for _, t := range []struct {
-		name, cfg string
-		env       []string
-		w         workload
-	}{{"allowed", r.allowedCfg, allowedEnv, allowedLoad}, {"denied", deniedCfg, deniedEnv, deniedLoad}} {
-		s, err := r.startCheckServer(ctx, prefix+"-server-"+t.name, t.cfg, t.env)
-		if err != nil {
-			stopAll(targets)
-			return nil, err
-		}
-		s.name, s.w = t.name, t.w
-		targets = append(targets, s)
-	}
-	return targets, nil
-}
-
 // stopAll stops the servers.
 func stopAll(servers []*server) {
 	for _, s := range servers {
@@ -166,23 +139,6 @@ func (r *runner) checkArgs(target string, c int, rate float64, w workload) []str
 }
 
 func shippedConfigPath(root string) string { return root + "/" + shippedConfig }
-
-// compare summarises one workload against the floor: medians over the
-// rounds, and the ratio of each round's pair.
-func compare(c int, w string, server, noop []*loadRun) CompareRow {
-	var ratios []float64
-	for i, s := range server {
-		if i < len(noop) && noop[i].RPS > 0 {
-			ratios = append(ratios, s.RPS/noop[i].RPS)
-		}
-	}
-	s, n := pool(server), pool(noop)
-	lo, hi := minMax(ratios)
-	return CompareRow{Concurrency: c, Workload: w, ServerRPS: round1(s.rps), NoopRPS: round1(n.rps),
-		Ratio: round(median(ratios), 3), RatioMin: round(lo, 3), RatioMax: round(hi, 3),
-		DeniedShare: round(s.denied, 4), Errors: s.errors, Server: s.lat, Noop: n.lat,
-		ServerCPUUS: round1(s.cpu), NoopCPUUS: round1(n.cpu), ClientCPUUS: round1(s.client), NoopClientCPUUS: round1(n.client)}
-}
 
 // medianRun returns the run with the median throughput (for plots).
 func medianRun(rs []*loadRun) *loadRun {
@@ -211,26 +167,3 @@ func abs(x float64) float64 {
 }
 
 func round1(x float64) float64 { return round(x, 1) }
-
-// CompareRow is one workload of a server against a no-op at one
-// concurrency: medians over the rounds.
-type CompareRow struct {
-	Concurrency int     `json:"concurrency"`
-	Workload    string  `json:"workload"` // allowed, denied
-	Rate        float64 `json:"rate,omitempty"`
-	ServerRPS   float64 `json:"server_rps"`
-	NoopRPS     float64 `json:"noop_rps"`
-	Ratio       float64 `json:"ratio"` // median of the per-round ratios
-	RatioMin    float64 `json:"ratio_min"`
-	RatioMax    float64 `json:"ratio_max"`
-	DeniedShare float64 `json:"denied_share"`
-	Errors      int64   `json:"errors"`
-	Server      Lat     `json:"server_latency_us"`
-	Noop        Lat     `json:"noop_latency_us"`
-	// CPU per check (µs): the server's and the no-op's process, and the
-	// load tool's when driving each.
-	ServerCPUUS     float64 `json:"server_cpu_us_per_check"`
-	NoopCPUUS       float64 `json:"noop_cpu_us_per_check"`
-	ClientCPUUS     float64 `json:"client_cpu_us_per_check"`
-	NoopClientCPUUS float64 `json:"noop_client_cpu_us_per_check"`
-}
