@@ -290,7 +290,8 @@ func TestReportRenders(t *testing.T) {
 		Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
 		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
 			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
-		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, AddedP50: 300}}},
+		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, Listener: "on", AddedP50: 300, ServerCPUMSPer1000: 60},
+			{Concurrency: 1, Listener: "quota", AddedP50: 30, ServerCPUMSPer1000: 3}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
 		Errors: []StepError{{"envoy", "boom\nmore"}},
 		Plots:  []string{"memory.png"},
@@ -303,7 +304,7 @@ func TestReportRenders(t *testing.T) {
 	for _, want := range []string{"## Targets", "**missed**", "the server used 40.0 µs allowed and 22.0 µs denied, the no-op on the same stack 20.0 µs", "## Memory",
 		"## End to end", "## A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
 		"| 0 | down | 100 101 99 | 300 |",
-		"![RSS and live keys", "**envoy failed**: boom", "geomean 1"} {
+		"![RSS and live keys", "**envoy failed**: boom", "| 1 | quota filter (RLQS) |", "at concurrency 1, added p50 **0.100×**, CPU **0.0500×**", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
-// envoyConcurrency are the client concurrencies of scenario 4.
+// envoyConcurrency are the client concurrencies of the end-to-end scenario.
 var envoyConcurrency = []int{1, 16}
 
 // envoyWorkers is Envoy's --concurrency: one worker thread, so that
@@ -23,61 +23,94 @@ var envoyConcurrency = []int{1, 16}
 // without Envoy taking both.
 const envoyWorkers = 1
 
-// envoyLoad is the end-to-end request stream: activity writes and inbound
-// webhooks (headers only, as Envoy sends them), limits out of reach.
-var envoyLoad = []string{"--routes", "activities,inbound", "--keys", "zipf"}
+// envoyLoad is the request stream: activity writes over 200 tenants
+// (zipf), so that an Envoy's bucket ids stay within the server's
+// quota.max_bucket_ids (a tenant is one bucket id) and only the rate limit
+// filter differs between the listeners (the quota bootstrap's inbound
+// routes would add a Lua snippet too).
+var envoyLoad = []string{"--routes", "activities", "--keys", "zipf", "--tenants", "200"}
 
-// envoyRunsTime is the time of the load runs of a scenario of three
-// Envoy listeners (envoy, rlqs).
-func (r *runner) envoyRunsTime() time.Duration {
+// envoyListeners are the scenario's listeners, in report order: the
+// shipped ext_authz bootstrap without the filter (off), with the no-op
+// server behind it (noop) and with ratelimit-authz's lean Check listener,
+// as shipped (on); and the shipped quota bootstrap (quota).
+var envoyListeners = []string{"off", "noop", "on", "quota"}
+
+// envoyLabels name the listeners in the report and the plots.
+var envoyLabels = map[string]string{"off": "filter off", "noop": "ext_authz, no-op server", "on": "ext_authz, ratelimit-authz", "quota": "quota filter (RLQS)"}
+
+func (r *runner) envoyEstimate() time.Duration {
 	per := r.opt.run + r.opt.warmup + 300*time.Millisecond
-	return time.Duration(len(envoyConcurrency)*r.opt.rounds*3) * per
+	return time.Duration(len(envoyConcurrency)*r.opt.rounds*len(envoyListeners))*per + 2*r.opt.run + 15*time.Second
 }
 
-func (r *runner) envoyEstimate() time.Duration { return r.envoyRunsTime() + 4*time.Second }
-
-// envoy is scenario 4: the same requests through one Envoy on three
-// listeners: the ext_authz filter disabled on the route (off), on with the
-// no-op server behind it (noop), and on with ratelimit-authz (on). What
-// the filter adds is on − off, of which noop − off is the ext_authz round
-// trip itself. The listeners alternate within each round, in a rotating
-// order.
+// envoy is the end-to-end scenario: the same requests through the four
+// listeners of two Envoys, in a rotating order within each round. What a
+// filter adds is its listener − off, of which noop − off is what any
+// ext_authz server costs. One ratelimit-authz (the allowed configuration)
+// serves ext_authz on its lean Check listener and the quota service on its
+// gRPC port; its CPU is read from /proc around each run. Then the server
+// alone under simulated Envoys' quota streams.
 func (r *runner) envoy(ctx context.Context) error {
 	e := &EnvoyE2E{Plan: r.opt.plan(0, 0), Workers: envoyWorkers}
 	r.res.Envoy = e
-	be, addrs, err := r.startEnvoyBackends(ctx, "s4", 5)
+	be, addrs, err := r.startEnvoyBackends(ctx, "e2e", 7)
 	if err != nil {
 		return err
 	}
 	defer be.stop()
-	noop, err := r.startNoop(ctx, "s4-noop")
+	noop, err := r.startNoop(ctx, "e2e-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
-	cfg, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.srv.grpc, Check: be.srv.addr, NoopAuthz: noop.grpc, App: addrs[0]})
+	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.srv.grpc, Check: be.srv.addr, NoopAuthz: noop.grpc, App: addrs[0]})
 	if err != nil {
 		return err
 	}
-	stop, err := r.startEnvoys(ctx, be, envoySpec{"s4-envoy", addrs[1], cfg})
+	src, err := os.ReadFile(filepath.Join(r.root, envoyconf.QuotaPath))
+	if err != nil {
+		return err
+	}
+	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[5], Listener: addrs[6], Authz: []string{be.srv.grpc}, App: addrs[0]})
+	if err != nil {
+		return err
+	}
+	stop, err := r.startEnvoys(ctx, be, envoySpec{"e2e-envoy-authz", addrs[1], cfgA}, envoySpec{"e2e-envoy-quota", addrs[5], cfgB})
 	if err != nil {
 		return err
 	}
 	defer stop()
-	listeners := []listener{{"off", addrs[4]}, {"noop", addrs[3]}, {"on", addrs[2]}}
-	err = r.throughEnvoy(ctx, "s4", listeners, envoyLoad, be.srv.proc, func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64) {
-		row := EnvoyRow{Concurrency: c, Errors: errs}
-		row.On, row.Noop, row.Off = lat["on"], lat["noop"], lat["off"]
-		row.OnRPS, row.NoopRPS, row.OffRPS = rps["on"], rps["noop"], rps["off"]
-		row.AddedP50, row.AddedP99 = round1(row.On.P50-row.Off.P50), round1(row.On.P99-row.Off.P99)
-		row.NoopAddedP50, row.NoopAddedP99 = round1(row.Noop.P50-row.Off.P50), round1(row.Noop.P99-row.Off.P99)
-		e.Rows = append(e.Rows, row)
-		for _, l := range listeners {
-			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l.name], Points: medianRun(got[l.name]).CDF})
+	at := map[string]string{"on": addrs[2], "noop": addrs[3], "off": addrs[4], "quota": addrs[6]}
+	for _, c := range envoyConcurrency {
+		got := map[string][]*loadRun{}
+		err := r.rotate(len(envoyListeners), func(round, i int) error {
+			l := envoyListeners[i]
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("e2e-c%d-r%d-%s", c, round+1, l), be.srv.proc,
+				append([]string{"http", "--target", at[l], "--concurrency", strconv.Itoa(c),
+					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, envoyLoad...)...)
+			got[l] = append(got[l], run)
+			return err
+		})
+		if err != nil {
+			return err
 		}
-	})
-	if err != nil {
-		return err
+		off := pool(got["off"]).lat
+		for _, l := range envoyListeners {
+			p := pool(got[l])
+			if p.rps == 0 {
+				return fmt.Errorf("c=%d: no request went through the %s listener", c, l)
+			}
+			var cpu, denied []float64
+			for _, run := range got[l] {
+				cpu = append(cpu, run.ServerCPUUS) // µs per request = ms per 1,000
+				denied = append(denied, run.DeniedShare())
+			}
+			e.Rows = append(e.Rows, EnvoyRow{Concurrency: c, Listener: l, RPS: round1(p.rps), Latency: p.lat,
+				AddedP50: round1(p.lat.P50 - off.P50), AddedP99: round1(p.lat.P99 - off.P99),
+				ServerCPUMSPer1000: round(median(cpu), 3), Denied: round(median(denied), 4), Errors: p.errors})
+			e.CDFs = append(e.CDFs, CDFSeries{Group: fmt.Sprintf("c=%d", c), Label: envoyLabels[l], Points: medianRun(got[l]).CDF})
+		}
 	}
 	stats, err := scrape.EnvoyStats(httpClient, "http://"+addrs[1], "ext_authz")
 	if err != nil {
@@ -90,7 +123,12 @@ func (r *runner) envoy(ctx context.Context) error {
 	if e.Stats["http.authz_on.ext_authz.ok"] == 0 || e.Stats["http.authz_noop.ext_authz.ok"] == 0 || e.Stats["http.authz_off.ext_authz.ok"] != 0 {
 		return fmt.Errorf("the filter was not on where expected: %v", e.Stats)
 	}
-	return nil
+	return r.rlqsStreams(ctx, e, be.srv)
+}
+
+// envoyRow is the row of listener l at concurrency c.
+func (e *EnvoyE2E) row(c int, l string) (EnvoyRow, bool) {
+	return first(e.Rows, func(x EnvoyRow) bool { return x.Concurrency == c && x.Listener == l })
 }
 
 // envoyBackends are what the Envoys of a scenario route to: the
@@ -176,47 +214,6 @@ func (r *runner) startEnvoys(ctx context.Context, be *envoyBackends, specs ...en
 	return stop, nil
 }
 
-// listener is an Envoy listener a scenario sends its load through.
-type listener struct{ name, addr string }
-
-// throughEnvoy runs load through each listener at each of
-// envoyConcurrency, the listeners in turn within each round, noting srv's
-// CPU per request; each gets, for a concurrency, each listener's runs,
-// their median latency and rate, and the errors of all.
-func (r *runner) throughEnvoy(ctx context.Context, prefix string, listeners []listener, load []string, srv *proc,
-	each func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64)) error {
-	for _, c := range envoyConcurrency {
-		got := map[string][]*loadRun{}
-		err := r.rotate(len(listeners), func(round, i int) error {
-			l := listeners[i]
-			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("%s-c%d-r%d-%s", prefix, c, round+1, l.name), srv,
-				append([]string{"http", "--target", l.addr, "--concurrency", strconv.Itoa(c),
-					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, load...)...)
-			got[l.name] = append(got[l.name], run)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		lat, rps, errs := listenerMedians(got)
-		each(c, got, lat, rps, errs)
-	}
-	return nil
-}
-
-// listenerMedians are, for each listener, the median latency and rate of
-// its runs, and the errors of all the runs.
-func listenerMedians(got map[string][]*loadRun) (map[string]Lat, map[string]float64, int64) {
-	lat := map[string]Lat{}
-	rps := map[string]float64{}
-	var errs int64
-	for name, runs := range got {
-		p := pool(runs)
-		lat[name], rps[name], errs = p.lat, round1(p.rps), errs+p.errors
-	}
-	return lat, rps, errs
-}
-
 // envoyAddrs are the addresses of the end-to-end scenario.
 type envoyAddrs struct {
 	Admin, On, Noop, Off  string // Envoy's admin and its three listeners
@@ -251,153 +248,15 @@ func envoyConfig(root string, a envoyAddrs) ([]byte, error) {
 	return envoyconf.WithListeners(cfg, append(listeners, envoyconf.Listener{Name: "authz_off", Addr: a.Off})...)
 }
 
-// envoyLabels name the listeners in plots.
-var envoyLabels = map[string]string{"off": "filter off", "noop": "filter on, no-op server", "on": "filter on, ratelimit-authz"}
-
-// rlqsLoad is the request stream of the rlqs scenario: activity writes
-// over 200 tenants (zipf), so that one Envoy's bucket ids stay within the
-// server's quota.max_bucket_ids (a tenant is one bucket id). Only the
-// quota filter differs between the listeners on that route: the inbound
-// routes would add the quota bootstrap's Lua snippet as well.
-var rlqsLoad = []string{"--routes", "activities", "--keys", "zipf", "--tenants", "200"}
-
-// RLQSBench is the rlqs scenario: what Envoy's quota filter adds to a
-// request and costs the server, against ext_authz, through real Envoys.
-type RLQSBench struct {
-	Plan
-	Rows  []RLQSRow `json:"rows"`
-	Notes []string  `json:"notes,omitempty"`
-	// Streams is the server alone under simulated Envoys' streams.
-	Streams *RLQSStreams `json:"streams,omitempty"`
-}
-
-// RLQSStreams is `ratelimit-bench rlqs` against the server: streams
-// reporting their bucket ids every interval, and the server's CPU.
-type RLQSStreams struct {
-	Streams     int              `json:"streams"`
-	BucketIDs   int              `json:"bucket_ids_per_stream"`
-	IntervalS   float64          `json:"interval_s"`
-	ElapsedS    float64          `json:"elapsed_s"`
-	Usages      int64            `json:"usages"`
-	Answers     int64            `json:"answers"`
-	ServerCPUMS float64          `json:"server_cpu_ms"`
-	CPUUSPerUse float64          `json:"server_cpu_us_per_usage"`
-	FirstP50US  float64          `json:"first_assignment_p50_us"`
-	FirstP99US  float64          `json:"first_assignment_p99_us"`
-	Errors      int64            `json:"errors"`
-	ErrorKinds  map[string]int64 `json:"error_kinds,omitempty"`
-}
-
-// RLQSRow is one client concurrency: the three listeners' latency, what
-// each filter adds (listener − off) and the server's CPU per 1,000
-// requests through each.
-type RLQSRow struct {
-	Concurrency   int     `json:"concurrency"`
-	Off           Lat     `json:"off"`
-	Authz         Lat     `json:"authz"`
-	Quota         Lat     `json:"quota"`
-	OffRPS        float64 `json:"off_rps"`
-	AuthzRPS      float64 `json:"authz_rps"`
-	QuotaRPS      float64 `json:"quota_rps"`
-	AuthzAddedP50 float64 `json:"authz_added_p50"`
-	AuthzAddedP99 float64 `json:"authz_added_p99"`
-	QuotaAddedP50 float64 `json:"quota_added_p50"`
-	QuotaAddedP99 float64 `json:"quota_added_p99"`
-	// AddedRatio is quota's added p50 over ext_authz's.
-	AddedRatio float64 `json:"added_ratio"`
-	// Server CPU (user + system, /proc) per 1,000 requests through Envoy.
-	AuthzCPUMSPer1000 float64 `json:"authz_cpu_ms_per_1000"`
-	QuotaCPUMSPer1000 float64 `json:"quota_cpu_ms_per_1000"`
-	CPURatio          float64 `json:"cpu_ratio"`
-	QuotaDenied       float64 `json:"quota_denied_share"`
-	Errors            int64   `json:"errors"`
-}
-
-func (r *runner) rlqsEstimate() time.Duration { return r.envoyRunsTime() + 8*time.Second }
-
-// rlqs is the quota scenario: the same requests through three listeners
-// of two Envoys (one worker each), alternating in a rotating order within
-// each round: the ext_authz bootstrap's listener without the filter
-// (off) and with it (authz), and the quota bootstrap's
-// (envoy/ratelimit-quota.yaml, quota). One ratelimit-authz serves both
-// protocols on its gRPC port. Added latency is listener − off; the
-// server's CPU is read from /proc around each run.
-func (r *runner) rlqs(ctx context.Context) error {
-	res := &RLQSBench{Plan: r.opt.plan(0, 0)}
-	r.res.RLQS = res
-	be, addrs, err := r.startEnvoyBackends(ctx, "q", 6)
-	if err != nil {
-		return err
-	}
-	defer be.stop()
-
-	// Envoy A: ext_authz as shipped (the lean Check listener), with and
-	// without the filter.
-	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Off: addrs[3], Authz: be.srv.grpc, Check: be.srv.addr, App: addrs[0]})
-	if err != nil {
-		return err
-	}
-	// Envoy B: the shipped quota bootstrap.
-	src, err := os.ReadFile(filepath.Join(r.root, envoyconf.QuotaPath))
-	if err != nil {
-		return err
-	}
-	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[4], Listener: addrs[5], Authz: []string{be.srv.grpc}, App: addrs[0]})
-	if err != nil {
-		return err
-	}
-	stop, err := r.startEnvoys(ctx, be, envoySpec{"q-envoy-authz", addrs[1], cfgA}, envoySpec{"q-envoy-quota", addrs[4], cfgB})
-	if err != nil {
-		return err
-	}
-	defer stop()
-	listeners := []listener{{"off", addrs[3]}, {"authz", addrs[2]}, {"quota", addrs[5]}}
-	err = r.throughEnvoy(ctx, "q", listeners, rlqsLoad, be.srv.proc, func(c int, got map[string][]*loadRun, lat map[string]Lat, rps map[string]float64, errs int64) {
-		cpu := map[string][]float64{}
-		for _, l := range listeners {
-			for _, run := range got[l.name] {
-				cpu[l.name] = append(cpu[l.name], round(run.ServerCPUUS, 3)) // µs per request = ms per 1,000
-			}
-		}
-		row := RLQSRow{Concurrency: c, Errors: errs}
-		row.Off, row.Authz, row.Quota = lat["off"], lat["authz"], lat["quota"]
-		row.OffRPS, row.AuthzRPS, row.QuotaRPS = rps["off"], rps["authz"], rps["quota"]
-		row.AuthzAddedP50, row.AuthzAddedP99 = round1(row.Authz.P50-row.Off.P50), round1(row.Authz.P99-row.Off.P99)
-		row.QuotaAddedP50, row.QuotaAddedP99 = round1(row.Quota.P50-row.Off.P50), round1(row.Quota.P99-row.Off.P99)
-		if row.AuthzAddedP50 > 0 {
-			row.AddedRatio = round(row.QuotaAddedP50/row.AuthzAddedP50, 3)
-		}
-		row.AuthzCPUMSPer1000, row.QuotaCPUMSPer1000 = round(median(cpu["authz"]), 3), round(median(cpu["quota"]), 3)
-		if row.AuthzCPUMSPer1000 > 0 {
-			row.CPURatio = round(row.QuotaCPUMSPer1000/row.AuthzCPUMSPer1000, 4)
-		}
-		var denied []float64
-		for _, run := range got["quota"] {
-			denied = append(denied, run.DeniedShare())
-		}
-		row.QuotaDenied = round(median(denied), 4)
-		res.Rows = append(res.Rows, row)
-	})
-	if err != nil {
-		return err
-	}
-	for _, row := range res.Rows {
-		if row.QuotaRPS == 0 {
-			return fmt.Errorf("c=%d: no request went through the quota listener", row.Concurrency)
-		}
-	}
-	return r.rlqsStreams(ctx, res, be.srv)
-}
-
 // rlqsStreams runs `ratelimit-bench rlqs` against the server: 16 streams
 // (Envoys) of 200 bucket ids each, reporting every second (five times
 // Envoy 1.40.0's rate), and reads the server's CPU around it.
-func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) error {
+func (r *runner) rlqsStreams(ctx context.Context, e *EnvoyE2E, srv *server) error {
 	st := &RLQSStreams{Streams: 16, BucketIDs: 200, IntervalS: 1}
-	res.Streams = st
+	e.Streams = st
 	d := 2 * r.opt.run
 	c0, err0 := cpuTimeOf(srv.pid())
-	out, err := r.runTool(ctx, "q-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", srv.grpc,
+	out, err := r.runTool(ctx, "e2e-quota-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", srv.grpc,
 		"--streams", strconv.Itoa(st.Streams), "--buckets", strconv.Itoa(st.BucketIDs), "--interval", "1s",
 		"--duration", d.String(), "--key-prefix", "streams-", "--json", "-")
 	if err != nil {
@@ -419,50 +278,74 @@ func (r *runner) rlqsStreams(ctx context.Context, res *RLQSBench, srv *server) e
 	return nil
 }
 
-// writeRLQSReport is the rlqs scenario's section of REPORT.md.
-func writeRLQSReport(b *md, res *Results, q *RLQSBench) {
-	b.f("## Envoy's quota filter (RLQS) against ext_authz\n\n")
-	b.f("The same requests through three listeners of two Envoys (%s, one worker each), alternating in a rotating order, %d round(s) of %gs: the ext_authz bootstrap (`envoy/ratelimit-authz.yaml`) without the filter (**off**) and with it (**ext_authz**), and the quota bootstrap (`envoy/ratelimit-quota.yaml`, **quota**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both: ext_authz on its lean Check listener, as shipped, the quota service on its gRPC port. Activity writes over 200 tenants (zipf), so that only the rate limit filter differs (the inbound routes of the quota bootstrap also run a Lua snippet). *Added* is listener − off; server CPU is user + system time over each run divided by its requests.\n\n",
-		res.Env.EnvoyVersion, q.Rounds, q.RunS)
-	b.f("| concurrency | off p50 / p99 | ext_authz added p50 / p99 | quota added p50 / p99 | quota/ext_authz added p50 | server CPU per 1,000 requests ext_authz / quota | CPU ratio | req/s off / ext_authz / quota | quota denied | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range q.Rows {
-		b.f("| %d | %s / %s | %s / %s | %s / %s | %.3f | %.2f ms / %.3f ms | %.4f | %.0f / %.0f / %.0f | %.1f%% | %d |\n", row.Concurrency,
-			loadresult.Micros(row.Off.P50), loadresult.Micros(row.Off.P99),
-			loadresult.Micros(row.AuthzAddedP50), loadresult.Micros(row.AuthzAddedP99),
-			loadresult.Micros(row.QuotaAddedP50), loadresult.Micros(row.QuotaAddedP99),
-			row.AddedRatio, row.AuthzCPUMSPer1000, row.QuotaCPUMSPer1000, row.CPURatio,
-			row.OffRPS, row.AuthzRPS, row.QuotaRPS, 100*row.QuotaDenied, row.Errors)
+// writeEnvoy writes the end-to-end scenario's section.
+func writeEnvoy(b *md, res *Results, e *EnvoyE2E) {
+	b.f("## End to end through Envoy: ext_authz and the quota filter\n\n")
+	b.f("The same requests through four listeners of two Envoys (%s, %d worker each), alternating in a rotating order, %d round(s) of %gs: the shipped ext_authz bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the filter — left out (**%s**), on with the no-op server behind it (**%s**), on with ratelimit-authz's lean Check listener, as shipped (**%s**) — and the shipped quota bootstrap (`envoy/ratelimit-quota.yaml`, **%s**: Envoy enforces the server's assignments locally and streams usage every 5 s). One `ratelimit-authz serve` (the allowed configuration) serves both protocols; upstream: `ratelimit-bench upstream`. Activity writes over 200 tenants (zipf) over keep-alive HTTP/1.1. *Added* is the listener's latency − the filter-off listener's; the no-op's addition is what any ext_authz server costs. Server CPU is user + system time over each run divided by its requests.\n\n",
+		res.Env.EnvoyVersion, e.Workers, e.Rounds, e.RunS, envoyLabels["off"], envoyLabels["noop"], envoyLabels["on"], envoyLabels["quota"])
+	b.table([]string{"concurrency:", "listener", "p50:", "p99:", "added p50:", "added p99:", "req/s:", "server CPU per 1,000 requests:", "denied:", "errors:"})
+	for _, row := range e.Rows {
+		b.f("| %d | %s | %s | %s | %s | %s | %.0f | %.3f ms | %.1f%% | %d |\n", row.Concurrency, envoyLabels[row.Listener],
+			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99),
+			row.RPS, row.ServerCPUMSPer1000, 100*row.Denied, row.Errors)
 	}
-	if st := q.Streams; st != nil {
-		b.f("\nThe server alone under `ratelimit-bench rlqs`: %d streams (simulated Envoys) of %d bucket ids each, a report of every bucket id each second (five times Envoy 1.40.0's cadence) for %.1fs: %d bucket usages, %d answers, server CPU %.1f ms, **%.2f µs per bucket usage**; a new bucket id's first assignment p50 %s, p99 %s; %d errors.\n",
+	b.f("\nQuota against ext_authz (targets: added p50 ≤ 10%%, server CPU per 1,000 requests ≤ 5%%):")
+	for _, c := range envoyConcurrency {
+		q, ok1 := e.row(c, "quota")
+		a, ok2 := e.row(c, "on")
+		if ok1 && ok2 && a.AddedP50 > 0 && a.ServerCPUMSPer1000 > 0 {
+			b.f(" at concurrency %d, added p50 **%.3f×**, CPU **%.4f×**;", c, q.AddedP50/a.AddedP50, q.ServerCPUMSPer1000/a.ServerCPUMSPer1000)
+		}
+	}
+	b.f(" an added latency within the run-to-run noise of *off* reads as ~0 (it can come out negative).\n\n")
+	if st := e.Streams; st != nil {
+		b.f("The server alone under `ratelimit-bench rlqs`: %d streams (simulated Envoys) of %d bucket ids each, a report of every bucket id each second (five times Envoy 1.40.0's cadence) for %.1fs: %d bucket usages, %d answers, server CPU %.1f ms, **%.2f µs per bucket usage**; a new bucket id's first assignment p50 %s, p99 %s; %d errors.\n\n",
 			st.Streams, st.BucketIDs, st.ElapsedS, st.Usages, st.Answers, st.ServerCPUMS, st.CPUUSPerUse,
 			loadresult.Micros(st.FirstP50US), loadresult.Micros(st.FirstP99US), st.Errors)
 	}
-	b.f("\nTargets: quota's added p50 ≤ 10%% of ext_authz's, and its server CPU per 1,000 requests ≤ 5%% of ext_authz's. An added latency within the run-to-run noise of *off* reads as ~0 (it can come out negative).\n\n")
+	b.plot(res, "latency-cdf-envoy.png", "Latency CDF through Envoy: filter off, ext_authz with the no-op server and with ratelimit-authz, the quota filter")
 }
 
-// EnvoyE2E is scenario 4.
+// EnvoyE2E is the end-to-end scenario.
 type EnvoyE2E struct {
 	Plan
 	Workers int                `json:"envoy_workers"`
 	Rows    []EnvoyRow         `json:"rows"`
 	CDFs    []CDFSeries        `json:"cdfs"`
 	Stats   map[string]float64 `json:"ext_authz_stats"`
+	// Streams is the server alone under simulated Envoys' quota streams.
+	Streams *RLQSStreams `json:"streams,omitempty"`
 }
 
-// EnvoyRow is one client concurrency: filter on (ratelimit-authz, no-op
-// server) vs off, medians over the rounds.
+// EnvoyRow is one listener at one client concurrency, medians over the
+// rounds.
 type EnvoyRow struct {
-	Concurrency  int     `json:"concurrency"`
-	OnRPS        float64 `json:"on_rps"`
-	NoopRPS      float64 `json:"noop_rps"`
-	OffRPS       float64 `json:"off_rps"`
-	On           Lat     `json:"on_latency_us"`
-	Noop         Lat     `json:"noop_latency_us"`
-	Off          Lat     `json:"off_latency_us"`
-	AddedP50     float64 `json:"added_p50_us"`
-	AddedP99     float64 `json:"added_p99_us"`
-	NoopAddedP50 float64 `json:"noop_added_p50_us"`
-	NoopAddedP99 float64 `json:"noop_added_p99_us"`
-	Errors       int64   `json:"errors"`
+	Concurrency int     `json:"concurrency"`
+	Listener    string  `json:"listener"`
+	RPS         float64 `json:"rps"`
+	Latency     Lat     `json:"latency_us"`
+	AddedP50    float64 `json:"added_p50_us"` // over the filter-off listener
+	AddedP99    float64 `json:"added_p99_us"`
+	// ServerCPUMSPer1000 is the server's CPU (user + system, /proc) per
+	// 1,000 requests through the listener.
+	ServerCPUMSPer1000 float64 `json:"server_cpu_ms_per_1000"`
+	Denied             float64 `json:"denied_share"`
+	Errors             int64   `json:"errors"`
+}
+
+// RLQSStreams is `ratelimit-bench rlqs` against the server: streams
+// reporting their bucket ids every interval, and the server's CPU.
+type RLQSStreams struct {
+	Streams     int              `json:"streams"`
+	BucketIDs   int              `json:"bucket_ids_per_stream"`
+	IntervalS   float64          `json:"interval_s"`
+	ElapsedS    float64          `json:"elapsed_s"`
+	Usages      int64            `json:"usages"`
+	Answers     int64            `json:"answers"`
+	ServerCPUMS float64          `json:"server_cpu_ms"`
+	CPUUSPerUse float64          `json:"server_cpu_us_per_usage"`
+	FirstP50US  float64          `json:"first_assignment_p50_us"`
+	FirstP99US  float64          `json:"first_assignment_p99_us"`
+	Errors      int64            `json:"errors"`
+	ErrorKinds  map[string]int64 `json:"error_kinds,omitempty"`
 }

@@ -1,6 +1,6 @@
 // Command bench is the `make bench` runner: it runs the ratelimit-authz
 // benchmark scenarios (micro, floor, memory, accuracy, cluster-load,
-// envoy, rlqs, scale) and writes bench/results/REPORT.md, results.json and
+// envoy, scale) and writes bench/results/REPORT.md, results.json and
 // PNG plots. The load is cmd/ratelimit-bench, a process of its own for
 // every run. Targets are judged, never asserted: a missed target is a
 // finding, a failed scenario is recorded and the others still run. Every
@@ -30,7 +30,7 @@ import (
 
 func main() { cli.Main("bench", run) }
 
-var allScenarios = []string{"micro", "floor", "memory", "accuracy", "cluster-load", "envoy", "rlqs", "scale"}
+var allScenarios = []string{"micro", "floor", "memory", "accuracy", "cluster-load", "envoy", "scale"}
 
 type options struct {
 	out        string
@@ -215,7 +215,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// The memory scenario must start early in a window; while it waits for
 	// one, and while its keys expire, the Envoy and cluster scenarios run.
 	var pending []task
-	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy}, {"rlqs", r.rlqsEstimate(), r.rlqs},
+	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy},
 		{"accuracy", r.accuracyEstimate(), r.accuracy},
 		{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad}, {"scale", r.scaleEstimate(), r.scale}} {
 		if opt.only[t.name] {
@@ -341,12 +341,11 @@ func (r *runner) build(ctx context.Context) error {
 			return err
 		}
 	}
-	if r.opt.only["envoy"] || r.opt.only["rlqs"] {
+	if r.opt.only["envoy"] {
 		out, err := r.runTool(ctx, "install-envoy", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-envoy.sh"))
 		if err != nil {
 			r.note("Envoy scenarios not run: %v", err)
 			delete(r.opt.only, "envoy")
-			delete(r.opt.only, "rlqs")
 		} else {
 			r.bins.envoy = lastLine(out)
 			if v, err := r.runTool(ctx, "envoy-version", time.Minute, nil, "", r.bins.envoy, "--version"); err == nil {

@@ -213,7 +213,6 @@ func (r *runner) writeReport() error {
 	section(&b, res, res.Memory, writeMemory)
 	section(&b, res, res.Accuracy, writeAccuracyReport)
 	section(&b, res, res.Envoy, writeEnvoy)
-	section(&b, res, res.RLQS, writeRLQSReport)
 	section(&b, res, res.Scale, writeScale)
 	section(&b, res, res.ClusterLoad, writeClusterLoad)
 	section(&b, res, res.Micro, writeMicro)
@@ -287,22 +286,6 @@ func writeMemory(b *md, res *Results, m *Memory) {
 	}
 	b.f("\n\n")
 	b.plot(res, "memory.png", "RSS and live keys over the memory run")
-}
-
-// writeEnvoy writes the envoy scenario's section.
-func writeEnvoy(b *md, res *Results, e *EnvoyE2E) {
-	b.f("## End to end through Envoy\n\n")
-	b.f("One Envoy (%s, %d worker) running the shipped bootstrap (`envoy/ratelimit-authz.yaml`: its routes, filter settings, failure access log, retries and health checks) with three copies of its listener that differ only in the ext_authz filter: left out (**off**), on with the no-op server behind it (**no-op**), on with ratelimit-authz on its lean Check listener, as shipped (**on**). Upstream: `ratelimit-bench upstream`; server: the allowed configuration. Activity writes and inbound webhooks over keep-alive HTTP/1.1, %d round(s) of %gs, the listeners alternating. *Added* is on − off; the no-op's own addition (no-op − off) is what any ext_authz server costs.\n\n",
-		res.Env.EnvoyVersion, e.Workers, e.Rounds, e.RunS)
-	b.f("| concurrency | off p50 | off p99 | no-op p50 | no-op p99 | on p50 | on p99 | added p50 | added p99 | of which no-op p50 / p99 | req/s off / no-op / on | errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range e.Rows {
-		b.f("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.0f / %.0f / %.0f | %d |\n", row.Concurrency,
-			loadresult.Micros(row.Off.P50), loadresult.Micros(row.Off.P99), loadresult.Micros(row.Noop.P50), loadresult.Micros(row.Noop.P99), loadresult.Micros(row.On.P50), loadresult.Micros(row.On.P99),
-			loadresult.Micros(row.AddedP50), loadresult.Micros(row.AddedP99), loadresult.Micros(row.NoopAddedP50), loadresult.Micros(row.NoopAddedP99),
-			row.OffRPS, row.NoopRPS, row.OnRPS, row.Errors)
-	}
-	b.f("\n")
-	b.plot(res, "latency-cdf-envoy.png", "Latency CDF through Envoy, filter off, on with the no-op server, on")
 }
 
 // writeClusterLoad writes the cluster-load scenario's section.

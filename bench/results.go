@@ -20,7 +20,6 @@ type Results struct {
 	Accuracy    *Accuracy    `json:"accuracy,omitempty"`
 	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
 	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
-	RLQS        *RLQSBench   `json:"rlqs,omitempty"`
 	Scale       *Scale       `json:"scale,omitempty"`
 	Notes       []string     `json:"notes,omitempty"`
 	Timings     []StepTime   `json:"timings"`
