@@ -30,6 +30,13 @@ const (
 	floorGubernator = "gubernator-"
 )
 
+// isRLSTarget: the floor target is a ShouldRateLimit (or gubernator)
+// one.
+func isRLSTarget(name string) bool {
+	return strings.HasPrefix(name, floorRLS) || strings.HasPrefix(name, floorRatelimit) ||
+		strings.HasPrefix(name, floorRLCache) || strings.HasPrefix(name, floorGubernator)
+}
+
 // rlsFloorDescriptors are the descriptors per call of the floor's
 // ShouldRateLimit loads.
 const rlsFloorDescriptors = "1"

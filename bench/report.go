@@ -210,6 +210,7 @@ func (r *runner) writeReport() error {
 	writeTargets(&b, res)
 	writeAnalysis(&b, res)
 	section(&b, res, res.Floor, writeFloor)
+	section(&b, res, res.Floor, writeRLSFloor)
 	section(&b, res, res.Memory, writeMemory)
 	section(&b, res, res.Accuracy, writeAccuracyReport)
 	section(&b, res, res.Envoy, writeEnvoy)
@@ -344,7 +345,7 @@ func writeSteps(b *md, res *Results) {
 	for _, t := range res.Timings {
 		b.f("| %s | %.0f | %.2f |\n", t.Step, t.Seconds, t.Load1)
 	}
-	b.f("\nRerun: `make bench` (all of it), or `go run ./bench --only single,envoy` and friends; `go run ./cmd/ratelimit-bench check --help` for the load tool.\n")
+	b.f("\nRerun: `make bench` (all of it), or `go run ./bench --only floor,envoy` and friends; `go run ./cmd/ratelimit-bench check --help` for the load tool.\n")
 }
 
 // writeFloor writes the floor scenario's section.
@@ -355,7 +356,6 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	b.f("- **default-noop**: `ratelimit-bench noop-grpc`, generated code on a plain `grpc.NewServer()` with no options, one shared OK answer: the floor of any grpc-go ext_authz server.\n")
 	b.f("- **noop**: `ratelimit-bench noop`, the no-op on this tree's gRPC stack (`internal/server`).\n")
 	b.f("- **allowed**, **denied**: `ratelimit-authz serve` of this tree. **allowed**: the example API's route mix (`ratelimit-bench routes`), zipf(1.1) keys over 1000 tenants, 1000 channels, 10000 client IPs, 1000 accounts, limits out of reach, so every check counts and is allowed; **denied**: the same mix over 4 keys of each kind against the shipped limits, so most checks are over a limit. **lean-…**: the same on its lean Check listener (`--check-addr`).\n")
-	b.f("- **rls-…**: the same at saturation with `ratelimit-bench rls` (ShouldRateLimit, one descriptor per call, the rls scenario's descriptor file): **rls-default-noop** is `noop-grpc` answering OK; **rls-allowed**, **rls-denied** this tree's server on its gRPC port, **rls-lean-…** on its lean listener; **ratelimit-redis-…** envoyproxy/ratelimit `%s` with a Redis of its own (`redis-server` on the same CPU; CPU per call counts both), **ratelimit-localcache-denied** the same with `LOCAL_CACHE_SIZE_IN_BYTES`=%d (over-limit keys answered without Redis); **gubernator-…** gubernator `%s`, one node, driven with `ratelimit-bench gubernator` (GetRateLimits with the same keys and limits). An anchor that did not build is named in the notes.\n", ratelimitVersion, ratelimitLocalCache, gubernatorVer)
 	b.f("- **lean-cost-allowed**: the lean listener with every request bucket a budget charged after the response (`cost: {response_header: %s}`), under the allowed load: the Check peeks at each bucket and records its key for the access log instead of counting. **charges**: the same server on its gRPC port under `ratelimit-bench accesslog`, Envoy's access-log stream (one entry per message, one stream per connection) with each entry charging 100 to its tenant's `activity_create`; its checks/s are charges/s, its CPU µs per check CPU per charge, each run checked against the entries the server counted.\n", costHeader)
 	if bl := f.Baseline; bl != nil {
 		if bl.Error != "" {
@@ -366,16 +366,7 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	}
 	b.f("\nFixed rates are shares of the default no-op's median saturated throughput, %.0f checks/s; open loop, up to %d in flight.\n\n", f.SaturationRPS, f.Concurrency)
 	b.f("*Waited* is the time the server's threads were runnable but waiting for their CPU, summed over its threads, as a share of the run (/proc/PID/task/*/schedstat; several threads waiting at once can pass 100%%): other work on that CPU, which makes the figures of that run less comparable.\n\n")
-	b.f("| level | target | checks/s | CPU µs/check (range) | p50 | p90 | p99 | p99.9 | denied | tool CPU µs/check | waited | errors |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	for _, row := range f.Rows {
-		level := row.Level
-		if row.Rate > 0 {
-			level = fmt.Sprintf("%s (%.0f/s)", row.Level, row.Rate)
-		}
-		b.f("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %.1f%% | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
-			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
-			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
-	}
+	writeFloorTables(b, f, func(target string) bool { return !isRLSTarget(target) })
 	var tops []string
 	for _, w := range []string{"allowed", "denied"} {
 		on, okOn := floorRowOf(f, "saturation", floorLean+w+floorTop)
@@ -397,13 +388,6 @@ func writeFloor(b *md, res *Results, f *Floor) {
 		}
 		b.f("\n")
 	}
-	b.f("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
-	b.f("| level | workload | vs | CPU ratio | per round | p99 ratio |\n|---|---|---|---:|---|---:|\n")
-	for _, x := range f.Ratios {
-		b.f("| %s | %s | %s | **%.3f** (%.3f–%.3f) | %s | %.2f |\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max,
-			strings.Trim(fmt.Sprint(x.PerRound), "[]"), x.P99Ratio)
-	}
-	b.f("\n")
 	if len(f.Profiles) > 0 {
 		b.f("CPU profiles at saturation and at the lowest fixed rate, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
 		for _, p := range f.Profiles {
@@ -428,6 +412,46 @@ func writeFloor(b *md, res *Results, f *Floor) {
 	for _, p := range f.Profiles {
 		b.f("<details><summary>pprof -top: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.title(), p.RPS, p.Seconds, p.File, p.Top)
 	}
+}
+
+// writeFloorTables writes the floor's rows of the targets keep accepts,
+// then their ratios to each reference.
+func writeFloorTables(b *md, f *Floor, keep func(target string) bool) {
+	b.table([]string{"level", "target", "checks/s:", "CPU µs/check (range):", "p50:", "p90:", "p99:", "p99.9:", "denied:", "tool CPU µs/check:", "waited:", "errors:"})
+	for _, row := range f.Rows {
+		if !keep(row.Target) {
+			continue
+		}
+		level := row.Level
+		if row.Rate > 0 {
+			level = fmt.Sprintf("%s (%.0f/s)", row.Level, row.Rate)
+		}
+		b.f("| %s | %s | %.0f | %.1f (%.1f–%.1f) | %s | %s | %s | %s | %.1f%% | %.1f | %.1f%% | %d |\n", level, row.Target, row.RPS, row.CPUUS, row.CPUMin, row.CPUMax,
+			loadresult.Micros(row.Latency.P50), loadresult.Micros(row.Latency.P90), loadresult.Micros(row.Latency.P99), loadresult.Micros(row.Latency.P999),
+			100*row.DeniedShare, row.ClientCPUUS, 100*row.WaitShare, row.Errors)
+	}
+	b.f("\nCPU per check of the server over each reference's, paired per round (median, range in brackets), and the median of the per-round p99 ratios:\n\n")
+	b.table([]string{"level", "workload", "vs", "CPU ratio:", "per round", "p99 ratio:"})
+	for _, x := range f.Ratios {
+		if keep(x.Workload) {
+			b.f("| %s | %s | %s | **%.3f** (%.3f–%.3f) | %s | %.2f |\n", x.Level, x.Workload, x.Versus, x.Median, x.Min, x.Max,
+				strings.Trim(fmt.Sprint(x.PerRound), "[]"), x.P99Ratio)
+		}
+	}
+	b.f("\n")
+}
+
+// writeRLSFloor writes the floor's ShouldRateLimit targets as a section
+// of their own.
+func writeRLSFloor(b *md, res *Results, f *Floor) {
+	if !slices.ContainsFunc(f.Rows, func(x FloorRow) bool { return isRLSTarget(x.Target) }) {
+		return
+	}
+	b.f("## ShouldRateLimit (RLS) against the no-op and the anchors\n\n")
+	b.f("Pinned and measured as the floor's Check targets, at saturation, with `ratelimit-bench rls` (one descriptor per call, `(remote_address, <client IP>)`, over the descriptor file `ratelimit-bench rls-config` writes):\n\n")
+	b.f("- **rls-default-noop** is `noop-grpc` answering OK; **rls-allowed**, **rls-denied** this tree's server on its gRPC port, **rls-lean-…** on its lean listener; **ratelimit-redis-…** envoyproxy/ratelimit `%s` with a Redis of its own (`redis-server` on the same CPU; CPU per call counts both), **ratelimit-localcache-denied** the same with `LOCAL_CACHE_SIZE_IN_BYTES`=%d (over-limit keys answered without Redis); **gubernator-…** gubernator `%s`, one node, driven with `ratelimit-bench gubernator` (GetRateLimits with the same keys and limits). An anchor that did not build is named in the notes.\n", ratelimitVersion, ratelimitLocalCache, gubernatorVer)
+	b.f("\n")
+	writeFloorTables(b, f, isRLSTarget)
 }
 
 // plot shows the plot name, when the run drew it.
