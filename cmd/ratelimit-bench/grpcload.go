@@ -192,14 +192,15 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []b
 	return nil
 }
 
-// grpcCaller sends one gRPC load's calls over n connections (at least one
-// per target), dealt to the targets in turn and established on first use.
+// grpcCaller sends one gRPC load's calls over its connections in turn.
 type grpcCaller struct {
 	grpcLoad
 	conns []*grpc.ClientConn
 }
 
-func newGRPCCaller(targets []string, n int, l grpcLoad) (*grpcCaller, error) {
+// dialLoad opens n connections (at least one per target) for l, dealt to
+// the targets in turn and established on first use.
+func dialLoad(targets []string, n int, l grpcLoad) (caller, error) {
 	c := &grpcCaller{grpcLoad: l}
 	for i := range max(n, len(targets)) {
 		conn, err := grpc.NewClient(targets[i%len(targets)], grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -209,6 +210,9 @@ func newGRPCCaller(targets []string, n int, l grpcLoad) (*grpcCaller, error) {
 			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
 		}
 		c.conns = append(c.conns, conn)
+	}
+	if l.stream {
+		return &streamCaller{grpcCaller: c, streams: make([]stream, len(c.conns))}, nil
 	}
 	return c, nil
 }

@@ -85,8 +85,9 @@ func (c *loadConfig) validate() error {
 
 const maxDuration = time.Hour
 
-// windowCount is what was admitted and denied in one wall-clock window.
-type windowCount struct{ allowed, denied int64 }
+// windowCount is what was admitted and denied in one wall-clock window,
+// by class (classAllowed, classDenied).
+type windowCount [2]int64
 
 // maxAdmittedTimes bounds the admitted-request timestamps kept for the
 // busiest-span figure.
@@ -120,15 +121,11 @@ func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window
 	if window > 0 && o.class != classError {
 		w := at.UnixNano() / int64(window) // both positive: the floor
 		c := s.windows[w]
-		if o.class == classAllowed {
-			c.allowed++
-			if len(s.admitted) < keep {
-				s.admitted = append(s.admitted, at.UnixNano())
-			}
-		} else {
-			c.denied++
-		}
+		c[o.class]++
 		s.windows[w] = c
+		if o.class == classAllowed && len(s.admitted) < keep {
+			s.admitted = append(s.admitted, at.UnixNano())
+		}
 	}
 }
 
@@ -250,7 +247,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 		})
 	}
 	wg.Wait()
-	rec := mergeStats(cfg, stats, measureFrom, end)
+	rec := mergeStats(stats, measureFrom, end)
 	if d, ok := c.(drainer); ok {
 		err := d.drain(ctx)
 		if now := time.Now(); rec.sent > 0 && now.After(rec.lastDone) {
@@ -283,7 +280,7 @@ type runRecord struct {
 	cpu         time.Duration // the tool's own CPU over the run, warm-up included
 }
 
-func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time) *runRecord {
+func mergeStats(stats []*workerStats, measureFrom, end time.Time) *runRecord {
 	r := &runRecord{workerStats: *newWorkerStats(), measureFrom: measureFrom, end: end}
 	for _, s := range stats {
 		r.hist.merge(&s.hist)
@@ -298,7 +295,7 @@ func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time
 		}
 		for w, c := range s.windows {
 			m := r.windows[w]
-			r.windows[w] = windowCount{m.allowed + c.allowed, m.denied + c.denied}
+			r.windows[w] = windowCount{m[0] + c[0], m[1] + c[1]}
 		}
 		r.admitted = append(r.admitted, s.admitted...)
 		r.late += s.late

@@ -153,8 +153,8 @@ func TestSummariseWindows(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.window = time.Second
 	rec := &runRecord{workerStats: *newWorkerStats()}
-	rec.windows[1_700_000_001] = windowCount{allowed: 5, denied: 100}
-	rec.windows[1_700_000_000] = windowCount{allowed: 7, denied: 3}
+	rec.windows[1_700_000_001] = windowCount{5, 100}
+	rec.windows[1_700_000_000] = windowCount{7, 3}
 	sec := int64(time.Second)
 	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
 	res := summarise(rec, cfg)

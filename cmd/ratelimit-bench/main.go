@@ -258,30 +258,14 @@ func runLoadCmd(ctx context.Context, name string, args []string, stdout, stderr 
 	return nil
 }
 
-// dialLoad opens the connections of a gRPC load.
-func dialLoad(targets []string, n int, l grpcLoad) (caller, error) {
-	c, err := newGRPCCaller(targets, n, l)
-	switch {
-	case err != nil:
-		return nil, err
-	case l.stream:
-		return &streamCaller{grpcCaller: c, streams: make([]stream, len(c.conns))}, nil
-	}
-	return c, nil
-}
-
 // preflight sends one request to each target with a short deadline, so
 // that a server that is down is a clear error, not a run of failures. The
 // probe is the "unmatched" request (GET /static/app.js): no route rule
 // matches it, so it counts against no key and takes none of the run's.
 func preflight(ctx context.Context, c caller, cfg loadConfig, targets []string) error {
-	probe, err := parseMix("unmatched")
-	if err != nil {
-		return err
-	}
+	probe, _ := parseMix("unmatched") // a catalogue route: parses
 	for i := range targets {
-		g := newGenerator(probe, cfg.keys, cfg.seed, -2, new(atomic.Uint64))
-		p, err := c.prepare(g.next(), 0)
+		p, err := c.prepare(newGenerator(probe, cfg.keys, cfg.seed, -2, new(atomic.Uint64)).next(), 0)
 		if err != nil {
 			return err
 		}

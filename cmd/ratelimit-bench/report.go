@@ -60,7 +60,7 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 		res.WindowMS = cfg.window.Milliseconds()
 		for _, w := range slices.Sorted(maps.Keys(r.windows)) {
 			c := r.windows[w]
-			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c.allowed, Denied: c.denied})
+			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c[classAllowed], Denied: c[classDenied]})
 		}
 		res.MaxInSpan = maxInSpan(r.admitted, cfg.window)
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -206,7 +206,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	}
 	wg.Wait()
 	res.ElapsedS = time.Since(start).Seconds()
-	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	slices.Sort(firsts)
 	res.FirstAssign = map[string]float64{}
 	if n := len(firsts); n > 0 {
 		q := func(p float64) float64 { return float64(firsts[min(n-1, int(p*float64(n)))].Microseconds()) }
