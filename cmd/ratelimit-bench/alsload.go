@@ -20,11 +20,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// streamAccessLogsMethod is Envoy's gRPC access log call: one
-// client-streaming call per Envoy worker, entries sent as they come, one
-// empty answer when the stream ends.
-const streamAccessLogsMethod = "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs"
-
 // extAuthzNamespace is where Envoy files the Check's dynamic metadata in
 // an access-log entry; chargesField is the metadata field that names the
 // keys to charge after the response.
@@ -85,66 +80,54 @@ func alsEntry(r request, id uint64, c alsCharge, now time.Time) *accesslogv3.HTT
 	return e
 }
 
-// alsCaller sends access-log entries, one per message as the shipped
-// bootstrap does (buffer_size_bytes: 0), on one stream per connection.
-// A call is one entry sent: it is "allowed" once the transport takes it,
-// as the service answers only when a stream ends; drain ends the streams
-// and reports any stream the server did not close cleanly.
-type alsCaller struct {
-	conns   []*grpc.ClientConn
-	streams []*alsStream
-	charge  alsCharge
+// alsLoad is StreamAccessLogs, each entry charging c. Every route of m
+// must carry a tenant: the entry charges the bucket to it.
+func alsLoad(c alsCharge, m mix) (grpcLoad, error) {
+	if c.bucket == "" || c.header == "" || c.cost < 0 {
+		return grpcLoad{}, fmt.Errorf("--bucket and --cost-header must be set and --cost not negative")
+	}
+	for _, r := range m.routes {
+		if !r.tenant {
+			return grpcLoad{}, fmt.Errorf("--routes: route %s has no tenant to charge (use routes with x-tenant-id)", r.name)
+		}
+	}
+	return grpcLoad{method: "/envoy.service.accesslog.v3.AccessLogService/StreamAccessLogs", stream: true,
+		encode: func(r request, id uint64) ([]byte, error) {
+			return proto.Marshal(&alsv3.StreamAccessLogsMessage{LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
+				HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogv3.HTTPAccessLogEntry{alsEntry(r, id, c, time.Now())}},
+			}})
+		}}, nil
 }
 
-// alsStream is one connection's stream, opened on first use and again
-// after a failure; mu serialises its sends, as a stream allows one sender.
-type alsStream struct {
+// streamCaller sends a client-streaming load as Envoy's gRPC access
+// logger does: one message per entry (buffer_size_bytes: 0) on one stream
+// per connection. A call is one message sent: it is "allowed" once the
+// transport takes it, as the service answers only when a stream ends;
+// drain ends the streams and reports any the server did not close
+// cleanly.
+type streamCaller struct {
+	*grpcCaller
+	streams []stream
+}
+
+// stream is one connection's stream, opened on first use and again after
+// a failure; mu serialises its sends, as a stream allows one sender.
+type stream struct {
 	mu     sync.Mutex
 	cs     grpc.ClientStream
 	cancel context.CancelFunc
 }
 
-// newALSCaller opens n connections (see dial) to the targets for
-// StreamAccessLogs, each entry charging c.
-func newALSCaller(targets []string, n int, c alsCharge) (*alsCaller, error) {
-	if c.bucket == "" || c.header == "" || c.cost < 0 {
-		return nil, fmt.Errorf("--bucket and --cost-header must be set and --cost not negative")
-	}
-	conns, err := dial(targets, n, rawCodec{read: codeField}) // the answer is empty
-	if err != nil {
-		return nil, err
-	}
-	a := &alsCaller{conns: conns, charge: c, streams: make([]*alsStream, len(conns))}
-	for i := range a.streams {
-		a.streams[i] = &alsStream{}
-	}
-	return a, nil
-}
-
-func (a *alsCaller) prepare(r request, id uint64) (any, error) {
-	if r.headers["x-tenant-id"] == "" && r.route != "unmatched" {
-		return nil, fmt.Errorf("route %s: no tenant to charge (use routes with x-tenant-id)", r.route)
-	}
-	m := &alsv3.StreamAccessLogsMessage{LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
-		HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogv3.HTTPAccessLogEntry{alsEntry(r, id, a.charge, time.Now())}},
-	}}
-	b, err := proto.Marshal(m)
-	if err != nil {
-		return nil, fmt.Errorf("encode StreamAccessLogsMessage: %w", err)
-	}
-	return &encodedCheck{data: b}, nil
-}
-
 // call sends p on its connection's stream. A send that outlasts ctx (the
 // server stopped reading) ends the stream, so that no worker hangs.
-func (a *alsCaller) call(ctx context.Context, seq uint64, p any) outcome {
-	i := seq % uint64(len(a.streams))
-	s := a.streams[i]
+func (c *streamCaller) call(ctx context.Context, seq uint64, p any) outcome {
+	i := seq % uint64(len(c.streams))
+	s := &c.streams[i]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cs == nil {
 		sctx, cancel := context.WithCancel(context.Background())
-		cs, err := a.conns[i].NewStream(sctx, &grpc.StreamDesc{ClientStreams: true}, streamAccessLogsMethod)
+		cs, err := c.conns[i].NewStream(sctx, &grpc.StreamDesc{ClientStreams: true}, c.method)
 		if err != nil {
 			cancel()
 			return outcome{class: classError, code: -1, err: grpcErrKind(err)}
@@ -156,7 +139,7 @@ func (a *alsCaller) call(ctx context.Context, seq uint64, p any) outcome {
 	stop()
 	if err != nil {
 		if errors.Is(err, io.EOF) { // the stream ended: RecvMsg has why
-			err = s.cs.RecvMsg(&decision{})
+			err = s.cs.RecvMsg(&reply{})
 		}
 		s.cancel()
 		s.cs = nil
@@ -166,17 +149,18 @@ func (a *alsCaller) call(ctx context.Context, seq uint64, p any) outcome {
 }
 
 // drain half-closes every open stream and waits, until ctx ends, for the
-// server's answer: once it came, the server has taken every entry sent
+// server's answer: once it came, the server has taken every message sent
 // on that stream.
-func (a *alsCaller) drain(ctx context.Context) error {
+func (c *streamCaller) drain(ctx context.Context) error {
 	var errs []error
-	for _, s := range a.streams {
+	for i := range c.streams {
+		s := &c.streams[i]
 		s.mu.Lock()
 		if s.cs != nil {
 			stop := context.AfterFunc(ctx, s.cancel)
 			err := s.cs.CloseSend()
 			if err == nil {
-				err = s.cs.RecvMsg(&decision{})
+				err = s.cs.RecvMsg(&reply{})
 			}
 			stop()
 			s.cancel()
@@ -190,13 +174,14 @@ func (a *alsCaller) drain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (a *alsCaller) close() {
-	for _, s := range a.streams {
+func (c *streamCaller) close() {
+	for i := range c.streams {
+		s := &c.streams[i]
 		s.mu.Lock()
 		if s.cancel != nil {
 			s.cancel()
 		}
 		s.mu.Unlock()
 	}
-	closeAll(a.conns)
+	c.grpcCaller.close()
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,28 +143,6 @@ const (
 	keysUnique  = "unique"  // every request a key never used before
 )
 
-// keyPicker draws key indices in [0, n) (unique: a fresh index per request).
-// Not safe for concurrent use except unique (an atomic sequence); each
-// worker has its own.
-type keyPicker interface {
-	next() uint64
-}
-
-type uniformKeys struct {
-	rng *rand.Rand
-	n   uint64
-}
-
-func (u uniformKeys) next() uint64 { return u.rng.Uint64N(u.n) }
-
-type zipfKeys struct{ z *rand.Zipf }
-
-func (z zipfKeys) next() uint64 { return z.z.Uint64() }
-
-type uniqueKeys struct{ seq *atomic.Uint64 }
-
-func (u uniqueKeys) next() uint64 { return u.seq.Add(1) - 1 }
-
 // keySpec says how keys are drawn.
 type keySpec struct {
 	dist     string  // keysUniform, keysZipf or keysUnique
@@ -215,15 +194,14 @@ func (k keySpec) String() string {
 	return s
 }
 
-func (k keySpec) picker(rng *rand.Rand, n uint64, seq *atomic.Uint64) keyPicker {
-	switch k.dist {
-	case keysZipf:
+// picker draws key indices in [0, n) from rng (keysUnique draws none:
+// the generator numbers its requests). Each worker has its own.
+func (k keySpec) picker(rng *rand.Rand, n uint64) func() uint64 {
+	if k.dist == keysZipf {
 		// v = 1: rank 0 has weight 1, rank k 1/(k+1)^s.
-		return zipfKeys{rand.NewZipf(rng, k.zipfS, 1, n-1)}
-	case keysUnique:
-		return uniqueKeys{seq}
+		return rand.NewZipf(rng, k.zipfS, 1, n-1).Uint64
 	}
-	return uniformKeys{rng, n}
+	return func() uint64 { return rng.Uint64N(n) }
 }
 
 // request is one HTTP request of the example API, as the client sends it
@@ -239,26 +217,19 @@ type request struct {
 
 // generator makes requests. One per worker; not safe for concurrent use.
 type generator struct {
-	mix     mix
-	keys    keySpec
-	rng     *rand.Rand
-	tenant  keyPicker
-	channel keyPicker
-	ip      keyPicker
-	account keyPicker
-	unique  *atomic.Uint64 // keysUnique: the shared sequence
+	mix                          mix
+	keys                         keySpec
+	rng                          *rand.Rand
+	tenant, channel, ip, account func() uint64
+	unique                       *atomic.Uint64 // keysUnique: the shared sequence
 }
 
 // newGenerator returns worker w's generator; seq is shared by the workers
 // of a run so that unique keys stay unique across them.
 func newGenerator(m mix, k keySpec, seed uint64, w int, seq *atomic.Uint64) *generator {
 	rng := rand.New(rand.NewPCG(seed, uint64(w)+1))
-	g := &generator{mix: m, keys: k, rng: rng, unique: seq}
-	g.tenant = k.picker(rng, k.tenants, seq)
-	g.channel = k.picker(rng, k.channels, seq)
-	g.ip = k.picker(rng, k.ips, seq)
-	g.account = k.picker(rng, k.accounts, seq)
-	return g
+	return &generator{mix: m, keys: k, rng: rng, unique: seq, tenant: k.picker(rng, k.tenants),
+		channel: k.picker(rng, k.channels), ip: k.picker(rng, k.ips), account: k.picker(rng, k.accounts)}
 }
 
 var userAgents = []string{
@@ -277,7 +248,7 @@ func (g *generator) next() request {
 		n := g.unique.Add(1) - 1
 		tenant, channel, ip, account = n, n, n, n
 	} else {
-		tenant, channel, ip, account = g.tenant.next(), g.channel.next(), g.ip.next(), g.account.next()
+		tenant, channel, ip, account = g.tenant(), g.channel(), g.ip(), g.account()
 	}
 	req := request{
 		route:    r.name,
@@ -311,13 +282,5 @@ func (g *generator) next() request {
 
 // ipKey maps index n to a client IPv4 in 10.0.0.0/8 (n mod 2^24).
 func ipKey(n uint64) string {
-	n &= 1<<24 - 1
-	var b [15]byte
-	out := append(b[:0], "10."...)
-	out = strconv.AppendUint(out, n>>16, 10)
-	out = append(out, '.')
-	out = strconv.AppendUint(out, n>>8&0xff, 10)
-	out = append(out, '.')
-	out = strconv.AppendUint(out, n&0xff, 10)
-	return string(out)
+	return netip.AddrFrom4([4]byte{10, byte(n >> 16), byte(n >> 8), byte(n)}).String()
 }

@@ -67,11 +67,11 @@ func TestMixPickFollowsWeights(t *testing.T) {
 
 func TestZipfKeys(t *testing.T) {
 	k := keySpec{dist: keysZipf, zipfS: 1.1}
-	p := k.picker(rand.New(rand.NewPCG(3, 4)), 1000, nil)
+	p := k.picker(rand.New(rand.NewPCG(3, 4)), 1000)
 	const draws = 400_000
 	counts := make([]int, 1000)
 	for range draws {
-		v := p.next()
+		v := p()
 		if v >= 1000 {
 			t.Fatalf("key %d out of [0, 1000)", v)
 		}
@@ -98,11 +98,11 @@ func TestZipfKeys(t *testing.T) {
 }
 
 func TestUniformKeys(t *testing.T) {
-	p := keySpec{dist: keysUniform}.picker(rand.New(rand.NewPCG(5, 6)), 10, nil)
+	p := keySpec{dist: keysUniform}.picker(rand.New(rand.NewPCG(5, 6)), 10)
 	const draws = 100_000
 	counts := make([]int, 10)
 	for range draws {
-		counts[p.next()]++
+		counts[p()]++
 	}
 	for k, c := range counts {
 		if share := float64(c) / draws; math.Abs(share-0.1) > 0.01 {

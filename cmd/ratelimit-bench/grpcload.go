@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
@@ -20,8 +18,28 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// checkMethod is the full gRPC method name of Envoy's ext_authz Check.
-const checkMethod = "/envoy.service.auth.v3.Authorization/Check"
+// grpcLoad is one gRPC load: the method, how a generated request becomes
+// its message and how an answer is judged, as Envoy judges it.
+type grpcLoad struct {
+	method string
+	encode func(r request, id uint64) ([]byte, error)
+	judge  func(answer []byte) (outcome, error) // nil: the answer is not read
+	stream bool                                 // client-streaming: see streamCaller
+	mix    string                               // what the run reports before the route mix; "" for none
+}
+
+// checkLoad is ext_authz's Check: any status but OK is a denial.
+func checkLoad() grpcLoad {
+	return grpcLoad{method: "/envoy.service.auth.v3.Authorization/Check",
+		encode: func(r request, id uint64) ([]byte, error) { return proto.Marshal(checkRequest(r, id, time.Now())) },
+		judge: func(b []byte) (outcome, error) {
+			code, err := statusCode(b)
+			if code == 0 {
+				return outcome{class: classAllowed}, err
+			}
+			return outcome{class: classDenied, code: int(code)}, err
+		}}
+}
 
 // envoyListener is the address Envoy reports as the request's destination.
 const envoyListener = "127.0.0.1"
@@ -31,48 +49,26 @@ const envoyListener = "127.0.0.1"
 // x-envoy-external-address and appends the peer to x-forwarded-for), the
 // body only on login routes (every other route disables buffering).
 func checkRequest(r request, id uint64, now time.Time) *authv3.CheckRequest {
-	reqID := requestID(id)
 	h := make(map[string]string, len(r.headers)+10)
 	for k, v := range r.headers {
 		h[k] = v
 	}
-	h[":authority"] = "api.example.com"
-	h[":method"] = r.method
-	h[":path"] = r.path
-	h[":scheme"] = "http"
-	h["x-forwarded-proto"] = "http"
-	h["x-request-id"] = reqID
-	h["x-envoy-external-address"] = r.clientIP
-	h["x-forwarded-for"] = r.clientIP
+	h[":authority"], h[":method"], h[":path"], h[":scheme"] = "api.example.com", r.method, r.path, "http"
+	h["x-forwarded-proto"], h["x-request-id"] = "http", requestID(id)
+	h["x-envoy-external-address"], h["x-forwarded-for"] = r.clientIP, r.clientIP
 	if r.body != "" {
 		h["content-length"] = strconv.Itoa(len(r.body))
 	}
-	httpReq := &authv3.AttributeContext_HttpRequest{
-		Id:       strconv.FormatUint(id, 10),
-		Method:   r.method,
-		Headers:  h,
-		Path:     r.path,
-		Host:     "api.example.com",
-		Scheme:   "http",
-		Protocol: "HTTP/1.1",
-		Size:     int64(len(r.body)),
-	}
-	if isLogin(r.route) {
+	httpReq := &authv3.AttributeContext_HttpRequest{Id: strconv.FormatUint(id, 10), Method: r.method, Headers: h,
+		Path: r.path, Host: "api.example.com", Scheme: "http", Protocol: "HTTP/1.1", Size: int64(len(r.body))}
+	if rt, _ := findRoute(r.route); rt.login {
 		httpReq.Body = r.body
 	}
 	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		Source:      &authv3.AttributeContext_Peer{Address: socketAddress(r.clientIP, uint32(32768+id%28000))},
 		Destination: &authv3.AttributeContext_Peer{Address: socketAddress(envoyListener, 10000)},
-		Request: &authv3.AttributeContext_Request{
-			Time: timestamppb.New(now),
-			Http: httpReq,
-		},
+		Request:     &authv3.AttributeContext_Request{Time: timestamppb.New(now), Http: httpReq},
 	}}
-}
-
-func isLogin(name string) bool {
-	r, ok := findRoute(name)
-	return ok && r.login
 }
 
 func socketAddress(ip string, port uint32) *corev3.Address {
@@ -88,86 +84,57 @@ func requestID(n uint64) string {
 	const hex = "0123456789abcdef"
 	var b [36]byte
 	for i := range b {
-		switch i {
-		case 8, 13, 18, 23:
-			b[i] = '-'
-		default:
+		if b[i] = '-'; i != 8 && i != 13 && i != 18 && i != 23 {
 			b[i] = hex[rng.IntN(16)]
 		}
 	}
 	return string(b[:])
 }
 
-// encodedCheck is a CheckRequest already in wire form: requests are encoded
-// once, outside the timed call (and, with a pool, once per run), so the
-// load tool spends its CPU on the transport, as Envoy does, rather than on
+// wire is a message already in wire form: requests are encoded once,
+// outside the timed call (and, with a pool, once per run), so the load
+// tool spends its CPU on the transport, as Envoy does, rather than on
 // building messages.
-type encodedCheck struct{ data []byte }
+type wire []byte
 
-// decision is the part of an answer the tool reads: CheckResponse's
-// status.code, or RateLimitResponse's overall_code.
-type decision struct{ code int32 }
-
-// rawCodec sends encodedCheck bytes as they are and reads only the code
-// of the answer, with read. Its name is "proto", so the server sees an
-// ordinary application/grpc+proto call.
-type rawCodec struct {
-	read func([]byte) (int32, error)
+// reply is what an answer is read into: judge's verdict on it.
+type reply struct {
+	judge func([]byte) (outcome, error)
+	o     outcome
 }
+
+// rawCodec sends wire as it is and hands an answer to its reply's judge.
+// Its name is "proto", so the server sees an ordinary
+// application/grpc+proto call.
+type rawCodec struct{}
 
 func (rawCodec) Name() string { return "proto" }
 
 func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
-	m, ok := v.(*encodedCheck)
+	w, ok := v.(wire)
 	if !ok {
 		return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
 	}
-	return mem.BufferSlice{mem.SliceBuffer(m.data)}, nil
+	return mem.BufferSlice{mem.SliceBuffer(w)}, nil
 }
 
-func (c rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	d, ok := v.(*decision)
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	r, ok := v.(*reply)
 	if !ok {
 		return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
 	}
+	if r.judge == nil {
+		return nil
+	}
 	var b []byte
 	if len(data) == 1 {
-		b = data[0].ReadOnlyData()
+		b = data[0].ReadOnlyData() // the usual case: no copy
 	} else {
 		b = data.Materialize()
 	}
-	code, err := c.read(b)
-	d.code = code
+	var err error
+	r.o, err = r.judge(b)
 	return err
-}
-
-// dial opens n connections (at least one per target), dealt to the
-// targets in turn, each with codec. Connections are established lazily,
-// on first use.
-func dial(targets []string, n int, codec rawCodec) ([]*grpc.ClientConn, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("no target")
-	}
-	n = max(n, len(targets))
-	var conns []*grpc.ClientConn
-	for i := range n {
-		conn, err := grpc.NewClient(targets[i%len(targets)],
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(codec)),
-		)
-		if err != nil {
-			closeAll(conns)
-			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
-		}
-		conns = append(conns, conn)
-	}
-	return conns, nil
-}
-
-func closeAll(conns []*grpc.ClientConn) {
-	for _, conn := range conns {
-		conn.Close()
-	}
 }
 
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
@@ -195,83 +162,94 @@ func codeField(b []byte) (int32, error) {
 // lastField returns the wire value of the last field want of type typ in
 // message b (nil if it has none), having checked that every field is
 // whole; the last occurrence of a scalar wins, as protobuf reads it.
-func lastField(b []byte, want protowire.Number, typ protowire.Type) ([]byte, error) {
-	var val []byte
-	for len(b) > 0 {
-		num, t, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, t, b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
+func lastField(b []byte, want protowire.Number, typ protowire.Type) (val []byte, err error) {
+	err = eachField(b, func(num protowire.Number, t protowire.Type, v []byte) error {
 		if num == want && t == typ {
-			val = b[:n]
+			val = v
+		}
+		return nil
+	})
+	return val, err
+}
+
+// eachField calls fn with every field of message b in order, with its
+// wire value, and stops at the first that is not whole or fn's error.
+func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte) error) error {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return protowire.ParseError(n)
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+			return protowire.ParseError(n)
+		}
+		if err := fn(num, typ, b[:n]); err != nil {
+			return err
 		}
 		b = b[n:]
 	}
-	return val, nil
+	return nil
 }
 
-// grpcCaller sends one gRPC method's calls over several connections,
-// spread over one or more targets (nodes): Checks, or ShouldRateLimit.
+// grpcCaller sends one gRPC load's calls over its connections in turn.
 type grpcCaller struct {
-	conns  []*grpc.ClientConn
-	method string
-	what   string // the request's message, for errors
-	encode func(r request, id uint64) ([]byte, error)
-	// judge classes an answer by its code (see rawCodec), as Envoy does,
-	// and says what code to count it under.
-	judge func(code int32) (class, counted int)
+	grpcLoad
+	conns []*grpc.ClientConn
 }
 
-// newGRPCCaller opens n connections (see dial) to the targets for Check:
-// any status but OK is a denial.
-func newGRPCCaller(targets []string, n int) (*grpcCaller, error) {
-	conns, err := dial(targets, n, rawCodec{read: statusCode})
-	if err != nil {
-		return nil, err
+// dialLoad opens n connections (at least one per target) for l, dealt to
+// the targets in turn and established on first use.
+func dialLoad(targets []string, n int, l grpcLoad) (caller, error) {
+	c := &grpcCaller{grpcLoad: l}
+	for i := range max(n, len(targets)) {
+		conn, err := grpc.NewClient(targets[i%len(targets)], grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("connect to %s: %w", targets[i%len(targets)], err)
+		}
+		c.conns = append(c.conns, conn)
 	}
-	return &grpcCaller{conns: conns, method: checkMethod, what: "CheckRequest",
-		encode: func(r request, id uint64) ([]byte, error) { return proto.Marshal(checkRequest(r, id, time.Now())) },
-		judge: func(code int32) (int, int) {
-			if codes.Code(code) == codes.OK {
-				return classAllowed, 0
-			}
-			return classDenied, int(code)
-		}}, nil
+	if l.stream {
+		return &streamCaller{grpcCaller: c, streams: make([]stream, len(c.conns))}, nil
+	}
+	return c, nil
 }
 
 func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
 	b, err := c.encode(r, id)
 	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", c.what, err)
+		return nil, fmt.Errorf("encode the request of %s: %w", c.method, err)
 	}
-	return &encodedCheck{data: b}, nil
+	return wire(b), nil
 }
 
 func (c *grpcCaller) call(ctx context.Context, seq uint64, p any) outcome {
-	var d decision
-	conn := c.conns[seq%uint64(len(c.conns))]
-	if err := conn.Invoke(ctx, c.method, p, &d); err != nil {
+	r := reply{judge: c.judge}
+	if err := c.conns[seq%uint64(len(c.conns))].Invoke(ctx, c.method, p, &r); err != nil {
 		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
 	}
-	class, code := c.judge(d.code)
-	return outcome{class: class, code: code}
+	return r.o
+}
+
+func (c *grpcCaller) close() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
 }
 
 func grpcErrKind(err error) string {
-	s, ok := status.FromError(err)
-	if !ok {
-		return err.Error()
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String() + ": " + clip(s.Message())
 	}
-	msg := s.Message()
-	if len(msg) > 120 {
-		msg = msg[:120] + "…"
-	}
-	return s.Code().String() + ": " + msg
+	return err.Error()
 }
 
-func (c *grpcCaller) close() { closeAll(c.conns) }
+// clip shortens an error message to what an error breakdown can show.
+func clip(msg string) string {
+	if len(msg) > 120 {
+		return msg[:120] + "…"
+	}
+	return msg
+}

@@ -4,41 +4,31 @@ import (
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// getRateLimitsMethod is gubernator's rate limit call (pb.gubernator.V1),
-// an anchor the bench measures beside ShouldRateLimit.
-const getRateLimitsMethod = "/pb.gubernator.V1/GetRateLimits"
-
-// newGuberCaller opens n connections (see dial) to the targets for
-// gubernator's GetRateLimits. gubernator has no configuration file: each
-// call carries its limits, one RateLimitReq per descriptor the rls load
-// would send (rlsRequest), named by the domain and the descriptor's first
-// key and keyed by its values, limit hits per per, token bucket, so both
-// loads count the same keys. Any OVER_LIMIT is a denial.
-func newGuberCaller(targets []string, n, descriptors int, limit int64, per time.Duration) (*grpcCaller, error) {
-	if descriptors < 1 || descriptors > maxRLSDescripts {
-		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
+// guberLoad is gubernator's GetRateLimits (pb.gubernator.V1), an anchor
+// the bench measures beside ShouldRateLimit. gubernator has no
+// configuration file: each call carries its limits, one RateLimitReq per
+// descriptor the rls load would send (rlsRequest), named by the domain
+// and the descriptor's first key and keyed by its values, limit hits per
+// per, token bucket, so both loads count the same keys. Any OVER_LIMIT is
+// a denial.
+func guberLoad(descriptors int, limit int64, per time.Duration) (grpcLoad, error) {
+	l, err := rlsLoad(descriptors)
+	if err != nil {
+		return l, err
 	}
 	if limit < 1 || per < time.Millisecond {
-		return nil, fmt.Errorf("--limit %d per %v: the limit must be at least 1 and the window at least 1ms", limit, per)
+		return l, fmt.Errorf("--limit %d per %v: the limit must be at least 1 and the window at least 1ms", limit, per)
 	}
-	conns, err := dial(targets, n, rawCodec{read: guberStatus})
-	if err != nil {
-		return nil, err
+	l.method = "/pb.gubernator.V1/GetRateLimits"
+	l.encode = func(r request, _ uint64) ([]byte, error) { return guberRequest(r, descriptors, limit, per), nil }
+	l.judge = func(b []byte) (outcome, error) {
+		over, err := guberStatus(b)
+		return overLimit(over == 1), err
 	}
-	return &grpcCaller{conns: conns, method: getRateLimitsMethod, what: "GetRateLimitsReq",
-		encode: func(r request, _ uint64) ([]byte, error) {
-			return guberRequest(r, descriptors, limit, per), nil
-		},
-		judge: func(over int32) (int, int) {
-			if over == 1 {
-				return classDenied, int(codes.ResourceExhausted)
-			}
-			return classAllowed, 0
-		}}, nil
+	return l, nil
 }
 
 // guberRequest encodes GetRateLimitsReq by hand (gubernator's module needs
@@ -55,8 +45,7 @@ func guberRequest(r request, descriptors int, limit int64, per time.Duration) []
 			}
 			key = append(key, e.Value...)
 		}
-		var m []byte
-		m = protowire.AppendTag(m, 1, protowire.BytesType)
+		m := protowire.AppendTag(nil, 1, protowire.BytesType)
 		m = protowire.AppendString(m, rr.Domain+"_"+d.Entries[0].Key)
 		m = protowire.AppendTag(m, 2, protowire.BytesType)
 		m = protowire.AppendBytes(m, key)
@@ -75,36 +64,27 @@ func guberRequest(r request, descriptors int, limit int64, per time.Duration) []
 // guberStatus reads GetRateLimitsResp: 1 when any RateLimitResp
 // (responses = 1) has status (= 1) OVER_LIMIT (1), an error when one
 // carries an error (= 5), else 0.
-func guberStatus(b []byte) (int32, error) {
-	var over int32
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
+func guberStatus(b []byte) (over int32, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
 		}
-		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return 0, protowire.ParseError(n)
+		resp, _ := protowire.ConsumeBytes(v) // whole: eachField checked it
+		st, err := codeField(resp)
+		if err != nil {
+			return err
 		}
-		if num == 1 && typ == protowire.BytesType {
-			resp, _ := protowire.ConsumeBytes(b[:n])
-			st, err := codeField(resp)
-			if err != nil {
-				return 0, err
-			}
-			e, err := lastField(resp, 5, protowire.BytesType)
-			if err != nil {
-				return 0, err
-			}
-			if msg, _ := protowire.ConsumeBytes(e); len(msg) > 0 {
-				return 0, fmt.Errorf("gubernator: %s", msg)
-			}
-			if st == 1 {
-				over = 1
-			}
+		e, err := lastField(resp, 5, protowire.BytesType)
+		if msg, _ := protowire.ConsumeBytes(e); err == nil && len(msg) > 0 {
+			err = fmt.Errorf("gubernator: %s", msg)
 		}
-		b = b[n:]
+		if st == 1 {
+			over = 1
+		}
+		return err
+	})
+	if err != nil {
+		return 0, err
 	}
 	return over, nil
 }

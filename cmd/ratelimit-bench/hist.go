@@ -126,17 +126,10 @@ func (h *histogram) mean() time.Duration {
 // JSON results, dense in the tail: what a latency CDF plot needs.
 var cdfQuantiles = func() []float64 {
 	var qs []float64
-	for p := 0; p < 90; p += 2 {
-		qs = append(qs, float64(p)/100)
-	}
-	for p := 90.0; p < 99; p += 0.5 {
-		qs = append(qs, p/100)
-	}
-	for p := 99.0; p < 99.9; p += 0.1 {
-		qs = append(qs, p/100)
-	}
-	for p := 99.9; p < 99.99; p += 0.01 {
-		qs = append(qs, p/100)
+	for _, r := range [][3]float64{{0, 90, 2}, {90, 99, 0.5}, {99, 99.9, 0.1}, {99.9, 99.99, 0.01}} { // from, to, step in %
+		for p := r[0]; p < r[1]; p += r[2] {
+			qs = append(qs, p/100)
+		}
 	}
 	return append(qs, 0.9999, 0.99999, 1)
 }()

@@ -23,16 +23,11 @@ type httpCaller struct {
 
 // preparedHTTP is a request ready to send; its header is cloned per call.
 type preparedHTTP struct {
-	method string
-	path   string
-	header http.Header
-	body   string
+	method, path, body string
+	header             http.Header
 }
 
 func newHTTPCaller(targets []string, concurrency int) (*httpCaller, error) {
-	if len(targets) == 0 {
-		return nil, errors.New("no target")
-	}
 	c := &httpCaller{}
 	for _, t := range targets {
 		base := t
@@ -109,11 +104,7 @@ func httpErrKind(err error) string {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "connection closed by the server"
 	}
-	msg := err.Error()
-	if len(msg) > 120 {
-		msg = msg[:120] + "…"
-	}
-	return msg
+	return clip(err.Error())
 }
 
 func (c *httpCaller) close() { c.client.CloseIdleConnections() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -86,8 +85,9 @@ func (c *loadConfig) validate() error {
 
 const maxDuration = time.Hour
 
-// windowCount is what was admitted and denied in one wall-clock window.
-type windowCount struct{ allowed, denied int64 }
+// windowCount is what was admitted and denied in one wall-clock window,
+// by class (classAllowed, classDenied).
+type windowCount [2]int64
 
 // maxAdmittedTimes bounds the admitted-request timestamps kept for the
 // busiest-span figure.
@@ -100,7 +100,7 @@ type workerStats struct {
 	classes  [3]int64
 	codes    map[int]int64
 	errKinds map[string]int64
-	windows  map[int64]*windowCount
+	windows  map[int64]windowCount
 	admitted []int64 // unix ns of admitted requests (window mode)
 	late     int64   // fixed rate: requests already more than 1 ms overdue when their worker came free
 	sent     int64   // warm-up included
@@ -108,7 +108,7 @@ type workerStats struct {
 }
 
 func newWorkerStats() *workerStats {
-	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]*windowCount{}}
+	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]windowCount{}}
 }
 
 func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration, keep int) {
@@ -119,29 +119,14 @@ func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window
 		s.errKinds[o.err]++
 	}
 	if window > 0 && o.class != classError {
-		w := floorDiv(at.UnixNano(), int64(window))
+		w := at.UnixNano() / int64(window) // both positive: the floor
 		c := s.windows[w]
-		if c == nil {
-			c = new(windowCount)
-			s.windows[w] = c
-		}
-		if o.class == classAllowed {
-			c.allowed++
-			if len(s.admitted) < keep {
-				s.admitted = append(s.admitted, at.UnixNano())
-			}
-		} else {
-			c.denied++
+		c[o.class]++
+		s.windows[w] = c
+		if o.class == classAllowed && len(s.admitted) < keep {
+			s.admitted = append(s.admitted, at.UnixNano())
 		}
 	}
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }
 
 // intendedTime is when request k of worker w of c is due at a fixed rate:
@@ -232,11 +217,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 				}
 				var p any
 				if len(pool) > 0 {
-					p = pool[next]
-					next++
-					if next == len(pool) {
-						next = 0
-					}
+					p, next = pool[next], (next+1)%len(pool)
 				} else {
 					var err error
 					if p, err = c.prepare(g.next(), callNo.Load()); err != nil {
@@ -266,7 +247,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 		})
 	}
 	wg.Wait()
-	rec := mergeStats(cfg, stats, measureFrom, end)
+	rec := mergeStats(stats, measureFrom, end)
 	if d, ok := c.(drainer); ok {
 		err := d.drain(ctx)
 		if now := time.Now(); rec.sent > 0 && now.After(rec.lastDone) {
@@ -299,7 +280,7 @@ type runRecord struct {
 	cpu         time.Duration // the tool's own CPU over the run, warm-up included
 }
 
-func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time) *runRecord {
+func mergeStats(stats []*workerStats, measureFrom, end time.Time) *runRecord {
 	r := &runRecord{workerStats: *newWorkerStats(), measureFrom: measureFrom, end: end}
 	for _, s := range stats {
 		r.hist.merge(&s.hist)
@@ -314,12 +295,7 @@ func mergeStats(cfg loadConfig, stats []*workerStats, measureFrom, end time.Time
 		}
 		for w, c := range s.windows {
 			m := r.windows[w]
-			if m == nil {
-				m = new(windowCount)
-				r.windows[w] = m
-			}
-			m.allowed += c.allowed
-			m.denied += c.denied
+			r.windows[w] = windowCount{m[0] + c[0], m[1] + c[1]}
 		}
 		r.admitted = append(r.admitted, s.admitted...)
 		r.late += s.late
@@ -352,11 +328,6 @@ func maxInSpan(ts []int64, span time.Duration) int {
 		best = max(best, hi-lo+1)
 	}
 	return best
-}
-
-// sortedWindows returns the windows in time order.
-func (r *runRecord) sortedWindows() []int64 {
-	return slices.Sorted(maps.Keys(r.windows))
 }
 
 // errNoAnswers is returned when not a single request of a run was

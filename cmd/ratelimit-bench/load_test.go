@@ -55,14 +55,6 @@ func TestMaxInSpan(t *testing.T) {
 	}
 }
 
-func TestFloorDiv(t *testing.T) {
-	for _, tc := range [][3]int64{{7, 2, 3}, {-7, 2, -4}, {-8, 2, -4}, {0, 5, 0}, {-1, 1000, -1}} {
-		if got := floorDiv(tc[0], tc[1]); got != tc[2] {
-			t.Errorf("floorDiv(%d, %d) = %d, want %d", tc[0], tc[1], got, tc[2])
-		}
-	}
-}
-
 // fakeCaller answers at once: every third request denied, every seventh
 // an error.
 type fakeCaller struct{ calls atomic.Int64 }
@@ -161,8 +153,8 @@ func TestSummariseWindows(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.window = time.Second
 	rec := &runRecord{workerStats: *newWorkerStats()}
-	rec.windows[1_700_000_001] = &windowCount{allowed: 5, denied: 100}
-	rec.windows[1_700_000_000] = &windowCount{allowed: 7, denied: 3}
+	rec.windows[1_700_000_001] = windowCount{5, 100}
+	rec.windows[1_700_000_000] = windowCount{7, 3}
 	sec := int64(time.Second)
 	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
 	res := summarise(rec, cfg)

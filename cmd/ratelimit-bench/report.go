@@ -58,9 +58,9 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 	}
 	if cfg.window > 0 {
 		res.WindowMS = cfg.window.Milliseconds()
-		for _, w := range r.sortedWindows() {
+		for _, w := range slices.Sorted(maps.Keys(r.windows)) {
 			c := r.windows[w]
-			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c.allowed, Denied: c.denied})
+			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c[classAllowed], Denied: c[classDenied]})
 		}
 		res.MaxInSpan = maxInSpan(r.admitted, cfg.window)
 	}
@@ -114,18 +114,11 @@ func printText(w io.Writer, r *loadresult.Result) {
 	}
 }
 
-var grpcCodeNames = map[string]string{
-	"0": "OK", "7": "PERMISSION_DENIED", "8": "RESOURCE_EXHAUSTED", "3": "INVALID_ARGUMENT", "-1": "no-answer",
-}
-
+// codeName names a code of the summary: Check's gRPC codes by name.
 func codeName(mode, code string) string {
+	names := map[string]string{"-1": "no-answer"}
 	if mode == "check" {
-		if n, ok := grpcCodeNames[code]; ok {
-			return n
-		}
+		names = map[string]string{"0": "OK", "7": "PERMISSION_DENIED", "8": "RESOURCE_EXHAUSTED", "3": "INVALID_ARGUMENT", "-1": "no-answer"}
 	}
-	if code == "-1" {
-		return "no-answer"
-	}
-	return code
+	return cmp.Or(names[code], code)
 }

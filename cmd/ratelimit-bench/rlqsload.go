@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -25,21 +23,21 @@ import (
 // rlqsConfig is one `ratelimit-bench rlqs` run: streams acting as Envoys'
 // quota filters, each reporting its own bucket ids.
 type rlqsConfig struct {
-	target     string
-	streams    int
-	buckets    int
-	interval   time.Duration
-	duration   time.Duration
-	perReport  uint64
-	domain     string
-	bucketName string
-	keyEntry   string
-	keyPrefix  string
-	timeout    time.Duration
-	jsonPath   string
+	target, keyPrefix, jsonPath string
+	streams, buckets            int
+	interval, duration          time.Duration
 }
 
-func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// The quota filter's settings, those of the bench's RLQS configuration:
+// its domain, each bucket id's entries (name, and the key entry whose
+// values are <key-prefix>k<N>) and the requests each bucket id reports
+// allowed per periodic report.
+const (
+	rlqsDomain, rlqsBucket, rlqsKeyEntry = "example-api", "activity_create", "tenant"
+	rlqsPerReport                        = 10
+)
+
+func runRLQSCmd(ctx context.Context, _ string, args []string, stdout, stderr io.Writer) error {
 	var c rlqsConfig
 	fs := newFlagSet("rlqs", "Act as Envoys' rate_limit_quota filters: open --streams StreamRateLimitQuotas\nstreams, report --buckets bucket ids on each the way Envoy 1.40.0 does (one\nmessage per new bucket id at once, then all of them every --interval), and\nprint the reports sent, the assignments received and how long the first\nassignment of a bucket id took.")
 	fs.StringVar(&c.target, "target", "127.0.0.1:9001", "the RLQS server's gRPC `address`")
@@ -47,12 +45,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs.IntVar(&c.buckets, "buckets", 100, "bucket ids each stream reports")
 	fs.DurationVar(&c.interval, "interval", 5*time.Second, "time between a stream's periodic reports (Envoy 1.40.0: 5s)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run")
-	fs.Uint64Var(&c.perReport, "per-report", 10, "num_requests_allowed each bucket id reports per periodic report")
-	fs.StringVar(&c.domain, "domain", "example-api", "the filter's domain")
-	fs.StringVar(&c.bucketName, "bucket", "activity_create", "the bucket id's name entry")
-	fs.StringVar(&c.keyEntry, "key-entry", "tenant", "the bucket id's key entry; its values are <key-prefix>k<N>")
-	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the key values: separate key spaces for concurrent runs")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "dial timeout")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the bucket ids' key values: separate key spaces for concurrent runs")
 	fs.StringVar(&c.jsonPath, "json", "", "also write the result as JSON to this `file` (\"-\": stdout, instead of the text)")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
@@ -66,20 +59,13 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return cli.UsageError{Msg: "--interval: at least 100ms"}
 	case c.duration <= 0:
 		return cli.UsageError{Msg: "--duration: must be positive"}
-	case c.domain == "" || c.bucketName == "" || c.keyEntry == "":
-		return cli.UsageError{Msg: "--domain, --bucket and --key-entry must not be empty"}
 	}
 	res, err := rlqsLoad(ctx, c)
 	if err != nil {
 		return err
 	}
 	if c.jsonPath != "" {
-		b, _ := json.MarshalIndent(res, "", "  ")
-		if c.jsonPath == "-" {
-			_, err := stdout.Write(append(b, '\n'))
-			return err
-		}
-		if err := os.WriteFile(c.jsonPath, append(b, '\n'), 0o644); err != nil {
+		if err := writeJSON(c.jsonPath, res, stdout); err != nil || c.jsonPath == "-" {
 			return err
 		}
 	}
@@ -92,7 +78,7 @@ func runRLQSCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // rlqsLoad runs c and returns its result. A stream that fails counts one
 // error and is not reopened: the run measures a steady server.
 func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
-	dctx, cancel := context.WithTimeout(ctx, c.timeout)
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second) // to connect
 	defer cancel()
 	conn, err := grpc.NewClient(c.target, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -131,7 +117,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 			sentAt := make(map[string]time.Time, c.buckets)
 			for i := range ids {
 				key := fmt.Sprintf("%sk%d", c.keyPrefix, s*c.buckets+i)
-				ids[i] = &rlqsv3.BucketId{Bucket: map[string]string{"name": c.bucketName, c.keyEntry: key}}
+				ids[i] = &rlqsv3.BucketId{Bucket: map[string]string{"name": rlqsBucket, rlqsKeyEntry: key}}
 			}
 			// The receiver: answers, and the first assignment of each id.
 			recvDone := make(chan struct{})
@@ -165,7 +151,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 							}
 						}
 						res.Actions[kind]++
-						k := a.GetBucketId().GetBucket()[c.keyEntry]
+						k := a.GetBucketId().GetBucket()[rlqsKeyEntry]
 						if t, ok := sentAt[k]; ok {
 							firsts = append(firsts, now.Sub(t))
 							delete(sentAt, k)
@@ -190,9 +176,9 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 			// As Envoy: each new id reported alone, at once.
 			for _, id := range ids {
 				mu.Lock()
-				sentAt[id.Bucket[c.keyEntry]] = time.Now()
+				sentAt[id.Bucket[rlqsKeyEntry]] = time.Now()
 				mu.Unlock()
-				if !send(&rlqsv3.RateLimitQuotaUsageReports{Domain: c.domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				if !send(&rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
 					{BucketId: id, NumRequestsAllowed: 1, TimeElapsed: durationpb.New(0)}}}) {
 					return
 				}
@@ -206,10 +192,10 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 					<-recvDone
 					return
 				case <-tick.C:
-					m := &rlqsv3.RateLimitQuotaUsageReports{Domain: c.domain}
+					m := &rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain}
 					for _, id := range ids {
 						m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-							BucketId: id, NumRequestsAllowed: c.perReport, TimeElapsed: durationpb.New(c.interval.Truncate(time.Second))})
+							BucketId: id, NumRequestsAllowed: rlqsPerReport, TimeElapsed: durationpb.New(c.interval.Truncate(time.Second))})
 					}
 					if !send(m) {
 						return
@@ -220,7 +206,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	}
 	wg.Wait()
 	res.ElapsedS = time.Since(start).Seconds()
-	sort.Slice(firsts, func(i, j int) bool { return firsts[i] < firsts[j] })
+	slices.Sort(firsts)
 	res.FirstAssign = map[string]float64{}
 	if n := len(firsts); n > 0 {
 		q := func(p float64) float64 { return float64(firsts[min(n-1, int(p*float64(n)))].Microseconds()) }

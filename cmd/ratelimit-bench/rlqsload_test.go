@@ -25,13 +25,13 @@ func (e *echoQuota) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.Rat
 		if err != nil {
 			return nil
 		}
-		if m.GetDomain() != "d" {
+		if m.GetDomain() != rlqsDomain {
 			e.bad.Add(1)
 		}
 		resp := &rlqsv3.RateLimitQuotaResponse{}
 		for _, u := range m.GetBucketQuotaUsages() {
 			e.usages.Add(1)
-			if u.GetBucketId().GetBucket()["tenant"] == "" || u.GetBucketId().GetBucket()["name"] != "b" {
+			if u.GetBucketId().GetBucket()[rlqsKeyEntry] == "" || u.GetBucketId().GetBucket()["name"] != rlqsBucket {
 				e.bad.Add(1)
 			}
 			resp.BucketAction = append(resp.BucketAction, &rlqsv3.RateLimitQuotaResponse_BucketAction{
@@ -61,7 +61,7 @@ func TestRLQSLoad(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := rlqsLoad(ctx, rlqsConfig{target: lis.Addr().String(), streams: 3, buckets: 5, interval: 200 * time.Millisecond,
-		duration: 700 * time.Millisecond, perReport: 7, domain: "d", bucketName: "b", keyEntry: "tenant", timeout: 5 * time.Second})
+		duration: 700 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

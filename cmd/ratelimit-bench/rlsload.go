@@ -10,10 +10,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// shouldRateLimitMethod is the full gRPC method name of Envoy's rate limit
-// service call.
-const shouldRateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
-
 // RLS load: the descriptors Envoy's rate limit filter would send for one
 // request of the example API, with a route configuration of up to three
 // rate_limits entries:
@@ -61,25 +57,26 @@ func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
 	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: all[:n]}
 }
 
-// newRLSCaller opens n connections (see dial) to the targets for
-// ShouldRateLimit: OVER_LIMIT is a denial, any other overall_code lets
-// the request through, as Envoy does.
-func newRLSCaller(targets []string, n, descriptors int) (*grpcCaller, error) {
-	if descriptors < 1 || descriptors > maxRLSDescripts {
-		return nil, fmt.Errorf("--descriptors %d: must be from 1 to %d", descriptors, maxRLSDescripts)
+// rlsLoad is ShouldRateLimit with the first n descriptors: OVER_LIMIT is
+// a denial, any other overall_code lets the request through, as Envoy does.
+func rlsLoad(n int) (grpcLoad, error) {
+	if n < 1 || n > maxRLSDescripts {
+		return grpcLoad{}, fmt.Errorf("--descriptors %d: must be from 1 to %d", n, maxRLSDescripts)
 	}
-	conns, err := dial(targets, n, rawCodec{read: codeField}) // overall_code
-	if err != nil {
-		return nil, err
-	}
-	return &grpcCaller{conns: conns, method: shouldRateLimitMethod, what: "RateLimitRequest",
-		encode: func(r request, _ uint64) ([]byte, error) { return proto.Marshal(rlsRequest(r, descriptors)) },
-		judge: func(code int32) (int, int) {
-			if rlsv3.RateLimitResponse_Code(code) == rlsv3.RateLimitResponse_OVER_LIMIT {
-				return classDenied, int(codes.ResourceExhausted)
-			}
-			return classAllowed, 0
+	return grpcLoad{method: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", mix: describeRLS(n),
+		encode: func(r request, _ uint64) ([]byte, error) { return proto.Marshal(rlsRequest(r, n)) },
+		judge: func(b []byte) (outcome, error) {
+			code, err := codeField(b) // overall_code
+			return overLimit(code == int32(rlsv3.RateLimitResponse_OVER_LIMIT)), err
 		}}, nil
+}
+
+// overLimit is the outcome of a rate limit service's answer.
+func overLimit(over bool) outcome {
+	if over {
+		return outcome{class: classDenied, code: int(codes.ResourceExhausted)}
+	}
+	return outcome{class: classAllowed}
 }
 
 // describeRLS is the "mix" a run reports: domain and descriptors.

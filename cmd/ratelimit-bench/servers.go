@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"google.golang.org/grpc"
 	"io"
 	"log/slog"
 	"net"
@@ -17,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
@@ -27,15 +27,6 @@ import (
 // ext_authz server anyone would write first: generated code, nothing else.
 type noopAuthz struct {
 	authv3.UnimplementedAuthorizationServer
-	ok *authv3.CheckResponse
-}
-
-func newNoopAuthz() *noopAuthz {
-	return &noopAuthz{ok: &authv3.CheckResponse{Status: &rpcstatus.Status{}}}
-}
-
-func (n *noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	return n.ok, nil
 }
 
 // noopRLS answers every ShouldRateLimit with OK at once, from one shared
@@ -43,28 +34,25 @@ func (n *noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckR
 // noopAuthz is of any ext_authz server.
 type noopRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	ok *rlsv3.RateLimitResponse
 }
 
-func newNoopRLS() *noopRLS {
-	return &noopRLS{ok: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}}
+var (
+	checkOK = &authv3.CheckResponse{Status: &rpcstatus.Status{}}
+	rlsOK   = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+)
+
+func (noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	return checkOK, nil
 }
 
-func (n *noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return n.ok, nil
+func (noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return rlsOK, nil
 }
 
-// serveConfig are the flags of the no-op servers.
+// serveConfig are the flags of the servers.
 type serveConfig struct {
 	grpcAddr, httpAddr, pprofAddr string
 	lifetime                      time.Duration
-}
-
-func (c serveConfig) validate() error {
-	if c.lifetime <= 0 || c.lifetime > 24*time.Hour {
-		return fmt.Errorf("--lifetime %v: must be positive and at most 24h", c.lifetime)
-	}
-	return nil
 }
 
 // serveNoop runs the no-op Check and ShouldRateLimit behind the product's own gRPC and HTTP
@@ -75,7 +63,7 @@ func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: shutdownTimeout},
-		server.Services{Authz: newNoopAuthz(), RateLimit: newNoopRLS()}, reg, log)
+		server.Services{Authz: noopAuthz{}, RateLimit: noopRLS{}}, reg, log)
 	if err != nil {
 		return err
 	}
@@ -103,7 +91,7 @@ func upstreamHandler() http.Handler {
 // lifetime is over.
 func serveUpstream(ctx context.Context, addr string, lifetime time.Duration, log *slog.Logger) error {
 	log.Info("upstream serving", "addr", addr)
-	return serveAll(ctx, lifetime, nil, &http.Server{Addr: addr, Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute})
+	return serveAll(ctx, lifetime, httpService(&http.Server{Addr: addr, Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}))
 }
 
 // serveNoopGRPC serves noopAuthz and noopRLS on a plain grpc.NewServer()
@@ -114,92 +102,88 @@ func serveUpstream(ctx context.Context, addr string, lifetime time.Duration, log
 // ctx ends or the lifetime is over.
 func serveNoopGRPC(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	gs := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(gs, newNoopAuthz())
-	rlsv3.RegisterRateLimitServiceServer(gs, newNoopRLS())
+	authv3.RegisterAuthorizationServer(gs, noopAuthz{})
+	rlsv3.RegisterRateLimitServiceServer(gs, noopRLS{})
 	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux := http.NewServeMux()
 	mux.Handle("GET /healthz", ok)
 	mux.Handle("GET /readyz", ok)
-	servers := []*http.Server{{Addr: c.httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}}
+	services := []service{grpcService(c.grpcAddr, gs), httpService(&http.Server{Addr: c.httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second})}
 	if c.pprofAddr != "" {
 		pm := http.NewServeMux()
 		pm.HandleFunc("/debug/pprof/", pprof.Index)
 		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		servers = append(servers, &http.Server{Addr: c.pprofAddr, Handler: pm, ReadHeaderTimeout: 5 * time.Second})
+		services = append(services, httpService(&http.Server{Addr: c.pprofAddr, Handler: pm, ReadHeaderTimeout: 5 * time.Second}))
 	}
 	log.Info("default grpc-go no-op serving", "grpc", c.grpcAddr, "http", c.httpAddr, "pprof", c.pprofAddr)
-	return serveAll(ctx, c.lifetime, &grpcServer{srv: gs, addr: c.grpcAddr}, servers...)
+	return serveAll(ctx, c.lifetime, services...)
 }
 
-// grpcServer is a gRPC server and the address it serves on.
-type grpcServer struct {
-	srv  *grpc.Server
-	addr string
+// service is one listener's server for serveAll: how it serves, and how it
+// stops, gracefully until its context ends and then at once.
+type service struct {
+	addr  string
+	serve func(net.Listener) error
+	stop  func(context.Context)
 }
 
-// serveAll listens on every server's address (and g's when set) and
-// serves until ctx ends, the lifetime is over or one fails, then stops
-// them, gracefully within shutdownTimeout.
-func serveAll(ctx context.Context, lifetime time.Duration, g *grpcServer, servers ...*http.Server) error {
+func httpService(s *http.Server) service {
+	return service{s.Addr, s.Serve, func(ctx context.Context) {
+		if s.Shutdown(ctx) != nil {
+			s.Close()
+		}
+	}}
+}
+
+func grpcService(addr string, g *grpc.Server) service {
+	return service{addr, g.Serve, func(ctx context.Context) {
+		stopped := make(chan struct{})
+		go func() { g.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			g.Stop()
+		}
+	}}
+}
+
+// serveAll listens on every service's address and serves until ctx ends,
+// the lifetime is over or one fails, then stops them, each gracefully
+// within shutdownTimeout.
+func serveAll(ctx context.Context, lifetime time.Duration, services ...service) error {
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
 			l.Close()
 		}
 	}()
-	listen := func(addr string) error {
-		l, err := net.Listen("tcp", addr)
+	for _, s := range services {
+		l, err := net.Listen("tcp", s.addr)
 		if err != nil {
-			return fmt.Errorf("listen on %s: %w", addr, err)
+			return fmt.Errorf("listen on %s: %w", s.addr, err)
 		}
 		listeners = append(listeners, l)
-		return nil
 	}
-	for _, s := range servers {
-		if err := listen(s.Addr); err != nil {
-			return err
-		}
-	}
-	if g != nil {
-		if err := listen(g.addr); err != nil {
-			return err
-		}
-	}
-	errc := make(chan error, len(listeners))
-	for i, s := range servers {
-		go func() { errc <- s.Serve(listeners[i]) }()
-	}
-	if g != nil {
-		go func() { errc <- g.srv.Serve(listeners[len(servers)]) }()
+	errc := make(chan error, len(services))
+	for i, s := range services {
+		go func() { errc <- s.serve(listeners[i]) }()
 	}
 	ctx, cancel := context.WithTimeout(ctx, lifetime)
 	defer cancel()
-	var serveErr error
+	var err error
 	select {
-	case err := <-errc:
-		serveErr = fmt.Errorf("serve: %w", err)
+	case err = <-errc:
 	case <-ctx.Done():
 	}
-	if g != nil {
-		stopped := make(chan struct{})
-		go func() { g.srv.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-time.After(shutdownTimeout):
-			g.srv.Stop()
-		}
-	}
-	for _, s := range servers {
+	for _, s := range services {
 		sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		if err := s.Shutdown(sctx); err != nil {
-			s.Close()
-		}
+		s.stop(sctx)
 		scancel()
 	}
-	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
-		return serveErr
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }
