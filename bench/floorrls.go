@@ -174,10 +174,7 @@ func rlsFloorTargets(res *Results) []Target {
 		}
 		t.Value = worst
 		t.Measured = strings.Join(parts, ", ")
-		t.Met = ptr(worst <= limit)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.2f× against %.2f×", worst, limit)
-		}
+		t.judge(worst <= limit, "%.2f× against %.2f×", worst, limit)
 		return t
 	}
 	return []Target{

@@ -74,10 +74,7 @@ func floorPathTargets(res *Results, path, label string) []Target {
 			sd, _ := floorRowOf(f, "saturation", path+"denied")
 			t.Measured += fmt.Sprintf(": %.1f and %.1f µs vs %.1f µs", sa.CPUUS, sd.CPUUS, n.CPUUS)
 		}
-		t.Met = ptr(worst <= targetFloorCPU)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.2f× against 0.70×", worst)
-		}
+		t.judge(worst <= targetFloorCPU, "%.2f× against 0.70×", worst)
 	}
 	out = append(out, t)
 
@@ -92,10 +89,7 @@ func floorPathTargets(res *Results, path, label string) []Target {
 		ba, _ := floorRowOf(f, lowRate, floorBaseline+"allowed")
 		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f) at %.0f/s: %.1f vs %.1f µs allowed; baseline %s",
 			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(f.Baseline))
-		t.Met = ptr(worst <= targetFloorLowRate)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.2f× against 0.6×", worst)
-		}
+		t.judge(worst <= targetFloorLowRate, "%.2f× against 0.6×", worst)
 	} else if f != nil && f.Baseline != nil && f.Baseline.Error != "" {
 		t.Measured = "no baseline: " + f.Baseline.Error
 	}
@@ -111,10 +105,7 @@ func floorPathTargets(res *Results, path, label string) []Target {
 		t.Value = round(worst, 3)
 		t.Measured = fmt.Sprintf("%s allowed, %s denied vs %s at %.0f/s (medians over the rounds)",
 			loadresult.Micros(sa.Latency.P99), loadresult.Micros(sd.Latency.P99), loadresult.Micros(n.Latency.P99), sa.Rate)
-		t.Met = ptr(worst <= targetFloorP99)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.2f× the default no-op's p99", worst)
-		}
+		t.judge(worst <= targetFloorP99, "%.2f× the default no-op's p99", worst)
 	}
 	out = append(out, t)
 
@@ -129,10 +120,7 @@ func floorTargets(res *Results) []Target {
 	if m := res.Memory; m != nil && m.BytesPerKeyRSS > 0 {
 		t.Value = m.BytesPerKeyRSS
 		t.Measured = fmt.Sprintf("%.0f B/key resident at %.0f live keys (%.0f B/key live heap)", m.BytesPerKeyRSS, m.Loaded.LiveKeys, m.BytesPerKeyHeap)
-		t.Met = ptr(m.BytesPerKeyRSS <= targetFloorRSSPerKey)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.0f B/key over", m.BytesPerKeyRSS-targetFloorRSSPerKey)
-		}
+		t.judge(m.BytesPerKeyRSS <= targetFloorRSSPerKey, "%.0f B/key over", m.BytesPerKeyRSS-targetFloorRSSPerKey)
 		if m.Keys < 1_000_000 {
 			t.Measured += " — fewer than 1 M keys, not the target's figure"
 			t.Met = nil
@@ -163,10 +151,7 @@ func targets(res *Results) []Target {
 		worst := min(a.RPS, d.RPS) / n.RPS
 		t.Value = round(worst, 3)
 		t.Measured = fmt.Sprintf("%.2f× allowed, %.2f× denied (%.0f and %.0f vs %.0f checks/s)", a.RPS/n.RPS, d.RPS/n.RPS, a.RPS, d.RPS, n.RPS)
-		t.Met = ptr(worst >= targetRatio)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.0f%% short of 0.85×", 100*(targetRatio-worst)/targetRatio)
-		}
+		t.judge(worst >= targetRatio, "%.0f%% short of 0.85×", 100*(targetRatio-worst)/targetRatio)
 	}
 	out = append(out, t)
 
@@ -178,10 +163,7 @@ func targets(res *Results) []Target {
 		worst := max(a.Latency.P99, d.Latency.P99)
 		t.Value = worst
 		t.Measured = fmt.Sprintf("%s allowed, %s denied at %.0f/s", loadresult.Micros(a.Latency.P99), loadresult.Micros(d.Latency.P99), a.Rate)
-		t.Met = ptr(worst <= targetP99US)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.1f× the 1 ms goal", worst/targetP99US)
-		}
+		t.judge(worst <= targetP99US, "%.1f× the 1 ms goal", worst/targetP99US)
 	}
 	out = append(out, t)
 
@@ -189,10 +171,7 @@ func targets(res *Results) []Target {
 	if m := res.Memory; m != nil && m.BytesPerKeyRSS > 0 {
 		t.Value = m.BytesPerKeyRSS
 		t.Measured = fmt.Sprintf("%.0f B/key resident (RSS), %.0f B/key live heap", m.BytesPerKeyRSS, m.BytesPerKeyHeap)
-		t.Met = ptr(m.BytesPerKeyRSS <= targetBytesPerKey)
-		if !*t.Met {
-			t.Margin = fmt.Sprintf("%.0f B/key (%.0f%%) over", m.BytesPerKeyRSS-targetBytesPerKey, 100*(m.BytesPerKeyRSS-targetBytesPerKey)/targetBytesPerKey)
-		}
+		t.judge(m.BytesPerKeyRSS <= targetBytesPerKey, "%.0f B/key (%.0f%%) over", m.BytesPerKeyRSS-targetBytesPerKey, 100*(m.BytesPerKeyRSS-targetBytesPerKey)/targetBytesPerKey)
 	}
 	out = append(out, t)
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -65,6 +66,15 @@ type Target struct {
 	Met      *bool   `json:"met"` // nil: not measured
 	Margin   string  `json:"margin,omitempty"`
 	Value    float64 `json:"value"`
+}
+
+// judge sets the verdict: met, or missed by the margin format and args
+// say.
+func (t *Target) judge(met bool, margin string, args ...any) {
+	t.Met = &met
+	if !met {
+		t.Margin = fmt.Sprintf(margin, args...)
+	}
 }
 
 // Micro is the Go microbenchmarks.

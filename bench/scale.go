@@ -299,10 +299,7 @@ func scaleTarget(res *Results) Target {
 	}
 	t.Value = worst
 	t.Measured = strings.Join(parts, ", ") + "; before " + s.Before.Commit[:min(len(s.Before.Commit), 12)]
-	t.Met = ptr(worst <= targetScaleFlood)
-	if !*t.Met {
-		t.Margin = fmt.Sprintf("%.3f× against 0.01×", worst)
-	}
+	t.judge(worst <= targetScaleFlood, "%.3f× against 0.01×", worst)
 	return t
 }
 
