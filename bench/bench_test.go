@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -338,5 +340,34 @@ func TestOptions(t *testing.T) {
 	}
 	if v := envoyVersion("envoy  version: 0f1b9a/1.40.0/Clean/RELEASE/BoringSSL"); v != "1.40.0" {
 		t.Errorf("envoyVersion = %q", v)
+	}
+}
+
+// TestRewriteReport: --report-only rewrites REPORT.md from results.json,
+// judging the targets anew, and runs nothing.
+func TestRewriteReport(t *testing.T) {
+	out := t.TempDir()
+	res := &Results{StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
+		Memory:  &Memory{Keys: 1_000_000, BytesPerKeyRSS: 140, BytesPerKeyHeap: 100, Loaded: MemPoint{RSS: 1 << 20, LiveKeys: 1_000_000}},
+		Timings: []StepTime{{Step: "memory", Seconds: 300}}}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{out: out, logDir: filepath.Join(out, "logs"), stdout: io.Discard, opt: options{plot: false}}
+	if err := r.rewriteReport(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	report, err := os.ReadFile(filepath.Join(out, "REPORT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| ≤ 150 bytes per live key | 140 B/key resident (RSS), 100 B/key live heap | **met** |", "| memory | 300 |"} {
+		if !bytes.Contains(report, []byte(want)) {
+			t.Errorf("REPORT.md lacks %q", want)
+		}
 	}
 }

@@ -261,7 +261,7 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 		return fmt.Errorf("results.json: %w", err)
 	}
 	if r.res.Scale != nil {
-		r.res.Scale.build() // the model and its fits, from the measured rows
+		r.res.Scale.build() // the rows of both trees, joined
 	}
 	r.res.Targets = targets(r.res)
 	if r.opt.plot {
@@ -269,6 +269,7 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 			return err
 		}
 		r.res.PlotError = ""
+		r.res.Timings = slices.DeleteFunc(r.res.Timings, func(t StepTime) bool { return t.Step == "plot" })
 		r.step(ctx, "plot", r.plotPNGs)
 	}
 	if err := r.writeJSON(); err != nil {

@@ -5,7 +5,7 @@ Usage: plot.py RESULTS_JSON OUT_DIR
 
 Writes, for the scenarios present in the results:
   memory.png              memory: RSS and live keys over the run
-  latency-cdf-envoy.png   envoy: latency CDF through Envoy, filter on vs off
+  latency-cdf-envoy.png   envoy: latency CDF through Envoy, each filter against none
 and prints the path of each file written. Needs matplotlib
 (scripts/install-plot.sh installs it into .tools/venv).
 """
@@ -110,7 +110,7 @@ def main():
         memory_plot(res["memory"], out)
     if res.get("envoy"):
         cdf_plot(res["envoy"].get("cdfs") or [], out, "latency-cdf-envoy.png",
-                 "HTTP latency through Envoy: ext_authz filter off, on with the no-op server, on with ratelimit-authz")
+                 "HTTP latency through Envoy: no filter, ext_authz (no-op server, ratelimit-authz), the quota filter")
 
 
 if __name__ == "__main__":
