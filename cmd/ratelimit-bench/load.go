@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -89,10 +88,6 @@ const maxDuration = time.Hour
 // by class (classAllowed, classDenied).
 type windowCount [2]int64
 
-// maxAdmittedTimes bounds the admitted-request timestamps kept for the
-// busiest-span figure.
-const maxAdmittedTimes = 4 << 20
-
 // workerStats is one worker's record, merged after the run into a
 // runRecord.
 type workerStats struct {
@@ -101,9 +96,8 @@ type workerStats struct {
 	codes    map[int]int64
 	errKinds map[string]int64
 	windows  map[int64]windowCount
-	admitted []int64 // unix ns of admitted requests (window mode)
-	late     int64   // fixed rate: requests already more than 1 ms overdue when their worker came free
-	sent     int64   // warm-up included
+	late     int64 // fixed rate: requests already more than 1 ms overdue when their worker came free
+	sent     int64 // warm-up included
 	lastDone time.Time
 }
 
@@ -111,7 +105,7 @@ func newWorkerStats() *workerStats {
 	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]windowCount{}}
 }
 
-func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration, keep int) {
+func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration) {
 	s.hist.record(latency)
 	s.classes[o.class]++
 	s.codes[o.code]++
@@ -123,9 +117,6 @@ func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window
 		c := s.windows[w]
 		c[o.class]++
 		s.windows[w] = c
-		if o.class == classAllowed && len(s.admitted) < keep {
-			s.admitted = append(s.admitted, at.UnixNano())
-		}
 	}
 }
 
@@ -170,7 +161,6 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 		callNo atomic.Uint64 // sequence over the run, for spreading over connections
 		wg     sync.WaitGroup
 		stats  = make([]*workerStats, cfg.concurrency)
-		keep   = maxAdmittedTimes / cfg.concurrency
 	)
 	for w := range cfg.concurrency {
 		st := newWorkerStats()
@@ -242,7 +232,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 				// A request is put in the window of the midpoint of its
 				// call, the best guess of when the server (on the same
 				// clock) decided it.
-				st.add(o, done.Sub(from), start.Add(done.Sub(start)/2), cfg.window, keep)
+				st.add(o, done.Sub(from), start.Add(done.Sub(start)/2), cfg.window)
 			}
 		})
 	}
@@ -297,14 +287,12 @@ func mergeStats(stats []*workerStats, measureFrom, end time.Time) *runRecord {
 			m := r.windows[w]
 			r.windows[w] = windowCount{m[0] + c[0], m[1] + c[1]}
 		}
-		r.admitted = append(r.admitted, s.admitted...)
 		r.late += s.late
 		r.sent += s.sent
 		if s.lastDone.After(r.lastDone) {
 			r.lastDone = s.lastDone
 		}
 	}
-	slices.Sort(r.admitted)
 	return r
 }
 
@@ -315,19 +303,6 @@ func (r *runRecord) elapsed() time.Duration {
 		return r.lastDone.Sub(r.measureFrom)
 	}
 	return r.end.Sub(r.measureFrom)
-}
-
-// maxInSpan returns the most timestamps (sorted, ns) that fall in any
-// half-open span [t, t+span).
-func maxInSpan(ts []int64, span time.Duration) int {
-	best, lo := 0, 0
-	for hi := range ts {
-		for ts[hi]-ts[lo] >= int64(span) {
-			lo++
-		}
-		best = max(best, hi-lo+1)
-	}
-	return best
 }
 
 // errNoAnswers is returned when not a single request of a run was

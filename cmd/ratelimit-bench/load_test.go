@@ -31,30 +31,6 @@ func TestIntendedTimeDealsTheScheduleToWorkers(t *testing.T) {
 	}
 }
 
-func TestMaxInSpan(t *testing.T) {
-	ms := func(v ...int64) []int64 {
-		for i := range v {
-			v[i] *= int64(time.Millisecond)
-		}
-		return v
-	}
-	for _, tc := range []struct {
-		ts   []int64
-		want int
-	}{
-		{nil, 0},
-		{ms(5), 1},
-		{ms(0, 999, 1000), 2},            // [t, t+1s) is half open
-		{ms(0, 500, 900, 1400, 1450), 4}, // 500…1450
-		{ms(0, 1000, 2000, 3000), 1},
-		{ms(10, 10, 10), 3},
-	} {
-		if got := maxInSpan(tc.ts, time.Second); got != tc.want {
-			t.Errorf("maxInSpan(%v) = %d, want %d", tc.ts, got, tc.want)
-		}
-	}
-}
-
 // fakeCaller answers at once: every third request denied, every seventh
 // an error.
 type fakeCaller struct{ calls atomic.Int64 }
@@ -155,11 +131,9 @@ func TestSummariseWindows(t *testing.T) {
 	rec := &runRecord{workerStats: *newWorkerStats()}
 	rec.windows[1_700_000_001] = windowCount{5, 100}
 	rec.windows[1_700_000_000] = windowCount{7, 3}
-	sec := int64(time.Second)
-	rec.admitted = []int64{1_700_000_000*sec + 900e6, 1_700_000_000*sec + 950e6, 1_700_000_001*sec + 100e6}
 	res := summarise(rec, cfg)
 	want := []loadresult.Window{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}, {StartMS: 1_700_000_001_000, Allowed: 5, Denied: 100}}
-	if !slices.Equal(res.Windows, want) || res.WindowMS != 1000 || res.MaxInSpan != 3 {
-		t.Errorf("windows %+v (window %d ms, busiest %d), want %+v", res.Windows, res.WindowMS, res.MaxInSpan, want)
+	if !slices.Equal(res.Windows, want) || res.WindowMS != 1000 {
+		t.Errorf("windows %+v (window %d ms), want %+v", res.Windows, res.WindowMS, want)
 	}
 }

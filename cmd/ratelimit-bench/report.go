@@ -62,7 +62,6 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 			c := r.windows[w]
 			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c[classAllowed], Denied: c[classDenied]})
 		}
-		res.MaxInSpan = maxInSpan(r.admitted, cfg.window)
 	}
 	return res
 }
@@ -110,7 +109,7 @@ func printText(w io.Writer, r *loadresult.Result) {
 		fmt.Fprintf(w, "error     %d × %s\n", r.ErrorKinds[k], k)
 	}
 	if r.WindowMS > 0 {
-		fmt.Fprintf(w, "windows   %d of %dms; busiest %dms span admitted %d\n", len(r.Windows), r.WindowMS, r.WindowMS, r.MaxInSpan)
+		fmt.Fprintf(w, "windows   %d of %dms\n", len(r.Windows), r.WindowMS)
 	}
 }
 

@@ -23,34 +23,32 @@ const Tool = "ratelimit-bench"
 // Result is the machine-readable summary of a run. Latencies are in
 // microseconds.
 type Result struct {
-	Tool        string            `json:"tool"`
-	Mode        string            `json:"mode"` // "check" (ext_authz, gRPC), "rls" (ShouldRateLimit, gRPC) or "http"
-	Targets     []string          `json:"targets"`
-	Concurrency int               `json:"concurrency"`
-	Connections int               `json:"connections,omitempty"`
-	Rate        float64           `json:"rate"` // requested; 0 = closed loop
-	Mix         string            `json:"mix"`
-	Keys        string            `json:"keys"`
-	StartedAt   time.Time         `json:"started_at"`
-	WarmupS     float64           `json:"warmup_s"`
-	DurationS   float64           `json:"duration_s"`   // planned
-	ElapsedS    float64           `json:"elapsed_s"`    // measured
-	Requests    int64             `json:"requests"`     // answered or failed in the measured time
-	Sent        int64             `json:"sent"`         // warm-up included
-	ClientCPUS  float64           `json:"client_cpu_s"` // the tool's own CPU time over all it sent
-	RPS         float64           `json:"rps"`
-	Allowed     int64             `json:"allowed"`
-	Denied      int64             `json:"denied"`
-	Errors      int64             `json:"errors"`
-	Late        int64             `json:"late,omitempty"` // fixed rate: requests > 1 ms overdue when a worker came free
-	Codes       map[string]int64  `json:"codes"`          // gRPC code or HTTP status → count ("-1": no answer)
-	ErrorKinds  map[string]int64  `json:"error_kinds,omitempty"`
-	Latency     Latency           `json:"latency_us"`
-	CDF         [][2]float64      `json:"cdf"` // [quantile, latency µs]
-	WindowMS    int64             `json:"window_ms,omitempty"`
-	Windows     []Window          `json:"windows,omitempty"`
-	MaxInSpan   int               `json:"max_admitted_in_any_window,omitempty"` // busiest span of one window length
-	Extra       map[string]string `json:"extra,omitempty"`
+	Tool        string           `json:"tool"`
+	Mode        string           `json:"mode"` // "check" (ext_authz, gRPC), "rls" (ShouldRateLimit, gRPC) or "http"
+	Targets     []string         `json:"targets"`
+	Concurrency int              `json:"concurrency"`
+	Connections int              `json:"connections,omitempty"`
+	Rate        float64          `json:"rate"` // requested; 0 = closed loop
+	Mix         string           `json:"mix"`
+	Keys        string           `json:"keys"`
+	StartedAt   time.Time        `json:"started_at"`
+	WarmupS     float64          `json:"warmup_s"`
+	DurationS   float64          `json:"duration_s"`   // planned
+	ElapsedS    float64          `json:"elapsed_s"`    // measured
+	Requests    int64            `json:"requests"`     // answered or failed in the measured time
+	Sent        int64            `json:"sent"`         // warm-up included
+	ClientCPUS  float64          `json:"client_cpu_s"` // the tool's own CPU time over all it sent
+	RPS         float64          `json:"rps"`
+	Allowed     int64            `json:"allowed"`
+	Denied      int64            `json:"denied"`
+	Errors      int64            `json:"errors"`
+	Late        int64            `json:"late,omitempty"` // fixed rate: requests > 1 ms overdue when a worker came free
+	Codes       map[string]int64 `json:"codes"`          // gRPC code or HTTP status → count ("-1": no answer)
+	ErrorKinds  map[string]int64 `json:"error_kinds,omitempty"`
+	Latency     Latency          `json:"latency_us"`
+	CDF         [][2]float64     `json:"cdf"` // [quantile, latency µs]
+	WindowMS    int64            `json:"window_ms,omitempty"`
+	Windows     []Window         `json:"windows,omitempty"`
 }
 
 // Latency are the usual points of a run's latency distribution, in
