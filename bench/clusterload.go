@@ -39,7 +39,7 @@ func (r *runner) clusterLoadEstimate() time.Duration {
 	return up + down + back + 10*time.Second
 }
 
-// clusterLoad is scenario 5: three nodes on one NATS under a steady load
+// clusterLoad is the cluster-load scenario: three nodes on one NATS under a steady load
 // of ten times the shipped activity_create limit, one tenant spread evenly
 // over the nodes, while NATS is up, then stopped, then back. With NATS up
 // the cluster holds the limit together; with NATS down each node counts
@@ -226,7 +226,7 @@ func clusterLoadSummary(ws []ClusterLoadWindow, nodes, limit int) []ClusterLoadP
 	return out
 }
 
-// ClusterLoad is scenario 5: a cluster under steady load through a NATS
+// ClusterLoad is the cluster-load scenario: a cluster under steady load through a NATS
 // outage.
 type ClusterLoad struct {
 	Nodes        int     `json:"nodes"`

@@ -15,7 +15,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
-// memory is scenario 2: a million distinct keys, client IPs on the
+// memory is the memory scenario: a million distinct keys, client IPs on the
 // token_create bucket (per client IP, a minute-long window) and its copies,
 // all arriving within one window; resident memory and live keys before,
 // at the end, and after the window has ended and the sweeper has run.

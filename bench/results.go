@@ -117,7 +117,7 @@ type CDFSeries struct {
 	Points [][2]float64 `json:"points"`
 }
 
-// Memory is scenario 2, and the rls scenario's memory run.
+// Memory is the memory scenario.
 type Memory struct {
 	Keys            int64       `json:"keys"`
 	Checks          int64       `json:"checks"`
