@@ -86,7 +86,7 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.IntVar(&o.memBuckets, "memory-buckets", 2, "buckets (keyed by client IP) each check of the memory scenario counts in: new keys per check")
 	fs.IntVar(&o.accWindows, "accuracy-windows", 8, "whole windows counted per row in the accuracy scenario")
 	fs.IntVar(&o.count, "count", 6, "go test -count of the microbenchmarks")
-	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (keeps make bench near 5 minutes)")
+	fs.StringVar(&o.benchtime, "benchtime", "150ms", "go test -benchtime of the microbenchmarks (the microbenchmarks take about a minute at the default)")
 	fs.DurationVar(&o.budget, "budget", 20*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
