@@ -138,14 +138,26 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // statusCode reads CheckResponse.status.code (fields 1 and 1) from the wire
-// form; an absent status is OK, as Envoy treats it.
-func statusCode(b []byte) (int32, error) {
-	v, err := lastField(b, 1, protowire.BytesType)
-	if err != nil || v == nil {
+// form; an absent status is OK, as Envoy treats it. A status sent in
+// several parts is merged as protobuf merges it: the last part that
+// carries a code sets it.
+func statusCode(b []byte) (code int32, err error) {
+	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		msg, _ := protowire.ConsumeBytes(v) // whole: eachField checked it
+		c, err := lastField(msg, 1, protowire.VarintType)
+		if err == nil && c != nil {
+			x, _ := protowire.ConsumeVarint(c)
+			code = int32(x)
+		}
+		return err
+	})
+	if err != nil {
 		return 0, err
 	}
-	msg, _ := protowire.ConsumeBytes(v) // whole: lastField consumed it
-	return codeField(msg)
+	return code, nil
 }
 
 // codeField reads the varint field 1 of a message from its wire form

@@ -62,6 +62,29 @@ func TestStatusCodeReadsTheDecision(t *testing.T) {
 	if _, err := statusCode([]byte{0x0a, 0x05, 0x08}); err == nil {
 		t.Error("truncated message: no error")
 	}
+	// A status in two parts, the second without a code: protobuf merges
+	// them, and the first part's code stands.
+	if got, err := statusCode([]byte{0x0a, 0x02, 0x08, 0x08, 0x0a, 0x02, 0x12, 0x00}); err != nil || got != 8 {
+		t.Errorf("status in two parts: %d, %v; want 8", got, err)
+	}
+}
+
+// FuzzStatusCode: the tool reads the code the protobuf library reads from
+// any answer it accepts, and never panics on one it does not.
+func FuzzStatusCode(f *testing.F) {
+	for _, r := range []*authv3.CheckResponse{{}, {Status: &rpcstatus.Status{Code: 8, Message: "rate limited"}}} {
+		b, _ := proto.Marshal(r)
+		f.Add(b)
+	}
+	f.Add([]byte{0x0a, 0x02, 0x08, 0x08, 0x0a, 0x02, 0x12, 0x00})
+	f.Add([]byte{0x0a, 0x05, 0x08})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		got, err := statusCode(b)
+		var m authv3.CheckResponse
+		if perr := proto.Unmarshal(b, &m); perr == nil && err == nil && got != m.GetStatus().GetCode() {
+			t.Fatalf("status.code %d, proto reads %d", got, m.GetStatus().GetCode())
+		}
+	})
 }
 
 func TestCheckRequestIsWhatEnvoySends(t *testing.T) {
