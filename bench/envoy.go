@@ -54,17 +54,30 @@ func (r *runner) envoyEstimate() time.Duration {
 func (r *runner) envoy(ctx context.Context) error {
 	e := &EnvoyE2E{Plan: r.opt.plan(0, 0), Workers: envoyWorkers}
 	r.res.Envoy = e
-	be, addrs, err := r.startEnvoyBackends(ctx, "e2e", 7)
+	if r.bins.envoy == "" {
+		return fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
+	}
+	addrs, err := freeport.Addrs(7)
 	if err != nil {
 		return err
 	}
-	defer be.stop()
+	app := addrs[0]
+	up, err := r.start("e2e-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", app, "--lifetime", r.lifetime().String())
+	if err != nil {
+		return err
+	}
+	defer up.stop()
+	srv, err := r.startServer(ctx, -1, "e2e-server", nil, true, r.bins.server, r.serve(r.allowedCfg)...)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
 	noop, err := r.startNoop(ctx, "e2e-noop")
 	if err != nil {
 		return err
 	}
 	defer noop.stop()
-	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: be.srv.grpc, Check: be.srv.addr, NoopAuthz: noop.grpc, App: addrs[0]})
+	cfgA, err := envoyConfig(r.root, envoyAddrs{Admin: addrs[1], On: addrs[2], Noop: addrs[3], Off: addrs[4], Authz: srv.grpc, Check: srv.addr, NoopAuthz: noop.grpc, App: app})
 	if err != nil {
 		return err
 	}
@@ -72,21 +85,29 @@ func (r *runner) envoy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[5], Listener: addrs[6], Authz: []string{be.srv.grpc}, App: addrs[0]})
+	cfgB, err := envoyconf.Render(src, envoyconf.Addrs{Admin: addrs[5], Listener: addrs[6], Authz: []string{srv.grpc}, App: app})
 	if err != nil {
 		return err
 	}
-	stop, err := r.startEnvoys(ctx, be, envoySpec{"e2e-envoy-authz", addrs[1], cfgA}, envoySpec{"e2e-envoy-quota", addrs[5], cfgB})
-	if err != nil {
+	for _, x := range []struct {
+		name, admin string
+		cfg         []byte
+	}{{"e2e-envoy-authz", addrs[1], cfgA}, {"e2e-envoy-quota", addrs[5], cfgB}} {
+		p, err := r.startEnvoy(ctx, x.name, x.admin, x.cfg)
+		if err != nil {
+			return err
+		}
+		defer p.stop()
+	}
+	if err := waitHTTP200(ctx, up, "http://"+app+"/", 10*time.Second); err != nil {
 		return err
 	}
-	defer stop()
 	at := map[string]string{"on": addrs[2], "noop": addrs[3], "off": addrs[4], "quota": addrs[6]}
 	for _, c := range envoyConcurrency {
 		got := map[string][]*loadRun{}
 		err := r.rotate(len(envoyListeners), func(round, i int) error {
 			l := envoyListeners[i]
-			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("e2e-c%d-r%d-%s", c, round+1, l), be.srv.proc,
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("e2e-c%d-r%d-%s", c, round+1, l), srv.proc,
 				append([]string{"http", "--target", at[l], "--concurrency", strconv.Itoa(c),
 					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, envoyLoad...)...)
 			got[l] = append(got[l], run)
@@ -123,7 +144,7 @@ func (r *runner) envoy(ctx context.Context) error {
 	if e.Stats["http.authz_on.ext_authz.ok"] == 0 || e.Stats["http.authz_noop.ext_authz.ok"] == 0 || e.Stats["http.authz_off.ext_authz.ok"] != 0 {
 		return fmt.Errorf("the filter was not on where expected: %v", e.Stats)
 	}
-	return r.rlqsStreams(ctx, e, be.srv)
+	return r.rlqsStreams(ctx, e, srv)
 }
 
 // envoyRow is the row of listener l at concurrency c.
@@ -131,87 +152,23 @@ func (e *EnvoyE2E) row(c int, l string) (EnvoyRow, bool) {
 	return first(e.Rows, func(x EnvoyRow) bool { return x.Concurrency == c && x.Listener == l })
 }
 
-// envoyBackends are what the Envoys of a scenario route to: the
-// upstream app, and ratelimit-authz of the allowed configuration with its
-// gRPC port and its lean Check listener.
-type envoyBackends struct {
-	up      *proc
-	srv     *server // addr: its lean Check listener
-	appAddr string
-}
-
-// startEnvoyBackends starts the backends, named prefix-upstream and
-// prefix-server, and returns them and n free addresses, the app on the
-// first, for the scenario's Envoys; on error none is left running.
-func (r *runner) startEnvoyBackends(ctx context.Context, prefix string, n int) (*envoyBackends, []string, error) {
-	if r.bins.envoy == "" {
-		return nil, nil, fmt.Errorf("no envoy binary (scripts/install-envoy.sh)")
-	}
-	addrs, err := freeport.Addrs(n)
-	if err != nil {
-		return nil, nil, err
-	}
-	be := &envoyBackends{appAddr: addrs[0]}
-	be.up, err = r.start(prefix+"-upstream", r.lifetime(), nil, r.bins.bench, "upstream", "--addr", be.appAddr, "--lifetime", r.lifetime().String())
-	if err != nil {
-		return nil, nil, err
-	}
-	if be.srv, err = r.startServer(ctx, -1, prefix+"-server", nil, true, r.bins.server, r.serve(r.allowedCfg)...); err != nil {
-		be.up.stop()
-		return nil, nil, err
-	}
-	return be, addrs, nil
-}
-
-// waitApp waits until the upstream app answers.
-func (be *envoyBackends) waitApp(ctx context.Context) error {
-	return waitHTTP200(ctx, be.up, "http://"+be.appAddr+"/", 10*time.Second)
-}
-
-func (be *envoyBackends) stop() {
-	be.srv.stop()
-	be.up.stop()
-}
-
-// envoySpec is an Envoy to start: its name, admin address and bootstrap.
-type envoySpec struct {
-	name, admin string
-	cfg         []byte
-}
-
-// startEnvoys starts an Envoy of envoyWorkers workers for each spec and
-// waits until each admin says it is ready and be's app answers; stop
-// stops them. On error none is left running.
-func (r *runner) startEnvoys(ctx context.Context, be *envoyBackends, specs ...envoySpec) (stop func(), err error) {
-	var ps []*proc
-	stop = func() {
-		for _, p := range ps {
-			p.stop()
-		}
-	}
-	for _, e := range specs {
-		path := filepath.Join(r.tmp, e.name+".yaml")
-		if err := os.WriteFile(path, e.cfg, 0o644); err != nil {
-			stop()
-			return nil, err
-		}
-		p, err := r.start(e.name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
-			"--disable-hot-restart", "--log-level", "warn")
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		ps = append(ps, p)
-		if err := waitHTTP200(ctx, p, "http://"+e.admin+"/ready", 30*time.Second); err != nil {
-			stop()
-			return nil, err
-		}
-	}
-	if err := be.waitApp(ctx); err != nil {
-		stop()
+// startEnvoy starts an Envoy of envoyWorkers workers on bootstrap cfg and
+// waits until its admin at admin says it is ready; on error it is stopped.
+func (r *runner) startEnvoy(ctx context.Context, name, admin string, cfg []byte) (*proc, error) {
+	path := filepath.Join(r.tmp, name+".yaml")
+	if err := os.WriteFile(path, cfg, 0o644); err != nil {
 		return nil, err
 	}
-	return stop, nil
+	p, err := r.start(name, r.lifetime(), nil, r.bins.envoy, "-c", path, "--concurrency", strconv.Itoa(envoyWorkers),
+		"--disable-hot-restart", "--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := waitHTTP200(ctx, p, "http://"+admin+"/ready", 30*time.Second); err != nil {
+		p.stop()
+		return nil, err
+	}
+	return p, nil
 }
 
 // envoyAddrs are the addresses of the end-to-end scenario.
