@@ -87,8 +87,12 @@ func floorPathTargets(res *Results, path, label string) []Target {
 		t.Value = worst
 		sa, _ := floorRowOf(f, lowRate, path+"allowed")
 		ba, _ := floorRowOf(f, lowRate, floorBaseline+"allowed")
+		var commit string
+		if f.Baseline != nil {
+			commit = f.Baseline.Commit
+		}
 		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f) at %.0f/s: %.1f vs %.1f µs allowed; baseline %s",
-			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(f.Baseline))
+			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(commit))
 		t.judge(worst <= targetFloorLowRate, "%.2f× against 0.6×", worst)
 	} else if f != nil && f.Baseline != nil && f.Baseline.Error != "" {
 		t.Measured = "no baseline: " + f.Baseline.Error
@@ -130,11 +134,12 @@ func floorTargets(res *Results) []Target {
 	return out
 }
 
-func shortCommit(b *FloorBaseline) string {
-	if b == nil || b.Commit == "" {
+// shortCommit is a commit's first 12 hex digits, — when there is none.
+func shortCommit(commit string) string {
+	if commit == "" {
 		return "—"
 	}
-	return b.Commit[:min(len(b.Commit), 12)]
+	return commit[:min(len(commit), 12)]
 }
 
 func ptr(b bool) *bool { return &b }

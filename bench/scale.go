@@ -298,7 +298,7 @@ func scaleTarget(res *Results) Target {
 		return t
 	}
 	t.Value = worst
-	t.Measured = strings.Join(parts, ", ") + "; before " + s.Before.Commit[:min(len(s.Before.Commit), 12)]
+	t.Measured = strings.Join(parts, ", ") + "; before " + shortCommit(s.Before.Commit)
 	t.judge(worst <= targetScaleFlood, "%.3f× against 0.01×", worst)
 	return t
 }
