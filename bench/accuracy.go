@@ -33,6 +33,8 @@ const (
 	accWindow = time.Second
 	// accTick is how often each node's driver takes the Takes come due.
 	accTick = time.Millisecond
+	// accSync is the nodes' sync interval.
+	accSync = 100 * time.Millisecond
 	// burstLead is how far into its window each burst run starts.
 	burstLead = 50 * time.Millisecond
 )
@@ -152,20 +154,20 @@ func (r *runner) accuracyEstimate() time.Duration {
 }
 
 func (r *runner) accuracy(ctx context.Context) error {
-	a := &Accuracy{Nodes: accNodes, Limit: accLimit, WindowMS: accWindow.Milliseconds(), SyncInterval: clusterSync.String(), Windows: r.opt.accWindows}
+	a := &Accuracy{Nodes: accNodes, Limit: accLimit, WindowMS: accWindow.Milliseconds(), SyncInterval: accSync.String(), Windows: r.opt.accWindows}
 	r.res.Accuracy = a
-	h, err := r.startCluster(ctx, "acc", 0, "", 0) // nats-server only: the nodes are in this process
+	nats, natsURL, err := r.startNATS(ctx, "acc-nats")
 	if err != nil {
 		if errors.Is(err, errNoNATS) {
 			a.Skipped = err.Error()
 		}
 		return err
 	}
-	defer h.stop()
+	defer nats.stop()
 	ctx, cancel := context.WithTimeout(ctx, r.accuracyEstimate()+time.Minute)
 	defer cancel()
 	start := time.Now()
-	cl, err := startAccCluster(ctx, h.natsURL, slog.New(slog.NewTextHandler(r.stdout, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	cl, err := startAccCluster(ctx, natsURL, slog.New(slog.NewTextHandler(r.stdout, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		return err
 	}
@@ -226,7 +228,7 @@ func startAccCluster(ctx context.Context, natsURL string, log *slog.Logger) (*ac
 		id := "n" + strconv.Itoa(i)
 		var err error
 		if n.store, err = counter.New(counter.Config{Track: true}); err == nil {
-			n.repl, err = replicate.New(replicate.Config{URL: natsURL, NodeID: id, Buckets: buckets, SubjectPrefix: "accuracy", SyncInterval: clusterSync},
+			n.repl, err = replicate.New(replicate.Config{URL: natsURL, NodeID: id, Buckets: buckets, SubjectPrefix: "accuracy", SyncInterval: accSync},
 				n.store, prometheus.NewRegistry(), log.With("node", id))
 		}
 		if err != nil {
@@ -656,7 +658,7 @@ func writeAccuracyReport(b *md, res *Results, a *Accuracy) {
 	// A row whose pacing fell behind by more than a sync interval was
 	// offered its load in bursts (the machine did not run the process in
 	// time): its figures are marked.
-	syncMS := float64(clusterSync.Milliseconds())
+	syncMS := float64(accSync.Milliseconds())
 	marked := false
 	for _, alg := range accuracyAlgorithms {
 		b.f("**%s**\n\n", alg)

@@ -7,13 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func root(t *testing.T) string {
@@ -165,84 +163,6 @@ func TestMedians(t *testing.T) {
 	}
 }
 
-func TestClusterLoadPhases(t *testing.T) {
-	// Windows at 0…9 s; every node under load at 0.3 s (window 0 is
-	// partial), NATS stopped at 3.5 s, started again at 6 s, all nodes
-	// back at 7.2 s.
-	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
-	win := func(node0, node1 int64) []loadresult.Window {
-		var ws []loadresult.Window
-		for s := int64(0); s < 10; s++ {
-			ws = append(ws, loadresult.Window{StartMS: s * 1000, Allowed: node0 + s, Denied: 1})
-		}
-		return ws
-	}
-	runs := []*loadRun{{Result: loadresult.Result{Windows: win(10, 0)}}, {Result: loadresult.Result{Windows: win(20, 0)[1:]}}}
-	ws := clusterLoadWindows(runs, at(300), at(3500), at(6000), at(7200))
-	var phases []string
-	for _, w := range ws {
-		phases = append(phases, w.Phase)
-	}
-	if want := "partial up up transition down down transition transition back partial"; strings.Join(phases, " ") != want {
-		t.Errorf("phases %v, want %s", phases, want)
-	}
-	// A window that began before every node was under load is partial.
-	phases = phases[:0]
-	for _, w := range clusterLoadWindows(runs, at(1500), at(3500), at(6000), at(7200)) {
-		phases = append(phases, w.Phase)
-	}
-	if want := "partial partial up transition"; strings.Join(phases[:4], " ") != want {
-		t.Errorf("phases with a late start %v, want %s …", phases, want)
-	}
-	// Window 0 only on node 0; the others on both, summed.
-	if ws[0].Total != 10 || !slices.Equal(ws[0].PerNode, []int64{10, 0}) || ws[4].Total != 14+24 {
-		t.Errorf("windows %+v", ws)
-	}
-
-	ok := []ClusterLoadWindow{
-		{Phase: "up", PerNode: []int64{40, 30, 40}, Total: 110}, {Phase: "up", PerNode: []int64{30, 30, 40}, Total: 100},
-		{Phase: "down", PerNode: []int64{100, 102, 98}, Total: 300}, {Phase: "down", PerNode: []int64{90, 90, 91}, Total: 271},
-		{Phase: "transition", PerNode: []int64{300, 0, 0}, Total: 300}, {Phase: "back", PerNode: []int64{34, 33, 33}, Total: 100},
-	}
-	byPhase := func(ps []ClusterLoadPhase) map[string]ClusterLoadPhase {
-		m := map[string]ClusterLoadPhase{}
-		for _, p := range ps {
-			m[p.Phase] = p
-		}
-		return m
-	}
-	got := byPhase(clusterLoadSummary(ok, 3, 100))
-	for _, ph := range []string{"up", "down", "back"} {
-		if p := got[ph]; p.Met == nil || !*p.Met {
-			t.Errorf("%s: %+v, want met", ph, p)
-		}
-	}
-	if p := got["down"]; p.Windows != 2 || p.Min != 271 || p.Max != 300 || p.MaxPerNode != 102 || p.Median != 285.5 {
-		t.Errorf("down: %+v", p)
-	}
-	if got["up"].MaxPerNode != 40 || got["up"].P90 != 110 {
-		t.Errorf("up: %+v (the transition window counts in no phase)", got["up"])
-	}
-	// Each promise can be broken on its own.
-	for name, tc := range map[string]struct {
-		w     ClusterLoadWindow
-		phase string
-	}{
-		"over 1.1× with NATS up":       {ClusterLoadWindow{Phase: "up", PerNode: []int64{37, 37, 37}, Total: 111}, "up"},
-		"a node over its limit":        {ClusterLoadWindow{Phase: "down", PerNode: []int64{103, 90, 90}, Total: 283}, "down"},
-		"a node short with NATS down":  {ClusterLoadWindow{Phase: "down", PerNode: []int64{100, 100, 69}, Total: 269}, "down"},
-		"over 1.1× after NATS is back": {ClusterLoadWindow{Phase: "back", PerNode: []int64{100, 10, 10}, Total: 120}, "back"},
-	} {
-		p := byPhase(clusterLoadSummary(append(slices.Clone(ok), tc.w), 3, 100))[tc.phase]
-		if p.Met == nil || *p.Met {
-			t.Errorf("%s: %+v, want missed", name, p)
-		}
-	}
-	if p := byPhase(clusterLoadSummary(nil, 3, 100))["down"]; p.Met != nil || p.Windows != 0 {
-		t.Errorf("no windows: %+v, want not judged", p)
-	}
-}
-
 // The throughput and p99 targets are judged from the floor: throughput
 // at saturation against the no-op on the same stack, p99 at 40% of it.
 func TestTargets(t *testing.T) {
@@ -290,8 +210,6 @@ func TestReportRenders(t *testing.T) {
 		Floor: &Floor{Rows: []FloorRow{{Level: "saturation", Target: floorNoop, RPS: 10000, CPUUS: 20},
 			{Level: "saturation", Target: "allowed", RPS: 5000, CPUUS: 40}, {Level: "saturation", Target: "denied", RPS: 9000, CPUUS: 22}}},
 		Memory: &Memory{Keys: 1000, BytesPerKeyRSS: 300, BytesPerKeyHeap: 120, Loaded: MemPoint{RSS: 1 << 20}},
-		ClusterLoad: &ClusterLoad{Nodes: 3, Limit: 100, Phases: []ClusterLoadPhase{{Phase: "down", Windows: 4, Max: 300, Expected: "each node ≤ 102", Met: ptr(false)}},
-			Windows: []ClusterLoadWindow{{Phase: "down", PerNode: []int64{100, 101, 99}, Total: 300}}},
 		Envoy: &EnvoyE2E{Rows: []EnvoyRow{{Concurrency: 1, Listener: "on", AddedP50: 300, ServerCPUMSPer1000: 60},
 			{Concurrency: 1, Listener: "quota", AddedP50: 30, ServerCPUMSPer1000: 3}}},
 		Micro:  &Micro{Command: "go test", Benchstat: "geomean 1"},
@@ -304,8 +222,7 @@ func TestReportRenders(t *testing.T) {
 	}
 	b, _ := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	for _, want := range []string{"## Targets", "**missed**", "the server used 40.0 µs allowed and 22.0 µs denied, the no-op on the same stack 20.0 µs", "## Memory",
-		"## End to end", "## A cluster through a NATS outage", "| down | 4 | 0 | 0 | 0 | 300 | 0 | each node ≤ 102 | **missed** |",
-		"| 0 | down | 100 101 99 | 300 |",
+		"## End to end",
 		"![RSS and live keys", "**envoy failed**: boom", "| 1 | quota filter (RLQS) |", "at concurrency 1, added p50 **0.100×**, CPU **0.0500×**", "geomean 1"} {
 		if !bytes.Contains(b, []byte(want)) {
 			t.Errorf("REPORT.md lacks %q", want)
@@ -321,7 +238,7 @@ func TestOptions(t *testing.T) {
 	if err != nil || done || !o.only["floor"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
 		t.Errorf("options %+v, %v, %v", o, done, err)
 	}
-	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--only", "cluster-load"}, {"--rounds", "0"}, {"--memory-window", "1500ms"}, {"extra"}, {"--nope"}} {
 		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
 			t.Errorf("%v: no error", args)
 		}

@@ -1,7 +1,6 @@
 // Command bench is the `make bench` runner: it runs the ratelimit-authz
-// benchmark scenarios (micro, floor, memory, accuracy, cluster-load,
-// envoy, scale) and writes bench/results/REPORT.md, results.json and
-// PNG plots. The load is cmd/ratelimit-bench, a process of its own for
+// benchmark scenarios (micro, floor, memory, accuracy, envoy, scale) and
+// writes bench/results/REPORT.md, results.json and PNG plots. The load is cmd/ratelimit-bench, a process of its own for
 // every run. Targets are judged, never asserted: a missed target is a
 // finding, a failed scenario is recorded and the others still run. Every
 // process it starts is stopped by PID; every address is on loopback.
@@ -30,7 +29,7 @@ import (
 
 func main() { cli.Main("bench", run) }
 
-var allScenarios = []string{"micro", "floor", "memory", "accuracy", "cluster-load", "envoy", "scale"}
+var allScenarios = []string{"micro", "floor", "memory", "accuracy", "envoy", "scale"}
 
 type options struct {
 	out        string
@@ -217,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var pending []task
 	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy},
 		{"accuracy", r.accuracyEstimate(), r.accuracy},
-		{"cluster-load", r.clusterLoadEstimate(), r.clusterLoad}, {"scale", r.scaleEstimate(), r.scale}} {
+		{"scale", r.scaleEstimate(), r.scale}} {
 		if opt.only[t.name] {
 			pending = append(pending, t)
 		}

@@ -199,7 +199,6 @@ func (r *runner) writeReport() error {
 	section(&b, res, res.Accuracy, writeAccuracyReport)
 	section(&b, res, res.Envoy, writeEnvoy)
 	section(&b, res, res.Scale, writeScale)
-	section(&b, res, res.ClusterLoad, writeClusterLoad)
 	section(&b, res, res.Micro, writeMicro)
 	writeNotes(&b, res)
 	writeSteps(&b, res)
@@ -271,29 +270,6 @@ func writeMemory(b *md, res *Results, m *Memory) {
 	}
 	b.f("\n\n")
 	b.plot(res, "memory.png", "RSS and live keys over the memory run")
-}
-
-// writeClusterLoad writes the cluster-load scenario's section.
-func writeClusterLoad(b *md, res *Results, c *ClusterLoad) {
-	b.f("## A cluster through a NATS outage\n\n")
-	b.f("%d nodes (`ratelimit-authz serve --backend cluster`, the shipped configuration, sync interval %s) on one nats-server; one tenant offered %.0f activity writes per second in all against `activity_create` (%d per 1 s window), %.1f/s through each node (one load process and connection per node). Once every node had counted a check of the load, NATS ran for %gs, was stopped (SIGTERM) for %gs, then started again on the same address, and the load ran on for at least %gs: it stopped %.1fs after the start (every node reported itself disconnected %.2fs later) and started again at %.1fs; every node had reconnected %.2fs after that. Admitted = checks answered OK in each 1 s window (by the midpoint of each call); windows across the stop, the restart or the reconnection are *transition*, the first and last *partial*. %d errors.\n\n",
-		c.Nodes, c.SyncInterval, c.RatePerNode*float64(c.Nodes), c.Limit, c.RatePerNode, c.UpS, c.DownS, c.BackS,
-		c.StopAtS, c.DisconnectedS, c.RestartAtS, c.ReconnectedS, c.Errors)
-	b.f("| NATS | windows | min | median | p90 | max | one node at most | expected | |\n|---|---:|---:|---:|---:|---:|---:|---|---|\n")
-	for _, p := range c.Phases {
-		verdict := "no window"
-		if p.Met != nil {
-			verdict = map[bool]string{true: "**met**", false: "**missed**"}[*p.Met]
-		}
-		b.f("| %s | %d | %d | %.0f | %d | %d | %d | %s | %s |\n", p.Phase, p.Windows, p.Min, p.Median, p.P90, p.Max, p.MaxPerNode, p.Expected, verdict)
-	}
-	b.f("\nWith NATS up the nodes hold the limit together; with it down each counts alone, so up to %d× the limit is admitted in all, and no node more than the limit; once every node has reconnected they hold it together again. Batches published per second with NATS up, per node: %s.\n\n",
-		c.Nodes, strings.Trim(fmt.Sprint(c.BatchesPerS), "[]"))
-	b.f("<details><summary>admitted per window</summary>\n\n| window | phase | per node | all |\n|---:|---|---|---:|\n")
-	for i, win := range c.Windows {
-		b.f("| %d | %s | %s | %d |\n", i, win.Phase, strings.Trim(fmt.Sprint(win.PerNode), "[]"), win.Total)
-	}
-	b.f("\n</details>\n\n")
 }
 
 // writeMicro writes the microbenchmarks' section.

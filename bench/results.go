@@ -10,23 +10,22 @@ import (
 // Results is bench/results/results.json: every figure of a run, which
 // REPORT.md and scripts/plot.py are made from. Latencies are in µs.
 type Results struct {
-	Schema      int          `json:"schema"`
-	StartedAt   time.Time    `json:"started_at"`
-	FinishedAt  time.Time    `json:"finished_at"`
-	Env         Env          `json:"env"`
-	Targets     []Target     `json:"targets"`
-	Micro       *Micro       `json:"micro,omitempty"`
-	Floor       *Floor       `json:"floor,omitempty"`
-	Memory      *Memory      `json:"memory,omitempty"`
-	Accuracy    *Accuracy    `json:"accuracy,omitempty"`
-	ClusterLoad *ClusterLoad `json:"cluster_load,omitempty"`
-	Envoy       *EnvoyE2E    `json:"envoy,omitempty"`
-	Scale       *Scale       `json:"scale,omitempty"`
-	Notes       []string     `json:"notes,omitempty"`
-	Timings     []StepTime   `json:"timings"`
-	Plots       []string     `json:"plots,omitempty"`
-	PlotError   string       `json:"plot_error,omitempty"`
-	Errors      []StepError  `json:"errors,omitempty"`
+	Schema     int         `json:"schema"`
+	StartedAt  time.Time   `json:"started_at"`
+	FinishedAt time.Time   `json:"finished_at"`
+	Env        Env         `json:"env"`
+	Targets    []Target    `json:"targets"`
+	Micro      *Micro      `json:"micro,omitempty"`
+	Floor      *Floor      `json:"floor,omitempty"`
+	Memory     *Memory     `json:"memory,omitempty"`
+	Accuracy   *Accuracy   `json:"accuracy,omitempty"`
+	Envoy      *EnvoyE2E   `json:"envoy,omitempty"`
+	Scale      *Scale      `json:"scale,omitempty"`
+	Notes      []string    `json:"notes,omitempty"`
+	Timings    []StepTime  `json:"timings"`
+	Plots      []string    `json:"plots,omitempty"`
+	PlotError  string      `json:"plot_error,omitempty"`
+	Errors     []StepError `json:"errors,omitempty"`
 }
 
 // Env describes the machine and the versions measured.

@@ -60,23 +60,6 @@ func (r *runner) scale(ctx context.Context) error {
 	return nil
 }
 
-// natsServerBin installs nats-server (when this run has not yet) with
-// scripts/install-nats.sh, as the cluster scenarios do.
-func (r *runner) natsServerBin(ctx context.Context) (string, error) {
-	if r.bins.nats != "" {
-		return r.bins.nats, nil
-	}
-	out, err := r.runTool(ctx, "install-nats", 5*time.Minute, nil, r.root, "bash", filepath.Join(r.root, "scripts", "install-nats.sh"))
-	if err != nil {
-		return "", fmt.Errorf("%w: %v", errNoNATS, err)
-	}
-	r.bins.nats = lastLine(out)
-	if v, err := commandOutput(ctx, r.root, r.bins.nats, "--version"); err == nil {
-		r.res.Env.NATSVersion = v
-	}
-	return r.bins.nats, nil
-}
-
 // scaleBaseline extracts ref's tree (git archive: no worktree is added to
 // the repository), puts this tree's benchmark file over its own and runs
 // it there; the tree is removed afterwards.
