@@ -112,7 +112,7 @@ func (r *runner) startRatelimit(ctx context.Context, cpu int, name string, b anc
 		"DEBUG_HOST=" + debugHost, "DEBUG_PORT=" + debugPort, "LOCAL_CACHE_SIZE_IN_BYTES=" + cache,
 	}, runtimeEnv...)
 	bin, args = onCPU(cpu, b.ratelimit)
-	s := &server{name: name, grpc: addrs[0], addr: addrs[0], http: addrs[1], pprofURL: "http://" + addrs[2] + "/debug/pprof/profile", also: []*proc{redis}}
+	s := &server{name: name, grpc: addrs[0], addr: addrs[0], http: addrs[1], also: []*proc{redis}}
 	if s.proc, err = r.start(name, r.lifetime(), env, bin, args...); err != nil {
 		redis.stop()
 		return nil, err

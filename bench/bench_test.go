@@ -115,39 +115,6 @@ func TestWindows(t *testing.T) {
 	}
 }
 
-func TestShares(t *testing.T) {
-	top := `File: ratelimit-bench
-      flat  flat%   sum%        cum   cum%
-         0     0%     0%      1.47s 60.00%  google.golang.org/grpc.(*Server).handleStream
-         0     0%     0%      0.81s 33.06%  google.golang.org/grpc/encoding/proto.(*codecV2).Unmarshal
-         0     0%     0%      0.80s 32.65%  google.golang.org/protobuf/proto.UnmarshalOptions.unmarshal
-         0     0% 13.06%      0.18s  7.35%  github.com/ratelimit-authz/ratelimit-authz/internal/authz.(*Service).Check
-         0     0% 13.06%      0.17s  6.94%  github.com/ratelimit-authz/ratelimit-authz/internal/authz.(*Service).Check.func1
-`
-	got := shares(top, 1000)
-	want := map[string]float64{"gRPC": 0.6, "decode": 0.3265, "Check": 0.0735}
-	if len(got) != len(want) {
-		t.Fatalf("shares = %+v", got)
-	}
-	if got[0].PerCheckUS != 1470 {
-		t.Errorf("gRPC: %v µs per check, want 1470 (1.47 s over 1000)", got[0].PerCheckUS)
-	}
-	for _, s := range got {
-		found := false
-		for prefix, v := range want {
-			if strings.HasPrefix(s.Part, prefix) && s.Share == v {
-				found = true
-			}
-		}
-		if !found {
-			t.Errorf("unexpected share %+v", s)
-		}
-	}
-	if trimmed := trimPprof("File: x\nType: cpu\nDuration: 4s\n      flat  flat%   sum%        cum   cum%\n 1 2 3 4 5 f\n"); !strings.HasPrefix(trimmed, "Duration: 4s\n") || !strings.HasSuffix(trimmed, "f") {
-		t.Errorf("trimPprof: %q", trimmed)
-	}
-}
-
 func TestMedians(t *testing.T) {
 	for _, tc := range []struct {
 		in   []float64

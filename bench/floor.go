@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -41,8 +40,7 @@ import (
 // checked against the entries the server counted.
 //
 // Then the same at fixed rates, shares of the default no-op's saturated
-// throughput, and CPU profiles of the server, the default no-op and the
-// baseline at saturation.
+// throughput.
 
 // floorConcurrency is the checks in flight of every floor run.
 const floorConcurrency = 50
@@ -200,7 +198,7 @@ func (r *runner) floor(ctx context.Context) error {
 			return err
 		}
 	}
-	return r.floorProfiles(ctx, f, targets)
+	return nil
 }
 
 func shareName(share float64) string { return fmt.Sprintf("%.0f%%", 100*share) }
@@ -296,52 +294,6 @@ func floorRatios(level string, rate float64, runs map[string][]*loadRun) []Floor
 	return out
 }
 
-// floorProfiles takes a CPU profile of the server (allowed, on both
-// paths), the default no-op and the baseline (allowed) at saturation, and
-// of the lean listener and the baseline (denied) at the lowest fixed rate,
-// where a check pays its wakeups alone; each under its own load. It keeps
-// pprof -top of each.
-func (r *runner) floorProfiles(ctx context.Context, f *Floor, targets []*server) error {
-	type profiled struct {
-		name string
-		rate float64 // 0: saturation
-	}
-	todo := []profiled{{"allowed", 0}, {floorLean + "allowed", 0}, {floorDefaultNoop, 0}, {floorBaseline + "allowed", 0}}
-	low := float64(int(f.SaturationRPS*floorShares[0]/100) * 100)
-	if low > 0 {
-		todo = append(todo, profiled{floorLean + "denied", low}, profiled{floorBaseline + "denied", low})
-	}
-	for _, pr := range todo {
-		name := pr.name
-		// At a fixed rate the process is mostly idle: a longer profile
-		// gathers enough samples.
-		secs := map[bool]int{false: 4, true: 10}[pr.rate > 0]
-		if r.opt.quick {
-			secs = 2
-		}
-		var t *server
-		for _, x := range targets {
-			if x.name == name {
-				t = x
-			}
-		}
-		if t == nil {
-			continue
-		}
-		label, level := name, ""
-		if pr.rate > 0 {
-			label, level = fmt.Sprintf("%s-%.0fpct", name, 100*floorShares[0]), shareName(floorShares[0])
-		}
-		run, p, err := r.profileUnderLoad(ctx, f.LoadCPU, "floor-"+label, t.pprofURL, secs, 20, r.checkArgs(t.addr, floorConcurrency, pr.rate, t.w)...)
-		if err != nil {
-			return err
-		}
-		f.Profiles = append(f.Profiles, FloorProfile{Target: name, Level: level, Rate: pr.rate, Seconds: float64(secs), RPS: round1(run.RPS),
-			File: filepath.Base(p.path), Top: p.top, Shares: shares(p.cum, run.RPS*float64(secs))})
-	}
-	return nil
-}
-
 // Floor is the floor scenario: CPU per check, pinned, against a
 // default-configured grpc-go no-op, the no-op on this tree's stack and the
 // baseline server, at saturation and at fixed rates.
@@ -356,7 +308,6 @@ type Floor struct {
 	Baseline      *FloorBaseline `json:"baseline,omitempty"`
 	Rows          []FloorRow     `json:"rows"`
 	Ratios        []FloorRatio   `json:"ratios"`
-	Profiles      []FloorProfile `json:"profiles,omitempty"`
 }
 
 // FloorRow is one target at one level (saturation or a fixed rate):
@@ -391,24 +342,4 @@ type FloorRatio struct {
 	Max      float64   `json:"max"`
 	// P99Ratio is the median of the per-round p99 ratios.
 	P99Ratio float64 `json:"p99_ratio"`
-}
-
-// FloorProfile is pprof -top of one target's CPU profile at one level:
-// saturation, or a fixed rate (Rate > 0).
-type FloorProfile struct {
-	Target  string  `json:"target"`
-	Level   string  `json:"level,omitempty"` // empty: saturation
-	Rate    float64 `json:"rate,omitempty"`
-	Seconds float64 `json:"seconds"`
-	RPS     float64 `json:"rps"`
-	File    string  `json:"file"`
-	Top     string  `json:"top"`
-	// Shares are the profile parts' cumulative time per check, at the
-	// rate the load achieved.
-	Shares []ProfileShare `json:"shares"`
-}
-
-// title names the profile by its target and level.
-func (p FloorProfile) title() string {
-	return p.Target + " at " + cmp.Or(p.Level, "saturation")
 }

@@ -348,30 +348,6 @@ func writeFloor(b *md, res *Results, f *Floor) {
 		}
 		b.f("\n")
 	}
-	if len(f.Profiles) > 0 {
-		b.f("CPU profiles at saturation and at the lowest fixed rate, each under its own load: the cumulative time of each part per check (at the rate the load achieved) and its share of the samples; `Total samples` below each is the share of a CPU the process got.\n\n| part |")
-		for _, p := range f.Profiles {
-			b.f(" %s |", p.title())
-		}
-		b.f("\n|---|%s\n", strings.Repeat("---:|", len(f.Profiles)))
-		for _, pp := range profileParts {
-			b.f("| %s |", pp.part)
-			for _, p := range f.Profiles {
-				cell := "—"
-				for _, sh := range p.Shares {
-					if sh.Part == pp.part {
-						cell = fmt.Sprintf("%.2f µs (%.0f%%)", sh.PerCheckUS, 100*sh.Share)
-					}
-				}
-				b.f(" %s |", cell)
-			}
-			b.f("\n")
-		}
-		b.f("\n")
-	}
-	for _, p := range f.Profiles {
-		b.f("<details><summary>pprof -top: %s (%.0f checks/s, %gs, <code>runs/%s</code>)</summary>\n\n```\n%s\n```\n</details>\n\n", p.title(), p.RPS, p.Seconds, p.File, p.Top)
-	}
 }
 
 // writeFloorTables writes the floor's rows of the targets keep accepts,
@@ -493,7 +469,7 @@ func writeAnalysis(b *md, res *Results) {
 			on, _ := floorRowOf(f, "saturation", floorNoop)
 			sa, _ := floorRowOf(f, "saturation", "allowed")
 			sd, _ := floorRowOf(f, "saturation", "denied")
-			b.f("- **Throughput** (%s). Pinned to one CPU, a server's throughput is that CPU over its CPU per check: the server used %.1f µs allowed and %.1f µs denied, the no-op on the same stack %.1f µs. The floor section's profiles show where the difference goes.\n",
+			b.f("- **Throughput** (%s). Pinned to one CPU, a server's throughput is that CPU over its CPU per check: the server used %.1f µs allowed and %.1f µs denied, the no-op on the same stack %.1f µs.\n",
 				t.Margin, sa.CPUUS, sd.CPUUS, on.CPUUS)
 		case "p99":
 			b.f("- **p99 ≤ 1 ms at 40%% of saturation** (%s). The server runs pinned at a fixed rate it serves with room to spare; a p99 far above the saturated p50 means its CPU was shared with other work on the machine (the floor's *waited* column, the load average in the Steps table).\n", t.Margin)
@@ -512,7 +488,7 @@ func writeAnalysis(b *md, res *Results) {
 			on, _ := floorRowOf(f, "saturation", floorNoop)
 			sa, _ := floorRowOf(f, "saturation", "allowed")
 			sd, _ := floorRowOf(f, "saturation", "denied")
-			b.f("- **CPU per check at saturation** (%s). Pinned to one CPU, the default grpc-go no-op used %.1f µs per check and the no-op on this tree's stack %.1f µs (%.2f×): what the stack itself saves. The server used %.1f µs allowed and %.1f µs denied, so the check adds %.1f and %.1f µs over the stack's own no-op. The profiles in the floor section show where the rest goes.\n",
+			b.f("- **CPU per check at saturation** (%s). Pinned to one CPU, the default grpc-go no-op used %.1f µs per check and the no-op on this tree's stack %.1f µs (%.2f×): what the stack itself saves. The server used %.1f µs allowed and %.1f µs denied, so the check adds %.1f and %.1f µs over the stack's own no-op.\n",
 				t.Margin, dn.CPUUS, on.CPUUS, on.CPUUS/max(dn.CPUUS, 0.1), sa.CPUUS, sd.CPUUS, sa.CPUUS-on.CPUUS, sd.CPUUS-on.CPUUS)
 		case "floor-low-rate":
 			f := res.Floor

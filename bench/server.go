@@ -36,11 +36,11 @@ const grpcConns = 2
 // baseline's, with its addresses and the workload it is measured with.
 type server struct {
 	*proc
-	name, grpc, http, pprofURL string
-	addr                       string // where its load goes: grpc, or the lean listener's
-	w                          workload
-	mode                       string  // the floor's load: "" (Check), "rls", "gubernator" (floorrls.go) or "accesslog"
-	also                       []*proc // processes whose CPU counts with proc's (an anchor's Redis)
+	name, grpc, http string
+	addr             string // where its load goes: grpc, or the lean listener's
+	w                workload
+	mode             string  // the floor's load: "" (Check), "rls", "gubernator" (floorrls.go) or "accesslog"
+	also             []*proc // processes whose CPU counts with proc's (an anchor's Redis)
 }
 
 // chargesCounted is the access-log entries the server counted so far,
@@ -76,19 +76,19 @@ func (s *server) cpuTime() (time.Duration, error) {
 }
 
 // startServer starts bin with head (a subcommand and its flags) and
-// addresses of its own (gRPC, HTTP, profiles; with lean also the lean
+// addresses of its own (gRPC, HTTP; with lean also the lean
 // Check listener, where its load then goes), bound to cpu (< 0: unbound),
 // and waits until it is ready and, bound, the kernel holds it to cpu. env
 // entries are added to the runner's environment.
 func (r *runner) startServer(ctx context.Context, cpu int, name string, env []string, lean bool, bin string, head ...string) (*server, error) {
-	addrs, err := freeport.Addrs(4)
+	addrs, err := freeport.Addrs(3)
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: name, grpc: addrs[0], http: addrs[1], pprofURL: "http://" + addrs[2] + "/debug/pprof/profile", addr: addrs[0]}
-	args := append(slices.Clone(head), "--grpc-addr", addrs[0], "--http-addr", addrs[1], "--pprof-addr", addrs[2])
+	s := &server{name: name, grpc: addrs[0], http: addrs[1], addr: addrs[0]}
+	args := append(slices.Clone(head), "--grpc-addr", addrs[0], "--http-addr", addrs[1])
 	if lean {
-		args, s.addr = append(args, "--check-addr", addrs[3]), addrs[3]
+		args, s.addr = append(args, "--check-addr", addrs[2]), addrs[2]
 	}
 	bin, args = onCPU(cpu, bin, args...)
 	if s.proc, err = r.start(name, r.lifetime(), env, bin, args...); err != nil {
