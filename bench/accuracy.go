@@ -719,31 +719,3 @@ func writeAccuracyBursts(b *md, a *Accuracy) {
 	}
 	b.f("\n")
 }
-
-// writeAccuracyAnalysis explains a missed accuracy target: the rows that
-// missed it.
-func writeAccuracyAnalysis(b *md, res *Results, t Target) {
-	a := res.Accuracy
-	if t.Name == "accuracy-burst" {
-		b.f("- **Bursts on a new key** (%s). A node admits a key no node knows a count of up to its first share (1.5/N of the limit) before its first report is answered, then, each time a report of its own is a share delay old (the early gap plus twice the delivery delay), its share of what remains in proportion to the hits every node knows of: a burst on one node that ends within a few such rounds stops short of the limit, and nodes that all burst before hearing of each other admit up to a first share each.\n", t.Margin)
-		return
-	}
-	lim := float64(a.Limit)
-	var rows []string
-	for _, row := range a.Rows {
-		switch {
-		case t.Name == "accuracy-overshoot" && (row.Multiple == 10 || row.Multiple == 100) && float64(row.Max)/lim > targetAccOvershoot+1e-9,
-			t.Name == "accuracy-overshoot" && row.Multiple == 1000 && float64(row.Max)/lim > targetAccOvershootHigh+1e-9:
-			rows = append(rows, fmt.Sprintf("%s max %.2f×", accRowName(row), float64(row.Max)/lim))
-		case t.Name == "accuracy-floor" && row.Multiple == 2 && row.Median/lim < targetAccFloor-1e-9:
-			rows = append(rows, fmt.Sprintf("%s median %.2f×", accRowName(row), row.Median/lim))
-		}
-	}
-	if t.Name == "accuracy-overshoot" {
-		b.f("- **Cluster accuracy, overshoot** (%s): %s. Each node admits on its own view of the counts until the others' next batch arrives; at m× the limit the whole limit is offered within 1/m of a window (%g ms at 100×, %g ms at 1000×), less than a batch needs to arrive, so each node can admit what it has not yet seen the others admit.\n",
-			t.Margin, strings.Join(rows, ", "), float64(a.WindowMS)/100, float64(a.WindowMS)/1000)
-		return
-	}
-	b.f("- **Cluster accuracy at 2×** (%s): %s. Under the limit means the nodes refused hits while budget was left: a node believed the others had spent more of it than they had, or kept budget for load that did not come to it.\n",
-		t.Margin, strings.Join(rows, ", "))
-}

@@ -181,7 +181,7 @@ func floorResults(allowedSat, deniedSat, allowedLow, deniedLow, p99 float64) *Re
 		{Level: "40%", Target: "denied", Rate: 4000, Latency: Lat{P99: 300}},
 		{Level: "40%", Target: floorDefaultNoop, Rate: 4000, Latency: Lat{P99: 400}},
 	}
-	return &Results{Floor: f, Memory: &Memory{Keys: 1_000_000, BytesPerKeyRSS: 190, Loaded: MemPoint{LiveKeys: 1_000_000}}}
+	return &Results{Floor: f, Memory: &Memory{Keys: 1_000_000, BytesPerKeyRSS: 140, Loaded: MemPoint{LiveKeys: 1_000_000}}}
 }
 
 func floorTargetsByName(res *Results) map[string]Target {
@@ -194,7 +194,7 @@ func floorTargetsByName(res *Results) map[string]Target {
 
 func TestFloorTargets(t *testing.T) {
 	met := floorTargetsByName(floorResults(0.6, 0.7, 0.5, 0.6, 350))
-	for _, name := range []string{"floor-cpu", "floor-low-rate", "floor-p99", "floor-rss"} {
+	for _, name := range []string{"floor-cpu", "floor-low-rate", "floor-p99", "memory"} {
 		if tg := met[name]; tg.Met == nil || !*tg.Met {
 			t.Errorf("%s: %+v, want met", name, tg)
 		}
@@ -214,7 +214,7 @@ func TestFloorTargets(t *testing.T) {
 	res.Floor.Ratios = res.Floor.Ratios[:2]
 	res.Floor.Baseline.Error = "git rev-parse main: exit status 128"
 	got := floorTargetsByName(res)
-	if tg := got["floor-rss"]; tg.Met != nil || !strings.Contains(tg.Measured, "fewer than 1 M keys") {
+	if tg := got["memory"]; tg.Met != nil || !strings.Contains(tg.Measured, "fewer than 1 M keys") {
 		t.Errorf("rss at 100k keys: %+v, want not judged", tg)
 	}
 	if tg := got["floor-low-rate"]; tg.Met != nil || !strings.Contains(tg.Measured, "no baseline: git rev-parse") {
@@ -250,7 +250,7 @@ func TestFloorReportRenders(t *testing.T) {
 	for _, want := range []string{"## Floor: CPU per check against a default grpc-go no-op", "servers on CPU 0, load tool on CPU 1",
 		"built in this run from `0123456789abcdef`", "| saturation | default-noop | 20000 | 36.2 (35.0–37.0) |", "| 0.0 | 2.5% | 0 |",
 		"| saturation | allowed | default-noop | **0.900** (0.000–0.000) | 0.9 0.91 |",
-		"**CPU per check at saturation** (0.95× against 0.70×)", "the check adds 2.6 and",
+		"**missed**: 0.95× against 0.70×",
 		"lean Check listener at saturation, CPU per check: denied 20.40 µs on, 20.00 µs off: **1.020×** (rounds 0.990–1.050).",
 		"**41000 charges/s**, **8.5 µs of server CPU per charge** (8.0–9.0)", "12.6 µs per check peeking at cost buckets, 12.0 µs counting, **1.050×** (rounds 1.010–1.090)"} {
 		if !bytes.Contains(b, []byte(want)) {

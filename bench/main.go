@@ -46,10 +46,7 @@ type options struct {
 	budget     time.Duration
 	plot       bool
 	accWindows int
-	// sharesBaselineRef is the commit whose replication the scale
-	// scenario measures beside this tree's; empty: none.
-	sharesBaselineRef string
-	reportOnly        bool
+	reportOnly bool
 	// baselineRef is the commit whose server the floor scenario measures
 	// as "today's"; empty: none.
 	baselineRef string
@@ -61,11 +58,6 @@ type options struct {
 // defaultBaselineRef is main when the floor work began: the server the
 // floor scenario's "today's" figures come from.
 const defaultBaselineRef = "a1fd651036d287fe9874394aeca3527646cb4434"
-
-// defaultSharesBaselineRef is main before budget shares: the "before" of
-// the scale scenario (admission on each node's own view of
-// the counts, every change replicated).
-const defaultSharesBaselineRef = "fc56146"
 
 func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error) {
 	var o options
@@ -89,7 +81,6 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.DurationVar(&o.budget, "budget", 20*time.Minute, "hard limit on the whole run: every process is stopped by then")
 	fs.BoolVar(&o.plot, "plot", true, "draw the PNG plots (needs scripts/install-plot.sh)")
 	fs.StringVar(&o.baselineRef, "baseline-ref", defaultBaselineRef, "`commit` whose server the floor scenario builds and measures as today's, beside this tree's (empty: none)")
-	fs.StringVar(&o.sharesBaselineRef, "shares-baseline-ref", defaultSharesBaselineRef, "`commit` measured as \"before\" budget shares beside this tree, in the same run: the scale scenario runs this tree's replication benchmark there (empty: none)")
 	serverArgs := fs.String("server-args", "", "extra `flags` for every ratelimit-authz serve of this tree the run starts, space-separated (e.g. a server setting to compare); the baseline gets none")
 	fs.BoolVar(&o.reportOnly, "report-only", false, "run nothing: redraw the plots and rewrite REPORT.md from --out's results.json")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {
@@ -258,9 +249,6 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 	r.res = &Results{}
 	if err := json.Unmarshal(b, r.res); err != nil {
 		return fmt.Errorf("results.json: %w", err)
-	}
-	if r.res.Scale != nil {
-		r.res.Scale.build() // the rows of both trees, joined
 	}
 	r.res.Targets = targets(r.res)
 	if r.opt.plot {

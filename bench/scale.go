@@ -11,14 +11,9 @@ import (
 	"time"
 )
 
-// The scale scenario runs internal/replicate's BenchmarkReplicationScale (N
-// nodes in one process on a real nats-server, a hot and a flood load) in
-// this tree and in the tree of --shares-baseline-ref (that commit with
-// this tree's benchmark file), so before and after are measured in one
-// run. docs/replication-scale.md models these figures.
-
-// scaleBenchFile is the benchmark, copied into the baseline's tree.
-const scaleBenchFile = "internal/replicate/scale_bench_test.go"
+// The scale scenario runs internal/replicate's BenchmarkReplicationScale
+// (N nodes in one process on a real nats-server, a hot and a flood load).
+// docs/replication-scale.md models these figures.
 
 // scaleBenchtime is the hits of each sub-benchmark: the hot load runs at
 // a fixed 20,000 hits/s, so 100,000 hits is 5 s of it (five 1 s windows)
@@ -28,7 +23,7 @@ const (
 	scaleBenchtimeQuick = 20_000
 )
 
-func (r *runner) scaleEstimate() time.Duration { return 3 * time.Minute }
+func (r *runner) scaleEstimate() time.Duration { return 2 * time.Minute }
 
 func (r *runner) scale(ctx context.Context) error {
 	s := &Scale{Benchtime: scaleBenchtime}
@@ -40,66 +35,19 @@ func (r *runner) scale(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.Command = fmt.Sprintf("go test -run '^$' -bench ReplicationScale -benchtime %dx ./internal/replicate/", s.Benchtime)
-	env := []string{"NATS_SERVER_BIN=" + natsBin, "CI=true"}
-
-	if ref := r.opt.sharesBaselineRef; ref != "" {
-		before := ScaleTree{Tree: "before", Ref: ref}
-		if err := r.scaleBaseline(ctx, &before, env, s.Benchtime); err != nil {
-			before.Error = firstLine(err.Error())
-			r.note("scale: no baseline from %s: %v", ref, before.Error)
-		}
-		s.Before = &before
-	}
-	after := ScaleTree{Tree: "after", Ref: "this tree"}
-	if err := r.scaleRun(ctx, &after, r.root, env, s.Benchtime); err != nil {
-		return err
-	}
-	s.After = &after
-	s.build()
-	return nil
-}
-
-// scaleBaseline extracts ref's tree (git archive: no worktree is added to
-// the repository), puts this tree's benchmark file over its own and runs
-// it there; the tree is removed afterwards.
-func (r *runner) scaleBaseline(ctx context.Context, t *ScaleTree, env []string, benchtime int) error {
-	src, commit, err := r.checkout(ctx, t.Ref, "scale-baseline")
-	t.Commit = commit
-	if src != "" {
-		defer os.RemoveAll(src)
-	}
-	if err != nil {
-		return err
-	}
-	bench, err := os.ReadFile(filepath.Join(r.root, scaleBenchFile))
-	if err != nil {
-		return err
-	}
-	dst := filepath.Join(src, inTree(src, filepath.Dir(scaleBenchFile)), filepath.Base(scaleBenchFile))
-	if err := os.WriteFile(dst, bench, 0o644); err != nil {
-		return err
-	}
-	if err := retarget(src, dst); err != nil {
-		return err
-	}
-	return r.scaleRun(ctx, t, src, env, benchtime)
-}
-
-// scaleRun runs the benchmark in dir and parses its figures.
-func (r *runner) scaleRun(ctx context.Context, t *ScaleTree, dir string, env []string, benchtime int) error {
+	args := []string{"test", "-run", "^$", "-bench", "ReplicationScale", "-benchtime", strconv.Itoa(s.Benchtime) + "x", "-timeout", "5m", "./internal/replicate/"}
+	s.Command = "go " + strings.Join(args, " ")
 	start := time.Now()
-	out, err := r.runTool(ctx, "scale-"+t.Tree, 6*time.Minute, env, dir, "go", "test", "-run", "^$",
-		"-bench", "ReplicationScale", "-benchtime", strconv.Itoa(benchtime)+"x", "-timeout", "5m", "./"+inTree(dir, filepath.Dir(scaleBenchFile))+"/")
-	os.WriteFile(filepath.Join(r.runsDir, "scale-"+t.Tree+".txt"), out, 0o644)
+	out, err := r.runTool(ctx, "scale", 6*time.Minute, []string{"NATS_SERVER_BIN=" + natsBin, "CI=true"}, r.root, "go", args...)
+	os.WriteFile(filepath.Join(r.runsDir, "scale.txt"), out, 0o644)
 	if err != nil {
 		return err
 	}
-	t.Seconds = round1(time.Since(start).Seconds())
-	if t.Rows, err = parseScaleBench(string(out)); err != nil {
-		return fmt.Errorf("scale %s: %w", t.Tree, err)
+	s.Seconds = round1(time.Since(start).Seconds())
+	if s.Rows, err = parseScaleBench(string(out)); err != nil {
+		return fmt.Errorf("scale: %w", err)
 	}
-	r.printf("scale %s (%s): %d sub-benchmarks in %.0fs\n", t.Tree, t.Ref, len(t.Rows), t.Seconds)
+	r.printf("scale: %d sub-benchmarks in %.0fs\n", len(s.Rows), s.Seconds)
 	return nil
 }
 
@@ -176,22 +124,10 @@ func parseScaleBench(out string) ([]ScaleMetrics, error) {
 
 // Scale is the scale scenario.
 type Scale struct {
-	Benchtime int        `json:"benchtime"`
-	Command   string     `json:"command"`
-	Before    *ScaleTree `json:"before,omitempty"`
-	After     *ScaleTree `json:"after"`
-	// Rows join, per node count and load, both trees.
-	Rows []ScaleRow `json:"rows"`
-}
-
-// ScaleTree is the benchmark run in one tree.
-type ScaleTree struct {
-	Tree    string         `json:"tree"` // before, after
-	Ref     string         `json:"ref"`
-	Commit  string         `json:"commit,omitempty"`
-	Seconds float64        `json:"seconds"`
-	Rows    []ScaleMetrics `json:"rows,omitempty"`
-	Error   string         `json:"error,omitempty"`
+	Benchtime int            `json:"benchtime"`
+	Command   string         `json:"command"`
+	Seconds   float64        `json:"seconds"`
+	Rows      []ScaleMetrics `json:"rows"`
 }
 
 // ScaleMetrics is one sub-benchmark: its figures by unit.
@@ -202,86 +138,39 @@ type ScaleMetrics struct {
 	Values map[string]float64 `json:"values"`
 }
 
-func (m *ScaleMetrics) value(unit string) float64 {
-	if m == nil {
-		return 0
-	}
-	return m.Values[unit]
-}
-
-// ScaleRow is one node count and load: both trees' figures.
-type ScaleRow struct {
-	Nodes  int           `json:"nodes"`
-	Load   string        `json:"load"`
-	Before *ScaleMetrics `json:"before,omitempty"`
-	After  *ScaleMetrics `json:"after,omitempty"`
-	// InBRatio is the after tree's in-bytes per 1k hits over the before
-	// tree's; 0 when either is missing.
-	InBRatio float64 `json:"in_b_ratio,omitempty"`
-}
-
-// build joins the trees' rows.
-func (s *Scale) build() {
-	find := func(t *ScaleTree, nodes int, load string) *ScaleMetrics {
-		if t == nil {
-			return nil
-		}
-		for i := range t.Rows {
-			if t.Rows[i].Nodes == nodes && t.Rows[i].Load == load {
-				return &t.Rows[i]
-			}
-		}
-		return nil
-	}
-	s.Rows = nil
-	for _, load := range []string{"hot", "flood"} {
-		for _, n := range []int{3, 10, 30} {
-			row := ScaleRow{Nodes: n, Load: load, Before: find(s.Before, n, load), After: find(s.After, n, load)}
-			if row.Before == nil && row.After == nil {
-				continue
-			}
-			if b, a := row.Before.value(mInB), row.After.value(mInB); b > 0 && row.After != nil {
-				row.InBRatio = round(a/b, 4)
-			}
-			s.Rows = append(s.Rows, row)
-		}
-	}
-}
+// floodBeforeInB is what each node received per 1k hits of a flood of
+// keys hit once when every changed key was replicated (before budget
+// shares, fc56146): (N−1)/N × 1000 entries of 11.9 B, as
+// docs/replication-scale.md models and measured.
+var floodBeforeInB = map[int]float64{3: 7928, 10: 10705, 30: 11526}
 
 // targetScaleFlood is the budget-shares target: a flood of keys hit once
-// costs each node at most this share of the replication bytes it cost
-// before.
+// costs each node at most this share of floodBeforeInB.
 const targetScaleFlood = 0.01
 
-// scaleTarget judges the flood's in-bytes per node, after over before, at
-// every node count.
+// scaleTarget judges the flood's in-bytes per node at every node count.
 func scaleTarget(res *Results) Target {
-	t := Target{Name: "scale-flood", Goal: "a flood of keys hit once costs each node ≤ 1% of the replication bytes it cost before budget shares (in-bytes per node per 1k hits, after/before, 3, 10 and 30 nodes)"}
-	s := res.Scale
-	switch {
-	case s == nil:
-		return t
-	case s.Before == nil || s.Before.Error != "":
-		if s.Before != nil {
-			t.Measured = "no baseline: " + s.Before.Error
-		}
+	t := Target{Name: "scale-flood", Goal: "a flood of keys hit once costs each node ≤ 1% of the replication bytes it cost before budget shares (in-bytes per node per 1k hits, 3, 10 and 30 nodes)"}
+	if res.Scale == nil {
 		return t
 	}
 	var parts []string
 	worst, n := 0.0, 0
-	for _, row := range s.Rows {
-		if row.Load != "flood" || row.Before == nil || row.After == nil || row.Before.value(mInB) <= 0 {
+	for _, m := range res.Scale.Rows {
+		before, ok := floodBeforeInB[m.Nodes]
+		if m.Load != "flood" || !ok {
 			continue
 		}
 		n++
-		worst = max(worst, row.InBRatio)
-		parts = append(parts, fmt.Sprintf("%d nodes %.4f× (%.0f → %.0f B)", row.Nodes, row.InBRatio, row.Before.value(mInB), row.After.value(mInB)))
+		x := m.Values[mInB] / before
+		worst = max(worst, x)
+		parts = append(parts, fmt.Sprintf("%d nodes %.0f B (%.4f× %.0f B)", m.Nodes, m.Values[mInB], x, before))
 	}
-	if n == 0 {
+	if n < len(floodBeforeInB) {
 		return t
 	}
-	t.Value = worst
-	t.Measured = strings.Join(parts, ", ") + "; before " + shortCommit(s.Before.Commit)
+	t.Value = round(worst, 4)
+	t.Measured = strings.Join(parts, ", ")
 	t.judge(worst <= targetScaleFlood, "%.3f× against 0.01×", worst)
 	return t
 }
@@ -289,65 +178,13 @@ func scaleTarget(res *Results) Target {
 // writeScale writes the scale scenario's section.
 func writeScale(b *md, res *Results, s *Scale) {
 	b.f("## Replication at scale: 3, 10 and 30 nodes on one NATS\n\n")
-	b.f("`%s`: N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). [docs/replication-scale.md](../../docs/replication-scale.md) models these figures from the wire format and the publishing rules, and says when one NATS server saturates.\n\n",
-		s.Command, s.Benchtime)
-	for _, t := range []*ScaleTree{s.Before, s.After} {
-		switch {
-		case t == nil:
-		case t.Error != "":
-			b.f("- **%s** (%s): not measured: %s\n", t.Tree, t.Ref, t.Error)
-		case t.Tree == "before":
-			b.f("- **before**: `%s` (`--shares-baseline-ref %s`) with this tree's `%s`, %.0fs.\n", t.Commit, t.Ref, scaleBenchFile, t.Seconds)
-		default:
-			b.f("- **after**: this tree, %.0fs.\n", t.Seconds)
-		}
+	b.f("`%s` (%.0fs): N nodes in one process, each with its own NATS connection, on one nats-server process; %d hits per node count and load, spread evenly over the nodes. **hot**: 100 keys, each node going round all of them, at a steady 20,000 hits/s of the whole cluster (200/s per key) against 250 per 1 s window, so every hit is admitted and each key spends the end of every window past half its limit. **flood**: each hit on a key never seen before, as fast as the nodes go, against 100 per 60 s (a per-client-IP limit). Figures are per node, after every batch was received; *per 1k hits* is per thousand hits of the whole cluster. A batch reaches every other node, so in-bytes are out-bytes × (N−1). CPU per hit is the whole process's (the nodes and the load; nats-server runs apart). [docs/replication-scale.md](../../docs/replication-scale.md) models these figures from the wire format and the publishing rules, and says when one NATS server saturates.\n\n",
+		s.Command, s.Seconds, s.Benchtime)
+	b.table([]string{"load", "nodes:", "out-B/1k hits:", "in-B/1k hits:", "in-msgs/1k hits:", "merged/1k hits:", "in-B/node/s:", "CPU µs/hit:", "hits/s:", "anti-entropy entries/1k hits:", "sync-B/1k hits:", "slow-consumer events:"})
+	for _, m := range s.Rows {
+		v := m.Values
+		b.f("| %s | %d | %.0f | %.0f | %.2f | %.1f | %.0f | %.2f | %.0f | %.2f | %.0f | %.0f |\n", m.Load, m.Nodes,
+			v[mOutB], v[mInB], v[mInMsgs], v[mMerged], v[mInBs], v[mCPU], v[mHits], v[mAE], v[mSyncB], v[mSlow])
 	}
-	b.f("\n")
-	b.table([]string{"load", "nodes:", "tree", "out-B/1k hits:", "in-B/1k hits:", "in-msgs/1k hits:", "merged/1k hits:", "in-B/node/s:", "CPU µs/hit:", "hits/s:", "anti-entropy entries/1k hits:", "sync-B/1k hits:", "slow-consumer events:"})
-	for _, row := range s.Rows {
-		for _, x := range []struct {
-			tree string
-			m    *ScaleMetrics
-		}{{"before", row.Before}, {"after", row.After}} {
-			if m := x.m; m != nil {
-				b.f("| %s | %d | %s | %.0f | %.0f | %.2f | %.1f | %.0f | %.2f | %.0f | %.2f | %.0f | %.0f |\n", row.Load, row.Nodes, x.tree,
-					m.value(mOutB), m.value(mInB), m.value(mInMsgs), m.value(mMerged), m.value(mInBs), m.value(mCPU), m.value(mHits), m.value(mAE), m.value(mSyncB), m.value(mSlow))
-			}
-		}
-	}
-	b.f("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns; a flood row that merged fewer than (N−1)/N × 1000 entries per 1k hits received entries that raised nothing (a sync reply had brought them first, or the minute ended before they arrived). A node's first anti-entropy round starts one period (10 s) after it started, so only a measurement that reached it shows anti-entropy entries (counted in out-B, in-B and merged too). The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
-	if s.Before == nil || s.Before.Error != "" {
-		return
-	}
-	b.f("After over before, same run:\n\n")
-	b.table([]string{"load", "nodes:", "in-B:", "in-msgs:", "merged:", "CPU per hit:"})
-	for _, row := range s.Rows {
-		if row.Before != nil && row.After != nil {
-			b.f("| %s | %d | **%s** | %s | %s | %s |\n", row.Load, row.Nodes, ratio(row.After.value(mInB), row.Before.value(mInB)),
-				ratio(row.After.value(mInMsgs), row.Before.value(mInMsgs)), ratio(row.After.value(mMerged), row.Before.value(mMerged)),
-				ratio(row.After.value(mCPU), row.Before.value(mCPU)))
-		}
-	}
-	b.f("\nTarget: the flood rows' in-B ratio ≤ %.2f at every node count.\n\n", targetScaleFlood)
-}
-
-// ratio is a/b, or — when b is 0.
-func ratio(a, b float64) string {
-	if b <= 0 {
-		return "—"
-	}
-	return fmt.Sprintf("%.4f", a/b)
-}
-
-// writeScaleMissed explains a missed flood target from the figures.
-func writeScaleMissed(b *md, res *Results, t Target) {
-	b.f("- **A flood's replication** (%s). ", t.Margin)
-	for _, row := range res.Scale.Rows {
-		if m := row.After; row.Load == "flood" && m != nil && m.value(mMerged) > 0 {
-			b.f("At %d nodes each node still received %.0f entries (%.0f B) per 1k hits: every flood key is sent once, by the node that took it, to all the others. ",
-				row.Nodes, m.value(mMerged), m.value(mInB))
-			break
-		}
-	}
-	b.f("Only a rule that sends keys near their share, not every changed key, removes that cost.\n")
+	b.f("\nThe flood's per-second figures are over a burst of well under a second: its per-hit figures are the ones to read. *sync-B* is sync replies (warm starts and the resyncs that follow a slow-consumer event or a reconnection), each to one requester, and not in the other columns. A node's first anti-entropy round starts one period (10 s) after it started, so only a measurement that reached it shows anti-entropy entries (counted in out-B, in-B and merged too). The hot rows depend on when each node's goroutines get a CPU: on a loaded machine early batches go out later and fewer, and two runs of the same code differ most at 30 nodes.\n\n")
 }
