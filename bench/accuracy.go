@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 )
 
@@ -95,16 +96,13 @@ type AccuracyRow struct {
 	Algorithm    string  `json:"algorithm"`
 	Multiple     float64 `json:"multiple"`
 	Distribution string  `json:"distribution"`
-	Key          string  `json:"key"`
 	OfferedPerS  float64 `json:"offered_per_s"` // over the cluster
 	Windows      int     `json:"windows"`
 	Min          int64   `json:"min"`
 	Median       float64 `json:"median"`
 	Max          int64   `json:"max"`
-	// WindowStartMS, Offered, Admitted and AdmittedPerNode are per
-	// counted window: its start (unix ms), the Takes made in it and those
-	// admitted, in all and per node.
-	WindowStartMS   []int64   `json:"window_start_ms"`
+	// Offered, Admitted and AdmittedPerNode are per counted window: the
+	// Takes made in it and those admitted, in all and per node.
 	Offered         []int64   `json:"offered"`
 	Admitted        []int64   `json:"admitted"`
 	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
@@ -122,9 +120,8 @@ type AccuracyBurst struct {
 	Median   float64 `json:"median"` // of Admitted, as Min and Max
 	Max      int64   `json:"max"`
 	// Admitted and AdmittedPerNode are per run: the Takes admitted in the
-	// key's window, in all and per node. Late is per run the Takes made
-	// after that window had ended (the machine stalled the drivers): not
-	// counted.
+	// key's window, in all and per node. Late is per run the Takes not
+	// made before that window ended (the machine stalled the drivers).
 	Admitted        []int64   `json:"admitted"`
 	AdmittedPerNode [][]int64 `json:"admitted_per_node"`
 	Late            []int64   `json:"late"`
@@ -195,57 +192,55 @@ func (r *runner) accuracy(ctx context.Context) error {
 	return cl.stop()
 }
 
-// accNode is one member of the in-process cluster.
-type accNode struct {
-	store *counter.Store
-	repl  *replicate.Replicator
-	done  chan error // Run's result
-}
-
+// accCluster is the in-process cluster: each node a counter.Store and the
+// replicate.Replicator that shares its counts.
 type accCluster struct {
-	nodes    []*accNode
+	stores   []*counter.Store
+	done     []chan error // each node's Run result
 	cancel   context.CancelFunc
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// accBucket is the counter bucket of algorithm a: each algorithm has its
-// own (replication drops a count made in another algorithm than its
-// bucket's).
-func accBucket(a counter.Algorithm) counter.Bucket { return counter.Bucket(a) }
-
 // startAccCluster starts the nodes and waits until each counts the
-// others as peers, so that none admits as if it were alone.
+// others as peers, so that none admits as if it were alone. Each
+// algorithm has a bucket of its own (replication drops a count made in
+// another algorithm than its bucket's); a Limit's algorithm is its id.
 func startAccCluster(ctx context.Context, natsURL string, log *slog.Logger) (*accCluster, error) {
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	cl := &accCluster{cancel: cancel}
 	buckets := []replicate.Bucket{
-		{Name: "acc_fixed", ID: accBucket(counter.Fixed), Algorithm: counter.Fixed},
-		{Name: "acc_sliding", ID: accBucket(counter.Sliding), Algorithm: counter.Sliding},
+		{Name: "acc_fixed", ID: counter.Bucket(counter.Fixed), Algorithm: counter.Fixed},
+		{Name: "acc_sliding", ID: counter.Bucket(counter.Sliding), Algorithm: counter.Sliding},
 	}
+	var repls []*replicate.Replicator
 	for i := range accNodes {
-		n := &accNode{done: make(chan error, 1)}
 		id := "n" + strconv.Itoa(i)
-		var err error
-		if n.store, err = counter.New(counter.Config{Track: true}); err == nil {
-			n.repl, err = replicate.New(replicate.Config{URL: natsURL, NodeID: id, Buckets: buckets, SubjectPrefix: "accuracy", SyncInterval: accSync},
-				n.store, prometheus.NewRegistry(), log.With("node", id))
+		store, err := counter.New(counter.Config{Track: true})
+		var repl *replicate.Replicator
+		if err == nil {
+			repl, err = replicate.New(replicate.Config{URL: natsURL, NodeID: id, Buckets: buckets, SubjectPrefix: "accuracy", SyncInterval: accSync},
+				store, prometheus.NewRegistry(), log.With("node", id))
 		}
 		if err != nil {
 			cl.stop()
 			return nil, fmt.Errorf("node %s: %w", id, err)
 		}
-		go func() { n.done <- n.repl.Run(rctx) }()
-		cl.nodes = append(cl.nodes, n)
+		done := make(chan error, 1)
+		go func() { done <- repl.Run(rctx) }()
+		cl.stores, cl.done, repls = append(cl.stores, store), append(cl.done, done), append(repls, repl)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for i, n := range cl.nodes {
-		for len(n.repl.Peers()) < accNodes-1 {
-			if time.Now().After(deadline) || !cli.Sleep(ctx, 20*time.Millisecond) {
-				cl.stop()
-				return nil, fmt.Errorf("node n%d knows %d peers after 15s, want %d (NATS at %s)", i, len(n.repl.Peers()), accNodes-1, natsURL)
+	err := poll.Wait(15*time.Second, 20*time.Millisecond, func() error {
+		for i, repl := range repls {
+			if n := len(repl.Peers()); n < accNodes-1 {
+				return fmt.Errorf("node n%d knows %d peers, want %d (NATS at %s)", i, n, accNodes-1, natsURL)
 			}
 		}
+		return ctx.Err()
+	})
+	if err != nil {
+		cl.stop()
+		return nil, err
 	}
 	return cl, nil
 }
@@ -257,9 +252,9 @@ func (cl *accCluster) stop() error {
 		cl.cancel()
 		timeout := time.After(replicate.DefaultFlushTimeout + 5*time.Second)
 		var errs []error
-		for i, n := range cl.nodes {
+		for i, done := range cl.done {
 			select {
-			case err := <-n.done:
+			case err := <-done:
 				if err != nil && !errors.Is(err, context.Canceled) {
 					errs = append(errs, fmt.Errorf("node n%d: %w", i, err))
 				}
@@ -272,14 +267,51 @@ func (cl *accCluster) stop() error {
 	return cl.stopErr
 }
 
-// rowRun is a row while its phase runs. Each node's driver writes only
-// its own slices.
+// pace makes Takes of key on store from t0 at perMS Takes a ms (0: all
+// at once), the first at t0, until total are made (total < 0: no bound)
+// or end comes: every tick it makes at once those that have come due, at
+// that instant, and tells took of each. It returns how late at most the
+// oldest Take due was made, and the Takes still to make at end.
+func pace(ctx context.Context, store *counter.Store, key string, lim counter.Limit, t0, end time.Time, perMS float64, total int64,
+	took func(now time.Time, el time.Duration, allowed bool)) (behind time.Duration, left int64) {
+	if !cli.Sleep(ctx, time.Until(t0)) {
+		return 0, 0
+	}
+	t := time.NewTicker(accTick)
+	defer t.Stop()
+	var done int64
+	for now := time.Now(); now.Before(end) && done != total; now = time.Now() {
+		el := now.Sub(t0)
+		due := total - done
+		if perMS > 0 {
+			if due = int64(float64(el.Microseconds())/1000*perMS) + 1 - done; total >= 0 {
+				due = min(due, total-done)
+			}
+			// Take number done was due done/perMS ms after t0.
+			behind = max(behind, el-time.Duration(float64(done)/perMS*float64(time.Millisecond)))
+		}
+		for range max(due, 0) {
+			took(now, el, store.Take(counter.Bucket(lim.Algorithm), key, lim, now).Allowed)
+		}
+		done += max(due, 0)
+		select {
+		case <-ctx.Done():
+			return behind, 0
+		case <-t.C:
+		}
+	}
+	if total >= 0 {
+		left = total - done
+	}
+	return behind, left
+}
+
+// rowRun is a row while its phase runs: counts[node][window of the
+// phase] = {offered, admitted} and behind[node], each node's goroutine
+// writing only its own.
 type rowRun struct {
 	AccuracyRow
-	lim  counter.Limit
-	rate [accNodes]float64 // Takes per second, per node
-	skip int               // leading windows not counted
-	// counts[node][window of the phase] = {offered, admitted}
+	skip   int // leading windows not counted
 	counts [accNodes][][2]int64
 	behind [accNodes]time.Duration
 }
@@ -291,28 +323,35 @@ type rowRun struct {
 func (cl *accCluster) phase(ctx context.Context, m float64, windows int) ([]AccuracyRow, error) {
 	const lead = 200 * time.Millisecond
 	wms := accWindow.Milliseconds()
-	boundary := time.UnixMilli((time.Now().Add(lead+50*time.Millisecond).UnixMilli()/wms + 1) * wms)
-	t0, end := boundary.Add(-lead), boundary.Add(time.Duration(windows+1)*accWindow)
+	t0 := time.UnixMilli((time.Now().Add(lead+50*time.Millisecond).UnixMilli()/wms + 1) * wms).Add(-lead)
+	end := t0.Add(lead + time.Duration(windows+1)*accWindow)
 	w0 := t0.UnixMilli() / wms
 	slots := int(end.UnixMilli()/wms - w0)
 	var rows []*rowRun
+	var wg sync.WaitGroup
 	for _, alg := range accuracyAlgorithms {
 		for _, dist := range accuracyDistributions {
-			rr := &rowRun{AccuracyRow: AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, Key: fmt.Sprintf("%s-%s-x%g", alg, dist, m),
-				OfferedPerS: m * accLimit / accWindow.Seconds()}, lim: counter.Limit{Limit: accLimit, ScaleMS: wms, Algorithm: accAlgorithm[alg]}, skip: 1}
-			if rr.lim.Algorithm == counter.Sliding {
+			rr := &rowRun{AccuracyRow: AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, OfferedPerS: m * accLimit / accWindow.Seconds()}, skip: 1}
+			key := fmt.Sprintf("%s-%s-x%g", alg, dist, m)
+			lim := counter.Limit{Limit: accLimit, ScaleMS: wms, Algorithm: accAlgorithm[alg]}
+			if lim.Algorithm == counter.Sliding {
 				rr.skip = 2
 			}
-			for i, s := range accShares[dist] {
-				rr.rate[i] = s * rr.OfferedPerS
+			for i, share := range accShares[dist] {
 				rr.counts[i] = make([][2]int64, slots)
+				wg.Go(func() {
+					rr.behind[i], _ = pace(ctx, cl.stores[i], key, lim, t0, end, share*rr.OfferedPerS/1000, -1, func(now time.Time, _ time.Duration, ok bool) {
+						if s := int(now.UnixMilli()/wms - w0); s >= 0 && s < slots {
+							rr.counts[i][s][0]++
+							if ok {
+								rr.counts[i][s][1]++
+							}
+						}
+					})
+				})
 			}
 			rows = append(rows, rr)
 		}
-	}
-	var wg sync.WaitGroup
-	for i, n := range cl.nodes {
-		wg.Go(func() { drive(ctx, n, i, rows, t0, end, wms, w0) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
@@ -320,56 +359,13 @@ func (cl *accCluster) phase(ctx context.Context, m float64, windows int) ([]Accu
 	}
 	out := make([]AccuracyRow, 0, len(rows))
 	for _, rr := range rows {
-		out = append(out, rr.summarise(w0, wms, windows))
+		out = append(out, rr.summarise(windows))
 	}
 	return out, nil
 }
 
-// drive makes node i's Takes of every row from t0 until end, at each row's
-// rate for the node: every tick it takes at once all those that have come
-// due, at that instant.
-func drive(ctx context.Context, n *accNode, i int, rows []*rowRun, t0, end time.Time, wms, w0 int64) {
-	if !cli.Sleep(ctx, time.Until(t0)) {
-		return
-	}
-	done := make([]int64, len(rows))
-	t := time.NewTicker(accTick)
-	defer t.Stop()
-	for now := time.Now(); now.Before(end); now = time.Now() {
-		el := now.Sub(t0)
-		slot := int(now.UnixMilli()/wms - w0)
-		for j, rr := range rows {
-			rate := rr.rate[i]
-			due := int64(el.Seconds()*rate) - done[j]
-			if due <= 0 {
-				continue
-			}
-			// The oldest due Take was scheduled at (done+1)/rate.
-			if late := el - time.Duration(float64(done[j]+1)/rate*float64(time.Second)); late > rr.behind[i] {
-				rr.behind[i] = late
-			}
-			var admitted int64
-			for range due {
-				if n.store.Take(accBucket(rr.lim.Algorithm), rr.Key, rr.lim, now).Allowed {
-					admitted++
-				}
-			}
-			done[j] += due
-			if slot >= 0 && slot < len(rr.counts[i]) {
-				rr.counts[i][slot][0] += due
-				rr.counts[i][slot][1] += admitted
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // summarise is the row over its counted windows.
-func (rr *rowRun) summarise(w0, wms int64, windows int) AccuracyRow {
+func (rr *rowRun) summarise(windows int) AccuracyRow {
 	r := rr.AccuracyRow
 	for s := rr.skip; s < rr.skip+windows && s < len(rr.counts[0]); s++ {
 		var offered, admitted int64
@@ -379,13 +375,11 @@ func (rr *rowRun) summarise(w0, wms int64, windows int) AccuracyRow {
 			admitted += rr.counts[i][s][1]
 			per[i] = rr.counts[i][s][1]
 		}
-		r.WindowStartMS = append(r.WindowStartMS, (w0+int64(s))*wms)
 		r.Offered = append(r.Offered, offered)
 		r.Admitted = append(r.Admitted, admitted)
 		r.AdmittedPerNode = append(r.AdmittedPerNode, per)
 	}
-	r.Windows = len(r.Admitted)
-	if r.Windows > 0 {
+	if r.Windows = len(r.Admitted); r.Windows > 0 {
 		r.Min, r.Median, r.Max = spread(r.Admitted)
 	}
 	r.MaxBehindMS = ms(slices.Max(rr.behind[:]))
@@ -414,99 +408,64 @@ func (cl *accCluster) burst(ctx context.Context, spec burstSpec, runs int) (Accu
 	wms := accWindow.Milliseconds()
 	lim := counter.Limit{Limit: accLimit, ScaleMS: wms}
 	nonce := time.Now().UnixNano()
-	var behind time.Duration
 	for run := range runs {
 		key := fmt.Sprintf("burst-%s-%d-%d", spec.name, run, nonce)
 		// The next window that starts at least 100 ms from now.
 		w := (time.Now().Add(100*time.Millisecond).UnixMilli())/wms + 1
 		if spec.second {
-			if _, _, _, err := cl.burstRun(ctx, spec, key, lim, time.UnixMilli(w*wms).Add(burstLead)); err != nil {
-				return b, err
-			}
+			cl.burstRun(ctx, spec, key, lim, w*wms)
 			w++
 		}
-		res, outside, late, err := cl.burstRun(ctx, spec, key, lim, time.UnixMilli(w*wms).Add(burstLead))
-		if err != nil {
-			return b, err
+		times, left, behind := cl.burstRun(ctx, spec, key, lim, w*wms)
+		if err := ctx.Err(); err != nil {
+			return b, fmt.Errorf("burst %s: %w", key, err)
 		}
-		behind = max(behind, late)
-		var times []time.Duration // of every admitted Take, from the burst's start
+		var all []time.Duration // of every admitted Take, from the burst's start
 		perNode := make([]int64, accNodes)
-		for i, r := range res {
-			perNode[i] = int64(len(r))
-			times = append(times, r...)
+		for i, t := range times {
+			perNode[i] = int64(len(t))
+			all = append(all, t...)
 		}
-		slices.Sort(times)
+		slices.Sort(all)
 		reach := -1.0
-		if k := accLimit * 9 / 10; len(times) >= k {
-			reach = ms(times[k-1])
+		if k := accLimit * 9 / 10; len(all) >= k {
+			reach = ms(all[k-1])
 		}
-		b.Admitted = append(b.Admitted, int64(len(times)))
+		b.Admitted = append(b.Admitted, int64(len(all)))
 		b.AdmittedPerNode = append(b.AdmittedPerNode, perNode)
-		b.Late = append(b.Late, outside)
+		b.Late = append(b.Late, left)
 		b.Reach90MS = append(b.Reach90MS, reach)
+		b.MaxBehindMS = max(b.MaxBehindMS, ms(behind))
 	}
 	b.Min, b.Median, b.Max = spread(b.Admitted)
-	b.MaxBehindMS = ms(behind)
 	return b, nil
 }
 
-// burstRun makes one run's Takes of key from t0 on: each bursting node
-// takes, every tick, those that have come due at the spec's pace (all at
-// once without one). It returns, per node, when after t0 each Take
-// admitted in t0's window was made, how many Takes were made after that
-// window, and how late at most a Take was made.
-func (cl *accCluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, t0 time.Time) ([accNodes][]time.Duration, int64, time.Duration, error) {
-	per := int64(spec.mult * accLimit)
-	perMS := spec.perMS * accLimit / 100
-	var out [accNodes][]time.Duration
-	var late [accNodes]time.Duration
-	var outside [accNodes]int64
-	end := time.UnixMilli((t0.UnixMilli()/lim.ScaleMS + 1) * lim.ScaleMS)
+// burstRun makes one run's Takes of key in the window that starts at
+// startMS (unix ms), from burstLead into it, on each bursting node at the
+// spec's pace. It returns, per node, when after the start each admitted
+// Take was made, the Takes the window ended before, and how late at most
+// a Take was made.
+func (cl *accCluster) burstRun(ctx context.Context, spec burstSpec, key string, lim counter.Limit, startMS int64) (times [accNodes][]time.Duration, left int64, behind time.Duration) {
+	t0, end := time.UnixMilli(startMS).Add(burstLead), time.UnixMilli(startMS+lim.ScaleMS)
+	var lefts [accNodes]int64
+	var behinds [accNodes]time.Duration
 	var wg sync.WaitGroup
 	for _, i := range spec.nodes {
-		n := cl.nodes[i]
 		wg.Go(func() {
-			if !cli.Sleep(ctx, time.Until(t0)) {
-				return
-			}
-			t := time.NewTicker(accTick)
-			defer t.Stop()
-			for done := int64(0); done < per; {
-				now := time.Now()
-				el := now.Sub(t0)
-				due := per - done
-				if perMS > 0 {
-					due = min(per, int64(float64(el.Microseconds())/1000*perMS)+1) - done
-					// The oldest due Take was scheduled at done/perMS ms.
-					late[i] = max(late[i], el-time.Duration(float64(done)/perMS*float64(time.Millisecond)))
-				}
-				for range due {
-					switch {
-					case !now.Before(end):
-						outside[i]++
-					case n.store.Take(accBucket(lim.Algorithm), key, lim, now).Allowed:
-						out[i] = append(out[i], el)
+			behinds[i], lefts[i] = pace(ctx, cl.stores[i], key, lim, t0, end, spec.perMS*accLimit/100, int64(spec.mult*accLimit),
+				func(_ time.Time, el time.Duration, ok bool) {
+					if ok {
+						times[i] = append(times[i], el)
 					}
-				}
-				done += due
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
+				})
 		})
 	}
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return out, 0, 0, fmt.Errorf("burst %s: %w", key, err)
+	for i := range accNodes {
+		left += lefts[i]
 	}
-	var all int64
-	for _, n := range outside {
-		all += n
-	}
-	return out, all, slices.Max(late[:]), nil
+	return times, left, slices.Max(behinds[:])
 }
 
 // The accuracy targets: admitted per window as × of the limit.
