@@ -328,9 +328,6 @@ func TestAccuracyOptions(t *testing.T) {
 	if o, _, err := parseOptions([]string{"--only", "accuracy", "--quick"}, io.Discard, io.Discard); err != nil || o.accWindows != 3 || o.only["cluster"] {
 		t.Errorf("no baseline, quick: %+v, %v", o, err)
 	}
-	if _, done, err := parseOptions([]string{"--accuracy-windows", "1"}, io.Discard, io.Discard); !done || err == nil {
-		t.Error("--accuracy-windows 1: no error")
-	}
 }
 
 // burstTarget is the accuracy target of the bursts.
