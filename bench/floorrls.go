@@ -157,36 +157,6 @@ const (
 	targetRLSFloorLocalCache = 0.3  // × envoyproxy/ratelimit's local-cache denials
 )
 
-func rlsFloorTargets(res *Results) []Target {
-	f := res.Floor
-	lean := floorRLS + floorLean
-	pair := func(name, goal string, limit float64, vs ...[2]string) Target {
-		t := Target{Name: name, Goal: goal}
-		var parts []string
-		worst := 0.0
-		for _, p := range vs {
-			x, ok := floorRatio(f, "saturation", p[0], p[1])
-			if !ok {
-				return t
-			}
-			worst = max(worst, x.Median)
-			parts = append(parts, fmt.Sprintf("%.2f× %s vs %s (%.2f–%.2f)", x.Median, strings.TrimPrefix(p[0], lean), p[1], x.Min, x.Max))
-		}
-		t.Value = worst
-		t.Measured = strings.Join(parts, ", ")
-		t.judge(worst <= limit, "%.2f× against %.2f×", worst, limit)
-		return t
-	}
-	return []Target{
-		pair("floor-rls-cpu-lean", "ShouldRateLimit on the lean listener: CPU per call at saturation ≤ 0.35× the default grpc-go no-op's, allowed and denied (pinned, one descriptor)", targetRLSFloorNoop,
-			[2]string{lean + "allowed", floorRLS + floorDefaultNoop}, [2]string{lean + "denied", floorRLS + floorDefaultNoop}),
-		pair("floor-rls-vs-redis", "ShouldRateLimit on the lean listener: CPU per call ≤ 0.15× envoyproxy/ratelimit with Redis (its CPU and Redis's), allowed and denied", targetRLSFloorRedis,
-			[2]string{lean + "allowed", floorRatelimit + "allowed"}, [2]string{lean + "denied", floorRatelimit + "denied"}),
-		pair("floor-rls-vs-localcache", "ShouldRateLimit on the lean listener: CPU per denial ≤ 0.3× envoyproxy/ratelimit's local-cache denials", targetRLSFloorLocalCache,
-			[2]string{lean + "denied", floorRLCache + "denied"}),
-	}
-}
-
 // rlsRuntime writes a runtime directory (RUNTIME_ROOT/ratelimit/config)
 // with the load tool's descriptor file at perUnit per unit, and returns
 // the environment that points a server at it.

@@ -49,76 +49,58 @@ func floorRowOf(f *Floor, level, target string) (FloorRow, bool) {
 	return first(f.Rows, func(x FloorRow) bool { return x.Level == level && x.Target == target })
 }
 
-// floorTargets judges the run by the floor issue's targets.
-// floorPathTargets are the floor's CPU and latency targets for one of
-// this tree's Check paths: the gRPC port (path "") or the lean listener
-// (floorLean), whose target names end in "-lean".
-func floorPathTargets(res *Results, path, label string) []Target {
-	suffix := ""
-	if path != "" {
-		suffix = "-lean"
-	}
-	f := res.Floor
-	var out []Target
-
-	t := Target{Name: "floor-cpu" + suffix, Goal: "CPU per check at saturation ≤ 0.70× the default grpc-go no-op, allowed and denied (pinned, 50 in flight)" + label}
-	a, okA := floorRatio(f, "saturation", path+"allowed", floorDefaultNoop)
-	d, okD := floorRatio(f, "saturation", path+"denied", floorDefaultNoop)
-	if okA && okD {
-		worst := max(a.Median, d.Median)
-		t.Value = worst
-		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f)", a.Median, a.Min, a.Max, d.Median, d.Min, d.Max)
-		if n, ok := floorRowOf(f, "saturation", floorDefaultNoop); ok {
-			sa, _ := floorRowOf(f, "saturation", path+"allowed")
-			sd, _ := floorRowOf(f, "saturation", path+"denied")
-			t.Measured += fmt.Sprintf(": %.1f and %.1f µs vs %.1f µs", sa.CPUUS, sd.CPUUS, n.CPUUS)
+// ratioTarget judges the worst of the floor's ratios of workload over
+// reference at level, each pair's median CPU ratio (with p99, its p99
+// ratio), against limit.
+func ratioTarget(f *Floor, name, goal, level string, limit float64, p99 bool, pairs ...[2]string) Target {
+	t := Target{Name: name, Goal: goal}
+	var parts []string
+	worst := 0.0
+	for _, p := range pairs {
+		x, ok := floorRatio(f, level, p[0], p[1])
+		if !ok {
+			if f != nil && f.Baseline != nil && f.Baseline.Error != "" && strings.HasPrefix(p[1], floorBaseline) {
+				t.Measured = "no baseline: " + f.Baseline.Error
+			}
+			return t
 		}
-		t.judge(worst <= targetFloorCPU, "%.2f× against 0.70×", worst)
-	}
-	out = append(out, t)
-
-	lowRate := shareName(floorShares[0])
-	t = Target{Name: "floor-low-rate" + suffix, Goal: "CPU per check at 10% of saturation ≤ 0.6× today's (the server of the baseline commit, same run)" + label}
-	a, okA = floorRatio(f, lowRate, path+"allowed", floorBaseline+"allowed")
-	d, okD = floorRatio(f, lowRate, path+"denied", floorBaseline+"denied")
-	if okA && okD {
-		worst := max(a.Median, d.Median)
-		t.Value = worst
-		sa, _ := floorRowOf(f, lowRate, path+"allowed")
-		ba, _ := floorRowOf(f, lowRate, floorBaseline+"allowed")
-		var commit string
-		if f.Baseline != nil {
-			commit = f.Baseline.Commit
+		if p99 {
+			worst = max(worst, x.P99Ratio)
+			parts = append(parts, fmt.Sprintf("%.2f× %s vs %s", x.P99Ratio, p[0], p[1]))
+			continue
 		}
-		t.Measured = fmt.Sprintf("%.2f× allowed (%.2f–%.2f), %.2f× denied (%.2f–%.2f) at %.0f/s: %.1f vs %.1f µs allowed; baseline %s",
-			a.Median, a.Min, a.Max, d.Median, d.Min, d.Max, sa.Rate, sa.CPUUS, ba.CPUUS, shortCommit(commit))
-		t.judge(worst <= targetFloorLowRate, "%.2f× against 0.6×", worst)
-	} else if f != nil && f.Baseline != nil && f.Baseline.Error != "" {
-		t.Measured = "no baseline: " + f.Baseline.Error
+		worst = max(worst, x.Median)
+		parts = append(parts, fmt.Sprintf("%.2f× %s vs %s (%.2f–%.2f)", x.Median, p[0], p[1], x.Min, x.Max))
 	}
-	out = append(out, t)
-
-	midRate := shareName(floorShares[1])
-	t = Target{Name: "floor-p99" + suffix, Goal: "p99 at 40% of saturation ≤ the default grpc-go no-op's, allowed and denied" + label}
-	sa, okA2 := floorRowOf(f, midRate, path+"allowed")
-	sd, okD2 := floorRowOf(f, midRate, path+"denied")
-	n, okN := floorRowOf(f, midRate, floorDefaultNoop)
-	if okA2 && okD2 && okN && n.Latency.P99 > 0 {
-		worst := max(sa.Latency.P99, sd.Latency.P99) / n.Latency.P99
-		t.Value = round(worst, 3)
-		t.Measured = fmt.Sprintf("%s allowed, %s denied vs %s at %.0f/s (medians over the rounds)",
-			loadresult.Micros(sa.Latency.P99), loadresult.Micros(sd.Latency.P99), loadresult.Micros(n.Latency.P99), sa.Rate)
-		t.judge(worst <= targetFloorP99, "%.2f× the default no-op's p99", worst)
-	}
-	out = append(out, t)
-
-	return out
+	t.Value, t.Measured = round(worst, 3), strings.Join(parts, ", ")
+	t.judge(worst <= limit, "%.2f× against %.2f×", worst, limit)
+	return t
 }
 
-func floorTargets(res *Results) []Target {
-	out := floorPathTargets(res, "", "")
-	out = append(out, floorPathTargets(res, floorLean, " — lean Check listener (--check-addr)")...)
-	return append(out, rlsFloorTargets(res)...)
+// floorTargets are the floor's CPU and latency targets, for this tree's
+// gRPC port and its lean listener (target names ending in "-lean"), then
+// ShouldRateLimit's on the lean listener.
+func floorTargets(f *Floor) []Target {
+	low, mid := shareName(floorShares[0]), shareName(floorShares[1])
+	var out []Target
+	for _, path := range []struct{ prefix, suffix, label string }{{"", "", ""}, {floorLean, "-lean", " — lean Check listener (--check-addr)"}} {
+		a, d := path.prefix+"allowed", path.prefix+"denied"
+		out = append(out,
+			ratioTarget(f, "floor-cpu"+path.suffix, "CPU per check at saturation ≤ 0.70× the default grpc-go no-op, allowed and denied (pinned, 50 in flight)"+path.label,
+				"saturation", targetFloorCPU, false, [2]string{a, floorDefaultNoop}, [2]string{d, floorDefaultNoop}),
+			ratioTarget(f, "floor-low-rate"+path.suffix, "CPU per check at 10% of saturation ≤ 0.6× today's (the server of the baseline commit, same run)"+path.label,
+				low, targetFloorLowRate, false, [2]string{a, floorBaseline + "allowed"}, [2]string{d, floorBaseline + "denied"}),
+			ratioTarget(f, "floor-p99"+path.suffix, "p99 at 40% of saturation ≤ the default grpc-go no-op's, allowed and denied (median of the per-round ratios)"+path.label,
+				mid, targetFloorP99, true, [2]string{a, floorDefaultNoop}, [2]string{d, floorDefaultNoop}))
+	}
+	lean := floorRLS + floorLean
+	return append(out,
+		ratioTarget(f, "floor-rls-cpu-lean", "ShouldRateLimit on the lean listener: CPU per call at saturation ≤ 0.35× the default grpc-go no-op's, allowed and denied (pinned, one descriptor)",
+			"saturation", targetRLSFloorNoop, false, [2]string{lean + "allowed", floorRLS + floorDefaultNoop}, [2]string{lean + "denied", floorRLS + floorDefaultNoop}),
+		ratioTarget(f, "floor-rls-vs-redis", "ShouldRateLimit on the lean listener: CPU per call ≤ 0.15× envoyproxy/ratelimit with Redis (its CPU and Redis's), allowed and denied",
+			"saturation", targetRLSFloorRedis, false, [2]string{lean + "allowed", floorRatelimit + "allowed"}, [2]string{lean + "denied", floorRatelimit + "denied"}),
+		ratioTarget(f, "floor-rls-vs-localcache", "ShouldRateLimit on the lean listener: CPU per denial ≤ 0.3× envoyproxy/ratelimit's local-cache denials",
+			"saturation", targetRLSFloorLocalCache, false, [2]string{lean + "denied", floorRLCache + "denied"}))
 }
 
 // shortCommit is a commit's first 12 hex digits, — when there is none.
@@ -173,7 +155,7 @@ func targets(res *Results) []Target {
 	out = append(out, t)
 
 	out = append(out, accuracyTargets(res)...)
-	out = append(out, floorTargets(res)...)
+	out = append(out, floorTargets(res.Floor)...)
 	return append(out, scaleTarget(res))
 }
 
