@@ -86,7 +86,7 @@ func (r *runner) startRatelimit(ctx context.Context, cpu int, name string, b anc
 	}
 	// The service dials Redis once at start and exits if it cannot.
 	if err := poll.Wait(10*time.Second, 20*time.Millisecond, func() error {
-		if redis.exited() {
+		if redis.Exited() {
 			return fmt.Errorf("redis-server exited:\n%s", redis.Tail(10))
 		}
 		c, err := net.DialTimeout("tcp", addrs[3], time.Second)

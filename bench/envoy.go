@@ -107,7 +107,7 @@ func (r *runner) envoy(ctx context.Context) error {
 		got := map[string][]*loadRun{}
 		err := r.rotate(len(envoyListeners), func(round, i int) error {
 			l := envoyListeners[i]
-			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("e2e-c%d-r%d-%s", c, round+1, l), srv.proc,
+			run, err := r.loadCPU(ctx, -1, fmt.Sprintf("e2e-c%d-r%d-%s", c, round+1, l), srv,
 				append([]string{"http", "--target", at[l], "--concurrency", strconv.Itoa(c),
 					"--duration", r.opt.run.String(), "--warmup", r.opt.warmup.String(), "--timeout", "2s"}, envoyLoad...)...)
 			got[l] = append(got[l], run)
@@ -212,14 +212,14 @@ func (r *runner) rlqsStreams(ctx context.Context, e *EnvoyE2E, srv *server) erro
 	st := &RLQSStreams{Streams: 16, BucketIDs: 200, IntervalS: 1}
 	e.Streams = st
 	d := 2 * r.opt.run
-	c0, err0 := cpuTimeOf(srv.pid())
+	c0, err0 := cpuTime(srv.pids()...)
 	out, err := r.runTool(ctx, "e2e-quota-streams", d+30*time.Second, nil, "", r.bins.bench, "rlqs", "--target", srv.grpc,
 		"--streams", strconv.Itoa(st.Streams), "--buckets", strconv.Itoa(st.BucketIDs), "--interval", "1s",
 		"--duration", d.String(), "--key-prefix", "streams-", "--json", "-")
 	if err != nil {
 		return err
 	}
-	c1, err1 := cpuTimeOf(srv.pid())
+	c1, err1 := cpuTime(srv.pids()...)
 	var got loadresult.RLQS
 	if err := json.Unmarshal(out, &got); err != nil {
 		return fmt.Errorf("rlqs streams: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -69,14 +70,14 @@ var chargesLoad = workload{"charges", []string{"--routes", "activities", "--keys
 func (r *runner) floor(ctx context.Context) error {
 	f := &Floor{Plan: r.opt.plan(grpcConns, floorConcurrency)}
 	r.res.Floor = f
-	cpus, err := allowedCPUs()
+	cpus, err := cpusAllowed(os.Getpid())
 	if err != nil {
 		return err
 	}
 	if len(cpus) < 2 {
 		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)
 	}
-	f.ServerCPU, f.LoadCPU = cpus[0], cpus[1]
+	f.ServerCPU, f.LoadCPU = int(cpus[0]), int(cpus[1])
 	var targets []*server
 	add := func(name, bin string, w workload, head ...string) error {
 		t, err := r.startServer(ctx, f.ServerCPU, "floor-"+name, nil, strings.HasPrefix(name, floorLean), bin, head...)

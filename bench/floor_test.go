@@ -6,7 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,15 +28,11 @@ func startOn(t *testing.T, cpu int, bin string, args ...string) *exec.Cmd {
 }
 
 func TestOnCPUBindsTheChildOnly(t *testing.T) {
-	cpus, err := allowedCPUs()
-	if err != nil || len(cpus) == 0 {
-		t.Fatalf("allowedCPUs: %v %v", cpus, err)
-	}
 	own, err := cpusAllowed(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || len(own) == 0 {
+		t.Fatalf("cpusAllowed: %v %v", own, err)
 	}
-	cpu := cpus[len(cpus)-1]
+	cpu := int(own[len(own)-1])
 	cmd := startOn(t, cpu, "sleep", "30")
 	// taskset execs the command in its own process: poll until it has.
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
@@ -48,14 +44,35 @@ func TestOnCPUBindsTheChildOnly(t *testing.T) {
 			t.Fatalf("the child is %q, not sleep", b)
 		}
 	}
-	if got, err := cpusAllowed(cmd.Process.Pid); err != nil || got != strconv.Itoa(cpu) {
-		t.Errorf("child on CPUs %q (%v), want %d", got, err, cpu)
+	if got, err := cpusAllowed(cmd.Process.Pid); err != nil || !slices.Equal(got, []uint64{uint64(cpu)}) {
+		t.Errorf("child on CPUs %v (%v), want %d", got, err, cpu)
 	}
-	if got, err := cpusAllowed(os.Getpid()); err != nil || got != own {
-		t.Errorf("runner on CPUs %q (%v), want %q", got, err, own)
+	if got, err := cpusAllowed(os.Getpid()); err != nil || !slices.Equal(got, own) {
+		t.Errorf("runner on CPUs %v (%v), want %v", got, err, own)
 	}
 	if bin, args := onCPU(-1, "sleep", "1"); bin != "sleep" || len(args) != 1 {
 		t.Errorf("unbound: %s %v", bin, args)
+	}
+}
+
+// The runner's own CPU time grows by what it burns, and its status has
+// its resident memory.
+func TestCPUTimeAndStatus(t *testing.T) {
+	c0, err := cpuTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+	}
+	c1, err := cpuTime(os.Getpid(), os.Getpid())
+	if err != nil || c1-2*c0 < 200*time.Millisecond {
+		t.Errorf("CPU time %v then %v counted twice (%v): want at least 200ms more", c0, c1, err)
+	}
+	if st, err := status(os.Getpid()); err != nil || st.VmRSS < 1<<20 || st.VmHWM < st.VmRSS {
+		t.Errorf("status: RSS %d, peak %d (%v)", st.VmRSS, st.VmHWM, err)
+	}
+	if _, err := cpuTime(os.Getpid(), 1<<30); err == nil {
+		t.Error("cpuTime: no error for a process that does not exist")
 	}
 }
 
@@ -72,13 +89,13 @@ func TestCPUsAllowedOfAMissingProcess(t *testing.T) {
 // wait: two busy children pinned to the same CPU each wait about half
 // the time.
 func TestRunqueueWaitSeesContention(t *testing.T) {
-	cpus, err := allowedCPUs()
+	cpus, err := cpusAllowed(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	var busy []*exec.Cmd
 	for range 2 {
-		busy = append(busy, startOn(t, cpus[0], "sh", "-c", "while :; do :; done"))
+		busy = append(busy, startOn(t, int(cpus[0]), "sh", "-c", "while :; do :; done"))
 	}
 	w0, err := runqueueWait(busy[0].Process.Pid)
 	if err != nil {

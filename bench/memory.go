@@ -64,14 +64,14 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
 		for {
-			rss, _, err := procStatus(srv.pid())
+			st, err := status(srv.PID())
 			if err == nil {
 				live := -1.0
 				if mt, err := scrape.Get(httpClient, metricsURL); err == nil {
 					live = mt.Sum("ratelimit_authz_counter_live_keys")
 				}
 				mu.Lock()
-				m.Series = append(m.Series, MemSample{T: since(), RSS: rss, LiveKeys: live})
+				m.Series = append(m.Series, MemSample{T: since(), RSS: int64(st.VmRSS), LiveKeys: live})
 				mu.Unlock()
 			}
 			select {
@@ -84,7 +84,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	defer func() { stopSampling(); sampling.Wait() }()
 
 	point := func() (MemPoint, error) {
-		rss, hwm, err := procStatus(srv.pid())
+		st, err := status(srv.PID())
 		if err != nil {
 			return MemPoint{}, err
 		}
@@ -92,7 +92,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 		if err != nil {
 			return MemPoint{}, err
 		}
-		return MemPoint{RSS: rss, HWM: hwm, LiveKeys: mt.Sum("ratelimit_authz_counter_live_keys"), AtS: since()}, nil
+		return MemPoint{RSS: int64(st.VmRSS), HWM: int64(st.VmHWM), LiveKeys: mt.Sum("ratelimit_authz_counter_live_keys"), AtS: since()}, nil
 	}
 
 	// Baseline: the server warmed up (connections, buffers) and collected.
@@ -104,7 +104,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	if m.Baseline, err = point(); err != nil {
 		return err
 	}
-	m.Baseline.LiveHeap, m.Baseline.HeapGoal = r.gcSettle(ctx, "baseline", grpcAddr, srv.logPath)
+	m.Baseline.LiveHeap, m.Baseline.HeapGoal = r.gcSettle(ctx, "baseline", grpcAddr, srv.LogPath())
 
 	// Wait for a window that can hold the whole load; run pending tasks
 	// meanwhile.
@@ -164,7 +164,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	if mt, err := scrape.Get(httpClient, metricsURL); err == nil {
 		m.Refused = mt.Sum("ratelimit_authz_counter_keys_refused_total")
 	}
-	m.Loaded.LiveHeap, m.Loaded.HeapGoal = r.gcSettle(ctx, "loaded", grpcAddr, srv.logPath)
+	m.Loaded.LiveHeap, m.Loaded.HeapGoal = r.gcSettle(ctx, "loaded", grpcAddr, srv.LogPath())
 	if first, last := windowOf(loadStart, window), windowOf(loadEnd, window); first != last {
 		m.Note = fmt.Sprintf("the load straddled a window boundary: %d keys live at its end of %d sent", int64(m.Loaded.LiveKeys), keys)
 	}
@@ -182,7 +182,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 			r.printf("counter arrays: %s, %.0f bytes/key\n", mib(int64(b)), b/m.Loaded.LiveKeys)
 		}
 	}
-	if share, n := gcShare(srv.logPath); n > 0 {
+	if share, n := gcShare(srv.LogPath()); n > 0 {
 		r.printf("garbage collection: %d cycles, %d%% of the server's CPU time since it started\n", n, share)
 	}
 
@@ -205,7 +205,7 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	if m.Expired, err = point(); err != nil {
 		return err
 	}
-	m.Expired.LiveHeap, m.Expired.HeapGoal = r.gcSettle(ctx, "expired", grpcAddr, srv.logPath)
+	m.Expired.LiveHeap, m.Expired.HeapGoal = r.gcSettle(ctx, "expired", grpcAddr, srv.LogPath())
 	r.printf("after expiry: live keys %.0f, RSS %s, live heap %s\n", m.Expired.LiveKeys, mib(m.Expired.RSS), mib(m.Expired.LiveHeap))
 	time.Sleep(time.Second) // one more sample for the plot
 	return nil

@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/prometheus/procfs"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 	iproc "github.com/ratelimit-authz/ratelimit-authz/internal/proc"
@@ -25,11 +25,9 @@ const stopGrace = 10 * time.Second
 // proc is a long-lived child process (a server, Envoy, NATS), run by
 // internal/proc: its output goes to <logs>/<name>.log, it lives at most
 // its lifetime in its own process group (SIGKILL if the runner dies), and
-// stop ends it by PID: SIGTERM, then SIGKILL.
-type proc struct {
-	*iproc.Process
-	logPath string
-}
+// stop ends it by PID: SIGTERM, then SIGKILL (after stopGrace), and waits
+// for it; it may be called again. How it ended is in its log.
+type proc struct{ *iproc.Process }
 
 // start runs bin with args for at most lifetime. env entries are added to
 // the runner's environment.
@@ -41,29 +39,13 @@ func (r *runner) start(name string, lifetime time.Duration, env []string, bin st
 	if err != nil {
 		return nil, err
 	}
-	pr := &proc{Process: p, logPath: p.LogPath()}
+	pr := &proc{p}
 	r.mu.Lock()
 	r.procs = append(r.procs, pr)
 	r.mu.Unlock()
 	return pr, nil
 }
 
-func (p *proc) pid() int { return p.PID() }
-
-// cpuTime is the CPU time the process used so far.
-func (p *proc) cpuTime() (time.Duration, error) { return cpuTimeOf(p.pid()) }
-
-// cpuUser is what a load run's CPU is charged to: a process, or a server
-// with the processes that go with it.
-type cpuUser interface {
-	pid() int
-	cpuTime() (time.Duration, error)
-}
-
-func (p *proc) exited() bool { return p.Exited() }
-
-// stop ends the process (SIGTERM by PID, SIGKILL after stopGrace) and
-// waits for it; it may be called again. How it ended is in its log.
 func (p *proc) stop() { p.Stop() }
 
 // stopAll stops every process still running, newest first.
@@ -89,75 +71,59 @@ func waitHTTP200(ctx context.Context, p *proc, url string, timeout time.Duration
 	return nil
 }
 
-// procStatus reads VmRSS and VmHWM (bytes) of pid.
-func procStatus(pid int) (rss, hwm int64, err error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+// status reads /proc/PID/status: VmRSS and VmHWM in bytes,
+// CpusAllowedList.
+func status(pid int) (procfs.ProcStatus, error) {
+	p, err := procfs.NewProc(pid)
 	if err != nil {
-		return 0, 0, err
+		return procfs.ProcStatus{}, err
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) != 2 || f[1] != "kB" {
-			continue
-		}
-		n, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		switch k {
-		case "VmRSS":
-			rss = n << 10
-		case "VmHWM":
-			hwm = n << 10
-		}
-	}
-	if rss == 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
-	}
-	return rss, hwm, nil
+	return p.NewStatus()
 }
 
-// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every
-// Linux configuration Go supports (sysconf needs cgo).
-const clockTicks = 100
+// cpuTime is the CPU time (user + system, all threads) the processes
+// used so far.
+func cpuTime(pids ...int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		p, err := procfs.NewProc(pid)
+		var st procfs.ProcStat
+		if err == nil {
+			st, err = p.Stat()
+		}
+		if err != nil {
+			return 0, err
+		}
+		sum += time.Duration(st.CPUTime() * float64(time.Second))
+	}
+	return sum, nil
+}
 
-// cpuTimeOf returns the CPU time (user + system, all threads) pid has used.
-func cpuTimeOf(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+// runqueueWait sums, over pid's threads, the time each spent runnable
+// but waiting for a CPU: how much other work on the server's CPU held it
+// back.
+func runqueueWait(pid int) (time.Duration, error) {
+	threads, err := procfs.AllThreads(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name (field 2) may hold spaces; fields after its ")"
-	// start at field 3 (state): utime is field 14, stime field 15.
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	var total time.Duration
+	for _, t := range threads {
+		if st, err := t.Schedstat(); err == nil { // else the thread ended
+			total += time.Duration(st.WaitingNanoseconds)
+		}
 	}
-	ut, err1 := strconv.ParseInt(f[11], 10, 64)
-	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	return time.Duration(ut+st) * time.Second / clockTicks, nil
+	return total, nil
 }
 
 // loadavg reads the 1, 5 and 15 minute load averages.
 func loadavg() [3]float64 {
-	var l [3]float64
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return l
+	if fs, err := procfs.NewDefaultFS(); err == nil {
+		if l, err := fs.LoadAvg(); err == nil {
+			return [3]float64{l.Load1, l.Load5, l.Load15}
+		}
 	}
-	f := strings.Fields(string(b))
-	for i := 0; i < 3 && i < len(f); i++ {
-		l[i], _ = strconv.ParseFloat(f[i], 64)
-	}
-	return l
+	return [3]float64{}
 }
 
 // runTool runs a command to completion within timeout and returns its
@@ -225,16 +191,16 @@ func (r *runner) rotate(n int, fn func(round, target int) error) error {
 // loadCPU runs one load of the options' run and warm-up, the load tool
 // bound to cpu (< 0: unbound), and notes srv's CPU per request and,
 // pinned, the share of the run its threads waited for their CPU.
-func (r *runner) loadCPU(ctx context.Context, cpu int, name string, srv cpuUser, args ...string) (*loadRun, error) {
-	c0, err0 := srv.cpuTime()
-	w0, werr0 := runqueueWait(srv.pid())
+func (r *runner) loadCPU(ctx context.Context, cpu int, name string, srv *server, args ...string) (*loadRun, error) {
+	c0, err0 := cpuTime(srv.pids()...)
+	w0, werr0 := runqueueWait(srv.PID())
 	start := time.Now()
 	res, err := r.loadOn(ctx, cpu, name, r.opt.run+r.opt.warmup, args...)
 	if err != nil {
 		return nil, err
 	}
-	c1, err1 := srv.cpuTime()
-	w1, werr1 := runqueueWait(srv.pid())
+	c1, err1 := cpuTime(srv.pids()...)
+	w1, werr1 := runqueueWait(srv.PID())
 	if err0 == nil && err1 == nil && res.Sent > 0 {
 		res.ServerCPUUS = float64((c1 - c0).Microseconds()) / float64(res.Sent+1) // +1: the tool's probe
 	}
@@ -273,58 +239,8 @@ func onCPU(cpu int, bin string, args ...string) (string, []string) {
 	return "taskset", append([]string{"-c", strconv.Itoa(cpu), bin}, args...)
 }
 
-// allowedCPUs are the CPUs this process may run on, in order.
-func allowedCPUs() ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil, fmt.Errorf("sched_getaffinity: %w", err)
-	}
-	var cpus []int
-	for c := range 1024 {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus, nil
-}
-
-// runqueueWait sums, over pid's threads, the time each spent runnable
-// but waiting for a CPU (/proc/PID/task/TID/schedstat, second field):
-// how much other work on the server's CPU held it back.
-func runqueueWait(pid int) (time.Duration, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("/proc/%d/task: no schedstat", pid)
-	}
-	var total int64
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue // the thread ended
-		}
-		f := strings.Fields(string(b))
-		if len(f) < 2 {
-			return 0, fmt.Errorf("%s: unexpected format %q", t, b)
-		}
-		ns, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("%s: %w", t, err)
-		}
-		total += ns
-	}
-	return time.Duration(total), nil
-}
-
-// cpusAllowed reads the Cpus_allowed_list of pid ("0", "0-1").
-func cpusAllowed(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, ":"); ok && k == "Cpus_allowed_list" {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	return "", fmt.Errorf("/proc/%d/status: no Cpus_allowed_list", pid)
+// cpusAllowed is the CPUs pid may run on, in order.
+func cpusAllowed(pid int) ([]uint64, error) {
+	st, err := status(pid)
+	return st.CpusAllowedList, err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -65,14 +64,13 @@ func (s *server) stop() {
 	}
 }
 
-// cpuTime is the CPU time the server's processes used so far.
-func (s *server) cpuTime() (time.Duration, error) {
-	sum, err := s.proc.cpuTime()
+// pids are the server's processes, whose CPU is the server's.
+func (s *server) pids() []int {
+	pids := []int{s.PID()}
 	for _, p := range s.also {
-		c, perr := p.cpuTime()
-		sum, err = sum+c, cmp.Or(err, perr)
+		pids = append(pids, p.PID())
 	}
-	return sum, err
+	return pids
 }
 
 // startServer starts bin with head (a subcommand and its flags) and
@@ -98,9 +96,9 @@ func (r *runner) startServer(ctx context.Context, cpu int, name string, env []st
 		s.stop()
 		return nil, err
 	}
-	if got, err := cpusAllowed(s.pid()); cpu >= 0 && (err != nil || got != strconv.Itoa(cpu)) {
+	if got, err := cpusAllowed(s.PID()); cpu >= 0 && (err != nil || !slices.Equal(got, []uint64{uint64(cpu)})) {
 		s.stop()
-		return nil, fmt.Errorf("%s runs on CPUs %q (%v), want %d", name, got, err, cpu)
+		return nil, fmt.Errorf("%s runs on CPUs %v (%v), want %d", name, got, err, cpu)
 	}
 	return s, nil
 }
