@@ -177,14 +177,6 @@ func (r *runner) memory(ctx context.Context, pending *[]task) error {
 	}
 	r.printf("%d checks in %.1fs (%.0f/s, %d errors): RSS %s → %s, live keys %.0f, %.0f bytes/key resident, %.0f bytes/key live heap\n",
 		checks, m.LoadS, m.LoadRPS, m.Errors, mib(m.Baseline.RSS), mib(m.Loaded.RSS), m.Loaded.LiveKeys, m.BytesPerKeyRSS, m.BytesPerKeyHeap)
-	if mt, err := scrape.Get(httpClient, metricsURL); err == nil && m.Loaded.LiveKeys > 0 {
-		if b := mt.Sum("ratelimit_authz_counter_memory_bytes"); b > 0 {
-			r.printf("counter arrays: %s, %.0f bytes/key\n", mib(int64(b)), b/m.Loaded.LiveKeys)
-		}
-	}
-	if share, n := gcShare(srv.LogPath()); n > 0 {
-		r.printf("garbage collection: %d cycles, %d%% of the server's CPU time since it started\n", n, share)
-	}
 
 	// Expiry: the window of the last key ends, then the sweeper runs.
 	expiry := nextBoundary(loadEnd, window).Add(sweep + 1500*time.Millisecond)
@@ -225,28 +217,6 @@ func windowOf(t time.Time, window time.Duration) int64 {
 // gcLine is one GODEBUG=gctrace=1 line: "gc 7 @2.1s 1%: … 12->13->6 MB,
 // 14 MB goal, …". The third heap figure is the heap marked live.
 var gcLine = regexp.MustCompile(`(?m)^gc (\d+) @[\d.]+s .*?(\d+)->(\d+)->(\d+) MB, (\d+) MB goal`)
-
-// gcShare returns the share of the server's CPU time spent in garbage
-// collection since it started (percent, as the last gctrace line has it)
-// and the number of collections so far.
-func gcShare(logPath string) (share, n int) {
-	b, err := os.ReadFile(logPath)
-	if err != nil {
-		return 0, 0
-	}
-	all := gcShareLine.FindAllSubmatch(b, -1)
-	if len(all) == 0 {
-		return 0, 0
-	}
-	m := all[len(all)-1]
-	n, _ = strconv.Atoi(string(m[1]))
-	share, _ = strconv.Atoi(string(m[2]))
-	return share, n
-}
-
-// gcShareLine is a gctrace line's number and "@T P%": P is the share of
-// CPU time spent in GC since the program started.
-var gcShareLine = regexp.MustCompile(`(?m)^gc (\d+) @[\d.]+s (\d+)%:`)
 
 // lastGC returns the number, live heap and heap goal (bytes) of the last
 // GC in the server's log.
