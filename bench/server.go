@@ -38,7 +38,7 @@ type server struct {
 	name, grpc, http string
 	addr             string // where its load goes: grpc, or the lean listener's
 	w                workload
-	mode             string  // the floor's load: "" (Check), "rls", "gubernator" (floorrls.go) or "accesslog"
+	mode             string  // the floor's load: "" (Check), "rls", "gubernator" (rls.go) or "accesslog"
 	also             []*proc // processes whose CPU counts with proc's (an anchor's Redis)
 }
 
