@@ -79,61 +79,56 @@ func (r *runner) floor(ctx context.Context) error {
 	}
 	f.ServerCPU, f.LoadCPU = int(cpus[0]), int(cpus[1])
 	var targets []*server
-	add := func(name, bin string, w workload, head ...string) error {
-		t, err := r.startServer(ctx, f.ServerCPU, "floor-"+name, nil, strings.HasPrefix(name, floorLean), bin, head...)
+	add := func(name string, w workload, cmd ...string) error {
+		t, err := r.startServer(ctx, f.ServerCPU, "floor-"+name, nil, strings.HasPrefix(name, floorLean), cmd[0], cmd[1:]...)
 		if err != nil {
 			return fmt.Errorf("start %s: %w", name, err)
 		}
 		t.name, t.w = name, w
+		if name == floorCharges {
+			t.mode = "accesslog"
+		}
 		targets = append(targets, t)
 		return nil
 	}
-	defer func() {
-		for _, t := range targets {
-			t.stop()
-		}
-	}()
-	life := r.lifetime().String()
-	if err := add(floorDefaultNoop, r.bins.bench, allowedLoad, "noop-grpc", "--lifetime", life); err != nil {
-		return err
-	}
-	if err := add(floorNoop, r.bins.bench, allowedLoad, "noop", "--lifetime", life); err != nil {
-		return err
-	}
-	for _, path := range []string{"", floorLean} {
-		if err := add(path+"allowed", r.bins.server, allowedLoad, r.serve(r.allowedCfg)...); err != nil {
-			return err
-		}
-		if err := add(path+"denied", r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root))...); err != nil {
-			return err
-		}
-	}
-	// The sketch records only with an admin listener: on a loopback port
-	// of its own, never read during the run.
-	top := "--admin-addr=127.0.0.1:0"
-	if err := add(floorLean+"allowed"+floorTop, r.bins.server, allowedLoad, r.serve(r.allowedCfg, top)...); err != nil {
-		return err
-	}
-	if err := add(floorLean+"denied"+floorTop, r.bins.server, deniedLoad, r.serve(shippedConfigPath(r.root), top)...); err != nil {
-		return err
-	}
+	defer func() { stopAll(targets) }()
 	costCfg := filepath.Join(r.tmp, "cost.yaml")
 	if err := writeCostConfig(r.root, costCfg); err != nil {
 		return err
 	}
-	if err := add(floorCost, r.bins.server, allowedLoad, r.serve(costCfg)...); err != nil {
-		return err
+	serve := func(cfg string, extra ...string) []string {
+		return append([]string{r.bins.server}, r.serve(cfg, extra...)...)
 	}
-	if err := add(floorCharges, r.bins.server, chargesLoad, r.serve(costCfg)...); err != nil {
-		return err
+	life, shipped := r.lifetime().String(), shippedConfigPath(r.root)
+	// The sketch records only with an admin listener: on a loopback port
+	// of its own, never read during the run.
+	top := "--admin-addr=127.0.0.1:0"
+	for _, t := range []struct {
+		name string
+		w    workload
+		cmd  []string
+	}{
+		{floorDefaultNoop, allowedLoad, []string{r.bins.bench, "noop-grpc", "--lifetime", life}},
+		{floorNoop, allowedLoad, []string{r.bins.bench, "noop", "--lifetime", life}},
+		{"allowed", allowedLoad, serve(r.allowedCfg)},
+		{"denied", deniedLoad, serve(shipped)},
+		{floorLean + "allowed", allowedLoad, serve(r.allowedCfg)},
+		{floorLean + "denied", deniedLoad, serve(shipped)},
+		{floorLean + "allowed" + floorTop, allowedLoad, serve(r.allowedCfg, top)},
+		{floorLean + "denied" + floorTop, deniedLoad, serve(shipped, top)},
+		{floorCost, allowedLoad, serve(costCfg)},
+		{floorCharges, chargesLoad, serve(costCfg)},
+	} {
+		if err := add(t.name, t.w, t.cmd...); err != nil {
+			return err
+		}
 	}
-	targets[len(targets)-1].mode = "accesslog"
 	if r.opt.baselineRef != "" {
 		b, err := r.buildBaseline(ctx, r.opt.baselineRef)
 		f.Baseline = &b.FloorBaseline
 		if err == nil {
-			if err = add(floorBaseline+"allowed", b.bin, allowedLoad, "serve", "--config", b.allowedCfg, "--log-level", "warn", "--drain-delay", "0s"); err == nil {
-				err = add(floorBaseline+"denied", b.bin, deniedLoad, "serve", "--config", b.shippedCfg, "--log-level", "warn", "--drain-delay", "0s")
+			if err = add(floorBaseline+"allowed", allowedLoad, b.bin, "serve", "--config", b.allowedCfg, "--log-level", "warn", "--drain-delay", "0s"); err == nil {
+				err = add(floorBaseline+"denied", deniedLoad, b.bin, "serve", "--config", b.shippedCfg, "--log-level", "warn", "--drain-delay", "0s")
 			}
 		}
 		if err != nil {
