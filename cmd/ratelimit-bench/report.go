@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"maps"
@@ -66,58 +65,20 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 	return res
 }
 
-// printText writes the human summary.
+// printText writes the human summary of a run: throughput, the tool's
+// CPU, outcomes, latency percentiles, codes (gRPC code or HTTP status) and
+// errors; --json has the rest.
 func printText(w io.Writer, r *loadresult.Result) {
-	load := "closed loop (as fast as answers come)"
-	if r.Rate > 0 {
-		load = fmt.Sprintf("fixed rate %.0f/s", r.Rate)
-	}
-	conns := ""
-	if r.Connections > 0 {
-		conns = fmt.Sprintf("  connections %d", r.Connections)
-	}
-	fmt.Fprintf(w, "%s %s  concurrency %d%s  %s\n", r.Mode, strings.Join(r.Targets, ","), r.Concurrency, conns, load)
-	fmt.Fprintf(w, "mix %s\nkeys %s\n", r.Mix, r.Keys)
-	fmt.Fprintf(w, "requests  %d in %.2fs (warm-up %.1fs not counted): %.0f req/s\n", r.Requests, r.ElapsedS, r.WarmupS, r.RPS)
-	if c := r.ClientCPUUS(); c > 0 {
-		fmt.Fprintf(w, "client    %.1fµs of this tool's CPU per request\n", c)
-	}
-	fmt.Fprintf(w, "outcome   allowed %d  denied %d  errors %d", r.Allowed, r.Denied, r.Errors)
-	if r.Requests > 0 {
-		fmt.Fprintf(w, "  (%.1f%% denied)", 100*r.DeniedShare())
-	}
-	fmt.Fprintln(w)
-	if r.Rate > 0 {
-		fmt.Fprintf(w, "schedule  %d requests were over 1 ms overdue when a worker came free (their latency counts from when they were due)\n", r.Late)
-	}
-	l := r.Latency
-	fmt.Fprintf(w, "latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n",
-		loadresult.Micros(l.P50), loadresult.Micros(l.P90), loadresult.Micros(l.P99), loadresult.Micros(l.P999), loadresult.Micros(l.Max), loadresult.Micros(l.Mean))
-	if len(r.Codes) > 0 {
-		keys := slices.SortedFunc(maps.Keys(r.Codes), func(a, b string) int {
-			x, _ := strconv.Atoi(a)
-			y, _ := strconv.Atoi(b)
-			return cmp.Compare(x, y)
-		})
-		fmt.Fprint(w, "codes    ")
-		for _, k := range keys {
-			fmt.Fprintf(w, " %s:%d", codeName(r.Mode, k), r.Codes[k])
-		}
-		fmt.Fprintln(w)
-	}
+	fmt.Fprintf(w, "%s %s  concurrency %d  connections %d  rate %g/s (0: closed loop)\nmix %s\nkeys %s\n",
+		r.Mode, strings.Join(r.Targets, ","), r.Concurrency, r.Connections, r.Rate, r.Mix, r.Keys)
+	fmt.Fprintf(w, "requests  %d in %.2fs after %.1fs of warm-up: %.0f/s, %.1fµs of this tool's CPU each\n",
+		r.Requests, r.ElapsedS, r.WarmupS, r.RPS, r.ClientCPUUS())
+	fmt.Fprintf(w, "outcome   allowed %d  denied %d (%.1f%%)  errors %d  late %d (fixed rate: over 1 ms overdue)\n",
+		r.Allowed, r.Denied, 100*r.DeniedShare(), r.Errors, r.Late)
+	l, m := r.Latency, loadresult.Micros
+	fmt.Fprintf(w, "latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n", m(l.P50), m(l.P90), m(l.P99), m(l.P999), m(l.Max), m(l.Mean))
+	fmt.Fprintf(w, "codes     %v (-1: no answer)\n", r.Codes) // fmt sorts a map's keys
 	for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
 		fmt.Fprintf(w, "error     %d × %s\n", r.ErrorKinds[k], k)
 	}
-	if r.WindowMS > 0 {
-		fmt.Fprintf(w, "windows   %d of %dms\n", len(r.Windows), r.WindowMS)
-	}
-}
-
-// codeName names a code of the summary: Check's gRPC codes by name.
-func codeName(mode, code string) string {
-	names := map[string]string{"-1": "no-answer"}
-	if mode == "check" {
-		names = map[string]string{"0": "OK", "7": "PERMISSION_DENIED", "8": "RESOURCE_EXHAUSTED", "3": "INVALID_ARGUMENT", "-1": "no-answer"}
-	}
-	return cmp.Or(names[code], code)
 }

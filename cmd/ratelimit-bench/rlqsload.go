@@ -37,9 +37,9 @@ const (
 	rlqsPerReport                        = 10
 )
 
-func runRLQSCmd(ctx context.Context, _ string, args []string, stdout, stderr io.Writer) error {
+func runRLQSCmd(ctx context.Context, cmd command, args []string, stdout, stderr io.Writer) error {
 	var c rlqsConfig
-	fs := newFlagSet("rlqs", "Act as Envoys' rate_limit_quota filters: open --streams StreamRateLimitQuotas\nstreams, report --buckets bucket ids on each the way Envoy 1.40.0 does (one\nmessage per new bucket id at once, then all of them every --interval), and\nprint the reports sent, the assignments received and how long the first\nassignment of a bucket id took.")
+	fs := newFlagSet(cmd)
 	fs.StringVar(&c.target, "target", "127.0.0.1:9001", "the RLQS server's gRPC `address`")
 	fs.IntVar(&c.streams, "streams", 4, "streams, one per simulated Envoy")
 	fs.IntVar(&c.buckets, "buckets", 100, "bucket ids each stream reports")
