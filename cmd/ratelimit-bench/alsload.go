@@ -104,7 +104,7 @@ func alsLoad(c alsCharge, m mix) (grpcLoad, error) {
 // per connection. A call is one message sent: it is "allowed" once the
 // transport takes it, as the service answers only when a stream ends;
 // drain ends the streams and reports any the server did not close
-// cleanly.
+// cleanly. close is grpcCaller's: closing a connection ends its stream.
 type streamCaller struct {
 	*grpcCaller
 	streams []stream
@@ -172,16 +172,4 @@ func (c *streamCaller) drain(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-func (c *streamCaller) close() {
-	for i := range c.streams {
-		s := &c.streams[i]
-		s.mu.Lock()
-		if s.cancel != nil {
-			s.cancel()
-		}
-		s.mu.Unlock()
-	}
-	c.grpcCaller.close()
 }
