@@ -7,7 +7,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -93,59 +92,17 @@ func newFlagSet(c command) *flag.FlagSet {
 	return fs
 }
 
-// loadOptions are what a load command's flags set.
-type loadOptions struct {
-	cfg                    loadConfig
-	targets, routes, json  string
-	quiet                  bool
-	connections, descripts int
-	limit                  int64
-	per                    time.Duration
-	charge                 alsCharge
-}
-
-// loadMode is one load command: its defaults ("": the gRPC port and the
-// "api" mix), its own flags and the gRPC load it drives (nil: the example
-// API over HTTP).
-type loadMode struct {
-	target, routes string
-	flags          func(fs *flag.FlagSet, o *loadOptions)
-	grpc           func(o *loadOptions) (grpcLoad, error)
-}
-
-var loadModes = map[string]loadMode{
-	"check": {grpc: func(*loadOptions) (grpcLoad, error) { return checkLoad(), nil }},
-	"http":  {target: "127.0.0.1:10000"},
-	"rls": {flags: descriptorsFlag,
-		grpc: func(o *loadOptions) (grpcLoad, error) { return rlsLoad(o.descripts) }},
-	"gubernator": {
-		flags: func(fs *flag.FlagSet, o *loadOptions) {
-			descriptorsFlag(fs, o)
-			fs.Int64Var(&o.limit, "limit", 1, "hits each key may have per --per (token bucket)")
-			fs.DurationVar(&o.per, "per", time.Second, "the window of --limit")
-		},
-		grpc: func(o *loadOptions) (grpcLoad, error) { return guberLoad(o.descripts, o.limit, o.per) }},
-	"accesslog": {
-		routes: "activities", // a route whose requests carry a tenant to charge
-		flags: func(fs *flag.FlagSet, o *loadOptions) {
-			fs.StringVar(&o.charge.bucket, "bucket", "llm_tokens", "the cost `bucket` each entry charges (one charged from a response header)")
-			fs.StringVar(&o.charge.header, "cost-header", "x-usage-total-tokens", "the response `header` that reports the cost")
-			fs.Int64Var(&o.charge.cost, "cost", 100, "the cost each entry reports")
-		},
-		grpc: func(o *loadOptions) (grpcLoad, error) { return alsLoad(o.charge, o.cfg.mix) }},
-}
-
-func descriptorsFlag(fs *flag.FlagSet, o *loadOptions) {
-	fs.IntVar(&o.descripts, "descriptors", 1, "descriptors per call, from 1 to 3, in the order of the summary")
-}
-
 func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr io.Writer) error {
-	name := cmd.name
-	mode := loadModes[name]
-	fs := newFlagSet(cmd)
-	o := loadOptions{cfg: loadConfig{seed: 1}}
-	cfg, keys := &o.cfg, &o.cfg.keys
-	fs.StringVar(&o.targets, "target", cmp.Or(mode.target, "127.0.0.1:9001"), "`addresses` to send to, comma-separated (several: requests are spread over them in turn)")
+	name, fs := cmd.name, newFlagSet(cmd)
+	cfg := loadConfig{seed: 1}
+	keys := &cfg.keys
+	target, routes := "127.0.0.1:9001", "api"
+	if name == "http" {
+		target = "127.0.0.1:10000"
+	} else if name == "accesslog" {
+		routes = "activities" // a route whose requests carry a tenant to charge
+	}
+	targets := fs.String("target", target, "`addresses` to send to, comma-separated (several: requests are spread over them in turn)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "requests in flight at most (workers)")
 	fs.Float64Var(&cfg.rate, "rate", 0, "fixed rate in requests/s over all workers (open loop: a request that finds every worker busy counts its latency from when it was due); 0 = as fast as answers come")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time, after the warm-up")
@@ -153,7 +110,7 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 	fs.Int64Var(&cfg.requests, "requests", 0, "send at most this many requests, warm-up included (0 = bounded by time only)")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "per-request deadline; a request past it is an error")
 	fs.DurationVar(&cfg.window, "window", 0, "count allowed/denied per wall-clock window of this length (e.g. 1s), for accuracy runs; 0 = off")
-	fs.StringVar(&o.routes, "routes", cmp.Or(mode.routes, "api"), `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
+	fs.StringVar(&routes, "routes", routes, `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
 	fs.StringVar(&keys.dist, "keys", keysZipf, "key popularity: uniform, zipf (skewed, see --zipf-s) or unique (every request a new key: memory runs)")
 	fs.Float64Var(&keys.zipfS, "zipf-s", 1.1, "zipf exponent s > 1: key of rank k has weight 1/(k+1)^s")
 	fs.Uint64Var(&keys.tenants, "tenants", 1000, "distinct tenants (x-tenant-id)")
@@ -162,71 +119,95 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 	fs.Uint64Var(&keys.accounts, "accounts", 1000, "distinct login accounts (email in the login body)")
 	fs.StringVar(&keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	if mode.flags != nil {
-		mode.flags(fs, &o)
+	var descriptors int
+	var limit int64
+	var per time.Duration
+	var charge alsCharge
+	if name == "rls" || name == "gubernator" {
+		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3, in the order of the summary")
 	}
-	if mode.grpc != nil {
-		fs.IntVar(&o.connections, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
+	if name == "gubernator" {
+		fs.Int64Var(&limit, "limit", 1, "hits each key may have per --per (token bucket)")
+		fs.DurationVar(&per, "per", time.Second, "the window of --limit")
 	}
-	fs.StringVar(&o.json, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
-	fs.BoolVar(&o.quiet, "quiet", false, "print nothing but errors (with --json FILE)")
+	if name == "accesslog" {
+		fs.StringVar(&charge.bucket, "bucket", "llm_tokens", "the cost `bucket` each entry charges (one charged from a response header)")
+		fs.StringVar(&charge.header, "cost-header", "x-usage-total-tokens", "the response `header` that reports the cost")
+		fs.Int64Var(&charge.cost, "cost", 100, "the cost each entry reports")
+	}
+	connections := 0
+	if name != "http" {
+		fs.IntVar(&connections, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
+	}
+	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
+	quiet := fs.Bool("quiet", false, "print nothing but errors (with --json FILE)")
 	if done, err := cli.Parse(fs, args, stdout, stderr); done {
 		return err
 	}
 	var err error
-	if cfg.mix, err = parseMix(o.routes); err != nil {
+	if cfg.mix, err = parseMix(routes); err != nil {
 		return cli.UsageError{Msg: "--routes: " + err.Error()}
 	}
 	if err := cfg.validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	var targets []string
-	for t := range strings.SplitSeq(o.targets, ",") {
+	var to []string
+	for t := range strings.SplitSeq(*targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
-			targets = append(targets, t)
+			to = append(to, t)
 		}
 	}
-	if len(targets) == 0 {
+	if len(to) == 0 {
 		return cli.UsageError{Msg: "--target: no address"}
 	}
-	var c caller
+	if name != "http" && (connections < 1 || connections > 1000) {
+		return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", connections)}
+	}
 	var load grpcLoad
-	if mode.grpc == nil {
-		c, err = newHTTPCaller(targets, cfg.concurrency)
+	switch name {
+	case "check":
+		load = checkLoad()
+	case "rls":
+		load, err = rlsLoad(descriptors)
+	case "gubernator":
+		load, err = guberLoad(descriptors, limit, per)
+	case "accesslog":
+		load, err = alsLoad(charge, cfg.mix)
+	}
+	if err != nil {
+		return cli.UsageError{Msg: err.Error()}
+	}
+	var c caller
+	if name == "http" {
+		c, err = newHTTPCaller(to, cfg.concurrency)
 	} else {
-		if o.connections < 1 || o.connections > 1000 {
-			return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", o.connections)}
-		}
-		if load, err = mode.grpc(&o); err != nil {
-			return cli.UsageError{Msg: err.Error()}
-		}
-		c, err = dialLoad(targets, o.connections, load)
+		c, err = dialLoad(to, connections, load)
 	}
 	if err != nil {
 		return err
 	}
 	defer c.close()
-	if err := preflight(ctx, c, *cfg, targets); err != nil {
+	if err := preflight(ctx, c, cfg, to); err != nil {
 		return err
 	}
-	rec, err := runLoad(ctx, *cfg, c)
+	rec, err := runLoad(ctx, cfg, c)
 	if err != nil {
 		return err
 	}
-	res := summarise(rec, *cfg)
-	res.Mode, res.Targets = name, targets
-	if mode.grpc != nil {
-		res.Connections = max(o.connections, len(targets))
+	res := summarise(rec, cfg)
+	res.Mode, res.Targets = name, to
+	if name != "http" {
+		res.Connections = max(connections, len(to))
 	}
 	if load.mix != "" {
 		res.Mix = load.mix + "; " + res.Mix
 	}
-	if o.json != "" {
-		if err := writeJSON(o.json, &res, stdout); err != nil {
+	if *jsonPath != "" {
+		if err := writeJSON(*jsonPath, &res, stdout); err != nil {
 			return err
 		}
 	}
-	if o.json != "-" && !o.quiet {
+	if *jsonPath != "-" && !*quiet {
 		printText(stdout, &res)
 	}
 	if ctx.Err() != nil {
@@ -238,7 +219,7 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 			first = k
 			break
 		}
-		return fmt.Errorf("%w by %s (%s)", errNoAnswers, strings.Join(targets, ","), first)
+		return fmt.Errorf("%w by %s (%s)", errNoAnswers, strings.Join(to, ","), first)
 	}
 	return nil
 }
