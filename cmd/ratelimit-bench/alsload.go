@@ -130,7 +130,7 @@ func (c *streamCaller) call(ctx context.Context, seq uint64, p any) outcome {
 		cs, err := c.conns[i].NewStream(sctx, &grpc.StreamDesc{ClientStreams: true}, c.method)
 		if err != nil {
 			cancel()
-			return outcome{class: classError, code: -1, err: grpcErrKind(err)}
+			return outcome{class: classError, code: -1, err: errKind(err)}
 		}
 		s.cs, s.cancel = cs, cancel
 	}
@@ -143,7 +143,7 @@ func (c *streamCaller) call(ctx context.Context, seq uint64, p any) outcome {
 		}
 		s.cancel()
 		s.cs = nil
-		return outcome{class: classError, code: -1, err: "send: " + grpcErrKind(err)}
+		return outcome{class: classError, code: -1, err: "send: " + errKind(err)}
 	}
 	return outcome{class: classAllowed}
 }
@@ -166,7 +166,7 @@ func (c *streamCaller) drain(ctx context.Context) error {
 			s.cancel()
 			s.cs = nil
 			if err != nil {
-				errs = append(errs, errors.New(grpcErrKind(err)))
+				errs = append(errs, errors.New(errKind(err)))
 			}
 		}
 		s.mu.Unlock()

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -236,7 +235,7 @@ func (c *grpcCaller) prepare(r request, id uint64) (any, error) {
 func (c *grpcCaller) call(ctx context.Context, seq uint64, p any) outcome {
 	r := reply{judge: c.judge}
 	if err := c.conns[seq%uint64(len(c.conns))].Invoke(ctx, c.method, p, &r); err != nil {
-		return outcome{class: classError, code: -1, err: grpcErrKind(err)}
+		return outcome{class: classError, code: -1, err: errKind(err)}
 	}
 	return r.o
 }
@@ -245,19 +244,4 @@ func (c *grpcCaller) close() {
 	for _, conn := range c.conns {
 		conn.Close()
 	}
-}
-
-func grpcErrKind(err error) string {
-	if s, ok := status.FromError(err); ok {
-		return s.Code().String() + ": " + clip(s.Message())
-	}
-	return err.Error()
-}
-
-// clip shortens an error message to what an error breakdown can show.
-func clip(msg string) string {
-	if len(msg) > 120 {
-		return msg[:120] + "…"
-	}
-	return msg
 }
