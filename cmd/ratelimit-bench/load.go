@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -302,27 +301,20 @@ func mergeStats(stats []*workerStats, measureFrom, end time.Time) *runRecord {
 	return r
 }
 
-// elapsed is the measured time: from the end of the warm-up to the last
-// answer, or the planned duration when nothing was answered.
-func (r *runRecord) elapsed() time.Duration {
-	if r.lastDone.After(r.measureFrom) {
-		return r.lastDone.Sub(r.measureFrom)
-	}
-	return r.end.Sub(r.measureFrom)
-}
-
-// errNoAnswers is returned when not a single request of a run was
-// answered: the target is down or is not what the tool expects.
-var errNoAnswers = errors.New("no request was answered")
-
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // summarise turns a run's record into its result.
 func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 	h := &r.hist
+	// The measured time: from the end of the warm-up to the last answer,
+	// or the planned duration when nothing was answered.
+	elapsed := r.end.Sub(r.measureFrom)
+	if r.lastDone.After(r.measureFrom) {
+		elapsed = r.lastDone.Sub(r.measureFrom)
+	}
 	res := loadresult.Result{
 		Tool: loadresult.Tool, Concurrency: cfg.concurrency, Rate: cfg.rate, Mix: cfg.mix.String(), Keys: cfg.keys.String(),
-		StartedAt: r.measureFrom.Add(-cfg.warmup).UTC(), WarmupS: cfg.warmup.Seconds(), DurationS: cfg.duration.Seconds(), ElapsedS: r.elapsed().Seconds(),
+		StartedAt: r.measureFrom.Add(-cfg.warmup).UTC(), WarmupS: cfg.warmup.Seconds(), DurationS: cfg.duration.Seconds(), ElapsedS: elapsed.Seconds(),
 		Requests: r.classes[classAllowed] + r.classes[classDenied] + r.classes[classError], Sent: r.sent, ClientCPUS: r.cpu.Seconds(),
 		Allowed: r.classes[classAllowed], Denied: r.classes[classDenied], Errors: r.classes[classError], Late: r.late, Codes: map[string]int64{},
 		Latency: loadresult.Latency{

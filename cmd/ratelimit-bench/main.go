@@ -219,7 +219,7 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 			first = k
 			break
 		}
-		return fmt.Errorf("%w by %s (%s)", errNoAnswers, strings.Join(to, ","), first)
+		return fmt.Errorf("no request was answered by %s (%s): the target is down or not what the tool expects", strings.Join(to, ","), first)
 	}
 	return nil
 }
