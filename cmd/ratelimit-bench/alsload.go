@@ -104,7 +104,7 @@ func alsLoad(c alsCharge, m mix) (grpcLoad, error) {
 // per connection. A call is one message sent: it is "allowed" once the
 // transport takes it, as the service answers only when a stream ends;
 // drain ends the streams and reports any the server did not close
-// cleanly.
+// cleanly. close is grpcCaller's: closing a connection ends its stream.
 type streamCaller struct {
 	*grpcCaller
 	streams []stream
@@ -130,7 +130,7 @@ func (c *streamCaller) call(ctx context.Context, seq uint64, p any) outcome {
 		cs, err := c.conns[i].NewStream(sctx, &grpc.StreamDesc{ClientStreams: true}, c.method)
 		if err != nil {
 			cancel()
-			return outcome{class: classError, code: -1, err: grpcErrKind(err)}
+			return outcome{class: classError, code: -1, err: errKind(err)}
 		}
 		s.cs, s.cancel = cs, cancel
 	}
@@ -143,7 +143,7 @@ func (c *streamCaller) call(ctx context.Context, seq uint64, p any) outcome {
 		}
 		s.cancel()
 		s.cs = nil
-		return outcome{class: classError, code: -1, err: "send: " + grpcErrKind(err)}
+		return outcome{class: classError, code: -1, err: "send: " + errKind(err)}
 	}
 	return outcome{class: classAllowed}
 }
@@ -166,22 +166,10 @@ func (c *streamCaller) drain(ctx context.Context) error {
 			s.cancel()
 			s.cs = nil
 			if err != nil {
-				errs = append(errs, errors.New(grpcErrKind(err)))
+				errs = append(errs, errors.New(errKind(err)))
 			}
 		}
 		s.mu.Unlock()
 	}
 	return errors.Join(errs...)
-}
-
-func (c *streamCaller) close() {
-	for i := range c.streams {
-		s := &c.streams[i]
-		s.mu.Lock()
-		if s.cancel != nil {
-			s.cancel()
-		}
-		s.mu.Unlock()
-	}
-	c.grpcCaller.close()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -50,90 +51,74 @@ func findRoute(name string) (route, bool) {
 	return catalogue[i], true
 }
 
-func routeNames() string {
-	names := make([]string, len(catalogue))
-	for i, r := range catalogue {
-		names[i] = r.name
-	}
-	return strings.Join(names, ", ")
-}
-
 // mix is a weighted choice of routes.
 type mix struct {
-	routes []route
-	cum    []int // cumulative weights
+	routes  []route
+	weights []int
+	total   int
+}
+
+func (m *mix) add(r route, w int) {
+	m.routes, m.weights, m.total = append(m.routes, r), append(m.weights, w), m.total+w
 }
 
 // parseMix reads "api" (the catalogue's weights), or a comma-separated list
 // of route names with optional weights: "activities=3,inbound".
 func parseMix(s string) (mix, error) {
 	var m mix
-	add := func(r route, w int) {
-		m.routes = append(m.routes, r)
-		total := w
-		if n := len(m.cum); n > 0 {
-			total += m.cum[n-1]
-		}
-		m.cum = append(m.cum, total)
-	}
-	s = strings.TrimSpace(s)
-	if s == "api" {
+	if s = strings.TrimSpace(s); s == "api" {
 		for _, r := range catalogue {
 			if r.weight > 0 {
-				add(r, r.weight)
+				m.add(r, r.weight)
 			}
 		}
 		return m, nil
-	}
-	if s == "" {
+	} else if s == "" {
 		return m, errors.New(`empty route mix: use "api" or route names`)
 	}
-	seen := map[string]bool{}
 	for part := range strings.SplitSeq(s, ",") {
 		name, ws, hasWeight := strings.Cut(strings.TrimSpace(part), "=")
 		r, ok := findRoute(name)
 		if !ok {
-			return mix{}, fmt.Errorf("unknown route %q (routes: %s)", name, routeNames())
+			names := make([]string, len(catalogue))
+			for i, r := range catalogue {
+				names[i] = r.name
+			}
+			return mix{}, fmt.Errorf("unknown route %q (routes: %s)", name, strings.Join(names, ", "))
 		}
-		if seen[name] {
+		if slices.ContainsFunc(m.routes, func(r route) bool { return r.name == name }) {
 			return mix{}, fmt.Errorf("route %q named twice", name)
 		}
-		seen[name] = true
-		w := 1
-		if hasWeight {
-			n, err := strconv.Atoi(ws)
-			if err != nil || n < 1 || n > 1_000_000 {
-				return mix{}, fmt.Errorf("route %q: weight %q is not a whole number from 1 to 1000000", name, ws)
-			}
-			w = n
+		w, err := strconv.Atoi(cmp.Or(ws, "1"))
+		if err != nil || w < 1 || w > 1_000_000 || hasWeight && ws == "" {
+			return mix{}, fmt.Errorf("route %q: weight %q is not a whole number from 1 to 1000000", name, ws)
 		}
-		add(r, w)
+		m.add(r, w)
 	}
 	return m, nil
 }
 
+// pick draws a route: one number below the total weight, unless the mix
+// has a single route (the request stream depends on it: keep the draws).
 func (m mix) pick(rng *rand.Rand) route {
 	if len(m.routes) == 1 {
 		return m.routes[0]
 	}
-	n := rng.IntN(m.cum[len(m.cum)-1])
-	i, _ := slices.BinarySearch(m.cum, n+1)
-	return m.routes[i]
+	n := rng.IntN(m.total)
+	for i, w := range m.weights {
+		if n -= w; n < 0 {
+			return m.routes[i]
+		}
+	}
+	panic("unreachable: n < total")
 }
 
 func (m mix) String() string {
-	var b strings.Builder
+	parts := make([]string, len(m.routes))
 	for i, r := range m.routes {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		w := m.cum[i]
-		if i > 0 {
-			w -= m.cum[i-1]
-		}
-		fmt.Fprintf(&b, "%s=%d", r.name, w)
+		parts[i] = fmt.Sprintf("%s=%d", r.name, m.weights[i])
 	}
-	return b.String()
+	return strings.Join(parts, ",")
 }
 
 // Key popularity.
@@ -155,28 +140,20 @@ type keySpec struct {
 }
 
 func (k keySpec) validate() error {
-	switch k.dist {
-	case keysUniform, keysUnique:
-	case keysZipf:
-		if !(k.zipfS > 1) || k.zipfS > 10 {
-			return fmt.Errorf("--zipf-s %v: must be above 1 and at most 10", k.zipfS)
-		}
-	default:
+	switch {
+	case k.dist != keysUniform && k.dist != keysZipf && k.dist != keysUnique:
 		return fmt.Errorf("--keys %q: use uniform, zipf or unique", k.dist)
-	}
-	for _, p := range []struct {
-		name string
-		n    uint64
-	}{{"--tenants", k.tenants}, {"--channels", k.channels}, {"--ips", k.ips}, {"--accounts", k.accounts}} {
-		if p.n < 1 || p.n > maxPopulation {
-			return fmt.Errorf("%s %d: must be from 1 to %d", p.name, p.n, maxPopulation)
-		}
-	}
-	if k.ips > 1<<24 {
+	case k.dist == keysZipf && (!(k.zipfS > 1) || k.zipfS > 10):
+		return fmt.Errorf("--zipf-s %v: must be above 1 and at most 10", k.zipfS)
+	case k.ips > 1<<24:
 		return fmt.Errorf("--ips %d: at most %d (client IPs are drawn from 10.0.0.0/8)", k.ips, 1<<24)
-	}
-	if len(k.prefix) > 64 {
+	case len(k.prefix) > 64:
 		return errors.New("--key-prefix: at most 64 bytes")
+	}
+	for i, n := range []uint64{k.tenants, k.channels, k.ips, k.accounts} {
+		if n < 1 || n > maxPopulation {
+			return fmt.Errorf("--%s %d: must be from 1 to %d", [...]string{"tenants", "channels", "ips", "accounts"}[i], n, maxPopulation)
+		}
 	}
 	return nil
 }

@@ -195,7 +195,7 @@ func TestCatalogueMatchesShippedConfig(t *testing.T) {
 	g := newGenerator(m, k, 1, 0, new(atomic.Uint64))
 	exercised := map[int]bool{}
 	for _, rt := range catalogue {
-		g.mix = mix{routes: []route{rt}, cum: []int{1}}
+		g.mix = mix{routes: []route{rt}, weights: []int{1}, total: 1}
 		req := g.next()
 		cr := checkRequest(req, 1, time.Unix(0, 0))
 		h := cr.GetAttributes().GetRequest().GetHttp()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/status"
 )
 
 // httpCaller sends the example API's requests to Envoy (or any HTTP
@@ -77,12 +79,12 @@ func (c *httpCaller) call(ctx context.Context, seq uint64, p any) outcome {
 	req.Header = pr.header.Clone()
 	resp, err := c.client.Do(req)
 	if err != nil {
-		return outcome{class: classError, code: -1, err: httpErrKind(err)}
+		return outcome{class: classError, code: -1, err: errKind(err)}
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return outcome{class: classError, code: -1, err: httpErrKind(err)}
+		return outcome{class: classError, code: -1, err: errKind(err)}
 	}
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
@@ -93,7 +95,12 @@ func (c *httpCaller) call(ctx context.Context, seq uint64, p any) outcome {
 	return outcome{class: classError, code: resp.StatusCode, err: "HTTP " + resp.Status}
 }
 
-func httpErrKind(err error) string {
+// errKind names a failed call for the error breakdown: a gRPC status by
+// its code and message, a transport failure by its cause.
+func errKind(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Code().String() + ": " + clip(s.Message())
+	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
 		return "timeout"
@@ -105,6 +112,14 @@ func httpErrKind(err error) string {
 		return "connection closed by the server"
 	}
 	return clip(err.Error())
+}
+
+// clip shortens an error message to what an error breakdown can show.
+func clip(msg string) string {
+	if len(msg) > 120 {
+		return msg[:120] + "…"
+	}
+	return msg
 }
 
 func (c *httpCaller) close() { c.client.CloseIdleConnections() }

@@ -12,6 +12,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -37,12 +38,12 @@ const (
 	rlqsPerReport                        = 10
 )
 
-func runRLQSCmd(ctx context.Context, _ string, args []string, stdout, stderr io.Writer) error {
+func runRLQSCmd(ctx context.Context, cmd command, args []string, stdout, stderr io.Writer) error {
 	var c rlqsConfig
-	fs := newFlagSet("rlqs", "Act as Envoys' rate_limit_quota filters: open --streams StreamRateLimitQuotas\nstreams, report --buckets bucket ids on each the way Envoy 1.40.0 does (one\nmessage per new bucket id at once, then all of them every --interval), and\nprint the reports sent, the assignments received and how long the first\nassignment of a bucket id took.")
+	fs := newFlagSet(cmd)
 	fs.StringVar(&c.target, "target", "127.0.0.1:9001", "the RLQS server's gRPC `address`")
 	fs.IntVar(&c.streams, "streams", 4, "streams, one per simulated Envoy")
-	fs.IntVar(&c.buckets, "buckets", 100, "bucket ids each stream reports")
+	fs.IntVar(&c.buckets, "buckets", 100, "bucket ids each stream reports, each alone at once, then all of them every --interval, as Envoy 1.40.0 does")
 	fs.DurationVar(&c.interval, "interval", 5*time.Second, "time between a stream's periodic reports (Envoy 1.40.0: 5s)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long to run")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "", "prefix of the bucket ids' key values: separate key spaces for concurrent runs")
@@ -86,13 +87,13 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	}
 	defer conn.Close()
 	conn.Connect()
-	for s := conn.GetState(); s.String() != "READY"; s = conn.GetState() {
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
 		if !conn.WaitForStateChange(dctx, s) {
 			return nil, fmt.Errorf("connect %s: %w", c.target, dctx.Err())
 		}
 	}
 	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
-	res := &loadresult.RLQS{Tool: "ratelimit-bench", Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
+	res := &loadresult.RLQS{Tool: loadresult.Tool, Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
 		IntervalS: c.interval.Seconds(), Actions: map[string]int64{}, ErrorKinds: map[string]int64{}}
 	var mu sync.Mutex
 	var firsts []time.Duration
@@ -160,7 +161,13 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 					mu.Unlock()
 				}
 			}()
-			send := func(m *rlqsv3.RateLimitQuotaUsageReports) bool {
+			// send reports allowed requests over elapsed for each of ids.
+			send := func(allowed uint64, elapsed time.Duration, ids ...*rlqsv3.BucketId) bool {
+				m := &rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain}
+				for _, id := range ids {
+					m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+						BucketId: id, NumRequestsAllowed: allowed, TimeElapsed: durationpb.New(elapsed)})
+				}
 				if err := st.Send(m); err != nil {
 					if runCtx.Err() == nil {
 						fail("send")
@@ -169,7 +176,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 				}
 				mu.Lock()
 				res.Reports++
-				res.Usages += int64(len(m.GetBucketQuotaUsages()))
+				res.Usages += int64(len(ids))
 				mu.Unlock()
 				return true
 			}
@@ -178,8 +185,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 				mu.Lock()
 				sentAt[id.Bucket[rlqsKeyEntry]] = time.Now()
 				mu.Unlock()
-				if !send(&rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-					{BucketId: id, NumRequestsAllowed: 1, TimeElapsed: durationpb.New(0)}}}) {
+				if !send(1, 0, id) {
 					return
 				}
 			}
@@ -192,12 +198,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 					<-recvDone
 					return
 				case <-tick.C:
-					m := &rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain}
-					for _, id := range ids {
-						m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-							BucketId: id, NumRequestsAllowed: rlqsPerReport, TimeElapsed: durationpb.New(c.interval.Truncate(time.Second))})
-					}
-					if !send(m) {
+					if !send(rlqsPerReport, c.interval.Truncate(time.Second), ids...) {
 						return
 					}
 				}
@@ -210,7 +211,7 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	res.FirstAssign = map[string]float64{}
 	if n := len(firsts); n > 0 {
 		q := func(p float64) float64 { return float64(firsts[min(n-1, int(p*float64(n)))].Microseconds()) }
-		res.FirstAssign = map[string]float64{"p50": q(0.5), "p99": q(0.99), "max": float64(firsts[n-1].Microseconds()), "n": float64(n)}
+		res.FirstAssign = map[string]float64{"p50": q(0.5), "p99": q(0.99), "max": q(1), "n": float64(n)}
 	}
 	if len(res.ErrorKinds) == 0 {
 		res.ErrorKinds = nil

@@ -21,35 +21,30 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/server"
 )
 
-// noopAuthz answers every Check with OK at once, from one shared response:
-// what is left is the cost of the gRPC call itself (decode the request,
-// HTTP/2, encode the answer), the floor of any ext_authz server. It is the
-// ext_authz server anyone would write first: generated code, nothing else.
+// noopAuthz and noopRLS answer every Check and ShouldRateLimit with OK at
+// once, from one shared response: what is left is the cost of the gRPC
+// call itself (decode the request, HTTP/2, encode the answer), the floor
+// of any such server. They are the servers anyone would write first:
+// generated code, nothing else.
 type noopAuthz struct {
 	authv3.UnimplementedAuthorizationServer
-	ok *authv3.CheckResponse
 }
 
-// noopRLS answers every ShouldRateLimit with OK at once, from one shared
-// response: the floor of any rate limit service on this gRPC stack, as
-// noopAuthz is of any ext_authz server.
 type noopRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	ok *rlsv3.RateLimitResponse
 }
 
-// noops are the two no-op services, each with its one answer.
-func noops() (noopAuthz, noopRLS) {
-	return noopAuthz{ok: &authv3.CheckResponse{Status: &rpcstatus.Status{}}},
-		noopRLS{ok: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}}
+var (
+	noopCheckOK = &authv3.CheckResponse{Status: &rpcstatus.Status{}}
+	noopRLSOK   = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+)
+
+func (noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	return noopCheckOK, nil
 }
 
-func (n noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	return n.ok, nil
-}
-
-func (n noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return n.ok, nil
+func (noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return noopRLSOK, nil
 }
 
 // serveConfig are the flags of the servers.
@@ -58,28 +53,24 @@ type serveConfig struct {
 	lifetime                      time.Duration
 }
 
-// serveNoop runs the no-op Check and ShouldRateLimit behind the product's own gRPC and HTTP
-// stack (internal/server: the same listeners, options and metrics endpoint, and
-// Go's profiles on pprofAddr when set, as serve --pprof-addr serves them)
-// until ctx ends or the lifetime is over.
+// shutdownTimeout bounds the graceful stop of the servers this tool runs.
+const shutdownTimeout = 5 * time.Second
+
+// serveNoop runs the no-ops behind the product's own gRPC and HTTP stack
+// (internal/server: the same listeners, options and metrics endpoint, and
+// Go's profiles on pprofAddr when set) until ctx ends.
 func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	authz, rls := noops()
 	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: shutdownTimeout},
-		server.Services{Authz: authz, RateLimit: rls}, reg, log)
+		server.Services{Authz: noopAuthz{}, RateLimit: noopRLS{}}, reg, log)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.lifetime)
-	defer cancel()
 	err = srv.Run(ctx)
 	srv.Close()
 	return err
 }
-
-// shutdownTimeout bounds the graceful stop of the servers this tool runs.
-const shutdownTimeout = 5 * time.Second
 
 // upstreamHandler is the application behind Envoy: 200 and a small JSON
 // body for everything, the request body read and dropped.
@@ -91,39 +82,43 @@ func upstreamHandler() http.Handler {
 	})
 }
 
-// serveUpstream serves upstreamHandler on addr until ctx ends or the
-// lifetime is over.
-func serveUpstream(ctx context.Context, addr string, lifetime time.Duration, log *slog.Logger) error {
+func serveUpstream(ctx context.Context, addr string, log *slog.Logger) error {
 	log.Info("upstream serving", "addr", addr)
-	return serveAll(ctx, lifetime, httpService(&http.Server{Addr: addr, Handler: upstreamHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}))
+	return serveAll(ctx, httpService(addr, upstreamHandler()))
 }
 
-// serveNoopGRPC serves noopAuthz and noopRLS on a plain grpc.NewServer()
-// with no options at c.grpcAddr, so that it is the floor of a
-// default-configured grpc-go ext_authz or rate limit server on this machine, independent of what
-// internal/server tunes; /healthz and /readyz on c.httpAddr, and Go's
-// profiles on c.pprofAddr when set, each on a listener of its own; until
-// ctx ends or the lifetime is over.
+// serveNoopGRPC serves the no-ops on a plain grpc.NewServer() with no
+// options, the floor of a default-configured grpc-go server independent of
+// what internal/server tunes; /healthz and /readyz on c.httpAddr and Go's
+// profiles (without cmdline) on c.pprofAddr when set, each on a listener
+// of its own.
 func serveNoopGRPC(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	gs := grpc.NewServer()
-	authz, rls := noops()
-	authv3.RegisterAuthorizationServer(gs, authz)
-	rlsv3.RegisterRateLimitServiceServer(gs, rls)
-	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	authv3.RegisterAuthorizationServer(gs, noopAuthz{})
+	rlsv3.RegisterRateLimitServiceServer(gs, noopRLS{})
+	ok := func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }
 	mux := http.NewServeMux()
-	mux.Handle("GET /healthz", ok)
-	mux.Handle("GET /readyz", ok)
-	services := []service{grpcService(c.grpcAddr, gs), httpService(&http.Server{Addr: c.httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second})}
+	mux.HandleFunc("GET /healthz", ok)
+	mux.HandleFunc("GET /readyz", ok)
+	services := []service{{c.grpcAddr, gs.Serve, func(ctx context.Context) {
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			gs.Stop()
+		}
+	}}, httpService(c.httpAddr, mux)}
 	if c.pprofAddr != "" {
 		pm := http.NewServeMux()
 		pm.HandleFunc("/debug/pprof/", pprof.Index)
 		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		services = append(services, httpService(&http.Server{Addr: c.pprofAddr, Handler: pm, ReadHeaderTimeout: 5 * time.Second}))
+		services = append(services, httpService(c.pprofAddr, pm))
 	}
 	log.Info("default grpc-go no-op serving", "grpc", c.grpcAddr, "http", c.httpAddr, "pprof", c.pprofAddr)
-	return serveAll(ctx, c.lifetime, services...)
+	return serveAll(ctx, services...)
 }
 
 // service is one listener's server for serveAll: how it serves, and how it
@@ -134,30 +129,18 @@ type service struct {
 	stop  func(context.Context)
 }
 
-func httpService(s *http.Server) service {
-	return service{s.Addr, s.Serve, func(ctx context.Context) {
+func httpService(addr string, h http.Handler) service {
+	s := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute}
+	return service{addr, s.Serve, func(ctx context.Context) {
 		if s.Shutdown(ctx) != nil {
 			s.Close()
 		}
 	}}
 }
 
-func grpcService(addr string, g *grpc.Server) service {
-	return service{addr, g.Serve, func(ctx context.Context) {
-		stopped := make(chan struct{})
-		go func() { g.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			g.Stop()
-		}
-	}}
-}
-
-// serveAll listens on every service's address and serves until ctx ends,
-// the lifetime is over or one fails, then stops them, each gracefully
-// within shutdownTimeout.
-func serveAll(ctx context.Context, lifetime time.Duration, services ...service) error {
+// serveAll listens on every service's address, then serves until ctx ends
+// or one fails, then stops them, each gracefully within shutdownTimeout.
+func serveAll(ctx context.Context, services ...service) error {
 	var listeners []net.Listener
 	defer func() {
 		for _, l := range listeners {
@@ -175,17 +158,15 @@ func serveAll(ctx context.Context, lifetime time.Duration, services ...service) 
 	for i, s := range services {
 		go func() { errc <- s.serve(listeners[i]) }()
 	}
-	ctx, cancel := context.WithTimeout(ctx, lifetime)
-	defer cancel()
 	var err error
 	select {
 	case err = <-errc:
 	case <-ctx.Done():
 	}
 	for _, s := range services {
-		sctx, scancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 		s.stop(sctx)
-		scancel()
+		cancel()
 	}
 	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
