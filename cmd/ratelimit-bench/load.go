@@ -58,7 +58,6 @@ type loadConfig struct {
 	warmup      time.Duration // sent but not recorded
 	requests    int64         // at most this many sent, warm-up included; 0 = no bound but time
 	timeout     time.Duration // per request
-	window      time.Duration // when > 0, count allowed/denied per wall-clock window of this length
 	pool        int           // requests prepared ahead and reused; 0 = prepare each one
 	seed        uint64
 	mix         mix
@@ -79,8 +78,6 @@ func (c *loadConfig) validate() error {
 		return fmt.Errorf("--requests %d: must not be negative", c.requests)
 	case c.timeout <= 0 || c.timeout > time.Minute:
 		return fmt.Errorf("--timeout %v: must be positive and at most 1m", c.timeout)
-	case c.window < 0 || (c.window > 0 && c.window < time.Millisecond):
-		return fmt.Errorf("--window %v: must be 0 (off) or at least 1ms", c.window)
 	case c.pool < 0 || c.pool > 1<<20:
 		return fmt.Errorf("--pool %d: must be from 0 to %d", c.pool, 1<<20)
 	}
@@ -89,10 +86,6 @@ func (c *loadConfig) validate() error {
 
 const maxDuration = time.Hour
 
-// windowCount is what was admitted and denied in one wall-clock window,
-// by class (classAllowed, classDenied).
-type windowCount [2]int64
-
 // workerStats is one worker's record, merged after the run into a
 // runRecord.
 type workerStats struct {
@@ -100,28 +93,21 @@ type workerStats struct {
 	classes  [3]int64
 	codes    map[int]int64
 	errKinds map[string]int64
-	windows  map[int64]windowCount
 	late     int64 // fixed rate: requests already more than 1 ms overdue when their worker came free
 	sent     int64 // warm-up included
 	lastDone time.Time
 }
 
 func newWorkerStats() *workerStats {
-	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}, windows: map[int64]windowCount{}}
+	return &workerStats{codes: map[int]int64{}, errKinds: map[string]int64{}}
 }
 
-func (s *workerStats) add(o outcome, latency time.Duration, at time.Time, window time.Duration) {
+func (s *workerStats) add(o outcome, latency time.Duration) {
 	s.hist.record(latency)
 	s.classes[o.class]++
 	s.codes[o.code]++
 	if o.class == classError {
 		s.errKinds[o.err]++
-	}
-	if window > 0 && o.class != classError {
-		w := at.UnixNano() / int64(window) // both positive: the floor
-		c := s.windows[w]
-		c[o.class]++
-		s.windows[w] = c
 	}
 }
 
@@ -234,10 +220,7 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 				if cfg.rate > 0 && from.Equal(due) && start.Sub(due) > time.Millisecond {
 					st.late++
 				}
-				// A request is put in the window of the midpoint of its
-				// call, the best guess of when the server (on the same
-				// clock) decided it.
-				st.add(o, done.Sub(from), start.Add(done.Sub(start)/2), cfg.window)
+				st.add(o, done.Sub(from))
 			}
 		})
 	}
@@ -288,10 +271,6 @@ func mergeStats(stats []*workerStats, measureFrom, end time.Time) *runRecord {
 		for k, n := range s.errKinds {
 			r.errKinds[k] += n
 		}
-		for w, c := range s.windows {
-			m := r.windows[w]
-			r.windows[w] = windowCount{m[0] + c[0], m[1] + c[1]}
-		}
 		r.late += s.late
 		r.sent += s.sent
 		if s.lastDone.After(r.lastDone) {
@@ -335,13 +314,6 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 	if h.n > 0 {
 		for _, q := range cdfQuantiles {
 			res.CDF = append(res.CDF, [2]float64{q, us(h.quantile(q))})
-		}
-	}
-	if cfg.window > 0 {
-		res.WindowMS = cfg.window.Milliseconds()
-		for _, w := range slices.Sorted(maps.Keys(r.windows)) {
-			c := r.windows[w]
-			res.Windows = append(res.Windows, loadresult.Window{StartMS: w * cfg.window.Milliseconds(), Allowed: c[classAllowed], Denied: c[classDenied]})
 		}
 	}
 	return res

@@ -7,8 +7,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func TestIntendedTimeDealsTheScheduleToWorkers(t *testing.T) {
@@ -114,7 +112,6 @@ func TestRunLoadRejectsBadConfig(t *testing.T) {
 		{func(c *loadConfig) { c.duration = 2 * time.Hour }, "--duration"},
 		{func(c *loadConfig) { c.requests = -1 }, "--requests"},
 		{func(c *loadConfig) { c.timeout = 0 }, "--timeout"},
-		{func(c *loadConfig) { c.window = time.Microsecond }, "--window"},
 		{func(c *loadConfig) { c.keys.dist = "x" }, "--keys"},
 	} {
 		cfg := testConfig(t)
@@ -122,18 +119,5 @@ func TestRunLoadRejectsBadConfig(t *testing.T) {
 		if _, err := runLoad(context.Background(), cfg, &fakeCaller{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one about %s", err, tc.want)
 		}
-	}
-}
-
-func TestSummariseWindows(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.window = time.Second
-	rec := &runRecord{workerStats: *newWorkerStats()}
-	rec.windows[1_700_000_001] = windowCount{5, 100}
-	rec.windows[1_700_000_000] = windowCount{7, 3}
-	res := summarise(rec, cfg)
-	want := []loadresult.Window{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}, {StartMS: 1_700_000_001_000, Allowed: 5, Denied: 100}}
-	if !slices.Equal(res.Windows, want) || res.WindowMS != 1000 {
-		t.Errorf("windows %+v (window %d ms), want %+v", res.Windows, res.WindowMS, want)
 	}
 }

@@ -109,7 +109,6 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "time sent but not measured, before --duration")
 	fs.Int64Var(&cfg.requests, "requests", 0, "send at most this many requests, warm-up included (0 = bounded by time only)")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "per-request deadline; a request past it is an error")
-	fs.DurationVar(&cfg.window, "window", 0, "count allowed/denied per wall-clock window of this length (e.g. 1s), for accuracy runs; 0 = off")
 	fs.StringVar(&routes, "routes", routes, `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
 	fs.StringVar(&keys.dist, "keys", keysZipf, "key popularity: uniform, zipf (skewed, see --zipf-s) or unique (every request a new key: memory runs)")
 	fs.Float64Var(&keys.zipfS, "zipf-s", 1.1, "zipf exponent s > 1: key of rank k has weight 1/(k+1)^s")

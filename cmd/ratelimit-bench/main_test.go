@@ -188,32 +188,21 @@ func TestCheckAgainstTheRealService(t *testing.T) {
 	r, err := configfile.Parse(config.Default(), config.Name)
 	addr := startNode(t, r, err).GRPCAddr().String()
 	// One tenant, 300 activity writes: the shipped 100/s denies most of
-	// them (fewer if the run straddles a second boundary; on a machine so
-	// busy that the run spans more windows, each window still admits at
-	// most the limit, below). The deadline is generous so that a slow
+	// them (fewer if the run spans several second windows, each of which
+	// admits at most the limit). The deadline is generous so that a slow
 	// machine delays answers rather than losing them.
 	res, out, err := runCLI(t, "check", "--target", addr, "--routes", "activities", "--tenants", "1",
-		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--timeout", "10s", "--window", "1s", "--json", "-")
+		"--keys", "uniform", "--requests", "300", "--warmup", "0", "--duration", "20s", "--timeout", "10s", "--json", "-")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	if res.Errors != 0 || res.Allowed < 100 || res.Denied != 300-res.Allowed || res.Codes["8"] != res.Denied {
 		t.Errorf("allowed %d denied %d errors %d codes %v; want at least 100 allowed, the rest RESOURCE_EXHAUSTED", res.Allowed, res.Denied, res.Errors, res.Codes)
 	}
-	if len(res.Windows) <= 2 && res.Allowed > 200 {
-		t.Errorf("allowed %d within %d windows of 100", res.Allowed, len(res.Windows))
-	}
-	var admitted int64
-	for _, w := range res.Windows {
-		admitted += w.Allowed
-		// Requests in flight at a window's edge can land on either side
-		// of it: at most the concurrency (16) of them.
-		if w.Allowed > 100+16 {
-			t.Errorf("window %d admitted %d > limit 100 + 16", w.StartMS, w.Allowed)
-		}
-	}
-	if admitted != res.Allowed {
-		t.Errorf("windows admitted %d of %d", admitted, res.Allowed)
+	// The run lasted at most ElapsedS (plus the part of a window before
+	// it): each window it touched admitted at most the limit.
+	if windows := int64(res.ElapsedS) + 2; res.Allowed > 100*windows {
+		t.Errorf("allowed %d in %.1fs: more than 100 a second", res.Allowed, res.ElapsedS)
 	}
 }
 

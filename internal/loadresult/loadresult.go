@@ -47,8 +47,6 @@ type Result struct {
 	ErrorKinds  map[string]int64 `json:"error_kinds,omitempty"`
 	Latency     Latency          `json:"latency_us"`
 	CDF         [][2]float64     `json:"cdf"` // [quantile, latency µs]
-	WindowMS    int64            `json:"window_ms,omitempty"`
-	Windows     []Window         `json:"windows,omitempty"`
 }
 
 // Latency are the usual points of a run's latency distribution, in
@@ -62,15 +60,6 @@ type Latency struct {
 	P999  float64 `json:"p99_9"`
 	Max   float64 `json:"max"`
 	Count uint64  `json:"count"`
-}
-
-// Window is one wall-clock window: its start (unix ms) and what was
-// admitted and denied in it, each request put in the window of the
-// midpoint of its call.
-type Window struct {
-	StartMS int64 `json:"start_ms"`
-	Allowed int64 `json:"allowed"`
-	Denied  int64 `json:"denied"`
 }
 
 // ClientCPUUS is the tool's CPU time per request it sent (µs); 0 when it

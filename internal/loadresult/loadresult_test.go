@@ -12,14 +12,13 @@ func TestRoundTrip(t *testing.T) {
 	in := &Result{
 		Tool: Tool, Mode: "check", Requests: 10, Sent: 12, ClientCPUS: 0.0006, Allowed: 7, Denied: 3,
 		ErrorKinds: map[string]int64{"deadline": 1 << 40}, Latency: Latency{P50: 120, P999: 900},
-		Windows: []Window{{StartMS: 1_700_000_000_000, Allowed: 7, Denied: 3}},
 	}
 	b, err := in.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The names the plots and the report read.
-	for _, key := range []string{`"latency_us"`, `"p99_9": 900`, `"error_kinds"`, `"windows"`, `"start_ms"`, `"client_cpu_s"`} {
+	for _, key := range []string{`"latency_us"`, `"p99_9": 900`, `"error_kinds"`, `"client_cpu_s"`} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("JSON lacks %s:\n%s", key, b)
 		}
@@ -33,7 +32,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An error count beyond 32 bits survives: the schema has one type for it.
-	if out.ErrorKinds["deadline"] != 1<<40 || out.Latency.P999 != 900 || len(out.Windows) != 1 || out.Windows[0].Denied != 3 {
+	if out.ErrorKinds["deadline"] != 1<<40 || out.Latency.P999 != 900 || out.Denied != 3 {
 		t.Errorf("read back %+v", out)
 	}
 	if got := out.ClientCPUUS(); math.Abs(got-50) > 1e-9 {
