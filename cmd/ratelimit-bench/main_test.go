@@ -149,7 +149,8 @@ func runCLI(t *testing.T, args ...string) (loadresult.Result, string, error) {
 }
 
 func TestCheckAgainstTheNoopServer(t *testing.T) {
-	addr := startServer(t, noopAuthz{})
+	authz, _ := noops()
+	addr := startServer(t, authz)
 	res, out, err := runCLI(t, "check", "--target", addr, "--concurrency", "4", "--connections", "2",
 		"--requests", "400", "--warmup", "0", "--duration", "20s", "--json", "-")
 	if err != nil {

@@ -28,23 +28,26 @@ import (
 // generated code, nothing else.
 type noopAuthz struct {
 	authv3.UnimplementedAuthorizationServer
+	ok *authv3.CheckResponse
 }
 
 type noopRLS struct {
 	rlsv3.UnimplementedRateLimitServiceServer
+	ok *rlsv3.RateLimitResponse
 }
 
-var (
-	noopCheckOK = &authv3.CheckResponse{Status: &rpcstatus.Status{}}
-	noopRLSOK   = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
-)
-
-func (noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	return noopCheckOK, nil
+// noops are the two no-op services, each with its one answer.
+func noops() (noopAuthz, noopRLS) {
+	return noopAuthz{ok: &authv3.CheckResponse{Status: &rpcstatus.Status{}}},
+		noopRLS{ok: &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}}
 }
 
-func (noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	return noopRLSOK, nil
+func (n noopAuthz) Check(context.Context, *authv3.CheckRequest) (*authv3.CheckResponse, error) {
+	return n.ok, nil
+}
+
+func (n noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return n.ok, nil
 }
 
 // serveConfig are the flags of the servers.
@@ -62,8 +65,9 @@ const shutdownTimeout = 5 * time.Second
 func serveNoop(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	authz, rls := noops()
 	srv, err := server.New(server.Config{GRPCAddr: c.grpcAddr, HTTPAddr: c.httpAddr, PprofAddr: c.pprofAddr, ShutdownTimeout: shutdownTimeout},
-		server.Services{Authz: noopAuthz{}, RateLimit: noopRLS{}}, reg, log)
+		server.Services{Authz: authz, RateLimit: rls}, reg, log)
 	if err != nil {
 		return err
 	}
@@ -94,8 +98,9 @@ func serveUpstream(ctx context.Context, addr string, log *slog.Logger) error {
 // of its own.
 func serveNoopGRPC(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	gs := grpc.NewServer()
-	authv3.RegisterAuthorizationServer(gs, noopAuthz{})
-	rlsv3.RegisterRateLimitServiceServer(gs, noopRLS{})
+	authz, rls := noops()
+	authv3.RegisterAuthorizationServer(gs, authz)
+	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	ok := func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) }
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", ok)
