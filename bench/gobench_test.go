@@ -60,15 +60,18 @@ func TestParseScaleBenchRefusesWhatItCannotRead(t *testing.T) {
 	}
 }
 
-// scaleResults is a fabricated run whose floods cost share of what they
-// cost before budget shares.
+// scaleResults is a fabricated run whose floods with budget shares cost
+// share of what they cost without.
 func scaleResults(share float64) *Results {
 	s := &Scale{Benchtime: 100000, Command: "go test -bench ReplicationScale", Seconds: 37}
-	for _, load := range []string{"hot", "flood"} {
+	for _, load := range []string{"hot", "flood", "hot-noshares", "flood-noshares"} {
 		for _, n := range []int{3, 10, 30} {
 			inB := 1000.0 * float64(n)
-			if load == "flood" {
-				inB = floodBeforeInB[n] * share
+			switch load {
+			case "flood-noshares":
+				inB = 10000
+			case "flood":
+				inB = 10000 * share
 			}
 			s.Rows = append(s.Rows, ScaleMetrics{Nodes: n, Load: load, Hits: 100000, Values: map[string]float64{
 				mInB: inB, mOutB: inB / float64(n-1), mInMsgs: float64(n), mMerged: 100 * float64(n), mCPU: float64(n), mHits: 20000}})
@@ -99,10 +102,38 @@ func TestScaleTargetAndReport(t *testing.T) {
 			}
 		}
 	}
-	// A run without every node count's flood is not judged.
+	// A run without every node count's floods is not judged.
 	res := scaleResults(0.005)
-	res.Scale.Rows = res.Scale.Rows[:5]
+	res.Scale.Rows = res.Scale.Rows[:len(res.Scale.Rows)-1]
 	if tg := scaleTarget(res); tg.Met != nil {
 		t.Errorf("a flood row missing: target %+v, want not judged", tg)
 	}
+}
+
+// FuzzParseScaleBench: any go test output is read or refused, never a
+// panic, and every row read has a node count, a load and the figures
+// the report needs.
+func FuzzParseScaleBench(f *testing.F) {
+	f.Add(scaleOutput)
+	f.Add("BenchmarkReplicationScale/nodes=3/hot-2 100 1 out-B/node/1k-hits 1 in-B/node/1k-hits 1 in-msgs/node/1k-hits 1 merged/node/1k-hits 1 cpu-µs/hit 1 hits/s\n")
+	f.Add("BenchmarkReplicationScale/nodes=99999999999999999999/x 1 NaN in-B/node/1k-hits\n")
+	f.Fuzz(func(t *testing.T, out string) {
+		rows, err := parseScaleBench(out)
+		if err != nil {
+			return
+		}
+		if len(rows) == 0 {
+			t.Fatal("no rows and no error")
+		}
+		for _, m := range rows {
+			if m.Nodes < 2 || m.Load == "" {
+				t.Fatalf("row %+v", m)
+			}
+			for _, u := range []string{mOutB, mInB, mInMsgs, mMerged, mCPU, mHits} {
+				if _, ok := m.Values[u]; !ok {
+					t.Fatalf("row %+v lacks %s", m, u)
+				}
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@ package replicate
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -27,12 +28,14 @@ import (
 // every batch has been received: the bytes and messages it publishes and
 // receives and the entries it merges, per 1000 hits of the whole cluster
 // and per second; and the process's CPU per hit (the nodes and the load;
-// the NATS server runs apart). Run it with a fixed count, e.g.
+// the NATS server runs apart). Each load runs with budget shares (the
+// default) and without ("-noshares": every change replicated, as
+// --budget-shares=false runs a cluster). Run it with a fixed count, e.g.
 //
 //	go test -run '^$' -bench ReplicationScale -benchtime 20000x ./internal/replicate/
 func BenchmarkReplicationScale(b *testing.B) {
 	for _, nodes := range []int{3, 10, 30} {
-		for _, load := range []string{"hot", "flood"} {
+		for _, load := range []string{"hot", "flood", "hot-noshares", "flood-noshares"} {
 			b.Run(fmt.Sprintf("nodes=%d/%s", nodes, load), func(b *testing.B) { replicationScale(b, nodes, load) })
 		}
 	}
@@ -74,11 +77,15 @@ var hotLimit = counter.Limit{Limit: 250, ScaleMS: 1000}
 var floodLimit = counter.Limit{Limit: 100, ScaleMS: 60_000}
 
 func replicationScale(b *testing.B, nodes int, load string) {
+	load, noShares := strings.CutSuffix(load, "-noshares")
 	srv := testnats.StartProcess(b)
 	ns := make([]*scaleNode, nodes)
 	for i := range ns {
 		sn := &scaleNode{}
 		cfg := Config{SyncInterval: 100 * time.Millisecond, MaxPeers: 64, SyncAnswersPerSecond: 1000, SubjectPrefix: "scale"}
+		if noShares {
+			cfg.ShareDelay = -1
+		}
 		sn.live = startLive(b, srv.URL(), "n"+strconv.Itoa(i), cfg, nodeOpts{hooks: hooks{
 			send: func(nc *nats.Conn, subj string, data []byte) error {
 				sn.nc.Store(nc)
