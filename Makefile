@@ -68,7 +68,7 @@ demo: build ## one node, Envoy and an app on free ports: burst every bucket, pri
 	$(GO) run ./cmd/ratelimit-demo --server-bin $(BIN) $(DEMOFLAGS)
 
 .PHONY: bench
-bench: ## benchmarks (~12 min, a quiet machine): microbenchmarks, the floor (CPU per check pinned, vs no-ops, the baseline commit and the anchors), memory, cluster accuracy, Envoy end to end, replication at scale; writes bench/results/REPORT.md
+bench: ## benchmarks (~10 min, a quiet machine): microbenchmarks, the floor (CPU per check pinned, vs no-ops, the baseline commit and the anchors), memory, cluster accuracy, Envoy end to end, replication at scale; writes bench/results/REPORT.md
 	bench/run.sh $(BENCHFLAGS)
 
 .PHONY: lint

@@ -271,7 +271,10 @@ func (cl *accCluster) stop() error {
 // at once), the first at t0, until total are made (total < 0: no bound)
 // or end comes: every tick it makes at once those that have come due, at
 // that instant, and tells took of each. It returns how late at most the
-// oldest Take due was made, and the Takes still to make at end.
+// oldest Take due was made, and the Takes still to make at end. A row's
+// Take at t0 falls in its phase's lead-in window, which is never counted,
+// and a sliding row also skips the window that lead-in is the previous
+// window of.
 func pace(ctx context.Context, store *counter.Store, key string, lim counter.Limit, t0, end time.Time, perMS float64, total int64,
 	took func(now time.Time, el time.Duration, allowed bool)) (behind time.Duration, left int64) {
 	if !cli.Sleep(ctx, time.Until(t0)) {

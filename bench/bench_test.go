@@ -205,7 +205,7 @@ func TestOptions(t *testing.T) {
 	if err != nil || done || !o.only["floor"] || !o.only["envoy"] || o.only["micro"] || o.rounds != 3 {
 		t.Errorf("options %+v, %v, %v", o, done, err)
 	}
-	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--only", "cluster-load"}, {"--rounds", "0"}, {"extra"}, {"--nope"}} {
+	for _, args := range [][]string{{"--only", "bogus"}, {"--only", "single"}, {"--only", "cluster"}, {"--rounds", "0"}, {"extra"}, {"--nope"}} {
 		if _, done, err := parseOptions(args, io.Discard, io.Discard); !done || err == nil {
 			t.Errorf("%v: no error", args)
 		}
@@ -231,7 +231,7 @@ func TestOptions(t *testing.T) {
 // judging the targets anew, and runs nothing.
 func TestRewriteReport(t *testing.T) {
 	out := t.TempDir()
-	res := &Results{StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
+	res := &Results{Schema: resultsSchema, StartedAt: time.Unix(0, 0), FinishedAt: time.Unix(300, 0), Env: Env{CPU: "test", Cores: 2},
 		Memory:  &Memory{Keys: 1_000_000, BytesPerKeyRSS: 140, BytesPerKeyHeap: 100, Loaded: MemPoint{RSS: 1 << 20, LiveKeys: 1_000_000}},
 		Timings: []StepTime{{Step: "memory", Seconds: 300}}}
 	b, err := json.Marshal(res)
@@ -248,6 +248,17 @@ func TestRewriteReport(t *testing.T) {
 	report, err := os.ReadFile(filepath.Join(out, "REPORT.md"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	// results.json of another layout is refused, not misread.
+	res.Schema = resultsSchema - 1
+	if b, err = json.Marshal(res); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(out, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.rewriteReport(context.Background()); err == nil || !strings.Contains(err.Error(), "schema") {
+		t.Errorf("an older results.json: %v, want a schema error", err)
 	}
 	for _, want := range []string{"| ≤ 150 bytes per live key resident (RSS) at 1 M keys | 140 B/key resident at 1000000 live keys, 100 B/key live heap | **met** |", "| memory | 300 |"} {
 		if !bytes.Contains(report, []byte(want)) {

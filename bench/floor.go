@@ -72,7 +72,7 @@ func (r *runner) floor(ctx context.Context) error {
 	r.res.Floor = f
 	cpus, err := cpusAllowed(os.Getpid())
 	if err != nil {
-		return err
+		return fmt.Errorf("the CPUs this process may use: %w", err)
 	}
 	if len(cpus) < 2 {
 		return fmt.Errorf("the floor scenario binds the servers and the load tool to different CPUs, and this process may use only %v", cpus)

@@ -192,8 +192,6 @@ func floorResults(allowedSat, deniedSat, allowedLow, deniedLow, p99 float64) *Re
 		{Level: "saturation", Workload: "denied", Versus: floorDefaultNoop, Median: deniedSat},
 		{Level: "10%", Workload: "allowed", Versus: "baseline-allowed", Median: allowedLow},
 		{Level: "10%", Workload: "denied", Versus: "baseline-denied", Median: deniedLow},
-		{Level: "40%", Workload: "allowed", Versus: floorDefaultNoop, P99Ratio: p99 / 400},
-		{Level: "40%", Workload: "denied", Versus: floorDefaultNoop, P99Ratio: 300.0 / 400},
 	}
 	f.Rows = []FloorRow{
 		{Level: "40%", Target: "allowed", Rate: 4000, Latency: Lat{P99: p99}},
@@ -306,9 +304,7 @@ func TestFloorLeanTargets(t *testing.T) {
 		FloorRatio{Level: "saturation", Workload: floorLean + "allowed", Versus: floorDefaultNoop, Median: 0.4},
 		FloorRatio{Level: "saturation", Workload: floorLean + "denied", Versus: floorDefaultNoop, Median: 0.45},
 		FloorRatio{Level: "10%", Workload: floorLean + "allowed", Versus: "baseline-allowed", Median: 0.5},
-		FloorRatio{Level: "10%", Workload: floorLean + "denied", Versus: "baseline-denied", Median: 0.55},
-		FloorRatio{Level: "40%", Workload: floorLean + "allowed", Versus: floorDefaultNoop, P99Ratio: 350.0 / 400},
-		FloorRatio{Level: "40%", Workload: floorLean + "denied", Versus: floorDefaultNoop, P99Ratio: 390.0 / 400})
+		FloorRatio{Level: "10%", Workload: floorLean + "denied", Versus: "baseline-denied", Median: 0.55})
 	f.Rows = append(f.Rows,
 		FloorRow{Level: "40%", Target: floorLean + "allowed", Rate: 4000, Latency: Lat{P99: 350}},
 		FloorRow{Level: "40%", Target: floorLean + "denied", Rate: 4000, Latency: Lat{P99: 390}})

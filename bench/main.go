@@ -1,7 +1,7 @@
 // Command bench is the `make bench` runner: it runs the ratelimit-authz
 // benchmark scenarios (micro, floor, memory, accuracy, envoy, scale) and
-// writes bench/results/REPORT.md, results.json and PNG plots. The load is cmd/ratelimit-bench, a process of its own for
-// every run. Targets are judged, never asserted: a missed target is a
+// writes bench/results/REPORT.md, results.json and PNG plots. The load
+// is cmd/ratelimit-bench, a process of its own for every run. Targets are judged, never asserted: a missed target is a
 // finding, a failed scenario is recorded and the others still run. Every
 // process it starts is stopped by PID; every address is on loopback.
 //
@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer os.RemoveAll(r.tmp)
 
-	r.res = &Results{Schema: 1, StartedAt: time.Now().UTC()}
+	r.res = &Results{Schema: resultsSchema, StartedAt: time.Now().UTC()}
 	r.res.Env = environment(ctx, root)
 	r.res.Env.Quick = opt.quick
 	r.res.Env.ServerArgs = opt.serverArgs
@@ -194,7 +194,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		r.step(ctx, "floor", r.floor)
 	}
 	// The memory scenario must start early in a window; while it waits for
-	// one, and while its keys expire, the Envoy and cluster scenarios run.
+	// one, and while its keys expire, the envoy, accuracy and scale
+	// scenarios run.
 	var pending []task
 	for _, t := range []task{{"envoy", r.envoyEstimate(), r.envoy},
 		{"accuracy", r.accuracyEstimate(), r.accuracy},
@@ -240,6 +241,9 @@ func (r *runner) rewriteReport(ctx context.Context) error {
 	r.res = &Results{}
 	if err := json.Unmarshal(b, r.res); err != nil {
 		return fmt.Errorf("results.json: %w", err)
+	}
+	if r.res.Schema != resultsSchema {
+		return fmt.Errorf("results.json: schema %d, this runner writes and reads %d: run make bench again", r.res.Schema, resultsSchema)
 	}
 	r.res.Targets = targets(r.res)
 	if r.opt.plot {

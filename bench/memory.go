@@ -19,7 +19,7 @@ import (
 // token_create bucket (per client IP, a minute-long window) and its copies,
 // all arriving within one window; resident memory and live keys before,
 // at the end, and after the window has ended and the sweeper has run.
-// Each check counts in --memory-buckets buckets, so it brings that many
+// Each check counts in opt.memBuckets buckets, so it brings that many
 // new keys: half a million checks fit in a minute on two shared cores
 // where a million might not.
 //

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -72,14 +74,25 @@ func waitHTTP200(ctx context.Context, p *proc, url string, timeout time.Duration
 }
 
 // status reads /proc/PID/status: VmRSS and VmHWM in bytes,
-// CpusAllowedList.
+// CpusAllowedList. A process that is exiting has no VmRSS: an error.
 func status(pid int) (procfs.ProcStatus, error) {
 	p, err := procfs.NewProc(pid)
-	if err != nil {
-		return procfs.ProcStatus{}, err
+	var st procfs.ProcStatus
+	if err == nil {
+		st, err = p.NewStatus()
 	}
-	return p.NewStatus()
+	if err == nil && st.VmRSS == 0 {
+		err = errors.New("no VmRSS")
+	}
+	if err != nil {
+		return st, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	return st, nil
 }
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat times: 100 on every
+// Linux configuration Go supports.
+const clockTicks = 100
 
 // cpuTime is the CPU time (user + system, all threads) the processes
 // used so far.
@@ -92,9 +105,9 @@ func cpuTime(pids ...int) (time.Duration, error) {
 			st, err = p.Stat()
 		}
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 		}
-		sum += time.Duration(st.CPUTime() * float64(time.Second))
+		sum += time.Duration(st.UTime+st.STime) * time.Second / clockTicks
 	}
 	return sum, nil
 }
@@ -105,11 +118,16 @@ func cpuTime(pids ...int) (time.Duration, error) {
 func runqueueWait(pid int) (time.Duration, error) {
 	threads, err := procfs.AllThreads(pid)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("threads of %d: %w", pid, err)
 	}
 	var total time.Duration
 	for _, t := range threads {
-		if st, err := t.Schedstat(); err == nil { // else the thread ended
+		st, err := t.Schedstat()
+		switch {
+		case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ESRCH): // the thread ended
+		case err != nil:
+			return 0, fmt.Errorf("schedstat of thread %d of %d: %w", t.PID, pid, err)
+		default:
 			total += time.Duration(st.WaitingNanoseconds)
 		}
 	}

@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// resultsSchema is the version of results.json's layout: a change to
+// what a field means or where it is takes a new one.
+const resultsSchema = 2
+
 // Results is bench/results/results.json: every figure of a run, which
 // REPORT.md and scripts/plot.py are made from. Latencies are in µs.
 type Results struct {

@@ -104,7 +104,7 @@ func alsLoad(c alsCharge, m mix) (grpcLoad, error) {
 // per connection. A call is one message sent: it is "allowed" once the
 // transport takes it, as the service answers only when a stream ends;
 // drain ends the streams and reports any the server did not close
-// cleanly. close is grpcCaller's: closing a connection ends its stream.
+// cleanly.
 type streamCaller struct {
 	*grpcCaller
 	streams []stream
@@ -172,4 +172,17 @@ func (c *streamCaller) drain(ctx context.Context) error {
 		s.mu.Unlock()
 	}
 	return errors.Join(errs...)
+}
+
+// close cancels the streams still open, then closes the connections.
+func (c *streamCaller) close() {
+	for i := range c.streams {
+		s := &c.streams[i]
+		s.mu.Lock()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		s.mu.Unlock()
+	}
+	c.grpcCaller.close()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -323,16 +324,39 @@ func summarise(r *runRecord, cfg loadConfig) loadresult.Result {
 // CPU, outcomes, latency percentiles, codes (gRPC code or HTTP status) and
 // errors; --json has the rest.
 func printText(w io.Writer, r *loadresult.Result) {
-	fmt.Fprintf(w, "%s %s  concurrency %d  connections %d  rate %g/s (0: closed loop)\nmix %s\nkeys %s\n",
-		r.Mode, strings.Join(r.Targets, ","), r.Concurrency, r.Connections, r.Rate, r.Mix, r.Keys)
+	load := "closed loop (as fast as answers come)"
+	if r.Rate > 0 {
+		load = fmt.Sprintf("fixed rate %.0f/s", r.Rate)
+	}
+	fmt.Fprintf(w, "%s %s  concurrency %d  connections %d  %s\nmix %s\nkeys %s\n",
+		r.Mode, strings.Join(r.Targets, ","), r.Concurrency, r.Connections, load, r.Mix, r.Keys)
 	fmt.Fprintf(w, "requests  %d in %.2fs after %.1fs of warm-up: %.0f/s, %.1fµs of this tool's CPU each\n",
 		r.Requests, r.ElapsedS, r.WarmupS, r.RPS, r.ClientCPUUS())
-	fmt.Fprintf(w, "outcome   allowed %d  denied %d (%.1f%%)  errors %d  late %d (fixed rate: over 1 ms overdue)\n",
-		r.Allowed, r.Denied, 100*r.DeniedShare(), r.Errors, r.Late)
+	fmt.Fprintf(w, "outcome   allowed %d  denied %d (%.1f%%)  errors %d\n", r.Allowed, r.Denied, 100*r.DeniedShare(), r.Errors)
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "schedule  %d requests over 1 ms overdue when a worker came free (their latency counts from when they were due)\n", r.Late)
+	}
 	l, m := r.Latency, loadresult.Micros
 	fmt.Fprintf(w, "latency   p50 %s  p90 %s  p99 %s  p99.9 %s  max %s  (mean %s)\n", m(l.P50), m(l.P90), m(l.P99), m(l.P999), m(l.Max), m(l.Mean))
-	fmt.Fprintf(w, "codes     %v (-1: no answer)\n", r.Codes) // fmt sorts a map's keys
+	fmt.Fprint(w, "codes    ")
+	for _, k := range slices.SortedFunc(maps.Keys(r.Codes), func(a, b string) int {
+		x, _ := strconv.Atoi(a)
+		y, _ := strconv.Atoi(b)
+		return cmp.Compare(x, y)
+	}) {
+		fmt.Fprintf(w, " %s:%d", codeName(r.Mode, k), r.Codes[k])
+	}
+	fmt.Fprintln(w)
 	for _, k := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
 		fmt.Fprintf(w, "error     %d × %s\n", r.ErrorKinds[k], k)
 	}
+}
+
+// codeName names a code of the summary: Check's gRPC codes by name.
+func codeName(mode, code string) string {
+	names := map[string]string{"-1": "no-answer"}
+	if mode == "check" {
+		names = map[string]string{"0": "OK", "7": "PERMISSION_DENIED", "8": "RESOURCE_EXHAUSTED", "3": "INVALID_ARGUMENT", "-1": "no-answer"}
+	}
+	return cmp.Or(names[code], code)
 }

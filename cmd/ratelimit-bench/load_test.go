@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func TestIntendedTimeDealsTheScheduleToWorkers(t *testing.T) {
@@ -119,5 +121,22 @@ func TestRunLoadRejectsBadConfig(t *testing.T) {
 		if _, err := runLoad(context.Background(), cfg, &fakeCaller{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("error %v, want one about %s", err, tc.want)
 		}
+	}
+}
+
+// The text summary names Check's codes in numeric order, says the load's
+// shape, and counts overdue requests only at a fixed rate.
+func TestPrintText(t *testing.T) {
+	r := &loadresult.Result{Mode: "check", Codes: map[string]int64{"8": 3, "0": 5, "-1": 1, "10": 2}}
+	var b strings.Builder
+	printText(&b, r)
+	if out := b.String(); !strings.Contains(out, "closed loop") || !strings.Contains(out, "codes     no-answer:1 OK:5 RESOURCE_EXHAUSTED:3 10:2\n") || strings.Contains(out, "schedule") {
+		t.Errorf("closed loop:\n%s", out)
+	}
+	r.Rate, r.Late = 100, 7
+	b.Reset()
+	printText(&b, r)
+	if out := b.String(); !strings.Contains(out, "fixed rate 100/s") || !strings.Contains(out, "schedule  7 requests") {
+		t.Errorf("fixed rate:\n%s", out)
 	}
 }

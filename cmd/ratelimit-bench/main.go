@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ var commands = []command{
 	{"check", "drive ext_authz Check over gRPC with the example API's requests as Envoy sends them; any status but OK is a denial", runLoadCmd},
 	{"rls", `drive ShouldRateLimit (domain "bench"; --descriptors: remote_address, generic_key+tenant, path); OVER_LIMIT is a denial`, runLoadCmd},
 	{"gubernator", "drive gubernator's GetRateLimits with the rls load's keys, --limit per --per each; any OVER_LIMIT is a denial", runLoadCmd},
-	{"accesslog", "stream Envoy's access-log entries, one per message and one stream per connection, each charging --cost to the tenant's --bucket", runLoadCmd},
+	{"accesslog", "stream Envoy's access-log entries, one per message and one stream per connection, each charging --cost to the tenant's --bucket; a sent entry counts as allowed, and the run ends once the server has answered every stream", runLoadCmd},
 	{"http", "drive the example API over keep-alive HTTP/1.1 (through Envoy): 2xx allowed, 429 and 403 denied, the rest errors", runLoadCmd},
 	{"noop", "serve a no-op ext_authz and rate limit server on this tree's gRPC and HTTP stack (internal/server): the floor", runServerCmd},
 	{"noop-grpc", "serve the no-op on a default grpc.NewServer() and generated code: the floor of any grpc-go server", runServerCmd},
@@ -69,17 +70,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if c, ok := findCommand(args[0]); ok {
 		return c.run(ctx, c, args[1:], stdout, stderr)
 	}
-	switch args[0] {
+	name := args[0]
+	switch name {
 	case "help", "-h", "--help", "-help":
-		if len(args) > 1 {
-			if c, ok := findCommand(args[1]); ok {
-				return c.run(ctx, c, []string{"--help"}, stdout, stderr)
-			}
+		if len(args) == 1 || slices.Contains([]string{"help", "-h", "--help", "-help"}, args[1]) {
+			fmt.Fprint(stdout, usage())
+			return nil
 		}
-		fmt.Fprint(stdout, usage())
-		return nil
+		if c, ok := findCommand(args[1]); ok {
+			return c.run(ctx, c, []string{"--help"}, stdout, stderr)
+		}
+		name = args[1]
 	}
-	fmt.Fprintf(stderr, "ratelimit-bench: unknown command %q\n\n%s", args[0], usage())
+	fmt.Fprintf(stderr, "ratelimit-bench: unknown command %q\n\n%s", name, usage())
 	return cli.UsageError{}
 }
 
@@ -123,7 +126,7 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 	var per time.Duration
 	var charge alsCharge
 	if name == "rls" || name == "gubernator" {
-		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3, in the order of the summary")
+		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3: remote_address, then generic_key+tenant, then path")
 	}
 	if name == "gubernator" {
 		fs.Int64Var(&limit, "limit", 1, "hits each key may have per --per (token bucket)")
@@ -172,6 +175,9 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 		load, err = guberLoad(descriptors, limit, per)
 	case "accesslog":
 		load, err = alsLoad(charge, cfg.mix)
+	case "http":
+	default:
+		return fmt.Errorf("command %s has no load", name)
 	}
 	if err != nil {
 		return cli.UsageError{Msg: err.Error()}
@@ -316,9 +322,16 @@ func runRoutesCmd(_ context.Context, _ command, _ []string, w, _ io.Writer) erro
 	for _, r := range catalogue {
 		total += r.weight
 	}
-	fmt.Fprintf(w, "%-22s %-49s %7s  %s\n", "route", "path (POST; unmatched: GET)", "api mix", "counts against")
+	fmt.Fprintf(w, "%-22s %-7s %-49s %7s  %s\n", "route", "method", "path", "api mix", "counts against")
 	for _, r := range catalogue {
-		fmt.Fprintf(w, "%-22s %-49s %6d%%  %s\n", r.name, r.path, r.weight*100/total, r.describe)
+		method, share := "POST", "-"
+		if r.name == "unmatched" {
+			method = "GET"
+		}
+		if r.weight > 0 {
+			share = fmt.Sprintf("%d%%", r.weight*100/total)
+		}
+		fmt.Fprintf(w, "%-22s %-7s %-49s %7s  %s\n", r.name, method, r.path, share, r.describe)
 	}
 	return nil
 }

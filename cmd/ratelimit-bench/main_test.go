@@ -255,6 +255,7 @@ func TestCLIErrors(t *testing.T) {
 	}{
 		{[]string{}, true, "Usage:"},
 		{[]string{"frobnicate"}, true, `unknown command "frobnicate"`},
+		{[]string{"help", "frobnicate"}, true, `unknown command "frobnicate"`},
 		{[]string{"check", "--routes", "nope"}, true, `unknown route "nope"`},
 		{[]string{"check", "--keys", "pareto"}, true, "use uniform, zipf or unique"},
 		{[]string{"check", "--concurrency", "0"}, true, "--concurrency 0"},
@@ -280,8 +281,27 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
+// The routes listing names each route's method and its share of the
+// "api" mix; a route outside the mix has none.
+func TestRoutesListing(t *testing.T) {
+	_, out, err := runCLI(t, "routes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"route                  method", "activities             POST    /api/activities", "unmatched              GET     /static/app.js"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("routes lacks %q:\n%s", want, out)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "unmatched ") && !strings.Contains(line, "      -  ") {
+			t.Errorf("unmatched has a share of the mix: %q", line)
+		}
+	}
+}
+
 func TestHelp(t *testing.T) {
-	for _, args := range [][]string{{"--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"accesslog", "--help"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
+	for _, args := range [][]string{{"--help"}, {"help", "--help"}, {"help", "check"}, {"check", "--help"}, {"http", "-h"}, {"accesslog", "--help"}, {"noop", "--help"}, {"noop-grpc", "--help"}, {"upstream", "--help"}, {"routes"}} {
 		_, out, err := runCLI(t, args...)
 		if err != nil || !strings.Contains(out, "ratelimit-bench") && !strings.Contains(out, "route") {
 			t.Errorf("%v: %v\n%s", args, err, out)

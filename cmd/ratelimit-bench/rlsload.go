@@ -29,7 +29,9 @@ const (
 	rlsProbeDomain = "ratelimit-bench-preflight"
 )
 
-var rlsDescriptorNames = []string{"remote_address", "generic_key+tenant", "path"}
+// rlsDescriptorNames are the descriptors a call sends, in order: a load
+// of --descriptors n sends the first n.
+func rlsDescriptorNames() []string { return []string{"remote_address", "generic_key+tenant", "path"} }
 
 // rlsBenchConfig returns the descriptor file of domain "bench" with every
 // rule at perUnit requests per unit ("second", "minute", …).
@@ -63,11 +65,12 @@ func rlsRequest(r request, n int) *rlsv3.RateLimitRequest {
 // rlsLoad is ShouldRateLimit with the first n descriptors: OVER_LIMIT is
 // a denial, any other overall_code lets the request through, as Envoy does.
 func rlsLoad(n int) (grpcLoad, error) {
-	if n < 1 || n > len(rlsDescriptorNames) {
-		return grpcLoad{}, fmt.Errorf("--descriptors %d: must be from 1 to %d", n, len(rlsDescriptorNames))
+	names := rlsDescriptorNames()
+	if n < 1 || n > len(names) {
+		return grpcLoad{}, fmt.Errorf("--descriptors %d: must be from 1 to %d", n, len(names))
 	}
 	return grpcLoad{method: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
-		mix:    "rls domain=" + rlsBenchDomain + " descriptors=" + strings.Join(rlsDescriptorNames[:n], ","),
+		mix:    "rls domain=" + rlsBenchDomain + " descriptors=" + strings.Join(names[:n], ","),
 		encode: func(r request, _ uint64) ([]byte, error) { return proto.Marshal(rlsRequest(r, n)) },
 		judge: func(b []byte) (outcome, error) {
 			code, err := codeField(b) // overall_code
