@@ -5,7 +5,7 @@
 # the PNG plots; raw runs and logs go to bench/results/runs and logs.
 #
 # Arguments go to the runner: `bench/run.sh --quick` checks the pipeline
-# in about three minutes, `bench/run.sh --only floor,envoy` runs a subset,
+# in about five minutes, `bench/run.sh --only floor,envoy` runs a subset,
 # `bench/run.sh --help` lists the rest. The runner builds the server and
 # the load tool, installs Envoy (scripts/install-envoy.sh), nats-server
 # (scripts/install-nats.sh) and matplotlib (scripts/install-plot.sh) when
