@@ -2,17 +2,60 @@
 // demo to hand to servers they start.
 //
 // An address was free when it was picked; its listener is closed before it
-// is returned, so another process may take the port in between. Callers
-// that start a server on it and can retry (testpg) do; for a test machine
-// that race is rare. The package imports no testing code, so production
-// tools (the bench, the demo) may use it.
+// is returned, so another process may take the port in between. Ports are
+// picked at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range), where the kernel never puts
+// the local end of an outgoing connection: a test that makes thousands of
+// connections cannot take a port picked for a server. Only another
+// listener that picked the same port can; callers that start a server on
+// it and can retry (testpg) do. The package imports no testing code, so
+// production tools (the bench, the demo) may use it.
 package freeport
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 )
+
+// pickRange is the ports picked from, [lo, hi): the 16384 ports below the
+// ephemeral range, or none (lo == hi) when that range starts too low to
+// leave room, and the kernel then picks.
+func pickRange() (lo, hi int) {
+	hi = 32768 // Linux's default start of the ephemeral range
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				hi = n
+			}
+		}
+	}
+	if hi < 16384+1024 {
+		return 0, 0
+	}
+	return hi - 16384, hi
+}
+
+// listen listens on a loopback port in [lo, hi), tried from a random one
+// on; with lo == hi, on one the kernel picks.
+func listen(lo, hi int) (net.Listener, error) {
+	if lo == hi {
+		return net.Listen("tcp", "127.0.0.1:0")
+	}
+	start := rand.IntN(hi - lo)
+	var err error
+	for i := range min(hi-lo, 256) {
+		var l net.Listener
+		if l, err = net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(lo+(start+i)%(hi-lo))); err == nil {
+			return l, nil
+		}
+	}
+	return nil, err
+}
 
 // Addr returns one 127.0.0.1:port address whose port was free a moment
 // ago.
@@ -37,8 +80,9 @@ func Addrs(n int) ([]string, error) {
 		}
 	}()
 	out := make([]string, 0, n)
+	lo, hi := pickRange()
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := listen(lo, hi)
 		if err != nil {
 			return nil, fmt.Errorf("freeport: pick a free port: %w", err)
 		}

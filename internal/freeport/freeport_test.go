@@ -72,3 +72,23 @@ func must(t *testing.T) func(int, error) int {
 		return p
 	}
 }
+
+// Picked ports lie below the kernel's ephemeral range, where no outgoing
+// connection takes one.
+func TestAddrsBelowTheEphemeralRange(t *testing.T) {
+	lo, hi := pickRange()
+	if lo == hi {
+		t.Skip("the ephemeral range starts too low to pick below it")
+	}
+	addrs, err := Addrs(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		_, p, _ := net.SplitHostPort(a)
+		port, err := strconv.Atoi(p)
+		if err != nil || port < lo || port >= hi {
+			t.Errorf("port %s outside [%d, %d)", p, lo, hi)
+		}
+	}
+}
