@@ -44,12 +44,18 @@ const (
 // distributions in report order.
 var (
 	accuracyMultiples     = []float64{1.1, 2, 10, 100, 1000}
-	accuracyAlgorithms    = []string{"fixed", "sliding"}
+	accuracyAlgorithms    = []string{counter.Fixed.String(), counter.Sliding.String()}
 	accuracyDistributions = []string{"even", "skewed"}
-	accAlgorithm          = map[string]counter.Algorithm{"fixed": counter.Fixed, "sliding": counter.Sliding}
-	// accShares are the shares of the offered load each node receives.
-	accShares = map[string][accNodes]float64{"even": {1.0 / 3, 1.0 / 3, 1.0 / 3}, "skewed": {0.90, 0.05, 0.05}}
 )
+
+// accShares are the shares of the offered load each node receives under
+// a distribution: a third each, or 90% on one node.
+func accShares(dist string) [accNodes]float64 {
+	if dist == "skewed" {
+		return [accNodes]float64{0.90, 0.05, 0.05}
+	}
+	return [accNodes]float64{1.0 / 3, 1.0 / 3, 1.0 / 3}
+}
 
 // burstSpec is a burst scenario: which nodes burst, how many Takes each
 // offers as a multiple of the limit, at what pace, and what it offers.
@@ -336,11 +342,11 @@ func (cl *accCluster) phase(ctx context.Context, m float64, windows int) ([]Accu
 		for _, dist := range accuracyDistributions {
 			rr := &rowRun{AccuracyRow: AccuracyRow{Algorithm: alg, Multiple: m, Distribution: dist, OfferedPerS: m * accLimit / accWindow.Seconds()}, skip: 1}
 			key := fmt.Sprintf("%s-%s-x%g", alg, dist, m)
-			lim := counter.Limit{Limit: accLimit, ScaleMS: wms, Algorithm: accAlgorithm[alg]}
-			if lim.Algorithm == counter.Sliding {
-				rr.skip = 2
+			lim := counter.Limit{Limit: accLimit, ScaleMS: wms}
+			if alg == counter.Sliding.String() {
+				lim.Algorithm, rr.skip = counter.Sliding, 2
 			}
-			for i, share := range accShares[dist] {
+			for i, share := range accShares(dist) {
 				rr.counts[i] = make([][2]int64, slots)
 				wg.Go(func() {
 					rr.behind[i], _ = pace(ctx, cl.stores[i], key, lim, t0, end, share*rr.OfferedPerS/1000, -1, func(now time.Time, _ time.Duration, ok bool) {

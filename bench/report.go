@@ -116,14 +116,6 @@ func floorTargets(f *Floor) []Target {
 			"saturation", targetRLSFloorLocalCache, [2]string{lean + "denied", floorRLCache + "denied"}))
 }
 
-// shortCommit is a commit's first 12 hex digits, — when there is none.
-func shortCommit(commit string) string {
-	if commit == "" {
-		return "—"
-	}
-	return commit[:min(len(commit), 12)]
-}
-
 func ptr(b bool) *bool { return &b }
 
 // targets judges the run against every target. The report states each

@@ -30,7 +30,7 @@ func pickRange() (lo, hi int) {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		if f := strings.Fields(string(b)); len(f) == 2 {
 			if n, err := strconv.Atoi(f[0]); err == nil {
-				hi = n
+				hi = min(n, 1<<16)
 			}
 		}
 	}
