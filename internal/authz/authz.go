@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,7 @@ type Service struct {
 	log     *slog.Logger
 	now     func() time.Time
 	m       *metrics
+	holds   sync.Pool // *hold
 
 	// Immutable parts shared by every response.
 	statusOK, statusLimited, statusDenied *rpcstatus.Status
@@ -180,6 +182,7 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.holds.New = func() any { return &hold{s: s} }
 	s.allowBare = &authv3.CheckResponse{Status: s.statusOK}
 	s.pathTooLong = &authv3.CheckResponse{
 		Status: &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: "path too long"},
@@ -356,21 +359,23 @@ func (g *generation) cost(route int, b counter.Bucket) int64 {
 }
 
 // taken is a hit already counted for the current request, or a lease it
-// holds, to give back if a later bucket denies it.
+// holds (lease), to give back if a later bucket denies it or, when it is
+// a reservation, if Envoy never takes the answer.
 type taken struct {
-	bucket counter.Bucket
+	b      *bucketState
 	key    string
 	lim    counter.Limit
 	window int64
 	n      int64
-	// admitted counts the cost once the request is allowed; nil for a
-	// bucket whose hits cost 1.
-	admitted prometheus.Counter
-	// b is set for a lease of this concurrency bucket (under requestID)
-	// instead of a hit.
-	b         *bucketState
+	// lease: a lease of b under requestID instead of a hit.
+	lease     bool
 	requestID string
 }
+
+// reserved reports whether t is given back when the check's answer is
+// not taken: a lease, or a cost taken at the check. A hit of one request
+// stays counted, as the request did arrive.
+func (t *taken) reserved() bool { return t.lease || t.b.metrics.costAdmitted != nil }
 
 // applied is one bucket's verdict, for the RateLimit header fields.
 type applied struct {
@@ -384,19 +389,21 @@ type applied struct {
 // enforced all the same.
 const maxApplied = 8
 
-// Check implements envoy.service.auth.v3.Authorization. It never returns
-// an error: every outcome is a decision (see the package doc).
+// Check implements envoy.service.auth.v3.Authorization. Every outcome is
+// a decision (see the package doc); the only error is ctx's, once the
+// call was cancelled or timed out while it was decided, which gives back
+// what the decision reserved (checkwire.Settle).
 func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	now := s.now()
-	resp := s.decide(ctx, req, now)
-	s.m.duration.Observe(s.now().Sub(now).Seconds())
-	return resp, nil
-}
-
-func (s *Service) decide(ctx context.Context, req *authv3.CheckRequest, now time.Time) *authv3.CheckResponse {
 	g := s.gen.Load()
 	in := g.dec.FromMessage(req)
-	return s.decideOn(ctx, g, &in, now)
+	var hold checkwire.Hold
+	resp := s.decideOn(ctx, g, &in, now, &hold)
+	s.m.duration.Observe(s.now().Sub(now).Seconds())
+	if err := checkwire.Settle(ctx, hold); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 // Decoder implements checkwire.Server: what the current configuration
@@ -405,7 +412,7 @@ func (s *Service) Decoder() *checkwire.Decoder { return s.gen.Load().dec }
 
 // CheckWire implements checkwire.Server: Check on the request as the lean
 // decoder read it, answering constant responses with their prebuilt
-// encodings. Like Check, it never returns an error.
+// encodings, with what the decision reserved as the response's Hold.
 func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkwire.Response, error) {
 	now := s.now()
 	g := s.gen.Load()
@@ -417,19 +424,22 @@ func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkw
 			return checkwire.Response{}, status.Errorf(codes.Internal, "authz: decode the request again: %v", err)
 		}
 	}
-	resp := s.decideOn(ctx, g, req.Request(), now)
+	var hold checkwire.Hold
+	resp := s.decideOn(ctx, g, req.Request(), now, &hold)
 	s.m.duration.Observe(s.now().Sub(now).Seconds())
 	switch resp {
 	case s.allowBare:
-		return s.allowBarePre.Response(), nil
+		return s.allowBarePre.Response().Holding(hold), nil
 	case s.pathTooLong:
 		return s.pathTooLongPre.Response(), nil
 	}
-	return checkwire.Message(resp), nil
+	return checkwire.Message(resp).Holding(hold), nil
 }
 
 // decideOn decides on in under g; the generic and the wire path share it.
-func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request, now time.Time) *authv3.CheckResponse {
+// An allowed request's reservations (leases, costs taken) are left in
+// *hold, for the caller to end (checkwire.Hold); nil when none.
+func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request, now time.Time, hold *checkwire.Hold) *authv3.CheckResponse {
 	var descBuf [maxApplied]match.Descriptor
 	res := g.matcher.Describe(in, descBuf[:0])
 	if res.UnknownBuckets > 0 {
@@ -525,7 +535,7 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		case r.Allowed:
 			b.metrics.checks[decAllowed].Inc()
 			if b.take != peekCharged {
-				hits = append(hits, taken{bucket: b.id, key: d.Key, lim: lim, window: r.Window, n: n, admitted: b.metrics.costAdmitted})
+				hits = append(hits, taken{b: b, key: d.Key, lim: lim, window: r.Window, n: n})
 			}
 		default:
 			b.metrics.exceeded.Inc()
@@ -549,10 +559,11 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request
 		}
 	}
 	for _, t := range hits {
-		if t.admitted != nil {
-			t.admitted.Add(float64(t.n))
+		if t.b.metrics.costAdmitted != nil {
+			t.b.metrics.costAdmitted.Add(float64(t.n))
 		}
 	}
+	*hold = s.hold(hits)
 	var md *structpb.Struct
 	if charged {
 		md = s.chargeMetadata(g, res, false)
@@ -583,11 +594,11 @@ func addVerdict(vs []applied, v applied) []applied {
 
 func (s *Service) giveBack(hits []taken) {
 	for _, t := range hits {
-		if t.b != nil {
-			s.leases.Release(t.bucket, t.key, t.requestID)
+		if t.lease {
+			s.leases.Release(t.b.id, t.key, t.requestID)
 			continue
 		}
-		s.limiter.ReleaseN(t.bucket, t.key, t.lim, t.window, t.n)
+		s.limiter.ReleaseN(t.b.id, t.key, t.lim, t.window, t.n)
 	}
 }
 

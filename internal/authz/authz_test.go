@@ -559,8 +559,12 @@ func allocsPerCheck(t *testing.T, h *harness, wire []byte) float64 {
 		if err := r.Decode(h.svc.Decoder(), wire); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := h.svc.CheckWire(context.Background(), &r); err != nil {
+		resp, err := h.svc.CheckWire(context.Background(), &r)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if hold := resp.Hold(); hold != nil {
+			hold.Keep() // as the transport does once the answer is read
 		}
 	})
 }

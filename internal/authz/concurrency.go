@@ -58,7 +58,7 @@ func (s *Service) acquire(ctx context.Context, b *bucketState, key, requestID st
 	case inflight.Acquired:
 		b.metrics.checks[decAllowed].Inc()
 		return applied{b, lim, max(0, lim.Limit-r.InFlight), concurrencyRetryMS},
-			taken{bucket: b.id, key: key, requestID: requestID, b: b}, true, nil
+			taken{b: b, key: key, lease: true, requestID: requestID}, true, nil
 	case inflight.DeniedRequestID, inflight.DeniedInvalid:
 		b.metrics.checks[decMissingKey].Inc()
 		if b.rule.Shadow {
@@ -106,7 +106,7 @@ func withLeases(md *structpb.Struct, hits []taken) *structpb.Struct {
 	m.leases.Fields = make(map[string]*structpb.Value, 1)
 	n := 0
 	for _, t := range hits {
-		if t.b == nil {
+		if !t.lease {
 			continue
 		}
 		var v *structpb.Value

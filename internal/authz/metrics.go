@@ -30,6 +30,9 @@ var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "
 type bucketMetrics struct {
 	checks   [numDecisions]prometheus.Counter
 	exceeded prometheus.Counter
+	// cancelled counts the reservations given back: a lease, or a cost
+	// taken, of a check whose answer Envoy did not take.
+	cancelled prometheus.Counter
 	// Set for buckets whose hits cost more than 1 at the check (a cost
 	// or a route's constant): the cost admitted, denied and refused.
 	costAdmitted, costDenied prometheus.Counter
@@ -39,6 +42,7 @@ type bucketMetrics struct {
 type metrics struct {
 	checks                   *prometheus.CounterVec
 	exceeded                 *prometheus.CounterVec
+	cancelled                *prometheus.CounterVec
 	costAdmitted, costDenied *prometheus.CounterVec
 	costRefused              *prometheus.CounterVec
 	unmatched                prometheus.Counter
@@ -58,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		exceeded: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "exceeded_total",
 			Help: "Checks over a bucket's limit, enforced or shadow, by bucket.",
+		}, []string{"bucket"}),
+		cancelled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "reservations_cancelled_total",
+			Help: "Leases and costs taken at Check given back because Envoy did not take the check's answer (its stream was reset or its deadline passed first), by bucket.",
 		}, []string{"bucket"}),
 		costAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: "cost", Name: "admitted_total",
@@ -89,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(2e-6, 2.5, 12), // 2 µs .. ~50 ms
 		}),
 	}
-	m.collectors = []prometheus.Collector{m.checks, m.exceeded, m.costAdmitted, m.costDenied, m.costRefused, m.unmatched, m.unknown, m.pathTooLong, m.duration}
+	m.collectors = []prometheus.Collector{m.checks, m.exceeded, m.cancelled, m.costAdmitted, m.costDenied, m.costRefused, m.unmatched, m.unknown, m.pathTooLong, m.duration}
 	for _, c := range m.collectors {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("authz: register metrics: %w", err)
@@ -104,6 +112,7 @@ func (m *metrics) forget(name string) {
 		m.checks.DeleteLabelValues(name, decisionNames[d])
 	}
 	m.exceeded.DeleteLabelValues(name)
+	m.cancelled.DeleteLabelValues(name)
 	m.costAdmitted.DeleteLabelValues(name)
 	m.costDenied.DeleteLabelValues(name)
 	m.costRefused.DeletePartialMatch(prometheus.Labels{"bucket": name})
@@ -117,6 +126,7 @@ func (m *metrics) forBucket(name string, costed bool) bucketMetrics {
 		bm.checks[d] = m.checks.WithLabelValues(name, decisionNames[d])
 	}
 	bm.exceeded = m.exceeded.WithLabelValues(name)
+	bm.cancelled = m.cancelled.WithLabelValues(name)
 	if costed {
 		bm.costAdmitted = m.costAdmitted.WithLabelValues(name)
 		bm.costDenied = m.costDenied.WithLabelValues(name)

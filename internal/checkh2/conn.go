@@ -43,6 +43,10 @@ const (
 	// maxRememberedResets streams this server reset are remembered per
 	// connection, for the frames still in flight on them.
 	maxRememberedResets = 1024
+	// maxHeldStreams answered streams are held per connection until the
+	// peer has read their answers (conn.held); past it the oldest is kept
+	// as taken.
+	maxHeldStreams = 4096
 	// lingerTimeout bounds reading what a peer still sends after a
 	// graceful close, so the close does not reset what was written.
 	lingerTimeout = time.Second
@@ -51,9 +55,13 @@ const (
 	drainAckTimeout = time.Second
 )
 
-// drainPing is the payload of a graceful close's PING, told from the
-// peer's own by its ack.
-var drainPing = [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'd'}
+// drainPing is the payload of a graceful close's PING, and heldPing of
+// the PING that tells the answers of held streams read: each told from
+// the peer's own pings and from the other by its ack.
+var (
+	drainPing = [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'd'}
+	heldPing  = [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'h'}
+)
 
 // errDone ends a connection that has nothing left to do.
 var errDone = errors.New("checkh2: connection done")
@@ -99,6 +107,17 @@ type conn struct {
 	// stream's WINDOW_UPDATE or SETTINGS_INITIAL_WINDOW_SIZE; so a frame
 	// that opens no window it can use examines none of it.
 	blocked []*stream
+	// held are the answered streams whose decisions reserved something
+	// (a checkwire.Hold: leases, costs), in the order their answers were
+	// written, until the peer has read the answers. A RST_STREAM on one
+	// gives its reservations back: the peer gave up on the stream before
+	// it read the answer, so the request never goes on. The ack of a
+	// PING written after an answer tells that the peer read it (frames
+	// are read in order): heldPinged of held precede the PING in flight
+	// (heldPingOut), and its ack keeps them.
+	held        []heldStream
+	heldPinged  int
+	heldPingOut bool
 	// sentResets is a ring of the streams this server last reset: the
 	// peer may still have frames in flight on them, to be ignored.
 	sentResets  []uint32
@@ -135,7 +154,13 @@ type conn struct {
 
 	unflushed int
 
-	resets      int
+	// unpaid counts the peer's resets of streams whose answer was not
+	// begun, less the answers written since (never below zero), over the
+	// second from resetsSince: work the peer cancels without reading
+	// anything back (rapid reset) is bounded by MaxResetsPerSecond, while
+	// a client that cancels, after a stall, the checks it waited for
+	// too long is reading answers between its resets.
+	unpaid      int
 	resetsSince time.Time
 	pingStrikes int
 	lastPing    time.Time
@@ -174,6 +199,7 @@ func (c *conn) drain() {
 
 func (c *conn) serve() {
 	defer c.cancel()
+	defer c.endHolds()
 	err := c.run()
 	switch {
 	case err == nil || errors.Is(err, errDone):
@@ -338,6 +364,7 @@ func (c *conn) advanceDrain() {
 
 func (c *conn) flush() error {
 	c.unflushed = 0
+	c.pingHeld()
 	if c.bw.Buffered() == 0 {
 		return nil
 	}
@@ -536,9 +563,12 @@ func (c *conn) onWindowUpdate(f *http2.WindowUpdateFrame) error {
 
 func (c *conn) onPing(f *http2.PingFrame) error {
 	if f.IsAck() {
-		if f.Data == drainPing && !c.drainBy.IsZero() && !c.goAway {
+		switch {
+		case f.Data == drainPing && !c.drainBy.IsZero() && !c.goAway:
 			// The peer has read the first GOAWAY of a graceful close.
 			c.sendGoAway()
+		case f.Data == heldPing && c.heldPingOut:
+			c.keepHeld()
 		}
 		return nil
 	}
@@ -561,19 +591,97 @@ func (c *conn) onReset(f *http2.RSTStreamFrame) error {
 		// A stream already answered, refused or reset: a client cancels
 		// what it waited for too long, and after a stall of the server
 		// cancels in a burst what was answered as it woke. Such a reset
-		// costs the server nothing, so only resets of open streams (rapid
-		// reset: open and cancel) count against MaxResetsPerSecond.
+		// costs nothing but giving back what its decision reserved.
+		c.cancelHeld(f.StreamID)
 		return nil
 	}
-	now := time.Now()
-	if now.Sub(c.resetsSince) >= time.Second {
-		c.resetsSince, c.resets = now, 0
-	}
-	if c.resets++; c.resets > c.cfg.MaxResetsPerSecond {
-		return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
+	if !st.waiting {
+		// No answer begun: the peer cancels work it will read nothing of.
+		now := time.Now()
+		if now.Sub(c.resetsSince) >= time.Second {
+			c.resetsSince, c.unpaid = now, 0
+		}
+		if c.unpaid++; c.unpaid > c.cfg.MaxResetsPerSecond {
+			return connError{http2.ErrCodeEnhanceYourCalm, "too many stream resets", ""}
+		}
 	}
 	c.closeStream(st)
 	return nil
+}
+
+// heldStream is an answered stream whose decision reserved something.
+type heldStream struct {
+	id   uint32
+	hold checkwire.Hold
+}
+
+// holdAnswered holds h, the reservations of stream id whose answer is
+// wholly written, until the peer has read it; the oldest beyond
+// maxHeldStreams is kept as taken.
+func (c *conn) holdAnswered(id uint32, h checkwire.Hold) {
+	if len(c.held) >= maxHeldStreams {
+		c.held[0].hold.Keep()
+		c.held = c.dropHeld(0)
+	}
+	c.held = append(c.held, heldStream{id, h})
+}
+
+// dropHeld removes held[i], keeping the order.
+func (c *conn) dropHeld(i int) []heldStream {
+	if i < c.heldPinged {
+		c.heldPinged--
+	}
+	n := copy(c.held[i:], c.held[i+1:])
+	c.held[i+n] = heldStream{}
+	return c.held[:i+n]
+}
+
+// cancelHeld gives back the reservations of stream id, if held.
+func (c *conn) cancelHeld(id uint32) {
+	for i := range c.held {
+		if c.held[i].id == id {
+			c.held[i].hold.Cancel()
+			c.held = c.dropHeld(i)
+			return
+		}
+	}
+}
+
+// pingHeld writes a PING after the answers of the streams held since the
+// last one, unless one is in flight: its ack tells they were read.
+func (c *conn) pingHeld() {
+	if c.heldPingOut || len(c.held) == c.heldPinged || c.fr == nil {
+		return
+	}
+	c.fr.WritePing(false, heldPing)
+	c.heldPinged, c.heldPingOut = len(c.held), true
+}
+
+// keepHeld ends, as taken, the holds of the streams whose answers
+// preceded the PING just acked.
+func (c *conn) keepHeld() {
+	for i := range c.heldPinged {
+		c.held[i].hold.Keep()
+	}
+	n := copy(c.held, c.held[c.heldPinged:])
+	clear(c.held[n:])
+	c.held, c.heldPinged, c.heldPingOut = c.held[:n], 0, false
+}
+
+// endHolds ends what the connection holds as it closes: the held streams
+// as taken (their answers went out; whether they were read cannot be
+// known), the responses not wholly written as not taken.
+func (c *conn) endHolds() {
+	for _, h := range c.held {
+		h.hold.Keep()
+	}
+	c.held = nil
+	for _, st := range c.streams {
+		if st.hold != nil {
+			st.hold.Cancel()
+			st.hold = nil
+		}
+	}
 }
 
 // giveBack returns n received bytes to the peer's connection window,

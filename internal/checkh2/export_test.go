@@ -54,3 +54,6 @@ func RLSRequest(key, value string) *rlsv3.RateLimitRequest {
 		{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: key, Value: value}}},
 	}}
 }
+
+// RaceBuild is raceBuild for the external tests.
+const RaceBuild = raceBuild

@@ -40,7 +40,7 @@ type Config struct {
 	IdleTimeout          time.Duration // without open streams since the last one, whatever else arrives: GOAWAY, close
 	ReadTimeout          time.Duration // silence with open streams: GOAWAY "read timeout", close
 	WriteTimeout         time.Duration // one flush
-	MaxResetsPerSecond   int           // RST_STREAMs from the peer on open streams
+	MaxResetsPerSecond   int           // the peer's RST_STREAMs on streams not yet answered, less the answers written since, within a second
 	PingMinInterval      time.Duration // between the peer's pings
 }
 

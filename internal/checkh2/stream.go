@@ -9,6 +9,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
 // stream is one open request. It stays in conn.streams, counted against
@@ -26,6 +28,9 @@ type stream struct {
 	outAt    int
 	waiting  bool // out holds DATA still to send
 	queued   bool // in conn.blocked
+	// hold is what the decision reserved, while its answer is being
+	// written: given back if the stream closes before it is.
+	hold checkwire.Hold
 }
 
 // A closed stream's request and response buffers are kept for the next
@@ -53,6 +58,9 @@ func (c *conn) newStream(id uint32) *stream {
 // connection window.
 func (c *conn) closeStream(st *stream) {
 	delete(c.streams, st.id)
+	if st.hold != nil {
+		st.hold.Cancel() // the answer was not wholly written
+	}
 	if st.queued {
 		// Reset while waiting for the window: forget it there too, as the
 		// struct is reused for another stream.
@@ -294,7 +302,7 @@ func (c *conn) complete(st *stream) error {
 			c.out, err = resp.AppendGRPC(c.out[:0])
 		}
 		c.req.Reset()
-		return c.answer(st, err)
+		return c.answer(st, resp.Hold(), err)
 	case methodRateLimit:
 		h := c.cfg.RateLimit
 		if err := h.RateLimitDecoder().Decode(msg, &c.rlReq); err != nil {
@@ -302,13 +310,16 @@ func (c *conn) complete(st *stream) error {
 			c.trailersOnly(st, errorf(codes.Internal, "grpc: error unmarshalling request: %v", err))
 			return nil
 		}
-		var err error
-		c.out, err = h.AppendShouldRateLimit(c.ctx, &c.rlReq, c.out[:0])
+		var (
+			hold checkwire.Hold
+			err  error
+		)
+		c.out, hold, err = h.AppendShouldRateLimit(c.ctx, &c.rlReq, c.out[:0])
 		c.rlReq.Reset()
 		if lerr := late(st.deadline); lerr != nil {
 			err = lerr
 		}
-		return c.answer(st, err)
+		return c.answer(st, hold, err)
 	}
 	c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method"))
 	return nil
@@ -316,9 +327,13 @@ func (c *conn) complete(st *stream) error {
 
 // answer writes c.out, the encoded response, or err as the call's status:
 // grpc-go's mapping, a status, or a context's error as its code, or
-// UNKNOWN.
-func (c *conn) answer(st *stream, err error) error {
+// UNKNOWN. What the decision reserved (hold, nil: nothing) is given back
+// with an error, and otherwise held until the peer has read the answer.
+func (c *conn) answer(st *stream, hold checkwire.Hold, err error) error {
 	if err != nil {
+		if hold != nil {
+			hold.Cancel()
+		}
 		s, ok := grpcstatus.FromError(err)
 		if !ok {
 			s = grpcstatus.FromContextError(err)
@@ -326,6 +341,7 @@ func (c *conn) answer(st *stream, err error) error {
 		c.trailersOnly(st, grpcStatus{code: s.Code(), msg: s.Message()})
 		return nil
 	}
+	st.hold = hold
 	return c.respond(st, c.out)
 }
 
@@ -352,8 +368,7 @@ var errDeadline = grpcstatus.Error(codes.DeadlineExceeded, "context deadline exc
 // hold back is copied into st.out to wait for them.
 func (c *conn) respond(st *stream, msg []byte) error {
 	st.body = nil // may be a view into the read buffer
-	c.pingStrikes = 0
-	c.unflushed++
+	c.answering()
 	c.hbuf.Reset()
 	c.henc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 	c.henc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
@@ -399,13 +414,29 @@ func (c *conn) sendData(st *stream, msg []byte) ([]byte, error) {
 	return msg, nil
 }
 
-// finish writes the OK trailers and closes st.
+// finish writes the OK trailers and closes st, holding what its decision
+// reserved until the peer has read the answer.
 func (c *conn) finish(st *stream) error {
 	c.hbuf.Reset()
 	c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
 	err := c.writeHeaders(st.id, true)
+	if st.hold != nil {
+		c.holdAnswered(st.id, st.hold)
+		st.hold = nil
+	}
 	c.closeStream(st)
 	return err
+}
+
+// answering notes an answer begun: it is flushed in turn, it pays for a
+// reset of a stream the peer cancelled unanswered (conn.unpaid), and the
+// peer's pings are not strikes while it is sent answers.
+func (c *conn) answering() {
+	c.unflushed++
+	c.pingStrikes = 0
+	if c.unpaid > 0 {
+		c.unpaid--
+	}
 }
 
 // unblock writes, in order, what the connection window allows of the
@@ -510,7 +541,7 @@ func (c *conn) statusFields(s grpcStatus) {
 
 func (c *conn) endWithHeaders(st *stream) {
 	st.body = nil
-	c.unflushed++
+	c.answering()
 	c.writeHeaders(st.id, true) // a write error surfaces at the flush
 	if !st.endRecv {
 		c.fr.WriteRSTStream(st.id, http2.ErrCodeNo)

@@ -73,11 +73,22 @@ func Prebuild(m *authv3.CheckResponse) (*Prebuilt, error) {
 func (p *Prebuilt) Message() *authv3.CheckResponse { return p.msg }
 
 // Response is what a Server answers: a message encoded on the way out, or
-// a Prebuilt.
+// a Prebuilt, and what the decision reserved (Holding).
 type Response struct {
-	msg *authv3.CheckResponse
-	pre *Prebuilt
+	msg  *authv3.CheckResponse
+	pre  *Prebuilt
+	hold Hold
 }
+
+// Holding is r with h, what its decision reserved for the request.
+func (r Response) Holding(h Hold) Response {
+	r.hold = h
+	return r
+}
+
+// Hold is what the decision reserved (nil: nothing): the transport ends
+// it once it knows whether the answer was taken.
+func (r Response) Hold() Hold { return r.hold }
 
 // Message answers m.
 func Message(m *authv3.CheckResponse) Response { return Response{msg: m} }

@@ -23,8 +23,9 @@ type RateLimitServer interface {
 	RateLimitDecoder() *RateLimitDecoder
 	// AppendShouldRateLimit decides on req, valid until it returns, and
 	// appends the answer to b as one uncompressed gRPC message (see
-	// AppendGRPC). An error is the call's gRPC status.
-	AppendShouldRateLimit(ctx context.Context, req *RateLimitRequest, b []byte) ([]byte, error)
+	// AppendGRPC), with what the decision reserved (nil: nothing), which
+	// the caller ends. An error is the call's gRPC status.
+	AppendShouldRateLimit(ctx context.Context, req *RateLimitRequest, b []byte) ([]byte, Hold, error)
 }
 
 // rateLimitSchemas are the compiled schemas of a RateLimitRequest and of

@@ -18,7 +18,8 @@ type Server interface {
 	Decoder() *Decoder
 	// CheckWire decides on req, valid until it returns. It may decode req
 	// again with another Decoder (DecodeWith) when the configuration
-	// changed since Decoder was called.
+	// changed since Decoder was called. The caller ends the Response's
+	// Hold, if any.
 	CheckWire(ctx context.Context, req *Request) (Response, error)
 }
 
@@ -104,23 +105,28 @@ func ServiceDesc() *grpc.ServiceDesc {
 					return nil, err
 				}
 				if interceptor == nil {
-					resp, err := s.CheckWire(ctx, req)
-					if err != nil {
-						return nil, err
-					}
-					return resp.wire(), nil
+					return check(ctx, s, req)
 				}
 				info := &grpc.UnaryServerInfo{Server: srv, FullMethod: authv3.Authorization_Check_FullMethodName}
 				return interceptor(ctx, req, info, func(ctx context.Context, r any) (any, error) {
-					resp, err := s.CheckWire(ctx, r.(*Request))
-					if err != nil {
-						return nil, err
-					}
-					return resp.wire(), nil
+					return check(ctx, s, r.(*Request))
 				})
 			},
 		}},
 		Streams:  []grpc.StreamDesc{},
 		Metadata: authv3.Authorization_ServiceDesc.Metadata,
 	}
+}
+
+// check answers one call of the gRPC service: what the decision reserved
+// is given back when the call was cancelled or timed out meanwhile.
+func check(ctx context.Context, s Server, req *Request) (any, error) {
+	resp, err := s.CheckWire(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := Settle(ctx, resp.hold); err != nil {
+		return nil, err
+	}
+	return resp.wire(), nil
 }

@@ -1,6 +1,7 @@
 package rls_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"strings"
@@ -8,7 +9,13 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
@@ -145,5 +152,61 @@ func TestConcurrencyRuleNeedsLeases(t *testing.T) {
 	_, err = rls.New(config(t, c, rls.Settings{}), store, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), rls.Options{})
 	if err == nil || !strings.Contains(err.Error(), "no lease table") {
 		t.Fatalf("New without leases: %v", err)
+	}
+}
+
+// A call whose answer Envoy does not take holds no slot: on the gRPC
+// port one cancelled while it was decided is answered with the context's
+// error, on the lean path the transport gives back the answer's Hold;
+// both release the leases the call acquired, and count them cancelled.
+func TestCancelledCallReleasesItsLeases(t *testing.T) {
+	h := newHarness(t, rls.Settings{}, inflightYAML)
+	h.gRPCOnly()
+	call := func(id string) *rlsv3.RateLimitRequest {
+		return &rlsv3.RateLimitRequest{Domain: "inflight", Descriptors: ds(acquire("acme", id))}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := h.svc.ShouldRateLimit(ctx, call("r1")); status.Code(err) != codes.Canceled {
+		t.Fatalf("ShouldRateLimit with its call cancelled: %v, want Canceled", err)
+	}
+	lean := func(id string) (rlsv3.RateLimitResponse_Code, checkwire.Hold) {
+		t.Helper()
+		in, err := proto.Marshal(call(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lr checkwire.RateLimitRequest
+		if err := h.svc.RateLimitDecoder().Decode(in, &lr); err != nil {
+			t.Fatal(err)
+		}
+		out, hold, err := h.svc.AppendShouldRateLimit(context.Background(), &lr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var resp rlsv3.RateLimitResponse
+		if err := proto.Unmarshal(out[5:], &resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOverallCode(), hold
+	}
+	code, hold := lean("r2")
+	if code != rlsv3.RateLimitResponse_OK || hold == nil {
+		t.Fatalf("r2: %v, hold %v", code, hold)
+	}
+	hold.Cancel() // its stream was reset before Envoy read the answer
+	for _, id := range []string{"r3", "r4"} {
+		if code, hold := lean(id); code != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: %v; the cancelled calls still hold their slots", id, code)
+		} else {
+			hold.Keep()
+		}
+	}
+	if code, _ := lean("r5"); code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("r5, a third in flight: %v", code)
+	}
+	b := h.bucket("inflight", acquire("acme", "x"))
+	if got := h.metric("ratelimit_authz_rls_descriptors_total", "bucket", b, "decision", "cancelled"); got != 2 {
+		t.Errorf("cancelled: %v, want 2", got)
 	}
 }

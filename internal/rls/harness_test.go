@@ -164,8 +164,11 @@ func (h *harness) shouldOn(t testing.TB, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 	if derr := h.lean.RateLimitDecoder().Decode(in, &lr); derr != nil {
 		t.Fatalf("the lean decoder refuses what proto.Marshal wrote: %v", derr)
 	}
-	out, lerr := h.lean.AppendShouldRateLimit(ctx, &lr, []byte("prefix"))
+	out, hold, lerr := h.lean.AppendShouldRateLimit(ctx, &lr, []byte("prefix"))
 	lr.Reset()
+	if hold != nil {
+		hold.Keep() // the answer is taken
+	}
 	if err != nil {
 		if status.Code(lerr) != status.Code(err) || status.Convert(lerr).Message() != status.Convert(err).Message() {
 			t.Fatalf("gRPC path: %v; lean path: %v", err, lerr)

@@ -34,10 +34,11 @@ const (
 	decChargedOver                  // a charge counted past the limit
 	decNegative                     // is_negative_hits: no refill, nothing freed here
 	decReleased                     // is_negative_hits of a concurrency rule: a lease this node held, freed
+	decCancelled                    // a lease given back: Envoy did not take the call's answer
 	numDecisions
 )
 
-var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced", "charged", "charged_over", "negative", "released"}
+var decisionNames = [numDecisions]string{"allowed", "denied", "shadow_denied", "overflow", "unlimited", "replaced", "charged", "charged_over", "negative", "released", "cancelled"}
 
 // unknownDomain is the domain label of requests whose domain is not
 // configured: the one value no configured domain can have (upstream
@@ -61,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"domain", "code"}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_total",
-			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced, charged, charged_over, negative, released).",
+			Help: "ShouldRateLimit descriptors by bucket (a rule's, or a domain's bucket of descriptor-supplied limits) and decision (allowed, denied, shadow_denied, overflow, unlimited, replaced, charged, charged_over, negative, released, cancelled: a lease given back as Envoy did not take the answer).",
 		}, []string{"bucket", "decision"}),
 		unmatched: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "descriptors_unmatched_total",

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
@@ -38,6 +39,9 @@ type reply struct {
 	// Room for more than inlineStatuses, kept by a reused reply.
 	morePtrs []*rlsv3.RateLimitResponse_DescriptorStatus
 	more     []slot
+
+	// held are the leases the call acquired; nil: none.
+	held *leaseHold
 }
 
 // maxPooledStatuses bounds the room a pooled reply keeps.
@@ -45,7 +49,7 @@ const maxPooledStatuses = DefaultMaxDescriptors
 
 // reset makes r an empty response of n statuses.
 func (r *reply) reset(n int) {
-	r.resp.OverallCode, r.resp.ResponseHeadersToAdd = 0, nil
+	r.resp.OverallCode, r.resp.ResponseHeadersToAdd, r.held = 0, nil, nil
 	if n <= inlineStatuses {
 		r.resp.Statuses = r.ptrs[:n]
 		r.slots = r.inline[:n]
@@ -73,8 +77,16 @@ func (r *reply) release() bool {
 	for i := range r.hdrs {
 		r.hdrs[i] = corev3.HeaderValue{}
 	}
-	r.resp.Statuses, r.resp.ResponseHeadersToAdd, r.slots = nil, nil, nil
+	r.resp.Statuses, r.resp.ResponseHeadersToAdd, r.slots, r.held = nil, nil, nil, nil
 	return cap(r.more) <= maxPooledStatuses
+}
+
+// hold is what the call acquired, as the transport ends it.
+func (r *reply) hold() checkwire.Hold {
+	if r.held == nil {
+		return nil // a typed nil would not compare equal to nil
+	}
+	return r.held
 }
 
 func (r *reply) slot(i int) *slot { return &r.slots[i] }

@@ -80,7 +80,9 @@ type Service struct {
 	keys sync.Pool
 	// replies holds the *reply of lean calls (AppendShouldRateLimit).
 	replies sync.Pool
-	dec     *checkwire.RateLimitDecoder
+	// holds holds the *leaseHold of calls that acquired leases.
+	holds sync.Pool
+	dec   *checkwire.RateLimitDecoder
 
 	// Immutable statuses shared by every response.
 	statusOK, statusUnlimited *rlsv3.RateLimitResponse_DescriptorStatus
@@ -145,6 +147,7 @@ func New(cfg Config, lim Limiter, over Overrides, reg prometheus.Registerer, log
 	}
 	s.keys.New = func() any { b := make([]byte, 0, 512); return &b }
 	s.replies.New = func() any { return new(reply) }
+	s.holds.New = func() any { return &leaseHold{s: s} }
 	s.dec = checkwire.NewRateLimitDecoder(opts.MaxDescriptors, opts.MaxEntries)
 	if err := s.Update(cfg); err != nil {
 		return nil, err
@@ -279,14 +282,19 @@ type match struct {
 const inlineMatches = 16
 
 // ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
-// Only a malformed request is an error (InvalidArgument); every decision
-// is a response (see the package doc).
+// Only a malformed request is an error (InvalidArgument), and ctx's error
+// once the call was cancelled or timed out while it was decided, which
+// gives back the leases it acquired (checkwire.Settle); every decision is
+// a response (see the package doc).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.opts.Now()
 	r := new(reply) // gRPC encodes it after the call: not pooled
 	err := s.decide(ctx, s.cur.Load(), req, now, r)
 	s.m.duration.Observe(s.opts.Now().Sub(now).Seconds())
 	if err != nil {
+		return nil, err
+	}
+	if err := checkwire.Settle(ctx, r.hold()); err != nil {
 		return nil, err
 	}
 	return &r.resp, nil
@@ -300,8 +308,9 @@ func (s *Service) RateLimitDecoder() *checkwire.RateLimitDecoder { return s.dec 
 // AppendShouldRateLimit is ShouldRateLimit on the lean path
 // (checkwire.RateLimitServer): the same decision on a request decoded by
 // RateLimitDecoder, its answer appended to b as a gRPC message, the
-// response built in a pooled reply (no allocation in steady state).
-func (s *Service) AppendShouldRateLimit(ctx context.Context, req *checkwire.RateLimitRequest, b []byte) ([]byte, error) {
+// response built in a pooled reply (no allocation in steady state), with
+// the leases it acquired as its Hold.
+func (s *Service) AppendShouldRateLimit(ctx context.Context, req *checkwire.RateLimitRequest, b []byte) ([]byte, checkwire.Hold, error) {
 	now := s.opts.Now()
 	r := s.replies.Get().(*reply)
 	err := s.decide(ctx, s.cur.Load(), req.Message(), now, r)
@@ -309,10 +318,11 @@ func (s *Service) AppendShouldRateLimit(ctx context.Context, req *checkwire.Rate
 	if err == nil {
 		b, err = checkwire.AppendRateLimitResponse(b, &r.resp)
 	}
+	h := r.hold()
 	if r.release() {
 		s.replies.Put(r)
 	}
-	return b, err
+	return b, h, err
 }
 
 var _ checkwire.RateLimitServer = (*Service)(nil)
@@ -351,7 +361,7 @@ func (s *Service) decide(ctx context.Context, st *state, req *rlsv3.RateLimitReq
 	r.reset(len(descs))
 	var over bool
 	for i, d := range descs {
-		ds := s.status(ctx, st, dm, &ms[i], d, req.GetHitsAddend(), key, now, r.slot(i))
+		ds := s.status(ctx, st, dm, &ms[i], d, req.GetHitsAddend(), key, now, r.slot(i), &r.held)
 		r.resp.Statuses[i] = ds
 		over = over || ds.Code == rlsv3.RateLimitResponse_OVER_LIMIT
 	}
@@ -481,7 +491,7 @@ type target struct {
 
 // status decides one descriptor.
 func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *match, d *ratelimitv3.RateLimitDescriptor,
-	requestHits uint32, keys []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
+	requestHits uint32, keys []byte, now time.Time, sl *slot, held **leaseHold) *rlsv3.RateLimitResponse_DescriptorStatus {
 	var t target
 	switch m.kind {
 	case kindNone:
@@ -492,7 +502,7 @@ func (s *Service) status(ctx context.Context, st *state, dm *domainMetrics, m *m
 		return s.statusOK
 	}
 	if m.kind == kindRule && st.rules[m.idx].rule.Concurrency {
-		return s.lease(ctx, &st.rules[m.idx], d, keys[m.start:m.end], now, sl)
+		return s.lease(ctx, &st.rules[m.idx], d, keys[m.start:m.end], now, sl, held)
 	}
 	if d.GetIsNegativeHits() {
 		// A refill is refused: this server gives no budget back, and
@@ -545,8 +555,9 @@ const concurrencyRetryS = 1
 // addend (a request holds one slot), OVER_LIMIT when the key has its
 // limit in flight, the lease table is full (fail closed) or the id is
 // empty, too long or already holds a lease of the key. A shadow_mode rule
-// answers OK where it would be over, holding nothing.
-func (s *Service) lease(ctx context.Context, rs *ruleState, d *ratelimitv3.RateLimitDescriptor, key []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
+// answers OK where it would be over, holding nothing. An acquired lease
+// is added to *held, given back if the answer is not taken.
+func (s *Service) lease(ctx context.Context, rs *ruleState, d *ratelimitv3.RateLimitDescriptor, key []byte, now time.Time, sl *slot, held **leaseHold) *rlsv3.RateLimitResponse_DescriptorStatus {
 	id := rlsconfig.RequestID(d.GetEntries())
 	if d.GetIsNegativeHits() {
 		if s.opts.Leases.Release(rs.id, keyString(key), id) {
@@ -559,6 +570,10 @@ func (s *Service) lease(ctx context.Context, rs *ruleState, d *ratelimitv3.RateL
 	r := s.opts.Leases.Acquire(rs.id, keyString(key), id, rs.lim.Limit, rs.rule.LeaseTTL, now)
 	if r.Allowed() {
 		rs.m[decAllowed].Inc()
+		if *held == nil {
+			*held = s.holds.Get().(*leaseHold)
+		}
+		(*held).add(rs, keyString(key), id)
 		return sl.set(rlsv3.RateLimitResponse_OK, rs.current, uint32(min(max(0, rs.lim.Limit-r.InFlight), math.MaxUint32)), concurrencyRetryS)
 	}
 	t := target{bucket: rs.rule.Bucket, report: rs.lim.Limit, scaleMS: rs.lim.ScaleMS, shadow: rs.rule.Shadow}

@@ -459,7 +459,7 @@ func TestLeanAllocations(t *testing.T) {
 			if err := h.svc.RateLimitDecoder().Decode(in, &r); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := h.svc.AppendShouldRateLimit(ctx, &r, buf[:0]); err != nil {
+			if _, _, err := h.svc.AppendShouldRateLimit(ctx, &r, buf[:0]); err != nil {
 				t.Fatal(err)
 			}
 			r.Reset()

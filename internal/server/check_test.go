@@ -90,8 +90,9 @@ type leanRLS struct {
 func (leanRLS) RateLimitDecoder() *checkwire.RateLimitDecoder {
 	return checkwire.NewRateLimitDecoder(1, 1)
 }
-func (leanRLS) AppendShouldRateLimit(_ context.Context, _ *checkwire.RateLimitRequest, b []byte) ([]byte, error) {
-	return checkwire.AppendRateLimitResponse(b, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT})
+func (leanRLS) AppendShouldRateLimit(_ context.Context, _ *checkwire.RateLimitRequest, b []byte) ([]byte, checkwire.Hold, error) {
+	b, err := checkwire.AppendRateLimitResponse(b, &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT})
+	return b, nil, err
 }
 
 // A rate limit service with the lean path is served on the lean listener

@@ -1,0 +1,75 @@
+package checkwire
+
+import (
+	"context"
+
+	"google.golang.org/grpc/status"
+)
+
+// Hold is what a decision reserved for the request it admitted (a lease
+// of a concurrency bucket, a cost taken at the check) and gives back if
+// the caller never takes the answer: the call was cancelled (its stream
+// reset) or its deadline passed before the answer reached the caller.
+// The transport ends every Hold it is given with exactly one of Cancel
+// or Keep, from the goroutine that got it; it is not used afterwards.
+type Hold interface {
+	// Cancel gives back what the decision reserved: the answer was not
+	// taken, so the request it admitted never reaches the upstream.
+	Cancel()
+	// Keep ends the hold with its reservations in place: the answer was
+	// taken, or whether it was can no longer be known.
+	Keep()
+}
+
+// Settle ends h (nil: nothing reserved) for a call whose handler ran
+// under ctx: while ctx is live the answer goes out and h is kept; once
+// ctx is done (the stream reset, the deadline passed) h is given back
+// and the call's status is ctx's error. A reset that arrives after the
+// answer was handed to the transport is not seen here; a transport that
+// sees it (checkh2) holds the Hold until the peer has read the answer.
+func Settle(ctx context.Context, h Hold) error {
+	if err := ctx.Err(); err != nil {
+		if h != nil {
+			h.Cancel()
+		}
+		return status.FromContextError(err).Err()
+	}
+	if h != nil {
+		h.Keep()
+	}
+	return nil
+}
+
+// Copies keeps copies of a call's strings that a Hold needs past the
+// call (the request's strings are views of a buffer the transport
+// reuses), in one buffer reused from hold to hold. The zero value is
+// empty; not safe for concurrent use.
+type Copies struct {
+	buf  []byte
+	ends []int
+}
+
+// Add copies s and returns its index.
+func (c *Copies) Add(s string) int {
+	c.buf = append(c.buf, s...)
+	c.ends = append(c.ends, len(c.buf))
+	return len(c.ends) - 1
+}
+
+// Get returns a string of copy i (a new allocation: a Hold gives back
+// rarely, and the buffer is reused).
+func (c *Copies) Get(i int) string {
+	start := 0
+	if i > 0 {
+		start = c.ends[i-1]
+	}
+	return string(c.buf[start:c.ends[i]])
+}
+
+// Cap is the bytes c's buffer holds.
+func (c *Copies) Cap() int { return cap(c.buf) }
+
+// Reset empties c, keeping its buffers.
+func (c *Copies) Reset() {
+	c.buf, c.ends = c.buf[:0], c.ends[:0]
+}
