@@ -21,13 +21,8 @@
 //     accept writes (the Config fields say which bound is which).
 //   - Stream states follow RFC 9113 §5.1, and a request's grpc-timeout is
 //     checked when it is complete and again when its answer is written.
-//   - What a decision reserved (checkwire.Hold: leases, costs) is given
-//     back when its answer is not taken: the deadline passed first, the
-//     stream closed before the answer was wholly written, or the peer
-//     reset the stream before it read the answer. Answers are held until
-//     the ack of a PING written after them (frames are read in order),
-//     at most maxHeldStreams per connection; a connection that ends keeps
-//     the answers it wrote.
+//   - A decision's checkwire.Hold is given back when its answer is not
+//     taken (deadline passed, stream closed or reset before it was read).
 //   - No GOAWAY names a higher stream than one sent before it; Shutdown
 //     closes each connection in two steps, as grpc-go and net/http2 do, so
 //     a peer knows which streams it may retry elsewhere.
@@ -36,9 +31,9 @@
 // code RFC 9113 gives, or a gRPC status: RESOURCE_EXHAUSTED for a message
 // over MaxRecvMsgBytes, INTERNAL for a malformed grpc-timeout,
 // DEADLINE_EXCEEDED once a deadline passed); a protocol error ends the
-// connection with GOAWAY and its code; a flood (rapid reset: resets of
-// unanswered streams beyond the answers the peer reads; pings, window
-// changes) gets GOAWAY ENHANCE_YOUR_CALM. A connection idle or silent past
+// connection with GOAWAY and its code; a flood (rapid reset beyond the
+// answers the peer reads, pings, window changes) gets GOAWAY
+// ENHANCE_YOUR_CALM. A connection idle or silent past
 // its timeout gets GOAWAY NO_ERROR and is closed.
 //
 // The design (one goroutine per connection, bounds, stream states,
