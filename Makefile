@@ -38,7 +38,7 @@ tools: ## install what the tests need: Envoy, nats-server and h2spec (into .tool
 test: lint tools ## vet, format and tidy checks, every test under -race (server and deploy/), then a short run of every fuzz target
 	$(GO) test $(TESTFLAGS) $$($(GO) list $(PKGS) | grep -vx '$(E2EPKG)')
 	$(GO) test -count=1 -timeout 2m ./internal/sockio/ # its raw system calls are the build without -race
-	$(GO) test -count=1 -timeout 2m -run 'Allocations' ./internal/checkh2/ ./internal/rls/ ./internal/checkwire/ # allocation budgets, judged without -race
+	$(GO) test -count=1 -timeout 2m -run 'Allocations' ./internal/checkh2/ ./internal/rls/ ./internal/checkwire/ ./internal/authz/ # allocation budgets, judged without -race
 	$(GO) test -count=1 -timeout 2m -run 'TestStallAtEnvoyRateKeepsTheConnection' ./internal/checkh2/ # its load, judged without -race
 	$(GO) test $(TESTFLAGS) ./test/e2e/
 	$(GO) test -count=1 -timeout 5m -run 'TestLeanListenerSurvivesStallThroughEnvoy' ./test/e2e/ # its load, judged without -race

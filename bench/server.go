@@ -106,7 +106,8 @@ func (r *runner) startServer(ctx context.Context, cpu int, name string, env []st
 // serve is the head of `ratelimit-authz serve` of this tree on config,
 // with extra flags.
 func (r *runner) serve(config string, extra ...string) []string {
-	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s"}, r.opt.serverArgs, extra)
+	// No lean listener on the default port unless extra names one.
+	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s", "--check-addr", "off"}, r.opt.serverArgs, extra)
 }
 
 // startCheckServer starts ratelimit-authz serve of this tree on config.

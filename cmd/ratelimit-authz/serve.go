@@ -41,6 +41,12 @@ type serveConfig struct {
 	adminHideKeys             bool
 }
 
+// defaultCheckAddr is where every shipped Envoy bootstrap sends ext_authz
+// Check and the ratelimit filter (cluster ratelimit_authz_check, port
+// 9002): on by default, so that serve and a shipped bootstrap enforce
+// together.
+const defaultCheckAddr = "127.0.0.1:9002"
+
 // runServe is the serve command; started, when set, is handed the node
 // before it runs (see serveConfig.started).
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
@@ -50,7 +56,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
 	f.Bool(&c.watchConfig, "watch-config", "RATELIMIT_AUTHZ_WATCH_CONFIG", true, "reload the configuration file when it changes (SIGHUP reloads it either way); a change that does not validate is refused and the last good configuration keeps serving")
 	f.String(&c.node.GRPCAddr, "grpc-addr", "RATELIMIT_AUTHZ_GRPC_ADDR", "127.0.0.1:9001", "gRPC listen `address` (ext_authz Check, grpc.health.v1, and the access-log service unless --access-log-addr is set)")
-	f.String(&c.node.CheckAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", "", "listen `address` of a lean HTTP/2 listener serving only ext_authz Check, ShouldRateLimit when RLS is served, and grpc.health.v1 Check (same TLS, allow-list and limits as the gRPC port; RLQS and the access log stay there); empty: off")
+	f.String(&c.node.CheckAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", defaultCheckAddr, "listen `address` of the lean HTTP/2 listener the shipped Envoy bootstraps send ext_authz Check and the ratelimit filter to: it serves only Check, ShouldRateLimit when RLS is served, and grpc.health.v1 Check (same TLS, allow-list and limits as the gRPC port; RLQS and the access log stay there); off: none")
 	f.String(&c.node.AccessLogAddr, "access-log-addr", "RATELIMIT_AUTHZ_ACCESS_LOG_ADDR", "", "gRPC listen `address` of Envoy's access-log service (failed logins) on its own; the gRPC port then no longer serves it; empty: on the gRPC port")
 	f.String(&c.node.HTTPAddr, "http-addr", "RATELIMIT_AUTHZ_HTTP_ADDR", "127.0.0.1:9090", "HTTP listen `address` (/metrics, /healthz, /readyz, /v1/failures)")
 	f.String(&c.node.PprofAddr, "pprof-addr", "RATELIMIT_AUTHZ_PPROF_ADDR", "", "listen `address` of Go's profiles (/debug/pprof/, without cmdline), never the HTTP address; empty: off (keep it private)")
@@ -107,6 +113,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	if err := c.resolveAdmin(); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	if c.node.CheckAddr == "off" || c.node.CheckAddr == "" {
+		c.node.CheckAddr = "" // the node's zero: no lean listener
 	}
 	if c.node.SweepInterval <= 0 {
 		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}

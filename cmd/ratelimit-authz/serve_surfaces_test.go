@@ -84,6 +84,28 @@ func TestServeHelpSurfaces(t *testing.T) {
 	}
 }
 
+// The lean listener is on by default, where every shipped bootstrap sends
+// ext_authz and the ratelimit filter (127.0.0.1:9002); "off" turns it
+// off.
+func TestServeCheckAddrDefault(t *testing.T) {
+	var out bytes.Buffer
+	noEnv := func(string) string { return "" }
+	if err := run(context.Background(), []string{"serve", "--help"}, noEnv, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), `RATELIMIT_AUTHZ_CHECK_ADDR) (default "127.0.0.1:9002")`) {
+		t.Errorf("serve --help does not give --check-addr the default 127.0.0.1:9002:\n%s", out.String())
+	}
+	for _, off := range []map[string]string{{"RATELIMIT_AUTHZ_CHECK_ADDR": "off"}} {
+		if n := serveReady(t, off); n.node.CheckAddr() != nil {
+			t.Errorf("%v: a lean listener on %v", off, n.node.CheckAddr())
+		}
+	}
+	if n := serveReady(t, nil, "--check-addr", "off"); n.node.CheckAddr() != nil {
+		t.Errorf("--check-addr off: a lean listener on %v", n.node.CheckAddr())
+	}
+}
+
 // With --check-addr, Check and health are served on the lean listener too,
 // on the same counters as the gRPC port.
 func TestServeCheckAddr(t *testing.T) {

@@ -135,7 +135,7 @@ func slicesIndexPrefix(lines []string, prefix string) int {
 func TestAdminAndTopUsage(t *testing.T) {
 	err := run(context.Background(), []string{"serve", "--admin-addr", "0.0.0.0:0"}, env(map[string]string{
 		"RATELIMIT_AUTHZ_GRPC_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_HTTP_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_MEMORY_LIMIT": "off",
-		"RATELIMIT_AUTHZ_CONFIG": "../../config/ratelimit.yaml",
+		"RATELIMIT_AUTHZ_CHECK_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_CONFIG": "../../config/ratelimit.yaml",
 	}), io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "not loopback requires a bearer token") {
 		t.Errorf("serve --admin-addr 0.0.0.0:0 without a token: %v", err)

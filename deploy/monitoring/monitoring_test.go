@@ -356,6 +356,7 @@ func TestMetricsExistOnARealNode(t *testing.T) {
 			"RATELIMIT_AUTHZ_CONFIG=" + filepath.Join(root, "config", "ratelimit.yaml"),
 			"RATELIMIT_AUTHZ_GRPC_ADDR=" + addrs[0],
 			"RATELIMIT_AUTHZ_HTTP_ADDR=" + addrs[1],
+			"RATELIMIT_AUTHZ_CHECK_ADDR=off",
 			"RATELIMIT_AUTHZ_DRAIN_DELAY=100ms",
 			"RATELIMIT_AUTHZ_CLUSTER_KEY=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
 			"NATS_URL=" + nats.URL(),

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -191,9 +192,7 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 		"--drain-delay", "100ms", // keeps the test's shutdown short
 		"--log-level", "info", // debug would log every denial
 	}
-	if nd.checkAddr != "" {
-		args = append(args, "--check-addr", nd.checkAddr)
-	}
+	args = append(args, "--check-addr", cmp.Or(nd.checkAddr, "off"))
 	if nd.adminAddr != "" {
 		args = append(args, "--admin-addr", nd.adminAddr)
 	}

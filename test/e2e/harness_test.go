@@ -421,13 +421,20 @@ func (s *stack) startServer(bin, config string, extra ...string) *process {
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
 	}
-	if len(s.check) > 0 {
-		args = append(args, "--check-addr", s.check[0])
-	}
+	args = append(args, "--check-addr", s.checkAddr())
 	args = append(args, extra...)
 	s.server = s.logs.start(s.t, "ratelimit-authz", bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server
+}
+
+// checkAddr is the --check-addr of the stack's first node: its lean
+// listener, or off when Envoy calls the gRPC port.
+func (s *stack) checkAddr() string {
+	if len(s.check) > 0 {
+		return s.check[0]
+	}
+	return "off"
 }
 
 // response is a finished HTTP exchange through Envoy.

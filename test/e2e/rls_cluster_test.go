@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -58,8 +59,8 @@ func testRLSClusterThroughEnvoy(t *testing.T, lean bool) {
 		}
 		if lean {
 			nd.checkAddr = s.check[i]
-			args = append(args, "--check-addr", nd.checkAddr)
 		}
+		args = append(args, "--check-addr", cmp.Or(nd.checkAddr, "off"))
 		nd.proc = s.logs.startEnv(t, t, nd.name, rlsEnv(runtimeRoot), serverBin, args...)
 	}
 	for _, nd := range c.nodes {

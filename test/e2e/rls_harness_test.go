@@ -157,9 +157,7 @@ func (s *stack) startRLSServer(bin, runtimeRoot string, env ...string) *process 
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
 	}
-	if len(s.check) > 0 {
-		args = append(args, "--check-addr", s.check[0])
-	}
+	args = append(args, "--check-addr", s.checkAddr())
 	s.server = s.logs.startEnv(s.t, s.t, "ratelimit-authz", rlsEnv(runtimeRoot, env...), bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server
