@@ -26,6 +26,10 @@ build: ## build bin/ratelimit-authz (static, version stamped)
 run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (lean Check listener, envoy/ratelimit-authz.yaml's ext_authz target) and :9090 (HTTP)
 	./$(BIN) serve --config config/ratelimit.yaml --check-addr 127.0.0.1:9002 --log-level $${LOG_LEVEL:-info}
 
+.PHONY: app
+app: ## serve the example app behind envoy/ratelimit-authz.yaml on 127.0.0.1:8080 (200 for everything, 401 for a bad login)
+	$(GO) -C $(DEPLOY) run ./cmd/exampleapp --addr 127.0.0.1:8080
+
 .PHONY: tools
 tools: ## install what the tests need: Envoy, nats-server and h2spec (into .tools/), PostgreSQL and Chromium (apt, when missing)
 	@scripts/install-envoy.sh >/dev/null
