@@ -1,34 +1,21 @@
 package checkh2_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
-// slowCheck is the product's handler, answering after a pause.
-type slowCheck struct {
-	*authz.Service
-	pause time.Duration
-}
-
-func (d slowCheck) CheckWire(ctx context.Context, req *checkwire.Request) (checkwire.Response, error) {
-	time.Sleep(d.pause)
-	return d.Service.CheckWire(ctx, req)
-}
-
 // A deadline that passes while the handler runs is answered
-// DEADLINE_EXCEEDED, whatever the handler answers; one that has not is
-// answered as the handler answers.
+// DEADLINE_EXCEEDED, whatever the handler answers, and what the decision
+// reserved is given back; one that has not is answered as the handler
+// answers.
 func TestDeadlinePassesInHandler(t *testing.T) {
-	h := slowCheck{Service: newAuthz(t), pause: 60 * time.Millisecond}
+	h := &holding{Server: newAuthz(t), pause: 60 * time.Millisecond}
 	_, addr := serve(t, checkh2.Config{Check: h})
 	c := dial(t, addr)
 	c.headers(1, checkPath, false, hpack.HeaderField{Name: "grpc-timeout", Value: "50m"})
@@ -36,6 +23,7 @@ func TestDeadlinePassesInHandler(t *testing.T) {
 	if _, st := c.response(1); st != "4" {
 		t.Fatalf("grpc-status %q, want 4 (DEADLINE_EXCEEDED)", st)
 	}
+	h.ended(t, 1, 0)
 	c.headers(3, checkPath, false, hpack.HeaderField{Name: "grpc-timeout", Value: "30S"})
 	c.fr.WriteData(3, true, grpcMessage(t, upload("d")))
 	if _, st := c.response(3); st != "0" {

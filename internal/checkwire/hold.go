@@ -40,6 +40,27 @@ func Settle(ctx context.Context, h Hold) error {
 	return nil
 }
 
+// Reserved is the body of a Hold: items of T, whose strings are kept in
+// Strs (by index). A Hold reuses one from call to call. Not safe for
+// concurrent use; the zero value is empty.
+type Reserved[T any] struct {
+	Items []T
+	Strs  Copies
+}
+
+// maxPooledReservedBytes: a Reserved whose copies grew past this (a
+// request with huge keys) is left to the garbage collector.
+const maxPooledReservedBytes = 4 << 10
+
+// Reset empties r, keeping its buffers, and reports whether it is small
+// enough to be reused.
+func (r *Reserved[T]) Reset() bool {
+	clear(r.Items)
+	r.Items = r.Items[:0]
+	r.Strs.Reset()
+	return cap(r.Strs.buf) <= maxPooledReservedBytes
+}
+
 // Copies keeps copies of a call's strings that a Hold needs past the
 // call (the request's strings are views of a buffer the transport
 // reuses), in one buffer reused from hold to hold. The zero value is
@@ -65,9 +86,6 @@ func (c *Copies) Get(i int) string {
 	}
 	return string(c.buf[start:c.ends[i]])
 }
-
-// Cap is the bytes c's buffer holds.
-func (c *Copies) Cap() int { return cap(c.buf) }
 
 // Reset empties c, keeping its buffers.
 func (c *Copies) Reset() {

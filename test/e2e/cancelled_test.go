@@ -47,7 +47,7 @@ type cancelCase struct {
 }
 
 func TestCancelledChecksHoldNoSlot(t *testing.T) {
-	ports(t, func(t *testing.T, lean bool) {
+	bothPorts(t, func(t *testing.T, lean bool) {
 		s := prepareStack(t, 1)
 		if !lean {
 			s.check = nil // the same cluster, its endpoint the gRPC port
@@ -74,7 +74,7 @@ func TestCancelledChecksHoldNoSlot(t *testing.T) {
 }
 
 func TestCancelledRateLimitCallsHoldNoSlot(t *testing.T) {
-	ports(t, func(t *testing.T, lean bool) {
+	bothPorts(t, func(t *testing.T, lean bool) {
 		up := startGatedUpstream(t)
 		s := startRLSExamples(t, lean, up.addr)
 		c := &cancelCase{s: s, server: s.server, up: up, cluster: "cluster.ratelimit.",
@@ -92,17 +92,6 @@ func TestCancelledRateLimitCallsHoldNoSlot(t *testing.T) {
 		}
 		c.run(t)
 	})
-}
-
-// ports runs f on the lean listener and on the gRPC port.
-func ports(t *testing.T, f func(t *testing.T, lean bool)) {
-	for _, lean := range []bool{true, false} {
-		name := "grpc-port"
-		if lean {
-			name = "lean-listener"
-		}
-		t.Run(name, func(t *testing.T) { f(t, lean) })
-	}
 }
 
 func (c *cancelCase) run(t *testing.T) {

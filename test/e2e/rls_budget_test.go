@@ -57,7 +57,7 @@ func (u *llmUpstream) count(tenant string) int {
 // upstream; every admitted request's tokens are charged; and the tokens
 // charged stay within the budget plus the in-flight bound, for one client
 // and for eight concurrent ones.
-func TestRLSTokenBudgetThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSTokenBudget) }
+func TestRLSTokenBudgetThroughEnvoy(t *testing.T) { bothPorts(t, testRLSTokenBudget) }
 
 func testRLSTokenBudget(t *testing.T, lean bool) {
 	up := startLLMUpstream(t)

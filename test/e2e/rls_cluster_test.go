@@ -36,7 +36,7 @@ descriptors:
 // the cluster: every window admits what shared allows for two nodes
 // taking the load (at least 95 of the 100, at most the limit plus the
 // replication overshoot), and each Envoy admits a part of it.
-func TestRLSClusterThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSClusterThroughEnvoy) }
+func TestRLSClusterThroughEnvoy(t *testing.T) { bothPorts(t, testRLSClusterThroughEnvoy) }
 
 func testRLSClusterThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)

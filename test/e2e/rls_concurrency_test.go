@@ -48,7 +48,7 @@ func rlsInflightSeries(name, decision string) string {
 // than 5 at once, every admitted request's lease is released (none
 // expires), and nothing is left in flight. Envoy's x-ratelimit-* of a
 // concurrency status carry the limit without a window.
-func TestRLSConcurrencyThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSConcurrency) }
+func TestRLSConcurrencyThroughEnvoy(t *testing.T) { bothPorts(t, testRLSConcurrency) }
 
 func testRLSConcurrency(t *testing.T, lean bool) {
 	up := startGatedUpstream(t)

@@ -85,10 +85,10 @@ func (l *logs) startEnv(owner, t *testing.T, name string, env []string, bin stri
 	return pr
 }
 
-// rlsPorts runs f once per port Envoy's rate limit filter may call: the
-// lean listener (lean: serve --check-addr, as envoy/ratelimit-rls.yaml is
-// shipped) and the gRPC port (a node without a lean listener).
-func rlsPorts(t *testing.T, f func(t *testing.T, lean bool)) {
+// bothPorts runs f once per port Envoy's filters may call: the lean
+// listener (lean: serve --check-addr, as the shipped bootstraps have it)
+// and the gRPC port (a node without a lean listener).
+func bothPorts(t *testing.T, f func(t *testing.T, lean bool)) {
 	for _, lean := range []bool{true, false} {
 		name := "grpc-port"
 		if lean {

@@ -89,7 +89,7 @@ descriptors:
 // then a broken file, which is refused while 0 keeps serving, then 200 a
 // minute. The latency from each swap to the first answer under the new
 // limit is logged.
-func TestRLSReloadThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSReloadThroughEnvoy) }
+func TestRLSReloadThroughEnvoy(t *testing.T) { bothPorts(t, testRLSReloadThroughEnvoy) }
 
 func testRLSReloadThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)

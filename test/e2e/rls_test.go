@@ -164,7 +164,7 @@ var rlsRoutes = []envoyconf.RateLimitRoute{
 // x-envoy-ratelimited; hostile descriptor values and x-forwarded-for
 // through a second Envoy as shipped (no trusted hop); then, with the
 // server stopped, both failure modes (case 48).
-func TestRLSThroughEnvoy(t *testing.T) { rlsPorts(t, testRLSThroughEnvoy) }
+func TestRLSThroughEnvoy(t *testing.T) { bothPorts(t, testRLSThroughEnvoy) }
 
 func testRLSThroughEnvoy(t *testing.T, lean bool) {
 	serverBin := serverBinary(t)
