@@ -274,18 +274,34 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 		}
 	}
 
-	// A concurrency bucket's leases are released by the access-log entry
-	// of each request: without one, every slot is held until lease_ttl.
+	// What a check records for the access log (a concurrency bucket's
+	// leases, a response-charged cost, a failure to count) is read from
+	// each request's entry: an access log that drops the entry drops the
+	// release or the charge.
 	for i, b := range r.Buckets {
-		if b.Count != configfile.CountConcurrency || !routed(r, i) {
+		if !routed(r, i) {
+			continue
+		}
+		var key, what, loss string
+		switch {
+		case b.Count == configfile.CountConcurrency:
+			key, what = "leases", "counts requests in flight"
+			loss = fmt.Sprintf("each request holds its slot until lease_ttl (%s), so the bucket admits about limit requests per lease_ttl", b.LeaseTTL)
+		case b.Cost.AfterResponse():
+			key, what = b.Cost.Metadata(), fmt.Sprintf("is charged %s from the access log", b.Cost)
+			loss = "its charges are lost and the budget is never spent (every request admitted)"
+			if key == "failures" {
+				what, loss = "counts failures from the access log", "its failures are never counted (no lockout)"
+			}
+		default:
 			continue
 		}
 		for _, c := range checked {
 			switch {
 			case !c.GRPCAccessLog:
-				warn("bucket %s counts requests in flight, but listener %q of %s has no gRPC access log to release its leases: each request holds its slot until lease_ttl (%s), so the bucket admits about limit requests per lease_ttl; add the access log of envoy/ratelimit-authz.yaml (to the server's gRPC port)", b.Name, c.Listener, envoyPath, b.LeaseTTL)
-			case !c.LogsLeases:
-				warn("bucket %s counts requests in flight, but the gRPC access log of listener %q of %s may drop the entries that release its leases: each request whose entry is dropped holds its slot until lease_ttl (%s); let the log's filter pass them (an or_filter with a metadata_filter on envoy.filters.http.ext_authz, path [{key: leases}], present_match: true, as envoy/ratelimit-authz.yaml)", b.Name, c.Listener, envoyPath, b.LeaseTTL)
+				warn("bucket %s %s, but listener %q of %s has no gRPC access log: %s; add the access log of envoy/ratelimit-authz.yaml (to the server's gRPC port)", b.Name, what, c.Listener, envoyPath, loss)
+			case !c.Logs(key):
+				warn("bucket %s %s, but the gRPC access log of listener %q of %s may drop the entries that carry it: for each entry dropped, %s; let the log's filter pass them (an or_filter with a metadata_filter on envoy.filters.http.ext_authz, whatever the ext_authz filter is named, path [{key: %s}], present_match: true, as envoy/ratelimit-authz.yaml)", b.Name, what, c.Listener, envoyPath, loss, key)
 			}
 		}
 	}

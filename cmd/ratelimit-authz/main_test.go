@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -564,11 +564,13 @@ routes: [{path: /x, buckets: [tokens, trailer]}]
 	}
 }
 
-// check-config --envoy says when a route spends a concurrency bucket but
-// the bootstrap would not release its leases: no gRPC access log, or one
-// whose filter may drop the entries of requests holding leases. The
-// shipped bootstrap releases them.
-func TestCheckConfigWarnsOfUnreleasedLeases(t *testing.T) {
+// check-config --envoy says when a route spends a bucket read from the
+// access log (a concurrency bucket's leases, a response-charged cost, a
+// failure count) but the bootstrap would not send the entries that carry
+// it: no gRPC access log, one whose filter drops them, or one whose
+// metadata_filter names the ext_authz filter instead of its metadata
+// namespace. The shipped bootstrap sends them all.
+func TestCheckConfigWarnsOfLostAccessLogEntries(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
@@ -582,19 +584,20 @@ func TestCheckConfigWarnsOfUnreleasedLeases(t *testing.T) {
 		}
 		return p
 	}
-	// The leases branch of the or_filter removed: failures and charges
-	// are still logged, leases are not.
-	leasesBranch := `                - metadata_filter:
+	branch := func(key string) string {
+		return `                - metadata_filter:
                     matcher:
                       filter: envoy.filters.http.ext_authz
-                      path: [ { key: leases } ]
+                      path: [ { key: ` + key + ` } ]
                       value: { present_match: true }
                     match_if_key_not_found: false
 `
-	if !strings.Contains(string(shipped), leasesBranch) {
-		t.Fatal("the shipped bootstrap's access-log filter changed: update this test")
 	}
-	noLeases := write("no-leases.yaml", strings.Replace(string(shipped), leasesBranch, "", 1))
+	for _, k := range []string{"charges", "leases"} {
+		if !strings.Contains(string(shipped), branch(k)) {
+			t.Fatalf("the shipped bootstrap's access-log filter changed (%s): update this test", k)
+		}
+	}
 	start := strings.Index(string(shipped), "          access_log:\n")
 	end := strings.Index(string(shipped), "          route_config:\n")
 	if start < 0 || end < start {
@@ -602,33 +605,49 @@ func TestCheckConfigWarnsOfUnreleasedLeases(t *testing.T) {
 	}
 	noLog := write("no-log.yaml", string(shipped[:start])+string(shipped[end:]))
 	unfiltered := write("unfiltered.yaml", strings.Replace(string(shipped), "            filter:\n              or_filter:", "            unused_filter:\n              or_filter:", 1))
-	cfg := write("concurrency.yaml", `
+	noLeases := write("no-leases.yaml", strings.Replace(string(shipped), branch("leases"), "", 1))
+	// The filter's name where its metadata namespace belongs.
+	misnamed := write("misnamed.yaml", strings.Replace(string(shipped), branch("charges"), strings.Replace(branch("charges"), "filter: envoy.filters.http.ext_authz", "filter: ext_authz", 1), 1))
+	noFailures := write("no-failures.yaml", strings.Replace(string(shipped), "                        comparison: { op: EQ, value: { default_value: 401, runtime_key: ratelimit_authz.failure_status } }\n",
+		"                        comparison: { op: EQ, value: { default_value: 401, runtime_key: ratelimit_authz.failure_status } }\n                    - duration_filter: { comparison: { op: GE, value: { default_value: 1000, runtime_key: slow } } }\n", 1))
+	cfg := write("read-from-log.yaml", `
 buckets:
   db_pool: {count: concurrency, limit: 5, lease_ttl: 30s, key: tenant}
+  tokens: {limit: 1000, per: 1m, key: tenant, cost: {response_header: x-tokens, max: 100}}
+  guesses: {limit: 5, per: 1m, key: ip, count: failures}
   unused: {count: concurrency, limit: 5, key: tenant}
   rate: {limit: 10, per: 1s, key: tenant}
-routes: [{path: /x, buckets: [db_pool, rate]}, {path: /y, buckets: [rate]}]
+routes: [{path: /x, buckets: [db_pool, rate, tokens]}, {path: /login, buckets: [guesses]}, {path: /y, buckets: [rate]}]
 `)
-	const noLogWarn, dropsWarn = `bucket db_pool counts requests in flight, but listener "ingress" of %s has no gRPC access log to release its leases: each request holds its slot until lease_ttl (30s)`,
-		`bucket db_pool counts requests in flight, but the gRPC access log of listener "ingress" of %s may drop the entries that release its leases`
+	const (
+		leasesLost = `bucket db_pool counts requests in flight, but`
+		chargeLost = `bucket tokens is charged`
+		failLost   = `bucket guesses counts failures from the access log, but`
+	)
 	for _, tc := range []struct {
-		envoy, want string
+		envoy string
+		want  []string
 	}{
-		{"../../envoy/ratelimit-authz.yaml", ""},
-		{unfiltered, ""},
-		{noLog, fmt.Sprintf(noLogWarn, noLog)},
-		{noLeases, fmt.Sprintf(dropsWarn, noLeases)},
+		{"../../envoy/ratelimit-authz.yaml", nil},
+		{unfiltered, nil},
+		{noLog, []string{leasesLost, chargeLost, failLost}},
+		{noLeases, []string{leasesLost}},
+		{misnamed, []string{chargeLost}},
+		{noFailures, []string{failLost}},
 	} {
 		var out, errOut bytes.Buffer
 		if err := run(ctx, []string{"check-config", "--config", cfg, "--envoy", tc.envoy}, env(nil), &out, &errOut); err != nil {
 			t.Fatalf("%s: %v", tc.envoy, err)
 		}
 		got := errOut.String()
-		if tc.want != "" && !strings.Contains(got, tc.want) {
-			t.Errorf("%s: no %q in\n%s", tc.envoy, tc.want, got)
+		for _, w := range []string{leasesLost, chargeLost, failLost} {
+			want := slices.Contains(tc.want, w)
+			if n := strings.Count(got, w); n != map[bool]int{true: 1, false: 0}[want] {
+				t.Errorf("%s: %d warnings %q, want %v (a bucket no route spends has none):\n%s", filepath.Base(tc.envoy), n, w, want, got)
+			}
 		}
-		if n := strings.Count(got, "counts requests in flight"); n != map[bool]int{true: 0, false: 1}[tc.want == ""] {
-			t.Errorf("%s: %d lease warnings (a bucket no route spends has none):\n%s", tc.envoy, n, got)
+		if slices.Contains(tc.want, leasesLost) && !strings.Contains(got, "lease_ttl (30s)") {
+			t.Errorf("%s: the lease warning does not name the TTL:\n%s", filepath.Base(tc.envoy), got)
 		}
 	}
 }

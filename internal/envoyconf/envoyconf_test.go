@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -316,33 +317,44 @@ func TestInspectShipped(t *testing.T) {
 	if c.Clears("x-tenant-id") {
 		t.Error("the shipped bootstrap does not strip x-tenant-id")
 	}
-	if !c.GRPCAccessLog || !c.LogsLeases {
-		t.Error("the shipped bootstrap's access log releases leases")
+	for _, k := range []string{"failures", "charges", "leases"} {
+		if !c.GRPCAccessLog || !c.Logs(k) {
+			t.Errorf("the shipped bootstrap's access log does not send the entries carrying %q", k)
+		}
 	}
 }
 
-// LogsLeases: only a filter that passes every entry carrying the
-// "leases" metadata of ext_authz does.
-func TestInspectLogsLeases(t *testing.T) {
-	const leases = `{metadata_filter: {matcher: {filter: envoy.filters.http.ext_authz, path: [{key: leases}], value: {present_match: true}}}}`
-	for filter, want := range map[string]bool{
-		"":                  true,
-		"filter: " + leases: true,
-		"filter: {or_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}":                                                         true,
-		"filter: {and_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}":                                                        false,
-		"filter: {status_code_filter: {}}":                                                                                                   false,
-		"filter: {metadata_filter: {matcher: {filter: envoy.filters.http.ext_authz, path: [{key: charges}], value: {present_match: true}}}}": false,
-		"filter: {metadata_filter: {matcher: {filter: other, path: [{key: leases}], value: {present_match: true}}}}":                         false,
+// Logs: only a filter that passes every entry carrying a key of the
+// ext_authz metadata sends it; failures may also be narrowed by status.
+func TestInspectLogsMeta(t *testing.T) {
+	meta := func(ns, key string) string {
+		return `{metadata_filter: {matcher: {filter: ` + ns + `, path: [{key: ` + key + `}], value: {present_match: true}}}}`
+	}
+	leases, failures := meta("envoy.filters.http.ext_authz", "leases"), meta("envoy.filters.http.ext_authz", "failures")
+	for _, tc := range []struct {
+		filter string
+		want   []string
+	}{
+		{"", []string{"failures", "charges", "leases"}},
+		{"filter: " + leases, []string{"leases"}},
+		{"filter: {or_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}", []string{"leases"}},
+		{"filter: {and_filter: {filters: [{status_code_filter: {}}, " + leases + "]}}", nil},
+		{"filter: {and_filter: {filters: [{status_code_filter: {}}, " + failures + "]}}", []string{"failures"}},
+		{"filter: {and_filter: {filters: [{duration_filter: {}}, " + failures + "]}}", nil},
+		{"filter: {status_code_filter: {}}", nil},
+		{"filter: " + meta("envoy.filters.http.ext_authz", "charges"), []string{"charges"}},
+		{"filter: " + meta("ext_authz", "charges"), nil}, // the namespace is fixed, whatever the filter's name
+		{"filter: " + meta("other", "leases"), nil},
 	} {
 		doc := `static_resources: {listeners: [{name: l, filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {access_log: [{name: als, ` +
-			filter + map[bool]string{true: ", ", false: ""}[filter != ""] +
+			tc.filter + map[bool]string{true: ", ", false: ""}[tc.filter != ""] +
 			`typed_config: {"@type": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig}}]}}]}]}]}`
 		cms, err := Inspect([]byte(doc))
 		if err != nil {
-			t.Fatalf("%s: %v", filter, err)
+			t.Fatalf("%s: %v", tc.filter, err)
 		}
-		if !cms[0].GRPCAccessLog || cms[0].LogsLeases != want {
-			t.Errorf("%q: %+v, want LogsLeases %v", filter, cms[0], want)
+		if !cms[0].GRPCAccessLog || !slices.Equal(cms[0].LogsMeta, tc.want) {
+			t.Errorf("%q: logs %v, want %v", tc.filter, cms[0].LogsMeta, tc.want)
 		}
 	}
 }

@@ -32,12 +32,24 @@ type ConnectionManager struct {
 	// cost charged after the response can be read from.
 	LoggedResponseHeaders, LoggedResponseTrailers []string
 	// GRPCAccessLog: the connection manager has a gRPC access log.
-	// LogsLeases: one of them sends the entry of every request whose
-	// check recorded leases (ext_authz dynamic metadata "leases"), which
-	// releases them: it has no filter, or its filter is, or is an
-	// or_filter with, a metadata_filter matching that key present.
-	GRPCAccessLog, LogsLeases bool
+	GRPCAccessLog bool
+	// LogsMeta are the ext_authz dynamic metadata keys ("failures",
+	// "charges", "leases") whose entries one of its gRPC access logs
+	// sends, so that the server charges or releases what they name: the
+	// log has no filter, or its filter is, or is an or_filter with, a
+	// metadata_filter matching that key present; for "failures" also an
+	// and_filter of such a metadata_filter with status_code_filters (a
+	// failure is a response status).
+	LogsMeta []string
 }
+
+// Logs reports whether a gRPC access log of the connection manager sends
+// the entries that carry the ext_authz metadata key.
+func (c ConnectionManager) Logs(key string) bool { return slices.Contains(c.LogsMeta, key) }
+
+// metaKeys are the ext_authz metadata keys the server reads from the
+// access log.
+var metaKeys = [...]string{"failures", "charges", "leases"}
 
 // Clears reports whether the connection manager removes or overwrites
 // header before ext_authz.
@@ -97,7 +109,11 @@ func connectionManager(listener string, tc any) ConnectionManager {
 			continue
 		}
 		c.GRPCAccessLog = true
-		c.LogsLeases = c.LogsLeases || passesLeases(get(al, "filter"))
+		for _, k := range metaKeys {
+			if !c.Logs(k) && passes(get(al, "filter"), k) {
+				c.LogsMeta = append(c.LogsMeta, k)
+			}
+		}
 		for _, h := range list(get(atc, "additional_response_headers_to_log")) {
 			if s, ok := h.(string); ok {
 				c.LoggedResponseHeaders = append(c.LoggedResponseHeaders, strings.ToLower(s))
@@ -134,11 +150,12 @@ func connectionManager(listener string, tc any) ConnectionManager {
 	return c
 }
 
-// passesLeases reports whether an access-log filter passes every entry
-// that carries the ext_authz metadata "leases": no filter, a
-// metadata_filter requiring it present, or an or_filter with one. Any
-// other filter may drop such entries.
-func passesLeases(f any) bool {
+// passes reports whether an access-log filter passes every entry that
+// carries the ext_authz metadata key: no filter, a metadata_filter
+// requiring it present, or an or_filter with one; for "failures", also an
+// and_filter of one with status_code_filters. Any other filter may drop
+// such entries.
+func passes(f any, key string) bool {
 	if f == nil {
 		return true
 	}
@@ -147,16 +164,29 @@ func passesLeases(f any) bool {
 		path := list(get(m, "path"))
 		ns, _ := get(m, "filter").(string)
 		present, _ := get(m, "value", "present_match").(bool)
-		key := ""
+		k := ""
 		if len(path) == 1 {
-			key, _ = get(path[0], "key").(string)
+			k, _ = get(path[0], "key").(string)
 		}
-		return ns == extAuthzName && key == "leases" && present
+		return ns == extAuthzName && k == key && present
 	}
 	for _, sub := range list(get(f, "or_filter", "filters")) {
-		if passesLeases(sub) {
+		if passes(sub, key) {
 			return true
 		}
+	}
+	if subs := list(get(f, "and_filter", "filters")); key == "failures" && len(subs) > 0 {
+		meta := false
+		for _, sub := range subs {
+			switch {
+			case get(sub, "status_code_filter") != nil:
+			case passes(sub, key):
+				meta = true
+			default:
+				return false
+			}
+		}
+		return meta
 	}
 	return false
 }
