@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -87,6 +88,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		if err == nil && checkPort != 0 {
 			problems, err = leanProblems(b, checkPort, false)
 		}
+		problems = append(problems, uncheckedRoutes(r, cms)...)
 		if err := envoyProblems(envoyPath, problems, err, stderr); err != nil {
 			return err
 		}
@@ -187,6 +189,45 @@ func leanProblems(bootstrap []byte, checkPort int, rls bool) ([]string, error) {
 	}
 	return out, nil
 }
+
+// uncheckedRoutes lists the route rules with buckets whose requests the
+// bootstrap sends to an upstream without the check: a route of Envoy's
+// that matches the rule's path (its parameters a segment each) with
+// ext_authz off, in a connection manager that runs it. A route Envoy
+// answers itself (a 404 catch-all) is listed too: the rule's requests
+// never get through, so the two disagree. A bootstrap whose routes come
+// from RDS is not looked at.
+func uncheckedRoutes(r *configfile.Rules, cms []envoyconf.ConnectionManager) []string {
+	var out []string
+	for _, rt := range r.Routes {
+		if len(rt.Buckets) == 0 {
+			continue
+		}
+		path := templateParam.ReplaceAllString(rt.Path, "x")
+		name := rt.Path
+		if rt.Name != "" {
+			name = rt.Name + " (" + rt.Path + ")"
+		}
+		for _, c := range cms {
+			if !c.ExtAuthz {
+				continue
+			}
+			for _, er := range c.RoutesFor(path) {
+				switch {
+				case er.Checked:
+				case er.Direct:
+					out = append(out, fmt.Sprintf("route %s, line %d, is limited, but listener %q sends %s to route %s of virtual host %s, which Envoy answers itself without the check: its requests never reach the upstream; route the path to it with ext_authz on, or remove the rule", name, rt.Line, c.Listener, path, er.Name, er.VirtualHost))
+				default:
+					out = append(out, fmt.Sprintf("route %s, line %d, is limited, but listener %q sends %s to route %s of virtual host %s with ext_authz off: those requests reach the upstream unlimited; turn the check on for that route", name, rt.Line, c.Listener, path, er.Name, er.VirtualHost))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// templateParam is a parameter of a route rule's path template.
+var templateParam = regexp.MustCompile(`\{[^}/]*\}`)
 
 // trustWarnings lists what a valid configuration trusts that a client can
 // set, unless the Envoy bootstrap (when given) makes it safe.

@@ -187,3 +187,48 @@ func TestCheckConfigLeanListenerRLS(t *testing.T) {
 		t.Errorf("the access log on the lean listener of a node serving RLS: %v, stderr %q", err, stderr)
 	}
 }
+
+// check-config --envoy reports a limited route of the configuration that
+// the bootstrap sends where the check never runs: to an upstream with
+// ext_authz off (those requests pass unlimited), or to a route Envoy
+// answers itself (they never get through). The shipped pair passes.
+func TestCheckConfigUncheckedRoutes(t *testing.T) {
+	dir := t.TempDir()
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The inbound route with the check turned off.
+	off := strings.Replace(string(shipped), `                      # context_extensions: { ratelimit_buckets: "inbound" }
+`, `                      # context_extensions: { ratelimit_buckets: "inbound" }
+                    disabled: true
+`, 1)
+	if off == string(shipped) {
+		t.Fatal("the shipped bootstrap's inbound route changed: update this test")
+	}
+	bypass := filepath.Join(dir, "bypass.yaml")
+	if err := os.WriteFile(bypass, []byte(off), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run1 := func(args ...string) (string, error) {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), append([]string{"check-config"}, args...), env(nil), &out, &errOut)
+		return errOut.String(), err
+	}
+	if got, err := run1("--envoy", "../../envoy/ratelimit-authz.yaml"); err != nil || strings.Contains(got, "is limited, but") {
+		t.Fatalf("the shipped pair: %v\n%s", err, got)
+	}
+	got, err := run1("--envoy", bypass)
+	if exitCode(err) != 1 || !strings.Contains(got, `route /api/inbound/{channel}, line`) ||
+		!strings.Contains(got, `sends /api/inbound/x to route inbound of virtual host app with ext_authz off: those requests reach the upstream unlimited`) {
+		t.Errorf("a limited route with the check off: exit %d\n%s", exitCode(err), got)
+	}
+	if strings.Contains(got, "inbound_status") {
+		t.Errorf("a route with the check on reported:\n%s", got)
+	}
+	got, err = run1("--config", "../../config/examples/llm-budget.yaml", "--envoy", "../../envoy/ratelimit-authz.yaml")
+	if exitCode(err) != 1 || strings.Count(got, "which Envoy answers itself without the check") != 3 ||
+		!strings.Contains(got, "sends /api/batch to route not_found of virtual host app") {
+		t.Errorf("the LLM example's routes, which the shipped bootstrap answers 404: exit %d\n%s", exitCode(err), got)
+	}
+}

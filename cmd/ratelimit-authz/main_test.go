@@ -536,7 +536,7 @@ func TestCheckConfigWarnsOfUnloggedCostHeaders(t *testing.T) {
 buckets:
   tokens: {limit: 100, per: 1m, key: "header:x-org", cost: {response_header: x-usage-total-tokens}}
   trailer: {limit: 100, per: 1m, key: "header:x-org", cost: {response_trailer: x-tokens}}
-routes: [{path: /x, buckets: [tokens, trailer]}]
+routes: [{path: /api/activities, buckets: [tokens, trailer]}]
 `), 0o644)
 	for _, tc := range []struct {
 		envoy string
@@ -617,7 +617,7 @@ buckets:
   guesses: {limit: 5, per: 1m, key: ip, count: failures}
   unused: {count: concurrency, limit: 5, key: tenant}
   rate: {limit: 10, per: 1s, key: tenant}
-routes: [{path: /x, buckets: [db_pool, rate, tokens]}, {path: /login, buckets: [guesses]}, {path: /y, buckets: [rate]}]
+routes: [{path: /api/activities, buckets: [db_pool, rate, tokens]}, {path: /admin/login, buckets: [guesses]}, {path: /api/v1/tokens, buckets: [rate]}]
 `)
 	const (
 		leasesLost = `bucket db_pool counts requests in flight, but`

@@ -41,6 +41,9 @@ type ConnectionManager struct {
 	// and_filter of such a metadata_filter with status_code_filters (a
 	// failure is a response status).
 	LogsMeta []string
+	// Routes are the routes of its static route_config, in order (none
+	// with RDS).
+	Routes []Route
 }
 
 // Logs reports whether a gRPC access log of the connection manager sends
@@ -125,11 +128,13 @@ func connectionManager(listener string, tc any) ConnectionManager {
 			}
 		}
 	}
+	filter, off := "", false
 	for _, f := range list(get(tc, "http_filters")) {
 		ftc := get(f, "typed_config")
 		name, _ := get(f, "name").(string)
 		if isType(ftc, extAuthzType) || name == "envoy.filters.http.ext_authz" {
 			c.ExtAuthz = true
+			filter, off = name, get(f, "disabled") == true
 			break // only filters ahead of ext_authz protect the check
 		}
 		if !isType(ftc, headerMutationTyp) {
@@ -147,6 +152,7 @@ func connectionManager(listener string, tc any) ConnectionManager {
 			}
 		}
 	}
+	c.Routes = routes(tc, filter, off)
 	return c
 }
 
