@@ -3,6 +3,7 @@ package inflight
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -183,5 +184,71 @@ func TestSharesReleasedSlotsAreNotTakenTwice(t *testing.T) {
 	}
 	if n := c.total(); n > limit+1 {
 		t.Fatalf("the cluster holds %d after node 0 released and both admitted again, over %d", n, limit+1)
+	}
+}
+
+// TestSharesLateDeliveries: as TestSharesRandomLoad, but each node's
+// gauges reach its peers up to the delay after they were cast (in the
+// order they were cast, as the casts are numbered), and the nodes cast
+// every 5 ms, faster than the delay. The cluster never holds more than
+// nodes × limit, the bound that holds whatever the delays (each node
+// admits only while its own leases and its peers' last gauges are below
+// the limit); the peak it reaches is logged, as docs/design/inflight.md
+// quotes it.
+func TestSharesLateDeliveries(t *testing.T) {
+	for _, tc := range []struct{ limit, nodes int }{{5, 2}, {5, 3}, {20, 2}, {20, 3}, {2, 2}, {100, 3}} {
+		limit, nodes := int64(tc.limit), tc.nodes
+		peak := int64(0)
+		for seed := range uint64(30) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			c := newSim(t, nodes)
+			type cast struct {
+				at   time.Time
+				from int
+				g    Gauge
+			}
+			var queue []cast
+			last := make([]time.Time, nodes) // per sender, the last delivery: in order
+			for step := range 10000 {
+				i := rng.IntN(nodes)
+				if len(c.held[i]) > 0 && rng.IntN(3) == 0 {
+					c.release(i, rng.IntN(len(c.held[i])))
+				} else {
+					c.acquire(i, limit)
+				}
+				if n := c.total(); n > int64(nodes)*limit {
+					t.Fatalf("limit %d, %d nodes, seed %d, step %d: the cluster holds %d, over nodes × limit", limit, nodes, seed, step, n)
+				} else {
+					peak = max(peak, n)
+				}
+				if step%2 == 0 {
+					c.clk.Add(time.Millisecond)
+				}
+				now := c.clk.Now()
+				if step%10 == 0 { // a cast every 5 ms
+					for from, tb := range c.tables {
+						for _, g := range tb.Changes(nil, now) {
+							at := now.Add(time.Duration(rng.Int64N(int64(simDelay))))
+							if at.Before(last[from]) {
+								at = last[from]
+							}
+							last[from] = at
+							queue = append(queue, cast{at, from, g})
+						}
+					}
+					slices.SortStableFunc(queue, func(a, b cast) int { return a.at.Compare(b.at) })
+				}
+				for len(queue) > 0 && !queue[0].at.After(now) {
+					q := queue[0]
+					queue = queue[1:]
+					for j, o := range c.tables {
+						if j != q.from {
+							o.SetPeer(uint32(q.from+1), q.g.Bucket, q.g.Key, q.g.N, now)
+						}
+					}
+				}
+			}
+		}
+		t.Logf("limit %d, %d nodes: peak %d (limit + nodes − 1 = %d)", limit, nodes, peak, limit+int64(nodes)-1)
 	}
 }

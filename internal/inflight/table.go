@@ -497,41 +497,48 @@ type Gauge struct {
 }
 
 // Changes appends to dst this node's gauge of every key whose leases
-// changed since the previous call (0 for a key with none left), noting
-// that it is reported at now, and returns it. The keys are the table's
-// own immutable strings.
+// changed since it was last reported (0 for a key with none left),
+// noting that it is reported at now, and returns it. A key reported less
+// than the shares' delay ago waits for a later call: two reports of a
+// key are never closer than the delay, so what a peer may hold of it is
+// its last report in effect or the one after (pubOld, pubNew; see
+// admits). The keys are the table's own immutable strings.
 func (t *Table) Changes(dst []Gauge, now time.Time) []Gauge {
 	ms := now.UnixMilli()
 	delay := int64(uint32(t.shares.Load()))
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
+		waiting := sh.changed[:0]
 		for _, g := range sh.changed {
-			dst = append(dst, Gauge{g.bucket, g.key, g.local})
-			if ms-g.pubAt >= delay {
-				g.pubOld = g.pubNew
+			if g.pubAt != 0 && ms-g.pubAt < delay {
+				waiting = append(waiting, g)
+				continue
 			}
-			g.pubNew, g.pubAt = g.local, ms
+			dst = append(dst, Gauge{g.bucket, g.key, g.local})
+			g.pubOld, g.pubNew, g.pubAt = g.pubNew, g.local, ms
 			g.listed = false
 			if g.empty() {
 				delete(sh.keys, keyID{g.bucket, g.key})
 			}
 		}
-		clear(sh.changed)
-		sh.changed = sh.changed[:0]
+		clear(sh.changed[len(waiting):])
+		sh.changed = waiting
 		sh.mu.Unlock()
 	}
 	return dst
 }
 
-// All appends to dst this node's gauge of every key it holds leases of.
+// All appends to dst this node's last report (Changes) of every key it
+// reported holding leases of: a repeat, which keeps the peers' gauges
+// from expiring, never a report admits does not know of.
 func (t *Table) All(dst []Gauge) []Gauge {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for _, g := range sh.keys {
-			if g.local > 0 {
-				dst = append(dst, Gauge{g.bucket, g.key, g.local})
+			if g.pubNew > 0 {
+				dst = append(dst, Gauge{g.bucket, g.key, g.pubNew})
 			}
 		}
 		sh.mu.Unlock()
