@@ -137,7 +137,7 @@ func TestAdminAndTopUsage(t *testing.T) {
 		"RATELIMIT_AUTHZ_GRPC_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_HTTP_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_MEMORY_LIMIT": "off",
 		"RATELIMIT_AUTHZ_CHECK_ADDR": "127.0.0.1:0", "RATELIMIT_AUTHZ_CONFIG": "../../config/ratelimit.yaml",
 	}), io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "not loopback requires a bearer token") {
+	if err == nil || !strings.Contains(err.Error(), "not loopback requires a bearer token (--admin-token-file)") {
 		t.Errorf("serve --admin-addr 0.0.0.0:0 without a token: %v", err)
 	}
 	if err := run(context.Background(), []string{"serve", "--admin-hide-keys"}, env(nil), io.Discard, io.Discard); exitCode(err) != 2 {

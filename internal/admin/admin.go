@@ -155,7 +155,7 @@ type Server struct {
 
 // ErrUnsafe is returned by New for a listener that would serve keys to
 // anyone who can reach it.
-var ErrUnsafe = errors.New("admin: an address that is not loopback requires a bearer token")
+var ErrUnsafe = errors.New("admin: an address that is not loopback requires a bearer token (--admin-token-file)")
 
 //go:embed page.html
 var pageFS embed.FS
@@ -268,8 +268,7 @@ func (s *Server) handler() http.Handler {
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'")
 		if s.cfg.Token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.cfg.Token)) != 1 {
+			if !bearer(r.Header.Get("Authorization"), s.cfg.Token) {
 				h.Set("WWW-Authenticate", `Bearer realm="ratelimit-authz admin"`)
 				http.Error(w, "a bearer token is required", http.StatusUnauthorized)
 				return
@@ -286,6 +285,14 @@ func (s *Server) handler() http.Handler {
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// bearer reports whether an Authorization header value carries token
+// under the Bearer scheme, whose name is case-insensitive (RFC 7235
+// §2.1), compared in constant time.
+func bearer(header, token string) bool {
+	scheme, got, ok := strings.Cut(header, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && subtle.ConstantTimeCompare([]byte(strings.TrimLeft(got, " ")), []byte(token)) == 1
 }
 
 // shownKey is key as the listener shows it: itself, or with HideKeys its

@@ -131,6 +131,26 @@ func TestTokenRequired(t *testing.T) {
 	if code, _, _ := get(t, "GET", url+"/v1/top", "s3cret"); code != http.StatusOK {
 		t.Errorf("GET /v1/top with the token: %d", code)
 	}
+	// The scheme's name is case-insensitive (RFC 7235 §2.1); the token
+	// is not, and another scheme is refused.
+	for header, want := range map[string]int{
+		"bearer s3cret": 200, "BEARER s3cret": 200, "Bearer  s3cret": 200,
+		"Basic s3cret": 401, "Bearers3cret": 401, "bearer S3CRET": 401, "s3cret": 401,
+	} {
+		req, err := http.NewRequest("GET", url+"/v1/top", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", header)
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("Authorization %q: %d, want %d", header, resp.StatusCode, want)
+		}
+	}
 }
 
 func TestOnlyGetAndBoundedQueries(t *testing.T) {
@@ -150,6 +170,7 @@ func TestOnlyGetAndBoundedQueries(t *testing.T) {
 		"?bucket=a&bucket=b":                  400,
 		"?bucket=%zz":                         400,
 		"?bucket=none":                        404,
+		"?cluster=2":                          400,
 		"?bucket=" + strings.Repeat("a", 600): 414,
 	} {
 		for _, path := range []string{"/v1/top", "/"} {
