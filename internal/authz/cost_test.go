@@ -7,6 +7,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
 const costYAML = `
@@ -261,6 +262,29 @@ routes: [{path: /x, buckets: [b]}]`)
 	}
 	if got := h.metric("ratelimit_authz_cost_refused_total", "bucket", "b", "problem", "invalid"); got != 1 {
 		t.Errorf("shadow refusals reported %v, want 1", got)
+	}
+}
+
+// A shadow budget charged from the response reports the requests it would
+// deny (its cost is unknown at the check: cost_denied_total has no
+// series for it) and lets them through.
+func TestShadowChargedBudgetReportsDenials(t *testing.T) {
+	h := newHarness(t, `
+buckets:
+  tokens: {limit: 100, per: 1m, key: tenant, mode: shadow, cost: {response_header: x-tokens}}
+routes: [{path: /x, buckets: [tokens]}]`)
+	r := req{path: "/x", headers: tenant("t")}
+	h.expectRun(1, true, r)
+	h.store.Incr(h.id("tokens"), "t", counter.Limit{Limit: 100, ScaleMS: 60000}, 150, h.clock.Now()) // charged past the budget
+	h.expectRun(3, true, r)
+	if got := h.metric("ratelimit_authz_checks_total", "bucket", "tokens", "decision", "shadow_denied"); got != 3 {
+		t.Errorf("shadow_denied %v, want 3", got)
+	}
+	if got := h.metric("ratelimit_authz_exceeded_total", "bucket", "tokens"); got != 3 {
+		t.Errorf("exceeded %v, want 3", got)
+	}
+	if _, ok, err := scrape.Gathered(h.reg, "ratelimit_authz_cost_denied_total", "bucket", "tokens"); err != nil || ok {
+		t.Errorf("cost_denied_total has a series for a cost charged from the response (%v)", err)
 	}
 }
 

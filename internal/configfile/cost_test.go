@@ -211,6 +211,7 @@ func TestCostHostileValues(t *testing.T) {
 		{"5, 99999999999999999999", true, 0, 0, configfile.CostRepeated, configfile.CostRepeated, 1000, configfile.CostRepeated},
 		{"5,-7", true, 0, 0, configfile.CostRepeated, configfile.CostRepeated, 3, configfile.CostInvalid},
 		{"5,", true, 0, 0, configfile.CostRepeated, configfile.CostRepeated, 3, configfile.CostInvalid},
+		{"200,abc", true, 0, 0, configfile.CostRepeated, configfile.CostRepeated, 3, configfile.CostInvalid}, // counted invalid, as configuration.md says
 	}
 	for _, tt := range tests {
 		if n, p := strict.Request(tt.v, tt.present); p != tt.strictP || (p == configfile.CostOK && n != tt.strictN) {
