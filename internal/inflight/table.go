@@ -338,18 +338,19 @@ func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int6
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	g := sh.keys[k]
+	if g != nil {
+		// A repeated id is refused whatever the load, before the limit.
+		if _, dup := sh.leases[lid]; dup {
+			sh.denied[deniedID]++
+			return Result{Outcome: DeniedRequestID, InFlight: g.local + g.remote}
+		}
+	}
 	if g != nil && !t.admits(g, limit, ms) && sh.sweepIfDue(ms, t.cfg.GaugeExpiry) {
 		g = sh.keys[k]
 	}
 	if g != nil && !t.admits(g, limit, ms) {
 		sh.denied[deniedLimit]++
 		return Result{Outcome: DeniedLimit, InFlight: g.local + g.remote}
-	}
-	if g != nil {
-		if _, dup := sh.leases[lid]; dup {
-			sh.denied[deniedID]++
-			return Result{Outcome: DeniedRequestID, InFlight: g.local + g.remote}
-		}
 	}
 	if len(sh.leases) >= t.leaseCap || (g == nil && len(sh.keys) >= t.keyCap) {
 		if sh.sweepIfDue(ms, t.cfg.GaugeExpiry) {

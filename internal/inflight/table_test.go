@@ -90,6 +90,10 @@ func TestRepeatedRequestIDIsDenied(t *testing.T) {
 	wantOutcome(t, tb.Acquire(b, "k", "12345678", 5, time.Minute, t0), Acquired, 2)
 	wantOutcome(t, tb.Acquire(b, "k", "x", 0, time.Minute, t0), DeniedInvalid, 0)
 	wantOutcome(t, tb.Acquire(b, "k", "x", 1, 0, t0), DeniedInvalid, 0)
+	// At the limit a repeated id is still refused as repeated (400), not
+	// as over the limit (429): the answer does not depend on the load.
+	wantOutcome(t, tb.Acquire(b, "k", "same", 2, time.Minute, t0), DeniedRequestID, 2)
+	wantOutcome(t, tb.Acquire(b, "k", "other", 2, time.Minute, t0), DeniedLimit, 2)
 }
 
 // A lease never released frees its slot once its time to live has
