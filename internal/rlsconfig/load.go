@@ -90,7 +90,17 @@ func Load(l Layout, opts Options) (*Config, error) {
 // WatchRoot false and dir as its ConfigDir (upstream's config_check
 // -config_dir, which reads the same files).
 func LoadDir(dir string, ignoreDotfiles bool, opts Options) (*Config, error) {
-	return load(Layout{IgnoreDotfiles: ignoreDotfiles}, dir, opts)
+	cfg, err := load(Layout{IgnoreDotfiles: ignoreDotfiles}, dir, opts)
+	if ps, ok := problem.As(err); ok {
+		// Given the runtime directory instead of its config directory:
+		// say where the descriptor files are.
+		if fi, serr := os.Stat(filepath.Join(dir, "config")); serr == nil && fi.IsDir() {
+			sub := filepath.Join(dir, "config")
+			ps = append(ps, problem.Problem{File: dir, Msg: fmt.Sprintf("holds a config directory, as envoyproxy/ratelimit's runtime layout has it: its descriptor files are read from %s (--rls-config-dir %s), and every file below %s is read as one", sub, sub, dir)})
+			return nil, ps
+		}
+	}
+	return cfg, err
 }
 
 func load(l Layout, dir string, opts Options) (*Config, error) {

@@ -308,3 +308,21 @@ func TestLoadParseProblemsNamePaths(t *testing.T) {
 		t.Errorf("problems %q, want %q", got, want)
 	}
 }
+
+// LoadDir given envoyproxy/ratelimit's runtime directory instead of its
+// config directory says where the descriptor files are.
+func TestLoadDirPointsAtTheConfigDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "config"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "README.md"), []byte("# examples\n\n| a | b |\n|---|---|\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "config", "a.yaml"), []byte("domain: a\ndescriptors: [{key: k, rate_limit: {unit: second, requests_per_unit: 1}}]\n"), 0o644)
+	_, err := rlsconfig.LoadDir(dir, false, rlsconfig.Options{})
+	if err == nil || !strings.Contains(err.Error(), "its descriptor files are read from "+filepath.Join(dir, "config")) {
+		t.Fatalf("LoadDir of the runtime directory: %v", err)
+	}
+	if _, err := rlsconfig.LoadDir(filepath.Join(dir, "config"), false, rlsconfig.Options{}); err != nil {
+		t.Fatalf("LoadDir of its config directory: %v", err)
+	}
+}
