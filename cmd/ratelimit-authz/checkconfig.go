@@ -96,7 +96,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	for _, w := range trustWarnings(r, envoyPath, cms) {
 		fmt.Fprintf(stderr, "%s: WARN: %s\n", source, w)
 	}
-	fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", source, len(r.Buckets), len(r.Routes))
+	fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", source, plural(len(r.Buckets), "bucket"), plural(len(r.Routes), "route"))
 	return nil
 }
 
@@ -138,10 +138,18 @@ func checkRLSConfig(dir string, merge, dotfiles bool, path string, withConfig bo
 		return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", dir, len(problems))}
 	}
 	if r != nil {
-		fmt.Fprintf(stdout, "%s: OK (%d buckets, %d routes)\n", path, len(r.Buckets), len(r.Routes))
+		fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", path, plural(len(r.Buckets), "bucket"), plural(len(r.Routes), "route"))
 	}
-	fmt.Fprintf(stdout, "%s: OK (%d domains, %d rules)\n", dir, len(cfg.Domains()), len(cfg.Rules()))
+	fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", dir, plural(len(cfg.Domains()), "domain"), plural(len(cfg.Rules()), "rule"))
 	return nil
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // envoyProblems is the exit of check-config for the bootstrap at path:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -75,8 +76,10 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 		if c.json {
 			_, _ = stdout.Write(body)
 		} else {
-			if !c.once {
+			if !c.once && terminal(stdout) {
 				fmt.Fprint(stdout, "\x1b[H\x1b[2J") // home, clear
+			} else if !c.once {
+				fmt.Fprintf(stdout, "--- %s\n", time.Now().Format(time.RFC3339)) // one table after another
 			}
 			printTop(stdout, resp, c.bucket != "")
 		}
@@ -89,6 +92,17 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 		case <-time.After(c.interval):
 		}
 	}
+}
+
+// terminal reports whether w is a terminal (a character device): only
+// there does top clear the screen between refreshes.
+func terminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // request checks the flags and builds the GET of /v1/top.
@@ -179,10 +193,10 @@ func printTop(w io.Writer, r admin.TopResponse, all bool) {
 		secs := max(m.End.Sub(m.Start).Seconds(), 1)
 		limit := "per key"
 		if b.Limit > 0 {
-			limit = fmt.Sprintf("%d / %v", b.Limit, time.Duration(b.WindowMS)*time.Millisecond)
+			limit = fmt.Sprintf("%d / %s", b.Limit, top.Window(b.WindowMS))
 		}
-		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %.3g/s  denied %.3g/s\n", shown(b.Bucket, 80), limit, b.Algorithm,
-			float64(m.Admitted)/secs, float64(m.Denied)/secs)
+		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %s/s  denied %s/s\n", shown(b.Bucket, 80), limit, b.Algorithm,
+			top.Rate(m.Admitted, secs), top.Rate(m.Denied, secs))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "#\tDENIED KEY\tHITS\t±\tADMITTED KEY\tHITS\t±\t")
 		for i := range max(len(m.TopDenied), len(m.TopAdmitted)) {

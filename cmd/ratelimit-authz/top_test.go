@@ -119,6 +119,21 @@ func TestServeAdminAndTop(t *testing.T) {
 	if i < 0 || i+2 >= len(lines) || !strings.Contains(lines[i+2], "noisy") {
 		t.Errorf("noisy is not first under activity_create:\n%s", out)
 	}
+	if !strings.Contains(lines[i], "(100 / 1s, fixed)") || strings.Contains(out, "e+0") {
+		t.Errorf("the bucket's line: %q", lines[i])
+	}
+
+	// Refreshing into a pipe (not a terminal): tables one after another,
+	// never the codes that clear a screen.
+	rctx, rcancel := context.WithTimeout(ctx, 2500*time.Millisecond)
+	defer rcancel()
+	var piped bytes.Buffer
+	if err := run(rctx, []string{"top", "--interval", "1s", "--admin", url, "--admin-token-file", tokenFile}, env(nil), &piped, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(piped.String(), "\x1b") || strings.Count(piped.String(), "--- ") < 2 {
+		t.Errorf("top refreshing into a pipe:\n%q", piped.String())
+	}
 }
 
 func slicesIndexPrefix(lines []string, prefix string) int {

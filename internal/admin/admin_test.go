@@ -263,9 +263,14 @@ func TestPage(t *testing.T) {
 	if !strings.Contains(h.Get("Content-Security-Policy"), "default-src 'none'") || h.Get("X-Frame-Options") != "DENY" {
 		t.Errorf("headers %v", h)
 	}
-	for _, want := range []string{`<meta http-equiv="refresh" content="3">`, `id="b-upload"`, "replicate_peers", ">2<", "login_ip", "1s", "1m0s", "sliding"} {
+	for _, want := range []string{`<meta http-equiv="refresh" content="3">`, `id="b-upload"`, "replicate_peers", ">2<", "login_ip", "1s", "1m", "sliding"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page has no %q", want)
+		}
+	}
+	for _, unwanted := range []string{"1m0s", "e+0"} {
+		if strings.Contains(body, unwanted) {
+			t.Errorf("the page writes %q", unwanted)
 		}
 	}
 	if code, _, body := get(t, "HEAD", url+"/", ""); code != 200 || body != "" {

@@ -178,15 +178,11 @@ func pick(c top.Count, denied bool) uint64 {
 
 // rate is hits per second over p, to three significant digits.
 func rate(p top.Period, denied bool) string {
-	secs := p.End.Sub(p.Start).Seconds()
-	if secs <= 0 {
-		return "0"
-	}
 	n := p.Admitted
 	if denied {
 		n = p.Denied
 	}
-	return fmt.Sprintf("%.3g", float64(n)/secs)
+	return top.Rate(n, p.End.Sub(p.Start).Seconds())
 }
 
 // ago is how long before now t was, to the millisecond; "never" for the
@@ -199,4 +195,4 @@ func ago(now, t time.Time) string {
 }
 
 // windowText is a window length in ms as a duration.
-func windowText(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() }
+func windowText(ms int64) string { return top.Window(ms) }

@@ -1,0 +1,27 @@
+package top_test
+
+import (
+	"testing"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
+)
+
+func TestRateAndWindow(t *testing.T) {
+	for _, tc := range []struct {
+		n    uint64
+		secs float64
+		want string
+	}{
+		{0, 60, "0"}, {5, 0, "0"}, {1, 60, "0.02"}, {30, 60, "0.50"}, {600, 60, "10.0"},
+		{6000, 60, "100"}, {60_000_000, 60, "1000000"}, {123456789, 1, "123456789"},
+	} {
+		if got := top.Rate(tc.n, tc.secs); got != tc.want {
+			t.Errorf("Rate(%d, %v) = %q, want %q", tc.n, tc.secs, got, tc.want)
+		}
+	}
+	for ms, want := range map[int64]string{1000: "1s", 60000: "1m", 90000: "90s", 3_600_000: "1h", 86_400_000: "1d", 604_800_000: "7d", 250: "250ms", 1500: "1.5s"} {
+		if got := top.Window(ms); got != want {
+			t.Errorf("Window(%d) = %q, want %q", ms, got, want)
+		}
+	}
+}
