@@ -106,8 +106,9 @@ func (r *runner) startServer(ctx context.Context, cpu int, name string, env []st
 // serve is the head of `ratelimit-authz serve` of this tree on config,
 // with extra flags.
 func (r *runner) serve(config string, extra ...string) []string {
-	// No lean listener on the default port unless extra names one.
-	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s", "--check-addr", "off"}, r.opt.serverArgs, extra)
+	// No lean or admin listener on the default ports unless extra names
+	// one (the admin listener turns the top-keys sketch on).
+	return slices.Concat([]string{"serve", "--config", config, "--log-level", "warn", "--drain-delay", "0s", "--check-addr", "off", "--admin-addr", "off"}, r.opt.serverArgs, extra)
 }
 
 // startCheckServer starts ratelimit-authz serve of this tree on config.

@@ -269,6 +269,7 @@ func launch(t *testing.T, vars map[string]string, args ...string) *servedNode {
 		"RATELIMIT_AUTHZ_GRPC_ADDR":   "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_HTTP_ADDR":   "127.0.0.1:0",
 		"RATELIMIT_AUTHZ_CHECK_ADDR":  "127.0.0.1:0", // not the default port: nodes run side by side
+		"RATELIMIT_AUTHZ_ADMIN_ADDR":  "off",
 		"RATELIMIT_AUTHZ_DRAIN_DELAY": "300ms",
 		"RATELIMIT_AUTHZ_CONFIG":      "../../config/ratelimit.yaml",
 		// The memory limit is the process's: nodes run side by side here

@@ -47,6 +47,10 @@ type serveConfig struct {
 // together.
 const defaultCheckAddr = "127.0.0.1:9002"
 
+// defaultAdminAddr is the admin listener's, on loopback: where `top`
+// looks by default.
+const defaultAdminAddr = "127.0.0.1:9095"
+
 // runServe is the serve command; started, when set, is handed the node
 // before it runs (see serveConfig.started).
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
@@ -75,7 +79,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.Int(&c.node.Limits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
 	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
 	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once plus the long-lived streams (access log, RLQS), which hold one each; 0: a goroutine per check")
-	f.String(&c.adminAddr, "admin-addr", "RATELIMIT_AUTHZ_ADMIN_ADDR", "", "listen `address` of the admin listener: GET /v1/top (the top keys per bucket, JSON) and a status page at /; keys are personal data: an address that is not loopback requires --admin-token-file; empty: off")
+	f.String(&c.adminAddr, "admin-addr", "RATELIMIT_AUTHZ_ADMIN_ADDR", defaultAdminAddr, "listen `address` of the admin listener, the live view of who is limited: GET /v1/top (the top keys per bucket, JSON), a status page at /, what `ratelimit-authz top` reads; keys are personal data: an address that is not loopback requires --admin-token-file; off: none")
 	f.String(&c.adminTokenFile, "admin-token-file", "RATELIMIT_AUTHZ_ADMIN_TOKEN_FILE", "", "`file` holding the bearer token every admin request must carry")
 	f.Bool(&c.adminHideKeys, "admin-hide-keys", "RATELIMIT_AUTHZ_ADMIN_HIDE_KEYS", false, "show a keyed hash (HMAC under a key drawn at start) instead of each key on the admin listener")
 	c.overrides.addFlags(f)
@@ -136,9 +140,9 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 // the token file; the listener itself refuses an address that is not
 // loopback without a token.
 func (c *serveConfig) resolveAdmin() error {
-	if c.adminAddr == "" {
+	if c.adminAddr == "" || c.adminAddr == "off" {
 		if c.adminTokenFile != "" || c.adminHideKeys {
-			return errors.New("--admin-token-file and --admin-hide-keys need --admin-addr")
+			return errors.New("--admin-token-file and --admin-hide-keys need the admin listener, which --admin-addr turns off")
 		}
 		return nil
 	}

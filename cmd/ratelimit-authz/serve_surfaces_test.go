@@ -85,8 +85,8 @@ func TestServeHelpSurfaces(t *testing.T) {
 }
 
 // The lean listener is on by default, where every shipped bootstrap sends
-// ext_authz and the ratelimit filter (127.0.0.1:9002); "off" turns it
-// off.
+// ext_authz and the ratelimit filter (127.0.0.1:9002), and the admin
+// listener where top looks (127.0.0.1:9095); "off" turns each off.
 func TestServeCheckAddrDefault(t *testing.T) {
 	var out bytes.Buffer
 	noEnv := func(string) string { return "" }
@@ -95,6 +95,14 @@ func TestServeCheckAddrDefault(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), `RATELIMIT_AUTHZ_CHECK_ADDR) (default "127.0.0.1:9002")`) {
 		t.Errorf("serve --help does not give --check-addr the default 127.0.0.1:9002:\n%s", out.String())
+	}
+	// The live view too, on loopback, where top looks by default.
+	if !strings.Contains(out.String(), `RATELIMIT_AUTHZ_ADMIN_ADDR) (default "127.0.0.1:9095")`) {
+		t.Errorf("serve --help does not give --admin-addr the default 127.0.0.1:9095:\n%s", out.String())
+	}
+	out.Reset()
+	if err := run(context.Background(), []string{"top", "--help"}, noEnv, &out, io.Discard); err != nil || !strings.Contains(out.String(), `(default "127.0.0.1:9095")`) {
+		t.Errorf("top --help does not look at 127.0.0.1:9095 by default (%v):\n%s", err, out.String())
 	}
 	for _, off := range []map[string]string{{"RATELIMIT_AUTHZ_CHECK_ADDR": "off"}} {
 		if n := serveReady(t, off); n.node.CheckAddr() != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -22,7 +23,6 @@ import (
 )
 
 const (
-	defaultAdminURL = "http://127.0.0.1:9095"
 	// maxTopBody bounds the /v1/top answer read: 100 keys of 255 bytes,
 	// four lists, a few hundred buckets stay far below it.
 	maxTopBody = 32 << 20
@@ -46,7 +46,8 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 		"(serve --admin-addr), refreshed like top. --once --json prints GET /v1/top\n"+
 		"once, for scripts.", getenv)
 	var c topConfig
-	f.String(&c.adminURL, "admin", "RATELIMIT_AUTHZ_ADMIN_URL", defaultAdminURL, "`URL` of the node's admin listener (http or https)")
+	f.String(&c.adminURL, "admin-addr", "RATELIMIT_AUTHZ_ADMIN_ADDR", defaultAdminAddr, "`address` of the node's admin listener, as serve --admin-addr (host:port), or its URL (http or https)")
+	f.fs.StringVar(&c.adminURL, "admin", c.adminURL, "the same as --admin-addr")
 	f.String(&c.bucket, "bucket", "RATELIMIT_AUTHZ_TOP_BUCKET", "", "show this `bucket` only; empty: every bucket with hits")
 	f.String(&c.tokenFile, "admin-token-file", "RATELIMIT_AUTHZ_ADMIN_TOKEN_FILE", "", "`file` holding the admin listener's bearer token")
 	f.Int(&c.n, "n", "RATELIMIT_AUTHZ_TOP_KEYS", 10, "keys per list, 1 to 100")
@@ -70,6 +71,9 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
+			}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				return fmt.Errorf("top: no admin listener at %s (serve opens it with --admin-addr, by default %s; give top the node's with --admin-addr): %w", req.URL.Host, defaultAdminAddr, err)
 			}
 			return fmt.Errorf("top: %w", err)
 		}
@@ -116,9 +120,13 @@ func (c *topConfig) request() (*http.Request, error) {
 	if c.json && !c.once {
 		return nil, errors.New("--json needs --once")
 	}
-	u, err := url.Parse(c.adminURL)
+	raw := c.adminURL
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw // host:port, as serve --admin-addr takes it
+	}
+	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("--admin %q: want an http or https URL with a host", c.adminURL)
+		return nil, fmt.Errorf("--admin-addr %q: want host:port, or an http or https URL with a host", c.adminURL)
 	}
 	q := url.Values{"n": {strconv.Itoa(c.n)}}
 	if c.bucket != "" {
@@ -131,7 +139,7 @@ func (c *topConfig) request() (*http.Request, error) {
 	u.RawQuery = q.Encode()
 	req, err := http.NewRequest(http.MethodGet, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("--admin %q: %w", c.adminURL, err)
+		return nil, fmt.Errorf("--admin-addr %q: %w", c.adminURL, err)
 	}
 	if c.tokenFile != "" {
 		tok, err := readSecretFile(c.tokenFile)

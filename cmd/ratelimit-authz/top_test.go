@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -155,16 +156,27 @@ func TestAdminAndTopUsage(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "not loopback requires a bearer token (--admin-token-file)") {
 		t.Errorf("serve --admin-addr 0.0.0.0:0 without a token: %v", err)
 	}
-	if err := run(context.Background(), []string{"serve", "--admin-hide-keys"}, env(nil), io.Discard, io.Discard); exitCode(err) != 2 {
-		t.Errorf("--admin-hide-keys without --admin-addr: %v", err)
+	if err := run(context.Background(), []string{"serve", "--admin-addr", "off", "--admin-hide-keys"}, env(nil), io.Discard, io.Discard); exitCode(err) != 2 {
+		t.Errorf("--admin-hide-keys with the admin listener off: %v", err)
 	}
 	for _, args := range [][]string{
 		{"--once", "--n", "0"}, {"--once", "--n", "101"}, {"--interval", "10ms"}, {"--json"}, {"--once", "--admin", "ftp://x"},
-		{"--once", "--admin", "x"}, {"--once", "--admin-token-file", "/nonexistent"}, {"--once", "extra"},
+		{"--once", "--admin-addr", "http://"}, {"--once", "--admin-token-file", "/nonexistent"}, {"--once", "extra"},
 	} {
 		if err := run(context.Background(), append([]string{"top"}, args...), env(nil), io.Discard, io.Discard); exitCode(err) != 2 {
 			t.Errorf("top %v: %v, want a usage error", args, err)
 		}
+	}
+	// Nothing listening: top says where the admin listener comes from.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := lis.Addr().String()
+	lis.Close()
+	err = run(context.Background(), []string{"top", "--once", "--admin-addr", closed}, env(nil), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "no admin listener at "+closed+" (serve opens it with --admin-addr, by default 127.0.0.1:9095") {
+		t.Errorf("top against a closed port: %v", err)
 	}
 }
 

@@ -207,7 +207,10 @@ func (d *demo) fire(ctx context.Context) error {
 	}
 	d.out.linef("")
 	report(d.out, d.results)
-	return check(d.results)
+	if err := check(d.results); err != nil {
+		return err
+	}
+	return d.liveView(ctx)
 }
 
 // runBurst sends every row's requests, interleaved, from workers

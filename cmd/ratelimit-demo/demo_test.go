@@ -311,6 +311,7 @@ func TestDemo(t *testing.T) {
 	for _, want := range []string{
 		"activity_create   POST /api/activities", "upload ", "inbound ", "token_generate ", "token_create ", "login_ip/account ",
 		"A 429 as the client saw it", "stopped envoy",
+		"who was limited (the live view", "and in `ratelimit-authz top`",
 	} {
 		if !strings.Contains(log, want) {
 			t.Errorf("output lacks %q", want)

@@ -40,9 +40,12 @@ type demo struct {
 	appAddr  string
 	addrs    envoyconf.Addrs
 	httpAddr string // the server's /readyz and /metrics
-	server   *proc.Process
-	envoy    *proc.Process
-	client   *http.Client
+	// adminAddr is the server's admin listener: the live view of who is
+	// limited, which the demo reads at its end.
+	adminAddr string
+	server    *proc.Process
+	envoy     *proc.Process
+	client    *http.Client
 
 	results []*row
 }
@@ -140,6 +143,9 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 	if d.httpAddr, err = freeport.Addr(); err != nil {
 		return err
 	}
+	if d.adminAddr, err = freeport.Addr(); err != nil {
+		return err
+	}
 	// Envoy's ext_authz filter calls the lean Check listener, its access
 	// log the gRPC port, as in the shipped bootstrap.
 	d.addrs = envoyconf.Addrs{App: d.appAddr, Authz: make([]string, 1), Check: make([]string, 1)}
@@ -161,6 +167,7 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 			"--grpc-addr", d.addrs.Authz[0],
 			"--check-addr", d.addrs.Check[0],
 			"--http-addr", d.httpAddr,
+			"--admin-addr", d.adminAddr,
 			"--drain-delay", "0s", // nothing to drain for: Envoy is stopped first
 			"--shutdown-timeout", "5s",
 		},
@@ -171,7 +178,7 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 	if err := d.ready(ctx, d.server, "http://"+d.httpAddr+"/readyz"); err != nil {
 		return err
 	}
-	d.out.linef("  ratelimit-authz  pid %-7d gRPC %s, Check %s, metrics http://%s/metrics", d.server.PID(), d.addrs.Authz[0], d.addrs.Check[0], d.httpAddr)
+	d.out.linef("  ratelimit-authz  pid %-7d gRPC %s, Check %s, metrics http://%s/metrics, live view http://%s/", d.server.PID(), d.addrs.Authz[0], d.addrs.Check[0], d.httpAddr, d.adminAddr)
 
 	envoyCfg := filepath.Join(d.logDir, "envoy.yaml")
 	if err := envoyconf.RenderFile(d.o.envoyConfig, envoyCfg, d.addrs); err != nil {

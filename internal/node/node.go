@@ -244,6 +244,8 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.Close()
 	g, gctx := errgroup.WithContext(ctx)
 	if n.admin != nil {
+		a := n.admin.Addr().String()
+		n.log.Info("live view of who is limited", "admin", "http://"+a+"/", "top", "ratelimit-authz top --admin-addr "+a)
 		g.Go(func() error { return n.admin.Run(gctx) })
 	}
 	srvDone := make(chan struct{})

@@ -193,9 +193,7 @@ func (c *cluster) startNode(t *testing.T, nd *node) {
 		"--log-level", "info", // debug would log every denial
 	}
 	args = append(args, "--check-addr", cmp.Or(nd.checkAddr, "off"))
-	if nd.adminAddr != "" {
-		args = append(args, "--admin-addr", nd.adminAddr)
-	}
+	args = append(args, "--admin-addr", cmp.Or(nd.adminAddr, "off"))
 	nd.proc = c.logs.startOwned(c.owner, t, logName, c.serverBin, args...)
 }
 

@@ -421,7 +421,7 @@ func (s *stack) startServer(bin, config string, extra ...string) *process {
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
 	}
-	args = append(args, "--check-addr", s.checkAddr())
+	args = append(args, "--check-addr", s.checkAddr(), "--admin-addr", "off") // extra may name an admin listener
 	args = append(args, extra...)
 	s.server = s.logs.start(s.t, "ratelimit-authz", bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")

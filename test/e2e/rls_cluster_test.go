@@ -60,7 +60,7 @@ func testRLSClusterThroughEnvoy(t *testing.T, lean bool) {
 		if lean {
 			nd.checkAddr = s.check[i]
 		}
-		args = append(args, "--check-addr", cmp.Or(nd.checkAddr, "off"))
+		args = append(args, "--check-addr", cmp.Or(nd.checkAddr, "off"), "--admin-addr", "off")
 		nd.proc = s.logs.startEnv(t, t, nd.name, rlsEnv(runtimeRoot), serverBin, args...)
 	}
 	for _, nd := range c.nodes {

@@ -157,7 +157,7 @@ func (s *stack) startRLSServer(bin, runtimeRoot string, env ...string) *process 
 		"--http-addr", s.httpAddr,
 		"--log-level", "debug",
 	}
-	args = append(args, "--check-addr", s.checkAddr())
+	args = append(args, "--check-addr", s.checkAddr(), "--admin-addr", "off")
 	s.server = s.logs.startEnv(s.t, s.t, "ratelimit-authz", rlsEnv(runtimeRoot, env...), bin, args...)
 	waitHTTP200(s.t, s.server, "http://"+s.httpAddr+"/readyz")
 	return s.server
