@@ -232,3 +232,59 @@ func TestCheckConfigUncheckedRoutes(t *testing.T) {
 		t.Errorf("the LLM example's routes, which the shipped bootstrap answers 404: exit %d\n%s", exitCode(err), got)
 	}
 }
+
+// The Envoy changes docs/cost-budgets.md gives for the LLM example, made
+// to the shipped bootstrap as written there, pass check-config with the
+// example's configuration: every limited route checked, the header its
+// token budget charges from logged.
+func TestCheckConfigCostExampleAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/cost-budgets.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shipped, err := os.ReadFile("../../envoy/ratelimit-authz.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// yamlBlock is the first YAML block of doc after marker, its lines
+	// re-indented to indent.
+	yamlBlock := func(marker, indent string) string {
+		i := strings.Index(string(doc), marker)
+		if i < 0 {
+			t.Fatalf("docs/cost-budgets.md lacks %q", marker)
+		}
+		rest := string(doc[i:])
+		start := strings.Index(rest, "```yaml\n")
+		end := strings.Index(rest[start+8:], "```")
+		var out strings.Builder
+		for _, l := range strings.Split(strings.TrimRight(rest[start+8:start+8+end], " \n"), "\n") {
+			out.WriteString(indent + strings.TrimPrefix(l, "   ") + "\n")
+		}
+		return out.String()
+	}
+	routes := yamlBlock("2. Its route table", "              ")
+	header := "              additional_response_headers_to_log: [ x-usage-total-tokens ]\n"
+	if !strings.Contains(yamlBlock("1. Its access log", ""), strings.TrimSpace(header)) {
+		t.Fatal("the documented access log does not log x-usage-total-tokens")
+	}
+	bootstrap := string(shipped)
+	for _, e := range []struct{ anchor, add string }{
+		{"              # Login routes:", routes},
+		{"              # A cost bucket charged from a response header", header},
+	} {
+		i := strings.Index(bootstrap, e.anchor)
+		if i < 0 {
+			t.Fatalf("the shipped bootstrap lacks %q", e.anchor)
+		}
+		bootstrap = bootstrap[:i] + e.add + bootstrap[i:]
+	}
+	p := filepath.Join(t.TempDir(), "envoy.yaml")
+	if err := os.WriteFile(p, []byte(bootstrap), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	err = run(context.Background(), []string{"check-config", "--config", "../../config/examples/llm-budget.yaml", "--envoy", p}, env(nil), &out, &errOut)
+	if err != nil || strings.Contains(errOut.String(), "does not log it") || strings.Contains(errOut.String(), "may drop the entries") || strings.Contains(errOut.String(), "is limited, but") {
+		t.Fatalf("the documented changes: %v\n%s%s", err, out.String(), errOut.String())
+	}
+}
