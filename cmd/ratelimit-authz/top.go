@@ -98,6 +98,14 @@ func runTop(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 }
 
+// perSecond is n over secs as a rate in unit ("requests" goes unsaid).
+func perSecond(n uint64, secs float64, unit string) string {
+	if unit == "requests" || unit == "" {
+		return top.Rate(n, secs) + "/s"
+	}
+	return top.Rate(n, secs) + " " + shown(unit, 40) + "/s"
+}
+
 // terminal reports whether w is a terminal (a character device): only
 // there does top clear the screen between refreshes.
 func terminal(w io.Writer) bool {
@@ -200,11 +208,14 @@ func printTop(w io.Writer, r admin.TopResponse, all bool) {
 		listed++
 		secs := max(m.End.Sub(m.Start).Seconds(), 1)
 		limit := "per key"
-		if b.Limit > 0 {
+		switch {
+		case b.Limit > 0 && b.WindowMS == 0:
+			limit = fmt.Sprintf("%d in flight", b.Limit)
+		case b.Limit > 0:
 			limit = fmt.Sprintf("%d / %s", b.Limit, top.Window(b.WindowMS))
 		}
-		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %s/s  denied %s/s\n", shown(b.Bucket, 80), limit, b.Algorithm,
-			top.Rate(m.Admitted, secs), top.Rate(m.Denied, secs))
+		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %s  denied %s\n", shown(b.Bucket, 80), limit, b.Algorithm,
+			perSecond(m.Admitted, secs, b.Unit), perSecond(m.Denied, secs, b.DeniedUnit))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "#\tDENIED KEY\tHITS\t±\tADMITTED KEY\tHITS\t±\t")
 		for i := range max(len(m.TopDenied), len(m.TopAdmitted)) {

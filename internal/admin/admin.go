@@ -49,6 +49,11 @@ type Bucket struct {
 	// Protocol is what configures it: "ext_authz" (the rules file) or
 	// "rls" (envoyproxy/ratelimit's descriptors).
 	Protocol string
+	// Unit is what its admitted hits count ("requests", "hits",
+	// "concurrent-requests" acquisitions, "failures", "content-bytes",
+	// "cost"), DeniedUnit its denied ones: the same, or "requests" where
+	// a check refuses a budget spent from the response.
+	Unit, DeniedUnit string
 }
 
 // Deps is what the listener reads.

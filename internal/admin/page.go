@@ -194,5 +194,11 @@ func ago(now, t time.Time) string {
 	return now.Sub(t).Round(time.Millisecond).String() + " ago"
 }
 
-// windowText is a window length in ms as a duration.
-func windowText(ms int64) string { return top.Window(ms) }
+// windowText is a window length in ms as a duration; "in flight" for a
+// bucket of requests in flight, which has none.
+func windowText(ms int64) string {
+	if ms == 0 {
+		return "in flight"
+	}
+	return top.Window(ms)
+}

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,6 +33,10 @@ type BucketTops struct {
 	Limit     int64  `json:"limit,omitempty"`
 	WindowMS  int64  `json:"window_ms"`
 	Algorithm string `json:"algorithm"`
+	// Unit and DeniedUnit say what the admitted and the denied hits
+	// count (admin.Bucket).
+	Unit       string `json:"unit"`
+	DeniedUnit string `json:"denied_unit"`
 	top.Tops
 }
 
@@ -99,6 +104,7 @@ func (s *Server) local(q query, n int, now time.Time) (TopResponse, bool) {
 		found = true
 		resp.Buckets = append(resp.Buckets, BucketTops{
 			Bucket: b.Name, Protocol: b.Protocol, Limit: b.Limit, WindowMS: b.WindowMS, Algorithm: b.Algorithm.String(),
+			Unit: cmp.Or(b.Unit, "requests"), DeniedUnit: cmp.Or(b.DeniedUnit, b.Unit, "requests"),
 			Tops: s.deps.Sketch.Read(b.ID, now, n),
 		})
 	}

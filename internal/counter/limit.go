@@ -180,10 +180,12 @@ type Config struct {
 // or denied, counted in window (of scaleMS ms) at ms, unix ms. The key is
 // the form the store holds (a digest when too long) and is only valid for
 // the call. Take and TakeN report their decision; Incr, which counts
-// unconditionally, reports its hits as denied when they leave the key
-// over its limit. An overflow (nothing counted) and Peek are not
-// reported. Hit is called after the shard's lock is released, from the
-// goroutine of the decision, and must be safe for concurrent use.
+// unconditionally (a cost or a failure reported after the response),
+// reports its hits as admitted: they were spent; Peek reports a denial
+// as one denied hit (a check refused on a budget Incr spends). An
+// overflow (nothing counted) and a Peek that allows are not reported.
+// Hit is called after the shard's lock is released, from the goroutine
+// of the decision, and must be safe for concurrent use.
 type Observer interface {
 	Hit(bucket Bucket, key string, n int64, allowed bool, window, scaleMS, ms int64)
 }

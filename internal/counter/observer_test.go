@@ -24,8 +24,9 @@ func (r *recorder) Hit(bucket counter.Bucket, key string, n int64, allowed bool,
 }
 
 // TestObserverSeesEveryDecision: Take, TakeN and Incr report what they
-// decided, once each, with the stored form of the key; Peek, Release and
-// an overflow report nothing.
+// decided, once each, with the stored form of the key (Incr's hits are
+// spent: admitted); a Peek reports a denial, not an allowance; Release,
+// an overflow and Incr of nothing report nothing.
 func TestObserverSeesEveryDecision(t *testing.T) {
 	rec := &recorder{}
 	s, err := counter.New(counter.Config{Shards: 1, MaxKeys: 2, MaxKeyBytes: 8, Observer: rec})
@@ -35,21 +36,24 @@ func TestObserverSeesEveryDecision(t *testing.T) {
 	lim := counter.Limit{Limit: 2, ScaleMS: 1000, Algorithm: counter.Fixed}
 	now := time.UnixMilli(5_500)
 	s.Take(1, "a", lim, now)
+	s.Peek(1, "a", lim, now) // allowed: not reported
 	s.Take(1, "a", lim, now)
 	s.Take(1, "a", lim, now) // denied
 	s.TakeN(2, "a-very-long-key", lim, 3, now)
-	s.Peek(1, "a", lim, now)
 	s.Release(1, "a", lim, 5)
 	s.Take(3, "c", lim, now) // no room: overflow
 	s.Incr(2, "a-very-long-key", lim, 2, now)
-	s.Incr(2, "a-very-long-key", lim, 1, now) // 3 > 2: over the limit
+	s.Incr(2, "a-very-long-key", lim, 1, now) // 3 > 2: spent all the same
+	s.Incr(2, "a-very-long-key", lim, 0, now) // nothing
+	s.Peek(2, "a-very-long-key", lim, now)    // over: a refusal
 	long := rec.got[3].key
 	if len(long) != 33 || long[0] != '#' {
 		t.Fatalf("long key reported as %q, want its digest", long)
 	}
 	want := []observed{
 		{1, "a", 1, true, 5, 1000}, {1, "a", 1, true, 5, 1000}, {1, "a", 1, false, 5, 1000},
-		{2, long, 3, false, 5, 1000}, {2, long, 2, true, 5, 1000}, {2, long, 1, false, 5, 1000},
+		{2, long, 3, false, 5, 1000}, {2, long, 2, true, 5, 1000}, {2, long, 1, true, 5, 1000},
+		{2, long, 1, false, 5, 1000},
 	}
 	if len(rec.got) != len(want) {
 		t.Fatalf("observed %+v, want %+v", rec.got, want)

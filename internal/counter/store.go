@@ -642,7 +642,18 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 // when Peek reports Overflow as Take would: a count
 // for that key could not be kept, so "0" would be a guess. (That refusal
 // is not counted in Refused: nothing was refused storage.)
+//
+// A Peek is a decision (a check of a budget spent from the response, a
+// lockout): the Observer is told of a denial, as one denied hit.
 func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result {
+	r := s.peek(bucket, key, lim, now)
+	if s.obs != nil && !r.Allowed && !r.Overflow && lim.valid() {
+		s.obs.Hit(bucket, s.storedKey(key), 1, false, r.Window, lim.ScaleMS, now.UnixMilli())
+	}
+	return r
+}
+
+func (s *Store) peek(bucket Bucket, key string, lim Limit, now time.Time) Result {
 	if !lim.valid() {
 		return Result{}
 	}
@@ -678,10 +689,10 @@ func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result
 // Incr counts n hits for (bucket, key) at now unconditionally (failed logins
 // are counted whether or not they were over the limit). Allowed reports
 // whether one more hit would still be admitted afterwards. n ≤ 0 counts
-// nothing and returns what Peek would.
+// nothing and returns what Peek would (and is no decision to observe).
 func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Time) Result {
 	if n <= 0 {
-		return s.Peek(bucket, key, lim, now)
+		return s.peek(bucket, key, lim, now)
 	}
 	if !lim.valid() {
 		return Result{}
@@ -741,7 +752,7 @@ func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Tim
 		s.signalNear()
 	}
 	if s.obs != nil {
-		s.obs.Hit(bucket, k.key, n, estimate(lim, el, prev, cur) <= lim.Limit, w, lim.ScaleMS, ms)
+		s.obs.Hit(bucket, k.key, n, true, w, lim.ScaleMS, ms) // spent, whatever it leaves
 	}
 	return result(lim, w, el, prev, cur, admits(lim, el, prev, cur))
 }

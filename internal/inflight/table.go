@@ -38,6 +38,11 @@ type Config struct {
 	// GaugeExpiry: a peer's gauge not repeated for this long is dropped
 	// (the peer stopped, or was cut off); 3 s.
 	GaugeExpiry time.Duration
+	// Observer, when set, is told of each acquisition admitted or denied
+	// (the limit, a full table; not a refused request id) as one hit,
+	// without a window (window and scale 0), as the counter tells it of
+	// its decisions: the live view's top keys.
+	Observer counter.Observer
 }
 
 // Defaults of Config.
@@ -321,6 +326,14 @@ func (t *Table) admits(g *gauge, limit, ms int64) bool {
 // lease is released by Release or expires ttl after now. A denial takes
 // nothing.
 func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
+	r := t.acquire(bucket, key, requestID, limit, ttl, now)
+	if obs := t.cfg.Observer; obs != nil && (r.Outcome == Acquired || r.Outcome == DeniedLimit || r.Outcome == DeniedFull) {
+		obs.Hit(bucket, counter.StoredKey(key, t.cfg.MaxKeyBytes), 1, r.Outcome == Acquired, 0, 0, now.UnixMilli())
+	}
+	return r
+}
+
+func (t *Table) acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
 	if limit < 1 || ttl <= 0 {
 		return Result{Outcome: DeniedInvalid}
 	}

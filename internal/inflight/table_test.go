@@ -2,6 +2,7 @@ package inflight
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -309,5 +310,29 @@ func TestAcquireReleaseAllocations(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Fatalf("%v allocations per acquire and release of a known key, want 0", allocs)
+	}
+}
+
+type hitRecorder struct{ got []string }
+
+func (r *hitRecorder) Hit(bucket counter.Bucket, key string, n int64, allowed bool, window, scaleMS, ms int64) {
+	r.got = append(r.got, fmt.Sprintf("%d %s %d %v %d %d", bucket, key, n, allowed, window, scaleMS))
+}
+
+// The Observer sees each acquisition admitted or denied by the limit or
+// a full table, as one hit without a window; a refused request id and a
+// release are not acquisitions.
+func TestAcquisitionsObserved(t *testing.T) {
+	rec := &hitRecorder{}
+	tb := newTable(t, Config{Observer: rec, MaxKeys: 1, Shards: 1})
+	const b = counter.Bucket(1)
+	tb.Acquire(b, "k", "r1", 1, time.Minute, t0)
+	tb.Acquire(b, "k", "r2", 1, time.Minute, t0)     // the limit
+	tb.Acquire(b, "k", "r1", 1, time.Minute, t0)     // a repeated id
+	tb.Acquire(b, "other", "r3", 1, time.Minute, t0) // no room for a key
+	tb.Release(b, "k", "r1")
+	want := []string{"1 k 1 true 0 0", "1 k 1 false 0 0", "1 other 1 false 0 0"}
+	if !slices.Equal(rec.got, want) {
+		t.Errorf("observed %q, want %q", rec.got, want)
 	}
 }

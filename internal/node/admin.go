@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
@@ -82,15 +83,50 @@ func (n *Node) adminBuckets() []admin.Bucket {
 		if !b.HasLimit {
 			lim = b.Default
 		}
-		bs = append(bs, admin.Bucket{ID: snap.Buckets[i].ID, Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"})
+		ab := admin.Bucket{ID: snap.Buckets[i].ID, Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"}
+		ab.Unit, ab.DeniedUnit = units(b.Count == configfile.CountConcurrency, b.Cost)
+		if b.Count == configfile.CountConcurrency {
+			ab.WindowMS = 0 // requests in flight have no window
+		}
+		bs = append(bs, ab)
 	}
 	if snap.RLS != nil {
 		for i, r := range snap.RLS.Rules() {
 			lim, _ := r.Limit()
-			bs = append(bs, admin.Bucket{ID: snap.RLSRules[i].ID, Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls"})
+			ab := admin.Bucket{ID: snap.RLSRules[i].ID, Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls", Unit: "hits", DeniedUnit: "hits"}
+			switch {
+			case r.Concurrency:
+				ab.Unit, ab.DeniedUnit, ab.WindowMS = "concurrent-requests", "concurrent-requests", 0
+			case r.Charge:
+				ab.Unit, ab.DeniedUnit = "cost", "requests"
+			}
+			bs = append(bs, ab)
 		}
 	}
 	return bs
+}
+
+// units are what a rules bucket's admitted and denied hits count in the
+// live view: acquisitions of a concurrency bucket; a cost taken at the
+// check, admitted or denied; a cost or a failure charged from the
+// response, and the requests a check refused on it.
+func units(concurrency bool, c configfile.Cost) (admitted, denied string) {
+	switch {
+	case concurrency:
+		return "concurrent-requests", "concurrent-requests"
+	case c.Source == configfile.CostFailures:
+		return "failures", "requests"
+	case c.Source == configfile.CostRequests:
+		return "requests", "requests"
+	}
+	u := c.QuotaUnit()
+	if u == "" {
+		u = "cost"
+	}
+	if c.AfterResponse() {
+		return u, "requests"
+	}
+	return u, u
 }
 
 // adminCluster is the replicator's view of the cluster, for the status

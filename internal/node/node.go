@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	leases, err := newLeases(repl, snap, reg, log)
+	leases, err := newLeases(repl, snap, sketch, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -309,8 +309,12 @@ func (n *Node) CounterBytes() int64 { return n.store.MemoryBytes() }
 // newLeases is the lease table of the concurrency buckets, run by a Sync
 // that shares it with the peers over the replicator's casts (repl nil: a
 // node alone).
-func newLeases(repl *replicate.Replicator, snap *snapshot.Snapshot, reg prometheus.Registerer, log *slog.Logger) (*inflight.Sync, error) {
-	t, err := inflight.New(inflight.Config{})
+func newLeases(repl *replicate.Replicator, snap *snapshot.Snapshot, sk *top.Sketch, reg prometheus.Registerer, log *slog.Logger) (*inflight.Sync, error) {
+	var cfg inflight.Config
+	if sk != nil { // a nil *top.Sketch in the interface would not be a nil Observer
+		cfg.Observer = sk
+	}
+	t, err := inflight.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("create the lease table: %w", err)
 	}
