@@ -128,15 +128,22 @@ func (s *Server) tops(ctx context.Context, q query, now time.Time) (resp TopResp
 			if p == nil {
 				continue
 			}
-			for _, l := range [][]top.Key{p.TopAdmitted, p.TopDenied} {
-				for j := range l {
-					l[j].Key = s.shownKey(l[j].Key)
+			for _, l := range []*[]top.Key{&p.TopAdmitted, &p.TopDenied} {
+				*l = slices.DeleteFunc(*l, uncertain)
+				for j := range *l {
+					(*l)[j].Key = s.shownKey((*l)[j].Key)
 				}
 			}
 		}
 	}
 	return resp, ok, ""
 }
+
+// uncertain reports whether a listed key's hits are more error than
+// count: a key the sketch kept in a flood of distinct keys may have as
+// little as one hit behind a large error, and says nothing about who
+// spends the budget. Such entries are left out of every answer.
+func uncertain(k top.Key) bool { return k.Error > 0 && k.Hits-min(k.Error, k.Hits) < k.Error }
 
 // clusterTimeout bounds the wait for the peers' answers.
 const clusterTimeout = 2 * time.Second
