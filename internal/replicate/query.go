@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -76,9 +77,12 @@ func (r *Replicator) onQuery(nc *nats.Conn, msg *nats.Msg) {
 }
 
 // Ask sends query to every peer and returns the answers that came before
-// every peer heard from lately had answered or ctx ended, and the peers
-// heard from lately that did not answer. It fails when this node is not
-// connected to NATS or the query does not fit in a message.
+// every peer heard from lately had answered or ctx ended, and every peer
+// of the peer table that did not answer: one gone silent (killed, cut
+// off) stays named until it leaves cleanly or Config.PeerExpiry passes,
+// as long as replicate_peers counts it, though Ask does not wait for it.
+// It fails when this node is not connected to NATS or the query does not
+// fit in a message.
 func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, missing []PeerInfo, err error) {
 	nc := r.conn.Load()
 	if nc == nil || !nc.IsConnected() {
@@ -86,6 +90,7 @@ func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, m
 	}
 	now := r.now()
 	expected := r.peers.live(nil, now.Add(-shareLive*r.cfg.Heartbeat))
+	known := r.peers.live(nil, time.Time{})
 	m := message{header: header{Kind: kindQuery, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()}, Body: string(query)}
 	var sealBuf, sealAD []byte
 	data := r.sealed(&sealBuf, &sealAD, m.encode(nil), kindQuery)
@@ -115,7 +120,7 @@ func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, m
 		heard[rx.origin()] = true
 		answers = append(answers, Answer{Node: rx.Node, Incarnation: rx.Incarnation, Body: []byte(rx.Body)})
 	}
-	for _, p := range expected {
+	for _, p := range known {
 		if !heard[p.id] {
 			missing = append(missing, PeerInfo{Node: p.id.Node, Incarnation: p.id.Incarnation, LastHeard: p.last})
 		}

@@ -13,7 +13,8 @@ import (
 
 // TestAskGathersAnswers: in a sealed cluster of three, a query reaches
 // both peers; the one that answers is heard, with its identity, and the
-// one without an answerer is named missing once the context ends.
+// one without an answerer is named missing once the context ends; a peer
+// of the table gone silent is named missing too, without a wait.
 func TestAskGathersAnswers(t *testing.T) {
 	srv := testnats.Run(t)
 	key := bytes.Repeat([]byte{7}, KeySize)
@@ -55,6 +56,18 @@ func TestAskGathersAnswers(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Errorf("Ask waited for its context (%v) with every peer answered", time.Since(start))
+	}
+
+	// A peer gone silent 10 s ago (killed: no clean leave), still in the
+	// peer table: named missing, without waiting for it.
+	nodes[0].r.peers.get("gone", 42, time.Now().Add(-10*time.Second), true)
+	start = time.Now()
+	answers, missing, err = nodes[0].r.Ask(ctx, nil)
+	if err != nil || len(answers) != 2 || len(missing) != 1 || missing[0].Node != "gone" || missing[0].Incarnation != 42 {
+		t.Errorf("with a silent peer: %+v, missing %+v, %v", answers, missing, err)
+	}
+	if ctx.Err() != nil {
+		t.Errorf("Ask waited for its context (%v) for a peer silent for 10 s", time.Since(start))
 	}
 }
 
