@@ -72,6 +72,10 @@ e2e: tools ## only the end-to-end tests through a real Envoy
 demo: build ## one node, Envoy and an app on free ports: burst every bucket, print allowed vs 429
 	$(GO) run ./cmd/ratelimit-demo --server-bin $(BIN) $(DEMOFLAGS)
 
+.PHONY: up
+up: build ## the demo's stack (node, Envoy, the example app, the live view) kept up until Ctrl-C, with what to try against it
+	$(GO) run ./cmd/ratelimit-demo --server-bin $(BIN) --stay $(DEMOFLAGS)
+
 .PHONY: bench
 bench: ## benchmarks (~10 min, a quiet machine): microbenchmarks, the floor (CPU per check pinned, vs no-ops, the baseline commit and the anchors), memory, cluster accuracy, Envoy end to end, replication at scale; writes bench/results/REPORT.md
 	bench/run.sh $(BENCHFLAGS)

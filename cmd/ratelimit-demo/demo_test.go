@@ -353,3 +353,45 @@ func TestDemoInterrupt(t *testing.T) {
 	}
 	checkGone(t, pids(t, log))
 }
+
+// TestDemoStay: with --stay the stack stays up after the bursts and the
+// demo prints what to try; the printed curl works through Envoy, the
+// live view answers, and Ctrl-C then stops everything and exits 0.
+func TestDemoStay(t *testing.T) {
+	p := startDemo(t, "--stay")
+	poll.Until(t, 2*time.Minute, 50*time.Millisecond, func() error {
+		if strings.Contains(p.Tail(60), "The stack stays up until Ctrl-C") {
+			return nil
+		}
+		if p.Exited() {
+			t.Fatalf("the demo exited:\n%s", p.Tail(60))
+		}
+		return fmt.Errorf("not up yet:\n%s", p.Tail(20))
+	})
+	log := p.Tail(200)
+	listener := regexp.MustCompile(`-H 'x-tenant-id: acme' http://(\S+)/api/activities `).FindStringSubmatch(log)
+	live := regexp.MustCompile(`open http://(\S+)/ `).FindStringSubmatch(log)
+	if listener == nil || live == nil {
+		t.Fatalf("no curl or live view line:\n%s", log)
+	}
+	req, _ := http.NewRequest("POST", "http://"+listener[1]+"/api/activities", strings.NewReader("{}"))
+	req.Header.Set("x-tenant-id", "stay-test")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil || resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") == "" {
+		t.Fatalf("the printed curl: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + live[1] + "/v1/top"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the live view: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if err := syscall.Kill(p.PID(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, p)
+	if err := p.Err(); err != nil {
+		t.Errorf("exit after Ctrl-C with --stay: %v, want 0\n%s", err, p.Tail(40))
+	}
+	checkGone(t, pids(t, p.Tail(200)))
+}

@@ -47,3 +47,18 @@ func (d *demo) liveView(ctx context.Context) error {
 	d.out.linef("While a node runs (make run), the same view is at http://127.0.0.1:9095/ and in `ratelimit-authz top`.")
 	return nil
 }
+
+// stayUp prints what to try against the running stack and waits for
+// ctx (Ctrl-C); it returns errInterrupted-free nil then: staying up and
+// being stopped is the plan.
+func (d *demo) stayUp(ctx context.Context) error {
+	d.out.linef("")
+	d.out.linef("The stack stays up until Ctrl-C. Try:")
+	d.out.linef("  curl -si -XPOST -H 'x-tenant-id: acme' http://%s/api/activities      # 200, RateLimit-Policy", d.addrs.Listener)
+	d.out.linef("  for i in $(seq 120); do curl -so /dev/null -w '%%{http_code} ' -XPOST -H 'x-tenant-id: acme' http://%s/api/activities; done   # 429s past 100/s", d.addrs.Listener)
+	d.out.linef("  open http://%s/                                   # the live view: who is limited", d.adminAddr)
+	d.out.linef("  ratelimit-authz top --admin-addr %s               # the same, in the terminal", d.adminAddr)
+	d.out.linef("  curl -s http://%s/metrics | grep ratelimit_authz_checks_total", d.httpAddr)
+	<-ctx.Done()
+	return nil
+}

@@ -65,14 +65,19 @@ type options struct {
 	logDir      string
 	keepLogs    bool
 	timeout     time.Duration
+	// stay keeps the stack up after the bursts until Ctrl-C, printing
+	// what to try against it.
+	stay bool
 }
 
 const summary = `Starts one ratelimit-authz node (in memory: no Postgres, no NATS), the
 pinned Envoy and a small application behind it, all on free 127.0.0.1
 ports; fires a burst at every bucket of the shipped configuration through
 Envoy; prints per bucket what was allowed (2xx), what got 429, what reached
-the application, the Retry-After and RateLimit-Policy seen; stops
-everything. Takes 10-30 seconds; Ctrl-C stops everything too.
+the application, the Retry-After and RateLimit-Policy seen, and who was
+limited as the live view saw it; stops everything (with --stay, at
+Ctrl-C, after printing what to try). Takes 10-30 seconds; Ctrl-C stops
+everything too.
 
 Process logs go to a fresh folder, removed after a successful run unless
 --keep-logs; kept, with its path printed, when something fails.`
@@ -86,7 +91,8 @@ func parseOptions(args []string, stdout, stderr io.Writer) (options, bool, error
 	fs.StringVar(&o.envoyConfig, "envoy-config", "", "Envoy bootstrap `file` whose addresses are rewritten (default: envoy/ratelimit-authz.yaml of the repository)")
 	fs.StringVar(&o.logDir, "log-dir", "", "parent `folder` of the log folder (default: the system's temporary folder)")
 	fs.BoolVar(&o.keepLogs, "keep-logs", false, "keep the log folder after a successful run too")
-	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "stop everything and fail after this `duration`")
+	fs.DurationVar(&o.timeout, "timeout", 2*time.Minute, "stop everything and fail after this `duration` (with --stay: the start and the bursts)")
+	fs.BoolVar(&o.stay, "stay", false, "after the bursts, keep the stack up until Ctrl-C and print what to try against it (curl through Envoy, the live view, top, the metrics)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: ratelimit-demo [flags]\n\n%s\n\nFlags:\n", summary)
 		fs.PrintDefaults()
@@ -122,6 +128,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	out := newPrinter(stdout, isTerminal(stdout, env))
 
 	errTimeout := fmt.Errorf("the demo took longer than --timeout %v", o.timeout)
+	parent := ctx
 	ctx, cancel := context.WithTimeoutCause(ctx, o.timeout, errTimeout)
 	defer cancel()
 
@@ -130,6 +137,9 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	err = d.run(ctx)
+	if err == nil && o.stay {
+		err = d.stayUp(parent)
+	}
 	if stopErr := d.stop(); stopErr != nil && err == nil {
 		err = stopErr
 	}
@@ -137,7 +147,7 @@ func run(ctx context.Context, args, env []string, stdout, stderr io.Writer) erro
 	case err == nil:
 	case errors.Is(context.Cause(ctx), errTimeout):
 		err = fmt.Errorf("%w (%v)", errTimeout, err)
-	case ctx.Err() != nil:
+	case ctx.Err() != nil, parent.Err() != nil:
 		err = errInterrupted // the signal ended the parent context
 	}
 	return d.finishLogs(err)

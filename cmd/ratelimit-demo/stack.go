@@ -158,6 +158,9 @@ func (d *demo) start(ctx context.Context, envoyBin, serverBin string) error {
 	// d.stop stops them by PID in order. Their lifetime is the last resort.
 	life := context.WithoutCancel(ctx)
 	lifetime := d.o.timeout + 30*time.Second
+	if d.o.stay {
+		lifetime = 24 * time.Hour // until Ctrl-C; still a bound
+	}
 
 	d.server, err = proc.Start(life, proc.Config{
 		Name: "ratelimit-authz", Path: serverBin, Env: childEnv(d.env), LogDir: d.logDir,
