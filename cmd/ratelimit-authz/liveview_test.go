@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 	"time"
 
@@ -158,6 +161,22 @@ func TestLiveViewAgreesWithTheMetrics(t *testing.T) {
 		}
 		if len(b.Minute.TopDenied) == 0 || b.Minute.TopDenied[0].Key != "acme" {
 			t.Errorf("%s: top denied %+v, want acme", tc.bucket, b.Minute.TopDenied)
+		}
+	}
+	// Requests in flight: the leases held now, per key, as the gauge.
+	if f := byName["pool"].InFlight; len(f) != 1 || f[0].Key != "acme" || float64(f[0].Hits) != metric(`ratelimit_authz_inflight_requests{bucket="pool"}`) || f[0].Hits != 2 {
+		t.Errorf("pool in flight now %+v, want acme 2 as ratelimit_authz_inflight_requests", f)
+	}
+	if byName["calls"].InFlight != nil {
+		t.Errorf("a rate bucket lists requests in flight: %+v", byName["calls"].InFlight)
+	}
+	var table bytes.Buffer
+	if err := run(ctx, []string{"top", "--once", "--admin-addr", n.node.AdminAddr().String()}, env(nil), &table, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`pool  \(2 in flight, fixed\)`, `in flight now: acme 2`, `tokens  \(1000 / 1m, fixed\)  admitted [0-9.]+ cost/s  denied [0-9.]+/s`} {
+		if !regexp.MustCompile(want).MatchString(table.String()) {
+			t.Errorf("top lacks %s:\n%s", want, table.String())
 		}
 	}
 }

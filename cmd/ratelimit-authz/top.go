@@ -202,7 +202,7 @@ func printTop(w io.Writer, r admin.TopResponse, all bool) {
 	listed := 0
 	for _, b := range r.Buckets {
 		m := b.Minute
-		if !all && m.Admitted == 0 && m.Denied == 0 {
+		if !all && m.Admitted == 0 && m.Denied == 0 && len(b.InFlight) == 0 {
 			continue
 		}
 		listed++
@@ -216,6 +216,13 @@ func printTop(w io.Writer, r admin.TopResponse, all bool) {
 		}
 		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %s  denied %s\n", shown(b.Bucket, 80), limit, b.Algorithm,
 			perSecond(m.Admitted, secs, b.Unit), perSecond(m.Denied, secs, b.DeniedUnit))
+		if len(b.InFlight) > 0 {
+			parts := make([]string, len(b.InFlight))
+			for i, k := range b.InFlight {
+				parts[i] = fmt.Sprintf("%s %d", shown(k.Key, topKeyWidth), k.Hits)
+			}
+			fmt.Fprintf(w, "in flight now: %s\n", strings.Join(parts, ", "))
+		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "#\tDENIED KEY\tHITS\t±\tADMITTED KEY\tHITS\t±\t")
 		for i := range max(len(m.TopDenied), len(m.TopAdmitted)) {

@@ -62,6 +62,9 @@ type Deps struct {
 	Buckets func() []Bucket
 	// Sketch holds the top keys; nil reads empty.
 	Sketch *top.Sketch
+	// InFlight returns the n keys of a bucket of requests in flight with
+	// the most leases on this node now (Hits: leases, Error 0); nil: none.
+	InFlight func(bucket counter.Bucket, n int) []top.Key
 	// Gatherer is the node's registry, for the status page's state.
 	Gatherer prometheus.Gatherer
 	// Cluster returns what the node knows of its cluster; nil: the node

@@ -37,6 +37,10 @@ type BucketTops struct {
 	// count (admin.Bucket).
 	Unit       string `json:"unit"`
 	DeniedUnit string `json:"denied_unit"`
+	// InFlight, for a bucket of requests in flight, are the keys with the
+	// most leases held now (hits: leases; the cluster's summed over the
+	// nodes that answered).
+	InFlight []top.Key `json:"in_flight,omitempty"`
 	top.Tops
 }
 
@@ -102,11 +106,15 @@ func (s *Server) local(q query, n int, now time.Time) (TopResponse, bool) {
 			continue
 		}
 		found = true
-		resp.Buckets = append(resp.Buckets, BucketTops{
+		bt := BucketTops{
 			Bucket: b.Name, Protocol: b.Protocol, Limit: b.Limit, WindowMS: b.WindowMS, Algorithm: b.Algorithm.String(),
 			Unit: cmp.Or(b.Unit, "requests"), DeniedUnit: cmp.Or(b.DeniedUnit, b.Unit, "requests"),
 			Tops: s.deps.Sketch.Read(b.ID, now, n),
-		})
+		}
+		if b.Unit == "concurrent-requests" && s.deps.InFlight != nil {
+			bt.InFlight = append([]top.Key{}, s.deps.InFlight(b.ID, n)...)
+		}
+		resp.Buckets = append(resp.Buckets, bt)
 	}
 	return resp, found || q.bucket == ""
 }
@@ -123,6 +131,9 @@ func (s *Server) tops(ctx context.Context, q query, now time.Time) (resp TopResp
 		s.gather(ctx, &resp, q)
 	}
 	for i := range resp.Buckets {
+		for j := range resp.Buckets[i].InFlight {
+			resp.Buckets[i].InFlight[j].Key = s.shownKey(resp.Buckets[i].InFlight[j].Key)
+		}
 		t := &resp.Buckets[i].Tops
 		for _, p := range []*top.Period{&t.Minute, t.Window} {
 			if p == nil {
@@ -172,8 +183,13 @@ func (s *Server) gather(ctx context.Context, resp *TopResponse, q query) {
 	}
 	resp.Missing = append([]string{}, missing...)
 	parts := make([][]top.Tops, len(resp.Buckets))
+	held := make([]map[string]uint64, len(resp.Buckets)) // a key's leases, summed over the nodes
 	for i, b := range resp.Buckets {
 		parts[i] = []top.Tops{b.Tops}
+		held[i] = map[string]uint64{}
+		for _, k := range b.InFlight {
+			held[i][k.Key] += k.Hits
+		}
 	}
 	for _, a := range answers {
 		peer, err := decodeAnswer(a.Body)
@@ -187,13 +203,32 @@ func (s *Server) gather(ctx context.Context, resp *TopResponse, q query) {
 			for i, b := range resp.Buckets {
 				if b.Bucket == pb.Bucket {
 					parts[i] = append(parts[i], pb.Tops)
+					for _, k := range pb.InFlight {
+						held[i][k.Key] += k.Hits
+					}
 				}
 			}
 		}
 	}
 	for i := range resp.Buckets {
 		resp.Buckets[i].Tops = top.Merge(parts[i], q.n)
+		if resp.Buckets[i].InFlight != nil {
+			resp.Buckets[i].InFlight = topHeld(held[i], q.n)
+		}
 	}
+}
+
+// topHeld is the n keys with the most leases, most first.
+func topHeld(held map[string]uint64, n int) []top.Key {
+	out := make([]top.Key, 0, len(held))
+	for k, v := range held {
+		out = append(out, top.Key{Key: k, Hits: v})
+	}
+	slices.SortFunc(out, func(a, b top.Key) int { return cmp.Or(cmp.Compare(b.Hits, a.Hits), cmp.Compare(a.Key, b.Key)) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }
 
 // maxAnswerBuckets bounds the buckets a peer's answer may hold.
@@ -215,6 +250,9 @@ func decodeAnswer(b []byte) (TopResponse, error) {
 		}
 		if len(b.Epochs) > top.Epochs {
 			return r, fmt.Errorf("bucket %q: %d epochs", b.Bucket, len(b.Epochs))
+		}
+		if len(b.InFlight) > maxKeys {
+			return r, fmt.Errorf("bucket %q: %d keys in flight, at most %d", b.Bucket, len(b.InFlight), maxKeys)
 		}
 		for _, p := range []*top.Period{&b.Minute, b.Window} {
 			if p == nil {

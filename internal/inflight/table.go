@@ -1,11 +1,13 @@
 package inflight
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -621,6 +623,34 @@ func (t *Table) InFlight(bucket counter.Bucket, key string) (local, remote int64
 		return g.local, g.remote
 	}
 	return 0, 0
+}
+
+// Held is one key's leases on this node.
+type Held struct {
+	Key string
+	N   int64
+}
+
+// TopHeld returns the n keys of bucket with the most leases on this node,
+// most first (ties by key), each with its count: one pass over the keys
+// the table holds, bounded by MaxKeys.
+func (t *Table) TopHeld(bucket counter.Bucket, n int) []Held {
+	var out []Held
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		for k, g := range sh.keys {
+			if k.bucket == bucket && g.local > 0 {
+				out = append(out, Held{g.key, g.local})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b Held) int { return cmp.Or(cmp.Compare(b.N, a.N), cmp.Compare(a.Key, b.Key)) })
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
 }
 
 // Stats are a Table's totals since New.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
@@ -40,7 +41,7 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 	if n.cfg.Admin == nil {
 		return nil, nil
 	}
-	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg, State: adminState{n}}
+	deps := admin.Deps{Buckets: n.adminBuckets, Sketch: sk, Gatherer: n.reg, State: adminState{n}, InFlight: n.heldNow}
 	if n.repl != nil {
 		deps.Cluster, deps.Ask = adminCluster(n.repl), adminAsk(n.repl)
 	}
@@ -52,6 +53,15 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 		n.repl.SetAnswerer(srv.Answer) // peers gather this node's tops
 	}
 	return srv, nil
+}
+
+// heldNow are the n keys of bucket with the most leases on this node.
+func (n *Node) heldNow(bucket counter.Bucket, max int) []top.Key {
+	var out []top.Key
+	for _, h := range n.leases.Table().TopHeld(bucket, max) {
+		out = append(out, top.Key{Key: h.Key, Hits: uint64(h.N)})
+	}
+	return out
 }
 
 // adminAsk asks the cluster's peers a query of the admin listener.
