@@ -19,6 +19,7 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
@@ -212,7 +213,7 @@ func printTop(w io.Writer, r admin.TopResponse, all bool) {
 		case b.Limit > 0 && b.WindowMS == 0:
 			limit = fmt.Sprintf("%d in flight", b.Limit)
 		case b.Limit > 0:
-			limit = fmt.Sprintf("%d / %s", b.Limit, top.Window(b.WindowMS))
+			limit = fmt.Sprintf("%d / %s", b.Limit, limits.FormatWindow(b.WindowMS))
 		}
 		fmt.Fprintf(w, "\n%s  (%s, %s)  admitted %s  denied %s\n", shown(b.Bucket, 80), limit, b.Algorithm,
 			perSecond(m.Admitted, secs, b.Unit), perSecond(m.Denied, secs, b.DeniedUnit))

@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
@@ -200,5 +201,5 @@ func windowText(ms int64) string {
 	if ms == 0 {
 		return "in flight"
 	}
-	return top.Window(ms)
+	return limits.FormatWindow(ms)
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -55,12 +54,7 @@ func (o Override) Rate() string { return FormatRate(o.Limit, o.ScaleMS) }
 
 // FormatRate formats a limit and window as the CLI takes them: "200/1s".
 func FormatRate(limit, scaleMS int64) string {
-	for _, s := range Scales {
-		if s.MS == scaleMS {
-			return strconv.FormatInt(limit, 10) + "/" + s.Name
-		}
-	}
-	return strconv.FormatInt(limit, 10) + "/" + (time.Duration(scaleMS) * time.Millisecond).String()
+	return strconv.FormatInt(limit, 10) + "/" + FormatWindow(scaleMS)
 }
 
 // isOverrideWindow is the override policy on top of the window grammar

@@ -2,6 +2,7 @@ package limits
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -61,4 +62,24 @@ func ParseWindow(s string) (ms int64, err error) {
 		return 0, fmt.Errorf("%q is longer than the longest window, %s", s, time.Duration(counter.MaxScaleMS)*time.Millisecond)
 	}
 	return d.Milliseconds(), nil
+}
+
+// FormatWindow writes a window length as ParseWindow reads it back: a
+// day as "1d", else in its largest whole unit of Go's durations ("1s",
+// "1m", "90s", "1h", "168h"), or as Go writes it when it is no whole
+// number of seconds ("1.5s", "250ms").
+func FormatWindow(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d == 24*time.Hour {
+		return "1d"
+	}
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d >= u.d && d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return d.String()
 }

@@ -43,3 +43,17 @@ func FuzzParseWindow(f *testing.F) {
 		}
 	})
 }
+
+// FormatWindow writes what ParseWindow reads back, in the largest whole
+// unit.
+func TestFormatWindow(t *testing.T) {
+	for ms, want := range map[int64]string{1000: "1s", 60000: "1m", 90000: "90s", 3_600_000: "1h", 86_400_000: "1d", 604_800_000: "168h", 172_800_000: "48h", 250: "250ms", 1500: "1.5s"} {
+		got := limits.FormatWindow(ms)
+		if got != want {
+			t.Errorf("FormatWindow(%d) = %q, want %q", ms, got, want)
+		}
+		if back, err := limits.ParseWindow(got); err != nil || back != ms {
+			t.Errorf("ParseWindow(%q) = %d, %v; want %d", got, back, err, ms)
+		}
+	}
+}
