@@ -114,9 +114,15 @@ func prepareRLSStack(t *testing.T, nodes int, lean bool) *stack {
 // the upstream at app, and waits until Envoy sees the node healthy.
 func startRLSExamples(t *testing.T, lean bool, app string) *stack {
 	t.Helper()
+	return startRLSFiles(t, lean, app, rlsExamples(t))
+}
+
+// startRLSFiles is startRLSExamples serving files (by name) instead.
+func startRLSFiles(t *testing.T, lean bool, app string, files map[string]string) *stack {
+	t.Helper()
 	serverBin := serverBinary(t)
 	s := prepareRLSStack(t, 1, lean)
-	runtimeRoot := writeRLSRuntime(t, rlsExamples(t))
+	runtimeRoot := writeRLSRuntime(t, files)
 	a := s.rlsAddrs(s.addrs, 0, 1)
 	a.App = app
 	s.envoy = s.startEnvoyConfig(t, "envoy", s.addrs.Admin, renderRLS(t, a))
