@@ -116,6 +116,7 @@ type conn struct {
 	// are read in order): heldPinged of held precede the PING in flight
 	// (heldPingOut), and its ack keeps them.
 	held        []heldStream
+	heldIDs     map[uint32]struct{} // the streams in held: a reset of another looks at none
 	heldPinged  int
 	heldPingOut bool
 	// sentResets is a ring of the streams this server last reset: the
@@ -623,11 +624,16 @@ func (c *conn) holdAnswered(id uint32, h checkwire.Hold) {
 		c.held[0].hold.Keep()
 		c.held = c.dropHeld(0)
 	}
+	if c.heldIDs == nil {
+		c.heldIDs = map[uint32]struct{}{}
+	}
+	c.heldIDs[id] = struct{}{}
 	c.held = append(c.held, heldStream{id, h})
 }
 
 // dropHeld removes held[i], keeping the order.
 func (c *conn) dropHeld(i int) []heldStream {
+	delete(c.heldIDs, c.held[i].id)
 	if i < c.heldPinged {
 		c.heldPinged--
 	}
@@ -638,6 +644,9 @@ func (c *conn) dropHeld(i int) []heldStream {
 
 // cancelHeld gives back the reservations of stream id, if held.
 func (c *conn) cancelHeld(id uint32) {
+	if _, ok := c.heldIDs[id]; !ok {
+		return
+	}
 	for i := range c.held {
 		if c.held[i].id == id {
 			c.held[i].hold.Cancel()
@@ -662,6 +671,7 @@ func (c *conn) pingHeld() {
 func (c *conn) keepHeld() {
 	for i := range c.heldPinged {
 		c.held[i].hold.Keep()
+		delete(c.heldIDs, c.held[i].id)
 	}
 	n := copy(c.held, c.held[c.heldPinged:])
 	clear(c.held[n:])
@@ -675,7 +685,7 @@ func (c *conn) endHolds() {
 	for _, h := range c.held {
 		h.hold.Keep()
 	}
-	c.held = nil
+	c.held, c.heldIDs = nil, nil
 	for _, st := range c.streams {
 		if st.hold != nil {
 			st.hold.Cancel()

@@ -420,11 +420,11 @@ func (c *conn) finish(st *stream) error {
 	c.hbuf.Reset()
 	c.henc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
 	err := c.writeHeaders(st.id, true)
-	if st.hold != nil {
+	if err == nil && st.hold != nil {
 		c.holdAnswered(st.id, st.hold)
 		st.hold = nil
 	}
-	c.closeStream(st)
+	c.closeStream(st) // a hold left (the trailers not written) is given back
 	return err
 }
 

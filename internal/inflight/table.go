@@ -527,7 +527,7 @@ func (t *Table) Changes(dst []Gauge, now time.Time) []Gauge {
 		sh.mu.Lock()
 		waiting := sh.changed[:0]
 		for _, g := range sh.changed {
-			if g.pubAt != 0 && ms-g.pubAt < delay {
+			if g.pubAt != 0 && ms >= g.pubAt && ms-g.pubAt < delay { // a clock stepped back reports at once
 				waiting = append(waiting, g)
 				continue
 			}
