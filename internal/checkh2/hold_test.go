@@ -178,6 +178,7 @@ func TestStallAtEnvoyRateKeepsTheConnection(t *testing.T) {
 	_, addr := serve(t, checkh2.Config{Check: h})
 	cl := authv3.NewAuthorizationClient(dialGRPC(t, addr))
 	var ok, deadline, dropped, other atomic.Int64
+	var firstDrop atomic.Value // the first dropped call's error, for the report
 	var wg sync.WaitGroup
 	req := upload("stall")
 	start := time.Now()
@@ -197,6 +198,7 @@ func TestStallAtEnvoyRateKeepsTheConnection(t *testing.T) {
 					deadline.Add(1)
 				case codes.Unavailable:
 					dropped.Add(1) // the connection ended under the call
+					firstDrop.CompareAndSwap(nil, err.Error())
 				default:
 					other.Add(1)
 				}
@@ -211,10 +213,10 @@ func TestStallAtEnvoyRateKeepsTheConnection(t *testing.T) {
 		t.Fatalf("sent %d checks in %v, want about %d a second", sent, run, rate)
 	}
 	if deadline.Load() <= 1000 {
-		t.Fatalf("%d checks timed out, want more than 1000 (more cancellations than the reset bound a second): the stall was not felt", deadline.Load())
+		t.Fatalf("%d checks timed out, want more than 1000: the stall was not felt", deadline.Load())
 	}
 	if n := dropped.Load() + other.Load(); n != 0 {
-		t.Fatalf("%d checks failed otherwise than by their timeout: the connection was dropped", n)
+		t.Fatalf("%d checks failed otherwise than by their timeout: the connection was dropped (%v)", n, firstDrop.Load())
 	}
 	if h.cancels.Load() == 0 {
 		t.Fatal("no reservation given back: the resets of checks answered as the server woke were not seen")

@@ -40,7 +40,7 @@ type Config struct {
 	IdleTimeout          time.Duration // without open streams since the last one, whatever else arrives: GOAWAY, close
 	ReadTimeout          time.Duration // silence with open streams: GOAWAY "read timeout", close
 	WriteTimeout         time.Duration // one flush
-	MaxResetsPerSecond   int           // the peer's RST_STREAMs on streams not yet answered, less the answers written since, within a second
+	MaxResetsPerSecond   int           // the peer's RST_STREAMs on streams not yet answered, less the answers written since, within a second; 0: 4 × MaxConcurrentStreams
 	PingMinInterval      time.Duration // between the peer's pings
 }
 
@@ -54,7 +54,6 @@ const (
 	DefaultIdleTimeout          = 5 * time.Minute
 	DefaultReadTimeout          = 30 * time.Second
 	DefaultWriteTimeout         = 10 * time.Second
-	DefaultMaxResetsPerSecond   = 1000
 	DefaultPingMinInterval      = 5 * time.Second
 
 	// maxRecvMsgBytesLimit keeps a stream's receive window an HTTP/2
@@ -85,10 +84,12 @@ func (c *Config) setDefaults() error {
 	}
 	setInt(&c.MaxConnections, DefaultMaxConnections)
 	setInt(&c.MaxRecvMsgBytes, DefaultMaxRecvMsgBytes)
-	setInt(&c.MaxResetsPerSecond, DefaultMaxResetsPerSecond)
 	if c.MaxConcurrentStreams == 0 {
 		c.MaxConcurrentStreams = DefaultMaxConcurrentStreams
 	}
+	// As Go's net/http2 bounds the streams waiting for a handler: 4 ×
+	// the streams a peer may have open.
+	setInt(&c.MaxResetsPerSecond, 4*int(c.MaxConcurrentStreams))
 	if c.MaxHeaderListBytes == 0 {
 		c.MaxHeaderListBytes = DefaultMaxHeaderListBytes
 	}
