@@ -62,9 +62,16 @@ func TestCPUTimeAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for start := time.Now(); time.Since(start) < 300*time.Millisecond; {
+	// Spin until the process has used 200 ms more CPU (a busy machine
+	// gives it the CPU later, not less of it), at most 20 s.
+	var c1 time.Duration
+	for start := time.Now(); time.Since(start) < 20*time.Second; {
+		for spin := time.Now(); time.Since(spin) < 50*time.Millisecond; {
+		}
+		if c1, err = cpuTime(os.Getpid(), os.Getpid()); err != nil || c1-2*c0 >= 200*time.Millisecond {
+			break
+		}
 	}
-	c1, err := cpuTime(os.Getpid(), os.Getpid())
 	if err != nil || c1-2*c0 < 200*time.Millisecond {
 		t.Errorf("CPU time %v then %v counted twice (%v): want at least 200ms more", c0, c1, err)
 	}
