@@ -79,8 +79,9 @@ func (r *Replicator) onQuery(nc *nats.Conn, msg *nats.Msg) {
 // Ask sends query to every peer and returns the answers that came before
 // every peer heard from lately had answered or ctx ended, and every peer
 // of the peer table that did not answer: one gone silent (killed, cut
-// off) stays named until it leaves cleanly or Config.PeerExpiry passes,
-// as long as replicate_peers counts it, though Ask does not wait for it.
+// off) stays named until Config.PeerExpiry passes, as long as
+// replicate_peers counts it, or its node is heard under a newer
+// incarnation (restarted); Ask does not wait for it.
 // It fails when this node is not connected to NATS or the query does not
 // fit in a message.
 func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, missing []PeerInfo, err error) {
@@ -120,8 +121,16 @@ func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, m
 		heard[rx.origin()] = true
 		answers = append(answers, Answer{Node: rx.Node, Incarnation: rx.Incarnation, Body: []byte(rx.Body)})
 	}
+	// A node restarted left its old incarnation: heard later under a new
+	// one, the old is not missing.
+	latest := map[string]time.Time{}
 	for _, p := range known {
-		if !heard[p.id] {
+		if p.last.After(latest[p.id.Node]) {
+			latest[p.id.Node] = p.last
+		}
+	}
+	for _, p := range known {
+		if !heard[p.id] && !latest[p.id.Node].After(p.last) {
 			missing = append(missing, PeerInfo{Node: p.id.Node, Incarnation: p.id.Incarnation, LastHeard: p.last})
 		}
 	}

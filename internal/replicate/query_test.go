@@ -59,8 +59,10 @@ func TestAskGathersAnswers(t *testing.T) {
 	}
 
 	// A peer gone silent 10 s ago (killed: no clean leave), still in the
-	// peer table: named missing, without waiting for it.
+	// peer table: named missing, without waiting for it. An incarnation
+	// of n1 from before a restart (n1 answers under its new one) is not.
 	nodes[0].r.peers.get("gone", 42, time.Now().Add(-10*time.Second), true)
+	nodes[0].r.peers.get(id1, inc1+1, time.Now().Add(-10*time.Second), true)
 	start = time.Now()
 	answers, missing, err = nodes[0].r.Ask(ctx, nil)
 	if err != nil || len(answers) != 2 || len(missing) != 1 || missing[0].Node != "gone" || missing[0].Incarnation != 42 {
