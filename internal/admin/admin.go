@@ -50,11 +50,16 @@ type Bucket struct {
 	// "rls" (envoyproxy/ratelimit's descriptors).
 	Protocol string
 	// Unit is what its admitted hits count ("requests", "hits",
-	// "concurrent-requests" acquisitions, "failures", "content-bytes",
-	// "cost"), DeniedUnit its denied ones: the same, or "requests" where
-	// a check refuses a budget spent from the response.
+	// UnitInFlight acquisitions, "failures", "content-bytes", "cost"),
+	// DeniedUnit its denied ones: the same, or "requests" where a check
+	// refuses a budget spent from the response.
 	Unit, DeniedUnit string
 }
+
+// UnitInFlight is the unit of a bucket of requests in flight: its hits
+// are acquisitions of slots, and it lists who holds slots now
+// (Deps.InFlight).
+const UnitInFlight = "concurrent-requests"
 
 // Deps is what the listener reads.
 type Deps struct {
@@ -62,9 +67,9 @@ type Deps struct {
 	Buckets func() []Bucket
 	// Sketch holds the top keys; nil reads empty.
 	Sketch *top.Sketch
-	// InFlight returns the n keys of a bucket of requests in flight with
-	// the most leases on this node now (Hits: leases, Error 0); nil: none.
-	InFlight func(bucket counter.Bucket, n int) []top.Key
+	// InFlight calls f with every key of a bucket of requests in flight
+	// holding leases on this node now; nil: none.
+	InFlight func(bucket counter.Bucket, f func(key string, leases int64))
 	// Gatherer is the node's registry, for the status page's state.
 	Gatherer prometheus.Gatherer
 	// Cluster returns what the node knows of its cluster; nil: the node

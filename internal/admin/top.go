@@ -111,8 +111,10 @@ func (s *Server) local(q query, n int, now time.Time) (TopResponse, bool) {
 			Unit: cmp.Or(b.Unit, "requests"), DeniedUnit: cmp.Or(b.DeniedUnit, b.Unit, "requests"),
 			Tops: s.deps.Sketch.Read(b.ID, now, n),
 		}
-		if b.Unit == "concurrent-requests" && s.deps.InFlight != nil {
-			bt.InFlight = append([]top.Key{}, s.deps.InFlight(b.ID, n)...)
+		if b.Unit == UnitInFlight && s.deps.InFlight != nil {
+			held := map[string]uint64{}
+			s.deps.InFlight(b.ID, func(key string, leases int64) { held[key] += uint64(leases) })
+			bt.InFlight = topHeld(held, n)
 		}
 		resp.Buckets = append(resp.Buckets, bt)
 	}

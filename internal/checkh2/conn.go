@@ -659,7 +659,7 @@ func (c *conn) cancelHeld(id uint32) {
 // pingHeld writes a PING after the answers of the streams held since the
 // last one, unless one is in flight: its ack tells they were read.
 func (c *conn) pingHeld() {
-	if c.heldPingOut || len(c.held) == c.heldPinged || c.fr == nil {
+	if c.heldPingOut || len(c.held) == c.heldPinged {
 		return
 	}
 	c.fr.WritePing(false, heldPing)

@@ -646,20 +646,22 @@ func (s *Store) Take(bucket Bucket, key string, lim Limit, now time.Time) Result
 // A Peek is a decision (a check of a budget spent from the response, a
 // lockout): the Observer is told of a denial, as one denied hit.
 func (s *Store) Peek(bucket Bucket, key string, lim Limit, now time.Time) Result {
-	r := s.peek(bucket, key, lim, now)
-	if s.obs != nil && !r.Allowed && !r.Overflow && lim.valid() {
-		s.obs.Hit(bucket, s.storedKey(key), 1, false, r.Window, lim.ScaleMS, now.UnixMilli())
+	if !lim.valid() {
+		return Result{}
+	}
+	k := mapKey{bucket, s.storedKey(key)}
+	r := s.peek(k, lim, now)
+	if s.obs != nil && !r.Allowed && !r.Overflow {
+		s.obs.Hit(bucket, k.key, 1, false, r.Window, lim.ScaleMS, now.UnixMilli())
 	}
 	return r
 }
 
-func (s *Store) peek(bucket Bucket, key string, lim Limit, now time.Time) Result {
-	if !lim.valid() {
-		return Result{}
-	}
+// peek is Peek of the stored key k under a valid lim, not observed.
+func (s *Store) peek(k mapKey, lim Limit, now time.Time) Result {
+	bucket := k.bucket
 	ms := now.UnixMilli()
 	w, el := windowSplit(ms, lim.ScaleMS)
-	k := mapKey{bucket, s.storedKey(key)}
 	sh, tag := s.shardFor(k)
 	var prev, cur int64
 	sh.mu.Lock()
@@ -691,11 +693,11 @@ func (s *Store) peek(bucket Bucket, key string, lim Limit, now time.Time) Result
 // whether one more hit would still be admitted afterwards. n ≤ 0 counts
 // nothing and returns what Peek would (and is no decision to observe).
 func (s *Store) Incr(bucket Bucket, key string, lim Limit, n int64, now time.Time) Result {
-	if n <= 0 {
-		return s.peek(bucket, key, lim, now)
-	}
 	if !lim.valid() {
 		return Result{}
+	}
+	if n <= 0 {
+		return s.peek(mapKey{bucket, s.storedKey(key)}, lim, now)
 	}
 	// The lookup repeats Take's on purpose: a shared helper is not inlined,
 	// and Take is the hot path.

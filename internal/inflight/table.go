@@ -1,13 +1,11 @@
 package inflight
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"math"
 	"math/bits"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -328,18 +326,20 @@ func (t *Table) admits(g *gauge, limit, ms int64) bool {
 // lease is released by Release or expires ttl after now. A denial takes
 // nothing.
 func (t *Table) Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
-	r := t.acquire(bucket, key, requestID, limit, ttl, now)
-	if obs := t.cfg.Observer; obs != nil && (r.Outcome == Acquired || r.Outcome == DeniedLimit || r.Outcome == DeniedFull) {
-		obs.Hit(bucket, counter.StoredKey(key, t.cfg.MaxKeyBytes), 1, r.Outcome == Acquired, 0, 0, now.UnixMilli())
-	}
-	return r
-}
-
-func (t *Table) acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
 	if limit < 1 || ttl <= 0 {
 		return Result{Outcome: DeniedInvalid}
 	}
 	k := keyID{bucket, counter.StoredKey(key, t.cfg.MaxKeyBytes)}
+	r := t.acquire(k, requestID, limit, ttl, now)
+	if obs := t.cfg.Observer; obs != nil && (r.Outcome == Acquired || r.Outcome == DeniedLimit || r.Outcome == DeniedFull) {
+		obs.Hit(bucket, k.key, 1, r.Outcome == Acquired, 0, 0, now.UnixMilli())
+	}
+	return r
+}
+
+// acquire is Acquire of the stored key k, under its shard's lock.
+func (t *Table) acquire(k keyID, requestID string, limit int64, ttl time.Duration, now time.Time) Result {
+	bucket := k.bucket
 	lid, ok := t.lease(requestID, k)
 	if !ok {
 		sh := t.shardFor(k)
@@ -625,32 +625,21 @@ func (t *Table) InFlight(bucket counter.Bucket, key string) (local, remote int64
 	return 0, 0
 }
 
-// Held is one key's leases on this node.
-type Held struct {
-	Key string
-	N   int64
-}
-
-// TopHeld returns the n keys of bucket with the most leases on this node,
-// most first (ties by key), each with its count: one pass over the keys
-// the table holds, bounded by MaxKeys.
-func (t *Table) TopHeld(bucket counter.Bucket, n int) []Held {
-	var out []Held
+// EachHeld calls f with every key of bucket that has leases on this
+// node, and their number: one pass over the keys the table holds,
+// bounded by MaxKeys, each shard's lock held while its keys are visited
+// (f must not call the table).
+func (t *Table) EachHeld(bucket counter.Bucket, f func(key string, leases int64)) {
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.mu.Lock()
 		for k, g := range sh.keys {
 			if k.bucket == bucket && g.local > 0 {
-				out = append(out, Held{g.key, g.local})
+				f(g.key, g.local)
 			}
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(out, func(a, b Held) int { return cmp.Or(cmp.Compare(b.N, a.N), cmp.Compare(a.Key, b.Key)) })
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
 }
 
 // Stats are a Table's totals since New.

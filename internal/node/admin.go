@@ -55,13 +55,9 @@ func (n *Node) newAdmin(sk *top.Sketch) (*admin.Server, error) {
 	return srv, nil
 }
 
-// heldNow are the n keys of bucket with the most leases on this node.
-func (n *Node) heldNow(bucket counter.Bucket, max int) []top.Key {
-	var out []top.Key
-	for _, h := range n.leases.Table().TopHeld(bucket, max) {
-		out = append(out, top.Key{Key: h.Key, Hits: uint64(h.N)})
-	}
-	return out
+// heldNow calls f with every key of bucket holding leases on this node.
+func (n *Node) heldNow(bucket counter.Bucket, f func(key string, leases int64)) {
+	n.leases.Table().EachHeld(bucket, f)
 }
 
 // adminAsk asks the cluster's peers a query of the admin listener.
@@ -106,7 +102,7 @@ func (n *Node) adminBuckets() []admin.Bucket {
 			ab := admin.Bucket{ID: snap.RLSRules[i].ID, Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls", Unit: "hits", DeniedUnit: "hits"}
 			switch {
 			case r.Concurrency:
-				ab.Unit, ab.DeniedUnit, ab.WindowMS = "concurrent-requests", "concurrent-requests", 0
+				ab.Unit, ab.DeniedUnit, ab.WindowMS = admin.UnitInFlight, admin.UnitInFlight, 0
 			case r.Charge:
 				ab.Unit, ab.DeniedUnit = "cost", "requests"
 			}
@@ -123,7 +119,7 @@ func (n *Node) adminBuckets() []admin.Bucket {
 func units(concurrency bool, c configfile.Cost) (admitted, denied string) {
 	switch {
 	case concurrency:
-		return "concurrent-requests", "concurrent-requests"
+		return admin.UnitInFlight, admin.UnitInFlight
 	case c.Source == configfile.CostFailures:
 		return "failures", "requests"
 	case c.Source == configfile.CostRequests:
