@@ -416,8 +416,13 @@ func FuzzInspect(f *testing.F) {
 	f.Add(`static_resources: {listeners: [{filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {xff_num_trusted_hops: "3", http_filters: [1, {typed_config: {mutations: {request_mutations: [{append: 7}]}}}]}}]}]}]}`)
 	f.Add(`{"static_resources":{"listeners":"x"}}`)
 	f.Add("- a\n- b")
+	f.Add(`static_resources: {listeners: [{filter_chains: [{filters: [{name: envoy.filters.network.http_connection_manager, typed_config: {route_config: {virtual_hosts: [{domains: ["*"], routes: [{match: {safe_regex: {regex: "(a"}}}, {match: {path_match_policy: {typed_config: {path_template: "/{x=**}/{"}}}}, {match: {prefix: 7, case_sensitive: "no"}, typed_per_filter_config: {a: 1}}]}]}, http_filters: [{name: a, typed_config: {}}]}}]}]}]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
-		Inspect([]byte(doc))
+		cms, _ := Inspect([]byte(doc))
+		for _, c := range cms {
+			c.RoutesFor("/a/b")
+			c.RoutesFor("")
+		}
 	})
 }
 

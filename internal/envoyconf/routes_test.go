@@ -6,6 +6,17 @@ import (
 )
 
 // routeNames is what RoutesFor(path) gives, as "vhost/name[flags]".
+// wantRoutes checks the routes each path reaches, in order, with their
+// flags: c checked, d direct response, ? conditional.
+func wantRoutes(t *testing.T, c ConnectionManager, want map[string]string) {
+	t.Helper()
+	for path, w := range want {
+		if got := routeNames(c, path); got != w {
+			t.Errorf("%s: %s, want %s", path, got, w)
+		}
+	}
+}
+
 func routeNames(c ConnectionManager, path string) string {
 	var s []string
 	for _, r := range c.RoutesFor(path) {
@@ -31,7 +42,7 @@ func TestRoutesShipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{
+	wantRoutes(t, cms[0], map[string]string{
 		"/api/activities":                         "[app/activities[c]]",
 		"/api/inbound/ch1":                        "[app/inbound[c]]",
 		"/api/inbound/ch1/status":                 "[app/inbound_status[c]]",
@@ -40,11 +51,7 @@ func TestRoutesShipped(t *testing.T) {
 		"/api/llm/x":                              "[app/not_found[d]]",
 		"/api/inbound/a/b":                        "[app/not_found[d]]",
 		"/api/activities/x":                       "[app/not_found[d]]",
-	} {
-		if got := routeNames(cms[0], path); got != want {
-			t.Errorf("%s: %s, want %s", path, got, want)
-		}
-	}
+	})
 }
 
 // Path matchers as Envoy reads them, conditional routes, and where the
@@ -103,18 +110,14 @@ static_resources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{
+	wantRoutes(t, cms[0], map[string]string{
 		"/api/exact":    "[a/beta[?] a/exact[c] b/prefix /api[]]",
 		"/api/sep":      "[a/beta[?] a/sep[c] b/prefix /api[]]",
 		"/api/sepx":     "[a/beta[?] a/rest[] b/prefix /api[]]",
 		"/api/v2/users": "[a/beta[?] a/re[c] b/prefix /api[]]",
 		"/api/k/on":     "[a/beta[?] a/rest[] b/on_again[c]]",
 		"/other":        "[a/rest[]]",
-	} {
-		if got := routeNames(cms[0], path); got != want {
-			t.Errorf("%s: %s, want %s", path, got, want)
-		}
-	}
+	})
 }
 
 func TestTemplateRegexp(t *testing.T) {
