@@ -11,6 +11,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 // seedFrames is a client's frames after the preface: SETTINGS, a Check,
@@ -90,8 +91,10 @@ func FuzzServe(f *testing.F) {
 	f.Add(stateFrames(f))
 	f.Add([]byte{})
 	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})
+	f.Add(heldFrames(f))
+	h := &holding{Server: newAuthz(f)}
 	s, err := checkh2.New(checkh2.Config{
-		Check: newAuthz(f), RateLimit: checkh2.NewTestRLS(f, nil), MaxRecvMsgBytes: 4 << 10, MaxHeaderListBytes: 4 << 10, MaxConcurrentStreams: 8,
+		Check: h, RateLimit: checkh2.NewTestRLS(f, nil), MaxRecvMsgBytes: 4 << 10, MaxHeaderListBytes: 4 << 10, MaxConcurrentStreams: 8,
 	})
 	if err != nil {
 		f.Fatal(err)
@@ -105,7 +108,45 @@ func FuzzServe(f *testing.F) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the connection was still served 10 s after its input ended")
 		}
+		// Every hold ends once, as taken or given back, by the time the
+		// connection is gone.
+		poll.Until(t, 5*time.Second, 5*time.Millisecond, func() error {
+			if c, k, a := h.cancels.Load(), h.keeps.Load(), h.all.Load(); c+k != a {
+				return errorf("%d holds given back and %d kept of %d", c, k, a)
+			}
+			return nil
+		})
+		if n := h.doubleEnds.Load(); n != 0 {
+			t.Fatalf("%d holds ended twice", n)
+		}
 	})
+}
+
+// heldFrames: checks answered and then reset, a PING ack the server did
+// not ask for, an ack of the server's own PING, and a repeated stream id.
+func heldFrames(t testing.TB) []byte {
+	var b bytes.Buffer
+	fr := http2.NewFramer(&b, nil)
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, id := range []uint32{1, 3, 5} {
+		hb.Reset()
+		for _, f := range []hpack.HeaderField{
+			{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"}, {Name: ":path", Value: checkPath},
+			{Name: ":authority", Value: "a"}, {Name: "content-type", Value: "application/grpc"},
+		} {
+			enc.WriteField(f)
+		}
+		fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: hb.Bytes(), EndHeaders: true})
+		fr.WriteData(id, true, grpcMessage(t, upload("f")))
+	}
+	fr.WritePing(true, [8]byte{1})
+	fr.WriteRSTStream(1, http2.ErrCodeCancel)
+	fr.WritePing(true, [8]byte{'c', 'h', 'e', 'c', 'k', 'h', '2', 'h'})
+	fr.WriteRSTStream(3, http2.ErrCodeCancel)
+	fr.WriteRSTStream(3, http2.ErrCodeCancel)
+	fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 5, BlockFragment: hb.Bytes(), EndHeaders: true})
+	return b.Bytes()
 }
 
 // memConn is a connection whose reads return r and then EOF and whose
