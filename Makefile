@@ -23,7 +23,7 @@ build: ## build bin/ratelimit-authz (static, version stamped)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/ratelimit-authz
 
 .PHONY: run
-run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (lean Check listener, envoy/ratelimit-authz.yaml's ext_authz target) and :9090 (HTTP)
+run: build ## serve with config/ratelimit.yaml on 127.0.0.1:9001 (gRPC), :9002 (lean Check listener, envoy/ratelimit-authz.yaml's ext_authz target) and :9090 (HTTP); the live view on :9095 (/ and /v1/top)
 	./$(BIN) serve --config config/ratelimit.yaml --check-addr 127.0.0.1:9002 --log-level $${LOG_LEVEL:-info}
 
 .PHONY: app
