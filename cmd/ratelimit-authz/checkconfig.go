@@ -27,14 +27,15 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		"exit 1 when there is any, 0 when the file is valid. A valid file that trusts\n"+
 		"something a client can set (a header, x-forwarded-for) gets WARN lines on\n"+
 		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.\n"+
-		"With --envoy and --check-addr, a gRPC service the bootstrap sends to the lean\n"+
-		"Check listener's port that it does not serve is a problem too: it serves\n"+
+		"With --envoy, a gRPC service the bootstrap sends to the lean Check listener's\n"+
+		"port (--check-addr, serve's default unless given) that it does not serve is a\n"+
+		"problem too: it serves\n"+
 		"ext_authz Check, and ShouldRateLimit on a node serving RLS (--rls-config-dir).\n"+
 		"With --rls-config-dir it validates the envoyproxy/ratelimit configuration files\n"+
 		"in that directory instead (and --config too when it is given).", getenv)
 	f.String(&path, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` to validate")
 	f.String(&envoyPath, "envoy", "RATELIMIT_AUTHZ_CHECK_ENVOY", "", "Envoy bootstrap `file` in front of the server: check what it strips and sets before ext_authz")
-	f.String(&checkAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", "", "with --envoy: the servers' lean Check listener `address` (serve --check-addr; only its port is compared, as Envoy names the hosts its own way): the access log or RLQS sent to a cluster on that port is a problem, and RLS unless --rls-config-dir says the node serves it, as the listener serves only ext_authz Check, ShouldRateLimit and health")
+	f.String(&checkAddr, "check-addr", "RATELIMIT_AUTHZ_CHECK_ADDR", defaultCheckAddr, "with --envoy: the servers' lean Check listener `address`, as serve reads it (only its port is compared, as Envoy names the hosts its own way): the access log or RLQS sent to a cluster on that port is a problem, and RLS unless --rls-config-dir says the node serves it, as the listener serves only ext_authz Check, ShouldRateLimit and health; off: the servers run without it")
 	f.String(&rlsDir, "rls-config-dir", "RATELIMIT_AUTHZ_RLS_CONFIG_DIR", "", "`directory` of envoyproxy/ratelimit configuration files to validate: every regular file below it, as upstream's config_check -config_dir (Kubernetes ConfigMap internals, names starting with \"..\", are skipped)")
 	f.Bool(&rlsMerge, "rls-merge-domains", "MERGE_DOMAIN_CONFIG", false, "with --rls-config-dir: a domain in several files is one domain, as upstream's MERGE_DOMAIN_CONFIG")
 	f.Bool(&rlsDotfiles, "rls-ignore-dotfiles", "RUNTIME_IGNOREDOTFILES", false, "with --rls-config-dir: skip files and directories whose name starts with \".\", as upstream's RUNTIME_IGNOREDOTFILES")
@@ -45,7 +46,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		return exitError{code: 2, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
 	checkPort := 0
-	if checkAddr != "" && envoyPath != "" { // only --envoy compares it
+	if checkAddr != "off" && checkAddr != "" && envoyPath != "" { // only --envoy compares it
 		_, p, err := net.SplitHostPort(checkAddr)
 		if err == nil {
 			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on

@@ -94,11 +94,12 @@ func TestCheckConfigRLS(t *testing.T) {
 }
 
 // check-config --envoy with --check-addr (or its variable, as serve
-// reads it): the shipped bootstrap, Check on the lean listener and the
-// access log on the gRPC port, passes; the same bootstrap with the access
-// log sent to the lean listener's cluster is a problem, exit 1, naming
-// the call and the cluster. Without the lean listener's address it cannot
-// be known and passes.
+// reads it, or serve's default when neither is given): the shipped
+// bootstrap, Check on the lean listener and the access log on the gRPC
+// port, passes; the same bootstrap with the access log sent to the lean
+// listener's cluster is a problem, exit 1, naming the call and the
+// cluster. With --check-addr off (servers without the lean listener) it
+// passes.
 func TestCheckConfigLeanListener(t *testing.T) {
 	ctx := context.Background()
 	const config = "../../config/ratelimit.yaml"
@@ -130,6 +131,7 @@ func TestCheckConfigLeanListener(t *testing.T) {
 		args []string
 	}{
 		"flag":     {nil, []string{"--envoy", bad, "--check-addr", "0.0.0.0:9002"}},
+		"default":  {nil, []string{"--envoy", bad}}, // serve's own default, 127.0.0.1:9002
 		"variable": {map[string]string{"RATELIMIT_AUTHZ_CHECK_ADDR": "0.0.0.0:9002"}, []string{"--envoy", bad}},
 	} {
 		stderr, err := check(tc.vars, tc.args...)
@@ -137,11 +139,11 @@ func TestCheckConfigLeanListener(t *testing.T) {
 			t.Errorf("%s: access log on the lean listener: %v, stderr %q; want exit 1 and %q", name, err, stderr, want)
 		}
 	}
-	// Another port, or none: nothing says the access log's cluster is
-	// the lean listener.
+	// Another port, or none (off): nothing says the access log's cluster
+	// is the lean listener.
 	// A service name is a port, as serve listens on it; without --envoy
 	// the address is not looked at (the image sets the variable for serve).
-	for _, args := range [][]string{{"--envoy", bad}, {"--envoy", bad, "--check-addr", "127.0.0.1:9003"},
+	for _, args := range [][]string{{"--envoy", bad, "--check-addr", "off"}, {"--envoy", bad, "--check-addr", "127.0.0.1:9003"},
 		{"--envoy", bad, "--check-addr", "127.0.0.1:http"}, {"--check-addr", "host:x"}} {
 		if stderr, err := check(nil, args...); err != nil {
 			t.Errorf("%v: %v\n%s", args, err, stderr)
