@@ -36,6 +36,45 @@ const (
 	CostResponseBytes
 )
 
+// costSourceNames are the sources' names in the configuration, one for
+// every source: the parser reads them, and tests enumerate the sources by
+// them (a source without a name cannot be configured).
+var costSourceNames = [...]string{
+	CostRequests:        "requests",
+	CostRequestHeader:   "request_header",
+	CostContentLength:   "content_length",
+	CostFailures:        "failures",
+	CostResponseHeader:  "response_header",
+	CostResponseTrailer: "response_trailer",
+	CostResponseBytes:   "response_bytes",
+}
+
+// CostSources lists every source, in order.
+func CostSources() []CostSource {
+	out := make([]CostSource, len(costSourceNames))
+	for i := range out {
+		out[i] = CostSource(i)
+	}
+	return out
+}
+
+func (s CostSource) String() string {
+	if int(s) < len(costSourceNames) {
+		return costSourceNames[s]
+	}
+	return "unknown"
+}
+
+// costSource is the source a configuration names, or false.
+func costSource(name string) (CostSource, bool) {
+	for i, n := range costSourceNames {
+		if n == name {
+			return CostSource(i), true
+		}
+	}
+	return 0, false
+}
+
 // Cost says what one hit of a bucket costs.
 type Cost struct {
 	Source CostSource
@@ -96,21 +135,10 @@ func (c Cost) QuotaUnit() string {
 }
 
 func (c Cost) String() string {
-	switch c.Source {
-	case CostRequestHeader:
-		return "request_header " + c.Header
-	case CostContentLength:
-		return "content_length"
-	case CostFailures:
-		return "failures"
-	case CostResponseHeader:
-		return "response_header " + c.Header
-	case CostResponseTrailer:
-		return "response_trailer " + c.Header
-	case CostResponseBytes:
-		return "response_bytes"
+	if c.Header != "" {
+		return c.Source.String() + " " + c.Header
 	}
-	return "requests"
+	return c.Source.String()
 }
 
 // CostProblem says why a value was not a cost as is.
@@ -222,11 +250,10 @@ func (p *parser) parseCost(n *yaml.Node, what string) (Cost, bool) {
 	var c Cost
 	hasMax, hasMissing, sources := false, false, 0
 	if n.Kind == yaml.ScalarNode {
-		i, ok := p.enum(n, what, "content_length", "response_bytes")
-		if !ok {
+		if _, ok := p.enum(n, what, "content_length", "response_bytes"); !ok {
 			return c, false
 		}
-		c.Source = []CostSource{CostContentLength, CostResponseBytes}[i]
+		c.Source, _ = costSource(n.Value)
 	} else {
 		before := len(p.problems)
 		p.eachKey(n, what, []string{"request_header", "response_header", "response_trailer", "content_length", "response_bytes", "max", "missing"}, func(k string, _, v *yaml.Node) {
@@ -242,13 +269,13 @@ func (p *parser) parseCost(n *yaml.Node, what string) (Cost, bool) {
 					return
 				}
 				c.Header = s
-				c.Source = map[string]CostSource{"request_header": CostRequestHeader, "response_header": CostResponseHeader, "response_trailer": CostResponseTrailer}[k]
+				c.Source, _ = costSource(k)
 			case "content_length", "response_bytes":
 				sources++
 				if b, ok := p.boolean(v, what+"."+k); ok && !b {
 					p.errorf(v, "%s.%s: give true, or leave it out", what, k)
 				}
-				c.Source = map[string]CostSource{"content_length": CostContentLength, "response_bytes": CostResponseBytes}[k]
+				c.Source, _ = costSource(k)
 			case "max":
 				if x, ok := p.integer(v, what+".max", 1, MaxCostMax); ok {
 					c.Max, hasMax = x, true

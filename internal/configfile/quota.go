@@ -285,6 +285,8 @@ func quotaBucketProblem(r *Rules, b int) string {
 		return "counts failures: Envoy's quota reports count requests"
 	case bk.Count == CountConcurrency:
 		return "counts requests in flight: Envoy's quota reports count requests"
+	case bk.Cost.AfterResponse():
+		return "charges its cost from the response (" + bk.Cost.String() + "): Envoy's quota reports count requests, never a response's cost"
 	case bk.Key.Kind == match.KeyIP:
 		return "is keyed by ip: a bucket id carries values as Envoy built them from the request, not the trusted client address an ip key means"
 	case bk.Key.Kind == match.KeyAccount:
