@@ -85,6 +85,9 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		if err == nil {
 			cms, err = envoyconf.Inspect(b)
 		}
+		if err == nil && !slices.ContainsFunc(cms, func(c envoyconf.ConnectionManager) bool { return c.ExtAuthz }) {
+			fmt.Fprintf(stderr, "%s: WARN: %s runs no ext_authz filter: %s\n", source, envoyPath, unchecked(b, r))
+		}
 		var problems []string
 		if err == nil && checkPort != 0 {
 			problems, err = leanProblems(b, checkPort, false)
@@ -169,6 +172,20 @@ func envoyProblems(path string, problems []string, err error, stderr io.Writer) 
 	return nil
 }
 
+// unchecked says what a bootstrap without ext_authz still limits: the
+// quota section's buckets through its rate_limit_quota filter, the RLS
+// rules through its rate limit filter, or nothing.
+func unchecked(bootstrap []byte, r *configfile.Rules) string {
+	calls, _, _ := envoyconf.GRPCCalls(bootstrap)
+	switch {
+	case r.Quota != nil && slices.ContainsFunc(calls, envoyconf.GRPCCall.Quota):
+		return "its route rules are never checked; only the quota section's buckets are limited, through the rate_limit_quota filter"
+	case slices.ContainsFunc(calls, envoyconf.GRPCCall.RateLimit):
+		return "its route rules are never checked; only the RLS rules (--rls-config-dir) are limited, through the rate limit filter"
+	}
+	return "nothing is limited"
+}
+
 // leanProblems lists the gRPC calls of a bootstrap that go to a cluster
 // with an endpoint on checkPort, the lean Check listener's port, and that
 // it does not serve: it serves ext_authz Check and health, and
@@ -249,9 +266,6 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 		if c.ExtAuthz {
 			checked = append(checked, c)
 		}
-	}
-	if envoyPath != "" && len(checked) == 0 {
-		warn("%s runs no ext_authz filter: nothing is limited", envoyPath)
 	}
 
 	// Headers the server keys by, as sent.

@@ -290,3 +290,30 @@ func TestCheckConfigCostExampleAsDocumented(t *testing.T) {
 		t.Fatalf("the documented changes: %v\n%s%s", err, out.String(), errOut.String())
 	}
 }
+
+// check-config --envoy with a bootstrap that runs no ext_authz filter
+// says what it still limits: the quota section's buckets through RLQS,
+// the RLS rules through the rate limit filter, or nothing.
+func TestCheckConfigWithoutExtAuthz(t *testing.T) {
+	shipped, err := os.ReadFile("../../envoy/ratelimit-quota.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noQuota := filepath.Join(t.TempDir(), "no-quota.yaml")
+	stripped := strings.ReplaceAll(string(shipped), "envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig", "envoy.extensions.filters.http.router.v3.Router")
+	if stripped == string(shipped) {
+		t.Fatal("the quota bootstrap names no rate_limit_quota filter")
+	}
+	writeFile(t, noQuota, stripped)
+	for _, tc := range []struct{ bootstrap, want string }{
+		{"../../envoy/ratelimit-quota.yaml", "runs no ext_authz filter: its route rules are never checked; only the quota section's buckets are limited, through the rate_limit_quota filter"},
+		{"../../envoy/ratelimit-rls.yaml", "runs no ext_authz filter: its route rules are never checked; only the RLS rules (--rls-config-dir) are limited"},
+		{noQuota, "runs no ext_authz filter: nothing is limited"},
+	} {
+		var out, errOut bytes.Buffer
+		err := run(context.Background(), []string{"check-config", "--config", "../../config/ratelimit.yaml", "--envoy", tc.bootstrap, "--check-addr", "off"}, env(nil), &out, &errOut)
+		if err != nil || !strings.Contains(errOut.String(), tc.want) {
+			t.Errorf("%s: %v, stderr %q; want a warning %q", tc.bootstrap, err, errOut.String(), tc.want)
+		}
+	}
+}

@@ -33,12 +33,19 @@ func (c GRPCCall) RateLimit() bool {
 	return slices.Contains(rateLimitTypes, c.Config)
 }
 
+// Quota reports whether the call is the rate_limit_quota filter's RLQS
+// stream.
+func (c GRPCCall) Quota() bool { return c.Config == quotaFilterType }
+
 // Lean reports whether the lean Check listener serves the call: Check
 // always, ShouldRateLimit when the node serves RLS (rls); nothing else
 // (the access log, RLQS) but health.
 func (c GRPCCall) Lean(rls bool) bool { return c.Check() || (rls && c.RateLimit()) }
 
-const extAuthzPerRouteType = "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
+const (
+	extAuthzPerRouteType = "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute"
+	quotaFilterType      = "envoy.extensions.filters.http.rate_limit_quota.v3.RateLimitQuotaFilterConfig"
+)
 
 var rateLimitTypes = []string{
 	"envoy.extensions.filters.http.ratelimit.v3.RateLimit",
