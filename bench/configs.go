@@ -114,8 +114,9 @@ func allowAll(top *yaml.Node) error {
 const costHeader = "x-usage-total-tokens"
 
 // writeCostConfig writes the allowed configuration with every request
-// bucket a budget charged after the response from costHeader: the Check
-// peeks at each instead of counting, and the access log charges them.
+// bucket a budget charged after the response from costHeader, and no
+// quota section: the Check peeks at each instead of counting, and the
+// access log charges them.
 func writeCostConfig(root, out string) error {
 	return editConfig(root, out, func(top *yaml.Node) error {
 		if err := allowAll(top); err != nil {
@@ -132,6 +133,14 @@ func writeCostConfig(root, out string) error {
 				return err
 			}
 			b.Content = append(b.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "cost"}, cost.Content[0])
+		}
+		// RLQS cannot carry a response's cost: its section goes (this
+		// configuration serves Check).
+		for i := 0; i+1 < len(top.Content); i += 2 {
+			if top.Content[i].Value == "quota" {
+				top.Content = append(top.Content[:i], top.Content[i+2:]...)
+				break
+			}
 		}
 		return nil
 	})
