@@ -58,7 +58,7 @@ func (r *Replicator) MaxCast() int {
 // use.
 func (r *Replicator) Cast(body []byte) error {
 	nc := r.conn.Load()
-	if nc == nil || !nc.IsConnected() {
+	if nc == nil || !r.connected() {
 		return errors.New("replicate: cast: not connected to NATS")
 	}
 	if len(body) > r.MaxCast() {

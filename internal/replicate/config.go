@@ -22,6 +22,7 @@ const (
 	DefaultSkewWarning      = 500 * time.Millisecond
 	DefaultFlushTimeout     = 2 * time.Second
 	DefaultHeartbeat        = time.Second
+	DefaultPingInterval     = time.Second
 	DefaultAntiEntropy      = 10 * time.Second
 	DefaultMaxClockSkew     = 30 * time.Second
 	// DefaultSyncAnswersPerSecond bounds the sync requests a node answers,
@@ -109,6 +110,12 @@ type Config struct {
 	// Heartbeat: a node that published nothing for this long publishes an
 	// empty batch, so that peers know it is alive; 1 s.
 	Heartbeat time.Duration
+	// PingInterval: the node pings the NATS server this often; a link
+	// that answers none of pingsOut pings in a row, or whose writes stall
+	// for writeStall pings, is taken as down (a silent cut: packets
+	// dropped without a reset) and the node reconnects, limiting on its
+	// own counts meanwhile; 1 s.
+	PingInterval time.Duration
 	// AntiEntropy is the period over which every live count of this node
 	// is published again, a part with each batch, so that a lost batch of
 	// a key that stopped changing is repaired within about this period;
@@ -155,7 +162,7 @@ func (c *Config) setDefaults() error {
 	}{
 		{&c.SyncInterval, DefaultSyncInterval}, {&c.WarmStartTimeout, DefaultWarmStartTimeout},
 		{&c.PeerExpiry, DefaultPeerExpiry}, {&c.SkewWarning, DefaultSkewWarning}, {&c.FlushTimeout, DefaultFlushTimeout},
-		{&c.Heartbeat, DefaultHeartbeat}, {&c.MaxClockSkew, DefaultMaxClockSkew},
+		{&c.Heartbeat, DefaultHeartbeat}, {&c.MaxClockSkew, DefaultMaxClockSkew}, {&c.PingInterval, DefaultPingInterval},
 	} {
 		if *d.p < 0 {
 			return fmt.Errorf("replicate: negative duration %v", *d.p)

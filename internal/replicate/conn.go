@@ -13,11 +13,22 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+// A link is taken as down when the server answers none of pingsOut + 1
+// pings in a row (PingInterval apart), or a write to it stalls for
+// writeStall pings: a silent cut is noticed within (pingsOut + 2) ×
+// PingInterval, however little the node publishes.
+const (
+	pingsOut   = 2
+	writeStall = 2
+)
+
 // connect dials NATS with the configured options and the Replicator's
-// own: no echo, retries for ever in the background, and handlers that log
-// the connection's changes and ask for a resync when counts may have been
-// missed. offline, set by Run when NATS was not reachable at start, makes
-// the first connection resync too (else the warm start covers it).
+// own: no echo, retries for ever in the background, pings that notice a
+// silent cut, and handlers that keep the link's state (read without the
+// client's lock, see connected), log its changes and ask for a resync
+// when counts may have been missed. offline, set by Run when NATS was not
+// reachable at start, makes the first connection resync too (else the
+// warm start covers it).
 func (r *Replicator) connect(ctx context.Context, offline *atomic.Bool) (*nats.Conn, error) {
 	opts := append(slices.Clone(r.cfg.Options),
 		nats.Name("ratelimit-authz "+r.cfg.NodeID),
@@ -26,23 +37,30 @@ func (r *Replicator) connect(ctx context.Context, offline *atomic.Bool) (*nats.C
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250*time.Millisecond),
 		nats.ReconnectJitter(250*time.Millisecond, time.Second),
-		nats.PingInterval(10*time.Second),
-		nats.MaxPingsOutstanding(3),
+		nats.PingInterval(r.cfg.PingInterval),
+		nats.MaxPingsOutstanding(pingsOut),
+		nats.FlusherTimeout(writeStall*r.cfg.PingInterval),
+		nats.ReconnectOnFlusherError(),
 		nats.ConnectHandler(func(*nats.Conn) {
+			r.up.Store(true)
 			r.log.Info("connected to NATS")
 			if offline.Load() {
 				r.syncer.requestResync()
 			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
+			r.up.Store(true)
+			r.reconnects.Add(1)
 			r.log.Info("reconnected to NATS", "url", nc.ConnectedUrlRedacted())
 			r.syncer.requestResync()
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			r.up.Store(false)
 			if ctx.Err() == nil {
 				r.log.Warn("disconnected from NATS; limiting on this node's counts until it is back", "err", err)
 			}
 		}),
+		nats.ClosedHandler(func(*nats.Conn) { r.up.Store(false) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {
 				// Messages were dropped before this node read them: some

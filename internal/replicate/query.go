@@ -86,7 +86,7 @@ func (r *Replicator) onQuery(nc *nats.Conn, msg *nats.Msg) {
 // fit in a message.
 func (r *Replicator) Ask(ctx context.Context, query []byte) (answers []Answer, missing []PeerInfo, err error) {
 	nc := r.conn.Load()
-	if nc == nil || !nc.IsConnected() {
+	if nc == nil || !r.connected() {
 		return nil, nil, errors.New("replicate: ask: not connected to NATS")
 	}
 	now := r.now()

@@ -84,6 +84,11 @@ type Replicator struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	conn      atomic.Pointer[nats.Conn] // the connection, once Run made it
+	// up is the link's state as the connection's handlers last reported
+	// it, and reconnects their count: read without the NATS client's
+	// lock, which a write stuck on a dead link holds until writeStall.
+	up         atomic.Bool
+	reconnects atomic.Uint64
 	answerer  atomic.Pointer[Answerer]  // nil: queries are not answered
 	query     querier                   // owned by the query subscription
 
@@ -190,9 +195,9 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "connected",
-			Help: "1 while connected to NATS, else 0 (the node then limits on its own counts).",
+			Help: "1 while the link to NATS is up: connected, answering pings and taking writes (a silent cut is noticed within 4 pings); else 0 (the node then limits on its own counts).",
 		}, func() float64 {
-			if nc := r.conn.Load(); nc != nil && nc.IsConnected() {
+			if r.connected() {
 				return 1
 			}
 			return 0
@@ -200,12 +205,7 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "reconnects_total",
 			Help: "Reconnections to NATS.",
-		}, func() float64 {
-			if nc := r.conn.Load(); nc != nil {
-				return float64(nc.Stats().Reconnects)
-			}
-			return 0
-		}),
+		}, func() float64 { return float64(r.reconnects.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "peers",
 			Help: "Peers heard from within the peer expiry.",
@@ -228,6 +228,10 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		}, func() float64 { return float64(r.pub.pending()) }),
 	}
 }
+
+// connected reports whether the link to NATS is up: connected, and
+// answering pings and taking writes (see connect).
+func (r *Replicator) connected() bool { return r.up.Load() }
 
 // Ready is closed once the warm start has ended: peers answered, the
 // deadline passed, or NATS was not reachable at start.
@@ -380,8 +384,8 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 	r.recv.retryDeferred(now)
 	r.peers.expire(now, r.cfg.PeerExpiry)
 	r.syncer.dropReply(now)
-	r.members(now, nc.IsConnected())
-	if !nc.IsConnected() {
+	r.members(now, r.connected())
+	if !r.connected() {
 		return
 	}
 	r.pub.publishTick(now, r.maxOut(nc), func(b []byte) error { return r.hooks.send(nc, r.batchSubj, b) })
@@ -392,7 +396,7 @@ func (r *Replicator) tick(nc *nats.Conn, now time.Time) {
 // rather than at the next tick. Like tick, it publishes nothing while NATS
 // is away (the changes stay marked for the first batch after).
 func (r *Replicator) early(nc *nats.Conn, now time.Time) {
-	if !nc.IsConnected() {
+	if !r.connected() {
 		return
 	}
 	n := r.pub.publishChanges(now, r.maxOut(nc), func(b []byte) error { return r.hooks.send(nc, r.batchSubj, b) }, false)
@@ -405,7 +409,7 @@ func (r *Replicator) final(nc *nats.Conn) {
 		st.MarkUnreported(2)
 	}
 	r.tick(nc, r.now())
-	if !nc.IsConnected() {
+	if !r.connected() {
 		return
 	}
 	if err := nc.FlushTimeout(r.cfg.FlushTimeout); err != nil {
