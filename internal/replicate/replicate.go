@@ -89,8 +89,8 @@ type Replicator struct {
 	// lock, which a write stuck on a dead link holds until writeStall.
 	up         atomic.Bool
 	reconnects atomic.Uint64
-	answerer  atomic.Pointer[Answerer]  // nil: queries are not answered
-	query     querier                   // owned by the query subscription
+	answerer   atomic.Pointer[Answerer] // nil: queries are not answered
+	query      querier                  // owned by the query subscription
 
 	castHandler atomic.Pointer[CastHandler] // nil: casts are dropped
 	cast        caster                      // owned by the cast subscription
