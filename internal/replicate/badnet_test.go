@@ -147,3 +147,70 @@ func TestSilentCutIsNoticed(t *testing.T) {
 		t.Errorf("reconnects_total %v after the heal", r)
 	}
 }
+
+// TestSharesHoldOnABadNetwork: three nodes, each behind a link to NATS
+// that delays, jitters or loses packets (TCP retransmits them: they
+// arrive late), one key offered at ten times its limit spread over them:
+// every full window admits within the bound (1.5× in the key's first,
+// while no node holds a count of it; 1.1× after), the first window after
+// a step in the delay included.
+func TestSharesHoldOnABadNetwork(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name          string
+		before, after netfault.Faults // the faults of the first windows, and from the step on
+	}{
+		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}},
+		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}},
+		{"20% loss", netfault.Faults{Delay: 5 * ms, Loss: 0.2}, netfault.Faults{Delay: 5 * ms, Loss: 0.2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := testnats.Run(t)
+			var nodes []*live
+			var relays []*netfault.Relay
+			for _, id := range []string{"a", "b", "c"} {
+				relay := netfault.Start(t, srv.Addr().String())
+				relay.Set(tc.before)
+				relays = append(relays, relay)
+				nodes = append(nodes, startLive(t, relay.URL(), id, Config{}, nodeOpts{}))
+			}
+			for _, n := range nodes {
+				n.waitReady(t)
+			}
+			poll.Until(t, waitLong, step, func() error {
+				for _, n := range nodes {
+					if v, _ := gaugeOf(t, n.reg, "ratelimit_authz_replicate_share_nodes"); v != 3 {
+						return fmt.Errorf("%s splits between %v nodes", n.id, v)
+					}
+				}
+				return nil
+			})
+			lim := counter.Limit{Limit: 100, ScaleMS: 1000}
+			stop := make(chan struct{})
+			wait := overload(nodes, "k", lim, 333, stop) // ten times the limit in all
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(3 * time.Second)))
+			stepAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
+			for _, r := range relays {
+				r.Set(tc.after)
+			}
+			time.Sleep(4 * time.Second)
+			close(stop)
+			per := wait()
+			var line []string
+			over := 0
+			for w := stepAt - 2; w < stepAt+4; w++ {
+				line = append(line, fmt.Sprint(per[w]))
+				// The key's first full window: 1.5× while no node holds
+				// a count of it (docs/design/budget-shares.md).
+				if bound := int64(110); per[w] > bound && (w > stepAt-2 || per[w] > 150) {
+					over++
+				}
+			}
+			delay, _ := gaugeOf(t, nodes[0].reg, "ratelimit_authz_replicate_share_delay_seconds")
+			t.Logf("admitted per window at 10× (limit 100), the step at the third: %s; share delay %.3fs", strings.Join(line, " "), delay)
+			if over > 0 {
+				t.Errorf("%d of %d windows admitted over 110", over, len(line))
+			}
+		})
+	}
+}

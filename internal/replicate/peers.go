@@ -21,13 +21,18 @@ type peer struct {
 	// first and last heard from itself (liveness).
 	lastSeen    time.Time
 	first, last time.Time
+	heard       time.Time // first, on the monotonic clock probes are timed on
 
 	// ageMS is receive time minus send time of its latest batch: the
 	// delivery delay, clock skew included.
 	ageMS atomic.Int64
-	// skewMS is the clock skew: the least ageMS over this clock period and
-	// the previous one (see receiver.observe).
-	skewMS atomic.Int64
+	// minAgeMS is the least ageMS over this clock period and the previous
+	// one (see receiver.observe): the clock skew plus the least delivery
+	// delay; noAge: none yet.
+	minAgeMS atomic.Int64
+
+	// What the link probes tell (see probe.go).
+	link
 
 	// Read and written by the batch handler only (one goroutine).
 	lastSeq                uint64
@@ -90,6 +95,7 @@ func (t *peerTable) get(node string, inc uint64, now time.Time, heard bool) *pee
 	if heard {
 		if p.first.IsZero() {
 			p.first = now
+			p.heard = time.Now()
 		}
 		if now.After(p.last) {
 			p.last = now
@@ -115,6 +121,10 @@ func (t *peerTable) add(k origin) *peer {
 		t.next++ // wraps to 0 after 2^32−1 peers: then no new ones
 	}
 	p := &peer{id: id, key: k}
+	p.minAgeMS.Store(noAge)
+	p.rttMS.Store(noAge)
+	p.rttMinMS.Store(noAge)
+	p.rttMaxMS.Store(noAge)
 	t.byKey[k] = p
 	t.byID[p.id] = p
 	return p
@@ -186,16 +196,57 @@ func (t *peerTable) len() int {
 	return len(t.byKey)
 }
 
-// maxAge returns the largest absolute delivery age (ageMS) of the known
-// peers.
-func (t *peerTable) maxAge() time.Duration {
-	return t.largest(func(p *peer) int64 { return p.ageMS.Load() })
+// skew is the peer's clock skew, ms: the least age of its batches lately
+// less the least one-way delivery delay its probes' echoes tell (none
+// from a peer that echoes no probes: then the least age itself).
+func (p *peer) skew() int64 {
+	a := p.minAgeMS.Load()
+	if a == noAge {
+		return 0
+	}
+	if rtt := p.rttMinMS.Load(); rtt != noAge {
+		return a - rtt/2
+	}
+	return a
 }
 
-// maxSkew returns the largest absolute clock skew (skewMS) of the known
-// peers.
+// oneWay is the delivery delay to and from the peer at now, ms: half the
+// larger of the longest round trip of its probes lately (the delays of a
+// jittery or lossy link recur) and the time its oldest unanswered probe
+// has waited (a delay that grew shows at once, not when a late answer
+// arrives). A peer that echoes no probes has its latest batch's age, taken
+// as at most interval: that age holds the clock skew too, which must not
+// make shares wait.
+//
+// A peer that has echoed nothing yet is given probeGrace to: meanwhile
+// the probes sent since it was first heard from wait for it.
+func (p *peer) oneWay(pr *prober, now time.Time, interval time.Duration) int64 {
+	rtt := p.rttMaxMS.Load()
+	if rtt == noAge {
+		d := min(abs(p.ageMS.Load()), interval.Milliseconds())
+		if now.Sub(p.heard) < probeGrace {
+			d = max(d, pr.waiting(p.heard.Sub(pr.epoch), now)/2)
+		}
+		return d
+	}
+	return max(rtt, pr.waiting(time.Duration(p.echoed.Load()), now)) / 2
+}
+
+// roundTrip returns the largest round trip at now to a peer heard from
+// since live (twice its oneWay), the share delay's input: a peer gone
+// silent for longer is out of the split, and of the delay.
+func (t *peerTable) roundTrip(pr *prober, now, live time.Time, interval time.Duration) time.Duration {
+	return 2 * t.largest(func(p *peer) int64 {
+		if p.last.Before(live) {
+			return 0
+		}
+		return p.oneWay(pr, now, interval)
+	})
+}
+
+// maxSkew returns the largest absolute clock skew of the known peers.
 func (t *peerTable) maxSkew() time.Duration {
-	return t.largest(func(p *peer) int64 { return p.skewMS.Load() })
+	return t.largest((*peer).skew)
 }
 
 func (t *peerTable) largest(ms func(*peer) int64) time.Duration {
@@ -221,8 +272,9 @@ type PeerInfo struct {
 	LastHeard time.Time
 	// DelayMS is receive time minus send time of its latest batch: the
 	// delivery delay, clock skew included; SkewMS the clock skew alone
-	// (the least delay lately).
-	DelayMS, SkewMS int64
+	// (see peer.skew); RoundTripMS the latest probe's round trip, -1
+	// before the first echo.
+	DelayMS, SkewMS, RoundTripMS int64
 }
 
 // Peers returns the peers this node knows, ordered by node id then
@@ -232,7 +284,11 @@ func (r *Replicator) Peers() []PeerInfo {
 	t.mu.Lock()
 	out := make([]PeerInfo, 0, len(t.byKey))
 	for k, p := range t.byKey {
-		out = append(out, PeerInfo{Node: k.Node, Incarnation: k.Incarnation, LastHeard: p.last, DelayMS: p.ageMS.Load(), SkewMS: p.skewMS.Load()})
+		rtt := p.rttMS.Load()
+		if rtt == noAge {
+			rtt = -1
+		}
+		out = append(out, PeerInfo{Node: k.Node, Incarnation: k.Incarnation, LastHeard: p.last, DelayMS: p.ageMS.Load(), SkewMS: p.skew(), RoundTripMS: rtt})
 	}
 	t.mu.Unlock()
 	slices.SortFunc(out, func(a, b PeerInfo) int {

@@ -38,6 +38,7 @@ type querier struct {
 	rx      message
 	buf     rxBuffers
 	answers tokenBucket
+	probes  tokenBucket // echoes of link probes (probe.go)
 	sealBuf []byte
 	sealAD  []byte
 }
@@ -52,19 +53,27 @@ func (r *Replicator) SetAnswerer(a Answerer) {
 	r.answerer.Store(&a)
 }
 
-// onQuery answers a peer's query, when an answerer is set.
+// onQuery answers a peer's query, when an answerer is set, and echoes
+// its link probes (probe.go) at once.
 func (r *Replicator) onQuery(nc *nats.Conn, msg *nats.Msg) {
-	a := r.answerer.Load()
-	if a == nil {
-		return
-	}
 	q := &r.query
 	now := r.now()
-	if !r.read(msg.Data, &q.rx, kindQuery, &q.buf, now) || !validReply(msg.Reply) || !q.answers.allow(now) {
+	if !r.read(msg.Data, &q.rx, kindQuery, &q.buf, now) || !validReply(msg.Reply) {
 		return
 	}
 	m := message{header: header{Kind: kindAnswer, Node: r.self.Node, Incarnation: r.self.Incarnation, SentAtMS: now.UnixMilli()}}
-	m.Body = string((*a)([]byte(q.rx.Body)))
+	if isProbe(q.rx.Body) {
+		if !q.probes.allow(now) {
+			return
+		}
+		m.Body = q.rx.Body
+	} else {
+		a := r.answerer.Load()
+		if a == nil || !q.answers.allow(now) {
+			return
+		}
+		m.Body = string((*a)([]byte(q.rx.Body)))
+	}
 	data := r.sealed(&q.sealBuf, &q.sealAD, m.encode(nil), kindAnswer)
 	if len(data) > r.maxOut(nc) {
 		r.log.Warn("a query's answer is too large to send", "bytes", len(data), "peer", q.rx.origin().String())

@@ -151,11 +151,11 @@ func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 		p.period, p.prevMin, p.periodMin = now, noAge, noAge
 	}
 	if now.Sub(p.period) >= clockPeriod*rv.cfg.Heartbeat {
-		if p.periodMin != noAge && abs(p.periodMin) > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.skewLogged) >= time.Minute {
+		if skew := p.skew(); p.periodMin != noAge && abs(skew) > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.skewLogged) >= time.Minute {
 			p.skewLogged = now
 			// The node id is validated printable ASCII, from an authenticated message.
 			rv.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
-				"peer", p.key.String(), "skew", msDuration(p.periodMin).String(), "threshold", rv.cfg.SkewWarning.String(),
+				"peer", p.key.String(), "skew", msDuration(skew).String(), "threshold", rv.cfg.SkewWarning.String(),
 				"period", now.Sub(p.period).Round(time.Millisecond).String())
 		}
 		p.period, p.prevMin, p.periodMin = now, p.periodMin, noAge
@@ -167,7 +167,7 @@ func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 			"peer", p.key.String(), "waited", msDuration(waited).String(), "threshold", rv.cfg.SkewWarning.String())
 	}
 	p.periodMin = min(p.periodMin, age)
-	p.skewMS.Store(min(p.prevMin, p.periodMin))
+	p.minAgeMS.Store(min(p.prevMin, p.periodMin))
 }
 
 func abs(x int64) int64 {

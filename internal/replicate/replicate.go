@@ -91,6 +91,7 @@ type Replicator struct {
 	reconnects atomic.Uint64
 	answerer   atomic.Pointer[Answerer] // nil: queries are not answered
 	query      querier                  // owned by the query subscription
+	probe      prober                   // owned by the echo subscription
 
 	castHandler atomic.Pointer[CastHandler] // nil: casts are dropped
 	cast        caster                      // owned by the cast subscription
@@ -182,6 +183,9 @@ func newReplicator(cfg Config, store Store, reg prometheus.Registerer, log *slog
 	}
 	r := &Replicator{shared: sh, ready: make(chan struct{}), dupNames: map[string]bool{}, dupScratch: map[string]bool{}}
 	r.query.answers = tokenBucket{max: queryAnswersPerSecond, rate: queryAnswersPerSecond}
+	probes := float64(probesPerPeer*cfg.MaxPeers) / cfg.SyncInterval.Seconds()
+	r.query.probes = tokenBucket{max: probes, rate: probes}
+	r.probe.epoch = time.Now()
 	r.pub = newPublisher(sh)
 	r.recv = newReceiver(sh)
 	r.syncer = newSyncer(sh, r.recv)
@@ -212,7 +216,7 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		}, func() float64 { return float64(r.peers.len()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "clock_skew_seconds",
-			Help: "Largest absolute clock skew over the known peers: for each, the least difference between receive time and send time of its batches over the last 10 to 20 heartbeats, so that batches that waited (a stall of this node, NATS or the peer) do not count.",
+			Help: "Largest absolute clock skew over the known peers: for each, the least difference between receive time and send time of its batches over the last 10 to 20 heartbeats (so that batches that waited, a stall of this node, NATS or the peer, do not count), less half the least round trip of its link probes over that time (so that the delivery delay does not count either).",
 		}, func() float64 { return r.peers.maxSkew().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "share_nodes",
@@ -220,7 +224,7 @@ func (r *Replicator) gauges(ns, sub string) []prometheus.Collector {
 		}, func() float64 { return float64(r.shareNodes.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "share_delay_seconds",
-			Help: "How long after publishing a count this node waits before its share grows (its peers hold the count and have answered): the early gap plus twice the peers' latest delivery delay (clock skew included; 2.5 ms to a sync interval), or the configured share delay when longer.",
+			Help: "How long after publishing a count this node waits before its share grows (its peers hold the count and have answered): the early gap plus the round trip to the slowest peer (its link probes' latest, or twice its latest batch's age less its clock skew when larger; at least 5 ms, however long), or the configured share delay when longer.",
 		}, func() float64 { return float64(r.shareDelayMS.Load()) / 1000 }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "pending_entries",
@@ -297,8 +301,18 @@ func (r *Replicator) Run(ctx context.Context) error {
 		defer close(syncDone)
 		r.syncer.run(ctx, nc, warm, r.markReady)
 	}()
+	inbox := nats.NewInbox()
+	if _, err := nc.Subscribe(inbox, r.guard("probe echo", r.onEcho)); err != nil {
+		return fmt.Errorf("replicate: subscribe to the probes' inbox: %w", err)
+	}
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		r.probeLoop(ctx, nc, inbox)
+	}()
 	r.loop(ctx, nc)
 	<-syncDone // no sync runs any more
+	<-probeDone
 	r.final(nc)
 	return nil
 }
@@ -461,7 +475,7 @@ const shareLive = 3
 // shareDelay is how long after publishing a count the node takes its
 // peers to hold it and their answers to have arrived (see share.Delay).
 func (r *Replicator) shareDelay() time.Duration {
-	return share.Delay(r.cfg.ShareDelay, r.cfg.EarlyGap, r.peers.maxAge(), r.cfg.SyncInterval)
+	return min(share.Delay(r.cfg.ShareDelay, r.cfg.EarlyGap, r.peers.roundTrip(&r.probe, time.Now(), r.now().Add(-shareLive*r.cfg.Heartbeat), r.cfg.SyncInterval), r.cfg.SyncInterval), counter.MaxShareDelay)
 }
 
 // members takes stock of the live processes at a tick: duplicate node ids,

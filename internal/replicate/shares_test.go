@@ -130,8 +130,9 @@ func TestClusterLeavingNodePublishesUnreported(t *testing.T) {
 }
 
 // TestShareDelayFollowsDelivery: the delay before a node's share grows is
-// the early gap plus twice the peers' latest delivery delay (2.5 ms to a
-// sync interval).
+// the early gap plus the round trip to the slowest peer: its probes',
+// however long, or twice its latest delivery delay (2.5 ms to a sync
+// interval) for a peer that echoes none.
 func TestShareDelayFollowsDelivery(t *testing.T) {
 	store, err := counter.New(counter.Config{Track: true})
 	if err != nil {
@@ -157,6 +158,36 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 			t.Errorf("delivery %d ms: share delay %v, want %v", c.skewMS, got, c.want)
 		}
 	}
+	// A peer that echoes probes: the longest round trip of its probes
+	// lately, however long, or the time its oldest unanswered probe has
+	// waited when longer; its clock skew is its batches' least age less
+	// half the least round trip.
+	p.minAgeMS.Store(300) // a clock 200 ms ahead, 100 ms away
+	p.rttMinMS.Store(200)
+	p.echoed.Store(int64(time.Second))
+	for _, c := range []struct {
+		rttMaxMS int64
+		waiting  time.Duration // the oldest probe not echoed yet sent this long ago
+		want     time.Duration
+	}{
+		{200, 0, 210 * time.Millisecond}, {1000, 0, 1010 * time.Millisecond}, {200, 800 * time.Millisecond, 810 * time.Millisecond},
+	} {
+		p.rttMaxMS.Store(c.rttMaxMS)
+		r.probe = prober{epoch: time.Now().Add(-time.Hour)}
+		r.probe.note(time.Second) // the echoed one
+		if c.waiting > 0 {
+			r.probe.note(time.Since(r.probe.epoch) - c.waiting)
+		}
+		got := r.shareDelay()
+		if d := got - c.want; d < 0 || d > 20*time.Millisecond { // the clock moves on meanwhile
+			t.Errorf("round trip %d ms lately, a probe waiting %v: share delay %v, want %v", c.rttMaxMS, c.waiting, got, c.want)
+		}
+	}
+	if got := r.peers.maxSkew(); got != 200*time.Millisecond {
+		t.Errorf("skew %v, want 200ms: the least age less half the least round trip", got)
+	}
+	p.rttMaxMS.Store(200)
+	r.probe = prober{epoch: time.Now()}
 	r.setShares(r.live(now), true)
 	if got := r.lastShares; got != (share.Split{Nodes: 2, Rank: 0, Delay: 210 * time.Millisecond}) {
 		t.Errorf("shares %+v, want 2 nodes, a first, 210 ms", got)

@@ -113,22 +113,22 @@ func even(amount, n, slot int64, spread bool) int64 {
 // shares off: each node admits on its own view, up to the whole limit.
 const Off time.Duration = -1
 
-// minDelivery is the least delivery delay Delay assumes of a batch.
-const minDelivery = 2500 * time.Microsecond
+// minRoundTrip is the least round trip Delay assumes of a batch and its
+// answer.
+const minRoundTrip = 5 * time.Millisecond
 
 // Delay is how long after publishing a count a node takes its peers to
 // hold it and their answers to have arrived, at least least: a peer that
 // holds unpublished hits of the key publishes them on receipt, within an
 // early gap (gap, the least time between two early batches; ≤ 0 without
-// early batches: then a sync interval), so the node waits for the
-// report's delivery, that gap and the answer's delivery. The delivery
-// delay is the peers' latest (delivery, clock skew included), taken as
-// from minDelivery to a sync interval (interval): a slow network, or a
-// node too busy to read its messages, then makes shares grow more slowly
+// early batches: then a sync interval, interval), so the node waits for
+// the round trip to its slowest peer (roundTrip: the report's delivery and
+// the answer's, at least minRoundTrip) and that gap. It follows the round
+// trip however long: a slow network makes shares grow more slowly
 // instead of handing out budget its peers may already have spent.
-func Delay(least, gap, delivery, interval time.Duration) time.Duration {
+func Delay(least, gap, roundTrip, interval time.Duration) time.Duration {
 	if gap <= 0 {
 		gap = interval
 	}
-	return max(least, gap+2*min(max(delivery, minDelivery), interval))
+	return max(least, gap+max(roundTrip, minRoundTrip))
 }

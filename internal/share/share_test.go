@@ -146,25 +146,25 @@ func TestEven(t *testing.T) {
 }
 
 // TestDelay: the early gap (a sync interval without early batches) plus
-// twice the delivery delay, taken as from 2.5 ms to a sync interval; at
-// least the configured least.
+// the round trip, at least 5 ms and however long; at least the configured
+// least.
 func TestDelay(t *testing.T) {
 	const ms = time.Millisecond
 	for _, tc := range []struct {
-		least, gap, delivery, interval, want time.Duration
+		least, gap, roundTrip, interval, want time.Duration
 	}{
 		{0, 10 * ms, 0, 100 * ms, 15 * ms},
 		{0, 10 * ms, -60 * ms, 100 * ms, 15 * ms},
-		{0, 10 * ms, 3 * ms, 100 * ms, 16 * ms},
-		{0, 10 * ms, 40 * ms, 100 * ms, 90 * ms},
-		{0, 10 * ms, 5 * time.Second, 100 * ms, 210 * ms},
+		{0, 10 * ms, 6 * ms, 100 * ms, 16 * ms},
+		{0, 10 * ms, 80 * ms, 100 * ms, 90 * ms},
+		{0, 10 * ms, 5 * time.Second, 100 * ms, 5010 * ms},
 		{0, 0, 0, 100 * ms, 105 * ms},
 		{0, -1, 0, 100 * ms, 105 * ms},
 		{500 * ms, 10 * ms, 0, 100 * ms, 500 * ms},
 		{Off, 10 * ms, 0, 100 * ms, 15 * ms},
 	} {
-		if got := Delay(tc.least, tc.gap, tc.delivery, tc.interval); got != tc.want {
-			t.Errorf("Delay(%v, %v, %v, %v) = %v, want %v", tc.least, tc.gap, tc.delivery, tc.interval, got, tc.want)
+		if got := Delay(tc.least, tc.gap, tc.roundTrip, tc.interval); got != tc.want {
+			t.Errorf("Delay(%v, %v, %v, %v) = %v, want %v", tc.least, tc.gap, tc.roundTrip, tc.interval, got, tc.want)
 		}
 	}
 }
