@@ -266,7 +266,11 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	ms := now.UnixMilli()
 	w, _ := windowSplit(ms, c.ScaleMS)
-	if !Live(c.Algorithm, c.ScaleMS, c.Window, now) {
+	// A count of the previous window is merged whatever the algorithm: a
+	// fixed window's no longer limits anything, but it weighs in the
+	// split of the next (entry.share), and on a slow network the last
+	// reports of a window arrive after it ended.
+	if !Live(c.Algorithm, c.ScaleMS, c.Window, now) && c.Window != w-1 {
 		return Stale
 	}
 	if c.Count == 0 {

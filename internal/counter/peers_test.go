@@ -194,12 +194,14 @@ func TestMerge(t *testing.T) {
 			{"10:00:00.600", 2, 0, 0, Unchanged, 13},
 		}},
 		{"stale and future windows, fixed", fixed, []mergeStep{
-			{"10:00:01.000", 1, 0, 5, Stale, -1}, // ended
-			{"10:00:01.000", 1, 3, 5, Stale, -1}, // too far ahead
-			{"10:00:01.000", 1, 2, 5, Merged, 5}, // a peer a little ahead
+			{"10:00:01.000", 1, -1, 5, Stale, -1}, // ended before the previous
+			{"10:00:01.000", 1, 0, 5, Merged, -1}, // the previous: it weighs in the shares
+			{"10:00:01.000", 1, 3, 5, Stale, -1},  // too far ahead
+			{"10:00:01.000", 1, 2, 5, Merged, 5},  // a peer a little ahead
 			{"10:00:01.000", 1, 1, 2, Merged, 2},
 			{"10:00:02.000", 1, 2, 6, Merged, 6},
-			{"10:00:02.000", 1, 1, 9, Stale, -1},
+			{"10:00:02.000", 1, 1, 9, Merged, -1},
+			{"10:00:02.000", 1, 0, 9, Stale, -1},
 		}},
 		{"sliding keeps the previous window", sliding, []mergeStep{
 			{"10:00:01.000", 1, 0, 5, Merged, 5},

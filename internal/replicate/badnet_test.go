@@ -160,6 +160,7 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 		name          string
 		before, after netfault.Faults // the faults of the first windows, and from the step on
 	}{
+		{"100ms one way", netfault.Faults{Delay: 100 * ms}, netfault.Faults{Delay: 100 * ms}},
 		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}},
 		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}},
 		{"20% loss", netfault.Faults{Delay: 5 * ms, Loss: 0.2}, netfault.Faults{Delay: 5 * ms, Loss: 0.2}},
@@ -185,6 +186,8 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 				}
 				return nil
 			})
+			// The probes' first echoes: the delay the nodes work with.
+			time.Sleep(2 * time.Second)
 			lim := counter.Limit{Limit: 100, ScaleMS: 1000}
 			stop := make(chan struct{})
 			wait := overload(nodes, "k", lim, 333, stop) // ten times the limit in all
@@ -213,4 +216,89 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProbesTimeTheLinkNotTheClock: a peer 100 ms from NATS (its link
+// delayed each way) is 200 ms away as its probes' round trip, while its
+// batches arrive 100 ms old: the clock skew reads about 0 and the share
+// delay about the early gap plus 200 ms. Probes never reach an Answerer.
+func TestProbesTimeTheLinkNotTheClock(t *testing.T) {
+	srv := testnats.Run(t)
+	relay := netfault.Start(t, srv.Addr().String())
+	relay.Set(netfault.Faults{Delay: 100 * time.Millisecond})
+	a := startLive(t, relay.URL(), "a", Config{}, nodeOpts{})
+	b := startLive(t, srv.ClientURL(), "b", Config{}, nodeOpts{})
+	var asked atomic.Int64
+	a.r.SetAnswerer(func(q []byte) []byte { asked.Add(1); return q })
+	a.waitReady(t)
+	b.waitReady(t)
+	var info PeerInfo
+	poll.Until(t, waitLong, step, func() error {
+		ps := b.r.Peers()
+		if len(ps) != 1 || ps[0].RoundTripMS < 0 || ps[0].DelayMS < 90 {
+			return fmt.Errorf("b's peers: %+v", ps)
+		}
+		info = ps[0]
+		return nil
+	})
+	if info.RoundTripMS < 200 || info.RoundTripMS > 400 {
+		t.Errorf("round trip to a %d ms, want 200 to 400 (100 ms each way, twice)", info.RoundTripMS)
+	}
+	if info.SkewMS < -50 || info.SkewMS > 50 {
+		t.Errorf("a's clock skew %d ms with one clock (its batches arrive %d ms old)", info.SkewMS, info.DelayMS)
+	}
+	poll.Until(t, waitLong, step, func() error { // set at b's next tick
+		if d, _ := gaugeOf(t, b.reg, "ratelimit_authz_replicate_share_delay_seconds"); d < 0.2 || d > 0.45 {
+			return fmt.Errorf("b's share delay %vs, want the early gap plus 200 to 400 ms", d)
+		}
+		return nil
+	})
+	if n := asked.Load(); n != 0 {
+		t.Errorf("a's Answerer was asked %d probes", n)
+	}
+}
+
+// TestSilentCutUnderLoad: three nodes at ten times a key's limit; one
+// node's link is cut silently for 10 s. The cut node notices within four
+// pings and limits on its own counts (the documented fail-open: the
+// cluster admits up to twice the limit while it is cut), the others split
+// the budget between the two of them once it is silent; after the heal
+// the first full window is back within the bound.
+func TestSilentCutUnderLoad(t *testing.T) {
+	srv := testnats.Run(t)
+	var nodes []*live
+	var relays []*netfault.Relay
+	for _, id := range []string{"a", "b", "c"} {
+		relay := netfault.Start(t, srv.Addr().String())
+		relays = append(relays, relay)
+		nodes = append(nodes, startLive(t, relay.URL(), id, Config{}, nodeOpts{}))
+	}
+	for _, n := range nodes {
+		n.waitReady(t)
+	}
+	lim := counter.Limit{Limit: 100, ScaleMS: 1000}
+	stop := make(chan struct{})
+	wait := overload(nodes, "k", lim, 333, stop)
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(3 * time.Second)))
+	cutAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
+	relays[0].Set(netfault.Faults{Cut: true})
+	time.Sleep(10 * time.Second)
+	relays[0].Set(netfault.Faults{})
+	healAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
+	time.Sleep(4 * time.Second)
+	close(stop)
+	per := wait()
+	var line []string
+	for w := cutAt - 1; w <= healAt+3; w++ {
+		line = append(line, fmt.Sprint(per[w]))
+		switch {
+		case w < cutAt || w > healAt+1:
+			if per[w] > 110 {
+				t.Errorf("window %d (cut at %d, healed in %d) admitted %d, over 110", w, cutAt, healAt, per[w])
+			}
+		case per[w] > 210: // the cut node's own limit, the other two's
+			t.Errorf("window %d of the cut admitted %d, over 210", w, per[w])
+		}
+	}
+	t.Logf("admitted per window at 10× (limit 100) from the window before the cut to 3 after the heal: %s", strings.Join(line, " "))
 }

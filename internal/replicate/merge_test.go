@@ -290,11 +290,13 @@ func TestStaleWindowsDroppedOnBothSides(t *testing.T) {
 	if got := metric(t, a.r.m.dropped.staleLocal); got != 1 {
 		t.Errorf("stale_local drops %v, want 1", got)
 	}
-	// A batch that arrives after its window ended.
+	// A batch that arrives after its window and the next ended (one that
+	// arrives in the next is merged: the previous window weighs in the
+	// shares).
 	a.now = t0
 	a.store.Take(0, "acme", sec100, a.now)
 	msgs := a.publish(t, 1<<20)
-	b.now = t0.Add(time.Second)
+	b.now = t0.Add(2 * time.Second)
 	b.receive(msgs...)
 	if got := metric(t, b.r.m.dropped.stale); got != 1 {
 		t.Errorf("stale drops %v, want 1", got)
