@@ -149,8 +149,9 @@ type Peer struct {
 	// by others.
 	LastHeard time.Time
 	// DelayMS is its latest batch's delivery delay (clock skew
-	// included), SkewMS its clock skew.
-	DelayMS, SkewMS int64
+	// included), SkewMS its clock skew, RoundTripMS its latest link
+	// probe's round trip (-1: it echoed none).
+	DelayMS, SkewMS, RoundTripMS int64
 }
 
 // Server is a running admin listener. Its methods are safe for

@@ -349,18 +349,19 @@ func TestPageConfigAndOverrides(t *testing.T) {
 	}
 }
 
-// The page lists a cluster node's peers, escaping their node ids, and
-// says whether messages are sealed; a node alone says so.
+// The page lists a cluster node's peers, escaping their node ids, with
+// their delivery delay, clock skew and probes' round trip, and says
+// whether messages are sealed; a node alone says so.
 func TestPageCluster(t *testing.T) {
 	heard := time.Now().Add(-1500 * time.Millisecond)
 	url := startWith(t, admin.Config{}, admin.Deps{Sketch: flood(t), Cluster: func() admin.Cluster {
 		return admin.Cluster{Self: "n1/00000000000000ab", Peers: []admin.Peer{
-			{Node: "<i>n2</i>", Incarnation: 0xcd, LastHeard: heard, DelayMS: 12, SkewMS: -3},
-			{Node: "n3", Incarnation: 1},
+			{Node: "<i>n2</i>", Incarnation: 0xcd, LastHeard: heard, DelayMS: 12, SkewMS: -3, RoundTripMS: 17},
+			{Node: "n3", Incarnation: 1, RoundTripMS: -1},
 		}}
 	}})
 	_, _, body := get(t, "GET", url+"/", "")
-	for _, want := range []string{"n1/00000000000000ab", "not sealed", "&lt;i&gt;n2&lt;/i&gt;", "00000000000000cd", "12 ms", "-3 ms", "never", "2 peer(s)"} {
+	for _, want := range []string{"n1/00000000000000ab", "not sealed", "&lt;i&gt;n2&lt;/i&gt;", "00000000000000cd", "12 ms", "-3 ms", "17 ms", "no probe echoed", "never", "2 peer(s)"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("the page has no %q", want)
 		}

@@ -142,7 +142,7 @@ func adminCluster(r *replicate.Replicator) func() admin.Cluster {
 		id, inc := r.Identity()
 		c := admin.Cluster{Self: fmt.Sprintf("%s/%016x", id, inc), Sealed: r.Sealed()}
 		for _, p := range r.Peers() {
-			c.Peers = append(c.Peers, admin.Peer{Node: p.Node, Incarnation: p.Incarnation, LastHeard: p.LastHeard, DelayMS: p.DelayMS, SkewMS: p.SkewMS})
+			c.Peers = append(c.Peers, admin.Peer{Node: p.Node, Incarnation: p.Incarnation, LastHeard: p.LastHeard, DelayMS: p.DelayMS, SkewMS: p.SkewMS, RoundTripMS: p.RoundTripMS})
 		}
 		return c
 	}
