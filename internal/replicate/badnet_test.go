@@ -163,6 +163,7 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 		{"100ms one way", netfault.Faults{Delay: 100 * ms}, netfault.Faults{Delay: 100 * ms}},
 		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}},
 		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}},
+		{"a step from 0 to 250ms", netfault.Faults{}, netfault.Faults{Delay: 250 * ms}},
 		{"20% loss", netfault.Faults{Delay: 5 * ms, Loss: 0.2}, netfault.Faults{Delay: 5 * ms, Loss: 0.2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
