@@ -323,6 +323,40 @@ func usedMetrics(t *testing.T) map[string][]string {
 	return used
 }
 
+// startNode runs the server with the shipped configuration on free ports
+// (gRPC, HTTP; no lean or admin listener), env added, and waits until it
+// is ready; it is stopped when the test ends.
+func startNode(ctx context.Context, t *testing.T, env ...string) (addrs []string, node *proc.Process) {
+	t.Helper()
+	addrs, err := freeport.Addrs(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := serverbin.RepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err = proc.Start(ctx, proc.Config{
+		Name: "node", Path: serverBin, Args: []string{"serve"}, LogDir: t.TempDir(), Lifetime: 3 * time.Minute,
+		Env: append([]string{
+			"RATELIMIT_AUTHZ_CONFIG=" + filepath.Join(root, "config", "ratelimit.yaml"),
+			"RATELIMIT_AUTHZ_GRPC_ADDR=" + addrs[0],
+			"RATELIMIT_AUTHZ_HTTP_ADDR=" + addrs[1],
+			"RATELIMIT_AUTHZ_CHECK_ADDR=off",
+			"RATELIMIT_AUTHZ_ADMIN_ADDR=off",
+			"RATELIMIT_AUTHZ_DRAIN_DELAY=100ms",
+		}, env...),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { node.Stop() })
+	if err := node.WaitHTTP200(ctx, "http://"+addrs[1]+"/readyz"); err != nil {
+		t.Fatalf("node: %v\n%s", err, node.Tail(30))
+	}
+	return addrs, node
+}
+
 // TestMetricsExistOnARealNode starts a real node in the cluster backend
 // with tenant overrides (a real nats-server, a real Postgres migrated by
 // the binary), sends it Checks, scrapes /metrics, and fails when the rules
@@ -342,35 +376,10 @@ func TestMetricsExistOnARealNode(t *testing.T) {
 	if err := migrate.Err(); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, migrate.Tail(20))
 	}
-	addrs, err := freeport.Addrs(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := serverbin.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	node, err := proc.Start(ctx, proc.Config{
-		Name: "node", Path: serverBin, Args: []string{"serve"}, LogDir: t.TempDir(), Lifetime: 3 * time.Minute,
-		Env: []string{
-			"RATELIMIT_AUTHZ_CONFIG=" + filepath.Join(root, "config", "ratelimit.yaml"),
-			"RATELIMIT_AUTHZ_GRPC_ADDR=" + addrs[0],
-			"RATELIMIT_AUTHZ_HTTP_ADDR=" + addrs[1],
-			"RATELIMIT_AUTHZ_CHECK_ADDR=off",
-			"RATELIMIT_AUTHZ_ADMIN_ADDR=off",
-			"RATELIMIT_AUTHZ_DRAIN_DELAY=100ms",
-			"RATELIMIT_AUTHZ_CLUSTER_KEY=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
-			"NATS_URL=" + nats.URL(),
-			"DATABASE_URL=" + dbURL,
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Stop() })
-	if err := node.WaitHTTP200(ctx, "http://"+addrs[1]+"/readyz"); err != nil {
-		t.Fatalf("node: %v\n%s", err, node.Tail(30))
-	}
+	addrs, node := startNode(ctx, t,
+		"RATELIMIT_AUTHZ_CLUSTER_KEY=MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+		"NATS_URL="+nats.URL(),
+		"DATABASE_URL="+dbURL)
 	serverbin.AwayFromMinuteEdge()
 	if _, _, err := serverbin.DenyToken(ctx, addrs[0], "198.51.100.30", 1000); err != nil {
 		t.Fatalf("checks: %v\n%s", err, node.Tail(30))

@@ -4,17 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/prometheus/promql/promqltest"
 
-	"github.com/ratelimit-authz/ratelimit-authz/deploy/internal/serverbin"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/freeport"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/netfault"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/proc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
 )
@@ -43,36 +39,9 @@ func alertExpr(t *testing.T, name string) string {
 func TestNATSDisconnectedFiresOnASilentCut(t *testing.T) {
 	nats := testnats.StartProcess(t)
 	relay := netfault.Start(t, nats.Addr())
-	addrs, err := freeport.Addrs(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := serverbin.RepoRoot(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	node, err := proc.Start(ctx, proc.Config{
-		Name: "node", Path: serverBin, Args: []string{"serve"}, LogDir: t.TempDir(), Lifetime: 2 * time.Minute,
-		Env: []string{
-			"RATELIMIT_AUTHZ_CONFIG=" + filepath.Join(root, "config", "ratelimit.yaml"),
-			"RATELIMIT_AUTHZ_GRPC_ADDR=" + addrs[0],
-			"RATELIMIT_AUTHZ_HTTP_ADDR=" + addrs[1],
-			"RATELIMIT_AUTHZ_CHECK_ADDR=off",
-			"RATELIMIT_AUTHZ_ADMIN_ADDR=off",
-			"RATELIMIT_AUTHZ_DRAIN_DELAY=100ms",
-			"RATELIMIT_AUTHZ_NODE_ID=a",
-			"NATS_URL=" + relay.URL(),
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { node.Stop() })
-	if err := node.WaitHTTP200(ctx, "http://"+addrs[1]+"/readyz"); err != nil {
-		t.Fatalf("node: %v\n%s", err, node.Tail(30))
-	}
+	addrs, node := startNode(ctx, t, "RATELIMIT_AUTHZ_NODE_ID=a", "NATS_URL="+relay.URL())
 	client := &http.Client{Timeout: time.Second}
 	// connected is scraped every step; each scrape must answer within a
 	// second.

@@ -160,7 +160,6 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 		name          string
 		before, after netfault.Faults // the faults of the first windows, and from the step on
 	}{
-		{"100ms one way", netfault.Faults{Delay: 100 * ms}, netfault.Faults{Delay: 100 * ms}},
 		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}},
 		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}},
 		{"a step from 0 to 250ms", netfault.Faults{}, netfault.Faults{Delay: 250 * ms}},
@@ -188,30 +187,30 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 				return nil
 			})
 			// The probes' first echoes: the delay the nodes work with.
-			time.Sleep(2 * time.Second)
+			time.Sleep(time.Second)
 			lim := counter.Limit{Limit: 100, ScaleMS: 1000}
 			stop := make(chan struct{})
 			wait := overload(nodes, "k", lim, 333, stop) // ten times the limit in all
-			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(3 * time.Second)))
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(2 * time.Second)))
 			stepAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
 			for _, r := range relays {
 				r.Set(tc.after)
 			}
-			time.Sleep(4 * time.Second)
+			time.Sleep(3 * time.Second)
 			close(stop)
 			per := wait()
 			var line []string
 			over := 0
-			for w := stepAt - 2; w < stepAt+4; w++ {
+			for w := stepAt - 1; w < stepAt+3; w++ {
 				line = append(line, fmt.Sprint(per[w]))
 				// The key's first full window: 1.5× while no node holds
 				// a count of it (docs/design/budget-shares.md).
-				if bound := int64(110); per[w] > bound && (w > stepAt-2 || per[w] > 150) {
+				if bound := int64(110); per[w] > bound && (w > stepAt-1 || per[w] > 150) {
 					over++
 				}
 			}
 			delay, _ := gaugeOf(t, nodes[0].reg, "ratelimit_authz_replicate_share_delay_seconds")
-			t.Logf("admitted per window at 10× (limit 100), the step at the third: %s; share delay %.3fs", strings.Join(line, " "), delay)
+			t.Logf("admitted per window at 10× (limit 100), the step at the second: %s; share delay %.3fs", strings.Join(line, " "), delay)
 			if over > 0 {
 				t.Errorf("%d of %d windows admitted over 110", over, len(line))
 			}
@@ -260,7 +259,7 @@ func TestProbesTimeTheLinkNotTheClock(t *testing.T) {
 }
 
 // TestSilentCutUnderLoad: three nodes at ten times a key's limit; one
-// node's link is cut silently for 10 s. The cut node notices within four
+// node's link is cut silently for 6 s. The cut node notices within four
 // pings and limits on its own counts (the documented fail-open: the
 // cluster admits up to twice the limit while it is cut), the others split
 // the budget between the two of them once it is silent; after the heal
@@ -280,17 +279,17 @@ func TestSilentCutUnderLoad(t *testing.T) {
 	lim := counter.Limit{Limit: 100, ScaleMS: 1000}
 	stop := make(chan struct{})
 	wait := overload(nodes, "k", lim, 333, stop)
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(3 * time.Second)))
+	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(2 * time.Second)))
 	cutAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
 	relays[0].Set(netfault.Faults{Cut: true})
-	time.Sleep(10 * time.Second)
+	time.Sleep(6 * time.Second)
 	relays[0].Set(netfault.Faults{})
 	healAt := counter.WindowOf(time.Now().UnixMilli(), lim.ScaleMS)
-	time.Sleep(4 * time.Second)
+	time.Sleep(3 * time.Second)
 	close(stop)
 	per := wait()
 	var line []string
-	for w := cutAt - 1; w <= healAt+3; w++ {
+	for w := cutAt - 1; w <= healAt+2; w++ {
 		line = append(line, fmt.Sprint(per[w]))
 		switch {
 		case w < cutAt || w > healAt+1:
@@ -301,5 +300,5 @@ func TestSilentCutUnderLoad(t *testing.T) {
 			t.Errorf("window %d of the cut admitted %d, over 210", w, per[w])
 		}
 	}
-	t.Logf("admitted per window at 10× (limit 100) from the window before the cut to 3 after the heal: %s", strings.Join(line, " "))
+	t.Logf("admitted per window at 10× (limit 100) from the window before the cut to 2 after the heal: %s", strings.Join(line, " "))
 }
