@@ -90,15 +90,15 @@ type seamKind struct {
 	// log's report of it.
 	perUse int
 	// deniedBy is what one refused check adds to the denied series.
-	deniedBy          int
-	headers           map[string]string // of a use's check
-	status            uint32            // of a use's response, as logged
-	unit, deniedUnit  string            // the live view's
-	admitted, denied  string            // the metrics' series (bucket="…" added)
-	settle            string            // the series a report moves, awaited; "" none
-	cells             map[string]cell
-	rlsRule, rlsCheck string // the RLS rule and a request-phase addend; rlsCharge: a stream-done charge
-	rlsCharge         int
+	deniedBy            int
+	headers             map[string]string // of a use's check
+	status              uint32            // of a use's response, as logged
+	unit, deniedUnit    string            // the live view's
+	admitted, denied    string            // the metrics' series (bucket="…" added)
+	settle              string            // the series a report moves, awaited; "" none
+	cells               map[string]cell
+	rlsRule             string // the kind's RLS rule
+	rlsCheck, rlsCharge int    // a request-phase addend; a stream-done charge (0: none)
 }
 
 // fromResponse: the access log spends it (a failure, a charge).
@@ -127,22 +127,22 @@ func seamKinds() []*seamKind {
 			cells:  map[string]cell{surfRLQS: {refused: `charges its cost from the response`}},
 			// Envoy reads the charge from the response (%RESP(…)%, a trailer,
 			// the bytes sent): to the server it is a stream-done charge.
-			rlsRule: "{unit: hour, requests_per_unit: 1000, charge: true}", rlsCheck: "0", rlsCharge: tokens}
+			rlsRule: "{unit: hour, requests_per_unit: 1000, charge: true}", rlsCheck: 0, rlsCharge: tokens}
 	}
 	bytes := response("response_bytes", "response_bytes")
 	bytes.unit = "content-bytes"
 	return []*seamKind{
 		{name: "requests", limit: 3, perUse: 1, deniedBy: 1, status: 200, unit: "requests", deniedUnit: "requests",
-			admitted: "checks:allowed", denied: "checks:denied", rlsRule: "{unit: hour, requests_per_unit: 3}", rlsCheck: "1"},
+			admitted: "checks:allowed", denied: "checks:denied", rlsRule: "{unit: hour, requests_per_unit: 3}", rlsCheck: 1},
 		{name: "request_header", yaml: "cost: {request_header: x-cost, max: 1000}", limit: 100, perUse: 60, deniedBy: 60, status: 200,
 			headers: map[string]string{"x-cost": "60"}, unit: "cost", deniedUnit: "cost",
 			admitted: "ratelimit_authz_cost_admitted_total", denied: "ratelimit_authz_cost_denied_total",
-			rlsRule: "{unit: hour, requests_per_unit: 100}", rlsCheck: "60"},
+			rlsRule: "{unit: hour, requests_per_unit: 100}", rlsCheck: 60},
 		{name: "content_length", yaml: "cost: content_length", limit: 100, perUse: 60, deniedBy: 60, status: 200,
 			headers: map[string]string{"content-length": "60"}, unit: "content-bytes", deniedUnit: "content-bytes",
 			admitted: "ratelimit_authz_cost_admitted_total", denied: "ratelimit_authz_cost_denied_total",
 			// Envoy's hits_addend reads it: %REQ(content-length)%.
-			rlsRule: "{unit: hour, requests_per_unit: 100}", rlsCheck: "60"},
+			rlsRule: "{unit: hour, requests_per_unit: 100}", rlsCheck: 60},
 		{name: "failures", yaml: "count: failures", limit: 2, perUse: 1, deniedBy: 1, status: 401, unit: "failures", deniedUnit: "requests",
 			admitted: "ratelimit_authz_failures_counted_total", denied: "checks:denied", settle: "ratelimit_authz_failures_counted_total",
 			cells: map[string]cell{
@@ -155,7 +155,7 @@ func seamKinds() []*seamKind {
 		{name: "concurrency", yaml: "count: concurrency, lease_ttl: 1m", limit: 2, perUse: 1, deniedBy: 1, status: 200, concurrency: true,
 			unit: admin.UnitInFlight, deniedUnit: admin.UnitInFlight, admitted: "checks:allowed", denied: "checks:denied",
 			cells:   map[string]cell{surfRLQS: {refused: `counts requests in flight: Envoy's quota reports count requests`}},
-			rlsRule: "{count: concurrency, requests_per_unit: 2, lease_ttl: 60s}", rlsCheck: "1"},
+			rlsRule: "{count: concurrency, requests_per_unit: 2, lease_ttl: 60s}", rlsCheck: 1},
 	}
 }
 
@@ -770,15 +770,14 @@ func seamRLQS(t *testing.T, a *seamNode, k *seamKind) {
 func seamRLS(t *testing.T, a *seamNode, k *seamKind) {
 	c := rlsv3.NewRateLimitServiceClient(grpcConn(t, a.node.CheckAddr().String(), nil))
 	tenant := "rls-" + k.name
-	call := func(i int, addend string, negative bool) rlsv3.RateLimitResponse_Code {
+	call := func(i, addend int, negative bool) rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		e := []*rlsextv3.RateLimitDescriptor_Entry{{Key: "kind", Value: k.name}, {Key: "tenant", Value: tenant}}
 		if k.concurrency {
 			e = append(e, &rlsextv3.RateLimitDescriptor_Entry{Key: "request_id", Value: fmt.Sprint("r", i)})
 		}
-		n, _ := strconv.Atoi(addend)
 		resp, err := c.ShouldRateLimit(a.ctx, &rlsv3.RateLimitRequest{Domain: "seam", Descriptors: []*rlsextv3.RateLimitDescriptor{{
-			Entries: e, HitsAddend: wrapperspb.UInt64(uint64(n)), IsNegativeHits: negative}}})
+			Entries: e, HitsAddend: wrapperspb.UInt64(uint64(addend)), IsNegativeHits: negative}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -790,14 +789,14 @@ func seamRLS(t *testing.T, a *seamNode, k *seamKind) {
 			t.Fatalf("use %d: %v", i+1, got)
 		}
 		if k.rlsCharge > 0 {
-			call(i, strconv.Itoa(k.rlsCharge), false)
+			call(i, k.rlsCharge, false)
 		}
 	}
 	if got := call(uses, k.rlsCheck, false); got != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("past the limit: %v", got)
 	}
 	if k.concurrency {
-		call(0, "1", true) // the release of the first
+		call(0, 1, true) // the release of the first
 		if got := call(uses+1, k.rlsCheck, false); got != rlsv3.RateLimitResponse_OK {
 			t.Fatalf("after a release: %v", got)
 		}
