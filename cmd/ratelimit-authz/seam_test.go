@@ -28,9 +28,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testnats"
@@ -285,7 +285,7 @@ func (n *seamNode) report(t *testing.T, k *seamKind, resp *authv3.CheckResponse)
 	v := strconv.Itoa(k.perUse)
 	e := &accesslogv3.HTTPAccessLogEntry{
 		CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
-			FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: resp.GetDynamicMetadata()}}},
+			FilterMetadata: map[string]*structpb.Struct{accesslog.MetadataNamespace: resp.GetDynamicMetadata()}}},
 		Request: &accesslogv3.HTTPRequestProperties{RequestId: n.ids[resp]},
 		Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(k.status),
 			ResponseHeaders: map[string]string{"x-tokens": v}, ResponseTrailers: map[string]string{"x-tokens": v}, ResponseBodyBytes: uint64(k.perUse)},

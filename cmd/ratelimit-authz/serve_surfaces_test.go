@@ -29,7 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/logbuf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
@@ -196,7 +196,7 @@ func TestServeAccessLogAddr(t *testing.T) {
 	failed := &alsv3.StreamAccessLogsMessage{LogEntries: &alsv3.StreamAccessLogsMessage_HttpLogs{
 		HttpLogs: &alsv3.StreamAccessLogsMessage_HTTPAccessLogEntries{LogEntry: []*accesslogv3.HTTPAccessLogEntry{{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
-				FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: resp.GetDynamicMetadata()},
+				FilterMetadata: map[string]*structpb.Struct{accesslog.MetadataNamespace: resp.GetDynamicMetadata()},
 			}},
 			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(401)},
 		}}},

@@ -22,11 +22,11 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
@@ -868,9 +868,9 @@ func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *
 		route = g.routes[res.Route]
 	}
 	m.outer.Fields = make(map[string]*structpb.Value, 4)
-	m.outer.Fields[lockout.MetaIP] = m.strs[0].set(ip)
-	m.outer.Fields[lockout.MetaAccount] = m.strs[1].set(account)
-	m.outer.Fields[lockout.MetaRoute] = m.strs[2].set(route)
+	m.outer.Fields[accesslog.MetaIP] = m.strs[0].set(ip)
+	m.outer.Fields[accesslog.MetaAccount] = m.strs[1].set(account)
+	m.outer.Fields[accesslog.MetaRoute] = m.strs[2].set(route)
 	var fields [2]*structpb.Struct // failures, charges
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))

@@ -21,13 +21,13 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
@@ -386,10 +386,10 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	h.expectRun(20, true, login)
 	resp := h.check(login)
 	md := resp.GetDynamicMetadata().GetFields()
-	if md[lockout.MetaIP].GetStringValue() != "203.0.113.9" || md[lockout.MetaAccount].GetStringValue() != "alice@example.com" || md[lockout.MetaRoute].GetStringValue() != "login" {
+	if md[accesslog.MetaIP].GetStringValue() != "203.0.113.9" || md[accesslog.MetaAccount].GetStringValue() != "alice@example.com" || md[accesslog.MetaRoute].GetStringValue() != "login" {
 		t.Errorf("metadata %v", md)
 	}
-	fails := md[lockout.MetaFailures].GetStructValue().GetFields()
+	fails := md[accesslog.MetaFailures].GetStructValue().GetFields()
 	if fails["login_ip"].GetStringValue() != "203.0.113.9" || fails["login_account"].GetStringValue() != "alice@example.com" {
 		t.Errorf("failures metadata %v", fails)
 	}
@@ -406,7 +406,7 @@ func TestLoginPeeksAndReportsWhoInMetadata(t *testing.T) {
 	if got := responseHeaders(resp)["retry-after"]; got != "40" {
 		t.Errorf("retry-after %q, want 40", got)
 	}
-	if resp.GetDynamicMetadata().GetFields()[lockout.MetaAccount].GetStringValue() != "alice@example.com" {
+	if resp.GetDynamicMetadata().GetFields()[accesslog.MetaAccount].GetStringValue() != "alice@example.com" {
 		t.Error("denied login lacks metadata")
 	}
 	h.expectRun(1, true, req{path: "/portal/login", peer: "203.0.113.50", headers: map[string]string{"x-login-account": "bob@example.com"}})
@@ -687,7 +687,7 @@ func TestLoginDecoyAccountHeader(t *testing.T) {
 	if got := responseHeaders(resp)["ratelimit-policy"]; strings.Count(got, `"login_account"`) != 1 {
 		t.Errorf("ratelimit-policy %q: want one login_account item for two accounts", got)
 	}
-	keys := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
+	keys := resp.GetDynamicMetadata().GetFields()[accesslog.MetaFailures].GetStructValue().GetFields()["login_account"].GetListValue().GetValues()
 	if len(keys) != 2 || keys[0].GetStringValue() != "decoy1@example.com" || keys[1].GetStringValue() != "alice@example.com" {
 		t.Fatalf("login_account keys in the metadata: %v, want the decoy and the body account", keys)
 	}
@@ -727,7 +727,7 @@ func TestLoginUnreadableAccount(t *testing.T) {
 		if !allowed(resp) {
 			t.Fatalf("unreadable %d before any failure: %v", i, resp)
 		}
-		got := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()["login_account"].GetStringValue()
+		got := resp.GetDynamicMetadata().GetFields()[accesslog.MetaFailures].GetStructValue().GetFields()["login_account"].GetStringValue()
 		if got != match.UnreadableAccount {
 			t.Errorf("unreadable %d: login_account key %q, want the shared key", i, got)
 		}
@@ -797,7 +797,7 @@ func TestIPv6ClientsByNetwork(t *testing.T) {
 	h.expectRun(1, false, req{path: "/api/v1/tokens", peer: "::ffff:198.51.100.200"})
 
 	resp := h.check(req{path: "/admin/login", peer: "2001:db8:7:9::abcd", headers: map[string]string{"x-login-account": "alice@example.com"}})
-	fails := resp.GetDynamicMetadata().GetFields()[lockout.MetaFailures].GetStructValue().GetFields()
+	fails := resp.GetDynamicMetadata().GetFields()[accesslog.MetaFailures].GetStructValue().GetFields()
 	if got := fails["login_ip"].GetStringValue(); got != "2001:db8:7:9::/64" {
 		t.Errorf("login_ip key in the metadata %q, want the /64", got)
 	}

@@ -10,16 +10,16 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Leases holds the leases of the concurrency buckets (*inflight.Table
 // is one): Check acquires one per request and bucket, keyed by the
 // request id, and releases it when a later bucket denies the request;
-// Envoy's access log releases the others (package lockout).
+// Envoy's access log releases the others (package accesslog).
 type Leases interface {
 	Acquire(bucket counter.Bucket, key, requestID string, limit int64, ttl time.Duration, now time.Time) inflight.Result
 	Release(bucket counter.Bucket, key, requestID string) bool
@@ -99,7 +99,7 @@ type leaseMeta struct {
 }
 
 // withLeases adds to md (nil: a new Struct) the leases the request holds,
-// under lockout.MetaLeases: bucket name → key, so that the access-log
+// under accesslog.MetaLeases: bucket name → key, so that the access-log
 // entry of the request releases them.
 func withLeases(md *structpb.Struct, hits []taken) *structpb.Struct {
 	m := new(leaseMeta)
@@ -124,7 +124,7 @@ func withLeases(md *structpb.Struct, hits []taken) *structpb.Struct {
 	}
 	m.leasesKind.StructValue = &m.leases
 	m.leasesVal.Kind = &m.leasesKind
-	md.Fields[lockout.MetaLeases] = &m.leasesVal
+	md.Fields[accesslog.MetaLeases] = &m.leasesVal
 	return md
 }
 

@@ -8,8 +8,8 @@ import (
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 )
 
 const concurrencyRules = `
@@ -30,7 +30,7 @@ func withID(tenantID, requestID string) map[string]string {
 // leases returns the leases a response's dynamic metadata records.
 func leases(resp *authv3.CheckResponse) map[string]string {
 	out := map[string]string{}
-	for name, v := range resp.GetDynamicMetadata().GetFields()[lockout.MetaLeases].GetStructValue().GetFields() {
+	for name, v := range resp.GetDynamicMetadata().GetFields()[accesslog.MetaLeases].GetStructValue().GetFields() {
 		out[name] = v.GetStringValue()
 	}
 	return out

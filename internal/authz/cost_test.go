@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
 )
 
@@ -184,10 +184,10 @@ func TestResponseCostPeeksAndRecordsKeys(t *testing.T) {
 		t.Fatal("denied")
 	}
 	md := resp.GetDynamicMetadata().GetFields()
-	if got := md[lockout.MetaCharges].GetStructValue().GetFields()["tokens"].GetStringValue(); got != "acme" {
+	if got := md[accesslog.MetaCharges].GetStructValue().GetFields()["tokens"].GetStringValue(); got != "acme" {
 		t.Errorf("charges metadata %v", md)
 	}
-	if _, ok := md[lockout.MetaFailures]; ok {
+	if _, ok := md[accesslog.MetaFailures]; ok {
 		t.Error("a route without failure buckets has failures metadata")
 	}
 	lim := counter.Limit{Limit: 10000, ScaleMS: 60000}
@@ -205,14 +205,14 @@ func TestResponseCostPeeksAndRecordsKeys(t *testing.T) {
 	if got := responseHeaders(resp)["retry-after"]; got != "45" {
 		t.Errorf("retry-after %q, want 45", got)
 	}
-	if _, ok := resp.GetDynamicMetadata().GetFields()[lockout.MetaCharges]; ok {
+	if _, ok := resp.GetDynamicMetadata().GetFields()[accesslog.MetaCharges]; ok {
 		t.Error("a denied request lists charges")
 	}
 	// response_bytes with a failure bucket on one route: both fields.
 	resp = h.check(req{path: "/download", headers: tenant("acme")})
 	md = resp.GetDynamicMetadata().GetFields()
-	if md[lockout.MetaCharges].GetStructValue().GetFields()["bytes_out"].GetStringValue() != "acme" ||
-		md[lockout.MetaFailures].GetStructValue().GetFields()["guesses"].GetStringValue() != "192.0.2.10" {
+	if md[accesslog.MetaCharges].GetStructValue().GetFields()["bytes_out"].GetStringValue() != "acme" ||
+		md[accesslog.MetaFailures].GetStructValue().GetFields()["guesses"].GetStringValue() != "192.0.2.10" {
 		t.Errorf("download metadata %v", md)
 	}
 	if got := responseHeaders(resp)["ratelimit-policy"]; got != `"bytes_out";q=1000;w=60;qu="content-bytes", "guesses";q=5;w=60` {

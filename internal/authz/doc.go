@@ -14,7 +14,7 @@
 //     what earlier ones took is given back (hits and leases), so a denied
 //     request costs no budget. A bucket charged after the response (failed
 //     logins, a response's cost) is only peeked at, and the request's keys
-//     are recorded for the access log (package lockout).
+//     are recorded for the access log (package accesslog).
 //   - Limits come from the one resolver, asked with the bucket and the key
 //     only; it answers from memory.
 //   - CheckWire, on the request as package checkwire decoded it, decides

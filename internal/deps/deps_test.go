@@ -23,7 +23,7 @@ var configSide = []string{"internal/configfile", "internal/rlsconfig", "internal
 // packages are written without the module path.
 var servingSide = []string{
 	"github.com/jackc/pgx", "github.com/nats-io/nats.go", "google.golang.org/grpc",
-	"internal/authz", "internal/rls", "internal/rlqs", "internal/lockout", "internal/checkh2", "internal/node", "internal/server", "internal/replicate",
+	"internal/authz", "internal/rls", "internal/rlqs", "internal/accesslog", "internal/checkh2", "internal/node", "internal/server", "internal/replicate",
 	"internal/overridedb", "internal/overrides",
 }
 

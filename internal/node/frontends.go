@@ -7,11 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlqs"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
@@ -76,8 +76,8 @@ func newCheck(c *core) (*frontEnd, error) {
 // newFailures counts failed logins from Envoy's access log and POST
 // /v1/failures.
 func newFailures(c *core) (*frontEnd, error) {
-	rec, err := lockout.New(lockout.ConfigFrom(c.snap), c.store, snapshot.NewResolver(c.snap, c.over), c.reg, c.log,
-		lockout.Options{Token: c.cfg.FailuresToken, Overrides: c.over, Leases: c.leases})
+	rec, err := accesslog.New(accesslog.ConfigFrom(c.snap), c.store, snapshot.NewResolver(c.snap, c.over), c.reg, c.log,
+		accesslog.Options{Token: c.cfg.FailuresToken, Overrides: c.over, Leases: c.leases})
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
@@ -56,7 +56,7 @@ func TestNodeConcurrencyBucket(t *testing.T) {
 	}
 	entry := &accesslogv3.HTTPAccessLogEntry{
 		CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
-			FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: held.GetDynamicMetadata()},
+			FilterMetadata: map[string]*structpb.Struct{accesslog.MetadataNamespace: held.GetDynamicMetadata()},
 		}},
 		Request:  &accesslogv3.HTTPRequestProperties{RequestId: "r1"},
 		Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(200)},

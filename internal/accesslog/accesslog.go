@@ -1,4 +1,4 @@
-// Package lockout charges the buckets whose hits are known only from the
+// Package accesslog charges the buckets whose hits are known only from the
 // response, from Envoy's gRPC access log (and POST /v1/failures): 1 per
 // failure (a failed login) in the buckets whose count is "failures", the
 // reported cost (a response header, trailer or body bytes) in the buckets
@@ -17,7 +17,7 @@
 // skipped and counted by reason. A Recorder is safe for concurrent use.
 //
 // The reasoning is in docs/design/after-response.md.
-package lockout
+package accesslog
 
 import (
 	"context"

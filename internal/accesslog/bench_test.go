@@ -1,4 +1,4 @@
-package lockout_test
+package accesslog_test
 
 import (
 	"io"
@@ -12,9 +12,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 )
@@ -32,8 +32,8 @@ func BenchmarkCharge(b *testing.B) {
 		code                uint32
 		headers             map[string]string
 	}{
-		{"response_header", lockout.MetaCharges, "tokens", 200, map[string]string{"x-usage-total-tokens": "1234"}},
-		{"failure", lockout.MetaFailures, "guesses", 401, nil},
+		{"response_header", accesslog.MetaCharges, "tokens", 200, map[string]string{"x-usage-total-tokens": "1234"}},
+		{"failure", accesslog.MetaFailures, "guesses", 401, nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			store, err := counter.New(counter.Config{})
@@ -41,7 +41,7 @@ func BenchmarkCharge(b *testing.B) {
 				b.Fatal(err)
 			}
 			snap := snapshottest.ByIndex(b, r)
-			rec, err := lockout.New(lockout.ConfigFrom(snap), store, snapshot.NewResolver(snap, nil), prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{})
+			rec, err := accesslog.New(accesslog.ConfigFrom(snap), store, snapshot.NewResolver(snap, nil), prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), accesslog.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -52,7 +52,7 @@ func BenchmarkCharge(b *testing.B) {
 					bc.field: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{bc.bucket: structpb.NewStringValue(key)}}),
 				}}
 				entries[i] = &accesslogv3.HTTPAccessLogEntry{
-					CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: md}}},
+					CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{accesslog.MetadataNamespace: md}}},
 					Response:         &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(bc.code), ResponseHeaders: bc.headers},
 				}
 			}

@@ -1,4 +1,4 @@
-package lockout_test
+package accesslog_test
 
 import (
 	"io"
@@ -14,9 +14,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -31,7 +31,7 @@ func FuzzAccessLogEntry(f *testing.F) {
 	seed := func(fields map[string]*structpb.Value, code uint32, headers ...string) {
 		e := &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				lockout.MetadataNamespace: {Fields: fields},
+				accesslog.MetadataNamespace: {Fields: fields},
 			}}},
 			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code), ResponseHeaders: map[string]string{}, ResponseBodyBytes: 1 << 40},
 		}
@@ -47,18 +47,18 @@ func FuzzAccessLogEntry(f *testing.F) {
 	keys := func(m map[string]*structpb.Value) *structpb.Value {
 		return structpb.NewStructValue(&structpb.Struct{Fields: m})
 	}
-	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{"login_ip": s("203.0.113.1"), "login_account": s("a@x")}), lockout.MetaRoute: s("login")}, 401)
-	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{
+	seed(map[string]*structpb.Value{accesslog.MetaFailures: keys(map[string]*structpb.Value{"login_ip": s("203.0.113.1"), "login_account": s("a@x")}), accesslog.MetaRoute: s("login")}, 401)
+	seed(map[string]*structpb.Value{accesslog.MetaFailures: keys(map[string]*structpb.Value{
 		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a@x"), s("b@x"), s(" unreadable")}}),
 	})}, 401)
-	seed(map[string]*structpb.Value{lockout.MetaFailures: keys(map[string]*structpb.Value{
+	seed(map[string]*structpb.Value{accesslog.MetaFailures: keys(map[string]*structpb.Value{
 		"login_account": structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{s("a"), s("a"), structpb.NewNullValue()}}),
 		"inbound":       s("c"),
 	})}, 401)
-	seed(map[string]*structpb.Value{lockout.MetaFailures: s("x")}, 200)
-	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "1234")
-	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "-5,99999999999999999999")
-	seed(map[string]*structpb.Value{lockout.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme"), "login_ip": s("a")})}, 401)
+	seed(map[string]*structpb.Value{accesslog.MetaFailures: s("x")}, 200)
+	seed(map[string]*structpb.Value{accesslog.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "1234")
+	seed(map[string]*structpb.Value{accesslog.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme")})}, 200, "x-usage-total-tokens", "-5,99999999999999999999")
+	seed(map[string]*structpb.Value{accesslog.MetaCharges: keys(map[string]*structpb.Value{"llm_tokens": s("acme"), "login_ip": s("a")})}, 401)
 	f.Add([]byte{0x0a, 0xff})
 
 	r, err := configfile.Parse(config.Default(), config.Name)
@@ -66,14 +66,14 @@ func FuzzAccessLogEntry(f *testing.F) {
 		f.Fatal(err)
 	}
 	snap := snapshottest.ByIndex(f, r)
-	cfg, limits := lockout.ConfigFrom(snap), snapshot.NewResolver(snap, nil)
+	cfg, limits := accesslog.ConfigFrom(snap), snapshot.NewResolver(snap, nil)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var e accesslogv3.HTTPAccessLogEntry
 		if proto.Unmarshal(data, &e) != nil {
 			return
 		}
 		c := &countingCounter{}
-		rec, err := lockout.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{})
+		rec, err := accesslog.New(cfg, c, limits, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)), accesslog.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

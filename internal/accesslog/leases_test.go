@@ -1,4 +1,4 @@
-package lockout_test
+package accesslog_test
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
@@ -35,7 +35,7 @@ routes:
 
 type leaseHarness struct {
 	svc    *authz.Service
-	rec    *lockout.Recorder
+	rec    *accesslog.Recorder
 	leases *inflight.Table
 }
 
@@ -64,7 +64,7 @@ func newLeaseHarness(t *testing.T) *leaseHarness {
 	if h.svc, err = authz.New(authz.ConfigFrom(snap), m, store, lim, reg, log, authz.Options{Now: now, Leases: h.leases}); err != nil {
 		t.Fatal(err)
 	}
-	if h.rec, err = lockout.New(lockout.ConfigFrom(snap), store, lim, reg, log, lockout.Options{Now: now, Leases: h.leases}); err != nil {
+	if h.rec, err = accesslog.New(accesslog.ConfigFrom(snap), store, lim, reg, log, accesslog.Options{Now: now, Leases: h.leases}); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -136,7 +136,7 @@ func TestMalformedLeaseEntries(t *testing.T) {
 	h := newLeaseHarness(t)
 	held := h.check(t, "acme", "a1")
 	md := func(leases *structpb.Value) *authv3.CheckResponse {
-		return &authv3.CheckResponse{DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{lockout.MetaLeases: leases}}}
+		return &authv3.CheckResponse{DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{accesslog.MetaLeases: leases}}}
 	}
 	for name, e := range map[string]*accesslogv3.HTTPAccessLogEntry{
 		"no request id":  entry(held, 200),

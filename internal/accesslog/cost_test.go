@@ -1,4 +1,4 @@
-package lockout_test
+package accesslog_test
 
 import (
 	"testing"

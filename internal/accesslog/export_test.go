@@ -1,4 +1,4 @@
-package lockout
+package accesslog
 
 import accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/data/accesslog/v3"
 

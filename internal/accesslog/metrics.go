@@ -1,4 +1,4 @@
-package lockout
+package accesslog
 
 import (
 	"fmt"

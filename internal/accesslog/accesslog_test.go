@@ -1,4 +1,4 @@
-package lockout_test
+package accesslog_test
 
 import (
 	"context"
@@ -26,10 +26,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/lockout"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
@@ -45,7 +45,7 @@ type harness struct {
 	t      *testing.T
 	clock  *testclock.Clock
 	reg    *prometheus.Registry
-	rec    *lockout.Recorder
+	rec    *accesslog.Recorder
 	authz  authv3.AuthorizationClient
 	logs   alsv3.AccessLogServiceClient
 	stream grpc.ClientStreamingClient[alsv3.StreamAccessLogsMessage, alsv3.StreamAccessLogsResponse]
@@ -81,7 +81,7 @@ func newHarnessFor(t *testing.T, token string, yaml []byte) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec, err = lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, lockout.Options{Token: token, Now: h.clock.Now})
+	h.rec, err = accesslog.New(accesslog.ConfigFrom(snapshottest.ByIndex(t, r)), store, limits, h.reg, log, accesslog.Options{Token: token, Now: h.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func allowed(r *authv3.CheckResponse) bool { return r.GetStatus().GetCode() == i
 func entry(resp *authv3.CheckResponse, code uint32) *accesslogv3.HTTPAccessLogEntry {
 	return &accesslogv3.HTTPAccessLogEntry{
 		CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{
-			FilterMetadata: map[string]*structpb.Struct{lockout.MetadataNamespace: resp.GetDynamicMetadata()},
+			FilterMetadata: map[string]*structpb.Struct{accesslog.MetadataNamespace: resp.GetDynamicMetadata()},
 		}},
 		Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(code)},
 	}
@@ -295,20 +295,20 @@ func TestMalformedAndHostileEntries(t *testing.T) {
 	md := func(fields map[string]*structpb.Value) *accesslogv3.HTTPAccessLogEntry {
 		return &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				lockout.MetadataNamespace: {Fields: fields},
+				accesslog.MetadataNamespace: {Fields: fields},
 			}}},
 			Response: &accesslogv3.HTTPResponseProperties{ResponseCode: wrapperspb.UInt32(401)},
 		}
 	}
 	h.send(
-		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStringValue("not a struct")}),
-		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{accesslog.MetaFailures: structpb.NewStringValue("not a struct")}),
+		md(map[string]*structpb.Value{accesslog.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"login_ip": structpb.NewNumberValue(7), // not a string
 		}})}),
-		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{accesslog.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"inbound": structpb.NewStringValue("ch"), // not a failure bucket
 		}})}),
-		md(map[string]*structpb.Value{lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+		md(map[string]*structpb.Value{accesslog.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 			"login_account": structpb.NewStringValue(strings.Repeat("a", 1<<20)), // huge
 		}})}),
 		&accesslogv3.HTTPAccessLogEntry{}, // nothing at all
@@ -352,7 +352,7 @@ func TestHTTPReports(t *testing.T) {
 			t.Errorf("%.40s: %d %s", body, code, resp)
 		}
 	}
-	var last lockout.ReportResult
+	var last accesslog.ReportResult
 	for i := 0; i < 5; i++ {
 		code, body := post("Bearer s3cret", `{"ip":"203.0.113.9","account":" Mallory@X ","route":"login"}`)
 		if code != 200 {
@@ -433,8 +433,8 @@ func TestMalformedKeyLists(t *testing.T) {
 	list := func(vals ...*structpb.Value) *accesslogv3.HTTPAccessLogEntry {
 		return &accesslogv3.HTTPAccessLogEntry{
 			CommonProperties: &accesslogv3.AccessLogCommon{Metadata: &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
-				lockout.MetadataNamespace: {Fields: map[string]*structpb.Value{
-					lockout.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+				accesslog.MetadataNamespace: {Fields: map[string]*structpb.Value{
+					accesslog.MetaFailures: structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
 						"login_account": structpb.NewListValue(&structpb.ListValue{Values: vals}),
 					}}),
 				}},
@@ -480,11 +480,11 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
+	rec, err := accesslog.New(accesslog.ConfigFrom(snapshottest.ByIndex(t, r)), overflowing{}, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), accesslog.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := rec.Report(lockout.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"})
+	res, err := rec.Report(accesslog.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -507,7 +507,7 @@ func TestFailureOnAFullStoreIsCountedAsRefused(t *testing.T) {
 func TestHTTPReportKeysIPv6ByNetwork(t *testing.T) {
 	h := newHarness(t, "")
 	for i := range 5 {
-		if _, err := h.rec.Report(lockout.Report{IP: fmt.Sprintf("2001:db8:5:6::%x", i+1), Route: "login", Account: "x@y"}); err != nil {
+		if _, err := h.rec.Report(accesslog.Report{IP: fmt.Sprintf("2001:db8:5:6::%x", i+1), Route: "login", Account: "x@y"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -525,14 +525,14 @@ func TestRouteIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := lockout.ConfigFrom(snapshottest.ByIndex(t, r))
-	if i := lockout.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
+	cfg := accesslog.ConfigFrom(snapshottest.ByIndex(t, r))
+	if i := accesslog.RouteIndex(cfg, "login"); i < 0 || cfg.Routes[i].Path != "/admin/login" {
 		t.Errorf("route login at %d", i)
 	}
-	if i := lockout.RouteIndex(cfg, "/api/v1/tokens"); i < 0 || cfg.Routes[i].Path != "/api/v1/tokens" {
+	if i := accesslog.RouteIndex(cfg, "/api/v1/tokens"); i < 0 || cfg.Routes[i].Path != "/api/v1/tokens" {
 		t.Errorf("route by path at %d", i)
 	}
-	if lockout.RouteIndex(cfg, "nope") != -1 {
+	if accesslog.RouteIndex(cfg, "nope") != -1 {
 		t.Error("unknown route found")
 	}
 }
@@ -550,13 +550,13 @@ func TestUpdateForgetsRemovedBuckets(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	rec, err := lockout.New(lockout.ConfigFrom(snapshottest.ByIndex(t, r)), store, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), lockout.Options{Token: "t"})
+	rec, err := accesslog.New(accesslog.ConfigFrom(snapshottest.ByIndex(t, r)), store, snapshot.NewResolver(snapshottest.ByIndex(t, r), nil), reg, slog.New(slog.NewTextHandler(io.Discard, nil)), accesslog.Options{Token: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	report := func() {
 		t.Helper()
-		if _, err := rec.Report(lockout.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"}); err != nil {
+		if _, err := rec.Report(accesslog.Report{IP: "203.0.113.1", Account: "a@x", Route: "login"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -600,9 +600,9 @@ routes:
 
 // idsConfig is failure counting's configuration of r with the given
 // counter ids, by index.
-func idsConfig(t testing.TB, r *configfile.Rules, ids ...counter.Bucket) lockout.Config {
+func idsConfig(t testing.TB, r *configfile.Rules, ids ...counter.Bucket) accesslog.Config {
 	t.Helper()
-	c := lockout.ConfigFrom(snapshottest.ByIndex(t, r))
+	c := accesslog.ConfigFrom(snapshottest.ByIndex(t, r))
 	for i := range c.Buckets {
 		c.Buckets[i].ID = ids[i]
 	}
