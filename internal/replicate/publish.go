@@ -36,7 +36,6 @@ type publisher struct {
 	// Anti-entropy: a snapshot of this node's live counts, re-sent a
 	// share per tick.
 	aeQueue []counter.WindowCount
-	aeSnap  []counter.PeerCount
 	aeNext  time.Time // when the next snapshot may be taken
 	aeShare int       // counts per tick
 }
@@ -96,17 +95,7 @@ func (p *publisher) antiEntropy(dst []counter.WindowCount, now time.Time) []coun
 		}
 		p.aeNext = now.Add(p.cfg.AntiEntropy)
 		p.aeQueue = p.aeQueue[:0]
-		if rs, ok := p.store.(reporter); ok {
-			p.aeQueue = rs.Reported(p.aeQueue, now)
-		} else {
-			p.aeSnap = p.store.Snapshot(p.aeSnap[:0], now)
-			for _, pc := range p.aeSnap {
-				if pc.Peer == counter.Self {
-					p.aeQueue = append(p.aeQueue, pc.WindowCount)
-				}
-			}
-			clear(p.aeSnap) // drop the key strings
-		}
+		p.aeQueue = p.store.Reported(p.aeQueue, now)
 		if len(p.aeQueue) == 0 {
 			return dst
 		}

@@ -21,48 +21,27 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/share"
 )
 
-// Store is what the Replicator needs of the counter store. *counter.Store
-// is one; it must be created with counter.Config.Track set.
+// Store is what the Replicator needs of the counter store; *counter.Store
+// is it, created with counter.Config.Track set.
 type Store interface {
 	Changes(dst []counter.WindowCount, now time.Time) ([]counter.WindowCount, int)
 	Merge(peer counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus
 	Snapshot(dst []counter.PeerCount, now time.Time) []counter.PeerCount
 	Pending() int
-}
-
-// nearLimiter is the optional part of a Store that tells when a local
-// count came near its limit, and whether a charge spent a key's budget;
-// *counter.Store is one (with Track set).
-type nearLimiter interface {
+	// NearLimit signals when a local count came near its limit, and Spent
+	// whether a charge spent a key's budget: early batches.
 	NearLimit() <-chan struct{}
 	Spent() bool
-}
-
-// sharer is the optional part of a Store that splits budgets between the
-// live nodes; *counter.Store is one (with Track set).
-type sharer interface {
+	// SetShares splits budgets between the live nodes.
 	SetShares(share.Split) error
-}
-
-// reporter is the optional part of a Store that lists the own counts it
-// reported, for anti-entropy; *counter.Store is one.
-type reporter interface {
+	// Reported lists the own counts reported, for anti-entropy.
 	Reported(dst []counter.WindowCount, now time.Time) []counter.WindowCount
-}
-
-// unreportedMarker is the optional part of a Store that marks the counts
-// its shares kept unreported, for the final batch; *counter.Store is one.
-type unreportedMarker interface {
+	// MarkUnreported marks the counts that shares kept unreported, for the
+	// final batch.
 	MarkUnreported(min int64) int
 }
 
-var (
-	_ unreportedMarker = (*counter.Store)(nil)
-	_ reporter         = (*counter.Store)(nil)
-	_ Store            = (*counter.Store)(nil)
-	_ nearLimiter      = (*counter.Store)(nil)
-	_ sharer           = (*counter.Store)(nil)
-)
+var _ Store = (*counter.Store)(nil)
 
 // Replicator shares a counter store's counts with the other nodes over
 // NATS. Create it with New and run it with Run. Its methods are safe for
@@ -332,8 +311,8 @@ func (r *Replicator) loop(ctx context.Context, nc *nats.Conn) {
 		near  <-chan struct{}
 		spent func() bool
 	)
-	if nl, ok := r.store.(nearLimiter); ok && r.cfg.EarlyGap > 0 {
-		near, spent = nl.NearLimit(), nl.Spent
+	if r.cfg.EarlyGap > 0 {
+		near, spent = r.store.NearLimit(), r.store.Spent
 	}
 	gapT := time.NewTimer(time.Hour)
 	gapT.Stop()
@@ -419,8 +398,8 @@ func (r *Replicator) early(nc *nats.Conn, now time.Time) {
 
 // final publishes what changed since the last batch, at shutdown.
 func (r *Replicator) final(nc *nats.Conn) {
-	if st, ok := r.store.(unreportedMarker); ok && r.cfg.ShareDelay >= 0 {
-		st.MarkUnreported(2)
+	if r.cfg.ShareDelay >= 0 {
+		r.store.MarkUnreported(2)
 	}
 	r.tick(nc, r.now())
 	if !r.connected() {
@@ -554,8 +533,7 @@ func overlaps(ms []member, m member) bool {
 // node's rank among them: the live processes while connected, none (each
 // node on its own, up to the whole limit) while NATS is away.
 func (r *Replicator) setShares(live []member, connected bool) {
-	st, ok := r.store.(sharer)
-	if !ok || r.cfg.ShareDelay < 0 {
+	if r.cfg.ShareDelay < 0 {
 		return
 	}
 	sh := share.Split{Nodes: 1}
@@ -569,7 +547,7 @@ func (r *Replicator) setShares(live []member, connected bool) {
 		sh = share.Split{Nodes: len(live), Rank: rank, Delay: r.shareDelay()}
 	}
 	if sh != r.lastShares {
-		if err := st.SetShares(sh); err != nil {
+		if err := r.store.SetShares(sh); err != nil {
 			r.log.Error("setting budget shares", "err", err)
 			return
 		}
