@@ -445,7 +445,7 @@ func TestStalledBatchesAreNotSkew(t *testing.T) {
 	stalled := a.batchesAt(t, every(t0.Add(500*time.Millisecond), 100*time.Millisecond, 26)...)
 	b.now = a.now.Add(prompt)
 	b.receive(stalled...)
-	if got := b.r.peers.roundTrip(&b.r.probe, time.Now(), time.Time{}, time.Hour); got != 2*prompt {
+	if got := b.r.peers.roundTrip(&b.r.probe, time.Now(), time.Time{}, time.Time{}, time.Hour); got != 2*prompt {
 		t.Errorf("round trip after the backlog %v, want %v (twice the latest batch's age: no probes)", got, 2*prompt)
 	}
 	// And on: promptly, for more than two clock periods.

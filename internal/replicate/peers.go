@@ -212,15 +212,17 @@ func (p *peer) skew() int64 {
 
 // oneWay is the delivery delay to and from the peer at now, ms: half the
 // larger of the longest round trip of its probes lately (the delays of a
-// jittery or lossy link recur) and the time its oldest unanswered probe
-// has waited (a delay that grew shows at once, not when a late answer
-// arrives). A peer that echoes no probes has its latest batch's age, taken
+// jittery or lossy link recur) and, while it was heard from since fresh,
+// the time its oldest unanswered probe has waited (a delay that grew
+// shows at once, not when a late answer arrives; a peer silent longer has
+// more likely stopped, and its shares go to the others once it is out of
+// the live nodes). A peer that echoes no probes has its latest batch's age, taken
 // as at most interval: that age holds the clock skew too, which must not
 // make shares wait.
 //
 // A peer that has echoed nothing yet is given probeGrace to: meanwhile
 // the probes sent since it was first heard from wait for it.
-func (p *peer) oneWay(pr *prober, now time.Time, interval time.Duration) int64 {
+func (p *peer) oneWay(pr *prober, now, fresh time.Time, interval time.Duration) int64 {
 	rtt := p.rttMaxMS.Load()
 	if rtt == noAge {
 		d := min(abs(p.ageMS.Load()), interval.Milliseconds())
@@ -229,18 +231,22 @@ func (p *peer) oneWay(pr *prober, now time.Time, interval time.Duration) int64 {
 		}
 		return d
 	}
+	if p.last.Before(fresh) {
+		return rtt / 2
+	}
 	return max(rtt, pr.waiting(time.Duration(p.echoed.Load()), now)) / 2
 }
 
 // roundTrip returns the largest round trip at now to a peer heard from
-// since live (twice its oneWay), the share delay's input: a peer gone
-// silent for longer is out of the split, and of the delay.
-func (t *peerTable) roundTrip(pr *prober, now, live time.Time, interval time.Duration) time.Duration {
+// since live (twice its oneWay; fresh as there), the share delay's
+// input: a peer gone silent for longer is out of the split, and of the
+// delay.
+func (t *peerTable) roundTrip(pr *prober, now, live, fresh time.Time, interval time.Duration) time.Duration {
 	return 2 * t.largest(func(p *peer) int64 {
 		if p.last.Before(live) {
 			return 0
 		}
-		return p.oneWay(pr, now, interval)
+		return p.oneWay(pr, now, fresh, interval)
 	})
 }
 

@@ -454,7 +454,7 @@ const shareLive = 3
 // shareDelay is how long after publishing a count the node takes its
 // peers to hold it and their answers to have arrived (see share.Delay).
 func (r *Replicator) shareDelay() time.Duration {
-	return min(share.Delay(r.cfg.ShareDelay, r.cfg.EarlyGap, r.peers.roundTrip(&r.probe, time.Now(), r.now().Add(-shareLive*r.cfg.Heartbeat), r.cfg.SyncInterval), r.cfg.SyncInterval), counter.MaxShareDelay)
+	return min(share.Delay(r.cfg.ShareDelay, r.cfg.EarlyGap, r.peers.roundTrip(&r.probe, time.Now(), r.now().Add(-shareLive*r.cfg.Heartbeat), r.now().Add(-r.cfg.Heartbeat), r.cfg.SyncInterval), r.cfg.SyncInterval), counter.MaxShareDelay)
 }
 
 // members takes stock of the live processes at a tick: duplicate node ids,

@@ -183,6 +183,18 @@ func TestShareDelayFollowsDelivery(t *testing.T) {
 			t.Errorf("round trip %d ms lately, a probe waiting %v: share delay %v, want %v", c.rttMaxMS, c.waiting, got, c.want)
 		}
 	}
+	// Silent for more than a heartbeat: more likely stopped than slow, its
+	// unanswered probe no longer counts (its share goes to the others
+	// once it is out of the live nodes).
+	r.peers.mu.Lock()
+	p.last = time.Now().Add(-2 * time.Second)
+	r.peers.mu.Unlock()
+	if got := r.shareDelay(); got < 210*time.Millisecond || got > 230*time.Millisecond {
+		t.Errorf("a peer silent for 2 s with a probe waiting 800 ms: share delay %v, want 210ms", got)
+	}
+	r.peers.mu.Lock()
+	p.last = now
+	r.peers.mu.Unlock()
 	if got := r.peers.maxSkew(); got != 200*time.Millisecond {
 		t.Errorf("skew %v, want 200ms: the least age less half the least round trip", got)
 	}
