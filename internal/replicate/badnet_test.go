@@ -1,13 +1,16 @@
 package replicate
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
@@ -301,4 +304,45 @@ func TestSilentCutUnderLoad(t *testing.T) {
 		}
 	}
 	t.Logf("admitted per window at 10× (limit 100) from the window before the cut to 2 after the heal: %s", strings.Join(line, " "))
+}
+
+// TestHostileEchoes: an echo counts only when it is one of this process's
+// probes, sent within MaxClockSkew, from a peer known from its batches:
+// another body, a send time in the future or of long ago, a send time
+// beyond int64, or an unknown sender changes nothing and adds no peer.
+func TestHostileEchoes(t *testing.T) {
+	a := newNode(t, "a", Config{})
+	a.r.probe.epoch = time.Now().Add(-time.Minute)
+	a.r.peers.get("b", 7, a.now, true)
+	echo := func(node string, inc uint64, body []byte) {
+		t.Helper()
+		m := message{header: header{Kind: kindAnswer, Node: node, Incarnation: inc, SentAtMS: a.now.UnixMilli()}, Body: string(body)}
+		a.r.onEcho(&nats.Msg{Data: m.encode(nil)})
+	}
+	probe := func(sent uint64) []byte {
+		b := append([]byte(probeMarker), make([]byte, 8)...)
+		binary.LittleEndian.PutUint64(b[len(probeMarker):], sent)
+		return b
+	}
+	since := uint64(time.Since(a.r.probe.epoch))
+	for name, body := range map[string][]byte{
+		"not a probe":  []byte(`{"query":1}`),
+		"short":        []byte(probeMarker + "1234"),
+		"future":       probe(since + uint64(time.Hour)),
+		"long ago":     probe(0), // a minute old, past MaxClockSkew
+		"beyond int64": probe(math.MaxUint64),
+	} {
+		echo("b", 7, body)
+		if got := a.r.Peers()[0].RoundTripMS; got != -1 {
+			t.Errorf("%s: round trip %d ms, want none", name, got)
+		}
+	}
+	echo("mallory", 1, probe(since-uint64(50*time.Millisecond)))
+	if ps := a.r.Peers(); len(ps) != 1 {
+		t.Errorf("an echo from an unknown node added a peer: %+v", ps)
+	}
+	echo("b", 7, probe(since-uint64(50*time.Millisecond)))
+	if got := a.r.Peers()[0].RoundTripMS; got < 50 || got > 1000 {
+		t.Errorf("a real echo: round trip %d ms, want about 50", got)
+	}
 }

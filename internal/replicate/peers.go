@@ -37,8 +37,7 @@ type peer struct {
 	// Read and written by the batch handler only (one goroutine).
 	lastSeq                uint64
 	haveSeq                bool
-	period                 time.Time // start of this clock period
-	periodMin, prevMin     int64     // least age in this period and the previous one, ms; noAge: none
+	ages                   lately // of its batches, ms, over clock periods
 	skewLogged, lateLogged time.Time
 
 	// Read and written by the cast handler only: the number of the last
@@ -93,13 +92,34 @@ func (t *peerTable) get(node string, inc uint64, now time.Time, heard bool) *pee
 		p.lastSeen = now
 	}
 	if heard {
-		if p.first.IsZero() {
-			p.first = now
-			p.heard = time.Now()
-		}
-		if now.After(p.last) {
-			p.last = now
-		}
+		p.heardAt(now)
+	}
+	return p
+}
+
+// heardAt notes, under peerTable.mu, that the peer sent a message itself
+// at now.
+func (p *peer) heardAt(now time.Time) {
+	if p.first.IsZero() {
+		p.first = now
+		p.heard = time.Now()
+	}
+	if now.After(p.last) {
+		p.last = now
+	}
+	if now.After(p.lastSeen) {
+		p.lastSeen = now
+	}
+}
+
+// heardFrom returns the known peer (node, inc) and notes it was heard
+// from at now, or nil: unlike get, it never adds one.
+func (t *peerTable) heardFrom(node string, inc uint64, now time.Time) *peer {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.byKey[origin{node, inc}]
+	if p != nil {
+		p.heardAt(now)
 	}
 	return p
 }
@@ -196,6 +216,36 @@ func (t *peerTable) len() int {
 	return len(t.byKey)
 }
 
+// lately holds the least and the largest of the values noted over the
+// current period and the previous one: a figure that lasts through a
+// period with nothing noted, and forgets what is two periods old.
+type lately struct {
+	start                      time.Time
+	min, prevMin, max, prevMax int64 // noAge and -noAge: none
+}
+
+// roll starts a new period at now when the current one is period old or
+// more, and reports whether it did (start, then, is the ended one's
+// beginning); the first call starts the first.
+func (l *lately) roll(now time.Time, period time.Duration) (ended bool, start time.Time) {
+	if l.start.IsZero() {
+		l.start, l.min, l.prevMin, l.max, l.prevMax = now, noAge, noAge, -noAge, -noAge
+		return false, now
+	}
+	if start = l.start; now.Sub(start) < period {
+		return false, start
+	}
+	l.start, l.prevMin, l.min, l.prevMax, l.max = now, l.min, noAge, l.max, -noAge
+	return true, start
+}
+
+func (l *lately) note(v int64) { l.min, l.max = min(l.min, v), max(l.max, v) }
+
+// least and most are the least and the largest values noted in the two
+// periods: noAge and -noAge when none was.
+func (l *lately) least() int64 { return min(l.min, l.prevMin) }
+func (l *lately) most() int64  { return max(l.max, l.prevMax) }
+
 // skew is the peer's clock skew, ms: the least age of its batches lately
 // less the least one-way delivery delay its probes' echoes tell (none
 // from a peer that echoes no probes: then the least age itself).
@@ -216,9 +266,9 @@ func (p *peer) skew() int64 {
 // the time its oldest unanswered probe has waited (a delay that grew
 // shows at once, not when a late answer arrives; a peer silent longer has
 // more likely stopped, and its shares go to the others once it is out of
-// the live nodes). A peer that echoes no probes has its latest batch's age, taken
-// as at most interval: that age holds the clock skew too, which must not
-// make shares wait.
+// the live nodes). A peer that echoes no probes has its latest batch's
+// age, taken as at most interval: that age holds the clock skew too,
+// which must not make shares wait.
 //
 // A peer that has echoed nothing yet is given probeGrace to: meanwhile
 // the probes sent since it was first heard from wait for it.

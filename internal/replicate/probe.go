@@ -25,7 +25,7 @@ import (
 // (8 bytes, nanoseconds since its epoch, on its monotonic clock); the
 // echo is an answer with the same body. A peer of an older release hands
 // a probe to its Answerer, whose answer is not an echo and is ignored:
-// its delay is then read from its batches' ages as before.
+// its delay is then read from its batches' ages (peer.oneWay).
 
 // probeMarker starts a probe's body; no query of an Answerer does (they
 // are JSON).
@@ -92,7 +92,8 @@ func (pr *prober) waiting(echoed time.Duration, now time.Time) int64 {
 	return max(0, (now.Sub(pr.epoch) - oldest).Milliseconds())
 }
 
-// probeLoop sends a probe at every sync interval while the link is up,
+// probeLoop sends a probe at every sync interval while the link is up
+// and some peer is known,
 // until ctx is done; the echoes come to inbox. It runs on its own
 // goroutine: a publish that waits on a stalled link delays the next
 // probe, nothing else.
@@ -108,8 +109,8 @@ func (r *Replicator) probeLoop(ctx context.Context, nc *nats.Conn, inbox string)
 			return
 		case <-t.C:
 		}
-		if !r.connected() {
-			continue
+		if !r.connected() || r.peers.len() == 0 {
+			continue // nobody to time
 		}
 		at := time.Since(r.probe.epoch)
 		binary.LittleEndian.PutUint64(body[len(probeMarker):], uint64(at))
@@ -134,7 +135,9 @@ func (r *Replicator) onEcho(msg *nats.Msg) {
 	if sent < 0 || rtt < 0 || rtt > r.cfg.MaxClockSkew {
 		return // not one of this process's probes, or an echo of long ago
 	}
-	p := r.peers.get(pr.rx.Node, pr.rx.Incarnation, now, true)
+	// An echo is a sign of life of a peer known from its batches; it adds
+	// none to the table.
+	p := r.peers.heardFrom(pr.rx.Node, pr.rx.Incarnation, now)
 	if p == nil {
 		return
 	}
@@ -150,23 +153,16 @@ type link struct {
 	rttMaxMS atomic.Int64 // longest likewise
 	echoed   atomic.Int64 // send time since the prober's epoch of the latest probe echoed, ns
 
-	period                                 time.Time
-	periodMin, prevMin, periodMax, prevMax int64
+	rtts lately
 }
 
 // roundTrip notes the echo of the probe sent at sent: a round trip of ms
 // at now; periods of length period.
 func (l *link) roundTrip(sent time.Duration, ms int64, now time.Time, period time.Duration) {
-	if l.period.IsZero() {
-		l.period, l.prevMin, l.periodMin, l.prevMax, l.periodMax = now, noAge, noAge, 0, 0
-	}
-	if now.Sub(l.period) >= period {
-		l.period, l.prevMin, l.periodMin, l.prevMax, l.periodMax = now, l.periodMin, noAge, l.periodMax, 0
-	}
-	l.periodMin = min(l.periodMin, ms)
-	l.periodMax = max(l.periodMax, ms)
-	l.rttMinMS.Store(min(l.prevMin, l.periodMin))
-	l.rttMaxMS.Store(max(l.prevMax, l.periodMax))
+	l.rtts.roll(now, period)
+	l.rtts.note(ms)
+	l.rttMinMS.Store(l.rtts.least())
+	l.rttMaxMS.Store(l.rtts.most())
 	l.rttMS.Store(ms)
 	if int64(sent) > l.echoed.Load() {
 		l.echoed.Store(int64(sent))

@@ -127,10 +127,11 @@ const noAge = math.MaxInt64
 // delivery delay. The delay is never negative but has no bound: batches
 // wait while this node, NATS or the peer is stalled (a GC pause, CPU
 // starvation, SIGSTOP) or while this node reads slowly, and a node that
-// resumes reads them seconds old. So the skew is taken as the least age
-// of the peer's batches over the current and the previous clock period
-// (at least ten heartbeats: some batch comes promptly unless a stall or a
-// backlog lasts that long), and what a batch's age exceeds it by as the
+// resumes reads them seconds old. So the least age of the peer's batches
+// over the current and the previous clock period (at least ten
+// heartbeats: some batch comes promptly unless a stall or a backlog lasts
+// that long) is the skew plus the least delivery delay (which the link
+// probes tell: peer.skew), and what a batch's age exceeds it by is the
 // time the batch waited. Each is logged under its own name, at most once
 // a minute per peer: a skew above SkewWarning at the end of a period, a
 // wait above it at once.
@@ -147,27 +148,23 @@ func (rv *receiver) observe(p *peer, m *message, now time.Time) {
 	}
 	age := now.UnixMilli() - m.SentAtMS
 	p.ageMS.Store(age)
-	if p.period.IsZero() {
-		p.period, p.prevMin, p.periodMin = now, noAge, noAge
-	}
-	if now.Sub(p.period) >= clockPeriod*rv.cfg.Heartbeat {
-		if skew := p.skew(); p.periodMin != noAge && abs(skew) > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.skewLogged) >= time.Minute {
+	if ended, start := p.ages.roll(now, clockPeriod*rv.cfg.Heartbeat); ended {
+		if skew := p.skew(); p.ages.prevMin != noAge && abs(skew) > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.skewLogged) >= time.Minute {
 			p.skewLogged = now
 			// The node id is validated printable ASCII, from an authenticated message.
 			rv.log.Warn("peer clock skew above the warning threshold; windows may disagree at their edges",
 				"peer", p.key.String(), "skew", msDuration(skew).String(), "threshold", rv.cfg.SkewWarning.String(),
-				"period", now.Sub(p.period).Round(time.Millisecond).String())
+				"period", now.Sub(start).Round(time.Millisecond).String())
 		}
-		p.period, p.prevMin, p.periodMin = now, p.periodMin, noAge
 	}
-	skew := min(p.prevMin, p.periodMin)
-	if waited := age - skew; skew != noAge && waited > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.lateLogged) >= time.Minute {
+	least := p.ages.least()
+	if waited := age - least; least != noAge && waited > rv.cfg.SkewWarning.Milliseconds() && now.Sub(p.lateLogged) >= time.Minute {
 		p.lateLogged = now
 		rv.log.Warn("a peer's batch waited above the warning threshold before it was read (this node, NATS or the peer stalled); its counts arrived that late",
 			"peer", p.key.String(), "waited", msDuration(waited).String(), "threshold", rv.cfg.SkewWarning.String())
 	}
-	p.periodMin = min(p.periodMin, age)
-	p.minAgeMS.Store(min(p.prevMin, p.periodMin))
+	p.ages.note(age)
+	p.minAgeMS.Store(p.ages.least())
 }
 
 func abs(x int64) int64 {
