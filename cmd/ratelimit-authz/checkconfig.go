@@ -29,8 +29,8 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		"stderr saying what to deploy; with --envoy they are checked against that bootstrap.\n"+
 		"With --envoy, a gRPC service the bootstrap sends to the lean Check listener's\n"+
 		"port (--check-addr, serve's default unless given) that it does not serve is a\n"+
-		"problem too: it serves\n"+
-		"ext_authz Check, and ShouldRateLimit on a node serving RLS (--rls-config-dir).\n"+
+		"problem too: it serves ext_authz Check, and ShouldRateLimit on a node serving\n"+
+		"RLS (--rls-config-dir).\n"+
 		"With --rls-config-dir it validates the envoyproxy/ratelimit configuration files\n"+
 		"in that directory instead (and --config too when it is given).", getenv)
 	f.String(&path, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file` to validate")
