@@ -144,12 +144,12 @@ func (e *entry) share(sv uint64, lim Limit, w, el, prev int64) (n, unreported in
 		own += e.local[p]
 	}
 	all := own + e.remote[p] + e.remote[w&1]
-	// Its peers' reports of w−1 may still be on their way until half a
-	// share delay (about the delivery) into w: with none of them yet, its
-	// own hits of w−1 alone would weigh as every node's, and every node
-	// would take most of what remains at once. So until then it takes a
-	// first share, as for a key no count of is known.
-	if e.remote[p] == 0 && e.remote[w&1] == 0 && el < delay/2 {
+	// Its peers' reports of w−1 may still be on their way until a share
+	// delay (a round trip, the longest lately seen) into w: with none of
+	// them yet, its own hits of w−1 alone would weigh as every node's, and
+	// every node would take most of what remains at once. So until then it
+	// takes a first share, as for a key no count of is known.
+	if e.remote[p] == 0 && e.remote[w&1] == 0 && el < delay {
 		all = 0
 	}
 	return share.Split{Nodes: nodes, Rank: rank}.Of(lim.Limit, rem, own, all, w), unreported

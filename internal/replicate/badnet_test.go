@@ -155,18 +155,21 @@ func TestSilentCutIsNoticed(t *testing.T) {
 // that delays, jitters or loses packets (TCP retransmits them: they
 // arrive late), one key offered at ten times its limit spread over them:
 // every full window admits within the bound (1.5× in the key's first,
-// while no node holds a count of it; 1.1× after), the first window after
-// a step in the delay included.
+// while no node holds a count of it; 1.1× after, 1.2× at 20% loss, where
+// one peer's report arrives at once and another's 400 ms later, and the
+// nodes split by different weights meanwhile), the first window after a
+// step in the delay included.
 func TestSharesHoldOnABadNetwork(t *testing.T) {
 	const ms = time.Millisecond
 	for _, tc := range []struct {
 		name          string
 		before, after netfault.Faults // the faults of the first windows, and from the step on
+		bound         int64           // the most a window after the key's first may admit
 	}{
-		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}},
-		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}},
-		{"a step from 0 to 250ms", netfault.Faults{}, netfault.Faults{Delay: 250 * ms}},
-		{"20% loss", netfault.Faults{Delay: 5 * ms, Loss: 0.2}, netfault.Faults{Delay: 5 * ms, Loss: 0.2}},
+		{"250ms one way", netfault.Faults{Delay: 250 * ms}, netfault.Faults{Delay: 250 * ms}, 110},
+		{"a step from 0 to 100ms", netfault.Faults{}, netfault.Faults{Delay: 100 * ms}, 110},
+		{"a step from 0 to 250ms", netfault.Faults{}, netfault.Faults{Delay: 250 * ms}, 110},
+		{"20% loss", netfault.Faults{Delay: 5 * ms, Loss: 0.2}, netfault.Faults{Delay: 5 * ms, Loss: 0.2}, 120},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := testnats.Run(t)
@@ -208,14 +211,14 @@ func TestSharesHoldOnABadNetwork(t *testing.T) {
 				line = append(line, fmt.Sprint(per[w]))
 				// The key's first full window: 1.5× while no node holds
 				// a count of it (docs/design/budget-shares.md).
-				if bound := int64(110); per[w] > bound && (w > stepAt-1 || per[w] > 150) {
+				if per[w] > tc.bound && (w > stepAt-1 || per[w] > 150) {
 					over++
 				}
 			}
 			delay, _ := gaugeOf(t, nodes[0].reg, "ratelimit_authz_replicate_share_delay_seconds")
 			t.Logf("admitted per window at 10× (limit 100), the step at the second: %s; share delay %.3fs", strings.Join(line, " "), delay)
 			if over > 0 {
-				t.Errorf("%d of %d windows admitted over 110", over, len(line))
+				t.Errorf("%d of %d windows admitted over %d", over, len(line), tc.bound)
 			}
 		})
 	}
