@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/config"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
@@ -199,8 +200,8 @@ func TestCatalogueMatchesShippedConfig(t *testing.T) {
 		req := g.next()
 		cr := checkRequest(req, 1, time.Unix(0, 0))
 		h := cr.GetAttributes().GetRequest().GetHttp()
-		in := match.Request{
-			Method: h.GetMethod(), Path: h.GetPath(), Headers: match.AppendMap(nil, h.GetHeaders(), nil), Body: h.GetBody(),
+		in := checkreq.Request{
+			Method: h.GetMethod(), Path: h.GetPath(), Headers: checkreq.AppendMap(nil, h.GetHeaders(), nil), Body: h.GetBody(),
 			PeerAddress: cr.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress(),
 		}
 		res := eng.Describe(&in, nil)

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -439,7 +440,7 @@ func (s *Service) CheckWire(ctx context.Context, req *checkwire.Request) (checkw
 // decideOn decides on in under g; the generic and the wire path share it.
 // An allowed request's reservations (leases, costs taken) are left in
 // *hold, for the caller to end (checkwire.Hold); nil when none.
-func (s *Service) decideOn(ctx context.Context, g *generation, in *match.Request, now time.Time, hold *checkwire.Hold) *authv3.CheckResponse {
+func (s *Service) decideOn(ctx context.Context, g *generation, in *checkreq.Request, now time.Time, hold *checkwire.Hold) *authv3.CheckResponse {
 	var descBuf [maxApplied]match.Descriptor
 	res := g.matcher.Describe(in, descBuf[:0])
 	if res.UnknownBuckets > 0 {

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // Leases holds the leases of the concurrency buckets (*inflight.Table
@@ -129,4 +129,4 @@ func withLeases(md *structpb.Struct, hits []taken) *structpb.Struct {
 }
 
 // requestID is the request's id of its leases.
-func requestID(in *match.Request) string { return in.Headers.Value(RequestIDHeader) }
+func requestID(in *checkreq.Request) string { return in.Headers.Value(RequestIDHeader) }

@@ -9,8 +9,8 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 )
 
 // equivalenceConfig has a bucket of every key kind, failure counting,
@@ -55,7 +55,7 @@ func FuzzCheckWireEquivalence(f *testing.F) {
 		{path: "/api/v1/tokens", headers: map[string]string{"x-envoy-external-address": "2001:db8::1"}},
 		{path: "/admin/login", headers: map[string]string{"x-login-account": "Alice@Example.com", "content-type": "application/json"}, body: `{"email":"bob@example.com"}`},
 		{path: "/admin/login", headers: map[string]string{"content-type": "application/x-www-form-urlencoded", "x-envoy-auth-partial-body": "false"}, body: "email=carol%40example.com"},
-		{path: "/anything", ext: map[string]string{match.ExtBuckets: "tenant,ip", match.ExtRoute: "inbound"}},
+		{path: "/anything", ext: map[string]string{checkreq.ExtBuckets: "tenant,ip", checkreq.ExtRoute: "inbound"}},
 		{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "5", "content-length": "30"}},
 		{path: "/llm", headers: map[string]string{"x-tenant-id": "acme", "x-cost": "5,1"}},
 		{path: "/heavy", headers: tenant("acme")},

@@ -7,7 +7,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // BenchmarkDecode reads the same Envoy CheckRequest (~15 headers, peer
@@ -32,7 +32,7 @@ func BenchmarkDecode(b *testing.B) {
 	b.Run("checkwire", func(b *testing.B) {
 		b.ReportAllocs()
 		b.SetBytes(int64(len(in)))
-		var r match.Request
+		var r checkreq.Request
 		for b.Loop() {
 			if err := d.Decode(in, &r); err != nil {
 				b.Fatal(err)

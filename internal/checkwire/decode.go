@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // recursionLimit is the protobuf runtime's default nesting bound
@@ -33,7 +33,7 @@ var (
 // checkRequest is the compiled schema, immutable once built.
 var checkRequest = sync.OnceValue(compile)
 
-// Decoder reads a CheckRequest's wire form into a match.Request. It
+// Decoder reads a CheckRequest's wire form into a checkreq.Request. It
 // keeps only the headers named at construction and the body only when
 // wanted; everything else is checked as proto.Unmarshal would check it
 // (so it accepts and rejects exactly what proto.Unmarshal does) and
@@ -51,8 +51,15 @@ func NewDecoder(headerNames []string, wantBody bool) *Decoder {
 	return &Decoder{root: checkRequest(), names: append([]string(nil), headerNames...), wantBody: wantBody}
 }
 
+// Reader is what a consumer of decoded requests reads of them (the
+// matcher's Engine): the headers it looks up and whether it reads the body.
+type Reader interface {
+	HeaderNames() []string
+	WantsBody() bool
+}
+
 // ForEngine returns a Decoder keeping what e reads.
-func ForEngine(e *match.Engine) *Decoder {
+func ForEngine(e Reader) *Decoder {
 	return NewDecoder(e.HeaderNames(), e.WantsBody())
 }
 
@@ -62,9 +69,9 @@ func ForEngine(e *match.Engine) *Decoder {
 // last value, as a protobuf map does. The lookups reuse the arrays behind
 // out's Headers and ContextExtensions (so a reused Request decodes without
 // allocating). On an error out holds no meaning.
-func (d *Decoder) Decode(b []byte, out *match.Request) error {
+func (d *Decoder) Decode(b []byte, out *checkreq.Request) error {
 	hdrs, exts := out.Headers[:0], out.ContextExtensions[:0]
-	*out = match.Request{}
+	*out = checkreq.Request{}
 	w := walker{d: d, out: out, hdrs: hdrs, exts: exts}
 	if err := w.message(d.root, b, recursionLimit-1); err != nil {
 		return err
@@ -86,8 +93,8 @@ func (d *Decoder) Decode(b []byte, out *match.Request) error {
 // afresh, as the protobuf runtime's merging does.
 type walker struct {
 	d             *Decoder
-	out           *match.Request
-	hdrs, exts    match.Fields
+	out           *checkreq.Request
+	hdrs, exts    checkreq.Fields
 	body, rawBody string
 	socketCase    bool
 }
@@ -251,7 +258,7 @@ func (w *walker) entry(f field, b []byte, depth int) error {
 			w.hdrs = w.hdrs.Set(name, val)
 		}
 	case roleExtensions:
-		if key == match.ExtBuckets || key == match.ExtRoute {
+		if key == checkreq.ExtBuckets || key == checkreq.ExtRoute {
 			w.exts = w.exts.Set(key, val)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // Wire-form builders. Field numbers of envoy.service.auth.v3 and
@@ -38,20 +38,20 @@ func TestDecodeMatchesProtoUnmarshal(t *testing.T) {
 		name   string
 		in     []byte
 		accept bool
-		check  func(*testing.T, *match.Request)
+		check  func(*testing.T, *checkreq.Request)
 	}{
-		{name: "Envoy's request", in: marshal(t, envoyRequest()), accept: true, check: func(t *testing.T, r *match.Request) {
+		{name: "Envoy's request", in: marshal(t, envoyRequest()), accept: true, check: func(t *testing.T, r *checkreq.Request) {
 			if r.Method != "POST" || r.Path != "/api/activities?page=2" || r.PeerAddress != "10.0.3.7" || r.Headers.Value("x-tenant-id") != "acme" || len(r.Headers) != 5 {
 				t.Errorf("%+v", r)
 			}
 		}},
 		{name: "empty", in: nil, accept: true},
-		{name: "merged messages: last scalar wins", in: cat(req(http(str(2, "GET"), str(4, "/a"))), req(http(str(4, "/b")))), accept: true, check: func(t *testing.T, r *match.Request) {
+		{name: "merged messages: last scalar wins", in: cat(req(http(str(2, "GET"), str(4, "/a"))), req(http(str(4, "/b")))), accept: true, check: func(t *testing.T, r *checkreq.Request) {
 			if r.Method != "GET" || r.Path != "/b" {
 				t.Errorf("%+v", r)
 			}
 		}},
-		{name: "repeated header: last wins", in: req(http(header("x-tenant-id", "a"), header("x-tenant-id", "b"))), accept: true, check: func(t *testing.T, r *match.Request) {
+		{name: "repeated header: last wins", in: req(http(header("x-tenant-id", "a"), header("x-tenant-id", "b"))), accept: true, check: func(t *testing.T, r *checkreq.Request) {
 			if r.Headers.Value("x-tenant-id") != "b" || len(r.Headers) != 1 {
 				t.Errorf("%+v", r.Headers)
 			}
@@ -71,7 +71,7 @@ func TestDecodeMatchesProtoUnmarshal(t *testing.T) {
 		{name: "internal address clears", in: req(source(socket(str(2, "192.0.2.1")), fld(3, str(1, "l")))), accept: true},
 		{name: "pipe of the wrong wire type changes nothing", in: req(source(socket(str(2, "192.0.2.1")), varint(2, 1))), accept: true},
 		{name: "destination is not the peer", in: req(fld(2, fld(1, socket(str(2, "192.0.2.9"))))), accept: true},
-		{name: "context extensions", in: req(ext(match.ExtBuckets, "a,b"), ext("other", "x"), ext(match.ExtRoute, "r"), ext(match.ExtRoute, "s")), accept: true},
+		{name: "context extensions", in: req(ext(checkreq.ExtBuckets, "a,b"), ext("other", "x"), ext(checkreq.ExtRoute, "r"), ext(checkreq.ExtRoute, "s")), accept: true},
 		{name: "body and raw body", in: req(http(fld(12, []byte("raw")), str(11, "text"))), accept: true},
 		{name: "raw body only, not UTF-8", in: req(http(fld(12, []byte(bad)))), accept: true},
 		{name: "unknown fields of every wire type", in: req(varint(99, 1), protowire.AppendFixed32(protowire.AppendTag(nil, 98, protowire.Fixed32Type), 1),
@@ -106,7 +106,7 @@ func TestDecodeMatchesProtoUnmarshal(t *testing.T) {
 				}
 			}
 			if tc.check != nil {
-				var r match.Request
+				var r checkreq.Request
 				if err := d.Decode(tc.in, &r); err != nil {
 					t.Fatal(err)
 				}
@@ -118,7 +118,7 @@ func TestDecodeMatchesProtoUnmarshal(t *testing.T) {
 
 func TestDecodeErrors(t *testing.T) {
 	d := NewDecoder(testNames, true)
-	var r match.Request
+	var r checkreq.Request
 	for _, tc := range []struct {
 		in   []byte
 		want error
@@ -220,7 +220,7 @@ func TestDecodeHostile(t *testing.T) {
 			if got := compare(t, d, tc.in); got != tc.valid {
 				t.Fatalf("accepted %v, want %v", got, tc.valid)
 			}
-			var r match.Request
+			var r checkreq.Request
 			err := d.Decode(tc.in, &r)
 			if len(r.Headers) != tc.kept {
 				t.Errorf("kept %d headers, want %d", len(r.Headers), tc.kept)
@@ -241,7 +241,7 @@ func TestDecodeViews(t *testing.T) {
 	d := NewDecoder(testNames, true)
 	in := marshal(t, envoyRequest())
 	in = append(in, req(http(str(11, strings.Repeat("b", 4096))))...)
-	var r match.Request
+	var r checkreq.Request
 	if err := d.Decode(in, &r); err != nil {
 		t.Fatal(err)
 	}

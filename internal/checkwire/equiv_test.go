@@ -9,7 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // testNames are the headers the tests keep: what the shipped configuration
@@ -23,7 +23,7 @@ func compare(t testing.TB, d *Decoder, b []byte) bool {
 	t.Helper()
 	var m authv3.CheckRequest
 	refErr := proto.Unmarshal(b, &m)
-	var got match.Request
+	var got checkreq.Request
 	err := d.Decode(b, &got)
 	if (refErr == nil) != (err == nil) {
 		t.Fatalf("proto.Unmarshal: %v; Decode: %v (input %x)", refErr, err, b)
@@ -36,17 +36,17 @@ func compare(t testing.TB, d *Decoder, b []byte) bool {
 	return true
 }
 
-func sameRequest(t testing.TB, d *Decoder, got, want *match.Request) {
+func sameRequest(t testing.TB, d *Decoder, got, want *checkreq.Request) {
 	t.Helper()
 	if got.Method != want.Method || got.Path != want.Path || got.PeerAddress != want.PeerAddress || got.Body != want.Body {
 		t.Fatalf("Decode = method %q path %q peer %q body %q; proto.Unmarshal = %q %q %q %q",
 			got.Method, got.Path, got.PeerAddress, got.Body, want.Method, want.Path, want.PeerAddress, want.Body)
 	}
 	sameFields(t, "header", d.names, got.Headers, want.Headers)
-	sameFields(t, "context extension", match.ContextExtensionNames(), got.ContextExtensions, want.ContextExtensions)
+	sameFields(t, "context extension", checkreq.ContextExtensionNames(), got.ContextExtensions, want.ContextExtensions)
 }
 
-func sameFields(t testing.TB, what string, names []string, got, want match.Fields) {
+func sameFields(t testing.TB, what string, names []string, got, want checkreq.Fields) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%ss: Decode kept %q, proto.Unmarshal %q", what, got, want)

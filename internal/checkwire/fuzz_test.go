@@ -4,7 +4,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // within reports whether s lies inside b.
@@ -20,7 +20,7 @@ func addSeeds(f *testing.F) {
 	f.Add(marshal(f, envoyRequest()))
 	f.Add(cat(req(http(str(2, "GET"), str(4, "/a"), header("x-tenant-id", "a"))), req(http(str(4, "/b"), header("x-tenant-id", "b")))))
 	f.Add(req(source(socket(str(2, "192.0.2.1")), fld(2, str(1, "/run/x")), socket(varint(3, 80)))))
-	f.Add(req(ext(match.ExtBuckets, "a,b"), ext(match.ExtRoute, "r"), http(fld(12, []byte("raw")), str(11, "body"))))
+	f.Add(req(ext(checkreq.ExtBuckets, "a,b"), ext(checkreq.ExtRoute, "r"), http(fld(12, []byte("raw")), str(11, "body"))))
 	f.Add(req(http(fld(3, entry(varint(1, 7), str(1, "x-tenant-id"), str(2, "t"), str(2, "u"))))))
 	f.Add(req(http(header("x-tenant-id", "\xff"))))
 	f.Add(nest(40))
@@ -34,7 +34,7 @@ func FuzzDecode(f *testing.F) {
 	addSeeds(f)
 	d := NewDecoder(testNames, true)
 	f.Fuzz(func(t *testing.T, in []byte) {
-		var r match.Request
+		var r checkreq.Request
 		if err := d.Decode(in, &r); err != nil {
 			return
 		}

@@ -3,7 +3,7 @@ package checkwire
 import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // FromMessage is the reference path: the Request that d reads from the
@@ -11,10 +11,10 @@ import (
 // Decode must agree with it on every input (the equivalence tests hold
 // them to it). The lookups are allocated, one each, only when there is
 // something to hold.
-func (d *Decoder) FromMessage(req *authv3.CheckRequest) match.Request {
+func (d *Decoder) FromMessage(req *authv3.CheckRequest) checkreq.Request {
 	attrs := req.GetAttributes()
 	h := attrs.GetRequest().GetHttp()
-	in := match.Request{
+	in := checkreq.Request{
 		Method:      h.GetMethod(),
 		Path:        h.GetPath(),
 		PeerAddress: attrs.GetSource().GetAddress().GetSocketAddress().GetAddress(),
@@ -26,10 +26,10 @@ func (d *Decoder) FromMessage(req *authv3.CheckRequest) match.Request {
 		}
 	}
 	if m := h.GetHeaders(); len(d.names) > 0 && len(m) > 0 {
-		in.Headers = match.AppendMap(make(match.Fields, 0, len(d.names)), m, d.names)
+		in.Headers = checkreq.AppendMap(make(checkreq.Fields, 0, len(d.names)), m, d.names)
 	}
 	if m := attrs.GetContextExtensions(); len(m) > 0 {
-		in.ContextExtensions = match.AppendMap(make(match.Fields, 0, 2), m, match.ContextExtensionNames())
+		in.ContextExtensions = checkreq.AppendMap(make(checkreq.Fields, 0, 2), m, checkreq.ContextExtensionNames())
 	}
 	return in
 }

@@ -8,7 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 // Server is the Authorization service on the lean path.
@@ -30,7 +30,7 @@ type Request struct {
 	d   *Decoder
 	buf mem.Buffer // the received message, referenced; nil after Decode
 	raw []byte     // the bytes given to Decode
-	req match.Request
+	req checkreq.Request
 }
 
 // Decode decodes b with d into r, outside gRPC (in-process benchmarks and
@@ -49,7 +49,7 @@ func (r *Request) Decoder() *Decoder { return r.d }
 
 // Request is the decoded request; its strings are valid until the call
 // returns (copy what must outlive it).
-func (r *Request) Request() *match.Request { return &r.req }
+func (r *Request) Request() *checkreq.Request { return &r.req }
 
 // DecodeWith decodes the received bytes again with d.
 func (r *Request) DecodeWith(d *Decoder) error {
@@ -71,7 +71,7 @@ func (r *Request) release() {
 	h, e := r.req.Headers, r.req.ContextExtensions
 	clear(h[:cap(h)])
 	clear(e[:cap(e)])
-	r.req = match.Request{Headers: h[:0], ContextExtensions: e[:0]}
+	r.req = checkreq.Request{Headers: h[:0], ContextExtensions: e[:0]}
 	r.d = nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/jsonscan"
 )
 
@@ -65,7 +66,7 @@ func (a *accountSet) add(v string) {
 // set unreadable, and so does a request that names none: an attacker must
 // not escape the per-account limit by making the account unreadable to the
 // server while the application still reads one.
-func (e *Engine) accounts(headers Fields, body string, set *accountSet) {
+func (e *Engine) accounts(headers checkreq.Fields, body string, set *accountSet) {
 	if e.accountHeader != "" {
 		if raw, ok := headers.Get(e.accountHeader); ok {
 			// Envoy joins a repeated header with ",": which copy the
@@ -92,7 +93,7 @@ func (e *Engine) accounts(headers Fields, body string, set *accountSet) {
 // bodyAccount returns the account field of a non-empty body: "" and true
 // when a well-formed body lacks the field, false when the body cannot be
 // read (see docs/design/routes-and-keys.md, "Failure mode").
-func (e *Engine) bodyAccount(headers Fields, body string) (string, bool) {
+func (e *Engine) bodyAccount(headers checkreq.Fields, body string) (string, bool) {
 	if len(body) > maxBodyBytes {
 		return "", false
 	}

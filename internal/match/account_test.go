@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -107,7 +108,7 @@ func TestAccount(t *testing.T) {
 			if tt.cl != "" {
 				h["content-length"] = tt.cl
 			}
-			got := e.Describe(&Request{Method: "POST", Path: "/admin/login", Headers: AppendMap(nil, h, nil), Body: tt.body, PeerAddress: "192.0.2.1"}, nil)
+			got := e.Describe(&checkreq.Request{Method: "POST", Path: "/admin/login", Headers: checkreq.AppendMap(nil, h, nil), Body: tt.body, PeerAddress: "192.0.2.1"}, nil)
 			wantAccount := ""
 			if tt.want[0] != UnreadableAccount {
 				wantAccount = tt.want[0]
@@ -150,7 +151,7 @@ func TestAccountSources(t *testing.T) {
 			AccountHeader:    tt.header,
 			AccountBodyField: tt.field,
 		})
-		got := e.Describe(&Request{Method: "POST", Path: "/login", Headers: AppendMap(nil, h, nil), Body: body}, nil)
+		got := e.Describe(&checkreq.Request{Method: "POST", Path: "/login", Headers: checkreq.AppendMap(nil, h, nil), Body: body}, nil)
 		var keys []string
 		for _, d := range got.Descriptors {
 			keys = append(keys, d.Key)
@@ -181,12 +182,12 @@ func TestAccountBound(t *testing.T) {
 	// Through Describe: a header and a body account fill the set; more
 	// copies of either are unreadable, so the shared key joins them.
 	h := map[string]string{"content-type": "application/x-www-form-urlencoded", "x-login-account": "decoy", "x-envoy-auth-partial-body": "false"}
-	got := e.Describe(&Request{Method: "POST", Path: "/login", Headers: AppendMap(nil, h, nil), Body: "email=victim"}, nil)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: "/login", Headers: checkreq.AppendMap(nil, h, nil), Body: "email=victim"}, nil)
 	if len(got.Descriptors) != 2 || got.AccountUnreadable {
 		t.Errorf("header and body: descriptors %+v", got.Descriptors)
 	}
 	h["x-login-account"] = "decoy1,decoy2,decoy3"
-	got = e.Describe(&Request{Method: "POST", Path: "/login", Headers: AppendMap(nil, h, nil), Body: "email=victim&email=d4&email=d5"}, nil)
+	got = e.Describe(&checkreq.Request{Method: "POST", Path: "/login", Headers: checkreq.AppendMap(nil, h, nil), Body: "email=victim&email=d4&email=d5"}, nil)
 	want := []Descriptor{{0, UnreadableAccount}}
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("copies of both: descriptors %+v, want %+v", got.Descriptors, want)

@@ -4,22 +4,23 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
-func activityRequest() *Request {
-	return &Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, typicalHeaders(), nil), PeerAddress: "10.0.3.7"}
+func activityRequest() *checkreq.Request {
+	return &checkreq.Request{Method: "POST", Path: "/api/activities", Headers: checkreq.AppendMap(nil, typicalHeaders(), nil), PeerAddress: "10.0.3.7"}
 }
 
-func inboundRequest() *Request {
+func inboundRequest() *checkreq.Request {
 	h := typicalHeaders()
 	delete(h, "x-tenant-id")
 	h[":path"] = "/api/inbound/abc123?sig=f00"
 	h["x-forwarded-for"] = "198.51.100.23, 10.0.3.7"
-	return &Request{Method: "POST", Path: "/api/inbound/abc123?sig=f00", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
+	return &checkreq.Request{Method: "POST", Path: "/api/inbound/abc123?sig=f00", Headers: checkreq.AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
 }
 
-func loginRequest() *Request {
+func loginRequest() *checkreq.Request {
 	h := typicalHeaders()
 	delete(h, "x-tenant-id")
 	h[":path"] = "/admin/login"
@@ -28,14 +29,14 @@ func loginRequest() *Request {
 	h["x-envoy-auth-partial-body"] = "false" // Envoy sets it on every buffered body
 	body := `{"email":"alice@example.com","password":"correct horse battery staple","remember":true}`
 	h["content-length"] = fmt.Sprint(len(body))
-	return &Request{Method: "POST", Path: "/admin/login", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7", Body: body}
+	return &checkreq.Request{Method: "POST", Path: "/admin/login", Headers: checkreq.AppendMap(nil, h, nil), PeerAddress: "10.0.3.7", Body: body}
 }
 
-func noMatchRequest() *Request {
+func noMatchRequest() *checkreq.Request {
 	h := typicalHeaders()
 	h[":method"] = "GET"
 	h[":path"] = "/api/activities/123"
-	return &Request{Method: "GET", Path: "/api/activities/123", Headers: AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
+	return &checkreq.Request{Method: "GET", Path: "/api/activities/123", Headers: checkreq.AppendMap(nil, h, nil), PeerAddress: "10.0.3.7"}
 }
 
 func benchConfig() Config {
@@ -52,7 +53,7 @@ func TestDescribeAllocs(t *testing.T) {
 	dst := make([]Descriptor, 0, 8)
 	for _, tt := range []struct {
 		name  string
-		r     *Request
+		r     *checkreq.Request
 		route int
 	}{
 		{"activity", activityRequest(), rActivities},
@@ -74,14 +75,14 @@ func TestDescribeAllocs(t *testing.T) {
 		// its stack. Neither may escape through Describe.
 		src := *tt.r
 		if n := testing.AllocsPerRun(1000, func() { describeOnStack(e, &src) }); n != 0 {
-			t.Errorf("%s: Request or dst escape to the heap: %v allocs per call", tt.name, n)
+			t.Errorf("%s: checkreq.Request or dst escape to the heap: %v allocs per call", tt.name, n)
 		}
 	}
 }
 
 //go:noinline
-func describeOnStack(e *Engine, src *Request) int {
-	in := Request{
+func describeOnStack(e *Engine, src *checkreq.Request) int {
+	in := checkreq.Request{
 		Method:            src.Method,
 		Path:              src.Path,
 		Headers:           src.Headers,
@@ -98,7 +99,7 @@ func BenchmarkDescribe(b *testing.B) {
 	e := mustNew(b, benchConfig())
 	for _, bb := range []struct {
 		name string
-		r    *Request
+		r    *checkreq.Request
 	}{
 		{"activity", activityRequest()},
 		{"inbound", inboundRequest()},
@@ -125,7 +126,7 @@ func BenchmarkDescribeSerial(b *testing.B) {
 	norm.Path = "//api/inbound/./abc123?sig=f00"
 	for _, bb := range []struct {
 		name string
-		r    *Request
+		r    *checkreq.Request
 	}{
 		{"activity", activityRequest()},
 		{"inbound", inboundRequest()},
@@ -151,7 +152,7 @@ func BenchmarkManyRoutes(b *testing.B) {
 		cfg.Routes = append(cfg.Routes, Route{Method: "POST", Template: fmt.Sprintf("/s%d/r%d/{id}", i%20, i), Buckets: []counter.Bucket{0}})
 	}
 	e := mustNew(b, cfg)
-	r := &Request{Method: "POST", Path: "/s19/r199/x", PeerAddress: "10.0.0.1"}
+	r := &checkreq.Request{Method: "POST", Path: "/s19/r199/x", PeerAddress: "10.0.0.1"}
 	if e.Describe(r, nil).Route != 199 {
 		b.Fatal("no match")
 	}

@@ -3,6 +3,8 @@ package match
 import (
 	"net/netip"
 	"strings"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
 
 const (
@@ -11,7 +13,7 @@ const (
 )
 
 // clientIP returns the trusted client address of r (see Result.ClientIP).
-func (e *Engine) clientIP(r *Request) string {
+func (e *Engine) clientIP(r *checkreq.Request) string {
 	if e.useExternal {
 		if v := r.Headers.Value(headerExternalAddress); v != "" {
 			if ip, ok := canonicalIP(v); ok {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -62,7 +63,7 @@ func TestClientIP(t *testing.T) {
 			if p == "-" {
 				p = ""
 			}
-			got := e.Describe(&Request{Method: "GET", Path: "/", Headers: AppendMap(nil, h, nil), PeerAddress: p}, nil)
+			got := e.Describe(&checkreq.Request{Method: "GET", Path: "/", Headers: checkreq.AppendMap(nil, h, nil), PeerAddress: p}, nil)
 			if got.ClientIP != tt.want {
 				t.Errorf("ClientIP = %q, want %q", got.ClientIP, tt.want)
 			}
@@ -104,7 +105,7 @@ func TestIPKey(t *testing.T) {
 			Routes:     []Route{{Template: "/x", Buckets: []counter.Bucket{0}}},
 			IPv6Prefix: tt.prefix,
 		})
-		got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: tt.peer}, nil)
+		got := e.Describe(&checkreq.Request{Method: "GET", Path: "/x", PeerAddress: tt.peer}, nil)
 		if len(got.Descriptors) != 1 || got.Descriptors[0].Key != tt.want {
 			t.Errorf("peer %s /%d: descriptors %+v, want key %q", tt.peer, tt.prefix, got.Descriptors, tt.want)
 		}

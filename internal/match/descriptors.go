@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -86,19 +87,6 @@ type Config struct {
 	CostHeaders []string
 }
 
-// Request is what the caller reads out of Envoy's CheckRequest. Describe
-// neither modifies nor retains it, but the keys it returns are substrings of
-// its fields. Headers and ContextExtensions need hold only the names the
-// Engine reads (HeaderNames, ContextExtensionNames); others are ignored.
-type Request struct {
-	Method            string
-	Path              string // raw :path as Envoy sends it: with the query string, not decoded
-	Headers           Fields // lowercase names, as Envoy sends them (pseudo-headers included)
-	PeerAddress       string // attributes.source socket address (the TCP peer)
-	Body              string // with_request_body only; may be empty or partial; needed only when WantsBody
-	ContextExtensions Fields // Envoy per-route check_settings.context_extensions
-}
-
 // Descriptor is one bucket that applies to a request, and its key.
 type Descriptor struct {
 	Bucket counter.Bucket // index into Config.Buckets
@@ -138,12 +126,6 @@ type Result struct {
 	// ratelimit_route named one).
 	PathTooLong bool
 }
-
-// Context extension keys Envoy may send (check_settings.context_extensions).
-const (
-	ExtBuckets = "ratelimit_buckets" // comma-separated bucket names, replacing the route's
-	ExtRoute   = "ratelimit_route"   // a Route.Name, applied as if matched
-)
 
 // Engine turns requests into descriptors. It is immutable after New and safe
 // for concurrent use. The zero Engine has no buckets and no routes: every
@@ -393,9 +375,6 @@ func (e *Engine) HeaderNames() []string { return e.headerNames }
 // decoded at all.
 func (e *Engine) WantsBody() bool { return e.wantsBody }
 
-// ContextExtensionNames returns the context extension keys Describe reads.
-func ContextExtensionNames() []string { return []string{ExtBuckets, ExtRoute} }
-
 // NumBuckets is the number of buckets the Engine was compiled with: every
 // Descriptor.Bucket is below it.
 func (e *Engine) NumBuckets() int { return len(e.buckets) }
@@ -486,7 +465,7 @@ func ValidBucketName(name string) bool {
 // Describe does not allocate when dst has room, the path needs no
 // normalisation, the client IP is written canonically, and the account (if
 // needed) needs no lower-casing or unescaping.
-func (e *Engine) Describe(r *Request, dst []Descriptor) Result {
+func (e *Engine) Describe(r *checkreq.Request, dst []Descriptor) Result {
 	res := Result{Route: -1, Descriptors: dst}
 	if r == nil {
 		return res
@@ -496,10 +475,10 @@ func (e *Engine) Describe(r *Request, dst []Descriptor) Result {
 
 	path, tooLong, pathOK := routePath(r.Path)
 	res.PathTooLong = tooLong
-	list, hasList := r.ContextExtensions.Get(ExtBuckets)
+	list, hasList := r.ContextExtensions.Get(checkreq.ExtBuckets)
 
 	ri, matched := -1, false
-	if name := r.ContextExtensions.Value(ExtRoute); name != "" {
+	if name := r.ContextExtensions.Value(checkreq.ExtRoute); name != "" {
 		if group := e.routeByName[name]; len(group) > 0 {
 			ri = group[0]
 			for _, i := range group {
@@ -589,7 +568,7 @@ func (e *Engine) find(p, method string, anyMethod bool) int {
 // those (and the caller's dst) to the heap.
 type keyer struct {
 	e        *Engine
-	headers  Fields
+	headers  checkreq.Fields
 	body     string
 	path     string
 	rt       *route // the route whose template matched the path, if any

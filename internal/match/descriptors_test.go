@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -170,7 +171,7 @@ func TestRouteMatching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
-			r := &Request{Method: tt.method, Path: tt.path, Headers: AppendMap(nil, typicalHeaders(), nil), PeerAddress: "192.0.2.10"}
+			r := &checkreq.Request{Method: tt.method, Path: tt.path, Headers: checkreq.AppendMap(nil, typicalHeaders(), nil), PeerAddress: "192.0.2.10"}
 			got := e.Describe(r, nil)
 			if got.Route != tt.want.route {
 				t.Fatalf("Route = %d, want %d", got.Route, tt.want.route)
@@ -240,7 +241,7 @@ func TestFirstMatchWins(t *testing.T) {
 		{"GET", "/v1", -1, ""},
 		{"GET", "//", 3, "10.0.0.1"},
 	} {
-		got := e.Describe(&Request{Method: tt.method, Path: tt.path, PeerAddress: "10.0.0.1"}, nil)
+		got := e.Describe(&checkreq.Request{Method: tt.method, Path: tt.path, PeerAddress: "10.0.0.1"}, nil)
 		if got.Route != tt.route {
 			t.Errorf("%s %s: Route = %d, want %d", tt.method, tt.path, got.Route, tt.route)
 			continue
@@ -255,7 +256,7 @@ func TestExemptRoute(t *testing.T) {
 	cfg := exampleConfig()
 	cfg.Routes = append([]Route{{Method: "POST", Template: "/api/inbound/health"}}, cfg.Routes...)
 	e := mustNew(t, cfg)
-	got := e.Describe(&Request{Method: "POST", Path: "/api/inbound/health"}, nil)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: "/api/inbound/health"}, nil)
 	if got.Route != 0 || len(got.Descriptors) != 0 {
 		t.Errorf("got %+v, want route 0 and no descriptors", got)
 	}
@@ -263,7 +264,7 @@ func TestExemptRoute(t *testing.T) {
 
 func TestMissingKeys(t *testing.T) {
 	e := mustNew(t, exampleConfig())
-	got := e.Describe(&Request{Method: "POST", Path: "/api/activities"}, nil)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: "/api/activities"}, nil)
 	want := []Descriptor{{Bucket: bActivity, Key: ""}}
 	if got.Route != rActivities || !slices.Equal(got.Descriptors, want) {
 		t.Errorf("no tenant header: got %+v, want route %d %+v", got, rActivities, want)
@@ -271,11 +272,11 @@ func TestMissingKeys(t *testing.T) {
 	if got.ClientIP != "" {
 		t.Errorf("ClientIP = %q without a peer, want \"\"", got.ClientIP)
 	}
-	got = e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": ""}, nil)}, nil)
+	got = e.Describe(&checkreq.Request{Method: "POST", Path: "/api/activities", Headers: checkreq.AppendMap(nil, map[string]string{"x-tenant-id": ""}, nil)}, nil)
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("empty tenant header: got %+v, want %+v", got.Descriptors, want)
 	}
-	got = e.Describe(&Request{Method: "POST", Path: "/api/v1/tokens", PeerAddress: "/run/envoy.sock"}, nil)
+	got = e.Describe(&checkreq.Request{Method: "POST", Path: "/api/v1/tokens", PeerAddress: "/run/envoy.sock"}, nil)
 	if want := []Descriptor{{Bucket: bTokenCreate}}; !slices.Equal(got.Descriptors, want) {
 		t.Errorf("unix socket peer: got %+v, want %+v", got.Descriptors, want)
 	}
@@ -289,7 +290,7 @@ func TestHeaderKey(t *testing.T) {
 		Buckets: []Bucket{{Name: "by_host", Key: KeySpec{Kind: KeyHeader, Name: ":authority"}}, {Name: "by_key", Key: KeySpec{Kind: KeyHeader, Name: "x-api-key"}}},
 		Routes:  []Route{{Template: "/{any}", Buckets: []counter.Bucket{0, 1}}},
 	})
-	got := e.Describe(&Request{Method: "GET", Path: "/x", Headers: AppendMap(nil, map[string]string{":authority": "a.example", "X-Api-Key": "ignored"}, nil)}, nil)
+	got := e.Describe(&checkreq.Request{Method: "GET", Path: "/x", Headers: checkreq.AppendMap(nil, map[string]string{":authority": "a.example", "X-Api-Key": "ignored"}, nil)}, nil)
 	want := []Descriptor{{Bucket: 0, Key: "a.example"}, {Bucket: 1, Key: ""}}
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("got %+v, want %+v", got.Descriptors, want)
@@ -299,7 +300,7 @@ func TestHeaderKey(t *testing.T) {
 func TestDescriptorsAppendToDst(t *testing.T) {
 	e := mustNew(t, exampleConfig())
 	dst := []Descriptor{{Bucket: 99, Key: "keep"}}
-	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, dst)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: "/api/activities", Headers: checkreq.AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, dst)
 	want := []Descriptor{{Bucket: 99, Key: "keep"}, {Bucket: bActivity, Key: "t"}}
 	if !slices.Equal(got.Descriptors, want) {
 		t.Errorf("got %+v, want %+v", got.Descriptors, want)
@@ -309,18 +310,18 @@ func TestDescriptorsAppendToDst(t *testing.T) {
 func TestLongPath(t *testing.T) {
 	e := mustNew(t, exampleConfig())
 	long := "/api/inbound/" + strings.Repeat("a", maxPathBytes)
-	got := e.Describe(&Request{Method: "POST", Path: long}, nil)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: long}, nil)
 	if got.Route != -1 || !got.PathTooLong || len(got.Descriptors) != 0 {
 		t.Errorf("%d-byte path: got Route %d PathTooLong %v %+v, want -1, true, none", len(long), got.Route, got.PathTooLong, got.Descriptors)
 	}
 	// A long query string does not hide the route.
-	got = e.Describe(&Request{Method: "POST", Path: "/api/inbound/c1?pad=" + strings.Repeat("a", 2*maxPathBytes)}, nil)
+	got = e.Describe(&checkreq.Request{Method: "POST", Path: "/api/inbound/c1?pad=" + strings.Repeat("a", 2*maxPathBytes)}, nil)
 	if got.Route != rInbound || got.PathTooLong {
 		t.Errorf("long query: got Route %d PathTooLong %v, want %d, false", got.Route, got.PathTooLong, rInbound)
 	}
 	// Exactly at the limit still matches.
 	seg := strings.Repeat("b", maxPathBytes-len("/api/inbound/"))
-	got = e.Describe(&Request{Method: "POST", Path: "/api/inbound/" + seg}, nil)
+	got = e.Describe(&checkreq.Request{Method: "POST", Path: "/api/inbound/" + seg}, nil)
 	if got.Route != rInbound || got.Descriptors[0].Key != seg {
 		t.Errorf("path at the limit: got Route %d, want %d", got.Route, rInbound)
 	}
@@ -342,63 +343,63 @@ func TestContextExtensions(t *testing.T) {
 	}{
 		{
 			name: "buckets replace the route's", method: "POST", path: "/api/activities",
-			ext:   map[string]string{ExtBuckets: "upload,token_create"},
+			ext:   map[string]string{checkreq.ExtBuckets: "upload,token_create"},
 			route: rActivities, descs: []Descriptor{{Bucket: bUpload, Key: "t1"}, {Bucket: bTokenCreate, Key: "198.51.100.7"}},
 		},
 		{
 			name: "unknown names skipped and counted, blanks and duplicates ignored", method: "POST", path: "/nowhere",
-			ext:   map[string]string{ExtBuckets: " upload , nope,,upload, also_nope "},
+			ext:   map[string]string{checkreq.ExtBuckets: " upload , nope,,upload, also_nope "},
 			route: -1, descs: []Descriptor{{Bucket: bUpload, Key: "t1"}}, unknown: 2,
 		},
 		{
 			name: "path params from the first template match, any method", method: "GET", path: "/api/inbound/c7/status",
-			ext:   map[string]string{ExtBuckets: "inbound,token_generate"},
+			ext:   map[string]string{checkreq.ExtBuckets: "inbound,token_generate"},
 			route: rInboundStatus, descs: []Descriptor{{Bucket: bInbound, Key: "c7"}, {Bucket: bTokenGenerate, Key: "c7"}},
 		},
 		{
 			name: "path param missing without a matching template", method: "POST", path: "/hooks/c7",
-			ext:   map[string]string{ExtBuckets: "inbound"},
+			ext:   map[string]string{checkreq.ExtBuckets: "inbound"},
 			route: -1, descs: []Descriptor{{Bucket: bInbound, Key: ""}},
 		},
 		{
 			name: "path param missing when the matching template lacks it", method: "POST", path: "/api/activities",
-			ext:   map[string]string{ExtBuckets: "inbound"},
+			ext:   map[string]string{checkreq.ExtBuckets: "inbound"},
 			route: rActivities, descs: []Descriptor{{Bucket: bInbound, Key: ""}},
 		},
 		{
 			name: "empty list exempts", method: "POST", path: "/api/activities",
-			ext:   map[string]string{ExtBuckets: ""},
+			ext:   map[string]string{checkreq.ExtBuckets: ""},
 			route: rActivities, descs: nil,
 		},
 		{
 			name: "account computed for a listed account bucket", method: "POST", path: "/x",
-			ext:   map[string]string{ExtBuckets: "login_account"},
+			ext:   map[string]string{checkreq.ExtBuckets: "login_account"},
 			route: -1, descs: []Descriptor{{Bucket: bLoginAccount, Key: "alice@example.com"}}, account: "alice@example.com",
 		},
 		{
 			name: "route by name applies whatever the path and method", method: "GET", path: "/login.php",
-			ext:   map[string]string{ExtRoute: "admin_login"},
+			ext:   map[string]string{checkreq.ExtRoute: "admin_login"},
 			route: rAdminLogin, descs: []Descriptor{{Bucket: bLoginIP, Key: "198.51.100.7"}, {Bucket: bLoginAccount, Key: "alice@example.com"}}, account: "alice@example.com",
 		},
 		{
 			name: "named route's template gives params when it matches", method: "PUT", path: "/api/activities",
-			ext:   map[string]string{ExtRoute: "activity_create", ExtBuckets: "activity_create,inbound"},
+			ext:   map[string]string{checkreq.ExtRoute: "activity_create", checkreq.ExtBuckets: "activity_create,inbound"},
 			route: rActivities, descs: []Descriptor{{Bucket: bActivity, Key: "t1"}, {Bucket: bInbound, Key: ""}},
 		},
 		{
 			name: "unknown route name falls back to path matching", method: "POST", path: "/api/activities",
-			ext:   map[string]string{ExtRoute: "nope"},
+			ext:   map[string]string{checkreq.ExtRoute: "nope"},
 			route: rActivities, descs: []Descriptor{{Bucket: bActivity, Key: "t1"}}, unkRt: true,
 		},
 		{
 			name: "empty route name is no override", method: "POST", path: "/api/activities",
-			ext:   map[string]string{ExtRoute: ""},
+			ext:   map[string]string{checkreq.ExtRoute: ""},
 			route: rActivities, descs: []Descriptor{{Bucket: bActivity, Key: "t1"}},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := e.Describe(&Request{Method: tt.method, Path: tt.path, Headers: AppendMap(nil, hdr, nil), PeerAddress: "198.51.100.7", ContextExtensions: AppendMap(nil, tt.ext, nil)}, nil)
+			got := e.Describe(&checkreq.Request{Method: tt.method, Path: tt.path, Headers: checkreq.AppendMap(nil, hdr, nil), PeerAddress: "198.51.100.7", ContextExtensions: checkreq.AppendMap(nil, tt.ext, nil)}, nil)
 			if got.Route != tt.route {
 				t.Errorf("Route = %d, want %d", got.Route, tt.route)
 			}
@@ -437,7 +438,7 @@ func TestSharedRouteName(t *testing.T) {
 		{"site_login", "/sites/red/login", rPortalLogin + 1, "red"},
 		{"site_login", "/x", rPortalLogin + 1, ""},
 	} {
-		got := e.Describe(&Request{Method: "GET", Path: tt.path, ContextExtensions: AppendMap(nil, map[string]string{ExtRoute: tt.name}, nil)}, nil)
+		got := e.Describe(&checkreq.Request{Method: "GET", Path: tt.path, ContextExtensions: checkreq.AppendMap(nil, map[string]string{checkreq.ExtRoute: tt.name}, nil)}, nil)
 		if got.Route != tt.route {
 			t.Errorf("%s on %s: Route = %d, want %d", tt.name, tt.path, got.Route, tt.route)
 		}
@@ -449,7 +450,7 @@ func TestSharedRouteName(t *testing.T) {
 
 func TestAccountOnlyWhenNeeded(t *testing.T) {
 	e := mustNew(t, exampleConfig())
-	r := &Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-login-account": "bob"}, nil)}
+	r := &checkreq.Request{Method: "POST", Path: "/api/activities", Headers: checkreq.AppendMap(nil, map[string]string{"x-login-account": "bob"}, nil)}
 	if got := e.Describe(r, nil); got.Account != "" {
 		t.Errorf("Account = %q on a route without an account bucket", got.Account)
 	}
@@ -461,7 +462,7 @@ func TestAccountOnlyWhenNeeded(t *testing.T) {
 
 func TestZeroEngine(t *testing.T) {
 	var e Engine
-	got := e.Describe(&Request{Method: "GET", Path: "/x", PeerAddress: "10.1.2.3", ContextExtensions: AppendMap(nil, map[string]string{ExtBuckets: "a", ExtRoute: "b"}, nil)}, nil)
+	got := e.Describe(&checkreq.Request{Method: "GET", Path: "/x", PeerAddress: "10.1.2.3", ContextExtensions: checkreq.AppendMap(nil, map[string]string{checkreq.ExtBuckets: "a", checkreq.ExtRoute: "b"}, nil)}, nil)
 	if got.Route != -1 || len(got.Descriptors) != 0 || got.ClientIP != "10.1.2.3" || got.UnknownBuckets != 1 || !got.UnknownRoute {
 		t.Errorf("zero Engine: got %+v", got)
 	}
@@ -472,7 +473,7 @@ func TestConfigNotAliased(t *testing.T) {
 	e := mustNew(t, cfg)
 	cfg.Buckets[bActivity].Key = KeySpec{Kind: KeyIP}
 	cfg.Routes[rActivities].Buckets[0] = bUpload
-	got := e.Describe(&Request{Method: "POST", Path: "/api/activities", Headers: AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, nil)
+	got := e.Describe(&checkreq.Request{Method: "POST", Path: "/api/activities", Headers: checkreq.AppendMap(nil, map[string]string{"x-tenant-id": "t"}, nil)}, nil)
 	if want := []Descriptor{{Bucket: bActivity, Key: "t"}}; !slices.Equal(got.Descriptors, want) {
 		t.Errorf("after changing cfg: got %+v, want %+v", got.Descriptors, want)
 	}

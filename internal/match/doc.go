@@ -1,8 +1,8 @@
 // Package match turns one HTTP request, as Envoy's ext_authz
 // CheckRequest describes it, into rate-limit descriptors: which configured
 // buckets apply and the key each one counts under. It is a leaf: the caller
-// reads the fields it needs out of the CheckRequest into a Request (only the
-// headers HeaderNames lists, the body only when WantsBody; package
+// reads the fields it needs out of the CheckRequest into a checkreq.Request
+// (only the headers HeaderNames lists, the body only when WantsBody; package
 // checkwire decodes them straight from the wire), and applies limits,
 // missing-key policy and metrics itself. It also defines, once for the
 // product, what a bucket name, a header name, a path parameter's name and a

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
@@ -36,24 +37,24 @@ func FuzzDescribe(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, method, path, xff, ext, peer, ct, body, buckets, route string) {
-		r := &Request{
+		r := &checkreq.Request{
 			Method: method,
 			Path:   path,
-			Headers: Fields{
-				{"x-forwarded-for", xff},
-				{"x-envoy-external-address", ext},
-				{"content-type", ct},
-				{"x-tenant-id", xff},
-				{"x-login-account", ext},
+			Headers: checkreq.Fields{
+				{Name: "x-forwarded-for", Value: xff},
+				{Name: "x-envoy-external-address", Value: ext},
+				{Name: "content-type", Value: ct},
+				{Name: "x-tenant-id", Value: xff},
+				{Name: "x-login-account", Value: ext},
 			},
 			PeerAddress: peer,
 			Body:        body,
 		}
 		if buckets != "" {
-			r.ContextExtensions = r.ContextExtensions.Set(ExtBuckets, buckets)
+			r.ContextExtensions = r.ContextExtensions.Set(checkreq.ExtBuckets, buckets)
 		}
 		if route != "" {
-			r.ContextExtensions = r.ContextExtensions.Set(ExtRoute, route)
+			r.ContextExtensions = r.ContextExtensions.Set(checkreq.ExtRoute, route)
 		}
 		for _, e := range []*Engine{e, e2, e3} {
 			res := e.Describe(r, nil)

@@ -1,6 +1,33 @@
-package match
+// Package checkreq is the request a Check reads: the fields of Envoy's
+// CheckRequest that the matcher uses. The wire decoder (package checkwire)
+// fills it and the matcher (package match) reads it; neither imports the
+// other. It holds no logic beyond name/value lookups.
+package checkreq
 
 import "slices"
+
+// Request is what a Check reads out of Envoy's CheckRequest. The matcher
+// neither modifies nor retains it, but the keys it returns are substrings
+// of its fields. Headers and ContextExtensions need hold only the names
+// the matcher reads (its HeaderNames, ContextExtensionNames); others are
+// ignored.
+type Request struct {
+	Method            string
+	Path              string // raw :path as Envoy sends it: with the query string, not decoded
+	Headers           Fields // lowercase names, as Envoy sends them (pseudo-headers included)
+	PeerAddress       string // attributes.source socket address (the TCP peer)
+	Body              string // with_request_body only; may be empty or partial; needed only when the matcher WantsBody
+	ContextExtensions Fields // Envoy per-route check_settings.context_extensions
+}
+
+// Context extension keys Envoy may send (check_settings.context_extensions).
+const (
+	ExtBuckets = "ratelimit_buckets" // comma-separated bucket names, replacing the route's
+	ExtRoute   = "ratelimit_route"   // a Route.Name, applied as if matched
+)
+
+// ContextExtensionNames returns the context extension keys the matcher reads.
+func ContextExtensionNames() []string { return []string{ExtBuckets, ExtRoute} }
 
 // Field is one name/value pair of a Request: a header (lowercase name, as
 // Envoy sends it) or a context extension.
@@ -9,8 +36,9 @@ type Field struct {
 }
 
 // Fields is a small lookup of name/value pairs, names unique. The
-// CheckRequest decoder fills it with only the names the Engine reads
-// (Engine.HeaderNames, ContextExtensionNames), so a lookup is a scan of a
+// CheckRequest decoder fills it with only the names its consumer reads
+// (the matcher's HeaderNames, ContextExtensionNames), so a lookup is a
+// scan of a
 // handful of entries, and the headers a request carries beyond those are
 // never materialised.
 type Fields []Field
