@@ -13,7 +13,6 @@ import (
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
@@ -381,7 +380,7 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 // routed reports whether a route spends bucket b.
 func routed(r *configfile.Rules, b int) bool {
 	for _, rt := range r.Routes {
-		if slices.Contains(rt.Buckets, counter.Bucket(b)) {
+		if slices.Contains(rt.Buckets, b) {
 			return true
 		}
 	}

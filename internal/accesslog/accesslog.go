@@ -118,7 +118,7 @@ type Config struct {
 // Path.
 type Route struct {
 	Name, Path string
-	Buckets    []counter.Bucket
+	Buckets    []int // indexes into Config.Buckets
 }
 
 // routeIndex returns the first route whose name, or else whose path (of an
@@ -286,7 +286,7 @@ func checkConfig(cfg Config) error {
 	}
 	for _, rt := range cfg.Routes {
 		for _, b := range rt.Buckets {
-			if int(b) >= len(cfg.Buckets) {
+			if b < 0 || b >= len(cfg.Buckets) {
 				return fmt.Errorf("failures: route %q names bucket %d of %d", rt.Name+rt.Path, b, len(cfg.Buckets))
 			}
 		}

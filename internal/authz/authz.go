@@ -64,7 +64,7 @@ type Config struct {
 	Routes []string
 	// RouteCosts are the constant costs of each route's buckets, by route
 	// index (configfile.Route.Costs); nil: every request costs 1.
-	RouteCosts []map[counter.Bucket]int64
+	RouteCosts []map[int]int64
 	// DenyUnreadableAccount refuses (403) a login whose account cannot
 	// be read, in the buckets keyed by account; otherwise it is counted
 	// under match.UnreadableAccount.
@@ -138,7 +138,7 @@ const (
 
 // routeCost is a route's constant cost of one of its buckets.
 type routeCost struct {
-	bucket counter.Bucket
+	bucket int // index into Config.Buckets
 	n      int64
 }
 
@@ -260,7 +260,7 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 		}
 		if rt.Costs != nil {
 			if c.RouteCosts == nil {
-				c.RouteCosts = make([]map[counter.Bucket]int64, len(r.Routes))
+				c.RouteCosts = make([]map[int]int64, len(r.Routes))
 			}
 			c.RouteCosts[i] = rt.Costs
 		}
@@ -337,9 +337,9 @@ func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *gen
 	return g
 }
 
-func hasRouteCost(costs []map[counter.Bucket]int64, b int) bool {
+func hasRouteCost(costs []map[int]int64, b int) bool {
 	for _, c := range costs {
-		if _, ok := c[counter.Bucket(b)]; ok {
+		if _, ok := c[b]; ok {
 			return true
 		}
 	}
@@ -348,7 +348,7 @@ func hasRouteCost(costs []map[counter.Bucket]int64, b int) bool {
 
 // cost is what a hit of b costs on route (an index, or -1): the route's
 // constant, or 1.
-func (g *generation) cost(route int, b counter.Bucket) int64 {
+func (g *generation) cost(route, b int) int64 {
 	if route >= 0 && route < len(g.routeCosts) {
 		for _, c := range g.routeCosts[route] {
 			if c.bucket == b {

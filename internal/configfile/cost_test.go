@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func TestParseCosts(t *testing.T) {
@@ -276,7 +275,7 @@ func TestLLMBudgetExample(t *testing.T) {
 	if tokens.Cost.Source != configfile.CostResponseHeader || tokens.Cost.Header != "x-usage-total-tokens" || tokens.Limit.Limit != 10000 || !tokens.Overridable {
 		t.Errorf("llm_tokens: %+v", tokens)
 	}
-	if got := r.Routes[2].Costs[counter.Bucket(r.BucketIndex("api_calls"))]; got != 10 {
+	if got := r.Routes[2].Costs[r.BucketIndex("api_calls")]; got != 10 {
 		t.Errorf("embeddings cost %d, want 10", got)
 	}
 }

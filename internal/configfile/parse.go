@@ -109,7 +109,7 @@ type parser struct {
 	problems problem.List
 	// broken buckets already have a problem reported; checks that follow
 	// from it (no limit, say) would only repeat it.
-	broken map[counter.Bucket]bool
+	broken map[int]bool
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -173,13 +173,6 @@ func (p *parser) parse(data []byte) *Rules {
 	}
 	if len(r.Failures.StatusCodes) == 0 {
 		r.Failures.StatusCodes = []uint32{401}
-	}
-	// Failure buckets fail closed on a full key table, so they keep room
-	// of their own that a flood of other keys cannot take.
-	for i := range r.Buckets {
-		if r.Buckets[i].Count == CountFailures {
-			r.Counter.Reserved = append(r.Counter.Reserved, counter.Bucket(i))
-		}
 	}
 	p.crossCheck(r)
 	if quotaNode != nil && bucketsNode != nil {
@@ -474,9 +467,9 @@ func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
 		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
 		if len(p.problems) > before {
 			if p.broken == nil {
-				p.broken = map[counter.Bucket]bool{}
+				p.broken = map[int]bool{}
 			}
-			p.broken[counter.Bucket(len(r.Buckets))] = true
+			p.broken[len(r.Buckets)] = true
 		}
 		r.Buckets = append(r.Buckets, b)
 	})
@@ -500,9 +493,9 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 		var (
 			name, method string
 			paths        []*yaml.Node
-			buckets      []counter.Bucket
-			defaults     map[counter.Bucket]counter.Limit
-			costs        map[counter.Bucket]int64
+			buckets      []int
+			defaults     map[int]counter.Limit
+			costs        map[int]int64
 			costsNode    *yaml.Node
 			sawBuckets   bool
 		)
@@ -573,12 +566,12 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	}
 }
 
-func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []counter.Bucket {
+func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []int {
 	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
 		p.errorf(v, "%s must be a non-empty list of bucket names", what)
 		return nil
 	}
-	var out []counter.Bucket
+	var out []int
 	for _, bn := range v.Content {
 		name, ok := p.str(bn, what)
 		if !ok {
@@ -588,17 +581,17 @@ func (p *parser) bucketRefs(v *yaml.Node, what string, r *Rules) []counter.Bucke
 		switch {
 		case b < 0:
 			p.errorf(bn, "%s: unknown bucket %q (known: %s)", what, name, bucketNames(r))
-		case slices.Contains(out, counter.Bucket(b)):
+		case slices.Contains(out, b):
 			p.errorf(bn, "%s: bucket %q named twice", what, name)
 		default:
-			out = append(out, counter.Bucket(b))
+			out = append(out, b)
 		}
 	}
 	return out
 }
 
-func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.Bucket]counter.Limit {
-	out := map[counter.Bucket]counter.Limit{}
+func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[int]counter.Limit {
+	out := map[int]counter.Limit{}
 	p.eachKey(v, what, nil, func(name string, kn, lv *yaml.Node) {
 		b := r.BucketIndex(name)
 		if b < 0 {
@@ -613,15 +606,15 @@ func (p *parser) routeDefaults(v *yaml.Node, what string, r *Rules) map[counter.
 			p.errorf(kn, "%s.%s: a route default needs both limit and per", what, name)
 			return
 		}
-		out[counter.Bucket(b)] = l
+		out[b] = l
 	})
 	return out
 }
 
 // routeCosts reads a route's constant costs: bucket-name: 1 … 2^31−1,
 // each of a bucket that counts requests without a cost of its own.
-func (p *parser) routeCosts(v *yaml.Node, what string, r *Rules) map[counter.Bucket]int64 {
-	out := map[counter.Bucket]int64{}
+func (p *parser) routeCosts(v *yaml.Node, what string, r *Rules) map[int]int64 {
+	out := map[int]int64{}
 	p.eachKey(v, what, nil, func(name string, kn, cn *yaml.Node) {
 		b := r.BucketIndex(name)
 		if b < 0 {
@@ -637,7 +630,7 @@ func (p *parser) routeCosts(v *yaml.Node, what string, r *Rules) map[counter.Buc
 			return
 		}
 		if n, ok := p.integer(cn, what+"."+name, 1, MaxCostMax); ok {
-			out[counter.Bucket(b)] = n
+			out[b] = n
 		}
 	})
 	if len(out) == 0 {
@@ -728,7 +721,7 @@ func methodOrAny(m string) string {
 // default for a bucket with a limit of its own would never apply: also a
 // problem, so that the file says what is enforced.
 func (p *parser) resolveDefaults(r *Rules) {
-	first := map[counter.Bucket]int{} // bucket → index of the first route giving it a default
+	first := map[int]int{} // bucket → index of the first route giving it a default
 	for ri, rt := range r.Routes {
 		at := &yaml.Node{Line: rt.Line, Column: 1}
 		for b, l := range rt.Defaults {

@@ -53,7 +53,7 @@ type QuotaBucket struct {
 	// these values; may be empty.
 	Match map[string]string
 	// Bucket counts the usage.
-	Bucket counter.Bucket
+	Bucket int // index into Rules.Buckets
 	// Key is the name of the bucket id entry whose value is the counter
 	// key; it is not one of Match. An empty value is a missing key: the
 	// bucket's on_missing_key decides.
@@ -231,7 +231,7 @@ func (p *parser) parseQuotaBuckets(n *yaml.Node, q *Quota, r *Rules) {
 					p.errorf(v, "%s.bucket: unknown bucket %q (known: %s)", what, name, bucketNames(r))
 					return
 				}
-				e.Bucket = counter.Bucket(b)
+				e.Bucket = b
 				if msg := quotaBucketProblem(r, b); msg != "" {
 					p.errorf(v, "%s.bucket: bucket %q %s", what, name, msg)
 				}

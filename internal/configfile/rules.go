@@ -154,15 +154,15 @@ type Route struct {
 	Name     string
 	Method   string
 	Path     string
-	Buckets  []counter.Bucket
-	Defaults map[counter.Bucket]counter.Limit // route defaults
+	Buckets  []int
+	Defaults map[int]counter.Limit // route defaults
 	// Costs are the route's constant costs of a hit of its buckets that
 	// count requests (1 for those it does not name); nil: none.
-	Costs map[counter.Bucket]int64
+	Costs map[int]int64
 	Line  int
 }
 
-// BucketIndex returns the index (the counter.Bucket) of the named bucket,
+// BucketIndex returns the index in Buckets of the named bucket,
 // or -1.
 func (r *Rules) BucketIndex(name string) int {
 	for i := range r.Buckets {

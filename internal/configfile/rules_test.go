@@ -2,7 +2,6 @@ package configfile_test
 
 import (
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -348,24 +347,6 @@ routes:
 	}
 	if d.Keys.IPv6Prefix != 64 || d.Keys.UnreadableAccount != configfile.AccountShared {
 		t.Errorf("default keys: %+v", d.Keys)
-	}
-}
-
-// Failure buckets fail closed on a full key table: the counter keeps them
-// a reserve that keys of other buckets cannot fill.
-func TestFailureBucketsAreReserved(t *testing.T) {
-	r, err := configfile.Parse(config.Default(), config.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want []counter.Bucket
-	for i, b := range r.Buckets {
-		if b.Count == configfile.CountFailures {
-			want = append(want, counter.Bucket(i))
-		}
-	}
-	if len(want) != 2 || !slices.Equal(r.Counter.Reserved, want) {
-		t.Fatalf("Counter.Reserved = %v, want the two login buckets %v", r.Counter.Reserved, want)
 	}
 }
 

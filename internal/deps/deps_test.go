@@ -52,6 +52,10 @@ var rules = []rule{{
 	from: []string{"internal/checkwire"}, to: []string{"internal/match"},
 	why: "the decoder reads bytes into a request; matching routes is what a consumer of that request does",
 }, {
+	name: "route matching knows nothing of counting",
+	from: []string{"internal/match"}, to: []string{"internal/counter"},
+	why: "a route names its buckets by their index in the matcher's configuration; the counter's bucket type is a counter id, which only the snapshot assigns",
+}, {
 	name: "the two configuration formats are independent",
 	from: []string{"internal/rlsconfig"}, to: []string{"internal/configfile"},
 	why: "envoyproxy/ratelimit's descriptor files and the rules file are separate sources; neither needs the other's parser",

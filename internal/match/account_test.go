@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func TestAccount(t *testing.T) {
@@ -147,7 +146,7 @@ func TestAccountSources(t *testing.T) {
 	} {
 		e := mustNew(t, Config{
 			Buckets:          []Bucket{{Name: "acct", Key: KeySpec{Kind: KeyAccount}}},
-			Routes:           []Route{{Template: "/login", Buckets: []counter.Bucket{0}}},
+			Routes:           []Route{{Template: "/login", Buckets: []int{0}}},
 			AccountHeader:    tt.header,
 			AccountBodyField: tt.field,
 		})
@@ -168,7 +167,7 @@ func TestAccountSources(t *testing.T) {
 func TestAccountBound(t *testing.T) {
 	e := mustNew(t, Config{
 		Buckets:          []Bucket{{Name: "acct", Key: KeySpec{Kind: KeyAccount}}},
-		Routes:           []Route{{Template: "/login", Buckets: []counter.Bucket{0}}},
+		Routes:           []Route{{Template: "/login", Buckets: []int{0}}},
 		AccountHeader:    "x-login-account",
 		AccountBodyField: "email",
 	})

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func activityRequest() *checkreq.Request {
@@ -149,7 +148,7 @@ func BenchmarkDescribeSerial(b *testing.B) {
 func BenchmarkManyRoutes(b *testing.B) {
 	cfg := Config{Buckets: []Bucket{{Name: "ip", Key: KeySpec{Kind: KeyIP}}}}
 	for i := range 200 {
-		cfg.Routes = append(cfg.Routes, Route{Method: "POST", Template: fmt.Sprintf("/s%d/r%d/{id}", i%20, i), Buckets: []counter.Bucket{0}})
+		cfg.Routes = append(cfg.Routes, Route{Method: "POST", Template: fmt.Sprintf("/s%d/r%d/{id}", i%20, i), Buckets: []int{0}})
 	}
 	e := mustNew(b, cfg)
 	r := &checkreq.Request{Method: "POST", Path: "/s19/r199/x", PeerAddress: "10.0.0.1"}

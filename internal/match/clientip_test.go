@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func TestClientIP(t *testing.T) {
@@ -102,7 +101,7 @@ func TestIPKey(t *testing.T) {
 	} {
 		e := mustNew(t, Config{
 			Buckets:    []Bucket{{Name: "per_ip", Key: KeySpec{Kind: KeyIP}}},
-			Routes:     []Route{{Template: "/x", Buckets: []counter.Bucket{0}}},
+			Routes:     []Route{{Template: "/x", Buckets: []int{0}}},
 			IPv6Prefix: tt.prefix,
 		})
 		got := e.Describe(&checkreq.Request{Method: "GET", Path: "/x", PeerAddress: tt.peer}, nil)

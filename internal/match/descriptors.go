@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 // KeyKind says where a bucket's key comes from.
@@ -52,8 +51,8 @@ type KeySpec struct {
 	Name string
 }
 
-// Bucket is one budget. Its index in Config.Buckets is its identity, the
-// counter.Bucket of Descriptor.Bucket.
+// Bucket is one budget. Its index in Config.Buckets is its identity in
+// Route.Buckets and Descriptor.Bucket.
 type Bucket struct {
 	Name string // unique, non-empty; Envoy's ratelimit_buckets refers to it
 	Key  KeySpec
@@ -62,10 +61,10 @@ type Bucket struct {
 // Route is one route rule: the requests it matches and the buckets they
 // spend from.
 type Route struct {
-	Name     string           // optional; Envoy's ratelimit_route refers to it. Routes may share a name (one rule, several templates)
-	Method   string           // "" = any method; else an uppercase HTTP method
-	Template string           // e.g. "/api/inbound/{channel}/status"; see ValidateTemplate
-	Buckets  []counter.Bucket // indexes into Config.Buckets, each at most once; none = the route exempts what it matches
+	Name     string // optional; Envoy's ratelimit_route refers to it. Routes may share a name (one rule, several templates)
+	Method   string // "" = any method; else an uppercase HTTP method
+	Template string // e.g. "/api/inbound/{channel}/status"; see ValidateTemplate
+	Buckets  []int  // indexes into Config.Buckets, each at most once; none = the route exempts what it matches
 }
 
 // Config is what New compiles.
@@ -89,8 +88,8 @@ type Config struct {
 
 // Descriptor is one bucket that applies to a request, and its key.
 type Descriptor struct {
-	Bucket counter.Bucket // index into Config.Buckets
-	Key    string         // "" when the request lacks the key: apply the missing-key policy, never count it under a shared empty key
+	Bucket int    // index into Config.Buckets
+	Key    string // "" when the request lacks the key: apply the missing-key policy, never count it under a shared empty key
 }
 
 // Result is what Describe found.
@@ -135,7 +134,7 @@ type Engine struct {
 	routes       []route
 	byFirst      map[string][]int // first literal segment → candidate routes, in config order
 	anyFirst     []int            // routes whose first segment is a capture
-	bucketByName map[string]counter.Bucket
+	bucketByName map[string]int
 	routeByName  map[string][]int // in config order
 
 	costHeaders []string
@@ -154,7 +153,7 @@ type route struct {
 	name         string
 	method       string
 	tpl          template
-	buckets      []counter.Bucket
+	buckets      []int
 	paramSeg     []int // per bucket: the segment its path param key comes from, -1 if none
 	needsAccount bool
 }
@@ -191,7 +190,7 @@ func New(cfg Config) (*Engine, error) {
 	e := &Engine{
 		costHeaders:   slices.Clone(cfg.CostHeaders),
 		buckets:       slices.Clone(cfg.Buckets),
-		bucketByName:  make(map[string]counter.Bucket, len(cfg.Buckets)),
+		bucketByName:  make(map[string]int, len(cfg.Buckets)),
 		routeByName:   make(map[string][]int),
 		byFirst:       make(map[string][]int),
 		tenantHeader:  cfg.TenantHeader,
@@ -216,7 +215,7 @@ func New(cfg Config) (*Engine, error) {
 			if j, dup := e.bucketByName[b.Name]; dup {
 				fail("%s: name already used by bucket %d", where, j)
 			} else {
-				e.bucketByName[b.Name] = counter.Bucket(i)
+				e.bucketByName[b.Name] = i
 			}
 		}
 		switch b.Key.Kind {
@@ -383,7 +382,7 @@ func (e *Engine) NumBuckets() int { return len(e.buckets) }
 // Result.Route is below it.
 func (e *Engine) NumRoutes() int { return len(e.routes) }
 
-func bucketDesc[I int | counter.Bucket](i I, b Bucket) string {
+func bucketDesc(i int, b Bucket) string {
 	if b.Name == "" {
 		return fmt.Sprintf("bucket %d", i)
 	}
@@ -583,7 +582,7 @@ type keyer struct {
 // bucket keyed by account, which has one per account the request presents
 // (and one keyed UnreadableAccount when some cannot be read). seg is the
 // path segment of a path param key (-1: missing).
-func (k *keyer) appendDescriptors(dst []Descriptor, bi counter.Bucket, seg int) []Descriptor {
+func (k *keyer) appendDescriptors(dst []Descriptor, bi int, seg int) []Descriptor {
 	if k.e.buckets[bi].Key.Kind != KeyAccount {
 		return append(dst, Descriptor{Bucket: bi, Key: k.key(bi, seg)})
 	}
@@ -610,7 +609,7 @@ func (k *keyer) report(res *Result) {
 
 // key returns the key of bucket bi, which is not keyed by account; seg is
 // the path segment of a path param key (-1: missing).
-func (k *keyer) key(bi counter.Bucket, seg int) string {
+func (k *keyer) key(bi int, seg int) string {
 	switch spec := k.e.buckets[bi].Key; spec.Kind {
 	case KeyTenant:
 		return k.headers.Value(k.e.tenantHeader)

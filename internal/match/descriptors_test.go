@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 // Bucket indexes of exampleConfig.
@@ -47,16 +46,16 @@ func exampleConfig() Config {
 			bLoginAccount:  {Name: "login_account", Key: KeySpec{Kind: KeyAccount}},
 		},
 		Routes: []Route{
-			rActivities:          {Name: "activity_create", Method: "POST", Template: "/api/activities", Buckets: []counter.Bucket{bActivity}},
-			rConvergerActivities: {Method: "POST", Template: "/api/converger/activities", Buckets: []counter.Bucket{bActivity}},
-			rUploads:             {Method: "POST", Template: "/api/converger/uploads", Buckets: []counter.Bucket{bUpload}},
-			rInbound:             {Method: "POST", Template: "/api/inbound/{channel}", Buckets: []counter.Bucket{bInbound}},
-			rInboundStatus:       {Method: "POST", Template: "/api/inbound/{channel}/status", Buckets: []counter.Bucket{bInbound}},
-			rToken:               {Method: "POST", Template: "/api/converger/channels/{channel}/token", Buckets: []counter.Bucket{bTokenGenerate}},
-			rTokenRefresh:        {Method: "POST", Template: "/api/converger/channels/{channel}/token/refresh", Buckets: []counter.Bucket{bTokenGenerate}},
-			rTokens:              {Method: "POST", Template: "/api/v1/tokens", Buckets: []counter.Bucket{bTokenCreate}},
-			rAdminLogin:          {Name: "admin_login", Method: "POST", Template: "/admin/login", Buckets: []counter.Bucket{bLoginIP, bLoginAccount}},
-			rPortalLogin:         {Method: "POST", Template: "/portal/login", Buckets: []counter.Bucket{bLoginIP, bLoginAccount}},
+			rActivities:          {Name: "activity_create", Method: "POST", Template: "/api/activities", Buckets: []int{bActivity}},
+			rConvergerActivities: {Method: "POST", Template: "/api/converger/activities", Buckets: []int{bActivity}},
+			rUploads:             {Method: "POST", Template: "/api/converger/uploads", Buckets: []int{bUpload}},
+			rInbound:             {Method: "POST", Template: "/api/inbound/{channel}", Buckets: []int{bInbound}},
+			rInboundStatus:       {Method: "POST", Template: "/api/inbound/{channel}/status", Buckets: []int{bInbound}},
+			rToken:               {Method: "POST", Template: "/api/converger/channels/{channel}/token", Buckets: []int{bTokenGenerate}},
+			rTokenRefresh:        {Method: "POST", Template: "/api/converger/channels/{channel}/token/refresh", Buckets: []int{bTokenGenerate}},
+			rTokens:              {Method: "POST", Template: "/api/v1/tokens", Buckets: []int{bTokenCreate}},
+			rAdminLogin:          {Name: "admin_login", Method: "POST", Template: "/admin/login", Buckets: []int{bLoginIP, bLoginAccount}},
+			rPortalLogin:         {Method: "POST", Template: "/portal/login", Buckets: []int{bLoginIP, bLoginAccount}},
 		},
 		TenantHeader:     "x-tenant-id",
 		AccountHeader:    "x-login-account",
@@ -220,10 +219,10 @@ func TestFirstMatchWins(t *testing.T) {
 			{Name: "c", Key: KeySpec{Kind: KeyIP}},
 		},
 		Routes: []Route{
-			{Method: "POST", Template: "/v1/special", Buckets: []counter.Bucket{0}},
-			{Template: "/{x}/special", Buckets: []counter.Bucket{1}},
-			{Template: "/v1/{y}", Buckets: []counter.Bucket{2}},
-			{Template: "/", Buckets: []counter.Bucket{2}},
+			{Method: "POST", Template: "/v1/special", Buckets: []int{0}},
+			{Template: "/{x}/special", Buckets: []int{1}},
+			{Template: "/v1/{y}", Buckets: []int{2}},
+			{Template: "/", Buckets: []int{2}},
 			{Template: "/v1/exempt", Buckets: nil}, // shadowed by route 2
 		},
 	}
@@ -288,7 +287,7 @@ func TestMissingKeys(t *testing.T) {
 func TestHeaderKey(t *testing.T) {
 	e := mustNew(t, Config{
 		Buckets: []Bucket{{Name: "by_host", Key: KeySpec{Kind: KeyHeader, Name: ":authority"}}, {Name: "by_key", Key: KeySpec{Kind: KeyHeader, Name: "x-api-key"}}},
-		Routes:  []Route{{Template: "/{any}", Buckets: []counter.Bucket{0, 1}}},
+		Routes:  []Route{{Template: "/{any}", Buckets: []int{0, 1}}},
 	})
 	got := e.Describe(&checkreq.Request{Method: "GET", Path: "/x", Headers: checkreq.AppendMap(nil, map[string]string{":authority": "a.example", "X-Api-Key": "ignored"}, nil)}, nil)
 	want := []Descriptor{{Bucket: 0, Key: "a.example"}, {Bucket: 1, Key: ""}}
@@ -423,8 +422,8 @@ func TestSharedRouteName(t *testing.T) {
 	cfg := exampleConfig()
 	cfg.Routes[rPortalLogin].Name = "admin_login"
 	cfg.Buckets = append(cfg.Buckets, Bucket{Name: "by_site", Key: KeySpec{Kind: KeyPathParam, Name: "site"}})
-	cfg.Routes = append(cfg.Routes, Route{Name: "site_login", Method: "POST", Template: "/sites/{site}/login", Buckets: []counter.Bucket{counter.Bucket(len(cfg.Buckets) - 1)}},
-		Route{Name: "site_login", Method: "POST", Template: "/s/{site}/signin", Buckets: []counter.Bucket{counter.Bucket(len(cfg.Buckets) - 1)}})
+	cfg.Routes = append(cfg.Routes, Route{Name: "site_login", Method: "POST", Template: "/sites/{site}/login", Buckets: []int{len(cfg.Buckets) - 1}},
+		Route{Name: "site_login", Method: "POST", Template: "/s/{site}/signin", Buckets: []int{len(cfg.Buckets) - 1}})
 	e := mustNew(t, cfg)
 	for _, tt := range []struct {
 		name, path string

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 // FuzzDescribe checks that Describe never panics on hostile input and that
@@ -61,7 +60,7 @@ func FuzzDescribe(f *testing.F) {
 			if res.Route < -1 || res.Route >= len(e.routes) {
 				t.Fatalf("Route %d out of range", res.Route)
 			}
-			perBucket := map[counter.Bucket]int{}
+			perBucket := map[int]int{}
 			for _, d := range res.Descriptors {
 				if int(d.Bucket) >= len(e.buckets) {
 					t.Fatalf("descriptor bucket %d out of range", d.Bucket)

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 )
 
 func TestValidateTemplate(t *testing.T) {
@@ -74,7 +72,7 @@ func TestNewErrors(t *testing.T) {
 		{
 			name: "duplicate routes, capture names aside",
 			cfg: Config{Buckets: []Bucket{chn}, Routes: []Route{
-				{Method: "POST", Template: "/in/{channel}", Buckets: []counter.Bucket{0}},
+				{Method: "POST", Template: "/in/{channel}", Buckets: []int{0}},
 				{Method: "POST", Template: "/in/{other}"},
 			}},
 			want: []string{`route 1 (POST "/in/{other}"): duplicate of route 0`},
@@ -88,17 +86,17 @@ func TestNewErrors(t *testing.T) {
 		},
 		{
 			name: "path param the template does not capture",
-			cfg:  Config{Buckets: []Bucket{ip, chn}, Routes: []Route{{Name: "hook", Method: "POST", Template: "/hooks/{id}", Buckets: []counter.Bucket{0, 1}}}},
+			cfg:  Config{Buckets: []Bucket{ip, chn}, Routes: []Route{{Name: "hook", Method: "POST", Template: "/hooks/{id}", Buckets: []int{0, 1}}}},
 			want: []string{`route 0 "hook" (POST "/hooks/{id}")`, `bucket 1 "chn" keys by path param "channel"`, "does not capture"},
 		},
 		{
 			name: "bucket index out of range",
-			cfg:  Config{Buckets: []Bucket{ip}, Routes: []Route{{Template: "/a", Buckets: []counter.Bucket{0, 1, 7}}}},
+			cfg:  Config{Buckets: []Bucket{ip}, Routes: []Route{{Template: "/a", Buckets: []int{0, 1, 7}}}},
 			want: []string{`route 0 (* "/a"): bucket index 1 out of range (1 buckets)`, "bucket index 7 out of range"},
 		},
 		{
 			name: "bucket listed twice",
-			cfg:  Config{Buckets: []Bucket{ip}, Routes: []Route{{Template: "/a", Buckets: []counter.Bucket{0, 0}}}},
+			cfg:  Config{Buckets: []Bucket{ip}, Routes: []Route{{Template: "/a", Buckets: []int{0, 0}}}},
 			want: []string{`route 0 (* "/a"): lists bucket 0 "ip" more than once`},
 		},
 		{
@@ -167,7 +165,7 @@ func TestNewErrors(t *testing.T) {
 func TestNewReportsAllProblems(t *testing.T) {
 	_, err := New(Config{
 		Buckets:     []Bucket{{Name: "t", Key: KeySpec{Kind: KeyTenant}}},
-		Routes:      []Route{{Template: "/a/"}, {Template: "/{x}/{x}"}, {Template: "/b", Buckets: []counter.Bucket{3}}},
+		Routes:      []Route{{Template: "/a/"}, {Template: "/{x}/{x}"}, {Template: "/b", Buckets: []int{3}}},
 		TrustedHops: -2,
 	})
 	if err == nil {

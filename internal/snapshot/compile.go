@@ -32,15 +32,14 @@ const ParticipantsWindow = 5 * time.Second
 // every window a tenant override can have (limits.Scales) with any count
 // an override allows.
 func (s *Snapshot) addRules(r *configfile.Rules) {
-	reserved := make(map[counter.Bucket]bool, len(r.Counter.Reserved))
-	for _, b := range r.Counter.Reserved {
-		reserved[b] = true
-	}
 	for i, rb := range r.Buckets {
 		b := Bucket{
 			Name: rb.Name, Origin: FromRules, Index: i,
 			Key: rb.Key, Overridable: rb.Overridable, OverrideName: rb.Name,
-			Reserved: reserved[counter.Bucket(i)], Shadow: rb.Shadow,
+			// Failure buckets fail closed on a full key table, so they
+			// keep room of their own that a flood of other keys cannot
+			// take.
+			Reserved: rb.Count == configfile.CountFailures, Shadow: rb.Shadow,
 			Cost:           rb.Cost,
 			Concurrency:    rb.Count == configfile.CountConcurrency,
 			LeaseTTL:       rb.LeaseTTL,
@@ -139,7 +138,7 @@ func (s *Snapshot) addQuota(r *configfile.Rules) {
 		}
 		rb.Participants = len(s.Buckets)
 		s.Buckets = append(s.Buckets, Bucket{
-			Name: ParticipantsPrefix + rb.Name, Origin: FromQuota, Index: int(e.Bucket),
+			Name: ParticipantsPrefix + rb.Name, Origin: FromQuota, Index: e.Bucket,
 			Limit:        counter.Limit{Limit: counter.MaxLimitFor(ms), ScaleMS: ms, Algorithm: counter.Fixed},
 			HasLimit:     true,
 			Participants: -1,
