@@ -2,7 +2,7 @@
 // response, from Envoy's gRPC access log (and POST /v1/failures): 1 per
 // failure (a failed login) in the buckets whose count is "failures", the
 // reported cost (a response header, trailer or body bytes) in the buckets
-// whose cost says so (configfile.Cost.AfterResponse), and it releases the
+// whose cost says so (snapshot.Kind.AfterResponse), and it releases the
 // leases of the "concurrency" buckets under the request's id. The Check
 // peeks (or leases) and records the request's keys in its dynamic metadata
 // (the Meta* constants); the access-log entry charges or releases them.
@@ -102,7 +102,7 @@ type Limits interface {
 // Config is what a Recorder needs of the configuration.
 type Config struct {
 	// Buckets are the rules file's, indexed as the Check's (the matcher's
-	// dense indices); reports charge those whose Cost.AfterResponse.
+	// dense indices); reports charge those whose Kind.AfterResponse.
 	Buckets []snapshot.Bucket
 	// Routes are the route rules, for reports that name one.
 	Routes []Route
@@ -186,10 +186,10 @@ type generation struct {
 // family names the metrics of a bucket charged after the response:
 // "failures" or "cost" ("" for the others).
 func family(b snapshot.Bucket) string {
-	switch {
-	case b.Cost.Source == configfile.CostFailures:
+	switch b.Kind {
+	case snapshot.Failures:
 		return "failures"
-	case b.Cost.AfterResponse():
+	case snapshot.ResponseCost:
 		return "cost"
 	}
 	return ""
@@ -300,7 +300,7 @@ func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
 		if _, dup := g.byName[b.Name]; !dup {
 			g.byName[b.Name] = i
 		}
-		if b.Cost.Source == configfile.CostFailures {
+		if b.Kind == snapshot.Failures {
 			g.failureBuckets = append(g.failureBuckets, i)
 		}
 	}
@@ -421,7 +421,7 @@ func (rec *Recorder) entry(e *accesslogv3.HTTPAccessLogEntry) entryResult {
 		for name, v := range fs.GetFields() {
 			keys, ok := keyList(v)
 			b, known := g.byName[name]
-			if !ok || !known || g.cfg.Buckets[b].Cost.Metadata() != field || !g.cfg.Buckets[b].Cost.AfterResponse() {
+			if !ok || !known || g.cfg.Buckets[b].Cost.Metadata() != field || !g.cfg.Buckets[b].Kind.AfterResponse() {
 				bad++
 				continue
 			}
@@ -464,7 +464,7 @@ func (rec *Recorder) releaseLeases(g *generation, lv *structpb.Value, requestID 
 	for name, v := range ls.GetFields() {
 		key, ok := stringValue(v)
 		b, known := g.byName[name]
-		if !ok || !known || !g.cfg.Buckets[b].Concurrency {
+		if !ok || !known || g.cfg.Buckets[b].Kind != snapshot.InFlight {
 			bad++
 			continue
 		}
@@ -651,7 +651,7 @@ func (rec *Recorder) Report(rep Report) (ReportResult, error) {
 		}
 		buckets = nil
 		for _, b := range g.cfg.Routes[route].Buckets {
-			if g.cfg.Buckets[b].Cost.Source == configfile.CostFailures {
+			if g.cfg.Buckets[b].Kind == snapshot.Failures {
 				buckets = append(buckets, int(b))
 			}
 		}

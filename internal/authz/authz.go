@@ -113,10 +113,8 @@ type generation struct {
 }
 
 type bucketState struct {
-	id   counter.Bucket // in the counter
-	rule snapshot.Bucket
-	// take says how a check spends from the bucket.
-	take takeKind
+	id   counter.Bucket  // in the counter
+	rule snapshot.Bucket // its Kind says how a check spends from it
 	// quoted is the bucket name as a Structured Field string; unit the
 	// RateLimit-Policy parameters of its quota unit after it (";qu=…",
 	// empty for requests). noFields: a unit the draft has no name for,
@@ -126,15 +124,6 @@ type bucketState struct {
 	noFields bool
 	metrics  bucketMetrics
 }
-
-// takeKind is how a check spends from a bucket.
-type takeKind uint8
-
-const (
-	takeOne     takeKind = iota // a hit costs 1 (or the route's constant): Take
-	takeCost                    // a hit costs what the request says: TakeN
-	peekCharged                 // charged after the response: Peek, deny once spent
-)
 
 // routeCost is a route's constant cost of one of its buckets.
 type routeCost struct {
@@ -279,7 +268,7 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) erro
 		if !match.ValidBucketName(b.Name) {
 			return fmt.Errorf("authz: %q is not a bucket name", b.Name)
 		}
-		if b.Concurrency && leases == nil {
+		if b.Kind == snapshot.InFlight && leases == nil {
 			return fmt.Errorf("authz: bucket %q counts requests in flight, and the service has no lease table", b.Name)
 		}
 	}
@@ -298,8 +287,8 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) erro
 
 func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
-	for _, b := range cfg.Buckets {
-		if b.Concurrency && !g.leases {
+	for i, b := range cfg.Buckets {
+		if b.Kind == snapshot.InFlight && !g.leases {
 			// The decoder keeps the request id too.
 			g.leases = true
 			g.dec = checkwire.NewDecoder(append(slices.Clone(m.HeaderNames()), RequestIDHeader), m.WantsBody())
@@ -309,13 +298,7 @@ func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *gen
 			rule:   b,
 			quoted: strconv.Quote(b.Name), // names are [a-z0-9_]: a valid sf-string
 		}
-		switch {
-		case b.Cost.AfterResponse():
-			bs.take = peekCharged
-		case b.Cost.Source != configfile.CostRequests:
-			bs.take = takeCost
-		}
-		costed := bs.take == takeCost || (bs.take == takeOne && hasRouteCost(cfg.RouteCosts, b.Index))
+		costed := b.Kind == snapshot.RequestCost || (b.Kind == snapshot.Requests && hasRouteCost(cfg.RouteCosts, i))
 		bs.metrics = s.m.forBucket(b.Name, costed)
 		switch u := b.Cost.QuotaUnit(); u {
 		case "requests":
@@ -457,122 +440,148 @@ func (s *Service) decideOn(ctx context.Context, g *generation, in *checkreq.Requ
 		return s.allowBare
 	}
 
+	tx := spending{g: g, route: res.Route}
 	var (
 		takenBuf   [maxApplied]taken
-		hits       = takenBuf[:0]
 		appliedBuf [maxApplied]applied
-		verdicts   = appliedBuf[:0]
-		charged    bool // a bucket is charged after the response: the access log needs its keys
-		leased     bool // hits holds a lease
 	)
+	tx.hits, tx.verdicts = takenBuf[:0], appliedBuf[:0]
 	for _, d := range res.Descriptors {
-		b := &g.buckets[d.Bucket]
-		lim, ok := g.limits.Limit(int(d.Bucket), d.Key)
-		if !ok { // a bucket without a limit, named by Envoy
-			s.m.unknown.Inc()
-			continue
-		}
-		charged = charged || b.take == peekCharged
-		if d.Key == match.UnreadableAccount && b.rule.Key.Kind == match.KeyAccount && g.denyUnreadableAcct {
-			b.metrics.checks[decUnreadable].Inc()
-			s.giveBack(hits)
-			return s.denyUnreadable(b)
-		}
-		if d.Key == "" {
-			b.metrics.checks[decMissingKey].Inc()
-			if b.rule.DenyMissingKey {
-				s.giveBack(hits)
-				return s.denyMissingKey(b)
+		var deny *authv3.CheckResponse
+		if tx, deny = s.spend(ctx, tx, in, d, now); deny != nil {
+			s.giveBack(tx.hits)
+			if tx.meterDenied {
+				deny.DynamicMetadata = s.chargeMetadata(g, res, true)
 			}
-			continue
-		}
-		if b.rule.Concurrency {
-			v, held, acquired, deny := s.acquire(ctx, b, d.Key, requestID(in), lim, now)
-			if deny != nil {
-				s.giveBack(hits)
-				return deny
-			}
-			if acquired {
-				hits = append(hits, held)
-				leased = true
-			}
-			verdicts = addVerdict(verdicts, v)
-			continue
-		}
-		var r counter.Result
-		n := int64(1)
-		switch {
-		case b.take == peekCharged:
-			r = s.limiter.Peek(b.id, d.Key, lim, now)
-		case b.take == takeOne && g.routeCosts == nil:
-			r = s.limiter.Take(b.id, d.Key, lim, now)
-		default:
-			if b.take == takeCost {
-				var problem configfile.CostProblem
-				v, present := in.Headers.Get(b.rule.Cost.RequestHeader())
-				if n, problem = b.rule.Cost.Request(v, present); problem != configfile.CostOK {
-					b.metrics.checks[decInvalidCost].Inc()
-					b.metrics.costRefused[problem].Inc()
-					if b.rule.Shadow { // reported, never refused: shadow turns a new budget on safely
-						continue
-					}
-					s.giveBack(hits)
-					return s.denyInvalidCost(b, problem)
-				}
-			} else {
-				n = g.cost(res.Route, d.Bucket)
-			}
-			r = s.limiter.TakeN(b.id, d.Key, lim, n, now)
-		}
-		switch {
-		case r.Overflow:
-			b.metrics.checks[decOverflow].Inc()
-			if b.rule.DenyOverflow {
-				s.giveBack(hits)
-				r.RetryAfterMS = r.ResetMS
-				return s.denyLimited(ctx, b, d.Key, lim, r, nil)
-			}
-			continue
-		case r.Allowed:
-			b.metrics.checks[decAllowed].Inc()
-			if b.take != peekCharged {
-				hits = append(hits, taken{b: b, key: d.Key, lim: lim, window: r.Window, n: n})
-			}
-		default:
-			b.metrics.exceeded.Inc()
-			if b.metrics.costDenied != nil && b.take != peekCharged {
-				b.metrics.costDenied.Add(float64(n))
-			}
-			if !b.rule.Shadow {
-				b.metrics.checks[decDenied].Inc()
-				s.giveBack(hits)
-				var md *structpb.Struct
-				if charged {
-					md = s.chargeMetadata(g, res, true)
-				}
-				return s.denyLimited(ctx, b, d.Key, lim, r, md)
-			}
-			b.metrics.checks[decShadowDenied].Inc()
-			s.logLimited(ctx, "rate limit exceeded in shadow mode", b, d.Key, lim, r)
-		}
-		if !b.noFields {
-			verdicts = addVerdict(verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+			return deny
 		}
 	}
-	for _, t := range hits {
+	for _, t := range tx.hits {
 		if t.b.metrics.costAdmitted != nil {
 			t.b.metrics.costAdmitted.Add(float64(t.n))
 		}
 	}
-	*hold = s.hold(hits)
+	*hold = s.hold(tx.hits)
 	var md *structpb.Struct
-	if charged {
+	if tx.charged {
 		md = s.chargeMetadata(g, res, false)
 	}
-	if leased {
-		md = withLeases(md, hits)
+	if tx.leased {
+		md = withLeases(md, tx.hits)
 	}
-	return s.allow(verdicts, md)
+	return s.allow(tx.verdicts, md)
+}
+
+// spending is one Check's spending of the buckets that apply, as a
+// transaction: each bucket spent is recorded in hits, and a refusal by
+// any bucket gives all of them back (decideOn does). It is passed and
+// returned by value, so that its buffers stay on decideOn's stack.
+type spending struct {
+	g        *generation
+	route    int       // the route that applies, or -1
+	hits     []taken   // counts and leases taken, to give back on a refusal
+	verdicts []applied // for the RateLimit header fields
+	charged  bool      // a bucket is charged after the response: the access log needs its keys
+	leased   bool      // hits holds a lease
+	// meterDenied: a bucket over its limit refused the request while one
+	// is charged after the response; the refusal carries the keys too.
+	meterDenied bool
+}
+
+// spend spends d's bucket for the request in tx, and returns tx and nil,
+// or the answer that refuses the request (its bucket's metrics counted).
+func (s *Service) spend(ctx context.Context, tx spending, in *checkreq.Request, d match.Descriptor, now time.Time) (spending, *authv3.CheckResponse) {
+	g := tx.g
+	b := &g.buckets[d.Bucket]
+	lim, ok := g.limits.Limit(d.Bucket, d.Key)
+	if !ok { // a bucket without a limit, named by Envoy
+		s.m.unknown.Inc()
+		return tx, nil
+	}
+	kind := b.rule.Kind
+	tx.charged = tx.charged || kind.AfterResponse()
+	switch {
+	case d.Key == match.UnreadableAccount && b.rule.Key.Kind == match.KeyAccount && g.denyUnreadableAcct:
+		b.metrics.checks[decUnreadable].Inc()
+		return tx, s.denyUnreadable(b)
+	case d.Key == "":
+		b.metrics.checks[decMissingKey].Inc()
+		if b.rule.DenyMissingKey {
+			return tx, s.denyMissingKey(b)
+		}
+		return tx, nil
+	case kind == snapshot.InFlight:
+		v, held, acquired, deny := s.acquire(ctx, b, d.Key, requestID(in), lim, now)
+		if acquired {
+			tx.hits = append(tx.hits, held)
+			tx.leased = true
+		}
+		if deny == nil {
+			tx.verdicts = addVerdict(tx.verdicts, v)
+		}
+		return tx, deny
+	}
+	var r counter.Result
+	n := int64(1)
+	switch {
+	case kind.AfterResponse():
+		r = s.limiter.Peek(b.id, d.Key, lim, now)
+	case kind == snapshot.Requests && g.routeCosts == nil:
+		r = s.limiter.Take(b.id, d.Key, lim, now)
+	case kind == snapshot.RequestCost:
+		var problem configfile.CostProblem
+		v, present := in.Headers.Get(b.rule.Cost.RequestHeader())
+		if n, problem = b.rule.Cost.Request(v, present); problem != configfile.CostOK {
+			b.metrics.checks[decInvalidCost].Inc()
+			b.metrics.costRefused[problem].Inc()
+			if b.rule.Shadow { // reported, never refused: shadow turns a new budget on safely
+				return tx, nil
+			}
+			return tx, s.denyInvalidCost(b, problem)
+		}
+		r = s.limiter.TakeN(b.id, d.Key, lim, n, now)
+	default:
+		n = g.cost(tx.route, d.Bucket)
+		r = s.limiter.TakeN(b.id, d.Key, lim, n, now)
+	}
+	return s.record(ctx, tx, b, d.Key, lim, r, n)
+}
+
+// record counts what the counter answered for b's key (n of its budget
+// asked), keeps a hit taken in tx, and returns tx and the refusal of a
+// bucket denying, or nil.
+func (s *Service) record(ctx context.Context, tx spending, b *bucketState, key string, lim counter.Limit, r counter.Result, n int64) (spending, *authv3.CheckResponse) {
+	peek := b.rule.Kind.AfterResponse()
+	switch {
+	case r.Overflow:
+		b.metrics.checks[decOverflow].Inc()
+		if b.rule.DenyOverflow {
+			r.RetryAfterMS = r.ResetMS
+			return tx, s.denyLimited(ctx, b, key, lim, r)
+		}
+		return tx, nil
+	case r.Allowed:
+		b.metrics.checks[decAllowed].Inc()
+		if !peek {
+			tx.hits = append(tx.hits, taken{b: b, key: key, lim: lim, window: r.Window, n: n})
+		}
+	default:
+		b.metrics.exceeded.Inc()
+		if b.metrics.costDenied != nil && !peek {
+			b.metrics.costDenied.Add(float64(n))
+		}
+		if !b.rule.Shadow {
+			b.metrics.checks[decDenied].Inc()
+			tx.meterDenied = tx.charged
+			return tx, s.denyLimited(ctx, b, key, lim, r)
+		}
+		b.metrics.checks[decShadowDenied].Inc()
+		s.logLimited(ctx, "rate limit exceeded in shadow mode", b, key, lim, r)
+	}
+	if !b.noFields {
+		tx.verdicts = addVerdict(tx.verdicts, applied{b, lim, r.Remaining, r.ResetMS})
+	}
+	return tx, nil
 }
 
 // addVerdict records one key's verdict for the RateLimit header fields:
@@ -616,7 +625,7 @@ func seconds(ms int64) int64 {
 // the quota unit of a budget in bytes (;qu="content-bytes"); a
 // concurrency bucket's: see appendConcurrencyPolicy.
 func appendPolicy(dst []byte, b *bucketState, lim counter.Limit) []byte {
-	if b.rule.Concurrency {
+	if b.rule.Kind == snapshot.InFlight {
 		return appendConcurrencyPolicy(dst, b, lim)
 	}
 	dst = append(dst, b.quoted...)
@@ -698,7 +707,7 @@ type deniedReply struct {
 	vals   [4]corev3.HeaderValue
 }
 
-func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, lim counter.Limit, r counter.Result, md *structpb.Struct) *authv3.CheckResponse {
+func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, lim counter.Limit, r counter.Result) *authv3.CheckResponse {
 	s.logLimited(ctx, "rate limited", b, key, lim, r)
 	retry := seconds(r.RetryAfterMS)
 
@@ -709,7 +718,7 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 	i2 := len(out)
 	out = appendRateLimit(out, b, 0, r.RetryAfterMS)
 	i3 := len(out)
-	if b.rule.Concurrency {
+	if b.rule.Kind == snapshot.InFlight {
 		out = append(out, `{"error":"concurrency_limited","bucket":`...)
 		out = append(out, b.quoted...)
 		out = append(out, `,"limit":`...)
@@ -741,7 +750,6 @@ func (s *Service) denyLimited(ctx context.Context, b *bucketState, key string, l
 	d.wrap.DeniedResponse = &d.denied
 	d.resp.Status = s.statusLimited
 	d.resp.HttpResponse = &d.wrap
-	d.resp.DynamicMetadata = md
 	return &d.resp
 }
 
@@ -876,7 +884,7 @@ func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *
 	for i, d := range res.Descriptors {
 		key := next(len(d.Key))
 		b := &g.buckets[d.Bucket]
-		if b.take != peekCharged || (denied && b.rule.Cost.Source != configfile.CostFailures) {
+		if !b.rule.Kind.AfterResponse() || (denied && b.rule.Kind != snapshot.Failures) {
 			continue
 		}
 		field := 0 // failures

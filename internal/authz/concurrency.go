@@ -48,9 +48,9 @@ func leaseKey(key string) string {
 const concurrencyRetryMS = 1000
 
 // acquire takes a lease of bucket b for the request, or returns the
-// denial. ok reports whether the request goes on (acquired, or a shadow
-// bucket's denial); held is the lease to release if a later bucket
-// denies.
+// denial (nil when the request goes on: acquired, or a shadow bucket's
+// denial). acquired reports whether held is a lease taken, to release if
+// a later bucket denies.
 func (s *Service) acquire(ctx context.Context, b *bucketState, key, requestID string, lim counter.Limit, now time.Time) (v applied, held taken, acquired bool, deny *authv3.CheckResponse) {
 	key = leaseKey(key)
 	r := s.leases.Acquire(b.id, key, requestID, lim.Limit, b.rule.LeaseTTL, now)
@@ -77,7 +77,7 @@ func (s *Service) acquire(ctx context.Context, b *bucketState, key, requestID st
 		b.metrics.checks[decDenied].Inc()
 	}
 	res := counter.Result{Count: r.InFlight, RetryAfterMS: concurrencyRetryMS}
-	return applied{}, taken{}, false, s.denyLimited(ctx, b, key, lim, res, nil)
+	return applied{}, taken{}, false, s.denyLimited(ctx, b, key, lim, res)
 }
 
 // appendConcurrencyPolicy appends one RateLimit-Policy item of a

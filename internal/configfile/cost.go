@@ -94,7 +94,13 @@ const RefuseMissing = -1
 
 // AfterResponse reports whether the cost is known only from the response:
 // the check then only peeks and the access log charges.
-func (c Cost) AfterResponse() bool { return c.Source >= CostFailures }
+func (c Cost) AfterResponse() bool {
+	switch c.Source {
+	case CostFailures, CostResponseHeader, CostResponseTrailer, CostResponseBytes:
+		return true
+	}
+	return false
+}
 
 // RequestHeader is the request header a check reads the cost from, or ""
 // when the cost is not a request header's value.

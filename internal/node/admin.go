@@ -8,10 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
@@ -90,8 +90,8 @@ func (n *Node) adminBuckets() []admin.Bucket {
 			lim = b.Default
 		}
 		ab := admin.Bucket{ID: snap.Buckets[i].ID, Name: b.Name, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: lim.Algorithm, Protocol: "ext_authz"}
-		ab.Unit, ab.DeniedUnit = units(b.Count == configfile.CountConcurrency, b.Cost)
-		if b.Count == configfile.CountConcurrency {
+		ab.Unit, ab.DeniedUnit = units(&snap.Buckets[i])
+		if snap.Buckets[i].Kind == snapshot.InFlight {
 			ab.WindowMS = 0 // requests in flight have no window
 		}
 		bs = append(bs, ab)
@@ -100,10 +100,10 @@ func (n *Node) adminBuckets() []admin.Bucket {
 		for i, r := range snap.RLS.Rules() {
 			lim, _ := r.Limit()
 			ab := admin.Bucket{ID: snap.RLSRules[i].ID, Name: r.Bucket, Limit: lim.Limit, WindowMS: lim.ScaleMS, Algorithm: r.Algorithm, Protocol: "rls", Unit: "hits", DeniedUnit: "hits"}
-			switch {
-			case r.Concurrency:
+			switch snap.RLSRules[i].Kind {
+			case snapshot.InFlight:
 				ab.Unit, ab.DeniedUnit, ab.WindowMS = admin.UnitInFlight, admin.UnitInFlight, 0
-			case r.Charge:
+			case snapshot.ResponseCost:
 				ab.Unit, ab.DeniedUnit = "cost", "requests"
 			}
 			bs = append(bs, ab)
@@ -116,20 +116,20 @@ func (n *Node) adminBuckets() []admin.Bucket {
 // live view: acquisitions of a concurrency bucket; a cost taken at the
 // check, admitted or denied; a cost or a failure charged from the
 // response, and the requests a check refused on it.
-func units(concurrency bool, c configfile.Cost) (admitted, denied string) {
-	switch {
-	case concurrency:
+func units(b *snapshot.Bucket) (admitted, denied string) {
+	switch b.Kind {
+	case snapshot.InFlight:
 		return admin.UnitInFlight, admin.UnitInFlight
-	case c.Source == configfile.CostFailures:
+	case snapshot.Failures:
 		return "failures", "requests"
-	case c.Source == configfile.CostRequests:
+	case snapshot.Requests:
 		return "requests", "requests"
 	}
-	u := c.QuotaUnit()
+	u := b.Cost.QuotaUnit()
 	if u == "" {
 		u = "cost"
 	}
-	if c.AfterResponse() {
+	if b.Kind.AfterResponse() {
 		return u, "requests"
 	}
 	return u, u

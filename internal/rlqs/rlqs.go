@@ -65,11 +65,8 @@ func (c Config) validate() error {
 		return errors.New("rlqs: no limits")
 	}
 	for i, e := range c.Quota.Buckets {
-		if int(e.Bucket) >= len(c.Buckets) {
+		if e.Bucket < 0 || e.Bucket >= len(c.Buckets) {
 			return fmt.Errorf("rlqs: quota.buckets[%d] names bucket %d of %d", i, e.Bucket, len(c.Buckets))
-		}
-		if p := c.Buckets[e.Bucket].Participants; p >= len(c.Buckets) {
-			return fmt.Errorf("rlqs: bucket %d counts its participants in bucket %d of %d", e.Bucket, p, len(c.Buckets))
 		}
 	}
 	if c.Quota.MaxStreams <= 0 || c.Quota.MaxBucketIDs <= 0 || c.Quota.AssignmentTTL <= 0 || c.Quota.AbandonAfter <= 0 {
@@ -587,8 +584,8 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 	pw := now.UnixMilli() / ParticipantsLimit.ScaleMS
 	rank, local, announce := s.reg.place(t.gk, t, pw, now.UnixMilli())
 	n, bounded := local, false
-	if b.Participants >= 0 {
-		pid := st.cfg.Buckets[b.Participants].ID
+	if b.Participants != nil {
+		pid := b.Participants.ID
 		var pr counter.Result
 		if announce > 0 {
 			pr = s.counter.Incr(pid, t.m.Key, ParticipantsLimit, announce, now)

@@ -110,7 +110,7 @@ func simulate(t *testing.T, secs int, rates ...func(sec int) int) []int {
 	cfg := fuzzConfig(t)
 	cfg.Buckets = slices.Clone(cfg.Buckets)
 	for i := range cfg.Buckets {
-		cfg.Buckets[i].Participants = -1
+		cfg.Buckets[i].Participants = nil
 	}
 	clock := new(testclock.Clock)
 	start := time.Unix(1764547200, 0).Add(337 * time.Millisecond) // ticks 37 ms into each window

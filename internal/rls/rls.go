@@ -216,9 +216,9 @@ func (s *Service) build(cfg Config) (*state, error) {
 	for _, d := range rc.Domains() {
 		st.domains[d] = s.m.forDomain(d)
 	}
-	for _, b := range snap.RLSRules {
-		r := &rules[b.Index]
-		rs := &st.rules[b.Index]
+	for i, b := range snap.RLSRules {
+		r := &rules[i]
+		rs := &st.rules[i]
 		*rs = ruleState{rule: r, id: b.ID, scaleMS: r.Unit.Seconds() * 1000, m: s.m.forBucket(r.Bucket)}
 		if r.Concurrency {
 			if s.opts.Leases == nil {
@@ -245,10 +245,10 @@ func (s *Service) build(cfg Config) (*state, error) {
 		}
 		st.anyReplaces = st.anyReplaces || len(r.Replaces) > 0
 	}
-	for _, b := range snap.RLSLimits {
-		lb := &lbs[b.Index]
+	for i, b := range snap.RLSLimits {
+		lb := &lbs[i]
 		ms := lb.Unit.Seconds() * 1000
-		st.limits[b.Index] = limitState{
+		st.limits[i] = limitState{
 			bucket: lb.Bucket, id: b.ID, unit: lb.Unit, scaleMS: ms,
 			usable: ms > 0 && ms <= counter.MaxScaleMS,
 			m:      s.m.forBucket(lb.Bucket),

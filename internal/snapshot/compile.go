@@ -32,22 +32,21 @@ const ParticipantsWindow = 5 * time.Second
 // every window a tenant override can have (limits.Scales) with any count
 // an override allows.
 func (s *Snapshot) addRules(r *configfile.Rules) {
-	for i, rb := range r.Buckets {
+	for i := range r.Buckets {
+		rb := &r.Buckets[i]
 		b := Bucket{
-			Name: rb.Name, Origin: FromRules, Index: i,
+			Name: rb.Name, Kind: kindOf(rb),
 			Key: rb.Key, Overridable: rb.Overridable, OverrideName: rb.Name,
-			// Failure buckets fail closed on a full key table, so they
-			// keep room of their own that a flood of other keys cannot
-			// take.
-			Reserved: rb.Count == configfile.CountFailures, Shadow: rb.Shadow,
+			Shadow:         rb.Shadow,
 			Cost:           rb.Cost,
-			Concurrency:    rb.Count == configfile.CountConcurrency,
 			LeaseTTL:       rb.LeaseTTL,
 			DenyMissingKey: rb.OnMissingKey == configfile.Deny,
 			DenyOverflow:   rb.OnOverflow == configfile.Deny,
-			Participants:   -1,
 			PeerBounds:     map[int64]int64{},
 		}
+		// Failure buckets fail closed on a full key table, so they keep
+		// room of their own that a flood of other keys cannot take.
+		b.Reserved = b.Kind == Failures
 		add := func(l counter.Limit) {
 			b.PeerBounds[l.ScaleMS] = max(b.PeerBounds[l.ScaleMS], BoundFor(l.Limit))
 		}
@@ -72,16 +71,22 @@ func (s *Snapshot) addRules(r *configfile.Rules) {
 // a bucket of descriptor-supplied limits its unit's window with any count
 // a requests_per_unit allows. Unlimited rules and limits of 0 count
 // nothing, nor do windows the counter cannot hold: no peer count of
-// theirs is merged.
-func (s *Snapshot) addRLS(c *rlsconfig.Config) {
+// theirs is merged. It returns where the rules' buckets and the limits'
+// end in Buckets.
+func (s *Snapshot) addRLS(c *rlsconfig.Config) (rules, lims int) {
 	for i := range c.Rules() {
 		r := &c.Rules()[i]
 		b := Bucket{
-			Name: r.Bucket, Origin: FromRLSRule, Index: i,
+			Name: r.Bucket, Kind: Requests,
 			Key:         match.KeySpec{Kind: match.KeyTenant},
-			Overridable: r.Overridable, OverrideName: r.Name, Shadow: r.Shadow,
-			Participants: -1,
-			PeerBounds:   map[int64]int64{},
+			Overridable: r.Overridable, Shadow: r.Shadow,
+			PeerBounds: map[int64]int64{},
+		}
+		if r.Overridable {
+			b.OverrideName = r.Name
+		}
+		if r.Charge {
+			b.Kind = ResponseCost
 		}
 		b.Limit.Algorithm = r.Algorithm
 		if !r.Unlimited {
@@ -90,7 +95,7 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 		if r.Concurrency {
 			// Leases, not counts: no peer count is merged.
 			b.Limit, _ = r.Limit()
-			b.HasLimit, b.Concurrency, b.LeaseTTL = true, true, r.LeaseTTL
+			b.HasLimit, b.Kind, b.LeaseTTL = true, InFlight, r.LeaseTTL
 			s.Buckets = append(s.Buckets, b)
 			continue
 		}
@@ -105,19 +110,20 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 		}
 		s.Buckets = append(s.Buckets, b)
 	}
-	for i, lb := range c.LimitBuckets() {
+	rules = len(s.Buckets)
+	for _, lb := range c.LimitBuckets() {
 		ms := lb.Unit.Seconds() * 1000
 		b := Bucket{
-			Name: lb.Bucket, Origin: FromRLSLimits, Index: i,
-			Limit:        counter.Limit{ScaleMS: ms, Algorithm: counter.Fixed},
-			Participants: -1,
-			PeerBounds:   map[int64]int64{},
+			Name: lb.Bucket, Kind: Requests,
+			Limit:      counter.Limit{ScaleMS: ms, Algorithm: counter.Fixed},
+			PeerBounds: map[int64]int64{},
 		}
 		if ms <= counter.MaxScaleMS {
 			b.PeerBounds[ms] = BoundFor(counter.MaxLimitFor(ms))
 		}
 		s.Buckets = append(s.Buckets, b)
 	}
+	return rules, len(s.Buckets)
 }
 
 // addQuota adds a participants count for each bucket the quota section
@@ -125,24 +131,25 @@ func (s *Snapshot) addRLS(c *rlsconfig.Config) {
 // report at most one participant per stream, and a node serves at most
 // max_streams (the nodes of a cluster share one rules file): a larger
 // count is clamped, so a forged one can shrink shares, never enlarge
-// them.
-func (s *Snapshot) addQuota(r *configfile.Rules) {
+// them. It returns, by rules bucket index, where each count is in
+// Buckets.
+func (s *Snapshot) addQuota(r *configfile.Rules) map[int]int {
 	if r.Quota == nil {
-		return
+		return nil
 	}
 	ms := ParticipantsWindow.Milliseconds()
+	counted := map[int]int{}
 	for _, e := range r.Quota.Buckets {
-		rb := &s.Buckets[e.Bucket]
-		if rb.Participants >= 0 {
+		if _, ok := counted[e.Bucket]; ok {
 			continue
 		}
-		rb.Participants = len(s.Buckets)
+		counted[e.Bucket] = len(s.Buckets)
 		s.Buckets = append(s.Buckets, Bucket{
-			Name: ParticipantsPrefix + rb.Name, Origin: FromQuota, Index: e.Bucket,
-			Limit:        counter.Limit{Limit: counter.MaxLimitFor(ms), ScaleMS: ms, Algorithm: counter.Fixed},
-			HasLimit:     true,
-			Participants: -1,
-			PeerBounds:   map[int64]int64{ms: int64(r.Quota.MaxStreams)},
+			Name: ParticipantsPrefix + s.Buckets[e.Bucket].Name, Kind: Participants,
+			Limit:      counter.Limit{Limit: counter.MaxLimitFor(ms), ScaleMS: ms, Algorithm: counter.Fixed},
+			HasLimit:   true,
+			PeerBounds: map[int64]int64{ms: int64(r.Quota.MaxStreams)},
 		})
 	}
+	return counted
 }

@@ -14,7 +14,7 @@ import (
 // there is none.
 func (s *Snapshot) OverrideTarget(name string) (b *Bucket, ok bool) {
 	for i := range s.Buckets {
-		if b := &s.Buckets[i]; b.OverrideName == name && (b.Origin == FromRules || b.Overridable) {
+		if b := &s.Buckets[i]; name != "" && b.OverrideName == name {
 			return b, true
 		}
 	}

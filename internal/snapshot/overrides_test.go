@@ -74,7 +74,7 @@ descriptors:
 		t.Fatal(err)
 	}
 	b, err := s.OverrideBucket("per_tenant")
-	if err != nil || b.Origin != snapshot.FromRLSRule || b.ID != s.RLSRules[0].ID {
+	if err != nil || b != &s.RLSRules[0] {
 		t.Fatalf("per_tenant: %+v, %v", b, err)
 	}
 	if _, err := s.OverrideBucket("per_ip"); err == nil || !strings.Contains(err.Error(), `unknown bucket "per_ip"; buckets that accept tenant overrides: per_tenant`) {
@@ -83,7 +83,7 @@ descriptors:
 	if _, err := s.OverrideBucket("x"); err == nil || !strings.Contains(err.Error(), `bucket "x" does not accept tenant overrides`) {
 		t.Errorf("a rules bucket that is not overridable: %v", err)
 	}
-	if b, ok := s.OverrideTarget("x"); !ok || b.Origin != snapshot.FromRules {
+	if b, ok := s.OverrideTarget("x"); !ok || b != &s.Buckets[s.Rules.BucketIndex("x")] {
 		t.Errorf("OverrideTarget(x) = %+v, %v", b, ok)
 	}
 	if _, ok := s.OverrideTarget(""); ok {

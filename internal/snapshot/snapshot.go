@@ -20,23 +20,61 @@ type Sources struct {
 	RLS   *rlsconfig.Config // the envoyproxy/ratelimit directory; nil: none
 }
 
-// Origin says which source a bucket comes from and what Index means.
-type Origin uint8
+// Kind is what a bucket counts and so how every front end spends it: set
+// once, at compile time, from the bucket's source.
+type Kind uint8
 
 const (
-	// FromRules is a bucket of the rules file; Index is its index there
-	// (and in the matcher).
-	FromRules Origin = iota
-	// FromRLSRule is an envoyproxy/ratelimit rule; Index is its index in
-	// rlsconfig.Config.Rules.
-	FromRLSRule
-	// FromRLSLimits holds the descriptor-supplied limits of one domain and
-	// unit; Index is its index in rlsconfig.Config.LimitBuckets.
-	FromRLSLimits
-	// FromQuota is the RLQS participants count of a bucket the quota
-	// section maps; Index is that bucket's index in the rules file.
-	FromQuota
+	// Requests: each admitted request counts 1, or its route's constant
+	// (configfile.Route.Costs), taken at the check. RLS rules and limits
+	// count hits this way.
+	Requests Kind = iota
+	// RequestCost: a cost the request carries (a header's value, its
+	// content-length), taken at the check.
+	RequestCost
+	// Failures: responses with a failure status, charged from the access
+	// log; the check only peeks.
+	Failures
+	// ResponseCost: a cost the response carries (a header's or trailer's
+	// value, its body's bytes), charged from the access log; the check
+	// only peeks.
+	ResponseCost
+	// InFlight: requests in flight. A check takes a lease of LeaseTTL
+	// (package inflight) and the access log releases it; the Limit's
+	// window is nominal (limits.ConcurrencyScaleMS).
+	InFlight
+	// Participants: the RLQS streams that hold a bucket's assignment,
+	// counted per key (package rlqs).
+	Participants
 )
+
+var kindNames = [...]string{Requests: "requests", RequestCost: "request cost", Failures: "failures", ResponseCost: "response cost", InFlight: "requests in flight", Participants: "participants"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "kind " + strconv.Itoa(int(k))
+}
+
+// AfterResponse reports whether a hit's cost is known only from the
+// response: the check then only peeks and the access log charges.
+func (k Kind) AfterResponse() bool { return k == Failures || k == ResponseCost }
+
+// kindOf is what a rules bucket counts.
+func kindOf(b *configfile.Bucket) Kind {
+	switch {
+	case b.Count == configfile.CountConcurrency:
+		return InFlight
+	case b.Cost.Source == configfile.CostFailures:
+		return Failures
+	case b.Cost.AfterResponse():
+		return ResponseCost
+	case b.Cost.Source != configfile.CostRequests:
+		return RequestCost
+	}
+	return Requests
+}
 
 // ParticipantsPrefix begins the name of a participants count: the
 // prefix, then the name of the bucket whose participants it counts (a "/"
@@ -48,9 +86,9 @@ const ParticipantsPrefix = "rlqs/participants/"
 type Bucket struct {
 	// Name names the bucket to peers (replication) and in metrics and
 	// logs; unique in a snapshot.
-	Name   string
-	Origin Origin
-	Index  int
+	Name string
+	// Kind is what it counts.
+	Kind Kind
 	// ID is the bucket's id in the counter: Key's hash (see ID).
 	ID counter.Bucket
 	// Limit is the limit the bucket counts under without a tenant
@@ -64,30 +102,30 @@ type Bucket struct {
 	Key match.KeySpec
 	// Overridable buckets take tenant overrides, filed under
 	// OverrideName (an RLS rule's name; a bucket's own name otherwise).
+	// OverrideName is "" where no override may name the bucket: an RLS
+	// rule that is not overridable, an RLS limit, a participants count
+	// (an override naming a rules bucket that is not overridable is
+	// refused as such).
 	Overridable  bool
 	OverrideName string
 	// Reserved buckets may use the counter's reserve of keys.
 	Reserved bool
 	// Shadow buckets count and report but never deny.
 	Shadow bool
-	// Cost is what a hit costs and when it is known: at the check (taken
-	// then) or only from the response (Cost.AfterResponse: a check only
-	// peeks and the access log charges; failed logins are one such cost).
+	// Cost is where a rules bucket's cost comes from (its Kind says when
+	// it is known).
 	Cost configfile.Cost
-	// Concurrency buckets limit requests in flight: a check takes a lease
-	// of LeaseTTL (package inflight), the access log releases it; their
-	// Limit's window is nominal (limits.ConcurrencyScaleMS).
-	Concurrency bool
-	LeaseTTL    time.Duration
+	// LeaseTTL is an InFlight bucket's lease time to live.
+	LeaseTTL time.Duration
 	// DenyMissingKey refuses a request that lacks the key; otherwise it
 	// is allowed uncounted.
 	DenyMissingKey bool
 	// DenyOverflow refuses a new key the counter has no room for;
 	// otherwise it is allowed uncounted.
 	DenyOverflow bool
-	// Participants is the index in Snapshot.Buckets of the bucket's RLQS
-	// participants count; -1: none (the quota section does not map it).
-	Participants int
+	// Participants is the bucket's RLQS participants count, in the same
+	// snapshot; nil: none (the quota section does not map it).
+	Participants *Bucket
 	// PeerBounds are the window lengths (ms) a peer may report of the
 	// bucket, each with the largest count merged as is.
 	PeerBounds map[int64]int64
@@ -138,8 +176,9 @@ type Snapshot struct {
 	// Buckets[i] is rules bucket i and matcher bucket i), then the RLS
 	// rules', the RLS limit buckets' and the participants counts.
 	Buckets []Bucket
-	// RLSRules and RLSLimits are the RLS buckets, sub-slices of Buckets by
-	// rlsconfig index; empty without RLS.
+	// RLSRules and RLSLimits are the RLS buckets, sub-slices of Buckets:
+	// RLSRules[i] is rlsconfig's Rules()[i], RLSLimits[i] its
+	// LimitBuckets()[i]; empty without RLS.
 	RLSRules, RLSLimits []Bucket
 
 	keys map[counter.Bucket]Key // by id
@@ -169,20 +208,21 @@ func CompileWith(src Sources, id func(Key) counter.Bucket) (*Snapshot, error) {
 	}
 	s := &Snapshot{Rules: r, RLS: src.RLS, Matcher: m}
 	s.addRules(r)
+	var rules, lims int // the RLS buckets end at rules, then at lims
 	if src.RLS != nil {
-		s.addRLS(src.RLS)
+		rules, lims = s.addRLS(src.RLS)
 	}
-	s.addQuota(r)
+	counted := s.addQuota(r)
 	if err := s.assignIDs(id); err != nil {
 		return nil, err
 	}
-	for i := range s.Buckets {
-		switch s.Buckets[i].Origin {
-		case FromRLSRule:
-			s.RLSRules = s.Buckets[i-s.Buckets[i].Index : i+1 : i+1]
-		case FromRLSLimits:
-			s.RLSLimits = s.Buckets[i-s.Buckets[i].Index : i+1 : i+1]
-		}
+	// Buckets is complete: pointers into it and sub-slices of it hold.
+	for i, p := range counted {
+		s.Buckets[i].Participants = &s.Buckets[p]
+	}
+	if src.RLS != nil {
+		n := len(r.Buckets)
+		s.RLSRules, s.RLSLimits = s.Buckets[n:rules:rules], s.Buckets[rules:lims:lims]
 	}
 	return s, nil
 }
@@ -217,7 +257,7 @@ func (b *Bucket) CountKey() Key {
 	if src := b.Cost.Source; src != configfile.CostRequests && src != configfile.CostFailures {
 		k.Unit = b.Cost.String()
 	}
-	if b.Concurrency {
+	if b.Kind == InFlight {
 		k.Unit = "concurrent-requests"
 	}
 	return k
@@ -258,7 +298,7 @@ func (s *Snapshot) Dropped(old *Snapshot) []counter.Bucket {
 func (s *Snapshot) Concurrency() map[string]counter.Bucket {
 	out := map[string]counter.Bucket{}
 	for _, b := range s.Buckets {
-		if b.Concurrency {
+		if b.Kind == InFlight {
 			out[b.Name] = b.ID
 		}
 	}

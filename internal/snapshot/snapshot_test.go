@@ -123,11 +123,11 @@ quota:
     - {match: {name: a}, key: tenant, bucket: y}
     - {match: {name: b}, key: tenant, bucket: y}
 `))
-	if len(s.Buckets) != 3 || s.Buckets[0].Participants != -1 || s.Buckets[1].Participants != 2 {
+	if len(s.Buckets) != 3 || s.Buckets[0].Participants != nil || s.Buckets[1].Participants != &s.Buckets[2] {
 		t.Fatalf("buckets %+v: want y alone to have a participants count", s.Buckets)
 	}
 	p := s.Buckets[2]
-	if p.Name != snapshot.ParticipantsPrefix+"y" || p.Origin != snapshot.FromQuota || p.Limit.ScaleMS != snapshot.ParticipantsWindow.Milliseconds() {
+	if p.Name != snapshot.ParticipantsPrefix+"y" || p.Kind != snapshot.Participants || p.Limit.ScaleMS != snapshot.ParticipantsWindow.Milliseconds() {
 		t.Errorf("participants count %+v", p)
 	}
 }
@@ -209,10 +209,10 @@ descriptors:
 		t.Fatal(err)
 	}
 	b := s.RLSRules[0]
-	if !b.Concurrency || b.LeaseTTL != 20*time.Second || !b.HasLimit || b.Limit.Limit != 3 || len(b.PeerBounds) != 0 {
+	if b.Kind != snapshot.InFlight || b.LeaseTTL != 20*time.Second || !b.HasLimit || b.Limit.Limit != 3 || len(b.PeerBounds) != 0 {
 		t.Errorf("the concurrency rule's bucket: %+v", b)
 	}
-	if s.RLSRules[1].Concurrency {
+	if s.RLSRules[1].Kind != snapshot.Requests {
 		t.Error("a rate rule is a concurrency bucket")
 	}
 	want := map[string]counter.Bucket{"x": s.Buckets[0].ID, b.Name: b.ID}
@@ -221,5 +221,59 @@ descriptors:
 	}
 	if k := b.CountKey(); k.Unit != "concurrent-requests" {
 		t.Errorf("count key %+v", k)
+	}
+}
+
+// Every bucket has one Kind, set at compile time from its source: the
+// rules file's count and cost, an RLS rule's count and charge, the quota
+// section's participants counts.
+func TestEveryBucketHasOneKind(t *testing.T) {
+	rules := parse(t, `keys: {tenant_header: x-tenant-id}
+buckets:
+  req: {limit: 10, per: 1s, key: tenant}
+  hdr: {limit: 10, per: 1s, key: tenant, cost: {request_header: x-n, max: 5}}
+  len: {limit: 10, per: 1s, key: tenant, cost: content_length}
+  fail: {limit: 10, per: 1m, key: ip, count: failures}
+  resp: {limit: 10, per: 1s, key: tenant, cost: {response_header: x-used, max: 5}}
+  trl: {limit: 10, per: 1s, key: tenant, cost: {response_trailer: x-used, max: 5}}
+  body: {limit: 10, per: 1s, key: tenant, cost: response_bytes}
+  conc: {limit: 3, key: tenant, count: concurrency}
+routes: [{path: /a, buckets: [req, hdr, len, fail, resp, trl, body, conc]}]
+quota:
+  domains: [d]
+  buckets: [{match: {name: a}, key: tenant, bucket: req}]
+`)
+	rc, err := rlsconfig.Parse([]rlsconfig.File{{Name: "f.yaml", Data: []byte(`domain: d
+descriptors:
+  - key: hits
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: charged
+    rate_limit: {unit: minute, requests_per_unit: 100, charge: true}
+`)}}, rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := snapshot.Compile(snapshot.Sources{Rules: rules, RLS: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []snapshot.Kind{snapshot.Requests, snapshot.RequestCost, snapshot.RequestCost, snapshot.Failures,
+		snapshot.ResponseCost, snapshot.ResponseCost, snapshot.ResponseCost, snapshot.InFlight}
+	for i, k := range want {
+		if b := s.Buckets[i]; b.Kind != k {
+			t.Errorf("bucket %s: %v, want %v", b.Name, b.Kind, k)
+		}
+		if after := k == snapshot.Failures || k == snapshot.ResponseCost; s.Buckets[i].Kind.AfterResponse() != after {
+			t.Errorf("bucket %s: AfterResponse %v", s.Buckets[i].Name, !after)
+		}
+	}
+	if k0, k1 := s.RLSRules[0].Kind, s.RLSRules[1].Kind; k0 != snapshot.Requests || k1 != snapshot.ResponseCost {
+		t.Errorf("RLS rules: %v and %v, want requests and response cost", k0, k1)
+	}
+	if p := s.Buckets[0].Participants; p == nil || p.Kind != snapshot.Participants || p != &s.Buckets[len(s.Buckets)-1] {
+		t.Errorf("participants count of req: %+v", p)
+	}
+	if len(s.RLSLimits) != len(rc.LimitBuckets()) || len(s.RLSRules) != len(rc.Rules()) {
+		t.Errorf("%d RLS rule buckets and %d limit buckets, want %d and %d", len(s.RLSRules), len(s.RLSLimits), len(rc.Rules()), len(rc.LimitBuckets()))
 	}
 }
