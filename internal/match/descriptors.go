@@ -162,31 +162,8 @@ type route struct {
 // (errors.Join), each naming the route or bucket (index and name) and what
 // is wrong with it.
 func New(cfg Config) (*Engine, error) {
-	var errs []error
-	fail := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("descriptors: "+format, args...))
-	}
-
-	if cfg.TrustedHops < 0 {
-		fail("TrustedHops %d is negative", cfg.TrustedHops)
-	}
-	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
-		fail("IPv6Prefix %d is not in 0…128", cfg.IPv6Prefix)
-	}
-	for _, h := range []struct{ field, v string }{
-		{"TenantHeader", cfg.TenantHeader},
-		{"AccountHeader", cfg.AccountHeader},
-	} {
-		if p := HeaderNameProblem(h.v); h.v != "" && p != "" {
-			fail("%s %q: %s", h.field, h.v, p)
-		}
-	}
-
-	for _, h := range cfg.CostHeaders {
-		if p := HeaderNameProblem(h); p != "" {
-			fail("CostHeaders %q: %s", h, p)
-		}
-	}
+	var p problems
+	checkKeys(cfg, &p)
 	e := &Engine{
 		costHeaders:   slices.Clone(cfg.CostHeaders),
 		buckets:       slices.Clone(cfg.Buckets),
@@ -203,113 +180,144 @@ func New(cfg Config) (*Engine, error) {
 	if e.ipv6Prefix == 0 {
 		e.ipv6Prefix = 64
 	}
-
 	for i, b := range cfg.Buckets {
-		where := bucketDesc(i, b)
-		switch {
-		case b.Name == "":
-			fail("%s: empty name", where)
-		case strings.ContainsAny(b.Name, ", \t\r\n"):
-			fail("%s: name contains a comma or whitespace, so ratelimit_buckets cannot name it", where)
-		default:
-			if j, dup := e.bucketByName[b.Name]; dup {
-				fail("%s: name already used by bucket %d", where, j)
-			} else {
-				e.bucketByName[b.Name] = i
-			}
-		}
-		switch b.Key.Kind {
-		case KeyTenant:
-			if cfg.TenantHeader == "" {
-				fail("%s: keys by tenant but TenantHeader is empty", where)
-			}
-		case KeyIP:
-		case KeyAccount:
-			if cfg.AccountHeader == "" && cfg.AccountBodyField == "" {
-				fail("%s: keys by account but neither AccountHeader nor AccountBodyField is set", where)
-			}
-		case KeyPathParam:
-			if !ValidParamName(b.Key.Name) {
-				fail("%s: path param name %q must match [A-Za-z_][A-Za-z0-9_]*", where, b.Key.Name)
-			}
-		case KeyHeader:
-			if p := HeaderNameProblem(b.Key.Name); p != "" {
-				fail("%s: header name %q: %s", where, b.Key.Name, p)
-			}
-		default:
-			fail("%s: unknown key kind %d", where, uint8(b.Key.Kind))
-		}
+		e.addBucket(i, b, cfg, &p)
 	}
-
 	shapes := make(map[string]int, len(cfg.Routes))
 	for i, r := range cfg.Routes {
-		where := routeDesc(i, r)
-		ok := true
 		if r.Name != "" {
 			e.routeByName[r.Name] = append(e.routeByName[r.Name], i)
 		}
-		if !ValidMethod(r.Method) {
-			fail("%s: method %q must be empty (any) or an uppercase HTTP method", where, r.Method)
-			ok = false
+		if rt, ok := compileRoute(i, r, cfg, shapes, &p); ok {
+			e.routes = append(e.routes, rt)
 		}
-		tpl, problem := parseTemplate(r.Template)
-		if problem != "" {
-			fail("%s: %w: %s", where, ErrInvalidTemplate, problem)
-			ok = false
-		}
-		rt := route{
-			name:     r.Name,
-			method:   r.Method,
-			tpl:      tpl,
-			buckets:  slices.Clone(r.Buckets),
-			paramSeg: make([]int, len(r.Buckets)),
-		}
-		for j, bi := range r.Buckets {
-			rt.paramSeg[j] = -1
-			if int(bi) >= len(cfg.Buckets) {
-				fail("%s: bucket index %d out of range (%d buckets)", where, bi, len(cfg.Buckets))
-				ok = false
-				continue
-			}
-			if slices.Index(r.Buckets, bi) < j {
-				fail("%s: lists %s more than once", where, bucketDesc(bi, cfg.Buckets[bi]))
-				ok = false
-				continue
-			}
-			switch k := cfg.Buckets[bi].Key; k.Kind {
-			case KeyAccount:
-				rt.needsAccount = true
-			case KeyPathParam:
-				rt.paramSeg[j] = tpl.captureSeg(k.Name)
-				if problem == "" && rt.paramSeg[j] < 0 {
-					fail("%s: %s keys by path param %q, which the template does not capture", where, bucketDesc(bi, cfg.Buckets[bi]), k.Name)
-					ok = false
-				}
-			}
-		}
-		if problem == "" {
-			key, _ := RouteKey(r.Method, r.Template)
-			if j, dup := shapes[key]; dup {
-				fail("%s: duplicate of route %d (same method and template shape)", where, j)
-				ok = false
-			} else {
-				shapes[key] = i
-			}
-		}
-		if !ok {
-			continue // the Engine is discarded anyway
-		}
-		e.routes = append(e.routes, rt)
 	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
+	if len(p) > 0 {
+		return nil, errors.Join(p...)
 	}
-
 	e.headerNames, e.wantsBody = e.reads()
+	e.indexRoutes()
+	return e, nil
+}
 
-	// Index the routes by their first segment: a path whose first segment is
-	// "api" is only tried against routes starting with "/api/" or with a
-	// capture, still in config order.
+// problems collects what is wrong with a Config, every problem at once.
+type problems []error
+
+func (p *problems) add(format string, args ...any) {
+	*p = append(*p, fmt.Errorf("descriptors: "+format, args...))
+}
+
+// checkKeys checks the settings every key reads: the hops, the IPv6
+// prefix, the tenant, account and cost headers.
+func checkKeys(cfg Config, p *problems) {
+	if cfg.TrustedHops < 0 {
+		p.add("TrustedHops %d is negative", cfg.TrustedHops)
+	}
+	if cfg.IPv6Prefix < 0 || cfg.IPv6Prefix > 128 {
+		p.add("IPv6Prefix %d is not in 0…128", cfg.IPv6Prefix)
+	}
+	for _, h := range []struct{ field, v string }{
+		{"TenantHeader", cfg.TenantHeader},
+		{"AccountHeader", cfg.AccountHeader},
+	} {
+		if problem := HeaderNameProblem(h.v); h.v != "" && problem != "" {
+			p.add("%s %q: %s", h.field, h.v, problem)
+		}
+	}
+	for _, h := range cfg.CostHeaders {
+		if problem := HeaderNameProblem(h); problem != "" {
+			p.add("CostHeaders %q: %s", h, problem)
+		}
+	}
+}
+
+// addBucket checks bucket i, b, and names it in e.
+func (e *Engine) addBucket(i int, b Bucket, cfg Config, p *problems) {
+	where := bucketDesc(i, b)
+	switch {
+	case b.Name == "":
+		p.add("%s: empty name", where)
+	case strings.ContainsAny(b.Name, ", \t\r\n"):
+		p.add("%s: name contains a comma or whitespace, so ratelimit_buckets cannot name it", where)
+	default:
+		if j, dup := e.bucketByName[b.Name]; dup {
+			p.add("%s: name already used by bucket %d", where, j)
+		} else {
+			e.bucketByName[b.Name] = i
+		}
+	}
+	switch b.Key.Kind {
+	case KeyTenant:
+		if cfg.TenantHeader == "" {
+			p.add("%s: keys by tenant but TenantHeader is empty", where)
+		}
+	case KeyIP:
+	case KeyAccount:
+		if cfg.AccountHeader == "" && cfg.AccountBodyField == "" {
+			p.add("%s: keys by account but neither AccountHeader nor AccountBodyField is set", where)
+		}
+	case KeyPathParam:
+		if !ValidParamName(b.Key.Name) {
+			p.add("%s: path param name %q must match [A-Za-z_][A-Za-z0-9_]*", where, b.Key.Name)
+		}
+	case KeyHeader:
+		if problem := HeaderNameProblem(b.Key.Name); problem != "" {
+			p.add("%s: header name %q: %s", where, b.Key.Name, problem)
+		}
+	default:
+		p.add("%s: unknown key kind %d", where, uint8(b.Key.Kind))
+	}
+}
+
+// compileRoute checks and compiles route i, r; ok is false when it has a
+// problem. shapes holds the method and template shape of the routes
+// before it, by index.
+func compileRoute(i int, r Route, cfg Config, shapes map[string]int, p *problems) (rt route, ok bool) {
+	where := routeDesc(i, r)
+	n := len(*p)
+	if !ValidMethod(r.Method) {
+		p.add("%s: method %q must be empty (any) or an uppercase HTTP method", where, r.Method)
+	}
+	tpl, problem := parseTemplate(r.Template)
+	if problem != "" {
+		p.add("%s: %w: %s", where, ErrInvalidTemplate, problem)
+	}
+	rt = route{name: r.Name, method: r.Method, tpl: tpl, buckets: slices.Clone(r.Buckets), paramSeg: make([]int, len(r.Buckets))}
+	for j, bi := range r.Buckets {
+		rt.paramSeg[j] = -1
+		switch {
+		case bi < 0 || bi >= len(cfg.Buckets):
+			p.add("%s: bucket index %d out of range (%d buckets)", where, bi, len(cfg.Buckets))
+			continue
+		case slices.Index(r.Buckets, bi) < j:
+			p.add("%s: lists %s more than once", where, bucketDesc(bi, cfg.Buckets[bi]))
+			continue
+		}
+		switch k := cfg.Buckets[bi].Key; k.Kind {
+		case KeyAccount:
+			rt.needsAccount = true
+		case KeyPathParam:
+			rt.paramSeg[j] = tpl.captureSeg(k.Name)
+			if problem == "" && rt.paramSeg[j] < 0 {
+				p.add("%s: %s keys by path param %q, which the template does not capture", where, bucketDesc(bi, cfg.Buckets[bi]), k.Name)
+			}
+		}
+	}
+	if problem == "" {
+		key, _ := RouteKey(r.Method, r.Template)
+		if j, dup := shapes[key]; dup {
+			p.add("%s: duplicate of route %d (same method and template shape)", where, j)
+		} else {
+			shapes[key] = i
+		}
+	}
+	return rt, len(*p) == n
+}
+
+// indexRoutes indexes the routes by their first segment: a path whose
+// first segment is "api" is only tried against routes starting with
+// "/api/" or with a capture, still in config order.
+func (e *Engine) indexRoutes() {
 	for i := range e.routes {
 		if s := e.routes[i].tpl.segs[0]; s.capture {
 			e.anyFirst = append(e.anyFirst, i)
@@ -323,7 +331,6 @@ func New(cfg Config) (*Engine, error) {
 			e.byFirst[s.lit] = append(e.byFirst[s.lit], i)
 		}
 	}
-	return e, nil
 }
 
 // reads lists the headers Describe may read and whether it may read the
