@@ -846,8 +846,57 @@ func (sv *strValue) set(s string) *structpb.Value {
 // upstream and costs nothing: its metadata lists no charges (a failed
 // login's keys stay, as a denial is no failure).
 func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *structpb.Struct {
-	// One copy of every request-derived string, so the metadata does not
-	// point into the request, made valid UTF-8 so the response marshals.
+	strs := copyOf(res)
+	m := new(chargeMeta)
+	ip := strs.next(len(res.ClientIP))
+	account := strs.next(len(res.Account))
+	route := ""
+	if res.Route >= 0 {
+		route = g.routes[res.Route]
+	}
+	m.outer.Fields = make(map[string]*structpb.Value, 4)
+	m.outer.Fields[accesslog.MetaIP] = m.strs[0].set(ip)
+	m.outer.Fields[accesslog.MetaAccount] = m.strs[1].set(account)
+	m.outer.Fields[accesslog.MetaRoute] = m.strs[2].set(route)
+	var fields [2]*structpb.Struct // failures, charges
+	for i, d := range res.Descriptors {
+		key := strs.next(len(d.Key))
+		b := &g.buckets[d.Bucket]
+		if !b.rule.Kind.AfterResponse() || (denied && b.rule.Kind != snapshot.Failures) {
+			continue
+		}
+		field := 0 // failures
+		if b.rule.Kind != snapshot.Failures {
+			field = 1 // charges
+		}
+		if fields[field] == nil {
+			fields[field] = m.newField(b.rule.Cost.Metadata())
+		}
+		if key == "" {
+			continue
+		}
+		var v *structpb.Value
+		if i < maxApplied {
+			v = m.strs[3+i].set(key)
+		} else {
+			v = structpb.NewStringValue(key)
+		}
+		addKey(fields[field], b.rule.Name, v)
+	}
+	return &m.outer
+}
+
+// requestStrings is one copy of every request-derived string of a
+// match.Result, so that metadata does not point into the request, made
+// valid UTF-8 so that the response marshals; next takes them in order.
+type requestStrings struct {
+	all   string
+	valid bool
+}
+
+// copyOf copies the client IP, the account and each descriptor's key of
+// res, in that order.
+func copyOf(res match.Result) requestStrings {
 	n := len(res.ClientIP) + len(res.Account)
 	for _, d := range res.Descriptors {
 		n += len(d.Key)
@@ -859,71 +908,47 @@ func (s *Service) chargeMetadata(g *generation, res match.Result, denied bool) *
 		buf = append(buf, d.Key...)
 	}
 	all := string(buf)
-	valid := utf8.ValidString(all)
-	next := func(l int) string {
-		v := all[:l]
-		all = all[l:]
-		if !valid {
-			v = strings.ToValidUTF8(v, "\uFFFD")
-		}
-		return v
-	}
+	return requestStrings{all: all, valid: utf8.ValidString(all)}
+}
 
-	m := new(chargeMeta)
-	ip := next(len(res.ClientIP))
-	account := next(len(res.Account))
-	route := ""
-	if res.Route >= 0 {
-		route = g.routes[res.Route]
+// next returns the next l bytes as a string.
+func (r *requestStrings) next(l int) string {
+	v := r.all[:l]
+	r.all = r.all[l:]
+	if !r.valid {
+		v = strings.ToValidUTF8(v, "\uFFFD")
 	}
-	m.outer.Fields = make(map[string]*structpb.Value, 4)
-	m.outer.Fields[accesslog.MetaIP] = m.strs[0].set(ip)
-	m.outer.Fields[accesslog.MetaAccount] = m.strs[1].set(account)
-	m.outer.Fields[accesslog.MetaRoute] = m.strs[2].set(route)
-	var fields [2]*structpb.Struct // failures, charges
-	for i, d := range res.Descriptors {
-		key := next(len(d.Key))
-		b := &g.buckets[d.Bucket]
-		if !b.rule.Kind.AfterResponse() || (denied && b.rule.Kind != snapshot.Failures) {
-			continue
-		}
-		field := 0 // failures
-		if b.rule.Cost.Source != configfile.CostFailures {
-			field = 1 // charges
-		}
-		into := fields[field]
-		if into == nil {
-			ks := &m.keys
-			if m.keysUsed {
-				ks = new(keyStruct)
-			}
-			m.keysUsed = true
-			into = &ks.st
-			into.Fields = make(map[string]*structpb.Value, 2)
-			ks.kind.StructValue = into
-			ks.val.Kind = &ks.kind
-			m.outer.Fields[b.rule.Cost.Metadata()] = &ks.val
-			fields[field] = into
-		}
-		if key == "" {
-			continue
-		}
-		var v *structpb.Value
-		if i < maxApplied {
-			v = m.strs[3+i].set(key)
-		} else {
-			v = structpb.NewStringValue(key)
-		}
-		prev, seen := into.Fields[b.rule.Name]
-		switch {
-		case !seen:
-			into.Fields[b.rule.Name] = v
-		case prev.GetListValue() != nil:
-			l := prev.GetListValue()
-			l.Values = append(l.Values, v)
-		default:
-			into.Fields[b.rule.Name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
-		}
+	return v
+}
+
+// newField adds to m's outer Struct a Struct of bucket name → key under
+// name (accesslog.MetaFailures or MetaCharges): the first in m's own
+// storage, another in one allocation.
+func (m *chargeMeta) newField(name string) *structpb.Struct {
+	ks := &m.keys
+	if m.keysUsed {
+		ks = new(keyStruct)
 	}
-	return &m.outer
+	m.keysUsed = true
+	into := &ks.st
+	into.Fields = make(map[string]*structpb.Value, 2)
+	ks.kind.StructValue = into
+	ks.val.Kind = &ks.kind
+	m.outer.Fields[name] = &ks.val
+	return into
+}
+
+// addKey records key v of bucket name in into: a second key of one bucket
+// (a login presenting two accounts) makes a list.
+func addKey(into *structpb.Struct, name string, v *structpb.Value) {
+	prev, seen := into.Fields[name]
+	switch {
+	case !seen:
+		into.Fields[name] = v
+	case prev.GetListValue() != nil:
+		l := prev.GetListValue()
+		l.Values = append(l.Values, v)
+	default:
+		into.Fields[name] = structpb.NewListValue(&structpb.ListValue{Values: []*structpb.Value{prev, v}})
+	}
 }

@@ -99,101 +99,131 @@ func (c *conn) resetStream(id uint32, code http2.ErrCode) {
 }
 
 func (c *conn) onHeaders(f *http2.MetaHeadersFrame) error {
+	st, err := c.openStream(f)
+	if st == nil || err != nil {
+		return err
+	}
+	if f.Truncated {
+		c.trailersOnly(st, errorf(codes.ResourceExhausted, "header list larger than %d bytes", c.cfg.MaxHeaderListBytes))
+		return nil
+	}
+	if !c.acceptRequest(st, readHeaders(f.Fields)) {
+		return nil
+	}
+	if st.endRecv {
+		return c.complete(st)
+	}
+	return nil
+}
+
+// openStream opens the stream f begins: nil (and nil) when f is to be
+// ignored or its stream was refused with RST_STREAM, or the connection
+// error it is.
+func (c *conn) openStream(f *http2.MetaHeadersFrame) (*stream, error) {
 	id := f.StreamID
 	if id%2 == 0 {
-		return connError{http2.ErrCodeProtocol, "HEADERS on a server stream", ""}
+		return nil, connError{http2.ErrCodeProtocol, "HEADERS on a server stream", ""}
 	}
 	if id <= c.maxStreamID {
 		if c.streams[id] == nil && c.wasReset(id) {
 			// Trailers the peer sent before it saw our RST_STREAM: the
 			// Framer decoded the block, which keeps HPACK in step, and
 			// the frame is ignored (RFC 9113 §5.1).
-			return nil
+			return nil, nil
 		}
 		// A client's trailers (gRPC requests have none), or a stream
 		// identifier reused or lower than one already opened (RFC 9113
 		// §5.1.1): grpc-go answers both GOAWAY PROTOCOL_ERROR.
-		return connError{http2.ErrCodeProtocol, "HEADERS on a stream already opened", ""}
+		return nil, connError{http2.ErrCodeProtocol, "HEADERS on a stream already opened", ""}
 	}
 	c.maxStreamID = id
 	if c.goAway {
 		// Past the GOAWAY's last stream: the peer retries it elsewhere,
 		// and what it still sends on it is ignored.
 		c.rememberReset(id)
-		return nil
+		return nil, nil
 	}
 	if f.HasPriority() && f.Priority.StreamDep == id {
 		// A stream cannot depend on itself (RFC 9113 §5.3.1).
 		c.fr.WriteRSTStream(id, http2.ErrCodeProtocol)
 		c.rememberReset(id)
-		return nil
+		return nil, nil
 	}
 	if len(c.streams) >= int(c.cfg.MaxConcurrentStreams) {
 		c.fr.WriteRSTStream(id, http2.ErrCodeRefusedStream)
 		c.rememberReset(id)
-		return nil
+		return nil, nil
 	}
 	st := c.newStream(id)
 	st.endRecv = f.StreamEnded()
 	c.streams[id] = st
 	c.idleSince = time.Time{}
-	if f.Truncated {
-		c.trailersOnly(st, errorf(codes.ResourceExhausted, "header list larger than %d bytes", c.cfg.MaxHeaderListBytes))
-		return nil
-	}
-	var path, method, ctype, timeout, encoding string
-	malformed := false
-	for _, hf := range f.Fields {
+	return st, nil
+}
+
+// requestHeaders are the request header fields a call reads.
+type requestHeaders struct {
+	path, method, ctype, timeout, encoding string
+	// malformed: a connection-specific field, or te other than
+	// "trailers" (RFC 9113 §8.2.2).
+	malformed bool
+}
+
+func readHeaders(fields []hpack.HeaderField) (h requestHeaders) {
+	for _, hf := range fields {
 		switch hf.Name {
 		case "connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade":
-			// Connection-specific: malformed in HTTP/2 (RFC 9113 §8.2.2).
-			malformed = true
+			h.malformed = true
 		case "te":
-			malformed = malformed || hf.Value != "trailers"
+			h.malformed = h.malformed || hf.Value != "trailers"
 		case ":path":
-			path = hf.Value
+			h.path = hf.Value
 		case ":method":
-			method = hf.Value
+			h.method = hf.Value
 		case "content-type":
-			ctype = hf.Value
+			h.ctype = hf.Value
 		case "grpc-timeout":
-			timeout = hf.Value
+			h.timeout = hf.Value
 		case "grpc-encoding":
-			encoding = hf.Value
+			h.encoding = hf.Value
 		}
 	}
+	return h
+}
+
+// acceptRequest checks h, st's request headers, as grpc-go does, sets
+// st's method and deadline, and reports whether the call goes on; when it
+// does not, st was answered.
+func (c *conn) acceptRequest(st *stream, h requestHeaders) bool {
 	switch {
-	case malformed:
+	case h.malformed:
 		// As grpc-go answers a connection header: RST_STREAM alone.
-		c.resetStream(id, http2.ErrCodeProtocol)
-		return nil
-	case method != "POST":
-		c.httpError(st, "405", errorf(codes.Internal, "method %q: gRPC takes POST", method))
-		return nil
-	case ctype != "application/grpc" && !strings.HasPrefix(ctype, "application/grpc+") && !strings.HasPrefix(ctype, "application/grpc;"):
-		c.httpError(st, "415", errorf(codes.Internal, "content-type %q: not gRPC", ctype))
-		return nil
-	case encoding != "" && encoding != "identity":
-		c.trailersOnly(st, errorf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", encoding))
-		return nil
+		c.resetStream(st.id, http2.ErrCodeProtocol)
+		return false
+	case h.method != "POST":
+		c.httpError(st, "405", errorf(codes.Internal, "method %q: gRPC takes POST", h.method))
+		return false
+	case h.ctype != "application/grpc" && !strings.HasPrefix(h.ctype, "application/grpc+") && !strings.HasPrefix(h.ctype, "application/grpc;"):
+		c.httpError(st, "415", errorf(codes.Internal, "content-type %q: not gRPC", h.ctype))
+		return false
+	case h.encoding != "" && h.encoding != "identity":
+		c.trailersOnly(st, errorf(codes.Unimplemented, "grpc: Decompressor is not installed for grpc-encoding %q", h.encoding))
+		return false
 	}
-	if st.m = methodOf(path); st.m == methodUnknown || (st.m == methodRateLimit && c.cfg.RateLimit == nil) {
-		c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method %s", path))
-		return nil
+	if st.m = methodOf(h.path); st.m == methodUnknown || (st.m == methodRateLimit && c.cfg.RateLimit == nil) {
+		c.trailersOnly(st, errorf(codes.Unimplemented, "unknown method %s", h.path))
+		return false
 	}
-	if timeout != "" {
-		d, ok := parseTimeout(timeout)
+	if h.timeout != "" {
+		d, ok := parseTimeout(h.timeout)
 		if !ok {
 			// As grpc-go answers it: HTTP 400, INTERNAL.
-			c.httpError(st, "400", errorf(codes.Internal, "malformed grpc-timeout: %q", timeout))
-			return nil
+			c.httpError(st, "400", errorf(codes.Internal, "malformed grpc-timeout: %q", h.timeout))
+			return false
 		}
 		st.deadline = time.Now().Add(d)
 	}
-	if st.endRecv {
-		return c.complete(st)
-	}
-	return nil
+	return true
 }
 
 func (c *conn) onData(f *http2.DataFrame) error {

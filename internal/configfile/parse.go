@@ -179,15 +179,20 @@ func (p *parser) parse(data []byte) *Rules {
 		p.parseQuota(quotaNode, r) // after crossCheck: it reads the buckets' resolved limits
 	}
 	if len(p.problems) == 0 {
-		// The matcher has its own checks; anything it still refuses is a
-		// problem of the file as a whole.
-		if _, err := match.New(r.Descriptors()); err != nil {
-			for _, line := range strings.Split(err.Error(), "\n") {
-				p.errorf(routesNode, "%s", line)
-			}
-		}
+		p.checkMatcher(r, routesNode)
 	}
 	return r
+}
+
+// checkMatcher builds the matcher of r: it has its own checks, and
+// anything it still refuses is a problem of the file as a whole,
+// reported at routesNode.
+func (p *parser) checkMatcher(r *Rules, routesNode *yaml.Node) {
+	if _, err := match.New(r.Descriptors()); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			p.errorf(routesNode, "%s", line)
+		}
+	}
 }
 
 // yamlError strips the library prefix; its messages already carry "line N".
@@ -390,93 +395,122 @@ func (p *parser) parseKeySpec(v *yaml.Node, what string) (match.KeySpec, bool) {
 	return match.KeySpec{}, false
 }
 
+// bucketFieldNames are the fields a bucket may have.
+var bucketFieldNames = []string{"limit", "per", "algorithm", "key", "mode", "count", "cost", "lease_ttl", "overridable", "on_missing_key", "on_overflow"}
+
 func (p *parser) parseBuckets(n *yaml.Node, r *Rules) {
-	fields := []string{"limit", "per", "algorithm", "key", "mode", "count", "cost", "lease_ttl", "overridable", "on_missing_key", "on_overflow"}
 	p.eachKey(n, "buckets", nil, func(name string, kn, v *yaml.Node) {
-		what := "buckets." + name
-		if !match.ValidBucketName(name) {
-			p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
-		}
-		b := Bucket{Name: name}
-		before := len(p.problems)
-		var hasKey, hasLimit, hasPer, hasOverflow bool
-		var costNode, windowNode, ttlNode, overflowNode *yaml.Node
-		p.eachKey(v, what, fields, func(key string, kn, fv *yaml.Node) {
-			switch key {
-			case "limit", "per", "algorithm":
-				p.limitField(key, fv, what, &b.Limit)
-				hasLimit = hasLimit || key == "limit"
-				hasPer = hasPer || key == "per"
-				if key != "limit" {
-					windowNode = kn
-				}
-			case "lease_ttl":
-				ttlNode = kn
-				b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, limits.MaxLeaseTTL)
-			case "key":
-				b.Key, hasKey = p.parseKeySpec(fv, what+".key")
-			case "mode":
-				if i, ok := p.enum(fv, what+".mode", "enforce", "shadow"); ok {
-					b.Shadow = i == 1
-				}
-			case "count":
-				if i, ok := p.enum(fv, what+".count", "requests", "failures", "concurrency"); ok {
-					b.Count = Counting(i)
-				}
-			case "cost":
-				costNode = fv
-				b.Cost, _ = p.parseCost(fv, what+".cost")
-			case "overridable":
-				b.Overridable, _ = p.boolean(fv, what+".overridable")
-			case "on_missing_key":
-				if i, ok := p.enum(fv, what+".on_missing_key", "allow", "deny"); ok {
-					b.OnMissingKey = Action(i)
-				}
-			case "on_overflow":
-				if i, ok := p.enum(fv, what+".on_overflow", "allow", "deny"); ok {
-					b.OnOverflow = Action(i)
-					hasOverflow = true
-				}
-				overflowNode = kn
-			}
-		})
-		if b.Count == CountConcurrency {
-			if costNode != nil {
-				p.errorf(costNode, "%s: count: concurrency counts requests in flight; a cost is for a bucket counting requests", what)
-			}
-			p.concurrencyBucket(&b, what, kn, hasLimit, windowNode, overflowNode)
-			hasPer = hasLimit // a concurrency limit has no window
-		} else if ttlNode != nil {
-			p.errorf(ttlNode, "%s.lease_ttl: only a bucket with count: concurrency has leases", what)
-		}
-		if b.Count == CountFailures {
-			if costNode != nil {
-				p.errorf(costNode, "%s: count: failures charges 1 per failure; a cost is for a bucket counting requests", what)
-			}
-			b.Cost = Cost{Source: CostFailures}
-			if !hasOverflow {
-				b.OnOverflow = Deny
-			}
-		}
-		if !hasKey && v.Kind == yaml.MappingNode {
-			p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
-		}
-		if hasLimit != hasPer {
-			p.errorf(kn, "%s: give both limit and per, or neither", what)
-		}
-		b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
-		if len(p.problems) > before {
-			if p.broken == nil {
-				p.broken = map[int]bool{}
-			}
-			p.broken[len(r.Buckets)] = true
-		}
-		r.Buckets = append(r.Buckets, b)
+		p.parseBucket(name, kn, v, r)
 	})
 	if n.Kind == yaml.MappingNode && len(n.Content) == 0 {
 		p.errorf(n, "buckets is empty")
 	}
 }
+
+// bucketSeen records which of a bucket's fields were given, and where,
+// for the checks of the bucket as a whole.
+type bucketSeen struct {
+	hasKey, hasLimit, hasPer, hasOverflow       bool
+	costNode, windowNode, ttlNode, overflowNode *yaml.Node
+}
+
+// parseBucket reads the bucket name: v, checks it as a whole and appends
+// it to r.Buckets, marked broken when any of this reports a problem.
+func (p *parser) parseBucket(name string, kn, v *yaml.Node, r *Rules) {
+	what := "buckets." + name
+	if !match.ValidBucketName(name) {
+		p.errorf(kn, "bucket name %q must be lowercase letters, digits and _ (starting with a letter, at most 63)", name)
+	}
+	b := Bucket{Name: name}
+	before := len(p.problems)
+	var seen bucketSeen
+	p.eachKey(v, what, bucketFieldNames, func(key string, kn, fv *yaml.Node) {
+		p.bucketField(key, kn, fv, what, &b, &seen)
+	})
+	p.checkBucket(&b, what, kn, v, &seen)
+	b.HasLimit = b.Limit.Limit > 0 && b.Limit.ScaleMS > 0
+	if len(p.problems) > before {
+		if p.broken == nil {
+			p.broken = map[int]bool{}
+		}
+		p.broken[len(r.Buckets)] = true
+	}
+	r.Buckets = append(r.Buckets, b)
+}
+
+// bucketField sets the field key (at kn, value fv) of bucket b and
+// records in seen that it was given.
+func (p *parser) bucketField(key string, kn, fv *yaml.Node, what string, b *Bucket, seen *bucketSeen) {
+	switch key {
+	case "limit", "per", "algorithm":
+		p.limitField(key, fv, what, &b.Limit)
+		seen.hasLimit = seen.hasLimit || key == "limit"
+		seen.hasPer = seen.hasPer || key == "per"
+		if key != "limit" {
+			seen.windowNode = kn
+		}
+	case "lease_ttl":
+		seen.ttlNode = kn
+		b.LeaseTTL, _ = p.duration(fv, what+".lease_ttl", time.Second, limits.MaxLeaseTTL)
+	case "key":
+		b.Key, seen.hasKey = p.parseKeySpec(fv, what+".key")
+	case "mode":
+		if i, ok := p.enum(fv, what+".mode", "enforce", "shadow"); ok {
+			b.Shadow = i == 1
+		}
+	case "count":
+		if i, ok := p.enum(fv, what+".count", "requests", "failures", "concurrency"); ok {
+			b.Count = Counting(i)
+		}
+	case "cost":
+		seen.costNode = fv
+		b.Cost, _ = p.parseCost(fv, what+".cost")
+	case "overridable":
+		b.Overridable, _ = p.boolean(fv, what+".overridable")
+	case "on_missing_key":
+		if i, ok := p.enum(fv, what+".on_missing_key", "allow", "deny"); ok {
+			b.OnMissingKey = Action(i)
+		}
+	case "on_overflow":
+		if i, ok := p.enum(fv, what+".on_overflow", "allow", "deny"); ok {
+			b.OnOverflow = Action(i)
+			seen.hasOverflow = true
+		}
+		seen.overflowNode = kn
+	}
+}
+
+// checkBucket checks bucket b (named at kn, its mapping v) as a whole
+// once its fields are read, and completes what its count implies.
+func (p *parser) checkBucket(b *Bucket, what string, kn, v *yaml.Node, seen *bucketSeen) {
+	if b.Count == CountConcurrency {
+		if seen.costNode != nil {
+			p.errorf(seen.costNode, "%s: count: concurrency counts requests in flight; a cost is for a bucket counting requests", what)
+		}
+		p.concurrencyBucket(b, what, kn, seen.hasLimit, seen.windowNode, seen.overflowNode)
+		seen.hasPer = seen.hasLimit // a concurrency limit has no window
+	} else if seen.ttlNode != nil {
+		p.errorf(seen.ttlNode, "%s.lease_ttl: only a bucket with count: concurrency has leases", what)
+	}
+	if b.Count == CountFailures {
+		if seen.costNode != nil {
+			p.errorf(seen.costNode, "%s: count: failures charges 1 per failure; a cost is for a bucket counting requests", what)
+		}
+		b.Cost = Cost{Source: CostFailures}
+		if !seen.hasOverflow {
+			b.OnOverflow = Deny
+		}
+	}
+	if !seen.hasKey && v.Kind == yaml.MappingNode {
+		p.errorf(kn, "%s: no key (tenant, ip, account, path:<param>, header:<name>)", what)
+	}
+	if seen.hasLimit != seen.hasPer {
+		p.errorf(kn, "%s: give both limit and per, or neither", what)
+	}
+}
+
+// routeFieldNames are the fields a route may have.
+var routeFieldNames = []string{"name", "method", "path", "paths", "buckets", "defaults", "costs"}
 
 func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	if n.Kind != yaml.SequenceNode {
@@ -486,83 +520,106 @@ func (p *parser) parseRoutes(n *yaml.Node, r *Rules) {
 	if len(n.Content) == 0 {
 		p.errorf(n, "routes is empty")
 	}
-	fields := []string{"name", "method", "path", "paths", "buckets", "defaults", "costs"}
 	names := map[string]bool{}
 	for i, rn := range n.Content {
-		what := fmt.Sprintf("routes[%d]", i)
-		var (
-			name, method string
-			paths        []*yaml.Node
-			buckets      []int
-			defaults     map[int]counter.Limit
-			costs        map[int]int64
-			costsNode    *yaml.Node
-			sawBuckets   bool
-		)
-		p.eachKey(rn, what, fields, func(key string, kn, v *yaml.Node) {
-			switch key {
-			case "name":
-				name, _ = p.str(v, what+".name")
-				if names[name] {
-					p.errorf(v, "%s: route name %q is used twice", what, name)
-				}
-				names[name] = true
-			case "method":
-				m, ok := p.str(v, what+".method")
-				if ok && (m == "" || !match.ValidMethod(m)) {
-					p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
-				}
-				method = m
-			case "path":
-				paths = append(paths, v)
-			case "paths":
-				if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-					p.errorf(v, "%s.paths must be a non-empty list", what)
-					return
-				}
-				paths = append(paths, v.Content...)
-			case "buckets":
-				sawBuckets = true
-				buckets = p.bucketRefs(v, what+".buckets", r)
-			case "defaults":
-				defaults = p.routeDefaults(v, what+".defaults", r)
-			case "costs":
-				costs, costsNode = p.routeCosts(v, what+".costs", r), v
-			}
-		})
-		if rn.Kind != yaml.MappingNode {
+		p.parseRoute(fmt.Sprintf("routes[%d]", i), rn, r, names)
+	}
+}
+
+// routeSpec is one entry of routes as read: one Route per path.
+type routeSpec struct {
+	name, method string
+	paths        []*yaml.Node
+	buckets      []int
+	defaults     map[int]counter.Limit
+	costs        map[int]int64
+	costsNode    *yaml.Node
+	sawBuckets   bool
+}
+
+// parseRoute reads the route rn, checks it and appends a Route per path
+// to r.Routes. names holds the route names given so far.
+func (p *parser) parseRoute(what string, rn *yaml.Node, r *Rules, names map[string]bool) {
+	var s routeSpec
+	p.eachKey(rn, what, routeFieldNames, func(key string, _, v *yaml.Node) {
+		p.routeField(key, v, what, r, names, &s)
+	})
+	if rn.Kind != yaml.MappingNode {
+		return
+	}
+	p.checkRoute(rn, what, &s, r)
+	p.addRoutes(what, &s, r)
+}
+
+// routeField reads the field key (value v) of a route into s.
+func (p *parser) routeField(key string, v *yaml.Node, what string, r *Rules, names map[string]bool, s *routeSpec) {
+	switch key {
+	case "name":
+		s.name, _ = p.str(v, what+".name")
+		if names[s.name] {
+			p.errorf(v, "%s: route name %q is used twice", what, s.name)
+		}
+		names[s.name] = true
+	case "method":
+		m, ok := p.str(v, what+".method")
+		if ok && (m == "" || !match.ValidMethod(m)) {
+			p.errorf(v, "%s.method: %q is not an uppercase HTTP method", what, m)
+		}
+		s.method = m
+	case "path":
+		s.paths = append(s.paths, v)
+	case "paths":
+		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+			p.errorf(v, "%s.paths must be a non-empty list", what)
+			return
+		}
+		s.paths = append(s.paths, v.Content...)
+	case "buckets":
+		s.sawBuckets = true
+		s.buckets = p.bucketRefs(v, what+".buckets", r)
+	case "defaults":
+		s.defaults = p.routeDefaults(v, what+".defaults", r)
+	case "costs":
+		s.costs, s.costsNode = p.routeCosts(v, what+".costs", r), v
+	}
+}
+
+// checkRoute checks that the route rn has paths and buckets, and that
+// its defaults and costs are of its own buckets.
+func (p *parser) checkRoute(rn *yaml.Node, what string, s *routeSpec, r *Rules) {
+	if len(s.paths) == 0 {
+		p.errorf(rn, "%s: no path", what)
+	}
+	if !s.sawBuckets {
+		p.errorf(rn, "%s: no buckets", what)
+	}
+	for b := range s.defaults {
+		if !slices.Contains(s.buckets, b) {
+			p.errorf(rn, "%s.defaults: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
+		}
+	}
+	for b := range s.costs {
+		if !slices.Contains(s.buckets, b) {
+			p.errorf(s.costsNode, "%s.costs: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
+		}
+	}
+}
+
+// addRoutes appends to r.Routes one Route per valid path of s.
+func (p *parser) addRoutes(what string, s *routeSpec, r *Rules) {
+	for _, pn := range s.paths {
+		path, ok := p.str(pn, what+".path")
+		if !ok {
 			continue
 		}
-		if len(paths) == 0 {
-			p.errorf(rn, "%s: no path", what)
+		if err := match.ValidateTemplate(path); err != nil {
+			p.errorf(pn, "%s: path %q can never match: %v", what, path, err)
+			continue
 		}
-		if !sawBuckets {
-			p.errorf(rn, "%s: no buckets", what)
-		}
-		for b := range defaults {
-			if !slices.Contains(buckets, b) {
-				p.errorf(rn, "%s.defaults: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
-			}
-		}
-		for b := range costs {
-			if !slices.Contains(buckets, b) {
-				p.errorf(costsNode, "%s.costs: bucket %q is not in this route's buckets", what, r.Buckets[b].Name)
-			}
-		}
-		for _, pn := range paths {
-			path, ok := p.str(pn, what+".path")
-			if !ok {
-				continue
-			}
-			if err := match.ValidateTemplate(path); err != nil {
-				p.errorf(pn, "%s: path %q can never match: %v", what, path, err)
-				continue
-			}
-			r.Routes = append(r.Routes, Route{
-				Name: name, Method: method, Path: path, Buckets: buckets,
-				Defaults: defaults, Costs: costs, Line: pn.Line,
-			})
-		}
+		r.Routes = append(r.Routes, Route{
+			Name: s.name, Method: s.method, Path: path, Buckets: s.buckets,
+			Defaults: s.defaults, Costs: s.costs, Line: pn.Line,
+		})
 	}
 }
 

@@ -117,37 +117,9 @@ func (p *parser) parseQuota(n *yaml.Node, r *Rules) {
 		switch key {
 		case "domains":
 			domainsNode = v
-			if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-				p.errorf(v, "quota.domains must be a non-empty list of domain names")
-				return
-			}
-			for _, dn := range v.Content {
-				d, ok := p.str(dn, "quota.domains")
-				switch {
-				case !ok:
-				case !validQuotaDomain(d):
-					p.errorf(dn, "quota.domains: %q must be 1 to 128 printable characters without spaces", d)
-				case slices.Contains(q.Domains, d):
-					p.errorf(dn, "quota.domains: %q given twice", d)
-				default:
-					q.Domains = append(q.Domains, d)
-				}
-			}
+			p.quotaDomains(v, q)
 		case "assignment_ttl", "abandon_after":
-			d, ok := p.duration(v, "quota."+key, time.Second, 24*time.Hour)
-			if !ok {
-				return
-			}
-			if key == "assignment_ttl" {
-				if d%time.Second != 0 {
-					// Envoy 1.40 reads the TTL in whole seconds, truncated.
-					p.errorf(v, "quota.assignment_ttl %v must be whole seconds: Envoy counts the TTL in whole seconds", d)
-					return
-				}
-				q.AssignmentTTL = d
-			} else {
-				q.AbandonAfter = d
-			}
+			p.quotaDuration(key, v, q)
 		case "unmatched":
 			if i, ok := p.enum(v, "quota.unmatched", "allow", "deny"); ok {
 				q.Unmatched = Action(i)
@@ -178,6 +150,45 @@ func (p *parser) parseQuota(n *yaml.Node, r *Rules) {
 	r.Quota = q
 }
 
+// quotaDomains reads quota.domains into q.Domains, each once.
+func (p *parser) quotaDomains(v *yaml.Node, q *Quota) {
+	if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
+		p.errorf(v, "quota.domains must be a non-empty list of domain names")
+		return
+	}
+	for _, dn := range v.Content {
+		d, ok := p.str(dn, "quota.domains")
+		switch {
+		case !ok:
+		case !validQuotaDomain(d):
+			p.errorf(dn, "quota.domains: %q must be 1 to 128 printable characters without spaces", d)
+		case slices.Contains(q.Domains, d):
+			p.errorf(dn, "quota.domains: %q given twice", d)
+		default:
+			q.Domains = append(q.Domains, d)
+		}
+	}
+}
+
+// quotaDuration reads quota.assignment_ttl or quota.abandon_after (key)
+// into q.
+func (p *parser) quotaDuration(key string, v *yaml.Node, q *Quota) {
+	d, ok := p.duration(v, "quota."+key, time.Second, 24*time.Hour)
+	if !ok {
+		return
+	}
+	if key == "assignment_ttl" {
+		if d%time.Second != 0 {
+			// Envoy 1.40 reads the TTL in whole seconds, truncated.
+			p.errorf(v, "quota.assignment_ttl %v must be whole seconds: Envoy counts the TTL in whole seconds", d)
+			return
+		}
+		q.AssignmentTTL = d
+	} else {
+		q.AbandonAfter = d
+	}
+}
+
 // duration parses a Go duration between min and max.
 func (p *parser) duration(n *yaml.Node, what string, min, max time.Duration) (time.Duration, bool) {
 	s, ok := p.str(n, what)
@@ -200,71 +211,8 @@ func (p *parser) parseQuotaBuckets(n *yaml.Node, q *Quota, r *Rules) {
 	seen := map[string]int{} // shape → line of the first entry with it
 	for i, en := range n.Content {
 		what := fmt.Sprintf("quota.buckets[%d]", i)
-		e := QuotaBucket{Match: map[string]string{}, Cost: 1, Line: en.Line}
-		var sawBucket, sawKey, ok = false, false, true
-		before := len(p.problems)
-		p.eachKey(en, what, []string{"match", "bucket", "key", "cost"}, func(key string, _, v *yaml.Node) {
-			switch key {
-			case "match":
-				p.eachKey(v, what+".match", nil, func(name string, kn, vn *yaml.Node) {
-					if !ValidQuotaEntryName(name) {
-						p.errorf(kn, "%s.match: entry name %q must be 1 to 63 letters, digits, _ . or -", what, name)
-						return
-					}
-					val, ok := p.str(vn, what+".match."+name)
-					switch {
-					case !ok:
-					case val == "" || len(val) > MaxQuotaEntryBytes:
-						p.errorf(vn, "%s.match.%s: the value must be 1 to %d bytes", what, name, MaxQuotaEntryBytes)
-					default:
-						e.Match[name] = val
-					}
-				})
-			case "bucket":
-				sawBucket = true
-				name, ok := p.str(v, what+".bucket")
-				if !ok {
-					return
-				}
-				b := r.BucketIndex(name)
-				if b < 0 {
-					p.errorf(v, "%s.bucket: unknown bucket %q (known: %s)", what, name, bucketNames(r))
-					return
-				}
-				e.Bucket = b
-				if msg := quotaBucketProblem(r, b); msg != "" {
-					p.errorf(v, "%s.bucket: bucket %q %s", what, name, msg)
-				}
-			case "key":
-				sawKey = true
-				name, ok := p.str(v, what+".key")
-				if ok && !ValidQuotaEntryName(name) {
-					p.errorf(v, "%s.key: entry name %q must be 1 to 63 letters, digits, _ . or -", what, name)
-					return
-				}
-				e.Key = name
-			case "cost":
-				if x, ok := p.integer(v, what+".cost", 1, counter.MaxLimit); ok {
-					e.Cost = x
-				}
-			}
-		})
-		if en.Kind != yaml.MappingNode {
-			continue
-		}
-		if !sawBucket {
-			p.errorf(en, "%s: no bucket", what)
-			ok = false
-		}
-		if !sawKey {
-			p.errorf(en, "%s: no key: name the bucket id entry whose value is the counter key", what)
-			ok = false
-		}
-		if _, clash := e.Match[e.Key]; clash {
-			p.errorf(en, "%s: entry %q is both matched and the key", what, e.Key)
-			ok = false
-		}
-		if !ok || len(p.problems) > before {
+		e, ok := p.parseQuotaBucket(en, what, r)
+		if !ok {
 			continue
 		}
 		shape := quotaShape(e.Match, e.Key)
@@ -274,6 +222,88 @@ func (p *parser) parseQuotaBuckets(n *yaml.Node, q *Quota, r *Rules) {
 		}
 		seen[shape] = e.Line
 		q.Buckets = append(q.Buckets, e)
+	}
+}
+
+// parseQuotaBucket reads the entry en of quota.buckets. ok is false when
+// the entry is incomplete or any of it has a problem: it is not used.
+func (p *parser) parseQuotaBucket(en *yaml.Node, what string, r *Rules) (QuotaBucket, bool) {
+	e := QuotaBucket{Match: map[string]string{}, Cost: 1, Line: en.Line}
+	var sawBucket, sawKey bool
+	before := len(p.problems)
+	p.eachKey(en, what, []string{"match", "bucket", "key", "cost"}, func(key string, _, v *yaml.Node) {
+		switch key {
+		case "match":
+			p.quotaMatch(v, what, e.Match)
+		case "bucket":
+			sawBucket = true
+			p.quotaBucketRef(v, what, r, &e)
+		case "key":
+			sawKey = true
+			name, ok := p.str(v, what+".key")
+			if ok && !ValidQuotaEntryName(name) {
+				p.errorf(v, "%s.key: entry name %q must be 1 to 63 letters, digits, _ . or -", what, name)
+				return
+			}
+			e.Key = name
+		case "cost":
+			if x, ok := p.integer(v, what+".cost", 1, counter.MaxLimit); ok {
+				e.Cost = x
+			}
+		}
+	})
+	if en.Kind != yaml.MappingNode {
+		return e, false
+	}
+	ok := true
+	if !sawBucket {
+		p.errorf(en, "%s: no bucket", what)
+		ok = false
+	}
+	if !sawKey {
+		p.errorf(en, "%s: no key: name the bucket id entry whose value is the counter key", what)
+		ok = false
+	}
+	if _, clash := e.Match[e.Key]; clash {
+		p.errorf(en, "%s: entry %q is both matched and the key", what, e.Key)
+		ok = false
+	}
+	return e, ok && len(p.problems) == before
+}
+
+// quotaMatch reads an entry's match mapping v into m: entry name → value.
+func (p *parser) quotaMatch(v *yaml.Node, what string, m map[string]string) {
+	p.eachKey(v, what+".match", nil, func(name string, kn, vn *yaml.Node) {
+		if !ValidQuotaEntryName(name) {
+			p.errorf(kn, "%s.match: entry name %q must be 1 to 63 letters, digits, _ . or -", what, name)
+			return
+		}
+		val, ok := p.str(vn, what+".match."+name)
+		switch {
+		case !ok:
+		case val == "" || len(val) > MaxQuotaEntryBytes:
+			p.errorf(vn, "%s.match.%s: the value must be 1 to %d bytes", what, name, MaxQuotaEntryBytes)
+		default:
+			m[name] = val
+		}
+	})
+}
+
+// quotaBucketRef reads an entry's bucket v into e.Bucket, reporting a
+// bucket that cannot serve quota usage.
+func (p *parser) quotaBucketRef(v *yaml.Node, what string, r *Rules, e *QuotaBucket) {
+	name, ok := p.str(v, what+".bucket")
+	if !ok {
+		return
+	}
+	b := r.BucketIndex(name)
+	if b < 0 {
+		p.errorf(v, "%s.bucket: unknown bucket %q (known: %s)", what, name, bucketNames(r))
+		return
+	}
+	e.Bucket = b
+	if msg := quotaBucketProblem(r, b); msg != "" {
+		p.errorf(v, "%s.bucket: bucket %q %s", what, name, msg)
 	}
 }
 

@@ -280,28 +280,11 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	var e *entry
-	ei := sh.find(tag, c.Bucket, k.key)
-	if ei != noEntry {
-		if e = &sh.entries[ei]; int64(e.scale) != c.ScaleMS {
-			return Mismatch
-		}
-	} else {
-		if ei = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); ei == noEntry {
-			return Refused
-		}
-		e = &sh.entries[ei]
+	ei, st := s.mergeEntry(sh, k, tag, c, ms, w)
+	if st != Merged {
+		return st
 	}
-	if c.Window < e.newest-1 {
-		return Stale
-	}
-	sliding := c.Algorithm == Sliding || e.alg == Sliding
-	if sliding && e.alg != Sliding {
-		e.alg = Sliding // a longer life: the shard's minExpiry stays a lower bound
-	}
-	if c.Window > e.newest && sliding && c.Window == w+1 && e.total(w-1) != 0 {
-		return Deferred
-	}
+	e := &sh.entries[ei]
 	recs := sh.peers[k]
 	i := -1
 	for j := range recs {
@@ -319,14 +302,9 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		return Unchanged
 	}
 	if i < 0 {
-		recs = pruneOutdated(recs, e)
-		if len(recs) >= s.maxPeers {
-			sh.setPeers(k, recs)
+		if recs, i = s.addPeer(sh, k, e, recs, peer); i < 0 {
 			return Refused
 		}
-		recs = append(recs, peerCount{peer: peer, gen: e.gen, win: [2]int64{math.MinInt64, math.MinInt64}})
-		i = len(recs) - 1
-		sh.setPeers(k, recs)
 	}
 	if c.Window > e.newest {
 		if e.advance(c.Window) && s.track && s.shares.Load() != 0 {
@@ -340,24 +318,72 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
-	// With shares, a peer's report shrinks this node's share: when its
-	// unreported hits of the key, admitted against the larger one, are now
-	// half the share or more, they are reported now, so that the peers'
-	// shares do not spend them a second time. Fewer stay within the share
-	// as a Take would leave them.
-	if sv := s.shares.Load(); s.track && sv != 0 && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) {
-		lim := Limit{Limit: int64(e.limit), ScaleMS: int64(e.scale), Algorithm: e.alg}
-		var prev int64
-		if e.alg == Sliding {
-			prev = e.total(e.newest - 1)
-		}
-		el := min(max(ms-e.newest*lim.ScaleMS, 0), lim.ScaleMS-1)
-		if share, unreported := e.share(sv, lim, e.newest, el, prev); 2*unreported >= share {
-			sh.mark(ei, k, c.Window)
-			s.signalNear()
-		}
-	}
+	s.reportIfShrunk(sh, ei, k, c.Window, ms)
 	return Merged
+}
+
+// mergeEntry returns the index in sh of the entry a peer's count c of k
+// merges into, created if new, and Merged; or why c is not merged. ms is
+// now, w its window of c's length. The caller holds sh's lock.
+func (s *Store) mergeEntry(sh *shard, k mapKey, tag uint32, c WindowCount, ms, w int64) (int, MergeStatus) {
+	ei := sh.find(tag, c.Bucket, k.key)
+	if ei != noEntry {
+		if int64(sh.entries[ei].scale) != c.ScaleMS {
+			return ei, Mismatch
+		}
+	} else if ei = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); ei == noEntry {
+		return ei, Refused
+	}
+	e := &sh.entries[ei]
+	if c.Window < e.newest-1 {
+		return ei, Stale
+	}
+	sliding := c.Algorithm == Sliding || e.alg == Sliding
+	if sliding && e.alg != Sliding {
+		e.alg = Sliding // a longer life: the shard's minExpiry stays a lower bound
+	}
+	if c.Window > e.newest && sliding && c.Window == w+1 && e.total(w-1) != 0 {
+		return ei, Deferred
+	}
+	return ei, Merged
+}
+
+// addPeer adds peer to recs, k's peer counts, dropping the outdated ones
+// first, and returns them with peer's index; -1 when k has as many peers
+// as it may. The caller holds sh's lock.
+func (s *Store) addPeer(sh *shard, k mapKey, e *entry, recs []peerCount, peer PeerID) ([]peerCount, int) {
+	recs = pruneOutdated(recs, e)
+	if len(recs) >= s.maxPeers {
+		sh.setPeers(k, recs)
+		return recs, -1
+	}
+	recs = append(recs, peerCount{peer: peer, gen: e.gen, win: [2]int64{math.MinInt64, math.MinInt64}})
+	sh.setPeers(k, recs)
+	return recs, len(recs) - 1
+}
+
+// reportIfShrunk marks k for the next report when a peer's count of its
+// window w, just merged, shrank this node's share so far that its
+// unreported hits, admitted against the larger one, are now half the
+// share or more: so that the peers' shares do not spend them a second
+// time. Fewer stay within the share as a Take would leave them. The
+// caller holds sh's lock.
+func (s *Store) reportIfShrunk(sh *shard, ei int, k mapKey, w, ms int64) {
+	e := &sh.entries[ei]
+	sv := s.shares.Load()
+	if !s.track || sv == 0 || w != e.newest || e.limit == 0 || e.local[w&1] <= int64(e.pubNew) {
+		return
+	}
+	lim := Limit{Limit: int64(e.limit), ScaleMS: int64(e.scale), Algorithm: e.alg}
+	var prev int64
+	if e.alg == Sliding {
+		prev = e.total(e.newest - 1)
+	}
+	el := min(max(ms-e.newest*lim.ScaleMS, 0), lim.ScaleMS-1)
+	if share, unreported := e.share(sv, lim, e.newest, el, prev); 2*unreported >= share {
+		sh.mark(ei, k, w)
+		s.signalNear()
+	}
 }
 
 // setPeers stores recs as the peer counts of k, cloning k's string when k

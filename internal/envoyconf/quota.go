@@ -112,6 +112,49 @@ func (s QuotaStrategy) JSON() (map[string]any, error) {
 }
 
 func (b QuotaBucket) action(i int) (map[string]any, error) {
+	id, err := b.bucketID()
+	if err != nil {
+		return nil, err
+	}
+	interval := b.ReportingInterval
+	if interval == 0 {
+		interval = time.Second
+	}
+	if interval < 100*time.Millisecond {
+		return nil, fmt.Errorf("reporting interval %v: Envoy wants at least 100ms", interval)
+	}
+	s := map[string]any{
+		"@type":              quotaSettingsType,
+		"bucket_id_builder":  map[string]any{"bucket_id_builder": id},
+		"reporting_interval": duration(interval),
+	}
+	if b.NoAssignment != nil {
+		st, err := b.NoAssignment.JSON()
+		if err != nil {
+			return nil, fmt.Errorf("no_assignment_behavior: %w", err)
+		}
+		s["no_assignment_behavior"] = map[string]any{"fallback_rate_limit": st}
+	}
+	if b.Expired != nil || b.ReuseLast || b.ExpiredTimeout > 0 {
+		e, err := b.expiredBehavior()
+		if err != nil {
+			return nil, err
+		}
+		s["expired_assignment_behavior"] = e
+	}
+	if b.DenyStatus != 0 || b.DenyBody != "" || len(b.DenyHeaders) > 0 {
+		d, err := b.denySettings()
+		if err != nil {
+			return nil, err
+		}
+		s["deny_response_settings"] = d
+	}
+	return map[string]any{"name": fmt.Sprintf("bucket_%d", i), "typed_config": s}, nil
+}
+
+// bucketID is the bucket_id_builder's map of b.ID: key → a fixed value
+// or a request header's.
+func (b QuotaBucket) bucketID() (map[string]any, error) {
 	if len(b.ID) == 0 {
 		return nil, errors.New("empty bucket id")
 	}
@@ -142,72 +185,59 @@ func (b QuotaBucket) action(i int) (map[string]any, error) {
 		id[p.Key] = map[string]any{"custom_value": map[string]any{
 			"name": p.Key, "typed_config": map[string]any{"@type": headerInputType, "header_name": p.Header}}}
 	}
-	interval := b.ReportingInterval
-	if interval == 0 {
-		interval = time.Second
+	return id, nil
+}
+
+// expiredBehavior is the expired_assignment_behavior of b: Expired or
+// ReuseLast, not both, and ExpiredTimeout.
+func (b QuotaBucket) expiredBehavior() (map[string]any, error) {
+	e := map[string]any{}
+	if b.Expired != nil && b.ReuseLast {
+		return nil, errors.New("expired_assignment_behavior: both a fallback and reuse_last_assignment")
 	}
-	if interval < 100*time.Millisecond {
-		return nil, fmt.Errorf("reporting interval %v: Envoy wants at least 100ms", interval)
-	}
-	s := map[string]any{
-		"@type":              quotaSettingsType,
-		"bucket_id_builder":  map[string]any{"bucket_id_builder": id},
-		"reporting_interval": duration(interval),
-	}
-	if b.NoAssignment != nil {
-		st, err := b.NoAssignment.JSON()
+	if b.Expired != nil {
+		st, err := b.Expired.JSON()
 		if err != nil {
-			return nil, fmt.Errorf("no_assignment_behavior: %w", err)
+			return nil, fmt.Errorf("expired_assignment_behavior: %w", err)
 		}
-		s["no_assignment_behavior"] = map[string]any{"fallback_rate_limit": st}
+		e["fallback_rate_limit"] = st
 	}
-	if b.Expired != nil || b.ReuseLast || b.ExpiredTimeout > 0 {
-		e := map[string]any{}
-		if b.Expired != nil && b.ReuseLast {
-			return nil, errors.New("expired_assignment_behavior: both a fallback and reuse_last_assignment")
-		}
-		if b.Expired != nil {
-			st, err := b.Expired.JSON()
-			if err != nil {
-				return nil, fmt.Errorf("expired_assignment_behavior: %w", err)
-			}
-			e["fallback_rate_limit"] = st
-		}
-		if b.ReuseLast {
-			e["reuse_last_assignment"] = map[string]any{}
-		}
-		if b.ExpiredTimeout > 0 {
-			e["expired_assignment_behavior_timeout"] = duration(b.ExpiredTimeout)
-		}
-		s["expired_assignment_behavior"] = e
+	if b.ReuseLast {
+		e["reuse_last_assignment"] = map[string]any{}
 	}
-	if b.DenyStatus != 0 || b.DenyBody != "" || len(b.DenyHeaders) > 0 {
-		d := map[string]any{}
-		if b.DenyStatus != 0 {
-			if b.DenyStatus < 200 || b.DenyStatus > 599 {
-				return nil, fmt.Errorf("deny status %d: want 200-599", b.DenyStatus)
-			}
-			d["http_status"] = map[string]any{"code": b.DenyStatus}
-		}
-		if b.DenyBody != "" {
-			d["http_body"] = map[string]any{"value": base64.StdEncoding.EncodeToString([]byte(b.DenyBody))}
-		}
-		var hs []any
-		for k, v := range b.DenyHeaders {
-			if !headerName.MatchString(k) {
-				return nil, fmt.Errorf("deny header %q: want a lowercase header name", k)
-			}
-			if err := text("deny header value", v); err != nil {
-				return nil, err
-			}
-			hs = append(hs, map[string]any{"header": map[string]any{"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"})
-		}
-		if len(hs) > 0 {
-			d["response_headers_to_add"] = hs
-		}
-		s["deny_response_settings"] = d
+	if b.ExpiredTimeout > 0 {
+		e["expired_assignment_behavior_timeout"] = duration(b.ExpiredTimeout)
 	}
-	return map[string]any{"name": fmt.Sprintf("bucket_%d", i), "typed_config": s}, nil
+	return e, nil
+}
+
+// denySettings is the deny_response_settings of b: DenyStatus, DenyBody
+// and DenyHeaders, each only when given.
+func (b QuotaBucket) denySettings() (map[string]any, error) {
+	d := map[string]any{}
+	if b.DenyStatus != 0 {
+		if b.DenyStatus < 200 || b.DenyStatus > 599 {
+			return nil, fmt.Errorf("deny status %d: want 200-599", b.DenyStatus)
+		}
+		d["http_status"] = map[string]any{"code": b.DenyStatus}
+	}
+	if b.DenyBody != "" {
+		d["http_body"] = map[string]any{"value": base64.StdEncoding.EncodeToString([]byte(b.DenyBody))}
+	}
+	var hs []any
+	for k, v := range b.DenyHeaders {
+		if !headerName.MatchString(k) {
+			return nil, fmt.Errorf("deny header %q: want a lowercase header name", k)
+		}
+		if err := text("deny header value", v); err != nil {
+			return nil, err
+		}
+		hs = append(hs, map[string]any{"header": map[string]any{"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"})
+	}
+	if len(hs) > 0 {
+		d["response_headers_to_add"] = hs
+	}
+	return d, nil
 }
 
 // WithQuotaBuckets returns the rendered quota bootstrap cfg (QuotaPath)

@@ -359,87 +359,114 @@ func (str *stream) report(m *rlqspb.RateLimitQuotaUsageReports, now time.Time) (
 	s := str.s
 	s.m.reports.Inc()
 	st := s.cur.Load()
-	switch d := m.GetDomain(); {
-	case str.domain == "" && d == "":
-		return nil, status.Error(codes.InvalidArgument, "rlqs: the first report names no domain")
-	case str.domain == "":
-		if !st.domains[d] {
-			s.m.bounds[boundDomain].Inc()
-			return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain %q is not served (quota.domains)", clip(d))
-		}
-		str.domain = d
-	case d != "" && d != str.domain:
-		return nil, status.Errorf(codes.InvalidArgument, "rlqs: domain %q after %q on one stream: open another stream", clip(d), str.domain)
-	case !st.domains[str.domain]:
-		s.m.bounds[boundDomain].Inc()
-		return nil, status.Errorf(codes.FailedPrecondition, "rlqs: domain %q is no longer served (quota.domains)", str.domain)
+	if err := str.checkDomain(st, m.GetDomain()); err != nil {
+		return nil, err
 	}
 	resp := &rlqspb.RateLimitQuotaResponse{}
 	for _, u := range m.GetBucketQuotaUsages() {
-		s.m.requests[1].Add(float64(u.GetNumRequestsAllowed()))
-		s.m.requests[0].Add(float64(u.GetNumRequestsDenied()))
-		id := u.GetBucketId().GetBucket()
-		allowed := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32))
-		denied := int64(min(u.GetNumRequestsDenied(), math.MaxInt32))
-		if idProblem(id) != "" {
-			// Hostile or broken: refused, and told so, without keeping it.
-			s.m.bounds[boundIDSize].Inc()
-			s.m.results[resInvalid].Inc()
-			if len(id) > 0 {
-				resp.BucketAction = append(resp.BucketAction, st.encode(u.GetBucketId(), action{strat: stratDenyAll}, s.m))
-			}
-			continue
-		}
-		k := idKey(id)
-		t := str.ids[k]
-		if t == nil {
-			if len(str.ids) >= st.cfg.Quota.MaxBucketIDs {
-				s.m.bounds[boundBucketIDs].Inc()
-				s.m.results[resUntracked].Inc()
-				a := str.untracked(st, id, allowed, now)
-				resp.BucketAction = append(resp.BucketAction, st.encode(u.GetBucketId(), a, s.m))
-				continue
-			}
-			str.seq++
-			t = &tracked{stream: str.id, seq: str.seq, id: u.GetBucketId()}
-			str.ids[k] = t
-			s.m.bucketIDs.Inc()
-		}
-		if t.gen != st {
-			str.resolve(t, st)
-		}
-		// The span the usage was spent over: since this stream's previous
-		// report of the id, or, for an id new on the stream (Envoy
-		// reconnected and reports every bucket again), what Envoy says
-		// (whole seconds; 0 for a bucket's first report), within bounds.
-		span := min(max(u.GetTimeElapsed().AsDuration(), 0), st.cfg.Quota.AbandonAfter)
-		if !t.lastReport.IsZero() {
-			span = now.Sub(t.lastReport)
-		}
-		t.lastReport = now
-		a, exact := str.evaluate(t, usage{allowed, denied, span}, now, true)
-		if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sent.bounded {
-			// Not all of the window's usage is counted (part of it was
-			// guessed, or other participants have some unreported): a
-			// larger share could not be handed out safely, and Envoy
-			// would not add it to the tokens left anyway. A smaller one
-			// is sent: it caps what is left. Whether it refills follows
-			// the report. A share that counted every node, its group's
-			// count now known, does grow, in a plain replacement: Envoy
-			// 1.40 scales the tokens left by the new max_tokens over the
-			// old, so what the participant spent and what it has left
-			// add up to at most the new share.
-			a.tokens, a.bounded = t.sent.tokens, t.sent.bounded
-		}
-		// The first budget of a window goes out full, as a tick would send
-		// it, whichever comes first: a report early in a window, before the
-		// tick, must not replace the previous window's spent bucket.
-		fresh := exact || (a.budget && t.sent.budget && a.window != t.sent.window)
-		if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
-			resp.BucketAction = str.send(resp.BucketAction, t, a, now, st, fresh)
-		}
+		resp.BucketAction = str.reportUsage(resp.BucketAction, st, u, now)
 	}
 	return resp, nil
+}
+
+// checkDomain checks d, a report's domain, against the stream's: the
+// first report names it, later ones name it or none, and st must serve
+// it.
+func (str *stream) checkDomain(st *state, d string) error {
+	s := str.s
+	switch {
+	case str.domain == "" && d == "":
+		return status.Error(codes.InvalidArgument, "rlqs: the first report names no domain")
+	case str.domain == "":
+		if !st.domains[d] {
+			s.m.bounds[boundDomain].Inc()
+			return status.Errorf(codes.InvalidArgument, "rlqs: domain %q is not served (quota.domains)", clip(d))
+		}
+		str.domain = d
+	case d != "" && d != str.domain:
+		return status.Errorf(codes.InvalidArgument, "rlqs: domain %q after %q on one stream: open another stream", clip(d), str.domain)
+	case !st.domains[str.domain]:
+		s.m.bounds[boundDomain].Inc()
+		return status.Errorf(codes.FailedPrecondition, "rlqs: domain %q is no longer served (quota.domains)", str.domain)
+	}
+	return nil
+}
+
+// reportUsage handles one bucket id's usage in a report, appending to
+// out the action it sends, if any.
+func (str *stream) reportUsage(out []*rlqspb.RateLimitQuotaResponse_BucketAction, st *state, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, now time.Time) []*rlqspb.RateLimitQuotaResponse_BucketAction {
+	s := str.s
+	s.m.requests[1].Add(float64(u.GetNumRequestsAllowed()))
+	s.m.requests[0].Add(float64(u.GetNumRequestsDenied()))
+	id := u.GetBucketId().GetBucket()
+	allowed := int64(min(u.GetNumRequestsAllowed(), math.MaxInt32))
+	denied := int64(min(u.GetNumRequestsDenied(), math.MaxInt32))
+	if idProblem(id) != "" {
+		// Hostile or broken: refused, and told so, without keeping it.
+		s.m.bounds[boundIDSize].Inc()
+		s.m.results[resInvalid].Inc()
+		if len(id) > 0 {
+			out = append(out, st.encode(u.GetBucketId(), action{strat: stratDenyAll}, s.m))
+		}
+		return out
+	}
+	t := str.track(st, u)
+	if t == nil {
+		s.m.bounds[boundBucketIDs].Inc()
+		s.m.results[resUntracked].Inc()
+		return append(out, st.encode(u.GetBucketId(), str.untracked(st, id, allowed, now), s.m))
+	}
+	// The span the usage was spent over: since this stream's previous
+	// report of the id, or, for an id new on the stream (Envoy
+	// reconnected and reports every bucket again), what Envoy says
+	// (whole seconds; 0 for a bucket's first report), within bounds.
+	span := min(max(u.GetTimeElapsed().AsDuration(), 0), st.cfg.Quota.AbandonAfter)
+	if !t.lastReport.IsZero() {
+		span = now.Sub(t.lastReport)
+	}
+	t.lastReport = now
+	a, exact := str.evaluate(t, usage{allowed, denied, span}, now, true)
+	if !exact && a.strat == stratTokenBucket && t.sent.strat == stratTokenBucket && t.sent.window == a.window && a.tokens >= t.sent.tokens && !t.sent.bounded {
+		// Not all of the window's usage is counted (part of it was
+		// guessed, or other participants have some unreported): a
+		// larger share could not be handed out safely, and Envoy
+		// would not add it to the tokens left anyway. A smaller one
+		// is sent: it caps what is left. Whether it refills follows
+		// the report. A share that counted every node, its group's
+		// count now known, does grow, in a plain replacement: Envoy
+		// 1.40 scales the tokens left by the new max_tokens over the
+		// old, so what the participant spent and what it has left
+		// add up to at most the new share.
+		a.tokens, a.bounded = t.sent.tokens, t.sent.bounded
+	}
+	// The first budget of a window goes out full, as a tick would send
+	// it, whichever comes first: a report early in a window, before the
+	// tick, must not replace the previous window's spent bucket.
+	fresh := exact || (a.budget && t.sent.budget && a.window != t.sent.window)
+	if !t.hasSent || a != t.sent || now.Sub(t.sentAt) >= st.cfg.Quota.AssignmentTTL/2 {
+		out = str.send(out, t, a, now, st, fresh)
+	}
+	return out
+}
+
+// track returns the stream's state of u's bucket id, tracking it if new,
+// resolved under st; nil when the stream tracks as many ids as it may.
+func (str *stream) track(st *state, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *tracked {
+	k := idKey(u.GetBucketId().GetBucket())
+	t := str.ids[k]
+	if t == nil {
+		if len(str.ids) >= st.cfg.Quota.MaxBucketIDs {
+			return nil
+		}
+		str.seq++
+		t = &tracked{stream: str.id, seq: str.seq, id: u.GetBucketId()}
+		str.ids[k] = t
+		str.s.m.bucketIDs.Inc()
+	}
+	if t.gen != st {
+		str.resolve(t, st)
+	}
+	return t
 }
 
 // tick looks at every bucket id of the stream between reports. It sends

@@ -592,65 +592,18 @@ func (s *Service) lease(ctx context.Context, rs *ruleState, d *ratelimitv3.RateL
 
 // count counts hits against t and fills the descriptor's status.
 func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, key []byte, now time.Time, sl *slot) *rlsv3.RateLimitResponse_DescriptorStatus {
-	var (
-		over, overflow, charged bool
-		count, resetMS          int64
-	)
-	switch {
-	case t.lim.Limit == 0:
-		// Nothing is ever counted, and any hit would be refused: over,
-		// a check without counting (hits 0) included.
-		over, resetMS = true, untilWindowEnd(now, t.scaleMS)
-	case hits == 0:
-		r := s.limiter.Peek(t.id, keyString(key), t.lim, now)
-		// A check without counting is over when one more hit would be
-		// refused: a denied hit is not counted here, so "the count exceeds
-		// the limit" (upstream's test) would never hold for a key this
-		// node denied. An untracked key (Overflow) has no count: 0.
-		count, resetMS = r.Count, r.ResetMS
-		over = !r.Overflow && !r.Allowed
-		if over && t.lim.Algorithm == counter.Sliding {
-			resetMS = r.RetryAfterMS
-		}
-	case t.charge:
-		// A charge is counted whether or not it fits: its cost was spent
-		// (Envoy reports it when the stream is done and ignores the
-		// answer). It is over when the count is past the limit.
-		r := s.limiter.Incr(t.id, keyString(key), t.lim, hits, now)
-		count, resetMS = r.Count, r.ResetMS
-		switch {
-		case r.Overflow:
-			overflow, over = true, st.settings.DenyOverflow
-		default:
-			charged, over = true, r.Count > t.lim.Limit
-			if over && t.lim.Algorithm == counter.Sliding {
-				resetMS = r.RetryAfterMS
-			}
-		}
-	default:
-		r := s.limiter.TakeN(t.id, keyString(key), t.lim, hits, now)
-		count, resetMS = r.Count, r.ResetMS
-		switch {
-		case r.Overflow:
-			overflow, over = true, st.settings.DenyOverflow
-		case !r.Allowed:
-			over = true
-			if t.lim.Algorithm == counter.Sliding {
-				resetMS = r.RetryAfterMS
-			}
-		}
-	}
+	o := s.spend(st, t, hits, key, now)
 	c := rlsv3.RateLimitResponse_OK
 	var remaining int64
 	switch {
-	case overflow:
+	case o.overflow:
 		// The key's count is unknown: remaining 0; the setting decides.
 		t.m[decOverflow].Inc()
-		if over {
+		if o.over {
 			c = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-	case charged:
-		if over {
+	case o.charged:
+		if o.over {
 			s.logOver(ctx, t, key)
 			t.m[decChargedOver].Inc()
 			if !t.shadow {
@@ -658,9 +611,9 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 			}
 		} else {
 			t.m[decCharged].Inc()
-			remaining = min(max(0, t.report-count), math.MaxUint32)
+			remaining = min(max(0, t.report-o.count), math.MaxUint32)
 		}
-	case over:
+	case o.over:
 		s.logOver(ctx, t, key)
 		if t.shadow {
 			t.m[decShadowDenied].Inc()
@@ -670,9 +623,55 @@ func (s *Service) count(ctx context.Context, st *state, t *target, hits int64, k
 		}
 	default:
 		t.m[decAllowed].Inc()
-		remaining = min(max(0, t.report-count), math.MaxUint32)
+		remaining = min(max(0, t.report-o.count), math.MaxUint32)
 	}
-	return sl.set(c, t.current, uint32(remaining), seconds(resetMS))
+	return sl.set(c, t.current, uint32(remaining), seconds(o.resetMS))
+}
+
+// spent is what the counter made of a descriptor's hits.
+type spent struct {
+	over     bool // over the limit (or an untracked key the settings deny)
+	overflow bool // the key could not be tracked
+	charged  bool // a charge, counted whether or not it fit
+	count    int64
+	resetMS  int64 // until the window ends, or until a sliding key may retry
+}
+
+// spend counts hits against t's key: a check without counting (hits 0)
+// peeks, a charge is counted whether or not it fits, other hits are
+// taken only if all of them fit.
+func (s *Service) spend(st *state, t *target, hits int64, key []byte, now time.Time) (o spent) {
+	var r counter.Result
+	switch {
+	case t.lim.Limit == 0:
+		// Nothing is ever counted, and any hit would be refused: over,
+		// a check without counting (hits 0) included.
+		return spent{over: true, resetMS: untilWindowEnd(now, t.scaleMS)}
+	case hits == 0:
+		r = s.limiter.Peek(t.id, keyString(key), t.lim, now)
+		// A check without counting is over when one more hit would be
+		// refused: a denied hit is not counted here, so "the count exceeds
+		// the limit" (upstream's test) would never hold for a key this
+		// node denied. An untracked key (Overflow) has no count: 0.
+		o.over = !r.Overflow && !r.Allowed
+	case t.charge:
+		// A charge is counted whether or not it fits: its cost was spent
+		// (Envoy reports it when the stream is done and ignores the
+		// answer). It is over when the count is past the limit.
+		r = s.limiter.Incr(t.id, keyString(key), t.lim, hits, now)
+		o.overflow = r.Overflow
+		o.charged = !r.Overflow
+		o.over = (r.Overflow && st.settings.DenyOverflow) || (!r.Overflow && r.Count > t.lim.Limit)
+	default:
+		r = s.limiter.TakeN(t.id, keyString(key), t.lim, hits, now)
+		o.overflow = r.Overflow
+		o.over = (r.Overflow && st.settings.DenyOverflow) || (!r.Overflow && !r.Allowed)
+	}
+	o.count, o.resetMS = r.Count, r.ResetMS
+	if o.over && !o.overflow && t.lim.Algorithm == counter.Sliding {
+		o.resetMS = r.RetryAfterMS
+	}
+	return o
 }
 
 // overrideOf is the tenant override of an overridable rule's bucket for

@@ -355,29 +355,65 @@ type rateLimitNodes struct {
 	count, leaseTTL                                                      *yaml.Node
 }
 
-func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []string, depth int) {
-	var key, value string
-	var keyNode, children, shareNode *yaml.Node
+// descriptorSpec is one descriptor mapping as read.
+type descriptorSpec struct {
+	key, value                   string
+	keyNode, children, shareNode *yaml.Node
 	// rateLimits are every rate_limit given (by merges), in the order
 	// applied: upstream decodes each into the same struct.
-	var rateLimits []*yaml.Node
-	var shadow, share bool
+	rateLimits    []*yaml.Node
+	shadow, share bool
+}
+
+func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []string, depth int) {
+	d := b.readDescriptor(e)
+	at := cmp.Or(d.keyNode, e)
+	if d.key == "" {
+		b.errorf(at, "descriptor has empty key")
+		return
+	}
+	composite := d.key
+	if d.value != "" {
+		composite = d.key + "_" + d.value
+	}
+	finalKey := parentKey + "." + composite
+	wild := strings.Contains(d.value, "*")
+	b.checkShare(d, composite, wild)
+	if !b.claimComposite(lv, composite, finalKey, at) {
+		return
+	}
+	nd := &node{rule: -1, value: d.value, share: d.share && wild}
+	if depth == 1 {
+		b.tenantShared = nd.share
+	}
+	addNode(lv, d.key, wild, nd)
+	path = append(path[:len(path):len(path)], composite)
+	b.addRule(nd, d, at, finalKey, path)
+	if d.children != nil {
+		nd.children = &level{}
+		b.level(d.children, nd.children, finalKey, path, depth+1)
+	}
+}
+
+// readDescriptor reads the fields of descriptor e.
+func (b *builder) readDescriptor(e *yaml.Node) descriptorSpec {
+	var d descriptorSpec
 	b.mapping(e, "a descriptor", descriptorKeys, func(k string, kn, v *yaml.Node) {
 		switch k {
 		case "key":
-			key, _ = b.str(v)
-			keyNode = kn
+			d.key, _ = b.str(v)
+			d.keyNode = kn
 		case "value":
-			value, _ = b.str(v)
+			d.value, _ = b.str(v)
 		case "rate_limit":
-			rateLimits = append(rateLimits, v)
+			d.rateLimits = append(d.rateLimits, v)
 		case "descriptors":
-			children = v
+			d.children = v
 		case "shadow_mode":
-			shadow, _ = b.boolean(v)
+			d.shadow, _ = b.boolean(v)
 		case "share_threshold":
-			share, _ = b.boolean(v)
-			shareNode = kn
+			d.share, _ = b.boolean(v)
+			d.shareNode = kn
 		case "detailed_metric", "value_to_metric":
 			// Accepted and validated; metrics here are labelled by the
 			// configuration only (see docs/design/envoyproxy-ratelimit-config.md).
@@ -390,26 +426,26 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 			b.metadata(v)
 		}
 	})
-	at := cmp.Or(keyNode, e)
-	if key == "" {
-		b.errorf(at, "descriptor has empty key")
-		return
-	}
-	composite := key
-	if value != "" {
-		composite = key + "_" + value
-	}
-	finalKey := parentKey + "." + composite
-	wild := strings.Contains(value, "*")
+	return d
+}
+
+// checkShare reports a share_threshold on a descriptor whose value has
+// no wildcard.
+func (b *builder) checkShare(d descriptorSpec, composite string, wild bool) {
 	switch {
-	case share && !wild && strings.Contains(key, "*"):
+	case d.share && !wild && strings.Contains(d.key, "*"):
 		// Upstream takes key_value as one pattern, so a '*' in the key
 		// passes its check there; a key is literal here (see
 		// docs/design/envoyproxy-ratelimit-config.md).
-		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s': a key is matched literally here, so write the '*' in value (key: %s, value: \"*\")", composite, strings.ReplaceAll(key, "*", ""))
-	case share && !wild:
-		b.errorf(shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)
+		b.errorf(d.shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s': a key is matched literally here, so write the '*' in value (key: %s, value: \"*\")", composite, strings.ReplaceAll(d.key, "*", ""))
+	case d.share && !wild:
+		b.errorf(d.shareNode, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", composite)
 	}
+}
+
+// claimComposite records composite as taken among the descriptors of lv;
+// false, with a problem reported, when a sibling has it already.
+func (b *builder) claimComposite(lv *level, composite, finalKey string, at *yaml.Node) bool {
 	seen := b.composites[lv]
 	if seen == nil {
 		seen = map[string]bool{}
@@ -417,13 +453,16 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	if seen[composite] {
 		b.errorf(at, "duplicate descriptor composite key '%s'", finalKey)
-		return
+		return false
 	}
 	seen[composite] = true
-	nd := &node{rule: -1, value: value, share: share && wild}
-	if depth == 1 {
-		b.tenantShared = nd.share
-	}
+	return true
+}
+
+// addNode places nd, of key and value nd.value, in lv: among the
+// wildcards (wild), the exact values, or as the key's descriptor without
+// a value.
+func addNode(lv *level, key string, wild bool, nd *node) {
 	if lv.byKey == nil {
 		lv.byKey = map[string]*keyed{}
 	}
@@ -434,30 +473,32 @@ func (b *builder) descriptor(e *yaml.Node, lv *level, parentKey string, path []s
 	}
 	switch {
 	case wild:
-		nd.segments = strings.Split(value, "*")
+		nd.segments = strings.Split(nd.value, "*")
 		kd.wild = append(kd.wild, nd)
-	case value != "":
+	case nd.value != "":
 		if kd.exact == nil {
 			kd.exact = map[string]*node{}
 		}
-		kd.exact[value] = nd
+		kd.exact[nd.value] = nd
 	default:
 		kd.keyOnly = nd
 	}
-	path = append(path[:len(path):len(path)], composite)
-	if r, ok := b.rateLimit(rateLimits); ok && b.leaseDescriptor(r, at, value, children) {
-		r.StatsKey = finalKey
-		r.Shadow = shadow
-		r.Domain = b.domain
-		r.Bucket = bucketName("rls/", append([]string{r.Domain}, path...)...)
-		r.File, r.Line, r.Column = b.name, at.Line, at.Column
-		nd.rule = len(b.cfg.rules)
-		b.cfg.rules = append(b.cfg.rules, r)
+}
+
+// addRule makes the rule of descriptor d, if it has a valid one, the
+// rule of nd. path is the composite keys from the domain down to d.
+func (b *builder) addRule(nd *node, d descriptorSpec, at *yaml.Node, finalKey string, path []string) {
+	r, ok := b.rateLimit(d.rateLimits)
+	if !ok || !b.leaseDescriptor(r, at, d.value, d.children) {
+		return
 	}
-	if children != nil {
-		nd.children = &level{}
-		b.level(children, nd.children, finalKey, path, depth+1)
-	}
+	r.StatsKey = finalKey
+	r.Shadow = d.shadow
+	r.Domain = b.domain
+	r.Bucket = bucketName("rls/", append([]string{r.Domain}, path...)...)
+	r.File, r.Line, r.Column = b.name, at.Line, at.Column
+	nd.rule = len(b.cfg.rules)
+	b.cfg.rules = append(b.cfg.rules, r)
 }
 
 // rateLimit reads a descriptor's rate_limit, given once or more (a merge
