@@ -206,25 +206,9 @@ func (w *Watcher) loop(ctx context.Context, r *run, events <-chan fsnotify.Event
 	res := r.rescan()
 	last := res.fp
 	close(w.armed)
-	// A burst: from its first change to its notification. Its log is one
-	// line at the notification, whatever the number of events.
-	var (
-		pending    bool
-		first      time.Time
-		firstWhy   string
-		seen       int
-		overflowed bool
-	)
-	mark := func(why string) {
-		now := time.Now()
-		if !pending {
-			pending, first, firstWhy, seen = true, now, why, 0
-		}
-		seen++
-		debounce.Reset(min(w.opts.Debounce, first.Add(w.opts.MaxDelay).Sub(now)))
-	}
+	b := &burst{timer: debounce, debounce: w.opts.Debounce, maxDelay: w.opts.MaxDelay}
 	if res.fp != w.baseline.fp {
-		mark("changed before the watch started")
+		b.mark("changed before the watch started")
 	}
 
 	for {
@@ -237,7 +221,7 @@ func (w *Watcher) loop(ctx context.Context, r *run, events <-chan fsnotify.Event
 				continue
 			}
 			if r.relevant(ev) {
-				mark(ev.String())
+				b.mark(ev.String())
 			} else {
 				w.ignored.Add(1)
 			}
@@ -246,34 +230,70 @@ func (w *Watcher) loop(ctx context.Context, r *run, events <-chan fsnotify.Event
 				errs = nil
 				continue
 			}
-			if errors.Is(err, fsnotify.ErrEventOverflow) {
-				if !overflowed {
-					w.log.Warn("filewatch: inotify queue overflowed: events were lost, reading everything again")
-					overflowed = true
-				}
-				mark("inotify overflow")
-				continue
-			}
-			w.log.Warn("filewatch: inotify", "err", err)
+			w.inotifyError(err, b)
 		case <-poll:
 			res := r.rescan()
 			w.polls.Add(1)
 			if res.fp != last {
 				last = res.fp
-				mark("poll: fingerprint changed")
+				b.mark("poll: fingerprint changed")
 			}
 		case <-debounce.C:
-			pending, overflowed = false, false
-			res := r.rescan()
-			last = res.fp
-			w.notified.Add(1)
-			select {
-			case w.changes <- struct{}{}:
-			default: // one is waiting already
-			}
-			w.log.Debug("filewatch: changed", "first", firstWhy, "seen", seen, "after", time.Since(first))
+			last = w.notify(r, b)
 		}
 	}
+}
+
+// burst is a burst of changes: from its first change to its notification.
+// Its log is one line at the notification, whatever the number of events.
+type burst struct {
+	timer              *time.Timer // the debounce timer, stopped between bursts
+	debounce, maxDelay time.Duration
+	pending            bool
+	first              time.Time
+	firstWhy           string
+	seen               int
+	overflowed         bool // an inotify overflow was logged
+}
+
+// mark records a change and sets the timer to fire after debounce of
+// quiet, and no later than maxDelay after the burst's first change.
+func (b *burst) mark(why string) {
+	now := time.Now()
+	if !b.pending {
+		b.pending, b.first, b.firstWhy, b.seen = true, now, why, 0
+	}
+	b.seen++
+	b.timer.Reset(min(b.debounce, b.first.Add(b.maxDelay).Sub(now)))
+}
+
+// inotifyError handles an error of the inotify reader: an overflow lost
+// events, so it is a change (logged once a burst); any other is logged.
+func (w *Watcher) inotifyError(err error, b *burst) {
+	if errors.Is(err, fsnotify.ErrEventOverflow) {
+		if !b.overflowed {
+			w.log.Warn("filewatch: inotify queue overflowed: events were lost, reading everything again")
+			b.overflowed = true
+		}
+		b.mark("inotify overflow")
+		return
+	}
+	w.log.Warn("filewatch: inotify", "err", err)
+}
+
+// notify ends burst b once its timer fired: it rescans, sends on Changes
+// unless a notification is waiting already, and logs the burst. It
+// returns the fingerprint the next poll compares with.
+func (w *Watcher) notify(r *run, b *burst) fingerprint {
+	b.pending, b.overflowed = false, false
+	res := r.rescan()
+	w.notified.Add(1)
+	select {
+	case w.changes <- struct{}{}:
+	default: // one is waiting already
+	}
+	w.log.Debug("filewatch: changed", "first", b.firstWhy, "seen", b.seen, "after", time.Since(b.first))
+	return res.fp
 }
 
 // armedDir is a directory with an inotify watch, and the identity of the

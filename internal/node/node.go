@@ -176,6 +176,52 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := &core{snap: snap, store: store, over: over, repl: repl, leases: leases, cfg: &cfg, reg: reg, log: log}
+	services := server.Services{}
+	fronts, err := newFrontEnds(c, &services)
+	if err != nil {
+		return nil, err
+	}
+	rm, err := newReloadMetrics(reg, log)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := newServer(&cfg, services, repl, overridesState, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, overrides: cache, srv: srv, fronts: fronts,
+		parts: reloadParts(cache, repl, leases, fronts), reloads: rm, cur: snap, sketch: sketch, log: log,
+	}
+	if n.admin, err = n.newAdmin(sketch); err != nil {
+		srv.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// newFrontEnds builds, in frontEnds' order, the front ends the
+// configuration asks for, and adds what each serves to services.
+func newFrontEnds(c *core, services *server.Services) ([]*frontEnd, error) {
+	var fronts []*frontEnd
+	for _, newFront := range frontEnds() {
+		f, err := newFront(c)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			fronts = append(fronts, f)
+			f.serve(services)
+		}
+	}
+	return fronts, nil
+}
+
+// reloadParts are the parts Reload swaps, in this order: the overrides
+// cache and the replicator when the node has them (cache, repl nil: not),
+// the in-flight leases, then the front ends.
+func reloadParts(cache *overrides.Cache, repl *replicate.Replicator, leases *inflight.Sync, fronts []*frontEnd) []part {
 	var parts []part
 	if cache != nil {
 		parts = append(parts, part{"tenant overrides", prepareFunc(func(s *snapshot.Snapshot) (func(), error) { return cache.Prepare(s) })})
@@ -186,25 +232,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	parts = append(parts, part{"in-flight leases", prepareFunc(func(s *snapshot.Snapshot) (func(), error) {
 		return func() { leases.SetBuckets(s.Concurrency()) }, nil
 	})})
-	c := &core{snap: snap, store: store, over: over, repl: repl, leases: leases, cfg: &cfg, reg: reg, log: log}
-	var fronts []*frontEnd
-	services := server.Services{}
-	for _, newFront := range frontEnds() {
-		f, err := newFront(c)
-		if err != nil {
-			return nil, err
-		}
-		if f != nil {
-			fronts = append(fronts, f)
-			parts = append(parts, f.part)
-			f.serve(&services)
-		}
+	for _, f := range fronts {
+		parts = append(parts, f.part)
 	}
-	rm, err := newReloadMetrics(reg, log)
-	if err != nil {
-		return nil, err
-	}
-	srv, err := server.New(server.Config{
+	return parts
+}
+
+// newServer binds the node's listeners, serving services; overridesState
+// is appended to /readyz.
+func newServer(cfg *Config, services server.Services, repl *replicate.Replicator, overridesState func() string, reg server.Registry, log *slog.Logger) (*server.Server, error) {
+	return server.New(server.Config{
 		GRPCAddr: cfg.GRPCAddr, AccessLogAddr: cfg.AccessLogAddr, CheckAddr: cfg.CheckAddr,
 		HTTPAddr: cfg.HTTPAddr, PprofAddr: cfg.PprofAddr,
 		DrainDelay: cfg.DrainDelay, ShutdownTimeout: cfg.ShutdownTimeout,
@@ -215,18 +252,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		Limits:                  cfg.Limits,
 		StreamWorkers:           cfg.StreamWorkers,
 	}, services, reg, log)
-	if err != nil {
-		return nil, err
-	}
-	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, overrides: cache, srv: srv, fronts: fronts,
-		parts: parts, reloads: rm, cur: snap, sketch: sketch, log: log,
-	}
-	if n.admin, err = n.newAdmin(sketch); err != nil {
-		srv.Close()
-		return nil, err
-	}
-	return n, nil
 }
 
 // prepareFunc is a preparer from a function.

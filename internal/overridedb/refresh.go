@@ -42,75 +42,89 @@ type Sink interface {
 // as text). Values are read as text and decoded by the caller, so a broken
 // value fails its row, not the query. Missing tables wrap ErrNoSchema.
 func Read(ctx context.Context, conn *pgx.Conn, since string, s Sink) (watermark string, err error) {
-	full := since == ""
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		// Every transaction below xmin had finished when this snapshot was
 		// taken; the next read starts from there.
 		if err := tx.QueryRow(ctx, "SELECT pg_snapshot_xmin(pg_current_snapshot())::text").Scan(&watermark); err != nil {
 			return err
 		}
-		var rows pgx.Rows
-		var err error
-		if full {
-			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
-		} else {
-			rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", since)
-		}
-		if err != nil {
+		if err := readTenants(ctx, tx, since, s); err != nil {
 			return err
 		}
-		var (
-			tenant string
-			raw    pgtype.DriverBytes // the driver's buffer: valid for this row only
-		)
-		_, err = pgx.ForEachRow(rows, []any{&tenant, &raw}, func() error {
-			s.Tenant(tenant, raw)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if !full {
-			rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", since)
-			if err != nil {
-				return err
-			}
-			_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
-				s.TenantDeleted(tenant)
-				return nil
-			})
-			if err != nil {
-				return err
-			}
-		}
-		var keyName, key string
-		if full {
-			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
-		} else {
-			rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", since)
-		}
-		if err != nil {
-			return err
-		}
-		_, err = pgx.ForEachRow(rows, []any{&keyName, &key, &tenant}, func() error {
-			s.Owner(keyName, key, tenant)
-			return nil
-		})
-		if err != nil || full {
-			return err
-		}
-		rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", since)
-		if err != nil {
-			return err
-		}
-		_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
-			s.OwnerDeleted(keyName, key)
-			return nil
-		})
-		return err
+		return readOwners(ctx, tx, since, s)
 	})
 	if err != nil {
 		return "", fmt.Errorf("overridedb: read: %w", schemaError(err))
 	}
 	return watermark, nil
+}
+
+// readTenants hands s the rows of tenant_limits, then the deleted tenants:
+// with since "" every row and no deletions, else those from since on.
+func readTenants(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
+	full := since == ""
+	var rows pgx.Rows
+	var err error
+	if full {
+		rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
+	} else {
+		rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", since)
+	}
+	if err != nil {
+		return err
+	}
+	var (
+		tenant string
+		raw    pgtype.DriverBytes // the driver's buffer: valid for this row only
+	)
+	_, err = pgx.ForEachRow(rows, []any{&tenant, &raw}, func() error {
+		s.Tenant(tenant, raw)
+		return nil
+	})
+	if err != nil || full {
+		return err
+	}
+	rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", since)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&tenant}, func() error {
+		s.TenantDeleted(tenant)
+		return nil
+	})
+	return err
+}
+
+// readOwners hands s the rows of tenant_key_owners, then the deleted key
+// owners: with since "" every row and no deletions, else those from since
+// on.
+func readOwners(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
+	full := since == ""
+	var rows pgx.Rows
+	var err error
+	if full {
+		rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
+	} else {
+		rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", since)
+	}
+	if err != nil {
+		return err
+	}
+	var keyName, key, tenant string
+	_, err = pgx.ForEachRow(rows, []any{&keyName, &key, &tenant}, func() error {
+		s.Owner(keyName, key, tenant)
+		return nil
+	})
+	if err != nil || full {
+		return err
+	}
+	rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", since)
+	if err != nil {
+		return err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&keyName, &key}, func() error {
+		s.OwnerDeleted(keyName, key)
+		return nil
+	})
+	return err
 }

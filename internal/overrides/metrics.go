@@ -17,6 +17,7 @@ type metrics struct {
 	fileErrors   map[string]prometheus.Counter // by op: read, write
 }
 
+// newMetrics creates the cache's metrics and registers them with reg.
 func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 	const ns, sub = "ratelimit_authz", "overrides"
 	reloads := prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -56,15 +57,26 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 	for _, op := range []string{"read", "write"} {
 		m.fileErrors[op] = fileErrors.WithLabelValues(op)
 	}
-	source := prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "source"),
-		"Where the overrides served come from: 1 for the current source (postgres: the last refresh; snapshot: the snapshot file, Postgres not reached since start; none: the configured limits only), 0 for the others.",
-		[]string{"source"}, nil)
 	for _, kind := range []string{"full", "incremental"} {
 		m.reloads[kind] = reloads.WithLabelValues(kind)
 		m.duration[kind] = duration.WithLabelValues(kind)
 	}
-	for _, col := range []prometheus.Collector{
-		reloads, duration, m.reloadErrors, m.invalidRows, m.loaded, m.ownersLoaded, fileErrors,
+	cols := []prometheus.Collector{reloads, duration, m.reloadErrors, m.invalidRows, m.loaded, m.ownersLoaded, fileErrors}
+	for _, col := range append(cols, stateCollectors(ns, sub, c)...) {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("overrides: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// stateCollectors are the metrics of c's state read at scrape time: the
+// source, the snapshot's age and whether c is degraded.
+func stateCollectors(ns, sub string, c *Cache) []prometheus.Collector {
+	source := prometheus.NewDesc(prometheus.BuildFQName(ns, sub, "source"),
+		"Where the overrides served come from: 1 for the current source (postgres: the last refresh; snapshot: the snapshot file, Postgres not reached since start; none: the configured limits only), 0 for the others.",
+		[]string{"source"}, nil)
+	return []prometheus.Collector{
 		sourceCollector{desc: source, c: c},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: ns, Subsystem: sub, Name: "snapshot_age_seconds",
@@ -79,12 +91,7 @@ func newMetrics(reg prometheus.Registerer, c *Cache) (*metrics, error) {
 			}
 			return 0
 		}),
-	} {
-		if err := reg.Register(col); err != nil {
-			return nil, fmt.Errorf("overrides: register metrics: %w", err)
-		}
 	}
-	return m, nil
 }
 
 // sourceCollector exports the source gauge, one series per source, read

@@ -68,105 +68,148 @@ type fileSnapshot struct {
 // decodeSnapshot reads a snapshot file of at most maxBytes, checking
 // everything: shape, bounds, counts, duplicates and the digest.
 func decodeSnapshot(r io.Reader, maxBytes int64) (*fileSnapshot, error) {
-	bad := func(line int, format string, args ...any) error {
-		return fmt.Errorf("%w: line %d: %s", ErrBadSnapshot, line, fmt.Sprintf(format, args...))
+	d := &snapshotDecoder{
+		h:        sha256.New(),
+		br:       bufio.NewReaderSize(io.LimitReader(r, maxBytes+1), 64<<10),
+		maxBytes: maxBytes,
+		fs:       &fileSnapshot{Overrides: map[string][]limits.Override{}},
+		ownerSet: map[[2]string]bool{},
 	}
-	h := sha256.New()
-	br := bufio.NewReaderSize(io.LimitReader(r, maxBytes+1), 64<<10)
-	fs := &fileSnapshot{Overrides: map[string][]limits.Override{}}
-	var (
-		total    int64
-		n        int
-		entries  int
-		ownerSet = map[[2]string]bool{}
-	)
-	for n = 1; ; n++ {
-		line, err := br.ReadSlice('\n')
-		switch {
-		case errors.Is(err, bufio.ErrBufferFull) || len(line) > maxSnapshotLine:
-			return nil, bad(n, "longer than %d bytes", maxSnapshotLine)
-		case errors.Is(err, io.EOF) && total+int64(len(line)) > maxBytes:
-			return nil, bad(n, "the file is larger than %d bytes", maxBytes)
-		case errors.Is(err, io.EOF):
-			return nil, bad(n, "the file ends before its end line (truncated)")
-		case err != nil:
-			return nil, fmt.Errorf("%w: read: %v", ErrBadSnapshot, err)
-		}
-		if total += int64(len(line)); total > maxBytes {
-			return nil, bad(n, "the file is larger than %d bytes", maxBytes)
+	for n := 1; ; n++ {
+		line, err := d.readLine(n)
+		if err != nil {
+			return nil, err
 		}
 		body := line[:len(line)-1]
 		if n == 1 {
 			if string(body) != snapshotMagic {
-				return nil, bad(n, "not a snapshot file (want the first line %q)", snapshotMagic)
+				return nil, badLine(n, "not a snapshot file (want the first line %q)", snapshotMagic)
 			}
-			h.Write(line)
+			d.h.Write(line)
 			continue
 		}
 		f := bytes.Split(body, []byte{'\t'})
 		switch string(f[0]) {
 		case "T":
-			if len(f) != 5 {
-				return nil, bad(n, "an override has %d fields, want 5", len(f))
-			}
-			tenant, bucket := string(f[1]), string(f[2])
-			limit, err1 := plainInt(f[3])
-			scale, err2 := plainInt(f[4])
-			o := limits.Override{Bucket: bucket, Limit: limit, ScaleMS: scale}
-			switch {
-			case limits.ValidateTenant(tenant) != nil:
-				return nil, bad(n, "invalid tenant")
-			case !match.ValidBucketName(bucket):
-				return nil, bad(n, "invalid bucket name")
-			case err1 != nil || err2 != nil || !o.Valid():
-				return nil, bad(n, "invalid limit or window")
-			case slices.ContainsFunc(fs.Overrides[tenant], func(p limits.Override) bool { return p.Bucket == bucket }):
-				return nil, bad(n, "a repeated override")
-			case len(fs.Overrides[tenant]) >= maxSnapshotTenantEntries:
-				return nil, bad(n, "more than %d overrides for one tenant", maxSnapshotTenantEntries)
-			}
-			fs.Overrides[tenant] = append(fs.Overrides[tenant], o)
-			entries++
+			err = d.override(n, f)
 		case "O":
-			if len(f) != 4 {
-				return nil, bad(n, "an owner has %d fields, want 4", len(f))
-			}
-			o := overridedb.Owner{KeyName: string(f[1]), Key: string(f[2]), Tenant: string(f[3])}
-			k := [2]string{o.KeyName, o.Key}
-			switch {
-			case limits.ValidateKeyName(o.KeyName) != nil || limits.ValidateKeyValue(o.Key) != nil || limits.ValidateTenant(o.Tenant) != nil:
-				return nil, bad(n, "invalid owner")
-			case ownerSet[k]:
-				return nil, bad(n, "a repeated owner")
-			}
-			ownerSet[k] = true
-			fs.Owners = append(fs.Owners, o)
+			err = d.owner(n, f)
 		case "end":
-			if len(f) != 5 {
-				return nil, bad(n, "the end line has %d fields, want 5", len(f))
-			}
-			wantEntries, err1 := plainInt(f[1])
-			wantOwners, err2 := plainInt(f[2])
-			written, err3 := plainInt(f[3])
-			sum := hex.EncodeToString(h.Sum(nil))
-			switch {
-			case err1 != nil || err2 != nil || err3 != nil:
-				return nil, bad(n, "the end line's counts are not numbers")
-			case string(f[4]) != sum:
-				return nil, bad(n, "the digest does not match the content (corrupt)")
-			case wantEntries != int64(entries) || wantOwners != int64(len(fs.Owners)):
-				return nil, bad(n, "counts %d overrides and %d owners, the file holds %d and %d", wantEntries, wantOwners, entries, len(fs.Owners))
-			}
-			if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-				return nil, bad(n+1, "data after the end line")
-			}
-			fs.Written = time.UnixMilli(written)
-			return fs, nil
+			return d.end(n, f)
 		default:
-			return nil, bad(n, "unknown record %.10q", f[0])
+			err = badLine(n, "unknown record %.10q", f[0])
 		}
-		h.Write(line)
+		if err != nil {
+			return nil, err
+		}
+		d.h.Write(line)
 	}
+}
+
+// snapshotDecoder is the state of one decodeSnapshot: the digest of the
+// lines before the current one, the bytes read and the records so far.
+type snapshotDecoder struct {
+	h        hash.Hash
+	br       *bufio.Reader // reads at most maxBytes+1 bytes
+	maxBytes int64
+	total    int64 // bytes read, the current line included
+	fs       *fileSnapshot
+	entries  int                // overrides in fs
+	ownerSet map[[2]string]bool // KeyName, Key of the owners in fs
+}
+
+// badLine is an ErrBadSnapshot error about line n.
+func badLine(n int, format string, args ...any) error {
+	return fmt.Errorf("%w: line %d: %s", ErrBadSnapshot, n, fmt.Sprintf(format, args...))
+}
+
+// readLine reads line n, newline included, within maxSnapshotLine and
+// the file's bound. The line is valid until the next read.
+func (d *snapshotDecoder) readLine(n int) ([]byte, error) {
+	line, err := d.br.ReadSlice('\n')
+	switch {
+	case errors.Is(err, bufio.ErrBufferFull) || len(line) > maxSnapshotLine:
+		return nil, badLine(n, "longer than %d bytes", maxSnapshotLine)
+	case errors.Is(err, io.EOF) && d.total+int64(len(line)) > d.maxBytes:
+		return nil, badLine(n, "the file is larger than %d bytes", d.maxBytes)
+	case errors.Is(err, io.EOF):
+		return nil, badLine(n, "the file ends before its end line (truncated)")
+	case err != nil:
+		return nil, fmt.Errorf("%w: read: %v", ErrBadSnapshot, err)
+	}
+	if d.total += int64(len(line)); d.total > d.maxBytes {
+		return nil, badLine(n, "the file is larger than %d bytes", d.maxBytes)
+	}
+	return line, nil
+}
+
+// override adds the override record f of line n.
+func (d *snapshotDecoder) override(n int, f [][]byte) error {
+	if len(f) != 5 {
+		return badLine(n, "an override has %d fields, want 5", len(f))
+	}
+	tenant, bucket := string(f[1]), string(f[2])
+	limit, err1 := plainInt(f[3])
+	scale, err2 := plainInt(f[4])
+	o := limits.Override{Bucket: bucket, Limit: limit, ScaleMS: scale}
+	switch {
+	case limits.ValidateTenant(tenant) != nil:
+		return badLine(n, "invalid tenant")
+	case !match.ValidBucketName(bucket):
+		return badLine(n, "invalid bucket name")
+	case err1 != nil || err2 != nil || !o.Valid():
+		return badLine(n, "invalid limit or window")
+	case slices.ContainsFunc(d.fs.Overrides[tenant], func(p limits.Override) bool { return p.Bucket == bucket }):
+		return badLine(n, "a repeated override")
+	case len(d.fs.Overrides[tenant]) >= maxSnapshotTenantEntries:
+		return badLine(n, "more than %d overrides for one tenant", maxSnapshotTenantEntries)
+	}
+	d.fs.Overrides[tenant] = append(d.fs.Overrides[tenant], o)
+	d.entries++
+	return nil
+}
+
+// owner adds the key owner record f of line n.
+func (d *snapshotDecoder) owner(n int, f [][]byte) error {
+	if len(f) != 4 {
+		return badLine(n, "an owner has %d fields, want 4", len(f))
+	}
+	o := overridedb.Owner{KeyName: string(f[1]), Key: string(f[2]), Tenant: string(f[3])}
+	k := [2]string{o.KeyName, o.Key}
+	switch {
+	case limits.ValidateKeyName(o.KeyName) != nil || limits.ValidateKeyValue(o.Key) != nil || limits.ValidateTenant(o.Tenant) != nil:
+		return badLine(n, "invalid owner")
+	case d.ownerSet[k]:
+		return badLine(n, "a repeated owner")
+	}
+	d.ownerSet[k] = true
+	d.fs.Owners = append(d.fs.Owners, o)
+	return nil
+}
+
+// end checks the end line f (line n) against the records and the digest,
+// and that nothing follows it; it returns the decoded file.
+func (d *snapshotDecoder) end(n int, f [][]byte) (*fileSnapshot, error) {
+	if len(f) != 5 {
+		return nil, badLine(n, "the end line has %d fields, want 5", len(f))
+	}
+	wantEntries, err1 := plainInt(f[1])
+	wantOwners, err2 := plainInt(f[2])
+	written, err3 := plainInt(f[3])
+	sum := hex.EncodeToString(d.h.Sum(nil))
+	switch {
+	case err1 != nil || err2 != nil || err3 != nil:
+		return nil, badLine(n, "the end line's counts are not numbers")
+	case string(f[4]) != sum:
+		return nil, badLine(n, "the digest does not match the content (corrupt)")
+	case wantEntries != int64(d.entries) || wantOwners != int64(len(d.fs.Owners)):
+		return nil, badLine(n, "counts %d overrides and %d owners, the file holds %d and %d", wantEntries, wantOwners, d.entries, len(d.fs.Owners))
+	}
+	if _, err := d.br.ReadByte(); !errors.Is(err, io.EOF) {
+		return nil, badLine(n+1, "data after the end line")
+	}
+	d.fs.Written = time.UnixMilli(written)
+	return d.fs, nil
 }
 
 // plainInt reads a non-negative decimal of at most 18 digits.

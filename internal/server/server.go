@@ -325,18 +325,9 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	if cfg.AccessLogAddr != "" && svc.AccessLog == nil {
 		return nil, errors.New("server: an access-log address but no access-log service")
 	}
-	checkAllow, err := parseAllowList(cfg.TLS.AllowedClients)
+	checkAllow, alsAllow, err := cfg.allowLists()
 	if err != nil {
 		return nil, err
-	}
-	alsAllow := checkAllow
-	if cfg.AccessLogAllowedClients != nil {
-		if alsAllow, err = parseAllowList(cfg.AccessLogAllowedClients); err != nil {
-			return nil, err
-		}
-		if alsAllow.empty() {
-			return nil, errors.New("server: access-log allowed clients: an empty list (leave it unset to take the gRPC port's)")
-		}
 	}
 
 	s := &Server{cfg: cfg, svc: svc, log: log, health: health.NewServer()}
@@ -345,32 +336,8 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 			s.closeListeners()
 		}
 	}()
-	check, err := s.newGRPC(listenerGRPC, cfg.GRPCAddr, checkAllow)
-	if err != nil {
+	if err = s.bindGRPC(checkAllow, alsAllow); err != nil {
 		return nil, err
-	}
-	if lean, ok := svc.Authz.(checkwire.Server); ok {
-		checkwire.Register(check.srv, lean) // decoded by the codec newGRPC installs
-	} else {
-		authv3.RegisterAuthorizationServer(check.srv, svc.Authz)
-	}
-	if svc.RateLimit != nil {
-		rlsv3.RegisterRateLimitServiceServer(check.srv, svc.RateLimit)
-	}
-	if svc.RateLimitQuota != nil {
-		rlqsv3.RegisterRateLimitQuotaServiceServer(check.srv, svc.RateLimitQuota)
-	}
-	if svc.AccessLog != nil {
-		als := check
-		if cfg.AccessLogAddr != "" {
-			if als, err = s.newGRPC(listenerAccessLog, cfg.AccessLogAddr, alsAllow); err != nil {
-				return nil, err
-			}
-		}
-		alsv3.RegisterAccessLogServiceServer(als.srv, svc.AccessLog)
-	}
-	for _, g := range s.grpcs {
-		healthpb.RegisterHealthServer(g.srv, s.health)
 	}
 	if cfg.CheckAddr != "" {
 		if s.check, err = s.newCheck(cfg.CheckAddr, checkAllow); err != nil {
@@ -380,9 +347,73 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 	for _, name := range s.healthNames() {
 		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
+	if err = s.bindHTTP(reg); err != nil {
+		return nil, err
+	}
+	if err := s.registerMetrics(reg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
 
-	if s.hlis, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-		return nil, fmt.Errorf("server: listen HTTP on %s: %w", cfg.HTTPAddr, err)
+// allowLists are the allow-lists of the Check port and of the access-log
+// port; the access-log port takes the Check port's unless it has its own.
+func (c *Config) allowLists() (checkAllow, alsAllow allowList, err error) {
+	if checkAllow, err = parseAllowList(c.TLS.AllowedClients); err != nil {
+		return checkAllow, alsAllow, err
+	}
+	alsAllow = checkAllow
+	if c.AccessLogAllowedClients != nil {
+		if alsAllow, err = parseAllowList(c.AccessLogAllowedClients); err != nil {
+			return checkAllow, alsAllow, err
+		}
+		if alsAllow.empty() {
+			return checkAllow, alsAllow, errors.New("server: access-log allowed clients: an empty list (leave it unset to take the gRPC port's)")
+		}
+	}
+	return checkAllow, alsAllow, nil
+}
+
+// bindGRPC binds the gRPC port, and the access-log port when configured,
+// and registers on them the services and gRPC health. On error the
+// listeners bound so far are in s.grpcs, for closeListeners.
+func (s *Server) bindGRPC(checkAllow, alsAllow allowList) error {
+	check, err := s.newGRPC(listenerGRPC, s.cfg.GRPCAddr, checkAllow)
+	if err != nil {
+		return err
+	}
+	if lean, ok := s.svc.Authz.(checkwire.Server); ok {
+		checkwire.Register(check.srv, lean) // decoded by the codec newGRPC installs
+	} else {
+		authv3.RegisterAuthorizationServer(check.srv, s.svc.Authz)
+	}
+	if s.svc.RateLimit != nil {
+		rlsv3.RegisterRateLimitServiceServer(check.srv, s.svc.RateLimit)
+	}
+	if s.svc.RateLimitQuota != nil {
+		rlqsv3.RegisterRateLimitQuotaServiceServer(check.srv, s.svc.RateLimitQuota)
+	}
+	if s.svc.AccessLog != nil {
+		als := check
+		if s.cfg.AccessLogAddr != "" {
+			if als, err = s.newGRPC(listenerAccessLog, s.cfg.AccessLogAddr, alsAllow); err != nil {
+				return err
+			}
+		}
+		alsv3.RegisterAccessLogServiceServer(als.srv, s.svc.AccessLog)
+	}
+	for _, g := range s.grpcs {
+		healthpb.RegisterHealthServer(g.srv, s.health)
+	}
+	return nil
+}
+
+// bindHTTP binds the HTTP port, and the pprof port when configured, and
+// builds their servers. On error the listeners bound so far are in s, for
+// closeListeners.
+func (s *Server) bindHTTP(reg prometheus.Gatherer) (err error) {
+	if s.hlis, err = net.Listen("tcp", s.cfg.HTTPAddr); err != nil {
+		return fmt.Errorf("server: listen HTTP on %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.http = &http.Server{
 		Handler:           s.adminMux(reg),
@@ -391,9 +422,9 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 		WriteTimeout:      30 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
-	if cfg.PprofAddr != "" {
-		if s.plis, err = net.Listen("tcp", cfg.PprofAddr); err != nil {
-			return nil, fmt.Errorf("server: listen pprof on %s: %w", cfg.PprofAddr, err)
+	if s.cfg.PprofAddr != "" {
+		if s.plis, err = net.Listen("tcp", s.cfg.PprofAddr); err != nil {
+			return fmt.Errorf("server: listen pprof on %s: %w", s.cfg.PprofAddr, err)
 		}
 		s.pprof = &http.Server{
 			Handler:           pprofMux(),
@@ -403,10 +434,7 @@ func New(cfg Config, svc Services, reg Registry, log *slog.Logger) (_ *Server, e
 			MaxHeaderBytes:    64 << 10,
 		}
 	}
-	if err := s.registerMetrics(reg); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return nil
 }
 
 // newGRPC binds a bounded gRPC listener with the configured transport
@@ -631,6 +659,18 @@ func (s *Server) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	s.log.Info("serving", s.servingAttrs()...)
+	g.Go(func() error {
+		<-gctx.Done()
+		s.shutdown()
+		return nil
+	})
+	return g.Wait()
+}
+
+// servingAttrs are the attributes of the "serving" log line: the bound
+// addresses, the transport security and the bounds.
+func (s *Server) servingAttrs() []any {
 	attrs := []any{"grpc", s.GRPCAddr().String(), "http", s.HTTPAddr().String()}
 	if a := s.AccessLogAddr(); a != nil {
 		attrs = append(attrs, "access_log", a.String())
@@ -641,16 +681,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if a := s.CheckAddr(); a != nil {
 		attrs = append(attrs, "check", a.String(), "check_tls", s.check.tls)
 	}
-	attrs = append(attrs, "grpc_tls", s.grpcs[0].tls,
+	return append(attrs, "grpc_tls", s.grpcs[0].tls,
 		"max_connections", s.cfg.Limits.MaxConnections, "max_streams", s.cfg.Limits.MaxConcurrentStreams,
 		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes, "stream_workers", max(s.cfg.StreamWorkers, 0))
-	s.log.Info("serving", attrs...)
-	g.Go(func() error {
-		<-gctx.Done()
-		s.shutdown()
-		return nil
-	})
-	return g.Wait()
 }
 
 // shutdown: NOT_SERVING, the drain delay, the access-log and quota
