@@ -152,8 +152,8 @@ type Options struct {
 	Leases Releaser
 }
 
-// Recorder counts reported failures. Create it with New; Update swaps its
-// configuration while it serves.
+// Recorder counts reported failures. Create it with New; a reload swaps
+// its configuration while it serves (Prepare).
 type Recorder struct {
 	alsv3.UnimplementedAccessLogServiceServer
 
@@ -224,28 +224,17 @@ func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *s
 	return rec, nil
 }
 
-// Update makes cfg, under limits, the configuration of the next report; a
-// report being counted finishes on the previous one. It validates first:
-// on an error nothing changes.
-func (rec *Recorder) Update(cfg Config, limits Limits) error {
-	swap, err := rec.prepare(cfg, limits)
-	if err != nil {
-		return err
-	}
-	swap()
-	return nil
-}
-
 // Prepare validates snap for failure counting, its limits resolved over
 // Options.Overrides, and returns what makes it the configuration of the
-// next report; it changes nothing itself.
+// next report; it changes nothing itself. A report being counted
+// finishes on the previous one.
 func (rec *Recorder) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	return rec.prepare(ConfigFrom(snap), snapshot.NewResolver(snap, rec.over))
 }
 
 func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
 	if limits == nil {
-		return nil, errors.New("failures: Update needs limits")
+		return nil, errors.New("failures: the configuration needs limits")
 	}
 	if err := checkConfig(cfg); err != nil {
 		return nil, err

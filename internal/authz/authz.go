@@ -71,8 +71,8 @@ type Config struct {
 	DenyUnreadableAccount bool
 }
 
-// Service answers Envoy's Check calls. Create it with New; Update swaps
-// its configuration while it serves.
+// Service answers Envoy's Check calls. Create it with New; a reload swaps
+// its configuration while it serves (Prepare).
 type Service struct {
 	authv3.UnimplementedAuthorizationServer
 
@@ -97,7 +97,7 @@ type Service struct {
 var _ checkwire.Server = (*Service)(nil)
 
 // generation is one configuration, immutable: a Check loads it once and
-// decides wholly under it, so a check in flight during Update finishes on
+// decides wholly under it, so a check in flight during a reload finishes on
 // the configuration it started with.
 type generation struct {
 	matcher            *match.Engine
@@ -192,22 +192,11 @@ func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus
 	return s, nil
 }
 
-// Update makes cfg, matched by m and limited by limits, the configuration
-// of the next Check; a Check in flight finishes on the previous one. It
-// validates first: on an error nothing changes. The metrics stay those
-// registered by New (children for new bucket names are added).
-func (s *Service) Update(cfg Config, m *match.Engine, limits Limits) error {
-	swap, err := s.prepare(cfg, m, limits)
-	if err != nil {
-		return err
-	}
-	swap()
-	return nil
-}
-
 // Prepare validates snap for the Check, its limits resolved over
 // Options.Overrides, and returns what makes it the configuration of the
-// next Check; it changes nothing itself.
+// next Check; it changes nothing itself. A Check in flight finishes on the
+// previous one. The metrics stay those registered by New (children for
+// new bucket names are added).
 func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	return s.prepare(ConfigFrom(snap), snap.Matcher, snapshot.NewResolver(snap, s.over))
 }

@@ -572,22 +572,20 @@ func allocsPerCheck(t *testing.T, h *harness, wire []byte) float64 {
 	})
 }
 
-// reload makes yaml the Service's configuration (Update), on the same
-// counter: ids are indices, so a bucket keeps its counts by position.
+// reload makes yaml the Service's configuration as a node's reload does
+// (Prepare, then the swap), on the same counter: ids are indices, so a
+// bucket keeps its counts by position.
 func (h *harness) reload(yaml string) {
 	h.t.Helper()
 	next, err := configfile.Parse([]byte(yaml), "next.yaml")
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	m, err := match.New(next.Descriptors())
+	swap, err := h.svc.Prepare(snapshottest.ByIndex(h.t, next))
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	snap := snapshottest.ByIndex(h.t, next)
-	if err := h.svc.Update(authz.ConfigFrom(snap), m, snapshot.NewResolver(snap, nil)); err != nil {
-		h.t.Fatal(err)
-	}
+	swap()
 	h.rules = next
 }
 

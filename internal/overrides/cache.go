@@ -187,7 +187,7 @@ type Cache struct {
 	lastErr     atomic.Pointer[string]
 
 	// refreshing serialises refreshes (Load and Run) across their queries.
-	// mu guards the state below, which refreshes publish and Update
+	// mu guards the state below, which refreshes publish and reloads
 	// changes; a refresh holds it only to publish, never across a query.
 	refreshing sync.Mutex
 	mu         sync.Mutex
@@ -235,33 +235,23 @@ func NewCache(cfg Config, snap *compiled.Snapshot, reg prometheus.Registerer, lo
 	return c, nil
 }
 
-// Update re-resolves the overrides held against the buckets of a new
-// configuration, by name: an override of a bucket that is no longer
-// overridable, or gone, stops applying and its tenant counts among the
-// invalid rows; key owners follow their key names. A lookup in flight
-// finishes on the previous configuration. The next refresh re-reads the
-// whole table (overrides skipped before for naming a bucket the new
-// configuration adds apply from then on). On an error nothing changes.
-func (c *Cache) Update(snap *compiled.Snapshot) error {
-	swap, err := c.Prepare(snap)
-	if err != nil {
-		return err
-	}
-	swap()
-	return nil
-}
-
-// Prepare validates snap as Update does and returns what makes it the
-// configuration (Update's work); it changes nothing itself.
+// Prepare validates snap and returns what makes it the configuration; it
+// changes nothing itself. The swap re-resolves the overrides held against
+// the buckets of the new configuration, by name: an override of a bucket
+// that is no longer overridable, or gone, stops applying and its tenant
+// counts among the invalid rows; key owners follow their key names. A
+// lookup in flight finishes on the previous configuration. The next
+// refresh re-reads the whole table (overrides skipped before for naming a
+// bucket the new configuration adds apply from then on).
 func (c *Cache) Prepare(snap *compiled.Snapshot) (swap func(), err error) {
 	if snap == nil {
-		return nil, errors.New("overrides: Update needs the configuration")
+		return nil, errors.New("overrides: Prepare needs the configuration")
 	}
 	v := newView(snap, c.log)
 	return func() { c.update(v) }, nil
 }
 
-// update re-resolves the overrides held against v (see Update).
+// update re-resolves the overrides held against v (see Prepare).
 func (c *Cache) update(v *view) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -505,15 +495,15 @@ type change struct {
 	invalid bool
 }
 
-// maxViewRaces is how many reads in a row a refresh makes while Updates
+// maxViewRaces is how many reads in a row a refresh makes while reloads
 // keep swapping the configuration under it before it gives up (the next
 // refresh tries again).
 const maxViewRaces = 3
 
 // refresh reads the table (all of it, or what changed since the watermark)
 // in one repeatable-read snapshot and publishes the result. The read runs
-// without c.mu, so an Update (a reload) never waits for a query; rows read
-// while an Update swapped the configuration were resolved against the old
+// without c.mu, so a reload never waits for a query; rows read
+// while a reload swapped the configuration were resolved against the old
 // buckets, so they are discarded and the table read again, whole.
 func (c *Cache) refresh(ctx context.Context, conn *pgx.Conn, full bool) error {
 	c.refreshing.Lock()

@@ -43,7 +43,7 @@ routes:
 	// Ids as the node's allocator would give them: new ones, far from the
 	// indices, so that a lookup by index would miss.
 	ids := []counter.Bucket{40, 41, 42, 43}
-	if err := c.Update(withIDs(t, next, ids...)); err != nil {
+	if err := reload(c.Cache, withIDs(t, next, ids...)); err != nil {
 		t.Fatal(err)
 	}
 	if got, ok := c.Override("acme", 42); !ok || got != (counter.Limit{Limit: 200, ScaleMS: 1000, Algorithm: counter.Sliding}) {
@@ -71,13 +71,13 @@ routes:
 		t.Errorf("invalid rows %v after the full refresh, want 1 (acme's upload)", got)
 	}
 	if got := metric(t, c.reg, "ratelimit_authz_overrides_reloads_total", "kind", "full"); got != 2 {
-		t.Errorf("%v full refreshes, want 2 (the first, and the one after Update)", got)
+		t.Errorf("%v full refreshes, want 2 (the first, and the one after the reload)", got)
 	}
-	if err := c.Update(nil); err == nil {
-		t.Error("Update(nil) accepted")
+	if err := reload(c.Cache, nil); err == nil {
+		t.Error("a reload without a configuration accepted")
 	}
 	if got, ok := c.Override("acme", 42); !ok || got.Limit != 200 {
-		t.Errorf("a refused Update changed the overrides: %+v %v", got, ok)
+		t.Errorf("a refused reload changed the overrides: %+v %v", got, ok)
 	}
 }
 
@@ -118,7 +118,7 @@ routes:
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.Update(withIDs(t, next, 30)) }()
+	go func() { done <- reload(c.Cache, withIDs(t, next, 30)) }()
 	select {
 	case err := <-done:
 		if err != nil {
@@ -148,4 +148,15 @@ func withIDs(t testing.TB, r *configfile.Rules, ids ...counter.Bucket) *snapshot
 		t.Fatal(err)
 	}
 	return snap
+}
+
+// reload makes snap the cache's configuration as a node's reload does:
+// Prepare, then the swap.
+func reload(c *overrides.Cache, snap *snapshot.Snapshot) error {
+	swap, err := c.Prepare(snap)
+	if err != nil {
+		return err
+	}
+	swap()
+	return nil
 }

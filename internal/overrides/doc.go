@@ -7,7 +7,7 @@
 // snapshot current over one connection of its own: it LISTENs, refreshes
 // when notified and at least every RefreshInterval, reloads everything at
 // start and every FullRefreshInterval, and reads only what changed in
-// between (the queries are package overridedb's). [Cache.Update] re-files
+// between (the queries are package overridedb's). [Cache.Prepare] re-files
 // the overrides held under a new configuration's buckets. With
 // Config.SnapshotFile set, what it serves is also written to a file, read
 // when the first load from Postgres fails.

@@ -51,7 +51,7 @@ type Config struct {
 	// reconnects, and its connection handlers.
 	Options []nats.Option
 	// Buckets are the configured buckets, replicated by name (see Bucket,
-	// Replicator.Update). Required.
+	// Replicator.Prepare). Required.
 	Buckets []Bucket
 	// NodeID names this node in its logs and its peers'; default the host
 	// name. A process's identity is its node id and a random incarnation,

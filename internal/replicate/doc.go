@@ -3,7 +3,7 @@
 // once per node. It depends on package counter; counter knows nothing of it.
 // A [Replicator] publishes what the store marked (every SyncInterval, and
 // early for a key near its budget share), merges its peers' counts,
-// warm-starts from them and follows reloads ([Replicator.Update]).
+// warm-starts from them and follows reloads ([Replicator.Prepare]).
 //
 // Invariants:
 //

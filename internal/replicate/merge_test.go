@@ -609,9 +609,11 @@ func TestRetryAcrossReloadKeepsItsBucket(t *testing.T) {
 	a.store.Take(1, "k", sec100, a.now) // inbound
 	a.r.tickNoConn(a.now, 1<<20, func([]byte) error { return errors.New("boom") })
 	// A reload removes old_bucket and gives its id to new_bucket.
-	if err := a.r.Update(buckets("new_bucket", "inbound")); err != nil {
+	swap, err := a.r.Prepare(buckets("new_bucket", "inbound"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	swap()
 	msgs := a.publish(t, 1<<20)
 	if len(msgs) != 1 {
 		t.Fatalf("%d messages, want 1", len(msgs))

@@ -103,7 +103,7 @@ type shared struct {
 	peers     *peerTable
 	seal      *sealer // nil: no cluster key
 	hooks     hooks
-	// tab is the configuration followed (see Update); a sender or
+	// tab is the configuration followed (see Prepare); a sender or
 	// receiver loads it once per message.
 	tab atomic.Pointer[table]
 }

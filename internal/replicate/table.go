@@ -59,7 +59,8 @@ func newTable(bs []Bucket) (*table, error) {
 func (tb *table) name(id counter.Bucket) string { return tb.names[id] }
 
 // Prepare validates bs and returns what makes them the configuration of
-// the next batch sent and received; it changes nothing itself. The
+// the next batch sent and received (one being merged finishes on the
+// previous one); it changes nothing itself. The
 // Replicator reads the buckets' Bounds from then on: they must not
 // change.
 func (r *Replicator) Prepare(bs []Bucket) (swap func(), err error) {
@@ -68,16 +69,4 @@ func (r *Replicator) Prepare(bs []Bucket) (swap func(), err error) {
 		return nil, err
 	}
 	return func() { r.tab.Store(tb) }, nil
-}
-
-// Update makes bs the configuration of the next batch sent and received;
-// one being merged finishes on the previous one. On an error nothing
-// changes.
-func (r *Replicator) Update(bs []Bucket) error {
-	swap, err := r.Prepare(bs)
-	if err != nil {
-		return err
-	}
-	swap()
-	return nil
 }

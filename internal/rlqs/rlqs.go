@@ -174,21 +174,11 @@ func New(cfg Config, c Counter, reg prometheus.Registerer, log *slog.Logger, opt
 	return s, nil
 }
 
-// Update makes cfg the configuration served. Open streams move to it at
-// their next report or tick: a bucket id whose mapping went away is
-// abandoned, one that maps elsewhere counts there from then on.
-func (s *Service) Update(cfg Config) error {
-	st, err := newState(cfg)
-	if err != nil {
-		return err
-	}
-	s.cur.Store(st)
-	return nil
-}
-
 // Prepare validates snap's quota section, its limits resolved over
 // Options.Overrides, and returns what makes it the configuration of the
-// next report; it changes nothing itself.
+// next report; it changes nothing itself. Open streams move to it at
+// their next report or tick: a bucket id whose mapping went away is
+// abandoned, one that maps elsewhere counts there from then on.
 func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	st, err := newState(ConfigFrom(snap, snapshot.NewResolver(snap, s.opts.Overrides)))
 	if err != nil {

@@ -697,10 +697,12 @@ func TestReloadAbandonsRemovedMapping(t *testing.T) {
 		t.Fatalf("want 2 actions: %v", m)
 	}
 	// The reload drops the channel entry and halves the tenant limit.
-	cfg, _ := config(t, strings.Replace(strings.Replace(testRules, "    - {match: {name: c}, bucket: channel_rate, key: channel}\n", "", 1), "limit: 10,", "limit: 5,", 1))
-	if err := h.svc.Update(cfg); err != nil {
+	_, r := config(t, strings.Replace(strings.Replace(testRules, "    - {match: {name: c}, bucket: channel_rate, key: channel}\n", "", 1), "limit: 10,", "limit: 5,", 1))
+	swap, err := h.svc.Prepare(snapshottest.ByIndex(t, r))
+	if err != nil {
 		t.Fatal(err)
 	}
+	swap()
 	if got := e.one(ch); got != "abandon" {
 		t.Fatalf("removed mapping: %q, want abandon", got)
 	}
@@ -709,10 +711,10 @@ func TestReloadAbandonsRemovedMapping(t *testing.T) {
 		t.Fatalf("new limit: %q, want tokens 4/1", got)
 	}
 	// A configuration without a quota section is refused.
-	bad := cfg
+	bad := *r
 	bad.Quota = nil
-	if err := h.svc.Update(bad); err == nil {
-		t.Fatal("Update without quota accepted")
+	if _, err := h.svc.Prepare(snapshottest.ByIndex(t, &bad)); err == nil {
+		t.Fatal("a configuration without quota accepted")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // The service cases of docs/envoyproxy-ratelimit.md §6 (28-41), against a
@@ -129,10 +130,8 @@ func TestCase33OverallOverLimit(t *testing.T) {
 		descs: ds(desc("hello", "world"), desc("nope", "x")), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s; OK - 0 -"}})
 
 	// A failing update leaves the previous configuration serving.
-	bad := h.config
-	bad.Settings.LimitHeader = "bad header"
-	if err := h.update(bad); err == nil {
-		t.Fatal("Update with a limit header that is no header name succeeded")
+	if err := h.update(&snapshot.Snapshot{}); err == nil {
+		t.Fatal("an update without RLS rules succeeded")
 	}
 	h.run([]step{{name: "after a failed update", domain: "service", descs: ds(desc("hello", "world")), want: "OVER_LIMIT | OVER_LIMIT 10/MINUTE 0 1m0s"}})
 }

@@ -23,7 +23,7 @@
 //   - With Settings.ResponseHeaders the reply carries the limit, remaining
 //     and reset of one descriptor: the last one over the limit, else the
 //     limited one with the least remaining (the first of equals).
-//   - A Service is safe for concurrent use; Update swaps the whole
+//   - A Service is safe for concurrent use; a reload swaps the whole
 //     configuration at once, and a call in flight finishes on the one it
 //     started with. ShouldRateLimit does no I/O and takes no lock beyond the
 //     counter's and the lease table's shard locks.

@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot/snapshottest"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/testclock"
 )
@@ -191,15 +192,23 @@ func (h *harness) shouldOn(t testing.TB, req *rlsv3.RateLimitRequest) (*rlsv3.Ra
 // gRPCOnly drops the twin, for a test calling h.svc itself.
 func (h *harness) gRPCOnly() { h.lean = nil }
 
-// update updates both paths' services alike.
-func (h *harness) update(cfg rls.Config) error {
+// update makes snap the configuration of both paths' services alike, as
+// a reload does (Prepare, then the swap).
+func (h *harness) update(snap *snapshot.Snapshot) error {
 	h.t.Helper()
-	err := h.svc.Update(cfg)
+	swap, err := h.svc.Prepare(snap)
+	if err == nil {
+		swap()
+	}
 	if h.lean == nil {
 		return err
 	}
-	if lerr := h.lean.Update(cfg); (lerr == nil) != (err == nil) {
-		h.t.Fatalf("Update: %v; on the twin: %v", err, lerr)
+	lswap, lerr := h.lean.Prepare(snap)
+	if (lerr == nil) != (err == nil) {
+		h.t.Fatalf("Prepare: %v; on the twin: %v", err, lerr)
+	}
+	if lerr == nil {
+		lswap()
 	}
 	return err
 }

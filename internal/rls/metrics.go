@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-// domainMetrics are one domain label's children, made by Update so that
+// domainMetrics are one domain label's children, made by Prepare so that
 // a call never looks a label up.
 type domainMetrics struct {
 	requests  [numCodes]prometheus.Counter

@@ -73,7 +73,7 @@ type Service struct {
 	opts    Options
 	m       *metrics
 
-	mu  sync.Mutex // serialises the swaps of Update and Prepare
+	mu  sync.Mutex // serialises the swaps of New and Prepare
 	cur atomic.Pointer[state]
 
 	// keys holds *[]byte buffers the counter keys of a call are built in.
@@ -149,28 +149,19 @@ func New(cfg Config, lim Limiter, over Overrides, reg prometheus.Registerer, log
 	s.replies.New = func() any { return new(reply) }
 	s.holds.New = func() any { return &leaseHold{s: s} }
 	s.dec = checkwire.NewRateLimitDecoder(opts.MaxDescriptors, opts.MaxEntries)
-	if err := s.Update(cfg); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// Update validates cfg and makes it the configuration in force, at once
-// for every new call; calls in flight finish on the previous one. On an
-// error the previous configuration stays. Counts are the counter's: a rule
-// whose bucket id is unchanged keeps its counts.
-func (s *Service) Update(cfg Config) error {
 	swap, err := s.prepare(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	swap()
-	return nil
+	return s, nil
 }
 
 // Prepare validates snap's RLS rules for ShouldRateLimit under the
 // settings in force and returns what makes them the configuration of the
-// next call; it changes nothing itself.
+// next call; it changes nothing itself. Calls in flight finish on the
+// previous one. Counts are the counter's: a rule whose bucket id is
+// unchanged keeps its counts.
 func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	if snap.RLS == nil {
 		return nil, errors.New("no RLS rules: this node serves ShouldRateLimit")

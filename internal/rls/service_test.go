@@ -23,6 +23,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/scrape"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // Example 7 of upstream's README (§1.5): the matched rule another matched
@@ -313,8 +314,8 @@ func TestUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := config(t, c, rls.Settings{ShadowMode: true})
-	if err := h.update(next); err != nil {
+	next := config(t, c, rls.Settings{})
+	if err := h.update(next.Snapshot); err != nil {
 		t.Fatal(err)
 	}
 	h.cfg = c
@@ -323,9 +324,6 @@ func TestUpdate(t *testing.T) {
 		{name: "new domain", domain: "another", descs: ds(desc("key3", "y")), want: "OK | OK 10/HOUR 9 1h0m0s"},
 		{name: "old domain gone", domain: "basic", descs: ds(desc("key1", "x")), want: "OK | OK - 0 -"},
 	})
-	if !h.svc.Settings().ShadowMode {
-		t.Error("the settings were not updated")
-	}
 	if _, ok, _ := scrape.Gathered(h.reg, "ratelimit_authz_rls_descriptors_total", "bucket", old); ok {
 		t.Errorf("the series of removed bucket %s remain", old)
 	}
@@ -333,18 +331,10 @@ func TestUpdate(t *testing.T) {
 		t.Error("the series of removed domain basic remain")
 	}
 
-	for _, bad := range []rls.Config{
-		{},
-		{Snapshot: next.Snapshot, Settings: rls.Settings{LimitHeader: "bad header"}},
-		{Snapshot: next.Snapshot, Settings: rls.Settings{LimitHeader: "X-A", ResetHeader: "x-a"}},
-	} {
-		if err := h.update(bad); err == nil {
-			t.Errorf("Update(%+v) succeeded", bad.Settings)
-		}
+	if err := h.update(&snapshot.Snapshot{}); err == nil {
+		t.Error("an update without RLS rules succeeded")
 	}
-	if !h.svc.Settings().ShadowMode {
-		t.Error("a failed update changed the settings")
-	}
+	h.run([]step{{name: "after a failed update", domain: "another", descs: ds(desc("key3", "y")), want: "OK | OK 10/HOUR 8 1h0m0s"}})
 }
 
 // Calls racing with updates finish on one configuration or the other,
@@ -352,9 +342,12 @@ func TestUpdate(t *testing.T) {
 func TestUpdateConcurrent(t *testing.T) {
 	h := newHarness(t, rls.Settings{}, "service.yaml")
 	h.gRPCOnly()
-	a := h.config
-	b := a
-	b.Settings = rls.Settings{ResponseHeaders: true, LimitHeader: "L", RemainingHeader: "R", ResetHeader: "T"}
+	a := h.config.Snapshot
+	c, err := rlsconfig.Parse(files(t, "service.yaml", "another.yaml"), rlsconfig.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := config(t, c, rls.Settings{}).Snapshot
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for range 4 {
@@ -368,10 +361,6 @@ func TestUpdateConcurrent(t *testing.T) {
 				r, err := h.svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "service", Descriptors: ds(desc("unlimited", "u"), desc("hour", "h"))})
 				if err != nil || len(r.Statuses) != 2 {
 					t.Error(r, err)
-					return
-				}
-				if hs := r.GetResponseHeadersToAdd(); len(hs) != 0 && (len(hs) != 3 || hs[0].Key != "L") {
-					t.Errorf("headers %v", hs)
 					return
 				}
 			}
@@ -403,6 +392,11 @@ func TestNewErrors(t *testing.T) {
 	}
 	if _, err := rls.New(cfg, store, nil, prometheus.NewRegistry(), log, rls.Options{MaxEntries: -1}); err == nil {
 		t.Error("New with a negative bound succeeded")
+	}
+	for _, set := range []rls.Settings{{LimitHeader: "bad header"}, {LimitHeader: "X-A", ResetHeader: "x-a"}} {
+		if _, err := rls.New(config(t, c, set), store, nil, prometheus.NewRegistry(), log, rls.Options{}); err == nil {
+			t.Errorf("New with settings %+v succeeded", set)
+		}
 	}
 	reg := prometheus.NewRegistry()
 	if _, err := rls.New(cfg, store, nil, reg, log, rls.Options{}); err != nil {

@@ -9,7 +9,7 @@ import (
 )
 
 // Settings are the service's global switches, upstream's environment
-// settings of the same meaning; they follow the configuration (Update).
+// settings of the same meaning, fixed when the Service is made (New).
 // The zero Settings is upstream's default.
 type Settings struct {
 	// ShadowMode is upstream's SHADOW_MODE: overall_code is always OK,
@@ -132,7 +132,7 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Validate reports what New and Update would refuse in s.
+// Validate reports what New would refuse in s.
 func (s Settings) Validate() error {
 	_, err := s.withDefaults()
 	return err
