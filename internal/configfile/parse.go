@@ -184,15 +184,18 @@ func (p *parser) parse(data []byte) *Rules {
 	return r
 }
 
-// checkMatcher builds the matcher of r: it has its own checks, and
-// anything it still refuses is a problem of the file as a whole,
-// reported at routesNode.
+// checkMatcher compiles the matcher of r, kept for Rules.Matcher: it has
+// its own checks, and anything it still refuses is a problem of the file
+// as a whole, reported at routesNode.
 func (p *parser) checkMatcher(r *Rules, routesNode *yaml.Node) {
-	if _, err := match.New(r.Descriptors()); err != nil {
+	m, err := match.New(r.Descriptors())
+	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			p.errorf(routesNode, "%s", line)
 		}
+		return
 	}
+	r.matcher = m
 }
 
 // yamlError strips the library prefix; its messages already carry "line N".

@@ -27,6 +27,20 @@ type Rules struct {
 	// Quota maps Envoy's rate limit quota (RLQS) bucket ids to buckets;
 	// nil: the file has no quota section and RLQS is not served.
 	Quota *Quota
+
+	// matcher is the request matcher Parse compiled from the fields
+	// above while it checked them (see Matcher).
+	matcher *match.Engine
+}
+
+// Matcher is the request matcher of r: the one Parse compiled while it
+// checked the file, or, for Rules made otherwise, one compiled now. Rules
+// that Parse returned are not to be changed.
+func (r *Rules) Matcher() (*match.Engine, error) {
+	if r.matcher != nil {
+		return r.matcher, nil
+	}
+	return match.New(r.Descriptors())
 }
 
 // Failures says which reported responses are failures (failed logins) that

@@ -202,7 +202,7 @@ func CompileWith(src Sources, id func(Key) counter.Bucket) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	m, err := match.New(r.Descriptors())
+	m, err := r.Matcher()
 	if err != nil {
 		return nil, fmt.Errorf("compile routes: %w", err)
 	}

@@ -277,3 +277,16 @@ descriptors:
 		t.Errorf("%d RLS rule buckets and %d limit buckets, want %d and %d", len(s.RLSRules), len(s.RLSLimits), len(rc.Rules()), len(rc.LimitBuckets()))
 	}
 }
+
+// A reload compiles the routes once: the snapshot serves the matcher that
+// parsing the rules file compiled while it checked it.
+func TestMatcherCompiledOnce(t *testing.T) {
+	r := parse(t, base)
+	m, err := r.Matcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := compile(t, r); s.Matcher != m {
+		t.Error("the snapshot compiled the routes again")
+	}
+}
