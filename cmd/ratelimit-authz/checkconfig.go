@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"regexp"
@@ -14,7 +13,6 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/envoyconf"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 )
@@ -68,7 +66,7 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		}
 		return checkRLSConfig(rlsDir, rlsMerge, rlsDotfiles, path, explicit, stdout, stderr)
 	}
-	r, source, err := loadRules(path, explicit, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, source, err := configfile.File{Path: path, Explicit: explicit}.Load()
 	if err != nil {
 		if ps, ok := problem.As(err); ok {
 			for _, p := range ps {
@@ -257,6 +255,9 @@ var templateParam = regexp.MustCompile(`\{[^}/]*\}`)
 // trustWarnings lists what a valid configuration trusts that a client can
 // set, unless the Envoy bootstrap (when given) makes it safe.
 func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.ConnectionManager) []string {
+	if envoyPath == "" {
+		return r.TrustWarnings()
+	}
 	var out []string
 	warn := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	// Every connection manager running ext_authz must protect the check.
@@ -266,41 +267,12 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 			checked = append(checked, c)
 		}
 	}
-
-	// Headers the server keys by, as sent.
-	trusted := map[string][]string{} // header → buckets
-	var order []string
-	for _, b := range r.Buckets {
-		var h string
-		switch {
-		case b.Key.Kind == match.KeyTenant:
-			h = r.Keys.TenantHeader
-		case b.Key.Kind == match.KeyHeader:
-			h = b.Key.Name
-		default:
-			continue
-		}
-		if _, seen := trusted[h]; !seen {
-			order = append(order, h)
-		}
-		trusted[h] = append(trusted[h], b.Name)
-	}
-	for _, h := range order {
-		what := fmt.Sprintf("header %s is trusted as sent (buckets %s): a client that sets it chooses its own key, and with it the tenant's override", h, strings.Join(trusted[h], ", "))
-		fix := fmt.Sprintf("deploy a filter ahead of ext_authz that sets it from a verified identity (jwt_authn claim_to_headers) and a header_mutation filter ahead of that one removing the client's copy (request_mutations: [{remove: %s}])", h)
-		if envoyPath == "" {
-			warn("%s; %s, and check with --envoy", what, fix)
-			continue
-		}
+	for _, h := range r.TrustedHeaders() {
 		for _, c := range checked {
-			if !c.Clears(h) {
-				warn("%s, and listener %q of %s does not remove or overwrite it before ext_authz; %s", what, c.Listener, envoyPath, fix)
+			if !c.Clears(h.Name) {
+				warn("%s, and listener %q of %s does not remove or overwrite it before ext_authz; %s", h.Risk(), c.Listener, envoyPath, h.Fix())
 			}
 		}
-	}
-
-	if n := r.Keys.TrustedHops; n > 0 {
-		warn("keys.trusted_hops is %d: the client IP is taken from x-forwarded-for, which clients write; safe only when every request reaches Envoy through exactly %d proxies that append to it (never on an edge listener), with Envoy's xff_num_trusted_hops also %d", n, n, n)
 	}
 	for _, c := range checked {
 		if c.XFFNumTrustedHops != r.Keys.TrustedHops {
@@ -316,7 +288,15 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 			warn("keys.use_external_address_header is on and listener %q of %s marks %s internal: Envoy neither sets nor strips x-envoy-external-address for those clients, so they choose their IP; leave internal_address_config empty at the edge", c.Listener, envoyPath, strings.Join(c.InternalCIDRs, ", "))
 		}
 	}
+	out = append(out, accessLogWarnings(r, envoyPath, checked)...)
+	return append(out, r.SettingWarnings()...)
+}
 
+// accessLogWarnings lists what the access logs of the connection
+// managers checked drop of what the rules charge or release from them.
+func accessLogWarnings(r *configfile.Rules, envoyPath string, checked []envoyconf.ConnectionManager) []string {
+	var out []string
+	warn := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	// A cost charged from a response header or trailer is read from the
 	// access-log entry: Envoy sends only the ones it is told to log.
 	for _, b := range r.Buckets {
@@ -366,12 +346,6 @@ func trustWarnings(r *configfile.Rules, envoyPath string, cms []envoyconf.Connec
 			case !c.Logs(key):
 				warn("bucket %s %s, but the gRPC access log of listener %q of %s may drop the entries that carry it: for each entry dropped, %s; let the log's filter pass them (an or_filter with a metadata_filter on envoy.filters.http.ext_authz, whatever the ext_authz filter is named, path [{key: %s}], present_match: true, as envoy/ratelimit-authz.yaml)", b.Name, what, c.Listener, envoyPath, loss, key)
 			}
-		}
-	}
-
-	for _, b := range r.Buckets {
-		if b.Count == configfile.CountFailures && b.OnOverflow == configfile.Allow {
-			warn("bucket %s counts failures with on_overflow: allow: when the key table is full its lockout is off, which a guesser can cause by flooding keys; remove on_overflow (deny is the default for failure buckets)", b.Name)
 		}
 	}
 	return out

@@ -12,9 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/ratelimit-authz/ratelimit-authz/config"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 )
 
 const defaultConfigPath = "config/ratelimit.yaml"
@@ -149,21 +146,6 @@ func (e *envFlags) set(name, env string) bool {
 		}
 	})
 	return found
-}
-
-// loadRules reads the configuration. When no file was asked for and the
-// default path does not exist, the configuration shipped in the binary is
-// used, so the binary runs anywhere.
-func loadRules(path string, explicit bool, log *slog.Logger) (*configfile.Rules, string, error) {
-	if !explicit {
-		if _, err := os.Stat(path); os.IsNotExist(err) {
-			log.Info("no configuration file; using the shipped default", "path", path)
-			r, err := configfile.Parse(config.Default(), config.Name)
-			return r, config.Name, err
-		}
-	}
-	r, err := configfile.LoadFile(path)
-	return r, path, err
 }
 
 func parseLevel(s string) (slog.Level, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
@@ -187,7 +187,7 @@ func (c *dbCommand) parseRules(args []string, minArgs, maxArgs int, stdout, stde
 // of --config, and the overridable rules of --rls-config-dir when it is
 // given (filed under their names, as the server files them).
 func (c *dbCommand) rules() (*snapshot.Snapshot, error) {
-	r, source, err := loadRules(c.configPath, c.f.set("config", "RATELIMIT_AUTHZ_CONFIG"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, source, err := configfile.File{Path: c.configPath, Explicit: c.f.set("config", "RATELIMIT_AUTHZ_CONFIG")}.Load()
 	if err != nil {
 		if ps, ok := problem.As(err); ok {
 			return nil, exitError{code: 1, msg: fmt.Sprintf("ratelimit-authz %s: configuration %s has %d problem(s):\n%v", c.name, source, len(ps), ps)}

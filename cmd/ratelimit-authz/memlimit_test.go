@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 	"runtime"
 	"runtime/metrics"
+
+	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
 )
 
 func TestParseMemoryLimit(t *testing.T) {

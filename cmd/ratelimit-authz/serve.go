@@ -197,60 +197,26 @@ func newLogger(level, format string, w io.Writer) (*slog.Logger, error) {
 
 func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	// SIGHUP is taken before anything else, so that it never ends a node
-	// that is starting; the watcher is made before the file is read, so
-	// that an edit made meanwhile is not missed.
+	// that is starting.
 	hup, stopHUP := notifyHUP()
 	defer stopHUP()
-	_, statErr := os.Stat(c.configPath)
-	fromFile := c.configExplicit || statErr == nil
-	var watched []string
-	if fromFile {
-		watched = append(watched, c.configPath)
-	}
-	if l := c.rls.nodeRLS(); l != nil {
-		watched = append(watched, l.Layout.WatchPaths()...)
-	}
-	watcher, err := newWatcher(c.watchConfig, watched, log)
+	cfg, err := c.nodeConfig()
 	if err != nil {
 		return err
 	}
-	r, source, err := loadRules(c.configPath, c.configExplicit, log)
+	n, err := node.New(ctx, cfg, log)
 	if err != nil {
 		if ps, ok := problem.As(err); ok {
 			return fmt.Errorf("configuration has %d problem(s):\n%w", len(ps), ps)
 		}
 		return err
 	}
-	log.Info("configuration loaded", "source", source, "buckets", len(r.Buckets), "routes", len(r.Routes))
-	for _, w := range trustWarnings(r, "", nil) {
-		log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
-	}
-	cfg, err := c.nodeConfig(r)
-	if err != nil {
-		return err
-	}
-	n, err := node.New(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
 	if c.started != nil {
 		c.started(n)
 	}
-	rl := &reloader{node: n, watcher: watcher, log: log, load: func() (*configfile.Rules, error) {
-		// The same reading as at start: the file, or the shipped
-		// configuration when the default path is missing.
-		r, _, err := loadRules(c.configPath, c.configExplicit, log)
-		if err != nil {
-			return nil, err
-		}
-		for _, w := range trustWarnings(r, "", nil) {
-			log.Warn("configuration trusts what a client may set; check-config --envoy checks the bootstrap in front", "warning", w)
-		}
-		return r, nil
-	}}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); rl.run(rctx, hup) }()
+	go func() { defer close(done); reloadOnHUP(rctx, n, hup) }()
 	memDone := make(chan struct{})
 	go func() { defer close(memDone); runMemoryLimit(rctx, c.memory, n.CounterBytes, log) }()
 	err = n.Run(ctx)
@@ -260,12 +226,14 @@ func serve(ctx context.Context, c serveConfig, log *slog.Logger) error {
 	return err
 }
 
-// nodeConfig completes the node's Config: the rules, the version, and
-// the secrets the flags name, read from the environment or files here
-// (the database URL, the NATS credentials).
-func (c *serveConfig) nodeConfig(r *configfile.Rules) (node.Config, error) {
+// nodeConfig completes the node's Config: the rules file (which the node
+// reads, at start and at each reload), the version, and the secrets the
+// flags name, read from the environment or files here (the database URL,
+// the NATS credentials).
+func (c *serveConfig) nodeConfig() (node.Config, error) {
 	cfg := c.node
-	cfg.Rules, cfg.Version = r, version
+	cfg.RulesFile = &configfile.File{Path: c.configPath, Explicit: c.configExplicit}
+	cfg.Watch, cfg.Version = c.watchConfig, version
 	url, err := c.overrides.db.resolve()
 	if err != nil {
 		return node.Config{}, err

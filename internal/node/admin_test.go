@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/poll"
@@ -212,12 +211,12 @@ func TestAdminPageShowsConfigAndOverrides(t *testing.T) {
 	n := start(t, cfg)
 	has(page(n), `<strong id="overrides-source">postgres</strong>`, "postgres, current (1 overrides, 0 key owners)")
 
-	_, parseErr := configfile.Parse([]byte("buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n"), "broken.yaml")
-	if err := n.ReloadFrom(context.Background(), func() (*configfile.Rules, error) { return nil, parseErr }); err == nil {
+	n.cfg.RulesFile = rulesFile(t, "broken.yaml", "buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n")
+	if err := n.ReloadFiles(context.Background(), "test"); err == nil {
 		t.Fatal("the broken configuration reloads")
 	}
 	body := page(n)
-	has(body, `<strong id="generation">1</strong>`, "was <strong>refused</strong>", `<table id="reload-problems">`, "<code>broken.yaml:2:")
+	has(body, `<strong id="generation">1</strong>`, "was <strong>refused</strong>", `<table id="reload-problems">`, "<code>"+n.cfg.RulesFile.Path+":2:")
 
 	if err := n.Reload(context.Background(), shipped(t)); err != nil {
 		t.Fatal(err)

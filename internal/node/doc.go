@@ -15,7 +15,10 @@
 //   - Shutdown is ordered: the server drains and stops every front end
 //     before the replicator stops, so its final batch carries every check
 //     answered meanwhile.
-//   - A reload (ReloadSources, ReloadFrom) compiles the sources into one
+//   - The node reads its configuration files itself (Config.RulesFile,
+//     the RLS files): at start, at ReloadFiles (SIGHUP) and, with
+//     Config.Watch, when they change.
+//   - A reload (ReloadFiles, ReloadSources) compiles the sources into one
 //     snapshot and has every component prepare it (an error changes
 //     nothing), then swaps them all and drops the counts of the ids the
 //     old snapshot had and the new one lacks; a bucket keeps its counts

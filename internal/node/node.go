@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/admin"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/filewatch"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overrides"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
@@ -25,12 +26,18 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/top"
 )
 
-// Config is a node's configuration. Rules is required; every other zero
-// field takes the default given with it.
+// Config is a node's configuration. Rules or RulesFile is required;
+// every other zero field takes the default given with it.
 type Config struct {
 	// Rules is the validated configuration (buckets, routes, the
-	// counter's bounds). Required.
+	// counter's bounds); nil: read from RulesFile.
 	Rules *configfile.Rules
+	// RulesFile is where the rules are read: at start when Rules is nil,
+	// and at every ReloadFiles.
+	RulesFile *configfile.File
+	// Watch reloads the configuration files (RulesFile, the RLS files)
+	// when they change, as ReloadFiles does.
+	Watch bool
 	// Version is the version label of ratelimit_authz_build_info; default
 	// "dev".
 	Version string
@@ -95,7 +102,7 @@ type Config struct {
 const DefaultSweepInterval = 10 * time.Second
 
 func (c *Config) setDefaults() error {
-	if c.Rules == nil {
+	if c.Rules == nil && c.RulesFile == nil {
 		return errors.New("node: no rules")
 	}
 	if c.Version == "" {
@@ -124,6 +131,7 @@ type Node struct {
 	runOverrides func(context.Context) error
 	overrides    *overrides.Cache // nil: no database
 	srv          *server.Server
+	watcher      *filewatch.Watcher // nil: Config.Watch off, or no file to watch
 	running      atomic.Bool
 	fronts       []*frontEnd
 
@@ -146,6 +154,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
+	}
+	watcher, err := watchFiles(&cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Rules == nil {
+		if cfg.Rules, err = loadRules(cfg.RulesFile, log); err != nil {
+			return nil, err
+		}
 	}
 	reg := newRegistry(cfg.Version)
 	rc, err := loadRLS(cfg.RLS, log)
@@ -191,7 +208,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, overrides: cache, srv: srv, fronts: fronts,
+		cfg: cfg, reg: reg, store: store, repl: repl, leases: leases, runOverrides: runOverrides, overrides: cache, srv: srv, watcher: watcher, fronts: fronts,
 		parts: reloadParts(cache, repl, leases, fronts), reloads: rm, cur: snap, sketch: sketch, log: log,
 	}
 	if n.admin, err = n.newAdmin(sketch); err != nil {
@@ -279,6 +296,9 @@ func (n *Node) Run(ctx context.Context) error {
 	g.Go(func() error { return n.store.Run(gctx, n.cfg.SweepInterval) })
 	g.Go(func() error { return n.leases.Run(gctx) })
 	g.Go(func() error { return n.runOverrides(gctx) }) // closes its Postgres connection on return
+	if n.watcher != nil {
+		g.Go(func() error { return n.runWatch(gctx) })
+	}
 	for _, f := range n.fronts {
 		if f.run != nil {
 			g.Go(func() error { return f.run(gctx) })

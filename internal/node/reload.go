@@ -12,7 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/rlsconfig"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
@@ -46,26 +45,6 @@ func (n *Node) ReloadSources(ctx context.Context, s Sources) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	err := n.reload(ctx, s)
-	n.reloads.record(err, start)
-	return err
-}
-
-// ReloadFrom loads the ext_authz rules with load and, when the node
-// serves ShouldRateLimit, the RLS rules from their directory (Config.RLS),
-// each read and validated as at start, and reloads both as one
-// snapshot; a load error is a refused reload too, counted alike.
-func (n *Node) ReloadFrom(ctx context.Context, load func() (*configfile.Rules, error)) error {
-	start := time.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	r, err := load()
-	var rc *rlsconfig.Config
-	if err == nil {
-		rc, err = loadRLS(n.cfg.RLS, n.reloads.log)
-	}
-	if err == nil {
-		err = n.reload(ctx, Sources{Rules: r, RLS: rc})
-	}
 	n.reloads.record(err, start)
 	return err
 }

@@ -12,7 +12,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/problem"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/replicate"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/rls"
@@ -63,7 +62,7 @@ func rlsAllowed(t *testing.T, svc *rls.Service, key string, n int) (ok int) {
 }
 
 // The RLS rules are one more part of a generation, read from their own
-// directory at start and at every ReloadFrom: their counts are kept while
+// directory at start and at every ReloadFiles: their counts are kept while
 // a rule's bucket, unit and algorithm hold, reset when its unit changes; a
 // reload of the ext_authz rules alone keeps the RLS rules in force, a
 // broken RLS file is refused like a broken ext_authz one, and the ids of
@@ -73,9 +72,9 @@ func TestReloadRLSRules(t *testing.T) {
 	file := filepath.Join(layout.Root, layout.Subdirectory, "config", "d.yaml")
 	cfg := local(reloadRules(t, 10, 10, "1h"))
 	cfg.RLS = &RLS{Layout: layout}
+	cfg.RulesFile = rulesFile(t, "rules.yaml", reloadText(11, 10, "1h"))
 	n := start(t, cfg)
 	svc := rlsService(t, n.Node)
-	ext := func() (*configfile.Rules, error) { return reloadRules(t, 11, 10, "1h"), nil }
 	if got := rlsAllowed(t, svc, "kept", 3); got != 3 {
 		t.Fatalf("kept: %d of 3", got)
 	}
@@ -89,8 +88,8 @@ func TestReloadRLSRules(t *testing.T) {
 	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
 		t.Fatal("an ext_authz reload reset an RLS rule")
 	}
-	// ReloadFrom re-reads the unchanged directory: still nothing reset.
-	if err := n.ReloadFrom(context.Background(), ext); err != nil {
+	// ReloadFiles re-reads the unchanged directory: still nothing reset.
+	if err := n.ReloadFiles(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got := rlsAllowed(t, svc, "changed", 1); got != 0 {
@@ -101,7 +100,7 @@ func TestReloadRLSRules(t *testing.T) {
 	if err := os.WriteFile(file, []byte(rlsText(6, "minute")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.ReloadFrom(context.Background(), ext); err != nil {
+	if err := n.ReloadFiles(context.Background(), "test"); err != nil {
 		t.Fatal(err)
 	}
 	if got := rlsAllowed(t, svc, "kept", 5); got != 3 {
@@ -134,7 +133,7 @@ func TestReloadRLSRules(t *testing.T) {
 	if err := os.WriteFile(file, []byte(rlsText(6, "fortnight")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := n.ReloadFrom(context.Background(), ext)
+	err := n.ReloadFiles(context.Background(), "test")
 	if ps, ok := problem.As(err); !ok || !strings.Contains(ps[0].String(), "d.yaml:") {
 		t.Fatalf("a broken RLS file: %v, want its located problems", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +24,22 @@ import (
 // routes; spend and other are the limits, window the spend bucket's.
 func reloadRules(t *testing.T, spend, other int, window string) *configfile.Rules {
 	t.Helper()
-	return parseRules(t, fmt.Sprintf(`keys:
+	return parseRules(t, reloadText(spend, other, window))
+}
+
+// rulesFile writes text to a file named name and returns it as the rules
+// file of a node.
+func rulesFile(t *testing.T, name, text string) *configfile.File {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &configfile.File{Path: path, Explicit: true}
+}
+
+func reloadText(spend, other int, window string) string {
+	return fmt.Sprintf(`keys:
   tenant_header: x-tenant-id
 buckets:
   spend: {limit: %d, per: %s, key: tenant}
@@ -30,7 +47,7 @@ buckets:
 routes:
   - {method: POST, path: /spend, buckets: [spend]}
   - {method: POST, path: /other, buckets: [other]}
-`, spend, window, other))
+`, spend, window, other)
 }
 
 // checkPath reports whether a check of POST path for tenant is allowed.
@@ -176,11 +193,8 @@ func TestReloadRefused(t *testing.T) {
 	n := start(t, local(reloadRules(t, 2, 2, "1h")))
 	c, _ := dial(t, n.GRPCAddr())
 	spendN(t, c, "/spend", "acme", 1)
-	_, parseErr := configfile.Parse([]byte("buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n"), "broken.yaml")
-	if parseErr == nil {
-		t.Fatal("the broken configuration parses")
-	}
-	err := n.ReloadFrom(context.Background(), func() (*configfile.Rules, error) { return nil, parseErr })
+	n.cfg.RulesFile = rulesFile(t, "broken.yaml", "buckets:\n  spend: {limit: -1, per: 1s, key: tenant}\n")
+	err := n.ReloadFiles(context.Background(), "test")
 	if ps, ok := problem.As(err); !ok || !strings.Contains(ps[0].String(), "broken.yaml:2:") {
 		t.Fatalf("a broken file: %v, want its located problems", err)
 	}
