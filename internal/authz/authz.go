@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
@@ -365,7 +366,7 @@ const maxApplied = 8
 // Check implements envoy.service.auth.v3.Authorization. Every outcome is
 // a decision (see the package doc); the only error is ctx's, once the
 // call was cancelled or timed out while it was decided, which gives back
-// what the decision reserved (checkwire.Settle).
+// what the decision reserved (checkgrpc.Settle).
 func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	now := s.now()
 	g := s.gen.Load()
@@ -373,7 +374,7 @@ func (s *Service) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.
 	var hold checkwire.Hold
 	resp := s.decideOn(ctx, g, &in, now, &hold)
 	s.m.duration.Observe(s.now().Sub(now).Seconds())
-	if err := checkwire.Settle(ctx, hold); err != nil {
+	if err := checkgrpc.Settle(ctx, hold); err != nil {
 		return nil, err
 	}
 	return resp, nil

@@ -23,6 +23,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/config"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/accesslog"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/authz"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/configfile"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
@@ -92,8 +93,8 @@ func newHarnessWith(t testing.TB, yaml string, over limits.Overrides) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lean := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
-	checkwire.Register(lean, h.svc)
+	lean := grpc.NewServer(grpc.ForceServerCodecV2(checkgrpc.NewCodec()))
+	checkgrpc.Register(lean, h.svc)
 	generic := grpc.NewServer()
 	authv3.RegisterAuthorizationServer(generic, h.svc)
 	for i, srv := range []*grpc.Server{lean, generic} {

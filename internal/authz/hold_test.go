@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
@@ -90,7 +91,7 @@ func TestCheckCancelledOnTheGRPCPort(t *testing.T) {
 		t.Fatalf("generic Check with its call cancelled: %v, want Canceled", err)
 	}
 	wire := marshalRequest(t, r)
-	handler := checkwire.ServiceDesc().Methods[0].Handler
+	handler := checkgrpc.ServiceDesc().Methods[0].Handler
 	_, err := handler(h.svc, ctx, func(m any) error { return m.(*checkwire.Request).Decode(h.svc.Decoder(), wire) }, nil)
 	if status.Code(err) != codes.Canceled {
 		t.Fatalf("lean Check with its call cancelled: %v, want Canceled", err)

@@ -9,6 +9,7 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
@@ -91,7 +92,7 @@ func FuzzCheckWireEquivalence(f *testing.F) {
 func TestCheckWireAnswersAsCheck(t *testing.T) {
 	generic := newHarness(t, equivalenceConfig)
 	lean := newHarness(t, equivalenceConfig)
-	codec := checkwire.NewCodec()
+	codec := checkgrpc.NewCodec()
 	ctx := context.Background()
 	for i := 0; i < 4; i++ { // past every limit: allowed, then denied
 		for _, r := range []req{

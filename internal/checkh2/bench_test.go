@@ -11,8 +11,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
 // BenchmarkCheckLoopback calls Check over loopback with a grpc-go client,
@@ -25,8 +25,8 @@ func BenchmarkCheckLoopback(b *testing.B) {
 	req := upload("bench")
 	req.Attributes.Request.Http.Path = "/not/limited" // allowed, no bucket spent
 	serveGRPC := func(b *testing.B) string {
-		s := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()))
-		checkwire.Register(s, svc)
+		s := grpc.NewServer(grpc.ForceServerCodecV2(checkgrpc.NewCodec()))
+		checkgrpc.Register(s, svc)
 		return serveLoopback(b, s)
 	}
 	serveLean := func(b *testing.B) string {

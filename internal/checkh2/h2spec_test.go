@@ -19,8 +19,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/binaries"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkh2"
-	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 )
 
 // installH2spec runs scripts/install-h2spec.sh once per test binary; the
@@ -151,11 +151,11 @@ func TestH2spec(t *testing.T) {
 	svc := newAuthz(t)
 	// The bounds the lean listener runs with here, as the gRPC port and
 	// the lean listener share theirs.
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(checkwire.NewCodec()),
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(checkgrpc.NewCodec()),
 		grpc.MaxConcurrentStreams(checkh2.DefaultMaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(checkh2.DefaultMaxRecvMsgBytes),
 		grpc.MaxHeaderListSize(checkh2.DefaultMaxHeaderListBytes))
-	checkwire.Register(gs, svc)
+	checkgrpc.Register(gs, svc)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

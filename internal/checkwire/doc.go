@@ -1,8 +1,9 @@
 // Package checkwire is the Check path's wire layer: a decoder of
 // envoy.service.auth.v3.CheckRequest that reads only what a decision needs,
-// the gRPC codec and service registration that put it on the
-// Authorization service alone, and prebuilt encodings of constant
-// responses; and the lean listener's ShouldRateLimit wire layer: a
+// a hand encoder of the CheckResponses the product builds, and prebuilt
+// encodings of constant responses, all free of any gRPC server (package
+// checkgrpc puts them on grpc-go; the lean listener frames them itself);
+// and the lean listener's ShouldRateLimit wire layer: a
 // RateLimitRequest decoder (RateLimitDecoder) and a RateLimitResponse
 // encoder (AppendRateLimitResponse) held to the same invariants.
 //
@@ -17,9 +18,9 @@
 //     reads the same values: the skipped parts are checked against a schema
 //     compiled from the generated descriptors (held by tests on both paths
 //     and FuzzCheckWireEquivalence in internal/authz).
-//   - A Request's strings point into gRPC's receive buffer, kept until the
+//   - A Request's strings point into the received buffer, kept until the
 //     Check handler returns: whatever outlives the call must be copied.
-//   - The Decoder, the RateLimitDecoder and the Codec are immutable and
+//   - The Decoder and the RateLimitDecoder are immutable and
 //     safe for concurrent use; a RateLimitRequest keeps at most one
 //     descriptor and one entry past its decoder's bounds, and bounded pools.
 //

@@ -6,7 +6,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -21,7 +20,7 @@ import (
 // OK-response fields, a header's raw value or deprecated append, a map
 // too large to sort in place) is left to the standard codec, and so is a
 // string that is not valid UTF-8 (which the standard codec refuses, as
-// proto3 requires): encodable reports it.
+// proto3 requires): Encodable reports it.
 
 // maxSortedEntries bounds the Struct maps sorted in place (quadratic, no
 // allocation); larger ones take the standard codec.
@@ -34,7 +33,8 @@ const maxStructDepth = 16
 // standard codec writes).
 func unknown(m protoreflect.ProtoMessage) bool { return len(m.ProtoReflect().GetUnknown()) > 0 }
 
-func encodable(m *authv3.CheckResponse) bool {
+// Encodable reports whether the hand encoder writes m.
+func Encodable(m *authv3.CheckResponse) bool {
 	if unknown(m) {
 		return false
 	}
@@ -107,28 +107,6 @@ func valueEncodable(v *structpb.Value, depth int) bool {
 	return false // a Value without a kind
 }
 
-// encodeResponse encodes m (encodable) in one allocation.
-func encodeResponse(m *authv3.CheckResponse) mem.BufferSlice {
-	n := sizeResponse(m)
-	o := &encoded{}
-	var b []byte
-	if n <= len(o.small) {
-		b = o.small[:0]
-	} else {
-		b = make([]byte, 0, n)
-	}
-	o.buf = mem.SliceBuffer(appendResponse(b, m))
-	o.slice[0] = &o.buf // a pointer: no allocation to box it
-	return o.slice[:]
-}
-
-// encoded is one encoded response with the gRPC buffer list pointing at it.
-type encoded struct {
-	slice [1]mem.Buffer
-	buf   mem.SliceBuffer
-	small [512]byte
-}
-
 func sizeMsg(n int) int { return protowire.SizeVarint(uint64(n)) + n }
 
 func appendMsgHeader(b []byte, num protowire.Number, n int) []byte {
@@ -198,7 +176,8 @@ const (
 	fListValues   = 1
 )
 
-func sizeResponse(m *authv3.CheckResponse) int {
+// ResponseSize is the length of m's encoding (m Encodable).
+func ResponseSize(m *authv3.CheckResponse) int {
 	n := 0
 	if st := m.Status; st != nil {
 		n += 1 + sizeMsg(sizeVarintField(uint64(int64(st.Code)))+sizeString(st.Message))
@@ -215,7 +194,9 @@ func sizeResponse(m *authv3.CheckResponse) int {
 	return n
 }
 
-func appendResponse(b []byte, m *authv3.CheckResponse) []byte {
+// AppendResponse appends the encoding of m (Encodable) to b: what
+// proto.MarshalOptions{Deterministic: true} writes.
+func AppendResponse(b []byte, m *authv3.CheckResponse) []byte {
 	if st := m.Status; st != nil {
 		b = appendMsgHeader(b, fResponseStatus, sizeVarintField(uint64(int64(st.Code)))+sizeString(st.Message))
 		// int32 is sign-extended on the wire, as the runtime writes it.

@@ -43,27 +43,26 @@ func responses() map[string]*authv3.CheckResponse {
 	}
 }
 
-// The hand encoder writes what the deterministic marshaller writes.
+// The hand encoder writes what the deterministic marshaller writes, and
+// says how long it is beforehand.
 func TestEncodeMatchesProtoMarshal(t *testing.T) {
-	c := NewCodec()
 	for name, m := range responses() {
-		if !encodable(m) {
+		if !Encodable(m) {
 			t.Fatalf("%s: not encodable by hand", name)
 		}
-		got, err := c.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
+		got := AppendResponse(nil, m)
+		if want := marshal(t, m); !bytes.Equal(got, want) {
+			t.Errorf("%s:\n got %x\nwant %x", name, got, want)
 		}
-		want := marshal(t, m)
-		if !bytes.Equal(got.Materialize(), want) {
-			t.Errorf("%s:\n got %x\nwant %x", name, got.Materialize(), want)
+		if n := ResponseSize(m); n != len(got) {
+			t.Errorf("%s: ResponseSize %d, encoded %d bytes", name, n, len(got))
 		}
 	}
 }
 
-// Anything else goes to the standard codec, and still round-trips.
+// Anything else is left to the standard encoder, and still round-trips
+// (AppendGRPC falls back to it).
 func TestEncodeFallsBack(t *testing.T) {
-	c := NewCodec()
 	withUnknown := &authv3.CheckResponse{}
 	withUnknown.ProtoReflect().SetUnknown([]byte{0xf8, 0x01, 0x01})
 	many := &structpb.Struct{Fields: map[string]*structpb.Value{}}
@@ -81,24 +80,23 @@ func TestEncodeFallsBack(t *testing.T) {
 		"large map":       {DynamicMetadata: many},
 		"value with none": {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"x": {}}}},
 	} {
-		if encodable(m) {
+		if Encodable(m) {
 			t.Fatalf("%s: encodable by hand", name)
 		}
-		got, err := c.Marshal(m)
+		got, err := Message(m).AppendGRPC(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var back authv3.CheckResponse
-		if err := proto.Unmarshal(got.Materialize(), &back); err != nil || !proto.Equal(&back, m) {
+		if err := proto.Unmarshal(got[5:], &back); err != nil || !proto.Equal(&back, m) {
 			t.Errorf("%s: round trip %v: %v", name, err, &back)
 		}
 	}
 }
 
 // A string that is not valid UTF-8, anywhere the hand encoder writes one,
-// is left to the standard codec, which refuses it as proto.Marshal does.
+// is left to the standard encoder, which refuses it as proto.Marshal does.
 func TestEncodeRefusesInvalidUTF8(t *testing.T) {
-	c := NewCodec()
 	denied := func(d *authv3.DeniedHttpResponse) *authv3.CheckResponse {
 		return &authv3.CheckResponse{Status: &rpcstatus.Status{Code: 8}, HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: d}}
 	}
@@ -111,14 +109,14 @@ func TestEncodeRefusesInvalidUTF8(t *testing.T) {
 		"metadata key":   {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"\xff": structpb.NewBoolValue(true)}}},
 		"metadata value": {DynamicMetadata: &structpb.Struct{Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("\xff")}}},
 	} {
-		if encodable(m) {
+		if Encodable(m) {
 			t.Errorf("%s: encodable by hand", name)
 		}
 		if _, want := proto.Marshal(m); want == nil {
 			t.Fatalf("%s: proto.Marshal accepts it: the case shows nothing", name)
 		}
-		if _, err := c.Marshal(m); err == nil {
-			t.Errorf("%s: the codec wrote a message proto.Marshal refuses", name)
+		if _, err := Message(m).AppendGRPC(nil); err == nil {
+			t.Errorf("%s: AppendGRPC wrote a message proto.Marshal refuses", name)
 		}
 	}
 }
@@ -129,44 +127,34 @@ func TestPrebuilt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := NewCodec().Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Materialize(), marshal(t, m)) || p.Response().CheckResponse() != m {
-		t.Fatalf("prebuilt %x", got.Materialize())
-	}
-	if n := testing.AllocsPerRun(100, func() { NewCodec().Marshal(p) }); n > 1 {
-		t.Errorf("answering a prebuilt response allocates %v times", n)
+	if !bytes.Equal(p.Bytes(), marshal(t, m)) || p.Response().CheckResponse() != m || p.Response().Wire() != p {
+		t.Fatalf("prebuilt %x", p.Bytes())
 	}
 }
 
+// Encoding into a buffer with room allocates nothing.
 func TestEncodeAllocations(t *testing.T) {
-	c := NewCodec()
+	buf := make([]byte, 0, 8192)
 	for name, m := range responses() {
-		if name == "big body" {
-			continue
-		}
-		if n := testing.AllocsPerRun(100, func() { c.Marshal(m) }); n > 1 {
-			t.Errorf("%s: %v allocations, want 1", name, n)
+		if n := testing.AllocsPerRun(100, func() { AppendResponse(buf[:0], m) }); n > 0 {
+			t.Errorf("%s: %v allocations, want none", name, n)
 		}
 	}
 }
 
 func BenchmarkEncode(b *testing.B) {
 	m := responses()["denied"]
-	c := NewCodec()
-	std := c.fallback
 	b.Run("generic", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			std.Marshal(m)
+			proto.MarshalOptions{Deterministic: true}.Marshal(m)
 		}
 	})
 	b.Run("checkwire", func(b *testing.B) {
 		b.ReportAllocs()
+		buf := make([]byte, 0, 1024)
 		for b.Loop() {
-			c.Marshal(m)
+			AppendResponse(buf[:0], m)
 		}
 	})
 }

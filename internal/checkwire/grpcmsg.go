@@ -16,13 +16,11 @@ func (r Response) AppendGRPC(b []byte) ([]byte, error) {
 	b = append(b, 0, 0, 0, 0, 0)
 	switch {
 	case r.pre != nil:
-		for _, buf := range r.pre.data {
-			b = append(b, buf.ReadOnlyData()...)
-		}
+		b = append(b, r.pre.data...)
 	case r.msg == nil:
 		return b[:at], fmt.Errorf("checkwire: encode a response: no message")
-	case encodable(r.msg):
-		b = appendResponse(b, r.msg)
+	case Encodable(r.msg):
+		b = AppendResponse(b, r.msg)
 	default:
 		var err error
 		if b, err = (proto.MarshalOptions{}).MarshalAppend(b, r.msg); err != nil {

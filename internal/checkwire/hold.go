@@ -1,11 +1,5 @@
 package checkwire
 
-import (
-	"context"
-
-	"google.golang.org/grpc/status"
-)
-
 // Hold is what a decision reserved for the request it admitted (a lease
 // of a concurrency bucket, a cost taken at the check) and gives back if
 // the caller never takes the answer: the call was cancelled (its stream
@@ -19,25 +13,6 @@ type Hold interface {
 	// Keep ends the hold with its reservations in place: the answer was
 	// taken, or whether it was can no longer be known.
 	Keep()
-}
-
-// Settle ends h (nil: nothing reserved) for a call whose handler ran
-// under ctx: while ctx is live the answer goes out and h is kept; once
-// ctx is done (the stream reset, the deadline passed) h is given back
-// and the call's status is ctx's error. A reset that arrives after the
-// answer was handed to the transport is not seen here; a transport that
-// sees it (checkh2) holds the Hold until the peer has read the answer.
-func Settle(ctx context.Context, h Hold) error {
-	if err := ctx.Err(); err != nil {
-		if h != nil {
-			h.Cancel()
-		}
-		return status.FromContextError(err).Err()
-	}
-	if h != nil {
-		h.Keep()
-	}
-	return nil
 }
 
 // Reserved is the body of a Hold: items of T, whose strings are kept in

@@ -2,11 +2,6 @@ package checkwire
 
 import (
 	"context"
-	"sync"
-
-	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/mem"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkreq"
 )
@@ -28,9 +23,28 @@ type Server interface {
 // those bytes). Not safe for concurrent use; the handler owns it.
 type Request struct {
 	d   *Decoder
-	buf mem.Buffer // the received message, referenced; nil after Decode
-	raw []byte     // the bytes given to Decode
+	buf Buffer // the received message, referenced; nil after Decode
+	raw []byte // the bytes given to Decode
 	req checkreq.Request
+}
+
+// Buffer is a received message that a Request references until it is
+// reset: its bytes, and Free, which hands them back to their pool
+// (grpc-go's mem.Buffer is one).
+type Buffer interface {
+	ReadOnlyData() []byte
+	Free()
+}
+
+// SetDecoder makes d the decoder of the request's next DecodeBuffer.
+func (r *Request) SetDecoder(d *Decoder) { r.d = d }
+
+// DecodeBuffer decodes buf, the received message, with the request's
+// decoder (SetDecoder), and keeps buf until Reset: the request's strings
+// are views into it.
+func (r *Request) DecodeBuffer(buf Buffer) error {
+	r.buf = buf
+	return r.d.Decode(buf.ReadOnlyData(), &r.req)
 }
 
 // Decode decodes b with d into r, outside gRPC (in-process benchmarks and
@@ -73,60 +87,4 @@ func (r *Request) release() {
 	clear(e[:cap(e)])
 	r.req = checkreq.Request{Headers: h[:0], ContextExtensions: e[:0]}
 	r.d = nil
-}
-
-// Register registers srv as envoy.service.auth.v3.Authorization on s,
-// decoding requests with the lean decoder. The gRPC server must use the
-// Codec (grpc.ForceServerCodecV2(NewCodec())), or every Check fails to
-// decode.
-func Register(s grpc.ServiceRegistrar, srv Server) {
-	s.RegisterService(ServiceDesc(), srv)
-}
-
-// ServiceDesc returns a service description of
-// envoy.service.auth.v3.Authorization whose Check handler decodes into a
-// pooled *Request for srv (a Server).
-func ServiceDesc() *grpc.ServiceDesc {
-	pool := &sync.Pool{New: func() any { return new(Request) }}
-	return &grpc.ServiceDesc{
-		ServiceName: authv3.Authorization_ServiceDesc.ServiceName,
-		HandlerType: (*Server)(nil),
-		Methods: []grpc.MethodDesc{{
-			MethodName: "Check",
-			Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-				s := srv.(Server)
-				req := pool.Get().(*Request)
-				defer func() {
-					req.release()
-					pool.Put(req)
-				}()
-				req.d = s.Decoder()
-				if err := dec(req); err != nil {
-					return nil, err
-				}
-				if interceptor == nil {
-					return check(ctx, s, req)
-				}
-				info := &grpc.UnaryServerInfo{Server: srv, FullMethod: authv3.Authorization_Check_FullMethodName}
-				return interceptor(ctx, req, info, func(ctx context.Context, r any) (any, error) {
-					return check(ctx, s, r.(*Request))
-				})
-			},
-		}},
-		Streams:  []grpc.StreamDesc{},
-		Metadata: authv3.Authorization_ServiceDesc.Metadata,
-	}
-}
-
-// check answers one call of the gRPC service: what the decision reserved
-// is given back when the call was cancelled or timed out meanwhile.
-func check(ctx context.Context, s Server, req *Request) (any, error) {
-	resp, err := s.CheckWire(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	if err := Settle(ctx, resp.hold); err != nil {
-		return nil, err
-	}
-	return resp.wire(), nil
 }

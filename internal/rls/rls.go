@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/counter"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/inflight"
@@ -275,7 +276,7 @@ const inlineMatches = 16
 // ShouldRateLimit implements envoy.service.ratelimit.v3.RateLimitService.
 // Only a malformed request is an error (InvalidArgument), and ctx's error
 // once the call was cancelled or timed out while it was decided, which
-// gives back the leases it acquired (checkwire.Settle); every decision is
+// gives back the leases it acquired (checkgrpc.Settle); every decision is
 // a response (see the package doc).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	now := s.opts.Now()
@@ -285,7 +286,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err != nil {
 		return nil, err
 	}
-	if err := checkwire.Settle(ctx, r.hold()); err != nil {
+	if err := checkgrpc.Settle(ctx, r.hold()); err != nil {
 		return nil, err
 	}
 	return &r.resp, nil

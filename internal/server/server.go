@@ -24,6 +24,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/ratelimit-authz/ratelimit-authz/internal/checkgrpc"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/checkwire"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/sockio"
 )
@@ -383,7 +384,7 @@ func (s *Server) bindGRPC(checkAllow, alsAllow allowList) error {
 		return err
 	}
 	if lean, ok := s.svc.Authz.(checkwire.Server); ok {
-		checkwire.Register(check.srv, lean) // decoded by the codec newGRPC installs
+		checkgrpc.Register(check.srv, lean) // decoded by the codec newGRPC installs
 	} else {
 		authv3.RegisterAuthorizationServer(check.srv, s.svc.Authz)
 	}
@@ -465,7 +466,7 @@ func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, err
 	g.lis = newLimitListener(sockio.Listen(lis), s.cfg.Limits.MaxConnections)
 	// The Check service's lean decoder; every other message keeps the
 	// standard proto codec.
-	opts = append(opts, grpc.ForceServerCodecV2(checkwire.NewCodec()))
+	opts = append(opts, grpc.ForceServerCodecV2(checkgrpc.NewCodec()))
 	if s.cfg.StreamWorkers > 0 {
 		opts = append(opts, grpc.NumStreamWorkers(uint32(s.cfg.StreamWorkers)))
 	}
