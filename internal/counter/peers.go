@@ -318,7 +318,9 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
-	s.reportIfShrunk(sh, ei, k, c.Window, ms)
+	if s.track && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) {
+		s.reportIfShrunk(sh, ei, k, ms)
+	}
 	return Merged
 }
 
@@ -362,16 +364,16 @@ func (s *Store) addPeer(sh *shard, k mapKey, e *entry, recs []peerCount, peer Pe
 	return recs, len(recs) - 1
 }
 
-// reportIfShrunk marks k for the next report when a peer's count of its
-// window w, just merged, shrank this node's share so far that its
-// unreported hits, admitted against the larger one, are now half the
-// share or more: so that the peers' shares do not spend them a second
-// time. Fewer stay within the share as a Take would leave them. The
-// caller holds sh's lock.
-func (s *Store) reportIfShrunk(sh *shard, ei int, k mapKey, w, ms int64) {
+// reportIfShrunk marks k, which has hits not yet reported in its newest
+// window, for the next report when a peer's count of that window, just
+// merged, shrank this node's share so far that those hits, admitted
+// against the larger one, are now half the share or more: so that the
+// peers' shares do not spend them a second time. Fewer stay within the
+// share as a Take would leave them. The caller holds sh's lock.
+func (s *Store) reportIfShrunk(sh *shard, ei int, k mapKey, ms int64) {
 	e := &sh.entries[ei]
 	sv := s.shares.Load()
-	if !s.track || sv == 0 || w != e.newest || e.limit == 0 || e.local[w&1] <= int64(e.pubNew) {
+	if sv == 0 {
 		return
 	}
 	lim := Limit{Limit: int64(e.limit), ScaleMS: int64(e.scale), Algorithm: e.alg}
@@ -381,7 +383,7 @@ func (s *Store) reportIfShrunk(sh *shard, ei int, k mapKey, w, ms int64) {
 	}
 	el := min(max(ms-e.newest*lim.ScaleMS, 0), lim.ScaleMS-1)
 	if share, unreported := e.share(sv, lim, e.newest, el, prev); 2*unreported >= share {
-		sh.mark(ei, k, w)
+		sh.mark(ei, k, e.newest)
 		s.signalNear()
 	}
 }
