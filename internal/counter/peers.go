@@ -280,7 +280,7 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ei, st := s.mergeEntry(sh, k, tag, c, ms, w)
+	ei, st := s.mergeEntry(sh, k, tag, &c, ms, w)
 	if st != Merged {
 		return st
 	}
@@ -318,7 +318,7 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
-	if s.track && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) {
+	if s.track && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) && s.shares.Load() != 0 {
 		s.reportIfShrunk(sh, ei, k, ms)
 	}
 	return Merged
@@ -327,7 +327,7 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 // mergeEntry returns the index in sh of the entry a peer's count c of k
 // merges into, created if new, and Merged; or why c is not merged. ms is
 // now, w its window of c's length. The caller holds sh's lock.
-func (s *Store) mergeEntry(sh *shard, k mapKey, tag uint32, c WindowCount, ms, w int64) (int, MergeStatus) {
+func (s *Store) mergeEntry(sh *shard, k mapKey, tag uint32, c *WindowCount, ms, w int64) (int, MergeStatus) {
 	ei := sh.find(tag, c.Bucket, k.key)
 	if ei != noEntry {
 		if int64(sh.entries[ei].scale) != c.ScaleMS {
