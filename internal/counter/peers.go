@@ -280,11 +280,26 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	sh, tag := s.shardFor(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	ei, st := s.mergeEntry(sh, k, tag, &c, ms, w)
-	if st != Merged {
-		return st
+	var e *entry
+	ei := sh.find(tag, c.Bucket, k.key)
+	if ei != noEntry {
+		if e = &sh.entries[ei]; int64(e.scale) != c.ScaleMS {
+			return Mismatch
+		}
+	} else if ei = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); ei == noEntry {
+		return Refused
+	} else {
+		e = &sh.entries[ei]
 	}
-	e := &sh.entries[ei]
+	if c.Window < e.newest-1 {
+		return Stale
+	}
+	if c.Algorithm == Sliding || e.alg == Sliding {
+		e.alg = Sliding // a longer life: the shard's minExpiry stays a lower bound
+		if c.Window > e.newest && c.Window == w+1 && e.total(w-1) != 0 {
+			return Deferred
+		}
+	}
 	recs := sh.peers[k]
 	i := -1
 	for j := range recs {
@@ -322,32 +337,6 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 		s.reportIfShrunk(sh, ei, k, ms)
 	}
 	return Merged
-}
-
-// mergeEntry returns the index in sh of the entry a peer's count c of k
-// merges into, created if new, and Merged; or why c is not merged. ms is
-// now, w its window of c's length. The caller holds sh's lock.
-func (s *Store) mergeEntry(sh *shard, k mapKey, tag uint32, c *WindowCount, ms, w int64) (int, MergeStatus) {
-	ei := sh.find(tag, c.Bucket, k.key)
-	if ei != noEntry {
-		if int64(sh.entries[ei].scale) != c.ScaleMS {
-			return ei, Mismatch
-		}
-	} else if ei = sh.insert(k, tag, Limit{Limit: 1, ScaleMS: c.ScaleMS, Algorithm: c.Algorithm}, c.Window, ms, s.room(sh, c.Bucket)); ei == noEntry {
-		return ei, Refused
-	}
-	e := &sh.entries[ei]
-	if c.Window < e.newest-1 {
-		return ei, Stale
-	}
-	sliding := c.Algorithm == Sliding || e.alg == Sliding
-	if sliding && e.alg != Sliding {
-		e.alg = Sliding // a longer life: the shard's minExpiry stays a lower bound
-	}
-	if c.Window > e.newest && sliding && c.Window == w+1 && e.total(w-1) != 0 {
-		return ei, Deferred
-	}
-	return ei, Merged
 }
 
 // addPeer adds peer to recs, k's peer counts, dropping the outdated ones
