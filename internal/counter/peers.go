@@ -333,7 +333,7 @@ func (s *Store) Merge(peer PeerID, c WindowCount, now time.Time) MergeStatus {
 	}
 	r.win[slot], r.n[slot] = c.Window, c.Count
 	e.remote[slot] = satAdd(e.remote[slot], c.Count-old)
-	if s.track && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) && s.shares.Load() != 0 {
+	if s.track && s.shares.Load() != 0 && c.Window == e.newest && e.limit != 0 && e.local[slot] > int64(e.pubNew) {
 		s.reportIfShrunk(sh, ei, k, ms)
 	}
 	return Merged
