@@ -96,7 +96,7 @@ func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }
 func TestStreamWorkersFlag(t *testing.T) {
 	for _, tc := range []struct{ flag, want int }{{0, -1}, {1, 1}, {64, 64}} {
 		c := serveConfig{grpcMaxStreams: 1}
-		c.node.Limits.MaxConnections, c.node.Limits.MaxRecvMsgBytes, c.node.Limits.KeepaliveMinTime = 1, 1, 1
+		c.node.Bounds.MaxConnections, c.node.Bounds.MaxRecvMsgBytes, c.node.Bounds.KeepaliveMinTime = 1, 1, 1
 		c.node.StreamWorkers = tc.flag
 		if err := c.limits(); err != nil {
 			t.Fatalf("--grpc-stream-workers %d: %v", tc.flag, err)

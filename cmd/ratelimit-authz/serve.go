@@ -74,10 +74,10 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	f.String(&c.node.TLS.ClientCAFile, "grpc-tls-client-ca", "RATELIMIT_AUTHZ_GRPC_TLS_CLIENT_CA", "", "CA `file` (PEM): require client certificates signed by it (mTLS), on every gRPC listener")
 	f.List(&c.node.TLS.AllowedClients, "grpc-tls-allowed-clients", "RATELIMIT_AUTHZ_GRPC_TLS_ALLOWED_CLIENTS", "comma-separated `names`: with mTLS, a client certificate must carry one as a DNS or URI SAN (e.g. spiffe://…), else the handshake fails; empty: any certificate of the CA")
 	f.List(&c.node.AccessLogAllowedClients, "access-log-tls-allowed-clients", "RATELIMIT_AUTHZ_ACCESS_LOG_TLS_ALLOWED_CLIENTS", "comma-separated `names` allowed on --access-log-addr (as --grpc-tls-allowed-clients); empty: the same as the gRPC port's")
-	f.Int(&c.node.Limits.MaxConnections, "grpc-max-connections", "RATELIMIT_AUTHZ_GRPC_MAX_CONNECTIONS", server.DefaultMaxConnections, "most connections open at once per gRPC listener; more are closed on accept (Envoy opens one or more per worker thread)")
+	f.Int(&c.node.Bounds.MaxConnections, "grpc-max-connections", "RATELIMIT_AUTHZ_GRPC_MAX_CONNECTIONS", server.DefaultMaxConnections, "most connections open at once per gRPC listener; more are closed on accept (Envoy opens one or more per worker thread)")
 	f.Int(&c.grpcMaxStreams, "grpc-max-streams", "RATELIMIT_AUTHZ_GRPC_MAX_STREAMS", server.DefaultMaxConcurrentStreams, "most concurrent streams per gRPC connection; more are refused (set Envoy's cluster http2_protocol_options.max_concurrent_streams to at most this)")
-	f.Int(&c.node.Limits.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
-	f.Duration(&c.node.Limits.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
+	f.Int(&c.node.Bounds.MaxRecvMsgBytes, "grpc-max-recv-bytes", "RATELIMIT_AUTHZ_GRPC_MAX_RECV_BYTES", server.DefaultMaxRecvMsgBytes, "largest gRPC message received, in bytes (a CheckRequest: request headers plus the body Envoy buffers); larger: RESOURCE_EXHAUSTED")
+	f.Duration(&c.node.Bounds.KeepaliveMinTime, "grpc-keepalive-min-time", "RATELIMIT_AUTHZ_GRPC_KEEPALIVE_MIN_TIME", server.DefaultKeepaliveMinTime, "shortest interval allowed between a client's keepalive pings; faster: GOAWAY ENHANCE_YOUR_CALM (keep Envoy's connection_keepalive interval at least this)")
 	f.Int(&c.node.StreamWorkers, "grpc-stream-workers", "RATELIMIT_AUTHZ_GRPC_STREAM_WORKERS", server.DefaultStreamWorkers, "goroutines per gRPC listener that run checks one after another, reusing their grown stacks (a check finding all busy gets its own); about the checks in flight at once plus the long-lived streams (access log, RLQS), which hold one each; 0: a goroutine per check")
 	f.String(&c.adminAddr, "admin-addr", "RATELIMIT_AUTHZ_ADMIN_ADDR", defaultAdminAddr, "listen `address` of the admin listener, the live view of who is limited: GET /v1/top (the top keys per bucket, JSON), a status page at /, what `ratelimit-authz top` reads; keys are personal data: an address that is not loopback requires --admin-token-file; off: none")
 	f.String(&c.adminTokenFile, "admin-token-file", "RATELIMIT_AUTHZ_ADMIN_TOKEN_FILE", "", "`file` holding the bearer token every admin request must carry")
@@ -162,21 +162,21 @@ func (c *serveConfig) resolveAdmin() error {
 // already shows).
 func (c *serveConfig) limits() error {
 	switch {
-	case c.node.Limits.MaxConnections <= 0:
-		return fmt.Errorf("--grpc-max-connections %d: must be positive", c.node.Limits.MaxConnections)
+	case c.node.Bounds.MaxConnections <= 0:
+		return fmt.Errorf("--grpc-max-connections %d: must be positive", c.node.Bounds.MaxConnections)
 	case c.grpcMaxStreams <= 0 || c.grpcMaxStreams > 1<<20:
 		return fmt.Errorf("--grpc-max-streams %d: must be from 1 to %d", c.grpcMaxStreams, 1<<20)
-	case c.node.Limits.MaxRecvMsgBytes <= 0:
-		return fmt.Errorf("--grpc-max-recv-bytes %d: must be positive", c.node.Limits.MaxRecvMsgBytes)
-	case c.node.Limits.KeepaliveMinTime <= 0:
-		return fmt.Errorf("--grpc-keepalive-min-time %v: must be positive", c.node.Limits.KeepaliveMinTime)
+	case c.node.Bounds.MaxRecvMsgBytes <= 0:
+		return fmt.Errorf("--grpc-max-recv-bytes %d: must be positive", c.node.Bounds.MaxRecvMsgBytes)
+	case c.node.Bounds.KeepaliveMinTime <= 0:
+		return fmt.Errorf("--grpc-keepalive-min-time %v: must be positive", c.node.Bounds.KeepaliveMinTime)
 	case c.node.StreamWorkers < 0 || c.node.StreamWorkers > maxStreamWorkers:
 		return fmt.Errorf("--grpc-stream-workers %d: from 0 (a goroutine per check) to %d", c.node.StreamWorkers, maxStreamWorkers)
 	}
 	if c.node.StreamWorkers == 0 {
 		c.node.StreamWorkers = -1 // none: the server's zero is its default
 	}
-	c.node.Limits.MaxConcurrentStreams = uint32(c.grpcMaxStreams)
+	c.node.Bounds.MaxConcurrentStreams = uint32(c.grpcMaxStreams)
 	return nil
 }
 

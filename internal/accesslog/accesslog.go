@@ -91,14 +91,6 @@ type Counter interface {
 
 var _ Counter = (*counter.Store)(nil)
 
-// Limits resolves the limit a failure of a bucket's key counts under, by
-// the bucket's index in Config.Buckets: the same one the Check peeks at
-// (tenant override ▸ config ▸ route default ▸ built-in);
-// *snapshot.Resolver is one. ok false: the bucket has no limit.
-type Limits interface {
-	Limit(i int, key string) (counter.Limit, bool)
-}
-
 // Config is what a Recorder needs of the configuration.
 type Config struct {
 	// Buckets are the rules file's, indexed as the Check's (the matcher's
@@ -176,7 +168,7 @@ type Recorder struct {
 // under the one it loaded.
 type generation struct {
 	cfg     Config
-	limits  Limits
+	limits  *snapshot.Resolver
 	byName  map[string]int  // bucket name → index
 	metrics []bucketMetrics // by index
 	// failureBuckets are the buckets with count: failures, in config order.
@@ -204,7 +196,7 @@ func (rec *Recorder) CloseStreams() {
 
 // New returns a Recorder counting into c under the limits resolved by
 // limits. Its metrics go to reg.
-func New(cfg Config, c Counter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
+func New(cfg Config, c Counter, limits *snapshot.Resolver, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Recorder, error) {
 	if c == nil || limits == nil || reg == nil || log == nil {
 		return nil, errors.New("failures: New needs a counter, limits, a registerer and a logger")
 	}
@@ -232,7 +224,7 @@ func (rec *Recorder) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	return rec.prepare(ConfigFrom(snap), snapshot.NewResolver(snap, rec.over))
 }
 
-func (rec *Recorder) prepare(cfg Config, limits Limits) (func(), error) {
+func (rec *Recorder) prepare(cfg Config, limits *snapshot.Resolver) (func(), error) {
 	if limits == nil {
 		return nil, errors.New("failures: the configuration needs limits")
 	}
@@ -283,7 +275,7 @@ func checkConfig(cfg Config) error {
 	return nil
 }
 
-func (rec *Recorder) newGeneration(cfg Config, limits Limits) *generation {
+func (rec *Recorder) newGeneration(cfg Config, limits *snapshot.Resolver) *generation {
 	g := &generation{cfg: cfg, limits: limits, byName: map[string]int{}, metrics: rec.m.forBuckets(cfg.Buckets)}
 	for i, b := range cfg.Buckets {
 		if _, dup := g.byName[b.Name]; !dup {

@@ -43,17 +43,6 @@ type Limiter interface {
 
 var _ Limiter = (*counter.Store)(nil)
 
-// Limits resolves the limit of a bucket, by its index (the matcher's),
-// for a request's key of it (tenant override ▸ config ▸ route default ▸
-// built-in); *snapshot.Resolver is one. It gets the bucket and the key,
-// nothing else, so no other part of a request can change the limit (and
-// so reset the count) of a key that other requests share. It is called on
-// the Check path: it must answer from memory, never wait on I/O. ok false:
-// the bucket has no limit (one only Envoy's context_extensions name).
-type Limits interface {
-	Limit(i int, key string) (counter.Limit, bool)
-}
-
 // Config is what the Service needs of the configuration.
 type Config struct {
 	// Buckets are the rules file's, indexed as the matcher's buckets (its
@@ -103,7 +92,7 @@ var _ checkwire.Server = (*Service)(nil)
 type generation struct {
 	matcher            *match.Engine
 	dec                *checkwire.Decoder // reads what matcher needs
-	limits             Limits
+	limits             *snapshot.Resolver
 	routes             []string
 	denyUnreadableAcct bool
 	leases             bool // some bucket counts requests in flight
@@ -147,7 +136,7 @@ type Options struct {
 // New returns a Service for cfg, matching requests with m, resolving
 // limits with limits and counting with lim. cfg must describe the buckets
 // and routes m was compiled from. Its metrics go to reg.
-func New(cfg Config, m *match.Engine, lim Limiter, limits Limits, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
+func New(cfg Config, m *match.Engine, lim Limiter, limits *snapshot.Resolver, reg prometheus.Registerer, log *slog.Logger, opts Options) (*Service, error) {
 	if lim == nil || reg == nil || log == nil {
 		return nil, errors.New("authz: New needs a matcher, a limiter, limits, a registerer and a logger")
 	}
@@ -202,7 +191,7 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	return s.prepare(ConfigFrom(snap), snap.Matcher, snapshot.NewResolver(snap, s.over))
 }
 
-func (s *Service) prepare(cfg Config, m *match.Engine, limits Limits) (func(), error) {
+func (s *Service) prepare(cfg Config, m *match.Engine, limits *snapshot.Resolver) (func(), error) {
 	if err := checkConfig(cfg, m, limits, s.leases); err != nil {
 		return nil, err
 	}
@@ -247,7 +236,7 @@ func ConfigFrom(snap *snapshot.Snapshot) Config {
 	return c
 }
 
-func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) error {
+func checkConfig(cfg Config, m *match.Engine, limits *snapshot.Resolver, leases Leases) error {
 	if m == nil || limits == nil {
 		return errors.New("authz: the configuration needs a matcher and limits")
 	}
@@ -275,7 +264,7 @@ func checkConfig(cfg Config, m *match.Engine, limits Limits, leases Leases) erro
 	return nil
 }
 
-func (s *Service) newGeneration(cfg Config, m *match.Engine, limits Limits) *generation {
+func (s *Service) newGeneration(cfg Config, m *match.Engine, limits *snapshot.Resolver) *generation {
 	g := &generation{matcher: m, dec: checkwire.ForEngine(m), limits: limits, routes: cfg.Routes, denyUnreadableAcct: cfg.DenyUnreadableAccount}
 	for i, b := range cfg.Buckets {
 		if b.Kind == snapshot.InFlight && !g.leases {

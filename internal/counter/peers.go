@@ -31,7 +31,7 @@ type WindowCount struct {
 }
 
 // PeerCount is a WindowCount with the node that made it, for warm starts:
-// [Store.Snapshot] lists this node's own counts (Peer == Self) and every
+// [Store.LiveCounts] lists this node's own counts (Peer == Self) and every
 // peer count it merged.
 type PeerCount struct {
 	Peer PeerID
@@ -404,12 +404,12 @@ func pruneOutdated(recs []peerCount, e *entry) []peerCount {
 
 func (r *peerCount) holds(w int64) bool { return r.win[w&1] == w && r.n[w&1] > 0 }
 
-// Snapshot appends to dst every count of a window still live at now that
+// LiveCounts appends to dst every count of a window still live at now that
 // the store holds: this node's own (Peer == Self) and each peer's latest
 // (Peer as given to Merge), for a node that warm-starts from this one.
 //
 // It makes one pass over every shard, each locked in turn.
-func (s *Store) Snapshot(dst []PeerCount, now time.Time) []PeerCount {
+func (s *Store) LiveCounts(dst []PeerCount, now time.Time) []PeerCount {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

@@ -332,7 +332,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	a.Merge(6, WindowCount{Bucket: 1, Key: "x", ScaleMS: 1000, Algorithm: Sliding, Window: w - 1, Count: 9}, now)
 	a.Take(2, "old", Limit{Limit: 5, ScaleMS: 1000}, now.Add(-time.Second)) // Fixed, ended
 
-	snap := a.Snapshot(nil, now)
+	snap := a.LiveCounts(nil, now)
 	if len(snap) != 4 {
 		t.Fatalf("Snapshot = %+v, want 4 counts", snap)
 	}

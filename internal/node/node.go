@@ -68,9 +68,9 @@ type Config struct {
 	// AccessLogAllowedClients is the allow-list of AccessLogAddr (see
 	// server.Config); nil: the gRPC port's.
 	AccessLogAllowedClients []string
-	// Limits bound the gRPC listeners' clients; zero fields take the
+	// Bounds bound the gRPC listeners' clients; zero fields take the
 	// server.Default… values.
-	Limits server.Limits
+	Bounds server.Bounds
 	// StreamWorkers is the gRPC listeners' worker goroutines (see
 	// server.Config); zero: server.DefaultStreamWorkers, negative: a
 	// goroutine per call.
@@ -266,7 +266,7 @@ func newServer(cfg *Config, services server.Services, repl *replicate.Replicator
 		ReadyDetail:             overridesState,   // where the overrides served come from
 		TLS:                     cfg.TLS,
 		AccessLogAllowedClients: cfg.AccessLogAllowedClients,
-		Limits:                  cfg.Limits,
+		Bounds:                  cfg.Bounds,
 		StreamWorkers:           cfg.StreamWorkers,
 	}, services, reg, log)
 }

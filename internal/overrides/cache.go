@@ -20,7 +20,7 @@ import (
 	"github.com/ratelimit-authz/ratelimit-authz/internal/limits"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/match"
 	"github.com/ratelimit-authz/ratelimit-authz/internal/overridedb"
-	compiled "github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/snapshot"
 )
 
 // ApplicationName is the cache's application_name in pg_stat_activity,
@@ -87,10 +87,10 @@ type entry struct {
 	limit  counter.Limit
 }
 
-// snapshot is immutable once published. It carries the view of the
+// table is the overrides in effect, immutable once published. It carries the view of the
 // configuration its entries were resolved against, so that a reader that
 // loads it once sees ids and owner indices that agree.
-type snapshot struct {
+type table struct {
 	view    *view
 	shards  [shardCount]map[string][]entry
 	entries int // overrides in effect
@@ -134,7 +134,7 @@ type view struct {
 // newView builds the view of the overridable buckets of snap (filed
 // under their OverrideName), warning about those whose overrides can
 // never apply.
-func newView(snap *compiled.Snapshot, log *slog.Logger) *view {
+func newView(snap *snapshot.Snapshot, log *slog.Logger) *view {
 	v := &view{
 		buckets: map[string]bucketInfo{}, ownerIndex: map[string]int{},
 		route: map[counter.Bucket]keyRoute{}, names: map[counter.Bucket]string{},
@@ -176,7 +176,7 @@ type Cache struct {
 	log     *slog.Logger
 	m       *metrics
 	seed    maphash.Seed
-	snap    atomic.Pointer[snapshot]
+	snap    atomic.Pointer[table]
 	running atomic.Bool
 
 	started     time.Time
@@ -200,7 +200,7 @@ type Cache struct {
 
 // NewCache returns a Cache for the overridable buckets of snap. It does
 // not connect: Load or Run does. Its metrics go to reg.
-func NewCache(cfg Config, snap *compiled.Snapshot, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
+func NewCache(cfg Config, snap *snapshot.Snapshot, reg prometheus.Registerer, log *slog.Logger) (*Cache, error) {
 	if snap == nil || reg == nil || log == nil {
 		return nil, errors.New("overrides: NewCache needs the configured buckets, a registerer and a logger")
 	}
@@ -231,7 +231,7 @@ func NewCache(cfg Config, snap *compiled.Snapshot, reg prometheus.Registerer, lo
 	if err != nil {
 		return nil, err
 	}
-	c.snap.Store(&snapshot{view: v, owners: make([]ownerShards, len(v.ownerNames))})
+	c.snap.Store(&table{view: v, owners: make([]ownerShards, len(v.ownerNames))})
 	return c, nil
 }
 
@@ -243,7 +243,7 @@ func NewCache(cfg Config, snap *compiled.Snapshot, reg prometheus.Registerer, lo
 // lookup in flight finishes on the previous configuration. The next
 // refresh re-reads the whole table (overrides skipped before for naming a
 // bucket the new configuration adds apply from then on).
-func (c *Cache) Prepare(snap *compiled.Snapshot) (swap func(), err error) {
+func (c *Cache) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 	if snap == nil {
 		return nil, errors.New("overrides: Prepare needs the configuration")
 	}
@@ -256,7 +256,7 @@ func (c *Cache) update(v *view) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.snap.Load()
-	next := &snapshot{view: v, owners: make([]ownerShards, len(v.ownerNames))}
+	next := &table{view: v, owners: make([]ownerShards, len(v.ownerNames))}
 	for i, sh := range old.shards {
 		next.shards[i] = make(map[string][]entry, len(sh))
 		for tenant, es := range sh {
@@ -323,7 +323,7 @@ func (c *Cache) Override(tenant string, bucket counter.Bucket) (counter.Limit, b
 	return c.override(c.snap.Load(), tenant, bucket)
 }
 
-func (c *Cache) override(s *snapshot, tenant string, bucket counter.Bucket) (counter.Limit, bool) {
+func (c *Cache) override(s *table, tenant string, bucket counter.Bucket) (counter.Limit, bool) {
 	if s.entries == 0 || len(tenant) > limits.MaxTenantBytes || tenant == "" {
 		return counter.Limit{}, false
 	}
@@ -704,7 +704,7 @@ func (c *Cache) resolve(v *view, tenant string, raw []byte, logged *int, a *aren
 // Called with c.mu held.
 func (c *Cache) publish(full bool, changes []change, owners []ownerChange) {
 	old := c.snap.Load()
-	next := &snapshot{view: old.view}
+	next := &table{view: old.view}
 	copied := [shardCount]bool{}
 	if full {
 		clear(c.invalid)
@@ -753,7 +753,7 @@ func (c *Cache) publish(full bool, changes []change, owners []ownerChange) {
 
 // publishOwners applies owner changes to next, copying only the shards it
 // touches (all of them after a full read). Called with c.mu held.
-func (c *Cache) publishOwners(full bool, old, next *snapshot, owners []ownerChange) {
+func (c *Cache) publishOwners(full bool, old, next *table, owners []ownerChange) {
 	next.owners = make([]ownerShards, len(old.view.ownerNames))
 	next.ownerKeys = 0
 	if !full {

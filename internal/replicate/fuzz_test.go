@@ -57,7 +57,7 @@ func FuzzMerge(f *testing.F) {
 		if store.Len() > 64 {
 			t.Fatalf("%d keys stored, bound 64", store.Len())
 		}
-		for _, pc := range store.Snapshot(nil, n.now) {
+		for _, pc := range store.LiveCounts(nil, n.now) {
 			if int(pc.Bucket) >= len(bs) {
 				t.Fatalf("stored %+v: no such bucket", pc)
 			}

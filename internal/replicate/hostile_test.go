@@ -320,9 +320,9 @@ type countingStore struct {
 	snapshots atomic.Int32
 }
 
-func (c *countingStore) Snapshot(dst []counter.PeerCount, now time.Time) []counter.PeerCount {
+func (c *countingStore) LiveCounts(dst []counter.PeerCount, now time.Time) []counter.PeerCount {
 	c.snapshots.Add(1)
-	return c.Store.Snapshot(dst, now)
+	return c.Store.LiveCounts(dst, now)
 }
 
 // TestSyncRequestsBounded: a sync request is answered only to an inbox,

@@ -136,7 +136,7 @@ func (n *node) total(t testing.TB, bucket counter.Bucket, key string, lim counte
 // every peer (what a Fixed limit decides on).
 func counts(store *counter.Store, bucket counter.Bucket, key string, lim counter.Limit, now time.Time) (local, total int64) {
 	w := counter.WindowOf(now.UnixMilli(), lim.ScaleMS)
-	for _, pc := range store.Snapshot(nil, now) {
+	for _, pc := range store.LiveCounts(nil, now) {
 		if pc.Bucket != bucket || pc.Key != key || pc.ScaleMS != lim.ScaleMS || pc.Window != w {
 			continue
 		}

@@ -26,7 +26,7 @@ import (
 type Store interface {
 	Changes(dst []counter.WindowCount, now time.Time) ([]counter.WindowCount, int)
 	Merge(peer counter.PeerID, c counter.WindowCount, now time.Time) counter.MergeStatus
-	Snapshot(dst []counter.PeerCount, now time.Time) []counter.PeerCount
+	LiveCounts(dst []counter.PeerCount, now time.Time) []counter.PeerCount
 	Pending() int
 	// NearLimit signals when a local count came near its limit, and Spent
 	// whether a charge spent a key's budget: early batches.

@@ -236,7 +236,7 @@ func (s *syncer) reply(max int, now time.Time) [][]byte {
 	if s.cache != nil && now.Sub(s.cacheAt) < syncCacheAt && !now.Before(s.cacheAt) {
 		return s.cache
 	}
-	s.snap = s.store.Snapshot(s.snap[:0], now)
+	s.snap = s.store.LiveCounts(s.snap[:0], now)
 	var chunks [][]byte
 	sp := s.split
 	sp.max = max

@@ -67,7 +67,7 @@ func growStream(t *testing.T) (*stream, peer) {
 		t.Fatal(err)
 	}
 	b := cfg.Quota.Buckets[0].Bucket
-	lim, _ := cfg.Limits.Limit(int(b), "acme")
+	lim, _ := cfg.Resolver.Limit(int(b), "acme")
 	p := peer{store: store, usage: cfg.Buckets[b].ID, lim: lim, announceTo: cfg.Buckets[b].Participants.ID}
 	return &stream{s: svc, id: 1, ids: map[string]*tracked{}}, p
 }

@@ -35,13 +35,6 @@ type Counter interface {
 
 var _ Counter = (*counter.Store)(nil)
 
-// Limits resolves a bucket's limit (by its index in Config.Buckets) for a
-// key: tenant override ▸ configuration. *snapshot.Resolver is one. ok
-// false: no limit, the bucket id is allowed uncounted.
-type Limits interface {
-	Limit(i int, key string) (counter.Limit, bool)
-}
-
 // Config is one configuration the Service serves.
 type Config struct {
 	// Quota is the quota section of the rules file. Required.
@@ -53,15 +46,15 @@ type Config struct {
 	// every node knows the cluster's participants; -1: none, and a node
 	// splits over its own participants only.
 	Buckets []snapshot.Bucket
-	// Limits resolves the buckets' limits, by the same index.
-	Limits Limits
+	// Resolver resolves the buckets' limits, by the same index.
+	Resolver *snapshot.Resolver
 }
 
 func (c Config) validate() error {
 	if c.Quota == nil {
 		return errors.New("rlqs: no quota section")
 	}
-	if c.Limits == nil {
+	if c.Resolver == nil {
 		return errors.New("rlqs: no limits")
 	}
 	for i, e := range c.Quota.Buckets {
@@ -189,8 +182,8 @@ func (s *Service) Prepare(snap *snapshot.Snapshot) (swap func(), err error) {
 
 // ConfigFrom is RLQS's part of snap, its limits resolved by lim: the
 // quota section and the snapshot's buckets.
-func ConfigFrom(snap *snapshot.Snapshot, lim Limits) Config {
-	return Config{Quota: snap.Rules.Quota, Buckets: snap.Buckets, Limits: lim}
+func ConfigFrom(snap *snapshot.Snapshot, lim *snapshot.Resolver) Config {
+	return Config{Quota: snap.Rules.Quota, Buckets: snap.Buckets, Resolver: lim}
 }
 
 // SweepInterval is how often Run reclaims the idle groups.
@@ -511,7 +504,7 @@ func (str *stream) unchanged(t *tracked, now time.Time, refresh time.Duration) b
 		return false
 	}
 	b := &t.gen.cfg.Buckets[t.m.Bucket]
-	lim, ok := t.gen.cfg.Limits.Limit(t.m.Bucket, t.m.Key)
+	lim, ok := t.gen.cfg.Resolver.Limit(t.m.Bucket, t.m.Key)
 	if !ok {
 		return false
 	}
@@ -578,7 +571,7 @@ func (str *stream) evaluate(t *tracked, u usage, now time.Time, fromReport bool)
 		res(resMissingKey)
 		return policy(b.DenyMissingKey), true
 	}
-	lim, ok := st.cfg.Limits.Limit(t.m.Bucket, t.m.Key)
+	lim, ok := st.cfg.Resolver.Limit(t.m.Bucket, t.m.Key)
 	if !ok {
 		res(resCounted)
 		return action{strat: stratAllowAll}, true
@@ -649,7 +642,7 @@ func (str *stream) untracked(st *state, id map[string]string, reported int64, no
 	if m.Key == "" {
 		return policy(b.DenyMissingKey)
 	}
-	if lim, ok := st.cfg.Limits.Limit(m.Bucket, m.Key); ok && reported > 0 {
+	if lim, ok := st.cfg.Resolver.Limit(m.Bucket, m.Key); ok && reported > 0 {
 		str.s.counter.Incr(b.ID, m.Key, lim, reported*m.Cost, now)
 	}
 	return policy(b.DenyOverflow)

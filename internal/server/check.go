@@ -34,7 +34,7 @@ func (s *Server) newCheck(addr string, allow allowList) (*checkListener, error) 
 		return nil, errors.New("server: the Check listener needs an Authorization service with the lean path (checkwire.Server)")
 	}
 	cl := &checkListener{tls: "off"}
-	l := s.cfg.Limits
+	l := s.cfg.Bounds
 	cfg := checkh2.Config{
 		Check: lean, Serving: s.ready.Load, Log: s.log,
 		MaxConnections: l.MaxConnections, MaxConcurrentStreams: l.MaxConcurrentStreams,

@@ -15,7 +15,7 @@
 // Each gRPC listener is plaintext, TLS or mTLS (a client CA, and an
 // allow-list of the SAN names a client certificate must carry: a
 // certificate of the CA without one fails the handshake, so the client
-// never reaches a service). Each is bounded (Limits): connections open at
+// never reaches a service). Each is bounded (Bounds): connections open at
 // once (one more is closed on accept), concurrent streams per connection
 // (extra streams are refused), the size of a received message
 // (RESOURCE_EXHAUSTED) and of the request's HTTP/2 headers (the stream is

@@ -126,7 +126,7 @@ func TestEnvoyMutualTLSAndStreamBound(t *testing.T) {
 		AccessLogAddr: "127.0.0.1:0",
 		TLS: server.TLS{CertFile: cert, KeyFile: key, ClientCAFile: p.File,
 			AllowedClients: []string{"edge.mesh"}},
-		Limits: server.Limits{MaxConcurrentStreams: 2},
+		Bounds: server.Bounds{MaxConcurrentStreams: 2},
 	}, server.Services{Authz: g, AccessLog: als})
 
 	addrs := map[string]string{}

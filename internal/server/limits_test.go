@@ -111,7 +111,7 @@ func dialGRPC(t *testing.T, addr string, opts ...grpc.DialOption) authv3.Authori
 func TestStreamsPerConnectionHostile(t *testing.T) {
 	g := newGate()
 	g.release()
-	srv, _ := start(t, server.Config{Limits: server.Limits{MaxConcurrentStreams: 3}}, server.Services{Authz: g})
+	srv, _ := start(t, server.Config{Bounds: server.Bounds{MaxConcurrentStreams: 3}}, server.Services{Authz: g})
 	c := dialH2(t, srv.GRPCAddr().String())
 	if got := c.settings[http2.SettingMaxConcurrentStreams]; got != 3 {
 		t.Fatalf("advertised max concurrent streams %d, want 3", got)
@@ -162,7 +162,7 @@ func TestStreamsPerConnectionHostile(t *testing.T) {
 // its checks succeed, never more than the bound at once.
 func TestStreamsPerConnectionQueued(t *testing.T) {
 	g := newGate()
-	srv, _ := start(t, server.Config{Limits: server.Limits{MaxConcurrentStreams: 3}}, server.Services{Authz: g})
+	srv, _ := start(t, server.Config{Bounds: server.Bounds{MaxConcurrentStreams: 3}}, server.Services{Authz: g})
 	client := dialGRPC(t, srv.GRPCAddr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -192,7 +192,7 @@ func checkOfSize(n int) *authv3.CheckRequest {
 func TestMaxReceiveSize(t *testing.T) {
 	g := newGate()
 	g.release()
-	srv, _ := start(t, server.Config{Limits: server.Limits{MaxRecvMsgBytes: 64 << 10}}, server.Services{Authz: g})
+	srv, _ := start(t, server.Config{Bounds: server.Bounds{MaxRecvMsgBytes: 64 << 10}}, server.Services{Authz: g})
 	client := dialGRPC(t, srv.GRPCAddr().String(), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(16<<20)))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -339,7 +339,7 @@ func TestPingFlood(t *testing.T) {
 // Connections over the bound are closed at once and counted; a slot comes
 // back when a connection closes.
 func TestMaxConnections(t *testing.T) {
-	srv, reg := start(t, server.Config{Limits: server.Limits{MaxConnections: 2}}, server.Services{Authz: allowAll{}})
+	srv, reg := start(t, server.Config{Bounds: server.Bounds{MaxConnections: 2}}, server.Services{Authz: allowAll{}})
 	addr := srv.GRPCAddr().String()
 	first := dialH2(t, addr)
 	dialH2(t, addr)
@@ -360,7 +360,7 @@ func TestMaxConnections(t *testing.T) {
 // A connection that never completes its handshake, or sits idle after it,
 // gives its slot back.
 func TestHandshakeAndIdleTimeouts(t *testing.T) {
-	srv, reg := start(t, server.Config{Limits: server.Limits{
+	srv, reg := start(t, server.Config{Bounds: server.Bounds{
 		MaxConnections: 1, HandshakeTimeout: 300 * time.Millisecond, MaxConnectionIdle: 300 * time.Millisecond,
 	}}, server.Services{Authz: allowAll{}})
 	addr := srv.GRPCAddr().String()
@@ -395,15 +395,15 @@ func TestLimitsErrors(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, tc := range []struct {
 		name   string
-		limits server.Limits
+		limits server.Bounds
 		want   string
 	}{
-		{"negative connections", server.Limits{MaxConnections: -1}, "negative"},
-		{"negative size", server.Limits{MaxRecvMsgBytes: -1}, "negative"},
-		{"no bound", server.Limits{MaxRecvMsgBytes: 1 << 30}, "at most"},
-		{"negative keepalive", server.Limits{KeepaliveMinTime: -time.Second}, "negative"},
+		{"negative connections", server.Bounds{MaxConnections: -1}, "negative"},
+		{"negative size", server.Bounds{MaxRecvMsgBytes: -1}, "negative"},
+		{"no bound", server.Bounds{MaxRecvMsgBytes: 1 << 30}, "at most"},
+		{"negative keepalive", server.Bounds{KeepaliveMinTime: -time.Second}, "negative"},
 	} {
-		_, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Limits: tc.limits},
+		_, err := server.New(server.Config{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", Bounds: tc.limits},
 			server.Services{Authz: allowAll{}}, prometheus.NewRegistry(), log)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)

@@ -40,7 +40,7 @@ type Config struct {
 	// CheckAddr, when set, serves ext_authz Check and grpc.health.v1
 	// Check, and nothing else, on a lean HTTP/2 listener of its own
 	// (internal/checkh2: one goroutine per connection reads, decides and
-	// writes), with the gRPC port's TLS, allow-list and Limits. Empty: off.
+	// writes), with the gRPC port's TLS, allow-list and Bounds. Empty: off.
 	CheckAddr string
 	HTTPAddr  string // default 127.0.0.1:9090
 	// PprofAddr, when set, serves Go's profiles under /debug/pprof/ on a
@@ -68,8 +68,8 @@ type Config struct {
 	// (see TLS.AllowedClients); nil: the same as the Check port's. Only
 	// with AccessLogAddr.
 	AccessLogAllowedClients []string
-	// Limits bound what clients of the gRPC listeners can hold.
-	Limits Limits
+	// Bounds bound what clients of the gRPC listeners can hold.
+	Bounds Bounds
 	// StreamWorkers is how many long-lived goroutines of each gRPC
 	// listener run its calls, one call after another: a check then runs
 	// on a goroutine whose stack has already grown, instead of a new
@@ -92,10 +92,10 @@ const DefaultStreamWorkers = 64
 // each worker is an idle goroutine held for the server's life.
 const maxStreamWorkers = 1 << 12
 
-// Limits bound, per gRPC listener, what its clients can hold: a client
+// Bounds bound, per gRPC listener, what its clients can hold: a client
 // past a bound is refused, not queued without end. Zero fields take the
 // defaults.
-type Limits struct {
+type Bounds struct {
 	// MaxConnections is the most connections open at once; one more is
 	// closed as soon as it is accepted. Default 4096: Envoy opens at least
 	// one connection per worker thread, so a node needs about (Envoys ×
@@ -135,7 +135,7 @@ type Limits struct {
 	HandshakeTimeout time.Duration
 }
 
-// Defaults of Limits.
+// Defaults of Bounds.
 const (
 	DefaultMaxConnections       = 4096
 	DefaultMaxConcurrentStreams = 1024
@@ -149,7 +149,7 @@ const (
 	maxRecvMsgBytesLimit = 64 << 20
 )
 
-func (l *Limits) setDefaults() error {
+func (l *Bounds) setDefaults() error {
 	if l.MaxConnections < 0 || l.MaxRecvMsgBytes < 0 || l.KeepaliveMinTime < 0 || l.MaxConnectionIdle < 0 || l.HandshakeTimeout < 0 {
 		return errors.New("server: gRPC limits must not be negative")
 	}
@@ -179,7 +179,7 @@ func (l *Limits) setDefaults() error {
 	return nil
 }
 
-func (l Limits) serverOptions() []grpc.ServerOption {
+func (l Bounds) serverOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.MaxConcurrentStreams),
 		grpc.MaxRecvMsgSize(l.MaxRecvMsgBytes),
@@ -226,7 +226,7 @@ func (c *Config) setDefaults() error {
 	if c.AccessLogAllowedClients != nil && c.AccessLogAddr == "" {
 		return errors.New("server: access-log allowed clients need an access-log address of its own (on the gRPC port, its allowed clients apply)")
 	}
-	return c.Limits.setDefaults()
+	return c.Bounds.setDefaults()
 }
 
 // sameFixedAddr reports whether a and b name one address (not port 0,
@@ -442,7 +442,7 @@ func (s *Server) bindHTTP(reg prometheus.Gatherer) (err error) {
 // security and adds it to s.grpcs.
 func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, error) {
 	g := &grpcListener{name: name, tls: "off"}
-	opts := s.cfg.Limits.serverOptions()
+	opts := s.cfg.Bounds.serverOptions()
 	if s.cfg.TLS.enabled() {
 		tc, err := s.cfg.TLS.config(allow, &g.tlsRefused, func(names []string) {
 			s.log.Debug("client certificate refused: no allowed name", "listener", name, "names", names)
@@ -463,7 +463,7 @@ func (s *Server) newGRPC(name, addr string, allow allowList) (*grpcListener, err
 	if err != nil {
 		return nil, fmt.Errorf("server: listen %s on %s: %w", listenName(name), addr, err)
 	}
-	g.lis = newLimitListener(sockio.Listen(lis), s.cfg.Limits.MaxConnections)
+	g.lis = newLimitListener(sockio.Listen(lis), s.cfg.Bounds.MaxConnections)
 	// The Check service's lean decoder; every other message keeps the
 	// standard proto codec.
 	opts = append(opts, grpc.ForceServerCodecV2(checkgrpc.NewCodec()))
@@ -683,8 +683,8 @@ func (s *Server) servingAttrs() []any {
 		attrs = append(attrs, "check", a.String(), "check_tls", s.check.tls)
 	}
 	return append(attrs, "grpc_tls", s.grpcs[0].tls,
-		"max_connections", s.cfg.Limits.MaxConnections, "max_streams", s.cfg.Limits.MaxConcurrentStreams,
-		"max_recv_bytes", s.cfg.Limits.MaxRecvMsgBytes, "stream_workers", max(s.cfg.StreamWorkers, 0))
+		"max_connections", s.cfg.Bounds.MaxConnections, "max_streams", s.cfg.Bounds.MaxConcurrentStreams,
+		"max_recv_bytes", s.cfg.Bounds.MaxRecvMsgBytes, "stream_workers", max(s.cfg.StreamWorkers, 0))
 }
 
 // shutdown: NOT_SERVING, the drain delay, the access-log and quota
