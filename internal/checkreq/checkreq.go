@@ -4,7 +4,10 @@
 // other. It holds no logic beyond name/value lookups.
 package checkreq
 
-import "slices"
+import (
+	"slices"
+	"strings"
+)
 
 // Request is what a Check reads out of Envoy's CheckRequest. The matcher
 // neither modifies nor retains it, but the keys it returns are substrings
@@ -80,15 +83,7 @@ func AppendMap(dst Fields, m map[string]string, names []string) Fields {
 		for k, v := range m {
 			dst = append(dst, Field{k, v})
 		}
-		slices.SortFunc(dst[start:], func(a, b Field) int {
-			switch {
-			case a.Name < b.Name:
-				return -1
-			case a.Name > b.Name:
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(dst[start:], func(a, b Field) int { return strings.Compare(a.Name, b.Name) })
 		return dst
 	}
 	for _, n := range names {
