@@ -42,15 +42,9 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	if err := errors.Join(f.errs...); err != nil {
 		return exitError{code: 2, msg: "ratelimit-authz check-config: " + err.Error()}
 	}
-	checkPort := 0
-	if checkAddr != "off" && checkAddr != "" && envoyPath != "" { // only --envoy compares it
-		_, p, err := net.SplitHostPort(checkAddr)
-		if err == nil {
-			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on
-		}
-		if err != nil || checkPort < 1 || checkPort > 65535 {
-			return exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz check-config: --check-addr %q: want host:port with a port in 1…65535", checkAddr)}
-		}
+	checkPort, err := checkConfigPort(checkAddr, envoyPath)
+	if err != nil {
+		return err
 	}
 	explicit := f.set("config", "RATELIMIT_AUTHZ_CONFIG")
 	if rlsDir != "" {
@@ -66,31 +60,13 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 		}
 		return checkRLSConfig(rlsDir, rlsMerge, rlsDotfiles, path, explicit, stdout, stderr)
 	}
-	r, source, err := configfile.File{Path: path, Explicit: explicit}.Load()
+	r, source, err := loadCheckedConfig(path, explicit, stderr)
 	if err != nil {
-		if ps, ok := problem.As(err); ok {
-			for _, p := range ps {
-				fmt.Fprintln(stderr, p)
-			}
-			return exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", source, len(ps))}
-		}
-		return exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
+		return err
 	}
 	var cms []envoyconf.ConnectionManager
 	if envoyPath != "" {
-		b, err := os.ReadFile(envoyPath)
-		if err == nil {
-			cms, err = envoyconf.Inspect(b)
-		}
-		if err == nil && !slices.ContainsFunc(cms, func(c envoyconf.ConnectionManager) bool { return c.ExtAuthz }) {
-			fmt.Fprintf(stderr, "%s: WARN: %s runs no ext_authz filter: %s\n", source, envoyPath, unchecked(b, r))
-		}
-		var problems []string
-		if err == nil && checkPort != 0 {
-			problems, err = leanProblems(b, checkPort, false)
-		}
-		problems = append(problems, uncheckedRoutes(r, cms)...)
-		if err := envoyProblems(envoyPath, problems, err, stderr); err != nil {
+		if cms, err = checkEnvoy(envoyPath, source, r, checkPort, stderr); err != nil {
 			return err
 		}
 	}
@@ -99,6 +75,63 @@ func runCheckConfig(args []string, getenv func(string) string, stdout, stderr io
 	}
 	fmt.Fprintf(stdout, "%s: OK (%s, %s)\n", source, plural(len(r.Buckets), "bucket"), plural(len(r.Routes), "route"))
 	return nil
+}
+
+// checkConfigPort is the port of --check-addr that --envoy compares, 0
+// when there is none to compare (no --envoy, or the listener off).
+func checkConfigPort(checkAddr, envoyPath string) (int, error) {
+	checkPort := 0
+	if checkAddr != "off" && checkAddr != "" && envoyPath != "" { // only --envoy compares it
+		_, p, err := net.SplitHostPort(checkAddr)
+		if err == nil {
+			checkPort, err = net.LookupPort("tcp", p) // a number or a service name, as serve listens on
+		}
+		if err != nil || checkPort < 1 || checkPort > 65535 {
+			return 0, exitError{code: 2, msg: fmt.Sprintf("ratelimit-authz check-config: --check-addr %q: want host:port with a port in 1…65535", checkAddr)}
+		}
+	}
+	return checkPort, nil
+}
+
+// loadCheckedConfig loads the configuration file to validate; its
+// problems, when it has any, are written to stderr and the error is the
+// exit of check-config.
+func loadCheckedConfig(path string, explicit bool, stderr io.Writer) (*configfile.Rules, string, error) {
+	r, source, err := configfile.File{Path: path, Explicit: explicit}.Load()
+	if err != nil {
+		if ps, ok := problem.As(err); ok {
+			for _, p := range ps {
+				fmt.Fprintln(stderr, p)
+			}
+			return nil, source, exitError{code: 1, msg: fmt.Sprintf("%s: %d problem(s)", source, len(ps))}
+		}
+		return nil, source, exitError{code: 1, msg: "ratelimit-authz check-config: " + err.Error()}
+	}
+	return r, source, nil
+}
+
+// checkEnvoy checks the Envoy bootstrap at envoyPath against the rules
+// loaded from source: it warns on stderr when the bootstrap runs no
+// ext_authz filter, and returns its connection managers, or the exit of
+// check-config when it cannot be read or has problems.
+func checkEnvoy(envoyPath, source string, r *configfile.Rules, checkPort int, stderr io.Writer) ([]envoyconf.ConnectionManager, error) {
+	var cms []envoyconf.ConnectionManager
+	b, err := os.ReadFile(envoyPath)
+	if err == nil {
+		cms, err = envoyconf.Inspect(b)
+	}
+	if err == nil && !slices.ContainsFunc(cms, func(c envoyconf.ConnectionManager) bool { return c.ExtAuthz }) {
+		fmt.Fprintf(stderr, "%s: WARN: %s runs no ext_authz filter: %s\n", source, envoyPath, unchecked(b, r))
+	}
+	var problems []string
+	if err == nil && checkPort != 0 {
+		problems, err = leanProblems(b, checkPort, false)
+	}
+	problems = append(problems, uncheckedRoutes(r, cms)...)
+	if err := envoyProblems(envoyPath, problems, err, stderr); err != nil {
+		return nil, err
+	}
+	return cms, nil
 }
 
 // checkRLSConfig validates a directory of envoyproxy/ratelimit files and,

@@ -56,6 +56,31 @@ const defaultAdminAddr = "127.0.0.1:9095"
 func runServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer, started func(*node.Node)) error {
 	c := serveConfig{started: started}
 	getenv, c.rls.upstream = upstreamEnv(getenv) // envoyproxy/ratelimit's variables as aliases of ours
+	f := c.flags(getenv)
+	if done, err := cli.Parse(f.fs, args, stdout, stderr); done {
+		return err
+	}
+	if err := errors.Join(f.errs...); err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	tokenSource, err := c.resolve(f, getenv)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(c.logLevel, c.logFormat, stderr)
+	if err != nil {
+		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+	}
+	if tokenSource != "" {
+		log.Info("failure reports over HTTP enabled", "token_from", tokenSource)
+	}
+	c.rls.warn(log)
+	logRuntime(log, getenv, os.DirFS("/"))
+	return serve(ctx, c, log)
+}
+
+// flags is serve's flag set, each flag setting its field of c.
+func (c *serveConfig) flags(getenv func(string) string) *envFlags {
 	f := newEnvFlags("serve", "Serve Envoy's ext_authz Check on gRPC and /metrics, /healthz, /readyz on HTTP;\nwith --rls-config-dir (or envoyproxy/ratelimit's RUNTIME_* layout), also Envoy's\nratelimit filter (ShouldRateLimit) on the gRPC port. Our variables win over\nenvoyproxy/ratelimit's names.\nSIGINT or SIGTERM shuts down gracefully; SIGHUP reloads the configuration files.\nRATELIMIT_AUTHZ_FAILURES_TOKEN, or a file named by RATELIMIT_AUTHZ_FAILURES_TOKEN_FILE,\nholds the bearer token that enables POST /v1/failures (never a flag).", getenv)
 	f.String(&c.configPath, "config", "RATELIMIT_AUTHZ_CONFIG", defaultConfigPath, "configuration `file`; when the default path is missing, the shipped configuration is used")
 	f.Bool(&c.watchConfig, "watch-config", "RATELIMIT_AUTHZ_WATCH_CONFIG", true, "reload the configuration file when it changes (SIGHUP reloads it either way); a change that does not validate is refused and the last good configuration keeps serving")
@@ -86,54 +111,44 @@ func runServe(ctx context.Context, args []string, getenv func(string) string, st
 	c.cluster.addFlags(f)
 	c.rls.addFlags(f)
 	c.memory.addFlags(f)
-	if done, err := cli.Parse(f.fs, args, stdout, stderr); done {
-		return err
-	}
-	if err := errors.Join(f.errs...); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
-	}
+	return f
+}
+
+// resolve checks and resolves what the parsed flags and environment set
+// into c, returning where the failures token came from (empty: none);
+// its error is the exit of serve.
+func (c *serveConfig) resolve(f *envFlags, getenv func(string) string) (tokenSource string, err error) {
 	if getenv("RATELIMIT_AUTHZ_PPROF") != "" {
-		return exitError{code: 2, msg: "ratelimit-authz serve: RATELIMIT_AUTHZ_PPROF is no longer read: profiles are served on their own address, --pprof-addr (RATELIMIT_AUTHZ_PPROF_ADDR)"}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: RATELIMIT_AUTHZ_PPROF is no longer read: profiles are served on their own address, --pprof-addr (RATELIMIT_AUTHZ_PPROF_ADDR)"}
 	}
 	if err := c.limits(); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	// A secret: from the environment or a file, never a flag (ps would
 	// show it), and only its source is logged.
-	var tokenSource string
-	var err error
 	if c.node.FailuresToken, tokenSource, err = secretFromEnv(getenv, "RATELIMIT_AUTHZ_FAILURES_TOKEN"); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	c.configExplicit = f.set("config", "RATELIMIT_AUTHZ_CONFIG")
 	if err := c.cluster.resolve(getenv); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if err := c.rls.resolve(f, c.node.TLS); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if err := c.memory.resolve(getenv); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if err := c.resolveAdmin(); err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
 	}
 	if c.node.CheckAddr == "off" || c.node.CheckAddr == "" {
 		c.node.CheckAddr = "" // the node's zero: no lean listener
 	}
 	if c.node.SweepInterval <= 0 {
-		return exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
+		return "", exitError{code: 2, msg: "ratelimit-authz serve: --sweep-interval must be positive"}
 	}
-	log, err := newLogger(c.logLevel, c.logFormat, stderr)
-	if err != nil {
-		return exitError{code: 2, msg: "ratelimit-authz serve: " + err.Error()}
-	}
-	if tokenSource != "" {
-		log.Info("failure reports over HTTP enabled", "token_from", tokenSource)
-	}
-	c.rls.warn(log)
-	logRuntime(log, getenv, os.DirFS("/"))
-	return serve(ctx, c, log)
+	return tokenSource, nil
 }
 
 // resolveAdmin sets the node's admin listener from the flags, reading

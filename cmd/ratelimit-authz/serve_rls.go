@@ -225,62 +225,100 @@ var upstreamTLS = []struct{ theirs, ours string }{
 // an invalid value, or a setting that cannot be honoured safely (a unix
 // socket, xDS configuration, quota mode), is an error naming it.
 func upstreamEnv(getenv func(string) string) (func(string) string, upstreamSettings) {
-	u := upstreamSettings{alias: map[string]string{}}
-	give := func(theirs, ours, v string) {
-		if getenv(ours) != "" {
-			u.warnings = append(u.warnings, fmt.Sprintf("%s is ignored: %s is set, and wins", theirs, ours))
-			return
+	r := &upstreamReader{getenv: getenv, u: upstreamSettings{alias: map[string]string{}}}
+	r.aliases()
+	r.logging()
+	r.listeners()
+	r.tls()
+	r.unsupported()
+	u := r.u
+	return func(k string) string {
+		if v, ok := u.alias[k]; ok {
+			return v
 		}
-		u.alias[ours] = v
+		return getenv(k)
+	}, u
+}
+
+// upstreamReader collects upstreamSettings from envoyproxy/ratelimit's
+// variables in getenv.
+type upstreamReader struct {
+	getenv func(string) string
+	u      upstreamSettings
+}
+
+// give makes v, the value of upstream's theirs, the value of our ours,
+// unless ours is set: then theirs is ignored with a warning.
+func (r *upstreamReader) give(theirs, ours, v string) {
+	if r.getenv(ours) != "" {
+		r.u.warnings = append(r.u.warnings, fmt.Sprintf("%s is ignored: %s is set, and wins", theirs, ours))
+		return
 	}
-	boolean := func(name string) (bool, bool) {
-		v := getenv(name)
-		if v == "" {
-			return false, false
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			u.errs = append(u.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", name, v))
-			return false, false
-		}
-		return b, true
+	r.u.alias[ours] = v
+}
+
+// boolean is the boolean variable name and whether it is set to one; a
+// value that is not a boolean is an error.
+func (r *upstreamReader) boolean(name string) (bool, bool) {
+	v := r.getenv(name)
+	if v == "" {
+		return false, false
 	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.u.errs = append(r.u.errs, fmt.Errorf("%s=%q: not a boolean (true or false)", name, v))
+		return false, false
+	}
+	return b, true
+}
+
+// aliases reads the variables of upstreamAliases.
+func (r *upstreamReader) aliases() {
 	for _, a := range upstreamAliases {
-		v := getenv(a.theirs)
+		v := r.getenv(a.theirs)
 		if v == "" {
 			continue
 		}
 		if a.boolean {
-			if _, ok := boolean(a.theirs); !ok {
+			if _, ok := r.boolean(a.theirs); !ok {
 				continue
 			}
 		}
-		give(a.theirs, a.ours, v)
+		r.give(a.theirs, a.ours, v)
 	}
-	if v := getenv("LOG_LEVEL"); v != "" {
+}
+
+// logging reads LOG_LEVEL and LOG_FORMAT.
+func (r *upstreamReader) logging() {
+	if v := r.getenv("LOG_LEVEL"); v != "" {
 		// logrus's levels, in any case
 		switch l := strings.ToLower(v); l {
 		case "trace", "debug":
-			give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "debug")
+			r.give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "debug")
 		case "info", "warn", "error":
-			give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", l)
+			r.give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", l)
 		case "warning":
-			give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "warn")
+			r.give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "warn")
 		case "fatal", "panic":
-			give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "error")
+			r.give("LOG_LEVEL", "RATELIMIT_AUTHZ_LOG_LEVEL", "error")
 		default:
-			u.errs = append(u.errs, fmt.Errorf("LOG_LEVEL=%q: use trace, debug, info, warn, error, fatal or panic", v))
+			r.u.errs = append(r.u.errs, fmt.Errorf("LOG_LEVEL=%q: use trace, debug, info, warn, error, fatal or panic", v))
 		}
 	}
-	if v := getenv("LOG_FORMAT"); v != "" {
+	if v := r.getenv("LOG_FORMAT"); v != "" {
 		// upstream: json is JSON, anything else text
 		f := "text"
 		if strings.EqualFold(v, "json") {
 			f = "json"
 		}
-		give("LOG_FORMAT", "RATELIMIT_AUTHZ_LOG_FORMAT", f)
+		r.give("LOG_FORMAT", "RATELIMIT_AUTHZ_LOG_FORMAT", f)
 	}
-	if host, port := getenv("GRPC_HOST"), getenv("GRPC_PORT"); host != "" || port != "" {
+}
+
+// listeners reads the gRPC address (GRPC_HOST, GRPC_PORT) and the
+// metrics' (USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH).
+func (r *upstreamReader) listeners() {
+	if host, port := r.getenv("GRPC_HOST"), r.getenv("GRPC_PORT"); host != "" || port != "" {
 		// upstream's defaults: 0.0.0.0, 8081
 		if host == "" {
 			host = "0.0.0.0"
@@ -289,55 +327,59 @@ func upstreamEnv(getenv func(string) string) (func(string) string, upstreamSetti
 			port = "8081"
 		}
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil {
-			u.errs = append(u.errs, fmt.Errorf("GRPC_PORT=%q: not a port (0 to 65535)", port))
+			r.u.errs = append(r.u.errs, fmt.Errorf("GRPC_PORT=%q: not a port (0 to 65535)", port))
 		} else {
-			give("GRPC_HOST and GRPC_PORT", "RATELIMIT_AUTHZ_GRPC_ADDR", net.JoinHostPort(host, strconv.FormatUint(n, 10)))
+			r.give("GRPC_HOST and GRPC_PORT", "RATELIMIT_AUTHZ_GRPC_ADDR", net.JoinHostPort(host, strconv.FormatUint(n, 10)))
 		}
 	}
-	if on, ok := boolean("USE_PROMETHEUS"); ok && on {
-		addr := getenv("PROMETHEUS_ADDR")
+	if on, ok := r.boolean("USE_PROMETHEUS"); ok && on {
+		addr := r.getenv("PROMETHEUS_ADDR")
 		if addr == "" {
 			addr = ":9090" // upstream's default
 		}
-		give("USE_PROMETHEUS and PROMETHEUS_ADDR", "RATELIMIT_AUTHZ_HTTP_ADDR", addr)
-	} else if getenv("PROMETHEUS_ADDR") != "" {
-		u.warnings = append(u.warnings, "PROMETHEUS_ADDR has no effect without USE_PROMETHEUS=true (as upstream); metrics are on --http-addr")
+		r.give("USE_PROMETHEUS and PROMETHEUS_ADDR", "RATELIMIT_AUTHZ_HTTP_ADDR", addr)
+	} else if r.getenv("PROMETHEUS_ADDR") != "" {
+		r.u.warnings = append(r.u.warnings, "PROMETHEUS_ADDR has no effect without USE_PROMETHEUS=true (as upstream); metrics are on --http-addr")
 	}
-	if p := getenv("PROMETHEUS_PATH"); p != "" && p != "/metrics" {
-		u.warnings = append(u.warnings, "PROMETHEUS_PATH has no effect: metrics are served on /metrics")
+	if p := r.getenv("PROMETHEUS_PATH"); p != "" && p != "/metrics" {
+		r.u.warnings = append(r.u.warnings, "PROMETHEUS_PATH has no effect: metrics are served on /metrics")
 	}
-	if on, _ := boolean("GRPC_SERVER_USE_TLS"); on {
-		u.wantTLS = true
+}
+
+// tls reads GRPC_SERVER_USE_TLS and the files of upstreamTLS, which
+// have no effect without it.
+func (r *upstreamReader) tls() {
+	if on, _ := r.boolean("GRPC_SERVER_USE_TLS"); on {
+		r.u.wantTLS = true
 		for _, a := range upstreamTLS {
-			if v := getenv(a.theirs); v != "" {
-				give(a.theirs, a.ours, v)
+			if v := r.getenv(a.theirs); v != "" {
+				r.give(a.theirs, a.ours, v)
 			}
 		}
 	} else {
 		for _, a := range upstreamTLS {
-			if getenv(a.theirs) != "" {
-				u.warnings = append(u.warnings, a.theirs+" has no effect without GRPC_SERVER_USE_TLS=true (as upstream)")
+			if r.getenv(a.theirs) != "" {
+				r.u.warnings = append(r.u.warnings, a.theirs+" has no effect without GRPC_SERVER_USE_TLS=true (as upstream)")
 			}
 		}
 	}
-	if getenv("GRPC_UDS") != "" {
-		u.errs = append(u.errs, errors.New("GRPC_UDS: a unix socket is not served; listen on --grpc-addr (GRPC_HOST, GRPC_PORT)"))
+}
+
+// unsupported reads the settings that are refused (a unix socket, xDS
+// configuration, quota mode) and those of upstreamNoEffect.
+func (r *upstreamReader) unsupported() {
+	if r.getenv("GRPC_UDS") != "" {
+		r.u.errs = append(r.u.errs, errors.New("GRPC_UDS: a unix socket is not served; listen on --grpc-addr (GRPC_HOST, GRPC_PORT)"))
 	}
-	if v := getenv("CONFIG_TYPE"); v != "" && !strings.EqualFold(v, "FILE") {
-		u.errs = append(u.errs, fmt.Errorf("CONFIG_TYPE=%q: only FILE is served (the runtime directory layout); xDS configuration is not", v))
+	if v := r.getenv("CONFIG_TYPE"); v != "" && !strings.EqualFold(v, "FILE") {
+		r.u.errs = append(r.u.errs, fmt.Errorf("CONFIG_TYPE=%q: only FILE is served (the runtime directory layout); xDS configuration is not", v))
 	}
-	if on, _ := boolean("QUOTA_MODE"); on {
-		u.errs = append(u.errs, errors.New("QUOTA_MODE=true: quota mode is not supported (over-limit quota descriptors would fail requests here)"))
+	if on, _ := r.boolean("QUOTA_MODE"); on {
+		r.u.errs = append(r.u.errs, errors.New("QUOTA_MODE=true: quota mode is not supported (over-limit quota descriptors would fail requests here)"))
 	}
 	for _, s := range upstreamNoEffect {
-		if getenv(s.name) != "" {
-			u.warnings = append(u.warnings, s.name+" "+s.why)
+		if r.getenv(s.name) != "" {
+			r.u.warnings = append(r.u.warnings, s.name+" "+s.why)
 		}
 	}
-	return func(k string) string {
-		if v, ok := u.alias[k]; ok {
-			return v
-		}
-		return getenv(k)
-	}, u
 }

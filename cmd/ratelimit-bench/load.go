@@ -126,107 +126,147 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var seq atomic.Uint64 // unique keys
-	var pool []any
-	if cfg.pool > 0 && cfg.keys.dist != keysUnique {
-		g := newGenerator(cfg.mix, cfg.keys, cfg.seed, -1, &seq)
-		pool = make([]any, cfg.pool)
-		for i := range pool {
-			p, err := c.prepare(g.next(), uint64(i))
-			if err != nil {
-				return nil, err
-			}
-			pool[i] = p
-		}
+	r := &loadRun{cfg: cfg, c: c}
+	if err := r.preparePool(); err != nil {
+		return nil, err
 	}
 
 	// Start a moment from now so that every worker starts together.
-	t0 := time.Now().Add(20 * time.Millisecond)
+	r.t0 = time.Now().Add(20 * time.Millisecond)
 	cpu0 := cpuTime()
-	measureFrom := t0.Add(cfg.warmup)
-	end := measureFrom.Add(cfg.duration)
-	ctx, cancel := context.WithDeadline(ctx, end.Add(cfg.timeout+time.Second))
+	r.measureFrom = r.t0.Add(cfg.warmup)
+	r.end = r.measureFrom.Add(cfg.duration)
+	ctx, cancel := context.WithDeadline(ctx, r.end.Add(cfg.timeout+time.Second))
 	defer cancel()
 
-	var (
-		issued atomic.Int64  // requests sent, for the count bound
-		callNo atomic.Uint64 // sequence over the run, for spreading over connections
-		wg     sync.WaitGroup
-		stats  = make([]*workerStats, cfg.concurrency)
-	)
+	var wg sync.WaitGroup
+	stats := make([]*workerStats, cfg.concurrency)
 	for w := range cfg.concurrency {
 		st := newWorkerStats()
 		stats[w] = st
-		wg.Go(func() {
-			g := newGenerator(cfg.mix, cfg.keys, cfg.seed, w, &seq)
-			rng := rand.New(rand.NewPCG(cfg.seed^0x5eed, uint64(w)))
-			next := 0
-			if len(pool) > 0 {
-				next = rng.IntN(len(pool))
-			}
-			if !cli.Sleep(ctx, time.Until(t0)) {
-				return
-			}
-			for k := int64(0); ; k++ {
-				// due is when the request should leave; latency counts from
-				// from. At a fixed rate, a request already due when its
-				// worker comes free waited behind slow answers: its latency
-				// counts from when it was due (no coordinated omission). One
-				// the worker slept for counts from when it left: a late
-				// wake-up is the tool's, not the server's.
-				var due, from time.Time
-				if cfg.rate > 0 {
-					due = intendedTime(t0, cfg.rate, cfg.concurrency, w, k)
-					if !due.Before(end) {
-						return
-					}
-					from = due
-					if time.Now().Before(due) {
-						if !cli.Sleep(ctx, time.Until(due)) {
-							return
-						}
-						from = time.Now()
-					}
-				} else {
-					due = time.Now()
-					from = due
-					if !due.Before(end) || ctx.Err() != nil {
-						return
-					}
-				}
-				if cfg.requests > 0 && issued.Add(1) > cfg.requests {
-					return
-				}
-				var p any
-				if len(pool) > 0 {
-					p, next = pool[next], (next+1)%len(pool)
-				} else {
-					var err error
-					if p, err = c.prepare(g.next(), callNo.Load()); err != nil {
-						st.classes[classError]++
-						st.errKinds["prepare: "+err.Error()]++
-						continue
-					}
-				}
-				start := time.Now()
-				cctx, ccancel := context.WithTimeout(ctx, cfg.timeout)
-				o := c.call(cctx, callNo.Add(1)-1, p)
-				ccancel()
-				done := time.Now()
-				st.sent++
-				st.lastDone = done
-				if due.Before(measureFrom) {
-					continue
-				}
-				if cfg.rate > 0 && from.Equal(due) && start.Sub(due) > time.Millisecond {
-					st.late++
-				}
-				st.add(o, done.Sub(from))
-			}
-		})
+		wg.Go(func() { r.work(ctx, w, st) })
 	}
 	wg.Wait()
-	rec := mergeStats(stats, measureFrom, end)
+	rec := mergeStats(stats, r.measureFrom, r.end)
+	drainCalls(ctx, c, rec)
+	rec.cpu = cpuTime() - cpu0
+	return rec, nil
+}
+
+// loadRun is what the workers of one run share.
+type loadRun struct {
+	cfg         loadConfig
+	c           caller
+	pool        []any         // requests prepared ahead; empty: prepare each
+	seq         atomic.Uint64 // unique keys
+	issued      atomic.Int64  // requests sent, for the count bound
+	callNo      atomic.Uint64 // sequence over the run, for spreading over connections
+	t0          time.Time     // when the workers start
+	measureFrom time.Time     // the end of the warm-up
+	end         time.Time     // the end of the measured time
+}
+
+// preparePool prepares the requests reused in turn, when cfg asks for
+// them and its keys are not unique.
+func (r *loadRun) preparePool() error {
+	cfg := r.cfg
+	if cfg.pool > 0 && cfg.keys.dist != keysUnique {
+		g := newGenerator(cfg.mix, cfg.keys, cfg.seed, -1, &r.seq)
+		r.pool = make([]any, cfg.pool)
+		for i := range r.pool {
+			p, err := r.c.prepare(g.next(), uint64(i))
+			if err != nil {
+				return err
+			}
+			r.pool[i] = p
+		}
+	}
+	return nil
+}
+
+// work is worker w of the run: it sends requests until the run ends and
+// records them in st.
+func (r *loadRun) work(ctx context.Context, w int, st *workerStats) {
+	cfg := r.cfg
+	g := newGenerator(cfg.mix, cfg.keys, cfg.seed, w, &r.seq)
+	rng := rand.New(rand.NewPCG(cfg.seed^0x5eed, uint64(w)))
+	next := 0
+	if len(r.pool) > 0 {
+		next = rng.IntN(len(r.pool))
+	}
+	if !cli.Sleep(ctx, time.Until(r.t0)) {
+		return
+	}
+	for k := int64(0); ; k++ {
+		due, from, ok := r.due(ctx, w, k)
+		if !ok {
+			return
+		}
+		if cfg.requests > 0 && r.issued.Add(1) > cfg.requests {
+			return
+		}
+		var p any
+		if len(r.pool) > 0 {
+			p, next = r.pool[next], (next+1)%len(r.pool)
+		} else {
+			var err error
+			if p, err = r.c.prepare(g.next(), r.callNo.Load()); err != nil {
+				st.classes[classError]++
+				st.errKinds["prepare: "+err.Error()]++
+				continue
+			}
+		}
+		start := time.Now()
+		cctx, ccancel := context.WithTimeout(ctx, cfg.timeout)
+		o := r.c.call(cctx, r.callNo.Add(1)-1, p)
+		ccancel()
+		done := time.Now()
+		st.sent++
+		st.lastDone = done
+		if due.Before(r.measureFrom) {
+			continue
+		}
+		if cfg.rate > 0 && from.Equal(due) && start.Sub(due) > time.Millisecond {
+			st.late++
+		}
+		st.add(o, done.Sub(from))
+	}
+}
+
+// due waits until request k of worker w should leave and returns when
+// that is (due) and when its latency counts from (from); false when the
+// run is over for the worker.
+func (r *loadRun) due(ctx context.Context, w int, k int64) (due, from time.Time, ok bool) {
+	// At a fixed rate, a request already due when its worker comes free
+	// waited behind slow answers: its latency counts from when it was due
+	// (no coordinated omission). One the worker slept for counts from when
+	// it left: a late wake-up is the tool's, not the server's.
+	if r.cfg.rate > 0 {
+		due = intendedTime(r.t0, r.cfg.rate, r.cfg.concurrency, w, k)
+		if !due.Before(r.end) {
+			return due, from, false
+		}
+		from = due
+		if time.Now().Before(due) {
+			if !cli.Sleep(ctx, time.Until(due)) {
+				return due, from, false
+			}
+			from = time.Now()
+		}
+	} else {
+		due = time.Now()
+		from = due
+		if !due.Before(r.end) || ctx.Err() != nil {
+			return due, from, false
+		}
+	}
+	return due, from, true
+}
+
+// drainCalls waits, when c is a drainer, until the server has taken all
+// of c's calls: the run's time includes the wait, and its failure counts
+// as an error.
+func drainCalls(ctx context.Context, c caller, rec *runRecord) {
 	if d, ok := c.(drainer); ok {
 		err := d.drain(ctx)
 		if now := time.Now(); rec.sent > 0 && now.After(rec.lastDone) {
@@ -237,8 +277,6 @@ func runLoad(ctx context.Context, cfg loadConfig, c caller) (*runRecord, error) 
 			rec.errKinds["drain: "+err.Error()]++
 		}
 	}
-	rec.cpu = cpuTime() - cpu0
-	return rec, nil
 }
 
 // cpuTime is the CPU time (user + system, all threads) this process has

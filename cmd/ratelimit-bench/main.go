@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ratelimit-authz/ratelimit-authz/internal/cli"
+	"github.com/ratelimit-authz/ratelimit-authz/internal/loadresult"
 )
 
 func main() { cli.Main("ratelimit-bench", run) }
@@ -96,23 +97,76 @@ func newFlagSet(c command) *flag.FlagSet {
 }
 
 func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr io.Writer) error {
-	name, fs := cmd.name, newFlagSet(cmd)
-	cfg := loadConfig{seed: 1}
-	keys := &cfg.keys
+	l := loadCmd{name: cmd.name, cfg: loadConfig{seed: 1}}
+	fs := l.flags(cmd)
+	if done, err := cli.Parse(fs, args, stdout, stderr); done {
+		return err
+	}
+	if err := l.resolve(); err != nil {
+		return err
+	}
+	load, err := l.load()
+	if err != nil {
+		return err
+	}
+	c, err := l.dial(load)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	if err := preflight(ctx, c, l.cfg, l.to); err != nil {
+		return err
+	}
+	rec, err := runLoad(ctx, l.cfg, c)
+	if err != nil {
+		return err
+	}
+	res := summarise(rec, l.cfg)
+	res.Mode, res.Targets = l.name, l.to
+	if l.name != "http" {
+		res.Connections = max(l.connections, len(l.to))
+	}
+	if load.mix != "" {
+		res.Mix = load.mix + "; " + res.Mix
+	}
+	return l.report(ctx, &res, stdout)
+}
+
+// loadCmd is what the flags of a load command (check, rls, gubernator,
+// accesslog, http) set.
+type loadCmd struct {
+	name        string
+	cfg         loadConfig
+	targets     string   // --target as given
+	to          []string // its addresses, set by resolve
+	routes      string
+	descriptors int
+	limit       int64
+	per         time.Duration
+	charge      alsCharge
+	connections int
+	jsonPath    string
+	quiet       bool
+}
+
+// flags is the flag set of command cmd, each flag setting its field of l.
+func (l *loadCmd) flags(cmd command) *flag.FlagSet {
+	name, fs := l.name, newFlagSet(cmd)
+	cfg, keys := &l.cfg, &l.cfg.keys
 	target, routes := "127.0.0.1:9001", "api"
 	if name == "http" {
 		target = "127.0.0.1:10000"
 	} else if name == "accesslog" {
 		routes = "activities" // a route whose requests carry a tenant to charge
 	}
-	targets := fs.String("target", target, "`addresses` to send to, comma-separated (several: requests are spread over them in turn)")
+	fs.StringVar(&l.targets, "target", target, "`addresses` to send to, comma-separated (several: requests are spread over them in turn)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "requests in flight at most (workers)")
 	fs.Float64Var(&cfg.rate, "rate", 0, "fixed rate in requests/s over all workers (open loop: a request that finds every worker busy counts its latency from when it was due); 0 = as fast as answers come")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "measured time, after the warm-up")
 	fs.DurationVar(&cfg.warmup, "warmup", time.Second, "time sent but not measured, before --duration")
 	fs.Int64Var(&cfg.requests, "requests", 0, "send at most this many requests, warm-up included (0 = bounded by time only)")
 	fs.DurationVar(&cfg.timeout, "timeout", time.Second, "per-request deadline; a request past it is an error")
-	fs.StringVar(&routes, "routes", routes, `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
+	fs.StringVar(&l.routes, "routes", routes, `route mix: "api" (the example API's production-like shares; see 'ratelimit-bench routes') or names with weights, "activities=3,inbound"`)
 	fs.StringVar(&keys.dist, "keys", keysZipf, "key popularity: uniform, zipf (skewed, see --zipf-s) or unique (every request a new key: memory runs)")
 	fs.Float64Var(&keys.zipfS, "zipf-s", 1.1, "zipf exponent s > 1: key of rank k has weight 1/(k+1)^s")
 	fs.Uint64Var(&keys.tenants, "tenants", 1000, "distinct tenants (x-tenant-id)")
@@ -121,99 +175,92 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 	fs.Uint64Var(&keys.accounts, "accounts", 1000, "distinct login accounts (email in the login body)")
 	fs.StringVar(&keys.prefix, "key-prefix", "", "prefix for tenant, channel and account keys: separate key spaces for concurrent runs")
 	fs.IntVar(&cfg.pool, "pool", 16384, "requests prepared before the run and reused in turn, so the tool spends its CPU on the transport (0 = prepare each; --keys unique always does)")
-	var descriptors int
-	var limit int64
-	var per time.Duration
-	var charge alsCharge
 	if name == "rls" || name == "gubernator" {
-		fs.IntVar(&descriptors, "descriptors", 1, "descriptors per call, from 1 to 3: remote_address, then generic_key+tenant, then path")
+		fs.IntVar(&l.descriptors, "descriptors", 1, "descriptors per call, from 1 to 3: remote_address, then generic_key+tenant, then path")
 	}
 	if name == "gubernator" {
-		fs.Int64Var(&limit, "limit", 1, "hits each key may have per --per (token bucket)")
-		fs.DurationVar(&per, "per", time.Second, "the window of --limit")
+		fs.Int64Var(&l.limit, "limit", 1, "hits each key may have per --per (token bucket)")
+		fs.DurationVar(&l.per, "per", time.Second, "the window of --limit")
 	}
 	if name == "accesslog" {
-		fs.StringVar(&charge.bucket, "bucket", "llm_tokens", "the cost `bucket` each entry charges (one charged from a response header)")
-		fs.StringVar(&charge.header, "cost-header", "x-usage-total-tokens", "the response `header` that reports the cost")
-		fs.Int64Var(&charge.cost, "cost", 100, "the cost each entry reports")
+		fs.StringVar(&l.charge.bucket, "bucket", "llm_tokens", "the cost `bucket` each entry charges (one charged from a response header)")
+		fs.StringVar(&l.charge.header, "cost-header", "x-usage-total-tokens", "the response `header` that reports the cost")
+		fs.Int64Var(&l.charge.cost, "cost", 100, "the cost each entry reports")
 	}
-	connections := 0
 	if name != "http" {
-		fs.IntVar(&connections, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
+		fs.IntVar(&l.connections, "connections", 4, "gRPC connections (HTTP/2), at least one per target; requests are spread over them in turn")
 	}
-	jsonPath := fs.String("json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
-	quiet := fs.Bool("quiet", false, "print nothing but errors (with --json FILE)")
-	if done, err := cli.Parse(fs, args, stdout, stderr); done {
-		return err
-	}
+	fs.StringVar(&l.jsonPath, "json", "", "also write the results as JSON to this `file` (\"-\": stdout, instead of the text)")
+	fs.BoolVar(&l.quiet, "quiet", false, "print nothing but errors (with --json FILE)")
+	return fs
+}
+
+// resolve checks the parsed flags and sets the route mix and the target
+// addresses from them.
+func (l *loadCmd) resolve() error {
 	var err error
-	if cfg.mix, err = parseMix(routes); err != nil {
+	if l.cfg.mix, err = parseMix(l.routes); err != nil {
 		return cli.UsageError{Msg: "--routes: " + err.Error()}
 	}
-	if err := cfg.validate(); err != nil {
+	if err := l.cfg.validate(); err != nil {
 		return cli.UsageError{Msg: err.Error()}
 	}
-	var to []string
-	for t := range strings.SplitSeq(*targets, ",") {
+	for t := range strings.SplitSeq(l.targets, ",") {
 		if t = strings.TrimSpace(t); t != "" {
-			to = append(to, t)
+			l.to = append(l.to, t)
 		}
 	}
-	if len(to) == 0 {
+	if len(l.to) == 0 {
 		return cli.UsageError{Msg: "--target: no address"}
 	}
-	if name != "http" && (connections < 1 || connections > 1000) {
-		return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", connections)}
+	if l.name != "http" && (l.connections < 1 || l.connections > 1000) {
+		return cli.UsageError{Msg: fmt.Sprintf("--connections %d: must be from 1 to 1000", l.connections)}
 	}
+	return nil
+}
+
+// load is the gRPC call the command sends; the zero grpcLoad for http.
+func (l *loadCmd) load() (grpcLoad, error) {
 	var load grpcLoad
-	switch name {
+	var err error
+	switch l.name {
 	case "check":
 		load = checkLoad()
 	case "rls":
-		load, err = rlsLoad(descriptors)
+		load, err = rlsLoad(l.descriptors)
 	case "gubernator":
-		load, err = guberLoad(descriptors, limit, per)
+		load, err = guberLoad(l.descriptors, l.limit, l.per)
 	case "accesslog":
-		load, err = alsLoad(charge, cfg.mix)
+		load, err = alsLoad(l.charge, l.cfg.mix)
 	case "http":
 	default:
-		return fmt.Errorf("command %s has no load", name)
+		return grpcLoad{}, fmt.Errorf("command %s has no load", l.name)
 	}
 	if err != nil {
-		return cli.UsageError{Msg: err.Error()}
+		return grpcLoad{}, cli.UsageError{Msg: err.Error()}
 	}
-	var c caller
-	if name == "http" {
-		c, err = newHTTPCaller(to, cfg.concurrency)
-	} else {
-		c, err = dialLoad(to, connections, load)
+	return load, nil
+}
+
+// dial is the caller that sends load, or HTTP requests for http, to the
+// targets.
+func (l *loadCmd) dial(load grpcLoad) (caller, error) {
+	if l.name == "http" {
+		return newHTTPCaller(l.to, l.cfg.concurrency)
 	}
-	if err != nil {
-		return err
-	}
-	defer c.close()
-	if err := preflight(ctx, c, cfg, to); err != nil {
-		return err
-	}
-	rec, err := runLoad(ctx, cfg, c)
-	if err != nil {
-		return err
-	}
-	res := summarise(rec, cfg)
-	res.Mode, res.Targets = name, to
-	if name != "http" {
-		res.Connections = max(connections, len(to))
-	}
-	if load.mix != "" {
-		res.Mix = load.mix + "; " + res.Mix
-	}
-	if *jsonPath != "" {
-		if err := writeJSON(*jsonPath, &res, stdout); err != nil {
+	return dialLoad(l.to, l.connections, load)
+}
+
+// report writes the result res as --json and --quiet ask, and is the
+// command's error: an interrupted run, or one no request was answered in.
+func (l *loadCmd) report(ctx context.Context, res *loadresult.Result, stdout io.Writer) error {
+	if l.jsonPath != "" {
+		if err := writeJSON(l.jsonPath, res, stdout); err != nil {
 			return err
 		}
 	}
-	if *jsonPath != "-" && !*quiet {
-		printText(stdout, &res)
+	if l.jsonPath != "-" && !l.quiet {
+		printText(stdout, res)
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("interrupted: %w", ctx.Err())
@@ -224,7 +271,7 @@ func runLoadCmd(ctx context.Context, cmd command, args []string, stdout, stderr 
 			first = k
 			break
 		}
-		return fmt.Errorf("no request was answered by %s (%s): the target is down or not what the tool expects", strings.Join(to, ","), first)
+		return fmt.Errorf("no request was answered by %s (%s): the target is down or not what the tool expects", strings.Join(l.to, ","), first)
 	}
 	return nil
 }

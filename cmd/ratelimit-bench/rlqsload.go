@@ -86,127 +86,175 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 		return nil, fmt.Errorf("dial %s: %w", c.target, err)
 	}
 	defer conn.Close()
-	conn.Connect()
-	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
-		if !conn.WaitForStateChange(dctx, s) {
-			return nil, fmt.Errorf("connect %s: %w", c.target, dctx.Err())
-		}
+	if err := waitReady(dctx, conn, c.target); err != nil {
+		return nil, err
 	}
-	client := rlqsv3.NewRateLimitQuotaServiceClient(conn)
-	res := &loadresult.RLQS{Tool: loadresult.Tool, Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
+	r := &rlqsRun{c: c, client: rlqsv3.NewRateLimitQuotaServiceClient(conn)}
+	r.res = &loadresult.RLQS{Tool: loadresult.Tool, Mode: "rlqs", Target: c.target, Streams: c.streams, Buckets: c.buckets,
 		IntervalS: c.interval.Seconds(), Actions: map[string]int64{}, ErrorKinds: map[string]int64{}}
-	var mu sync.Mutex
-	var firsts []time.Duration
-	fail := func(kind string) {
-		mu.Lock()
-		res.Errors++
-		res.ErrorKinds[kind]++
-		mu.Unlock()
-	}
 	runCtx, stop := context.WithTimeout(ctx, c.duration)
 	defer stop()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for s := range c.streams {
-		wg.Go(func() {
-			st, err := client.StreamRateLimitQuotas(runCtx)
-			if err != nil {
-				fail("open")
-				return
-			}
-			ids := make([]*rlqsv3.BucketId, c.buckets)
-			sentAt := make(map[string]time.Time, c.buckets)
-			for i := range ids {
-				key := fmt.Sprintf("%sk%d", c.keyPrefix, s*c.buckets+i)
-				ids[i] = &rlqsv3.BucketId{Bucket: map[string]string{"name": rlqsBucket, rlqsKeyEntry: key}}
-			}
-			// The receiver: answers, and the first assignment of each id.
-			recvDone := make(chan struct{})
-			go func() {
-				defer close(recvDone)
-				for {
-					m, err := st.Recv()
-					if err != nil {
-						// The run's end: its deadline (gRPC's own timer can
-						// fire just before the context's) or the server's
-						// answer to the half-close.
-						code := status.Code(err)
-						if runCtx.Err() == nil && !errors.Is(err, io.EOF) && code != codes.DeadlineExceeded && code != codes.Canceled {
-							fail("recv: " + code.String())
-						}
-						return
-					}
-					now := time.Now()
-					mu.Lock()
-					res.Answers++
-					for _, a := range m.GetBucketAction() {
-						kind := "abandon"
-						if qa := a.GetQuotaAssignmentAction(); qa != nil {
-							switch {
-							case qa.GetRateLimitStrategy().GetTokenBucket() != nil:
-								kind = "token_bucket"
-							case qa.GetRateLimitStrategy().GetRequestsPerTimeUnit() != nil:
-								kind = "requests_per_time_unit"
-							default:
-								kind = qa.GetRateLimitStrategy().GetBlanketRule().String()
-							}
-						}
-						res.Actions[kind]++
-						k := a.GetBucketId().GetBucket()[rlqsKeyEntry]
-						if t, ok := sentAt[k]; ok {
-							firsts = append(firsts, now.Sub(t))
-							delete(sentAt, k)
-						}
-					}
-					mu.Unlock()
-				}
-			}()
-			// send reports allowed requests over elapsed for each of ids.
-			send := func(allowed uint64, elapsed time.Duration, ids ...*rlqsv3.BucketId) bool {
-				m := &rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain}
-				for _, id := range ids {
-					m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
-						BucketId: id, NumRequestsAllowed: allowed, TimeElapsed: durationpb.New(elapsed)})
-				}
-				if err := st.Send(m); err != nil {
-					if runCtx.Err() == nil {
-						fail("send")
-					}
-					return false
-				}
-				mu.Lock()
-				res.Reports++
-				res.Usages += int64(len(ids))
-				mu.Unlock()
-				return true
-			}
-			// As Envoy: each new id reported alone, at once.
-			for _, id := range ids {
-				mu.Lock()
-				sentAt[id.Bucket[rlqsKeyEntry]] = time.Now()
-				mu.Unlock()
-				if !send(1, 0, id) {
-					return
-				}
-			}
-			tick := time.NewTicker(c.interval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-runCtx.Done():
-					st.CloseSend()
-					<-recvDone
-					return
-				case <-tick.C:
-					if !send(rlqsPerReport, c.interval.Truncate(time.Second), ids...) {
-						return
-					}
-				}
-			}
-		})
+		wg.Go(func() { r.stream(runCtx, s) })
 	}
 	wg.Wait()
-	res.ElapsedS = time.Since(start).Seconds()
+	r.finish(time.Since(start))
+	return r.res, nil
+}
+
+// waitReady connects conn and waits until it is ready, or until ctx is
+// done.
+func waitReady(ctx context.Context, conn *grpc.ClientConn, target string) error {
+	conn.Connect()
+	for s := conn.GetState(); s != connectivity.Ready; s = conn.GetState() {
+		if !conn.WaitForStateChange(ctx, s) {
+			return fmt.Errorf("connect %s: %w", target, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// rlqsRun is what the streams of one rlqs run share: the result, and the
+// times to each bucket id's first assignment, both under mu.
+type rlqsRun struct {
+	c      rlqsConfig
+	client rlqsv3.RateLimitQuotaServiceClient
+	mu     sync.Mutex
+	res    *loadresult.RLQS
+	firsts []time.Duration
+}
+
+// fail counts an error of kind.
+func (r *rlqsRun) fail(kind string) {
+	r.mu.Lock()
+	r.res.Errors++
+	r.res.ErrorKinds[kind]++
+	r.mu.Unlock()
+}
+
+// stream is stream s of the run, until ctx is done: it reports each of
+// its bucket ids alone at once, as Envoy does, then all of them every
+// interval.
+func (r *rlqsRun) stream(ctx context.Context, s int) {
+	c := r.c
+	st, err := r.client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		r.fail("open")
+		return
+	}
+	ids := make([]*rlqsv3.BucketId, c.buckets)
+	sentAt := make(map[string]time.Time, c.buckets)
+	for i := range ids {
+		key := fmt.Sprintf("%sk%d", c.keyPrefix, s*c.buckets+i)
+		ids[i] = &rlqsv3.BucketId{Bucket: map[string]string{"name": rlqsBucket, rlqsKeyEntry: key}}
+	}
+	// The receiver: answers, and the first assignment of each id.
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		r.receive(ctx, st, sentAt)
+	}()
+	// As Envoy: each new id reported alone, at once.
+	for _, id := range ids {
+		r.mu.Lock()
+		sentAt[id.Bucket[rlqsKeyEntry]] = time.Now()
+		r.mu.Unlock()
+		if !r.send(ctx, st, 1, 0, id) {
+			return
+		}
+	}
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			st.CloseSend()
+			<-recvDone
+			return
+		case <-tick.C:
+			if !r.send(ctx, st, rlqsPerReport, c.interval.Truncate(time.Second), ids...) {
+				return
+			}
+		}
+	}
+}
+
+// receive counts the answers on st and their actions, and records the
+// time to the first assignment of each id in sentAt (sent then), until
+// the stream ends.
+func (r *rlqsRun) receive(ctx context.Context, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, sentAt map[string]time.Time) {
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			// The run's end: its deadline (gRPC's own timer can
+			// fire just before the context's) or the server's
+			// answer to the half-close.
+			code := status.Code(err)
+			if ctx.Err() == nil && !errors.Is(err, io.EOF) && code != codes.DeadlineExceeded && code != codes.Canceled {
+				r.fail("recv: " + code.String())
+			}
+			return
+		}
+		now := time.Now()
+		r.mu.Lock()
+		r.res.Answers++
+		for _, a := range m.GetBucketAction() {
+			r.res.Actions[actionKind(a)]++
+			k := a.GetBucketId().GetBucket()[rlqsKeyEntry]
+			if t, ok := sentAt[k]; ok {
+				r.firsts = append(r.firsts, now.Sub(t))
+				delete(sentAt, k)
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// actionKind names the action of a: abandon, the kind of its rate limit
+// strategy, or its blanket rule.
+func actionKind(a *rlqsv3.RateLimitQuotaResponse_BucketAction) string {
+	kind := "abandon"
+	if qa := a.GetQuotaAssignmentAction(); qa != nil {
+		switch {
+		case qa.GetRateLimitStrategy().GetTokenBucket() != nil:
+			kind = "token_bucket"
+		case qa.GetRateLimitStrategy().GetRequestsPerTimeUnit() != nil:
+			kind = "requests_per_time_unit"
+		default:
+			kind = qa.GetRateLimitStrategy().GetBlanketRule().String()
+		}
+	}
+	return kind
+}
+
+// send reports allowed requests over elapsed for each of ids on st; false
+// when the stream failed.
+func (r *rlqsRun) send(ctx context.Context, st rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasClient, allowed uint64, elapsed time.Duration, ids ...*rlqsv3.BucketId) bool {
+	m := &rlqsv3.RateLimitQuotaUsageReports{Domain: rlqsDomain}
+	for _, id := range ids {
+		m.BucketQuotaUsages = append(m.BucketQuotaUsages, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+			BucketId: id, NumRequestsAllowed: allowed, TimeElapsed: durationpb.New(elapsed)})
+	}
+	if err := st.Send(m); err != nil {
+		if ctx.Err() == nil {
+			r.fail("send")
+		}
+		return false
+	}
+	r.mu.Lock()
+	r.res.Reports++
+	r.res.Usages += int64(len(ids))
+	r.mu.Unlock()
+	return true
+}
+
+// finish completes the result of a run that took elapsed: its time and
+// the quantiles of the times to a first assignment.
+func (r *rlqsRun) finish(elapsed time.Duration) {
+	res, firsts := r.res, r.firsts
+	res.ElapsedS = elapsed.Seconds()
 	slices.Sort(firsts)
 	res.FirstAssign = map[string]float64{}
 	if n := len(firsts); n > 0 {
@@ -216,5 +264,4 @@ func rlqsLoad(ctx context.Context, c rlqsConfig) (*loadresult.RLQS, error) {
 	if len(res.ErrorKinds) == 0 {
 		res.ErrorKinds = nil
 	}
-	return res, nil
 }
