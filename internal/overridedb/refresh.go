@@ -63,13 +63,7 @@ func Read(ctx context.Context, conn *pgx.Conn, since string, s Sink) (watermark 
 // with since "" every row and no deletions, else those from since on.
 func readTenants(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 	full := since == ""
-	var rows pgx.Rows
-	var err error
-	if full {
-		rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits")
-	} else {
-		rows, err = tx.Query(ctx, "SELECT tenant, limits::text FROM tenant_limits WHERE xid >= $1::xid8", since)
-	}
+	rows, err := querySince(ctx, tx, "SELECT tenant, limits::text FROM tenant_limits", since)
 	if err != nil {
 		return err
 	}
@@ -84,7 +78,7 @@ func readTenants(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 	if err != nil || full {
 		return err
 	}
-	rows, err = tx.Query(ctx, "SELECT tenant FROM tenant_limits_deletions WHERE xid >= $1::xid8", since)
+	rows, err = querySince(ctx, tx, "SELECT tenant FROM tenant_limits_deletions", since)
 	if err != nil {
 		return err
 	}
@@ -100,13 +94,7 @@ func readTenants(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 // on.
 func readOwners(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 	full := since == ""
-	var rows pgx.Rows
-	var err error
-	if full {
-		rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners")
-	} else {
-		rows, err = tx.Query(ctx, "SELECT key_name, key_value, tenant FROM tenant_key_owners WHERE xid >= $1::xid8", since)
-	}
+	rows, err := querySince(ctx, tx, "SELECT key_name, key_value, tenant FROM tenant_key_owners", since)
 	if err != nil {
 		return err
 	}
@@ -118,7 +106,7 @@ func readOwners(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 	if err != nil || full {
 		return err
 	}
-	rows, err = tx.Query(ctx, "SELECT key_name, key_value FROM tenant_key_owners_deletions WHERE xid >= $1::xid8", since)
+	rows, err = querySince(ctx, tx, "SELECT key_name, key_value FROM tenant_key_owners_deletions", since)
 	if err != nil {
 		return err
 	}
@@ -127,4 +115,13 @@ func readOwners(ctx context.Context, tx pgx.Tx, since string, s Sink) error {
 		return nil
 	})
 	return err
+}
+
+// querySince runs query, a SELECT of one table: every row with since "",
+// else the rows written by transactions from since on (their xid).
+func querySince(ctx context.Context, tx pgx.Tx, query, since string) (pgx.Rows, error) {
+	if since == "" {
+		return tx.Query(ctx, query)
+	}
+	return tx.Query(ctx, query+" WHERE xid >= $1::xid8", since)
 }
