@@ -29,7 +29,10 @@ import (
 // proto codec.
 type Codec struct {
 	fallback encoding.CodecV2
-	prebuilt sync.Map // *checkwire.Prebuilt → mem.BufferSlice of its bytes
+	// prebuilt holds each Prebuilt answered as the buffer list gRPC
+	// sends, made once: Prebuilt responses are a few constants a Service
+	// makes when it is built, never per request or per reload.
+	prebuilt sync.Map // *checkwire.Prebuilt → mem.BufferSlice
 }
 
 // NewCodec returns the codec; register the Authorization service with

@@ -19,11 +19,9 @@ type File struct {
 // Load reads and parses the rules f names, and returns the name of what
 // it read: f.Path, or config.Name for the shipped default.
 func (f File) Load() (*Rules, string, error) {
-	if !f.Explicit {
-		if _, err := os.Stat(f.Path); errors.Is(err, fs.ErrNotExist) {
-			r, err := Parse(config.Default(), config.Name)
-			return r, config.Name, err
-		}
+	if f.Shipped() {
+		r, err := Parse(config.Default(), config.Name)
+		return r, config.Name, err
 	}
 	r, err := LoadFile(f.Path)
 	return r, f.Path, err

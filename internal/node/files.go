@@ -40,12 +40,12 @@ func watchFiles(cfg *Config, log *slog.Logger) (*filewatch.Watcher, error) {
 // loadRules reads the rules f names and logs what it read and what the
 // rules trust that a client may set.
 func loadRules(f *configfile.File, log *slog.Logger) (*configfile.Rules, error) {
-	if f.Shipped() {
-		log.Info("no configuration file; using the shipped default", "path", f.Path)
-	}
 	r, source, err := f.Load()
 	if err != nil {
 		return nil, err
+	}
+	if source != f.Path {
+		log.Info("no configuration file; using the shipped default", "path", f.Path)
 	}
 	log.Info("configuration loaded", "source", source, "buckets", len(r.Buckets), "routes", len(r.Routes))
 	for _, w := range r.TrustWarnings() {
